@@ -1,0 +1,36 @@
+"""gpframe: geo-private analytics on location data from pandas, geopandas and DuckDB."""
+
+from gpframe.accounting.budgets import CGP, DP, GP, zCDP
+from gpframe.errors import (
+    BudgetExceededError,
+    ChargeConflictError,
+    CRSError,
+    GpframeError,
+    GpframeInternalError,
+    GpframeWarning,
+    InsecureRandomnessError,
+    InvalidInputError,
+    LedgerCorruptError,
+    LedgerError,
+    NoiseOverflowError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CGP",
+    "DP",
+    "GP",
+    "BudgetExceededError",
+    "CRSError",
+    "ChargeConflictError",
+    "GpframeError",
+    "GpframeInternalError",
+    "GpframeWarning",
+    "InsecureRandomnessError",
+    "InvalidInputError",
+    "LedgerCorruptError",
+    "LedgerError",
+    "NoiseOverflowError",
+    "zCDP",
+]
