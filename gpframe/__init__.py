@@ -1,5 +1,6 @@
 """gpframe: geo-private analytics on location data from pandas, geopandas and DuckDB."""
 
+from gpframe._versions import show_versions
 from gpframe.accounting.budgets import CGP, DP, GP, zCDP
 from gpframe.errors import (
     BudgetExceededError,
@@ -32,5 +33,6 @@ __all__ = [
     "LedgerCorruptError",
     "LedgerError",
     "NoiseOverflowError",
+    "show_versions",
     "zCDP",
 ]

@@ -30,7 +30,7 @@ class InvalidInputError(GpframeError, ValueError):
 
 
 class CRSError(InvalidInputError):
-    """Coordinates in degrees (or another non-metre unit) where metres are needed, or no CRS at all."""
+    """Degrees (or another non-metre unit) where metres are needed, or no CRS at all."""
 
 
 class BudgetExceededError(GpframeError, RuntimeError):

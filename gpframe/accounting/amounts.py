@@ -47,14 +47,17 @@ def exact(value: object, name: str) -> Fraction:
             ) from exc
         if not math.isfinite(f):
             raise InvalidInputError(
-                f"{name}={value!r} is not finite; pass a finite positive number. Nothing was charged."
+                f"{name}={value!r} is not finite; pass a finite positive number. "
+                "Nothing was charged."
             )
         return Fraction(repr(f))
     if isinstance(value, str):
         try:
             return Fraction(value.strip())
         except (ValueError, ZeroDivisionError) as exc:
-            raise InvalidInputError(f"{name}={value!r} is not a number. Nothing was charged.") from exc
+            raise InvalidInputError(
+                f"{name}={value!r} is not a number. Nothing was charged."
+            ) from exc
     raise InvalidInputError(
         f"{name} must be a number, got {type(value).__name__}. Nothing was charged."
     )
@@ -68,9 +71,7 @@ def positive(value: object, name: str) -> Fraction:
     """
     x = exact(value, name)
     if x <= 0:
-        raise InvalidInputError(
-            f"{name}={value!r} must be > 0. Nothing was charged."
-        )
+        raise InvalidInputError(f"{name}={value!r} must be > 0. Nothing was charged.")
     return x
 
 
@@ -127,7 +128,7 @@ class LedgerUnits:
         return v.numerator // v.denominator
 
     def to_fraction(self, units: int) -> Fraction:
-        """The exact amount that ``units`` ledger units stand for."""
+        """Return the exact amount that ``units`` ledger units stand for."""
         return Fraction(int(units)) / self.scale
 
     def __repr__(self) -> str:

@@ -77,6 +77,40 @@ class CGP(Budget):
         """The amount, in m⁻²."""
         return self.amount
 
+    @classmethod
+    def from_approx_gp(cls, eps: object, delta: object, A: object) -> CGP:
+        """Return the CGP budget for an approximate-GP target (ε, δ, A): ρ_max, rounded down.
+
+        adaptive-budgeting.md §2.6 rule 3 (Cor 4.2): the filter is a CGP filter with budget
+        ρ_max(ε, δ, A) (:func:`gpframe.accounting.conversions.rho_max`); ``approx`` keeps the
+        target (ε, δ, A) as exact values for reports, which must always state δ and A.
+
+        >>> b = CGP.from_approx_gp(eps=0.1, delta=1e-6, A=100)
+        >>> f"{float(b.rho):.9e}", b.approx
+        ('1.353014690e-04', (Fraction(1, 10), Fraction(1, 1000000), Fraction(100, 1)))
+        >>> b
+        CGP(rho=0.000135301, from (eps=0.1 m⁻¹, delta=1e-06, A=100 m))
+        """
+        from gpframe.accounting.amounts import positive as _pos
+        from gpframe.accounting.conversions import rho_max
+
+        target = (_pos(eps, "eps"), _pos(delta, "delta"), _pos(A, "A"))
+        out = cls(rho_max(*target))
+        object.__setattr__(out, "approx", target)
+        return out
+
+    #: the approximate-GP target (eps, delta, A) this budget stands for, if any
+    approx: tuple[Fraction, Fraction, Fraction] | None = None
+
+    def __repr__(self) -> str:
+        if self.approx is None:
+            return super().__repr__()
+        e, d, a = self.approx
+        return (
+            f"CGP(rho={float(self.amount):.6g}, from (eps={float(e):.6g} m⁻¹, "
+            f"delta={float(d):.6g}, A={float(a):.6g} m))"
+        )
+
 
 class DP(Budget):
     """Central user-level pure differential privacy, ``epsilon`` (unitless).
@@ -99,7 +133,7 @@ class DP(Budget):
         return self.amount
 
 
-class zCDP(Budget):  # noqa: N801 - the notion's conventional spelling
+class zCDP(Budget):
     """Central user-level zero-concentrated DP, ``rho`` (unitless). Pure-DP steps cost epsilon²/2.
 
     >>> zCDP(rho=0.5)
@@ -118,3 +152,35 @@ class zCDP(Budget):  # noqa: N801 - the notion's conventional spelling
     def rho(self) -> Fraction:
         """The amount (unitless)."""
         return self.amount
+
+    @classmethod
+    def from_approx_dp(cls, epsilon: object, delta: object) -> zCDP:
+        """Return the zCDP budget for a central (ε, δ)-DP target: ρ_max(ε, δ, 1), rounded down.
+
+        adaptive-budgeting.md §2.6 rule 3; reports state (ε, δ) from ``approx``.
+
+        >>> z = zCDP.from_approx_dp(epsilon=1.0, delta=1e-6)
+        >>> f"{float(z.rho):.9e}"
+        '1.746890477e-02'
+        >>> z
+        zCDP(rho=0.0174689, from (epsilon=1, delta=1e-06))
+        """
+        from gpframe.accounting.amounts import positive as _pos
+        from gpframe.accounting.conversions import rho_max
+
+        target = (_pos(epsilon, "epsilon"), _pos(delta, "delta"))
+        out = cls(rho_max(target[0], target[1], 1))
+        object.__setattr__(out, "approx", target)
+        return out
+
+    #: the central (epsilon, delta) target this budget stands for, if any
+    approx: tuple[Fraction, Fraction] | None = None
+
+    def __repr__(self) -> str:
+        if self.approx is None:
+            return super().__repr__()
+        e, d = self.approx
+        return (
+            f"zCDP(rho={float(self.amount):.6g}, "
+            f"from (epsilon={float(e):.6g}, delta={float(d):.6g}))"
+        )

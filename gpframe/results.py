@@ -1,0 +1,475 @@
+"""Result objects returned by every query: the value, its error bound and what it cost.
+
+DESIGN.md §3 step 6; STYLE.md §4, §10. A :class:`Result` carries the private value, an error
+bound at a stated confidence 1 − β (computed from released values and public parameters only,
+adaptive-budgeting.md §7 pitfall 19), the mechanism and its parameters, the guarantee (notion,
+metric and the r_min floor of secure-noise.md §7.4(c2)), and the per-user charges committed to
+the ledger before the result was built. Operations subclass it (``PrivatizeResult`` here;
+``RangeCountResult``, ``KdeResult``... elsewhere) and override :meth:`Result._value_summary`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpframe.errors import InvalidInputError
+
+__all__ = ["PrivatizeResult", "Result"]
+
+# parameter name and unit of each notion, as users type them (STYLE.md §2)
+_PARAM = {"gp": "eps", "cgp": "rho", "dp": "epsilon", "zcdp": "rho", "dp_expost": "epsilon"}
+_UNIT = {"gp": " m⁻¹", "cgp": " m⁻²", "dp": "", "zcdp": "", "dp_expost": ""}
+_NOTION = {
+    "gp": "metric",
+    "cgp": "metric",
+    "dp": "central",
+    "zcdp": "central",
+    "dp_expost": "central",
+}
+_NAME = {
+    "gp": "geo-privacy (GP)",
+    "cgp": "concentrated geo-privacy (CGP)",
+    "dp": "user-level differential privacy (DP)",
+    "zcdp": "user-level zero-concentrated DP (zCDP)",
+    "dp_expost": "user-level ex-post differential privacy",
+}
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    """Short human number: ``412.3``, ``2e-06``, ``1.5e+04``."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{float(x):.{digits}g}"
+
+
+def _series(values: object, name: str) -> pd.Series:
+    """Per-user amounts as a float64 Series indexed by user id (exact Fractions become floats)."""
+    if values is None:
+        return pd.Series([], dtype="float64", name=name)
+    if isinstance(values, Mapping):
+        s = pd.Series(dict(values), dtype="object")
+    elif isinstance(values, pd.Series):
+        s = values
+    else:
+        raise InvalidInputError(f"{name} must be a pandas Series or a mapping user -> amount.")
+    out = pd.Series(
+        np.array([float(v) for v in s.to_numpy()], dtype="float64"), index=s.index, name=name
+    )
+    out.index.name = s.index.name or "user"
+    return out
+
+
+def _jsonable(obj: Any) -> Any:
+    """Convert ``obj`` to plain JSON types (Fractions and numpy scalars become floats/ints)."""
+    if obj is None or isinstance(obj, bool | str):
+        return obj
+    if isinstance(obj, int | np.integer):
+        return int(obj)
+    if isinstance(obj, float | np.floating | Fraction):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if hasattr(obj, "__geo_interface__") and hasattr(obj, "to_json"):  # GeoDataFrame/GeoSeries
+        return json.loads(obj.to_json())
+    if isinstance(obj, pd.DataFrame):
+        return _jsonable(obj.to_dict(orient="records"))
+    if isinstance(obj, pd.Series | pd.Index):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, Iterable):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "__geo_interface__"):  # a shapely geometry
+        return _jsonable(obj.__geo_interface__)
+    return str(obj)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Result:
+    """What a query returns: the private value, its error bound and its privacy cost.
+
+    Parameters
+    ----------
+    value : any
+        The released value (array, GeoDataFrame, scalar, ...). Post-processing only.
+    error : float or None
+        Error bound that holds with probability ``confidence`` (= 1 − β); None if the operation
+        states none.
+    error_kind : str
+        What ``error`` bounds, with its unit in parentheses, e.g. ``"max point error (m)"``.
+    confidence : float or None
+        1 − β, the probability with which ``error`` holds.
+    mechanism : str
+        The mechanism's name, e.g. ``"gaussian_cgp"``.
+    params : dict
+        The public parameters the query ran with (ρ or ε, β, method, lattice step, ...).
+    kind : {"gp", "cgp", "dp", "zcdp", "dp_expost"}
+        The notion the charges are expressed in (the filter's units).
+    metric : str or tuple
+        The metric of the guarantee: ``"euclidean"``, ``("floor", r_min)`` or ``"hamming"``.
+    r_min : float or None
+        The lattice floor in metres (secure-noise.md §7.4(c2)); None for central notions.
+    charges : Series or mapping
+        Amount committed per admitted user (index: user id), in the filter's units.
+    allocations : Series, mapping or None
+        Amount reserved per admitted user; ``saved`` is allocation − charge. None: no savings.
+    excluded : sequence
+        Ids of users left out because their budget could not cover the allocation (charged 0).
+    query_id : str
+        The id of the query in the ledger's audit log.
+    spec : str
+        The spec sections the operation implements.
+    approx : tuple or None
+        Optional (δ, A) to add, for information only, the approximate-GP reading of a CGP
+        charge ("≈ (ε, δ, A)-GP via Lem. 3.7", concentrated-geo-privacy.md §3.6).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> r = Result(value=3.0, error=1.5, error_kind="count error (users)", confidence=0.95,
+    ...            mechanism="laplace_gp", kind="gp", charges=pd.Series({"a": 0.01, "b": 0.01}),
+    ...            query_id="q-1")
+    >>> r  # doctest: +NORMALIZE_WHITESPACE
+    Result(value=3, error_95=1.5 users, charged=2 users, excluded=0,
+           spent_max=eps=0.01 m⁻¹, query_id=q-1)
+    >>> r.n_charged, r.spent_total
+    (2, 0.02)
+    """
+
+    value: Any
+    error: float | None = None
+    error_kind: str = ""
+    confidence: float | None = None
+    mechanism: str = ""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = "cgp"
+    metric: str | tuple = "euclidean"
+    r_min: float | None = 1.0
+    charges: Any = None
+    allocations: Any = None
+    excluded: Any = ()
+    query_id: str = ""
+    spec: str = ""
+    approx: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in _PARAM:
+            raise InvalidInputError(
+                f"kind={self.kind!r} is not one of {', '.join(map(repr, _PARAM))}."
+            )
+        charges = _series(self.charges, "charge")
+        object.__setattr__(self, "charges", charges)
+        if self.allocations is not None:
+            alloc = _series(self.allocations, "allocation").reindex(charges.index)
+            object.__setattr__(self, "allocations", alloc)
+        object.__setattr__(self, "excluded", tuple(self.excluded))
+        object.__setattr__(self, "params", dict(self.params))
+        if _NOTION[self.kind] == "central":
+            object.__setattr__(self, "r_min", None)
+
+    # ---------------------------------------------------------------- counts and spend
+
+    @property
+    def notion(self) -> str:
+        """``"metric"`` (GP, CGP) or ``"central"`` (DP, zCDP)."""
+        return _NOTION[self.kind]
+
+    @property
+    def n_charged(self) -> int:
+        """Number of users admitted (and charged, possibly less than their allocation)."""
+        return len(self.charges)
+
+    @property
+    def n_excluded(self) -> int:
+        """Number of users left out for lack of budget (charged nothing)."""
+        return len(self.excluded)
+
+    @property
+    def n_users(self) -> int:
+        """Number of users the query was asked of: charged + excluded."""
+        return self.n_charged + self.n_excluded
+
+    @property
+    def spent_total(self) -> float:
+        """Sum of the charges over users, in the filter's units."""
+        return float(math.fsum(self.charges.to_numpy())) if self.n_charged else 0.0
+
+    @property
+    def spent_max(self) -> float:
+        """Largest per-user charge: the privacy loss of the worst-off user for this query."""
+        return float(self.charges.max()) if self.n_charged else 0.0
+
+    @property
+    def spent_mean(self) -> float:
+        """Mean per-user charge over charged users (0 when nobody was charged)."""
+        return self.spent_total / self.n_charged if self.n_charged else 0.0
+
+    @property
+    def saved(self) -> float:
+        """Total saving: allocations minus charges, summed over users (adaptive-budgeting §4.6)."""
+        if self.allocations is None or not self.n_charged:
+            return 0.0
+        return float(math.fsum((self.allocations - self.charges).to_numpy()))
+
+    @property
+    def beta(self) -> float | None:
+        """The failure probability β = 1 − confidence of the error bound."""
+        return None if self.confidence is None else 1.0 - self.confidence
+
+    # ---------------------------------------------------------------- privacy statement
+
+    def _amount(self, x: float) -> str:
+        return f"{_PARAM[self.kind]}={_fmt(x)}{_UNIT[self.kind]}"
+
+    @property
+    def guarantee(self) -> dict[str, Any]:
+        """The guarantee of this query for the worst-off user, as a plain dict."""
+        return {
+            "kind": self.kind,
+            "notion": self.notion,
+            "amount": self.spent_max,
+            "param": _PARAM[self.kind],
+            "unit": _UNIT[self.kind].strip(),
+            "metric": self.metric,
+            "r_min": self.r_min,
+            "statement": self.privacy_statement(),
+        }
+
+    def privacy_statement(self) -> str:
+        """One paragraph saying what the charges protect, per notion (DESIGN.md §4)."""
+        amt = self._amount(self.spent_max)
+        if self.kind == "gp":
+            core = (
+                f"Each charged user spent at most {amt} of {_NAME['gp']}: moving all of the "
+                "user's locations by up to r metres changes the probability of any output by at "
+                "most a factor exp(eps·r)."
+            )
+        elif self.kind == "cgp":
+            core = (
+                f"Each charged user spent at most {amt} of {_NAME['cgp']}: moving all of the "
+                "user's locations by up to r metres keeps the Rényi divergence of order α of the "
+                "output at most α·rho·r²."
+            )
+            if self.approx is not None:
+                from gpframe.accounting.conversions import eps_min
+
+                d, a = self.approx
+                if self.spent_max > 0:
+                    e = eps_min(self.spent_max, d, a)
+                    core += (
+                        f" For information: ≈ ({_fmt(e)} m⁻¹, {_fmt(d)}, {_fmt(a)} m)-GP via "
+                        "Lem. 3.7 (ε, δ, A)."
+                    )
+        elif self.kind == "dp":
+            core = (
+                f"Each charged user spent at most {amt} of {_NAME['dp']}: adding, removing or "
+                "changing one user's data changes the probability of any output by at most a "
+                "factor exp(epsilon)."
+            )
+        elif self.kind == "zcdp":
+            core = (
+                f"Each charged user spent at most {amt} of {_NAME['zcdp']}: one user's data "
+                "changes the Rényi divergence of order α of the output by at most α·rho."
+            )
+        else:
+            core = (
+                f"Each charged user was charged the realized ex-post {amt} of this output "
+                "(selection.md §6.3); the pure-DP filter keeps the user's total within budget."
+            )
+        if self.notion == "metric":
+            core += (
+                f" Distances are read as max(r, r_min): protection below r_min = "
+                f"{_fmt(self.r_min)} m equals that at {_fmt(self.r_min)} m."
+            )
+        if self.n_excluded:
+            core += (
+                f" {self.n_excluded} user(s) were excluded for lack of budget; they were charged "
+                "nothing and are not in the output."
+            )
+        return core
+
+    # ---------------------------------------------------------------- display
+
+    def _value_summary(self) -> str:
+        """Short description of ``value`` for the one-line repr; subclasses override."""
+        v = self.value
+        if v is None:
+            return "None"
+        if isinstance(v, bool | int | float | np.integer | np.floating | Fraction):
+            return _fmt(float(v), 6)
+        if isinstance(v, pd.DataFrame):
+            return f"<{type(v).__name__}: {len(v)} rows>"
+        if isinstance(v, pd.Series):
+            return f"<{type(v).__name__}: {len(v)} values>"
+        if isinstance(v, np.ndarray):
+            return f"<array {'×'.join(map(str, v.shape))}>"
+        return f"<{type(v).__name__}>"
+
+    def _error_label(self) -> str:
+        pct = 100.0 * self.confidence if self.confidence is not None else math.nan
+        return f"error_{pct:.0f}" if math.isfinite(pct) and pct == round(pct) else f"error_{pct:g}"
+
+    def _error_unit(self) -> str:
+        k = self.error_kind
+        if k.endswith(")") and "(" in k:
+            return k[k.rindex("(") + 1 : -1]
+        return ""
+
+    def _error_text(self) -> str:
+        if self.error is None:
+            return "n/a"
+        unit = self._error_unit()
+        return f"{_fmt(self.error)} {unit}".rstrip()
+
+    def __repr__(self) -> str:
+        parts = [f"value={self._value_summary()}"]
+        if self.error is not None and self.confidence is not None:
+            parts.append(f"{self._error_label()}={self._error_text()}")
+        parts += [
+            f"charged={self.n_charged} users",
+            f"excluded={self.n_excluded}",
+            f"spent_max={self._amount(self.spent_max)}",
+        ]
+        if self.allocations is not None:
+            parts.append(f"saved={_fmt(self.saved)}")
+        parts.append(f"query_id={self.query_id or '-'}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def _rows(self) -> list[tuple[str, str]]:
+        conf = "" if self.confidence is None else f" (confidence {_fmt(self.confidence)})"
+        rows = [
+            ("value", self._value_summary()),
+            (self.error_kind or "error", self._error_text() + conf),
+            ("mechanism", self.mechanism or "-"),
+            ("parameters", ", ".join(f"{k}={v}" for k, v in self.params.items()) or "-"),
+            ("users charged / excluded", f"{self.n_charged} / {self.n_excluded}"),
+            (
+                "spent total / max / mean",
+                " / ".join(_fmt(x) for x in (self.spent_total, self.spent_max, self.spent_mean))
+                + f" ({_PARAM[self.kind]}{_UNIT[self.kind]})",
+            ),
+            ("saved", _fmt(self.saved)),
+            ("guarantee", self.privacy_statement()),
+            ("query id", self.query_id or "-"),
+        ]
+        if self.spec:
+            rows.append(("spec", self.spec))
+        return rows
+
+    def _repr_html_(self) -> str:
+        """Return a small two-column HTML table for notebooks."""
+        body = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+            for k, v in self._rows()
+        )
+        return (
+            f"<table class='gpframe-result'><caption>{html.escape(type(self).__name__)}"
+            f"</caption>{body}</table>"
+        )
+
+    def summary(self) -> str:
+        """Multi-line text summary, ending with the privacy statement."""
+        width = max(len(k) for k, _ in self._rows())
+        lines = [type(self).__name__]
+        lines += [f"  {k.ljust(width)}  {v}" for k, v in self._rows()]
+        return "\n".join(lines)
+
+    # ---------------------------------------------------------------- export
+
+    def to_frame(self) -> pd.DataFrame:
+        """Per-user table: status (charged / excluded), allocation, charge and saving.
+
+        Excluded users appear with charge 0 and no allocation.
+        """
+        charged = pd.DataFrame(
+            {
+                "status": "charged",
+                "allocation": (
+                    self.allocations if self.allocations is not None else self.charges
+                ).to_numpy(dtype="float64"),
+                "charge": self.charges.to_numpy(dtype="float64"),
+            },
+            index=self.charges.index,
+        )
+        excluded = pd.DataFrame(
+            {
+                "status": "excluded",
+                "allocation": np.full(self.n_excluded, np.nan),
+                "charge": np.zeros(self.n_excluded),
+            },
+            index=pd.Index(list(self.excluded), name=self.charges.index.name),
+        )
+        frames = [f for f in (charged, excluded) if len(f)]
+        out = pd.concat(frames) if frames else charged
+        out["saved"] = (out["allocation"] - out["charge"]).fillna(0.0)
+        out.index.name = self.charges.index.name or "user"
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dict of everything in the result (``json.dumps`` works on it)."""
+        return {
+            "type": type(self).__name__,
+            "value": _jsonable(self.value),
+            "error": _jsonable(self.error),
+            "error_kind": self.error_kind,
+            "confidence": _jsonable(self.confidence),
+            "mechanism": self.mechanism,
+            "params": _jsonable(self.params),
+            "guarantee": _jsonable(
+                {**self.guarantee, "metric": list(self.metric)}
+                if isinstance(self.metric, tuple)
+                else self.guarantee
+            ),
+            "n_users": self.n_users,
+            "n_charged": self.n_charged,
+            "n_excluded": self.n_excluded,
+            "excluded": _jsonable(list(self.excluded)),
+            "charges": {str(k): float(v) for k, v in self.charges.items()},
+            "spent_total": self.spent_total,
+            "spent_max": self.spent_max,
+            "spent_mean": self.spent_mean,
+            "saved": self.saved,
+            "query_id": self.query_id,
+            "spec": self.spec,
+        }
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PrivatizeResult(Result):
+    """Result of ``privatize``: the users' points released with noise (concentrated-geo-privacy §6).
+
+    ``value`` is an (n, 2) array of projected metres or a GeoDataFrame of points.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> r = PrivatizeResult(value=np.zeros((1000, 2)), error=412.3, confidence=0.95,
+    ...                     mechanism="gaussian_cgp", params={"rho": 2e-6},
+    ...                     charges=pd.Series(2e-6, index=range(28)), query_id="q-7")
+    >>> r  # doctest: +NORMALIZE_WHITESPACE
+    PrivatizeResult(value=<1000 points>, error_95=412.3 m, charged=28 users, excluded=0,
+                    spent_max=rho=2e-06 m⁻², query_id=q-7)
+    """
+
+    error_kind: str = "max point error (m)"
+    mechanism: str = "gaussian_cgp"
+    spec: str = "concentrated-geo-privacy.md §6"
+
+    @property
+    def n_points(self) -> int:
+        """Number of released points."""
+        return len(self.value) if self.value is not None else 0
+
+    def _value_summary(self) -> str:
+        return f"<{self.n_points} points>"
