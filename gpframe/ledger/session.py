@@ -1,0 +1,1069 @@
+"""Per-user privacy filters over a :class:`~gpframe.ledger.store.Store`: ``Session``.
+
+Spec: adaptive-budgeting.md §1.6, §2.6 (the filter contract and its rules), §2.7 (admission
+oracles); concentrated-geo-privacy.md §3.6. One filter per user and notion (``"metric"``: GP or
+CGP; ``"central"``: DP or zCDP); every query of a user charges it. A query *reserves* each
+user's allocation (refused users cost nothing and output ⊥), the mechanism runs, and the query
+*charges* the actual amounts (≤ allocation), durably, before it returns anything.
+
+Amounts are integer ledger units of ``10**-exponent`` (:class:`~gpframe.accounting.amounts.
+LedgerUnits`, the exponent chosen from the notion's default budget): charges and reservations
+round up, budgets down, and the admission test ``spent + held + allocation <= budget`` is exact
+integer arithmetic, so 0.1 + 0.1 + 0.1 fits a budget of 0.3 and the next float above 0.1 does not.
+
+User ids are ``int`` (within int64) or ``str``; ``1`` and ``"1"`` are different users (the store
+keeps each id with its type). Floats and bools are refused as ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import threading
+import uuid
+import weakref
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpframe.accounting.amounts import LedgerUnits, nonnegative
+from gpframe.accounting.budgets import Budget
+from gpframe.accounting.filters import charge_for
+from gpframe.errors import (
+    ChargeConflictError,
+    GpframeInternalError,
+    InvalidInputError,
+    LedgerCorruptError,
+    LedgerError,
+)
+from gpframe.ledger.store import CHUNK, ChargeRow, ReservationRow, SqliteStore, Store
+
+__all__ = ["Ledger", "Reservation", "Session"]
+
+NOTIONS = ("metric", "central")
+MAX = LedgerUnits.MAX
+_SHIFT = CHUNK.bit_length() - 1
+_HOST = socket.gethostname()
+# tokens of Sessions alive in this process: a reservation whose process is alive but whose
+# Session is gone was abandoned (a crash inside the process) and may be settled.
+_LIVE: set[str] = set()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _digest(notion: str, idx: np.ndarray, amount: np.ndarray) -> str:
+    h = hashlib.sha256(notion.encode() + b"\x00")
+    h.update(np.ascontiguousarray(idx, dtype="<i8").tobytes())
+    h.update(b"\x00")
+    h.update(np.ascontiguousarray(amount, dtype="<i8").tobytes())
+    return h.hexdigest()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# input normalisation (all before any write)
+# ---------------------------------------------------------------------------------------------
+def _user_keys(users: object, name: str = "users") -> np.ndarray:
+    """User ids as an int64 array or an object array of ``int``/``str``; unique."""
+    if users is None or isinstance(users, (str, bytes)) or np.ndim(users) == 0:
+        raise InvalidInputError(
+            f"{name} must be a list or array of user ids, got {type(users).__name__}; wrap a "
+            f"single id as [{users!r}]. Nothing was charged."
+        )
+    if isinstance(users, np.ndarray):
+        arr = users
+    elif isinstance(users, (pd.Series, pd.Index)):
+        arr = users.to_numpy()
+    else:
+        arr = np.fromiter(users, dtype=object)  # keeps 1 and "1" apart (asarray would not)
+    if arr.ndim != 1:
+        raise InvalidInputError(
+            f"{name} must be one-dimensional, got shape {arr.shape}. Nothing was charged."
+        )
+    kind = arr.dtype.kind
+    if kind == "i":
+        keys = arr.astype(np.int64, copy=False)
+    elif kind == "u":
+        if arr.size and int(arr.max()) > MAX:
+            raise InvalidInputError(
+                f"{name} holds ids above 2**63 - 1; use str ids. Nothing was charged."
+            )
+        keys = arr.astype(np.int64)
+    elif kind == "U":
+        keys = arr.astype(object)
+    elif kind == "O":
+        inferred = pd.api.types.infer_dtype(arr, skipna=False)
+        if inferred == "integer":
+            try:
+                keys = arr.astype(np.int64)
+            except OverflowError as exc:
+                raise InvalidInputError(
+                    f"{name} holds ints outside int64; use str ids. Nothing was charged."
+                ) from exc
+        elif inferred in ("string", "empty"):
+            keys = arr
+        elif inferred == "mixed-integer":
+            out = np.empty(arr.size, dtype=object)
+            for i, u in enumerate(arr.tolist()):
+                if isinstance(u, bool) or not isinstance(u, (int, str)):
+                    raise InvalidInputError(
+                        f"{name}[{i}]={u!r} is a {type(u).__name__}; user ids must be int or "
+                        "str. Nothing was charged."
+                    )
+                if isinstance(u, int) and not -MAX - 1 <= u <= MAX:
+                    raise InvalidInputError(
+                        f"{name}[{i}]={u!r} is outside int64; use a str id. Nothing was charged."
+                    )
+                out[i] = u
+            keys = out
+        else:
+            raise InvalidInputError(
+                f"{name} holds {inferred} values; user ids must be int or str (floats and "
+                "bools are ambiguous). Nothing was charged."
+            )
+    else:
+        raise InvalidInputError(
+            f"{name} has dtype {arr.dtype}; user ids must be int or str (floats and bools are "
+            "ambiguous). Nothing was charged."
+        )
+    index = pd.Index(keys, dtype=keys.dtype if keys.dtype != object else object)
+    if not index.is_unique:
+        dup = index[index.duplicated()].unique()[:5].tolist()
+        raise InvalidInputError(
+            f"{name} repeats user ids {dup}; pass each user once per reservation (one filter "
+            "per user: aggregate the user's rows first). Nothing was charged."
+        )
+    return keys
+
+
+def _make_index(uids: list[Any]) -> pd.Index:
+    if uids and pd.api.types.infer_dtype(uids, skipna=False) == "integer":
+        return pd.Index(np.asarray(uids, dtype=np.int64))
+    return pd.Index(np.fromiter(uids, dtype=object, count=len(uids)), dtype=object)
+
+
+class Ledger:
+    """The filters of one store: admission, reservations, charges, audit, inspection.
+
+    Reached as ``session.ledger``; its public methods are :meth:`snapshot`, :meth:`verify`
+    and :meth:`settle_stale`.
+    """
+
+    def __init__(self, store: Store, budgets: dict[str, Budget | None]) -> None:
+        self.store = store
+        self._lock = threading.RLock()
+        self._index = pd.Index(np.empty(0, dtype=np.int64))
+        self.kind: dict[str, str] = {}
+        self.units: dict[str, LedgerUnits] = {}
+        self.default: dict[str, int] = {}
+        self.token = uuid.uuid4().hex
+        self._configure(budgets)
+
+    # -- configuration ------------------------------------------------------------------
+    def _configure(self, budgets: dict[str, Budget | None]) -> None:
+        with self._lock, self._write():
+            meta = self.store.meta()
+            new: dict[str, str] = {}
+            for notion in NOTIONS:
+                b = budgets.get(notion)
+                if f"{notion}.kind" in meta:
+                    kind = meta[f"{notion}.kind"]
+                    units = LedgerUnits(int(meta[f"{notion}.exponent"]))
+                    default = int(meta[f"{notion}.default"])
+                    if b is not None and (b.kind != kind or units.down(b.amount) != default):
+                        raise InvalidInputError(
+                            f"this ledger's {notion} budget is {kind} "
+                            f"{float(units.to_fraction(default)):.6g}, not {b!r}. Open it "
+                            f"with the stored budget (pass None for it), or use "
+                            "session.set_budget(users, ...) for overrides. Nothing was charged."
+                        )
+                elif b is not None:
+                    kind, units = b.kind, LedgerUnits.for_budget(b.amount)
+                    default = units.down(b.amount)
+                    new |= {
+                        f"{notion}.kind": kind,
+                        f"{notion}.exponent": str(units.exponent),
+                        f"{notion}.default": str(default),
+                    }
+                    self._audit(
+                        "budget",
+                        {"notion": notion, "kind": kind, "default": default, "users": None},
+                    )
+                else:
+                    continue
+                self.kind[notion], self.units[notion] = kind, units
+                self.default[notion] = default
+            if new:
+                self.store.set_meta(new)
+
+    def _notion(self, notion: object) -> str:
+        if notion not in NOTIONS:
+            raise InvalidInputError(
+                f"notion={notion!r} is unknown; use 'metric' (GP/CGP) or 'central' (DP/zCDP). "
+                "Nothing was charged."
+            )
+        if notion not in self.kind:
+            arg = "budget=gp.CGP(rho=...)" if notion == "metric" else "central=gp.DP(epsilon=...)"
+            raise InvalidInputError(
+                f"this session has no {notion} budget; open it with Session(..., {arg}). "
+                "Nothing was charged."
+            )
+        return str(notion)
+
+    # -- transactions and users -----------------------------------------------------------
+    def _write(self) -> Any:
+        return _Txn(self, self.store.write())
+
+    def _read(self) -> Any:
+        return _Txn(self, self.store.read())
+
+    def _refresh(self) -> None:
+        new = self.store.users_from(len(self._index))
+        if new:
+            self._index = self._index.append(_make_index(new))
+
+    def _lookup(self, keys: np.ndarray) -> np.ndarray:
+        """Dense indices of ``keys``; -1 for users the ledger has never seen."""
+        self._refresh()
+        if len(self._index) == 0 or keys.size == 0:
+            return np.full(keys.size, -1, dtype=np.int64)
+        return self._index.get_indexer(keys).astype(np.int64)
+
+    def _ensure(self, keys: np.ndarray) -> np.ndarray:
+        """Dense indices of ``keys``, adding unseen users (they get the default budget)."""
+        idx = self._lookup(keys)
+        new = idx < 0
+        if new.any():
+            start = len(self._index)
+            fresh = keys[new]
+            self.store.add_users(start, fresh.tolist())
+            idx[new] = start + np.arange(fresh.size, dtype=np.int64)
+            self._index = self._index.append(_make_index(fresh.tolist()))
+        return idx
+
+    def _audit(self, op: str, content: dict[str, Any]) -> None:
+        created = _now()
+        text = json.dumps({"op": op, "time": created, **content}, sort_keys=True)
+        _, prev = self.store.audit_head()
+        h = hashlib.sha256(bytes.fromhex(prev) + text.encode()).hexdigest()
+        self.store.add_audit(created, op, text, h)
+
+    # -- per-user state ---------------------------------------------------------------------
+    def _gather(self, notion: str, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(spent, budget) in ledger units for each index (unseen users: 0 and default)."""
+        spent = np.zeros(idx.size, dtype=np.int64)
+        budget = np.full(idx.size, self.default[notion], dtype=np.int64)
+        known = idx >= 0
+        if not known.any():
+            return spent, budget
+        chunk_ids = np.unique(idx[known] >> _SHIFT)
+        data = self.store.read_chunks(notion, chunk_ids.tolist())
+        dense_s = np.zeros(chunk_ids.size * CHUNK, dtype=np.int64)
+        dense_b = np.full(chunk_ids.size * CHUNK, -1, dtype=np.int64)
+        for j, c in enumerate(chunk_ids.tolist()):
+            if c in data:
+                s, b = data[c]
+                dense_s[j * CHUNK : (j + 1) * CHUNK] = s
+                if b is not None:
+                    dense_b[j * CHUNK : (j + 1) * CHUNK] = b
+        k = idx[known]
+        pos = np.searchsorted(chunk_ids, k >> _SHIFT) * CHUNK + (k & (CHUNK - 1))
+        spent[known] = dense_s[pos]
+        b = dense_b[pos]
+        budget[known] = np.where(b < 0, self.default[notion], b)
+        return spent, budget
+
+    def _update(
+        self, notion: str, idx: np.ndarray, add: np.ndarray | None, budget: int | None
+    ) -> None:
+        """Add ``add`` units to the users' spent, or set their budget override."""
+        order = np.argsort(idx, kind="stable")
+        idx = idx[order]
+        if add is not None:
+            add = add[order]
+        chunk_ids = np.unique(idx >> _SHIFT)
+        data = self.store.read_chunks(notion, chunk_ids.tolist())
+        out: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        bounds = np.searchsorted(idx >> _SHIFT, np.append(chunk_ids, chunk_ids[-1] + 1))
+        for j, c in enumerate(chunk_ids.tolist()):
+            s, b = data.get(c, (np.zeros(CHUNK, dtype=np.int64), None))
+            s, b = s.copy(), None if b is None else b.copy()
+            mask = slice(int(bounds[j]), int(bounds[j + 1]))
+            off = idx[mask] & (CHUNK - 1)
+            if add is not None:
+                a = add[mask]
+                if np.any(s[off] > MAX - a):
+                    raise GpframeInternalError("a user's spent would overflow int64.")
+                s[off] += a  # users are unique within one charge: no repeated offsets
+            if budget is not None:
+                if b is None:
+                    b = np.full(CHUNK, -1, dtype=np.int64)
+                b[off] = budget
+            out[c] = (s, b)
+        self.store.write_chunks(notion, out)
+
+    def _held(self, notion: str, idx: np.ndarray) -> np.ndarray:
+        """Units held by open reservations for each index."""
+        held = np.zeros(idx.size, dtype=np.int64)
+        rows = self.store.reservations(notion)
+        if not rows or idx.size == 0:
+            return held
+        order = np.argsort(idx, kind="stable")
+        sidx = idx[order]
+        for r in rows:
+            p = np.minimum(np.searchsorted(sidx, r.idx), sidx.size - 1)
+            hit = sidx[p] == r.idx
+            held[order[p[hit]]] += r.alloc[hit]
+        return held
+
+    # -- amounts ----------------------------------------------------------------------------
+    def _to_units(
+        self, notion: str, values: object, n: int, kind: str | None, name: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Convert amounts to ledger units, rounded up, and flag those too large to store.
+
+        Amounts are in the mechanism's (``kind``) or the filter's units; a flagged amount can
+        never be admitted.
+        """
+        lu, fkind = self.units[notion], self.kind[notion]
+
+        def conv(v: object) -> int:
+            f = nonnegative(v, name)
+            if kind is not None:
+                f = charge_for(fkind, kind, f)
+            return lu.up(f)
+
+        if kind is not None:
+            conv(0)  # a mechanism the filter can never admit fails here, before any write
+        if isinstance(values, (pd.Series, pd.Index)):
+            values = values.to_numpy()
+        if np.ndim(values) == 0:
+            u = conv(values)
+            return (np.full(n, min(u, MAX), dtype=np.int64), np.full(n, u > MAX))
+        arr = np.asarray(values)
+        if arr.ndim != 1 or arr.size != n:
+            raise InvalidInputError(
+                f"{name} has shape {arr.shape} but there are {n} users; pass one amount per "
+                "user or a scalar. Nothing was charged."
+            )
+        if arr.dtype.kind in "fc":
+            bad = ~np.isfinite(arr)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise InvalidInputError(
+                    f"{name}[{i}]={arr[i]!r} is not finite ({int(bad.sum())} such values); "
+                    "pass finite amounts >= 0. Nothing was charged."
+                )
+        if arr.dtype.kind in "fiu":
+            neg = arr < 0
+            if neg.any():
+                i = int(np.flatnonzero(neg)[0])
+                raise InvalidInputError(
+                    f"{name}[{i}]={arr[i]!r} is negative ({int(neg.sum())} such values); "
+                    "amounts must be >= 0. Nothing was charged."
+                )
+        elif arr.dtype.kind == "b":
+            raise InvalidInputError(f"{name} is boolean; pass amounts. Nothing was charged.")
+        codes, uniques = pd.factorize(arr, use_na_sentinel=False)
+        conv_u = [conv(v) for v in np.asarray(uniques, dtype=object).tolist()]
+        big_u = np.array([u > MAX for u in conv_u], dtype=bool)
+        units_u = np.array([min(u, MAX) for u in conv_u], dtype=np.int64)
+        return units_u[codes], big_u[codes]
+
+    # -- reserve / charge / cancel ------------------------------------------------------------
+    def reserve(
+        self,
+        users: object,
+        allocations: object,
+        *,
+        notion: str,
+        kind: str | None,
+        query: str,
+        params: dict[str, Any] | None,
+        charge_id: str | None,
+    ) -> Reservation:
+        """Check-and-reserve for all users in one transaction; see :meth:`Session.reserve`."""
+        notion = self._notion(notion)
+        keys = _user_keys(users)
+        alloc, too_big = self._to_units(notion, allocations, keys.size, kind, "allocations")
+        if not isinstance(query, str) or not query:
+            raise InvalidInputError(
+                f"query={query!r} must be a non-empty name. Nothing was charged."
+            )
+        if charge_id is not None and (not isinstance(charge_id, str) or not charge_id):
+            raise InvalidInputError(
+                f"charge_id={charge_id!r} must be a non-empty str. Nothing was charged."
+            )
+        try:
+            ptext = json.dumps(params or {}, sort_keys=True, default=str)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(
+                f"params cannot be recorded: {exc}. Nothing was charged."
+            ) from exc
+        rid = uuid.uuid4().hex
+        cid = charge_id or rid
+        kind_s = kind or self.kind[notion]
+        with self._lock, self._write():
+            prior = self.store.charge(cid)
+            if prior is not None:
+                if prior.notion != notion:
+                    raise ChargeConflictError(
+                        f"charge id {cid!r} was committed on the {prior.notion} filter, not "
+                        f"{notion}. Use a fresh charge_id. Nothing more was charged."
+                    )
+                idx = self._lookup(keys)
+                admitted = np.isin(idx, prior.idx) & (idx >= 0)
+                alloc = np.where(admitted, alloc, 0)
+                return Reservation(
+                    self, rid, notion, kind_s, prior.query_id, cid, keys, idx, admitted, alloc,
+                    replay=True,
+                )  # fmt: skip
+            idx = self._ensure(keys)
+            spent, budget = self._gather(notion, idx)
+            held = self._held(notion, idx)
+            rem = budget - spent  # both in [0, MAX]: no overflow
+            rem = np.where(rem < 0, -1, rem) - held  # held <= MAX by the filter invariant
+            admitted = (alloc <= rem) & ~too_big
+            alloc = np.where(admitted, alloc, 0)
+            a_idx, a_alloc = idx[admitted], alloc[admitted]
+            created = _now()
+            self.store.add_query(rid, query, notion, kind_s, ptext, created)
+            self.store.add_reservation(
+                ReservationRow(
+                    rid, notion, rid, cid, kind_s, created, os.getpid(), _HOST, self.token,
+                    a_idx, a_alloc,
+                )
+            )  # fmt: skip
+            self._audit(
+                "reserve",
+                {
+                    "reservation": rid, "query": query, "notion": notion, "kind": kind_s,
+                    "charge_id": cid, "n": int(keys.size), "admitted": int(a_idx.size),
+                    "held": str(sum(a_alloc.tolist())), "digest": _digest(notion, a_idx, a_alloc),
+                },
+            )  # fmt: skip
+        return Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, alloc)
+
+    def _commit(self, res: Reservation, used: np.ndarray, op: str) -> bool:
+        """Commit ``used`` units for the admitted users; False when it was a replay."""
+        a_idx = res._idx[res.admitted]
+        order = np.argsort(a_idx, kind="stable")
+        c_idx, c_amt = a_idx[order], used[res.admitted][order]
+        digest = _digest(res.notion, c_idx, c_amt)
+        with self._lock, self._write():
+            prior = self.store.charge(res.charge_id)
+            if prior is not None:
+                if prior.digest != digest or prior.notion != res.notion:
+                    raise ChargeConflictError(
+                        f"charge id {res.charge_id!r} was already committed with other users or "
+                        "amounts; a replay must repeat the same charge. Nothing more was charged "
+                        "by this call."
+                    )
+                if self.store.reservation(res.id) is not None:
+                    self.store.delete_reservation(res.id)
+                    self._audit("release", {"reservation": res.id, "charge_id": res.charge_id})
+                return False
+            if self.store.reservation(res.id) is None:
+                raise LedgerError(
+                    f"reservation {res.id} was already settled or cancelled (by close() or "
+                    "settle_stale()); its amounts are accounted for. Nothing more was charged."
+                )
+            nz = c_amt > 0
+            if nz.any():
+                self._update(res.notion, c_idx[nz], c_amt[nz], None)
+            created = _now()
+            self.store.add_charge(
+                ChargeRow(
+                    res.charge_id, res.id, res.query_id, res.notion, res.kind, created,
+                    c_idx, c_amt, digest,
+                )
+            )  # fmt: skip
+            self.store.delete_reservation(res.id)
+            self._audit(
+                op,
+                {
+                    "reservation": res.id, "charge_id": res.charge_id, "notion": res.notion,
+                    "n": int(c_idx.size), "total": str(sum(c_amt.tolist())), "digest": digest,
+                },
+            )  # fmt: skip
+        return True
+
+    def _cancel(self, res: Reservation) -> None:
+        with self._lock, self._write():
+            if self.store.reservation(res.id) is None:
+                raise LedgerError(
+                    f"reservation {res.id} was already settled; it cannot be cancelled."
+                )
+            self.store.delete_reservation(res.id)
+            self._audit("cancel", {"reservation": res.id, "charge_id": res.charge_id})
+
+    def _settle_rows(self, rows: list[ReservationRow], op: str) -> int:
+        """Settle stored reservations at their full allocation (inside a write transaction)."""
+        for r in rows:
+            order = np.argsort(r.idx, kind="stable")
+            c_idx, c_amt = r.idx[order], r.alloc[order]
+            digest = _digest(r.notion, c_idx, c_amt)
+            cid = r.charge_id
+            prior = self.store.charge(cid)
+            if prior is not None and prior.digest == digest:
+                self.store.delete_reservation(r.id)
+                self._audit("release", {"reservation": r.id, "charge_id": cid})
+                continue
+            if prior is not None:
+                cid = f"{cid}/{r.id}"
+            nz = c_amt > 0
+            if nz.any():
+                self._update(r.notion, c_idx[nz], c_amt[nz], None)
+            self.store.add_charge(
+                ChargeRow(cid, r.id, r.query_id, r.notion, r.kind, _now(), c_idx, c_amt, digest)
+            )
+            self.store.delete_reservation(r.id)
+            self._audit(
+                op,
+                {
+                    "reservation": r.id, "charge_id": cid, "notion": r.notion,
+                    "n": int(c_idx.size), "total": str(sum(c_amt.tolist())), "digest": digest,
+                },
+            )  # fmt: skip
+        return len(rows)
+
+    def settle_stale(self) -> int:
+        """Settle abandoned reservations at their full allocation; return how many.
+
+        Abandoned: left open by a dead process on this host, or by a Session of this process
+        that was dropped without ``close()``.
+
+        A crash after noise was drawn must not lose the charge (adaptive-budgeting.md §2.6):
+        abandoned reservations are charged in full, never released. Reservations of other
+        hosts, or of live processes, are left alone (they keep holding their amounts).
+        """
+        me = os.getpid()
+        with self._lock, self._write():
+            self._refresh()
+            stale = [
+                r
+                for r in self.store.reservations()
+                if r.host == _HOST
+                and (
+                    (r.pid == me and r.token not in _LIVE)
+                    or (r.pid != me and not _pid_alive(r.pid))
+                )
+            ]
+            return self._settle_rows(stale, "settle")
+
+    def _settle_own(self) -> None:
+        with self._lock, self._write():
+            rows = [r for r in self.store.reservations() if r.token == self.token]
+            self._settle_rows(rows, "settle")
+
+    # -- inspection ---------------------------------------------------------------------------
+    def _state(self, notion: str, users: object) -> tuple[pd.Index, dict[str, np.ndarray]]:
+        with self._lock, self._read():
+            self._refresh()
+            if users is None:
+                keys = self._index.to_numpy()
+                idx = np.arange(keys.size, dtype=np.int64)
+            else:
+                keys = _user_keys(users)
+                idx = self._lookup(keys)
+            spent, budget = self._gather(notion, idx)
+            held = self._held(notion, idx)
+        return pd.Index(keys, name="user"), {"spent": spent, "budget": budget, "held": held}
+
+    def snapshot(self) -> str:
+        """Return a digest of the whole ledger: equal snapshots mean nothing changed.
+
+        Reads every table (use it in tests and audits, not on a hot path).
+        """
+        with self._lock, self._read():
+            return self.store.digest()
+
+    def verify(self) -> dict[str, int]:
+        """Check the ledger's integrity.
+
+        Checks SQLite's pages, the audit hash chain, every charge's digest and audit row, and
+        every user's spent recomputed from the charges.
+
+        Returns counts (users, charges, audit rows, open reservations) when all is well.
+
+        Raises
+        ------
+        LedgerCorruptError
+            On the first mismatch, saying what differs.
+        """
+        with self._lock, self._read():
+            self._refresh()
+            ok = self.store.integrity()
+            if ok != "ok":
+                raise LedgerCorruptError(f"SQLite integrity check failed: {ok}.")
+            prev, n_audit, audited = "0" * 64, 0, {}
+            for seq, _created, op, content, h in self.store.audit():
+                want = hashlib.sha256(bytes.fromhex(prev) + content.encode()).hexdigest()
+                if want != h:
+                    raise LedgerCorruptError(
+                        f"the audit hash chain breaks at row {seq} ({op}): the log was altered."
+                    )
+                c = json.loads(content)
+                if op in ("charge", "settle"):
+                    audited[c["charge_id"]] = c["digest"]
+                prev, n_audit = h, n_audit + 1
+            n = len(self._index)
+            n_charges = 0
+            for notion in self.kind:
+                dense = np.zeros(n, dtype=object)  # Python ints: the recomputation cannot wrap
+                for c in self.store.charges(notion):
+                    n_charges += 1
+                    if _digest(notion, c.idx, c.amount) != c.digest:
+                        raise LedgerCorruptError(
+                            f"charge {c.charge_id!r} does not match its digest."
+                        )
+                    if audited.get(c.charge_id) != c.digest:
+                        raise LedgerCorruptError(
+                            f"charge {c.charge_id!r} has no matching audit row."
+                        )
+                    dense[c.idx] += c.amount.astype(object)
+                spent, _ = self._gather(notion, np.arange(n, dtype=np.int64))
+                bad = np.flatnonzero(spent.astype(object) != dense)
+                if bad.size:
+                    i = int(bad[0])
+                    raise LedgerCorruptError(
+                        f"user {self._index[i]!r}: stored {notion} spent {spent[i]} units but "
+                        f"the charges add up to {dense[i]} ({bad.size} users differ)."
+                    )
+            if n_charges != len(audited):
+                raise LedgerCorruptError(
+                    f"the audit log names {len(audited)} charges but the ledger holds {n_charges}."
+                )
+            open_res = len(self.store.reservations())
+        return {"users": n, "charges": n_charges, "audit_rows": n_audit, "reservations": open_res}
+
+
+class _Txn:
+    """A store transaction that also restores the user-index cache if it rolls back."""
+
+    def __init__(self, ledger: Ledger, inner: Any) -> None:
+        self.ledger, self.inner = ledger, inner
+
+    def __enter__(self) -> None:
+        self.n0 = len(self.ledger._index)
+        self.inner.__enter__()
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
+        try:
+            return bool(self.inner.__exit__(et, ev, tb))
+        finally:
+            if et is not None:
+                self.ledger._index = self.ledger._index[: self.n0]
+
+
+class Reservation:
+    """Allocations held for one query; a context manager (see :meth:`Session.reserve`).
+
+    Attributes
+    ----------
+    admitted : numpy.ndarray of bool
+        Aligned with the users passed to ``reserve``; refused users output ⊥ and cost nothing.
+    allocation_units : numpy.ndarray of int64
+        Reserved ledger units per user (0 for refused users).
+    query_id, charge_id, notion, kind : str
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        rid: str,
+        notion: str,
+        kind: str,
+        query_id: str,
+        charge_id: str,
+        keys: np.ndarray,
+        idx: np.ndarray,
+        admitted: np.ndarray,
+        alloc: np.ndarray,
+        *,
+        replay: bool = False,
+    ) -> None:
+        self._ledger, self.id, self.notion, self.kind = ledger, rid, notion, kind
+        self.query_id, self.charge_id = query_id, charge_id
+        self.users = keys
+        self._idx = idx
+        self.admitted = admitted
+        self.admitted.setflags(write=False)
+        self.allocation_units = alloc
+        self.replay = replay
+        self.state = "open"
+
+    @property
+    def n_admitted(self) -> int:
+        """Number of admitted users."""
+        return int(self.admitted.sum())
+
+    @property
+    def n_refused(self) -> int:
+        """Number of users left out (⊥) because their budget could not cover the allocation."""
+        return int(self.admitted.size - self.admitted.sum())
+
+    @property
+    def allocations(self) -> np.ndarray:
+        """Reserved amounts in the filter's units, as exact ``Fraction`` objects (0 if refused)."""
+        lu = self._ledger.units[self.notion]
+        return np.array(
+            [lu.to_fraction(u) for u in self.allocation_units.tolist()], dtype=object
+        ).reshape(-1)
+
+    def charge(self, actual: object) -> bool:
+        """Charge the actual amounts (in the reservation's ``kind`` units, like the allocations).
+
+        ``actual`` is a scalar or one amount per user, ``0 <= actual <= allocation``; entries of
+        refused users are ignored. The charge is committed durably before this returns; a
+        replay of the same ``charge_id`` with the same amounts debits nothing (returns False),
+        with other amounts it raises :class:`~gpframe.errors.ChargeConflictError`.
+        """
+        if self.state == "cancelled":
+            raise LedgerError(
+                f"reservation {self.id} was cancelled; reserve again. Nothing was charged."
+            )
+        led = self._ledger
+        kind = None if self.kind == led.kind[self.notion] else self.kind
+        units, big = led._to_units(self.notion, actual, self.admitted.size, kind, "actual")
+        over = self.admitted & (big | (units > self.allocation_units))
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            raise InvalidInputError(
+                f"actual amount for user {self.users[i]!r} exceeds its allocation "
+                f"({int(over.sum())} users); a query may charge at most what it reserved. The "
+                "reservation is still open: charge valid amounts, or leave the block to be "
+                "charged the full allocation. Nothing was charged."
+            )
+        units = np.where(self.admitted, units, 0)
+        done = led._commit(self, units, "charge")
+        self.state = "charged"
+        return done
+
+    def cancel(self) -> None:
+        """Release the reservation: only before any noise was drawn (nothing is charged)."""
+        if self.state == "charged":
+            raise LedgerError(f"reservation {self.id} was already charged; it cannot be cancelled.")
+        if self.state == "open" and not self.replay:
+            self._ledger._cancel(self)
+        self.state = "cancelled"
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
+        if self.state == "open" and not self.replay:
+            # left without a charge, or by an exception: noise may have been drawn, so the
+            # admitted users pay their full allocation (adaptive-budgeting.md §2.6)
+            try:
+                self._ledger._commit(self, self.allocation_units, "settle")
+            except ChargeConflictError:
+                with self._ledger._lock, self._ledger._write():
+                    row = self._ledger.store.reservation(self.id)
+                    self._ledger._settle_rows([row] if row else [], "settle")
+            self.state = "charged"
+        return False
+
+    def __repr__(self) -> str:
+        return (
+            f"Reservation(query_id={self.query_id!r}, notion={self.notion!r}, "
+            f"admitted={self.n_admitted}, refused={self.n_refused}, state={self.state!r})"
+        )
+
+
+class Session:
+    """Per-user privacy budgets and their ledger (DESIGN.md §4; adaptive-budgeting.md §2.6).
+
+    Parameters
+    ----------
+    path : str or os.PathLike or None
+        ``None`` keeps the ledger in memory; a path is an SQLite file (WAL, FULL sync) shared
+        safely by threads and processes.
+    budget : gp.GP or gp.CGP or None
+        Default per-user *metric* budget (ε per metre, or ρ per m²).
+    central : gp.DP or gp.zCDP or None
+        Default per-user *central* budget.
+    create : bool
+        With ``False``, a missing file raises :class:`~gpframe.errors.LedgerCorruptError`.
+    timeout : float
+        Seconds to wait for another process's write lock.
+
+    Examples
+    --------
+    >>> import gpframe as gp
+    >>> with Session(budget=gp.GP(eps=0.3)) as s:
+    ...     for _ in range(3):
+    ...         with s.reserve(["ann", "bob"], 0.1, query="count") as r:
+    ...             _ = r.charge(0.1)
+    ...     with s.reserve(["ann", 7], 0.1) as r:
+    ...         print(r.admitted.tolist())
+    ...         _ = r.charge([0.05, 0.1])
+    ...     s.spent_exact().to_dict()
+    [False, True]
+    {'ann': Fraction(3, 10), 'bob': Fraction(3, 10), 7: Fraction(1, 10)}
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        budget: Budget | None = None,
+        central: Budget | None = None,
+        *,
+        create: bool = True,
+        timeout: float = 60.0,
+    ) -> None:
+        for arg, b, want in (("budget", budget, "metric"), ("central", central, "central")):
+            if b is not None and (not isinstance(b, Budget) or b.notion != want):
+                hint = (
+                    "gp.GP(eps=...) or gp.CGP(rho=...)"
+                    if want == "metric"
+                    else ("gp.DP(epsilon=...) or gp.zCDP(rho=...)")
+                )
+                raise InvalidInputError(f"{arg}={b!r} must be {hint}. Nothing was charged.")
+        self.path = path
+        store = SqliteStore(path, create=create, timeout=timeout)
+        try:
+            self.ledger = Ledger(store, {"metric": budget, "central": central})
+            if not self.ledger.kind:
+                raise InvalidInputError(
+                    "a new ledger needs a budget: Session(budget=gp.CGP(rho=...)) and/or "
+                    "central=gp.DP(epsilon=...). Nothing was charged."
+                )
+        except BaseException:
+            store.close()
+            raise
+        _LIVE.add(self.ledger.token)
+        weakref.finalize(self, _LIVE.discard, self.ledger.token)
+        self._closed = False
+        if path is not None:
+            self.ledger.settle_stale()
+
+    # -- the low-level API ------------------------------------------------------------------
+    def reserve(
+        self,
+        users: object,
+        allocations: object,
+        notion: str = "metric",
+        kind: str | None = None,
+        query: str = "query",
+        params: dict[str, Any] | None = None,
+        charge_id: str | None = None,
+    ) -> Reservation:
+        """Reserve each user's allocation, atomically for all users (one transaction).
+
+        Parameters
+        ----------
+        users : sequence of int or str
+            Unique user ids (unseen users get the default budget).
+        allocations : float or array-like
+            One amount per user, or a scalar; finite, >= 0.
+        notion : {"metric", "central"}
+        kind : str, optional
+            The mechanism's guarantee kind ("gp", "cgp", "dp", "zcdp") when ``allocations``
+            (and later the actual charges) are in its units; converted with
+            :func:`gpframe.accounting.filters.charge_for` (e.g. ε → ε²/2 on a CGP filter; a
+            Gaussian on a GP filter raises :class:`~gpframe.errors.BudgetExceededError`).
+            ``None``: the filter's own units.
+        query : str
+            The query's name, recorded with the query id.
+        params : dict, optional
+            Query parameters recorded in the ledger (JSON).
+        charge_id : str, optional
+            A stable id for this query's charge. If a charge with this id was already
+            committed, the reservation is a *replay*: it holds nothing, admits the users of the
+            first charge, and its ``charge`` debits nothing (or raises
+            :class:`~gpframe.errors.ChargeConflictError` if the amounts differ).
+
+        Returns
+        -------
+        Reservation
+            Use it as a context manager: leaving it without ``charge()`` (or by an exception)
+            charges every admitted user the full allocation; ``cancel()`` before any noise is
+            drawn releases it. A user who cannot cover the allocation
+            (``spent + held + allocation > budget``, exactly) is left out.
+
+        Raises
+        ------
+        InvalidInputError
+            Bad users or amounts, unknown or unconfigured notion; nothing is written.
+        """
+        if self._closed:
+            raise LedgerError("this Session is closed; open a new one. Nothing was charged.")
+        return self.ledger.reserve(
+            users, allocations, notion=notion, kind=kind, query=query, params=params,
+            charge_id=charge_id,
+        )  # fmt: skip
+
+    def set_budget(self, users: object, budget: Budget) -> None:
+        """Override the budget of ``users`` for ``budget``'s notion.
+
+        The kind must match the notion's filter. An override may be lower than what a user has
+        spent already: nothing more is admitted then.
+        """
+        if not isinstance(budget, Budget):
+            raise InvalidInputError(
+                f"budget={budget!r} must be gp.GP/CGP/DP/zCDP. Nothing was changed."
+            )
+        led = self.ledger
+        notion = led._notion(budget.notion)
+        if budget.kind != led.kind[notion]:
+            raise InvalidInputError(
+                f"budget={budget!r} is {budget.kind} but this ledger's {notion} filters are "
+                f"{led.kind[notion]}; one filter kind per notion. Nothing was changed."
+            )
+        units = led.units[notion].down(budget.amount)
+        if units > MAX:
+            limit = float(led.units[notion].to_fraction(MAX))
+            raise InvalidInputError(
+                f"budget={budget!r} does not fit the ledger's {notion} units (at most {limit:.6g} "
+                "with this ledger's default); use a smaller budget. Nothing was changed."
+            )
+        keys = _user_keys(users)
+        with led._lock, led._write():
+            idx = led._ensure(keys)
+            if idx.size:
+                led._update(notion, idx, None, units)
+            led._audit(
+                "budget",
+                {
+                    "notion": notion, "kind": budget.kind, "default": None, "budget": units,
+                    "users": int(idx.size),
+                    "digest": _digest(notion, np.sort(idx), np.zeros(0, dtype=np.int64)),
+                },
+            )  # fmt: skip
+
+    # -- inspection -------------------------------------------------------------------------
+    def _default_notion(self, notion: str | None) -> str:
+        if notion is None:
+            return "metric" if "metric" in self.ledger.kind else "central"
+        return self.ledger._notion(notion)
+
+    def _exact(self, which: str, users: object, notion: str | None) -> pd.Series:
+        notion = self._default_notion(notion)
+        index, st = self.ledger._state(notion, users)
+        lu = self.ledger.units[notion]
+        if which == "spent":
+            vals = st["spent"]
+        else:
+            vals = np.maximum(st["budget"] - st["spent"] - st["held"], 0)
+        return pd.Series([lu.to_fraction(v) for v in vals.tolist()], index=index, dtype=object,
+                         name=which)  # fmt: skip
+
+    def _float(self, which: str, users: object, notion: str | None) -> pd.Series:
+        notion = self._default_notion(notion)
+        index, st = self.ledger._state(notion, users)
+        if which == "spent":
+            vals = st["spent"]
+        else:
+            vals = np.maximum(st["budget"] - st["spent"] - st["held"], 0)
+        scale = 10.0 ** self.ledger.units[notion].exponent
+        return pd.Series(vals.astype(np.float64) / scale, index=index, name=which)
+
+    def remaining(self, users: object = None, notion: str | None = None) -> pd.Series:
+        """Budget left per user (``budget - spent - held``, at least 0), as floats.
+
+        ``users=None``: every user the ledger knows; ``notion`` defaults to metric if set.
+        """
+        return self._float("remaining", users, notion)
+
+    def spent(self, users: object = None, notion: str | None = None) -> pd.Series:
+        """Return committed charges per user, as floats (see :meth:`spent_exact`)."""
+        return self._float("spent", users, notion)
+
+    def remaining_exact(self, users: object = None, notion: str | None = None) -> pd.Series:
+        """Like :meth:`remaining`, as exact ``Fraction`` values."""
+        return self._exact("remaining", users, notion)
+
+    def spent_exact(self, users: object = None, notion: str | None = None) -> pd.Series:
+        """Like :meth:`spent`, as exact ``Fraction`` values."""
+        return self._exact("spent", users, notion)
+
+    def report(self) -> pd.DataFrame:
+        """Return one row per user and configured notion.
+
+        Columns: user, notion, kind, budget, spent, held, remaining (floats) and n_queries
+        (charges that admitted the user).
+        """
+        frames = []
+        for notion in NOTIONS:
+            if notion not in self.ledger.kind:
+                continue
+            index, st = self.ledger._state(notion, None)
+            n = len(index)
+            counts = np.zeros(n, dtype=np.int64)
+            with self.ledger._lock, self.ledger._read():
+                for c in self.ledger.store.charges(notion):
+                    counts += np.bincount(c.idx[c.idx < n], minlength=n)[:n]
+            scale = 10.0 ** self.ledger.units[notion].exponent
+            rem = np.maximum(st["budget"] - st["spent"] - st["held"], 0)
+            frames.append(pd.DataFrame({
+                "user": index.to_numpy(), "notion": notion, "kind": self.ledger.kind[notion],
+                "budget": st["budget"] / scale, "spent": st["spent"] / scale,
+                "held": st["held"] / scale, "remaining": rem / scale, "n_queries": counts,
+            }))  # fmt: skip
+        return pd.concat(frames, ignore_index=True)
+
+    def history(self, user: object) -> pd.DataFrame:
+        """Return the user's charges, oldest first.
+
+        Columns: query_id, query, charge_id, notion, kind, amount (float), amount_exact
+        (Fraction, filter units) and time.
+        """
+        led = self.ledger
+        keys = _user_keys([user], "user")
+        rows = []
+        with led._lock, led._read():
+            i = int(led._lookup(keys)[0])
+            names = led.store.queries()
+            if i >= 0:
+                for c in led.store.charges():
+                    p = np.searchsorted(c.idx, i)
+                    if p < c.idx.size and c.idx[p] == i:
+                        amt = led.units[c.notion].to_fraction(int(c.amount[p]))
+                        rows.append((c.query_id, names.get(c.query_id, ""), c.charge_id, c.notion,
+                                     c.kind, float(amt), amt, c.created))  # fmt: skip
+        return pd.DataFrame(rows, columns=["query_id", "query", "charge_id", "notion", "kind",
+                                           "amount", "amount_exact", "time"])  # fmt: skip
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Settle this Session's open reservations at full allocation and close the store."""
+        if self._closed:
+            return
+        try:
+            self.ledger._settle_own()
+        finally:
+            self._closed = True
+            _LIVE.discard(self.ledger.token)
+            self.ledger.store.close()
+
+    def _simulate_crash(self) -> None:
+        """Test hook: drop the connection like a dead process would (no settlement)."""
+        self._closed = True
+        _LIVE.discard(self.ledger.token)
+        self.ledger.store.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        b = ", ".join(f"{n}={k}" for n, k in self.ledger.kind.items())
+        return f"Session(path={self.path!r}, {b})"

@@ -1,0 +1,476 @@
+"""The ledger's storage: a small :class:`Store` protocol and its SQLite implementation.
+
+The ledger logic (:mod:`gpframe.ledger.session`) only talks to a :class:`Store`, so a server
+database can back it later. Layout (schema version 1):
+
+``users(idx, uid)``
+    Every user ever seen, with a dense integer index ``idx`` (0, 1, 2, ... in order of first
+    sight; never reused). ``uid`` is stored with its own type: SQLite keeps an INTEGER and a
+    TEXT value apart, so the storage class is the type tag and user ``1`` and user ``"1"`` are
+    two users. A store without typed columns keeps ``(tag, canonical text)`` instead.
+``chunks(notion, chunk, spent, budget)``
+    Per-user ``spent`` (and budget overrides, ``-1`` = the default) as int64 ledger units,
+    for the ``CHUNK`` users ``chunk * CHUNK ... chunk * CHUNK + CHUNK - 1``, as one BLOB each.
+    A charge of 10**6 users rewrites about 250 blobs instead of upserting 10**6 rows.
+``reservations``, ``charges``
+    One row per open reservation / per committed charge, the users' indices and amounts as
+    int64 BLOBs. ``held`` of a user is the sum over the (few) open reservations.
+``queries``, ``audit``, ``meta``
+    One row per query; the hash-chained audit log (one row per reserve, charge, cancel,
+    settlement and budget change); the schema tag, version and each notion's filter kind,
+    ledger-unit exponent and default budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from gpframe.errors import LedgerCorruptError, LedgerError
+
+__all__ = ["CHUNK", "ChargeRow", "ReservationRow", "SqliteStore", "Store"]
+
+#: users per chunk blob (4096 * 8 bytes = 32 KiB per blob)
+CHUNK = 4096
+SCHEMA = "gpframe-ledger"
+VERSION = "1"
+GENESIS = "0" * 64
+
+_TABLES = {
+    "meta": "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT",
+    "users": "CREATE TABLE users(idx INTEGER PRIMARY KEY, uid ANY NOT NULL UNIQUE) STRICT",
+    "chunks": (
+        "CREATE TABLE chunks(notion TEXT NOT NULL, chunk INTEGER NOT NULL, spent BLOB NOT NULL,"
+        " budget BLOB, PRIMARY KEY(notion, chunk)) STRICT"
+    ),
+    "queries": (
+        "CREATE TABLE queries(id TEXT PRIMARY KEY, name TEXT NOT NULL, notion TEXT NOT NULL,"
+        " kind TEXT NOT NULL, params TEXT NOT NULL, created TEXT NOT NULL) STRICT"
+    ),
+    "reservations": (
+        "CREATE TABLE reservations(id TEXT PRIMARY KEY, notion TEXT NOT NULL, query_id TEXT NOT"
+        " NULL, charge_id TEXT NOT NULL, kind TEXT NOT NULL, created TEXT NOT NULL, pid INTEGER"
+        " NOT NULL, host TEXT NOT NULL, token TEXT NOT NULL, idx BLOB NOT NULL,"
+        " alloc BLOB NOT NULL) STRICT"
+    ),
+    "charges": (
+        "CREATE TABLE charges(charge_id TEXT PRIMARY KEY, reservation_id TEXT NOT NULL,"
+        " query_id TEXT NOT NULL, notion TEXT NOT NULL, kind TEXT NOT NULL, created TEXT NOT"
+        " NULL, idx BLOB NOT NULL, amount BLOB NOT NULL, digest TEXT NOT NULL) STRICT"
+    ),
+    "audit": (
+        "CREATE TABLE audit(seq INTEGER PRIMARY KEY, created TEXT NOT NULL, op TEXT NOT NULL,"
+        " content TEXT NOT NULL, hash TEXT NOT NULL) STRICT"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ReservationRow:
+    """An open reservation as stored: admitted users' indices and their allocations (units)."""
+
+    id: str
+    notion: str
+    query_id: str
+    charge_id: str
+    kind: str
+    created: str
+    pid: int
+    host: str
+    token: str
+    idx: np.ndarray
+    alloc: np.ndarray
+
+
+@dataclass(frozen=True)
+class ChargeRow:
+    """A committed charge: the charged users' indices and amounts (units), and their digest."""
+
+    charge_id: str
+    reservation_id: str
+    query_id: str
+    notion: str
+    kind: str
+    created: str
+    idx: np.ndarray
+    amount: np.ndarray
+    digest: str
+
+
+class Store(Protocol):
+    """What the ledger needs from a database (methods as documented on SqliteStore).
+
+    Every method but ``close`` runs inside ``write()`` or ``read()``; ``write()`` must exclude
+    every other writer, in every process.
+    """
+
+    def write(self) -> contextlib.AbstractContextManager[None]: ...  # noqa: D102
+    def read(self) -> contextlib.AbstractContextManager[None]: ...  # noqa: D102
+    def meta(self) -> dict[str, str]: ...  # noqa: D102
+    def set_meta(self, items: dict[str, str]) -> None: ...  # noqa: D102
+    def users_from(self, start: int) -> list[Any]: ...  # noqa: D102
+    def add_users(self, start: int, uids: Sequence[Any]) -> None: ...  # noqa: D102
+    def read_chunks(  # noqa: D102
+        self, notion: str, chunks: Sequence[int]
+    ) -> dict[int, tuple[np.ndarray, np.ndarray | None]]: ...
+    def write_chunks(  # noqa: D102
+        self, notion: str, chunks: dict[int, tuple[np.ndarray, np.ndarray | None]]
+    ) -> None: ...
+    def reservations(self, notion: str | None = None) -> list[ReservationRow]: ...  # noqa: D102
+    def reservation(self, rid: str) -> ReservationRow | None: ...  # noqa: D102
+    def add_reservation(self, row: ReservationRow) -> None: ...  # noqa: D102
+    def delete_reservation(self, rid: str) -> None: ...  # noqa: D102
+    def add_query(  # noqa: D102
+        self, qid: str, name: str, notion: str, kind: str, params: str, created: str
+    ) -> None: ...
+    def queries(self) -> dict[str, str]: ...  # noqa: D102
+    def charge(self, charge_id: str) -> ChargeRow | None: ...  # noqa: D102
+    def add_charge(self, row: ChargeRow) -> None: ...  # noqa: D102
+    def charges(self, notion: str | None = None) -> Iterator[ChargeRow]: ...  # noqa: D102
+    def audit_head(self) -> tuple[int, str]: ...  # noqa: D102
+    def add_audit(self, created: str, op: str, content: str, digest: str) -> None: ...  # noqa: D102
+    def audit(self) -> Iterator[tuple[int, str, str, str, str]]: ...  # noqa: D102
+    def digest(self) -> str: ...  # noqa: D102
+    def integrity(self) -> str: ...  # noqa: D102
+    def close(self) -> None: ...  # noqa: D102
+
+
+def _arr(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype="<i8")
+
+
+def _blob(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a, dtype="<i8").tobytes()
+
+
+class SqliteStore:
+    """:class:`Store` on an embedded SQLite file, or in memory with ``path=None``.
+
+    The file uses WAL journaling, ``synchronous=FULL`` and ``BEGIN IMMEDIATE`` writes.
+
+    Parameters
+    ----------
+    path : str or os.PathLike or None
+        The ledger file; ``None`` keeps the ledger in memory (lost on close).
+    create : bool
+        Create the file (and schema) when it does not exist. With ``create=False`` a missing
+        file raises :class:`~gpframe.errors.LedgerCorruptError` instead of starting afresh.
+    timeout : float
+        Seconds to wait for another process's write lock before raising
+        :class:`~gpframe.errors.LedgerError`.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None, *, create: bool = True, timeout: float = 60.0
+    ) -> None:
+        self.path = None if path is None else os.fspath(path)
+        if self.path is not None and not os.path.exists(self.path) and not create:
+            raise LedgerCorruptError(
+                f"ledger file {self.path!r} does not exist and create=False. Check the path, or "
+                "pass create=True to start a new ledger with fresh budgets. Nothing was charged."
+            )
+        try:
+            self.con = sqlite3.connect(
+                ":memory:" if self.path is None else self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=timeout,
+            )
+        except sqlite3.Error as exc:
+            raise LedgerCorruptError(
+                f"cannot open ledger file {self.path!r}: {exc}. Nothing was charged."
+            ) from exc
+        try:
+            self.con.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+            if self.path is not None:
+                mode = self.con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise LedgerError(
+                        f"ledger file {self.path!r} cannot use WAL journaling (got {mode!r}); "
+                        "put it on a local file system. Nothing was charged."
+                    )
+            self.con.execute("PRAGMA synchronous=FULL")
+            self._check_or_create()
+        except sqlite3.DatabaseError as exc:
+            self.con.close()
+            raise LedgerCorruptError(
+                f"ledger file {self.path!r} is not a readable gpframe ledger ({exc}). Restore it "
+                "from a backup; a fresh budget is never created over it. Nothing was charged."
+            ) from exc
+        except BaseException:
+            self.con.close()
+            raise
+
+    # -- schema ---------------------------------------------------------------------------
+    def _tables(self) -> set[str]:
+        rows = self.con.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    def _check_or_create(self) -> None:
+        with self.write():
+            tables = self._tables()
+            if not tables:
+                for ddl in _TABLES.values():
+                    self.con.execute(ddl)
+                self.set_meta({"schema": SCHEMA, "version": VERSION})
+                return
+        if tables != set(_TABLES):
+            raise LedgerCorruptError(
+                f"{self.path!r} is a SQLite file with a foreign schema (tables "
+                f"{sorted(tables)}), not a gpframe ledger. Point Session(path=...) at the "
+                "ledger file. Nothing was charged."
+            )
+        meta = self.meta()
+        if meta.get("schema") != SCHEMA or meta.get("version") != VERSION:
+            raise LedgerCorruptError(
+                f"{self.path!r} has schema {meta.get('schema')!r} version "
+                f"{meta.get('version')!r}; this gpframe reads {SCHEMA!r} version {VERSION!r}. "
+                "Open it with the gpframe version that wrote it. Nothing was charged."
+            )
+
+    # -- transactions ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _txn(self, begin: str) -> Iterator[None]:
+        try:
+            self.con.execute(begin)
+        except sqlite3.ProgrammingError as exc:
+            raise LedgerError(
+                "this Session was closed (its open reservations were settled at their full "
+                "allocation); open a new Session. Nothing more was charged."
+            ) from exc
+        except sqlite3.OperationalError as exc:
+            raise LedgerError(
+                f"the ledger {self.path or ':memory:'!r} is locked by another process ({exc}); "
+                "retry, or raise Session(timeout=...). Nothing was charged."
+            ) from exc
+        try:
+            yield
+        except BaseException as exc:
+            if self.con.in_transaction:
+                self.con.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise LedgerError(
+                    f"the ledger store failed ({exc}); retry. Nothing was charged."
+                ) from exc
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise LedgerCorruptError(
+                    f"the ledger file is damaged ({exc}); restore it from a backup and run "
+                    "session.ledger.verify(). Nothing was charged."
+                ) from exc
+            raise
+        try:
+            self.con.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self.con.in_transaction:
+                self.con.execute("ROLLBACK")
+            raise LedgerError(f"the ledger could not commit ({exc}). Nothing was charged.") from exc
+
+    def write(self) -> contextlib.AbstractContextManager[None]:
+        """Exclusive write transaction across threads and processes (``BEGIN IMMEDIATE``)."""
+        return self._txn("BEGIN IMMEDIATE")
+
+    def read(self) -> contextlib.AbstractContextManager[None]:
+        """Open a consistent read snapshot (deferred transaction)."""
+        return self._txn("BEGIN")
+
+    # -- meta and users -------------------------------------------------------------------
+    def meta(self) -> dict[str, str]:
+        """All meta entries."""
+        return dict(self.con.execute("SELECT key, value FROM meta").fetchall())
+
+    def set_meta(self, items: dict[str, str]) -> None:
+        """Insert or replace meta entries."""
+        self.con.executemany(
+            "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET"
+            " value = excluded.value",
+            list(items.items()),
+        )
+
+    def users_from(self, start: int) -> list[Any]:
+        """User ids with index >= ``start``, in index order (indices are dense)."""
+        rows = self.con.execute(
+            "SELECT idx, uid FROM users WHERE idx >= ? ORDER BY idx", (start,)
+        ).fetchall()
+        if rows and (rows[0][0] != start or rows[-1][0] != start + len(rows) - 1):
+            raise LedgerCorruptError(
+                "the ledger's user index has gaps; run session.ledger.verify() and restore "
+                "the file from a backup. Nothing was charged."
+            )
+        return [r[1] for r in rows]
+
+    def add_users(self, start: int, uids: Sequence[Any]) -> None:
+        """Append users with indices ``start, start + 1, ...``."""
+        self.con.executemany(
+            "INSERT INTO users(idx, uid) VALUES (?, ?)",
+            zip(range(start, start + len(uids)), uids, strict=True),
+        )
+
+    # -- chunks ---------------------------------------------------------------------------
+    def read_chunks(
+        self, notion: str, chunks: Sequence[int]
+    ) -> dict[int, tuple[np.ndarray, np.ndarray | None]]:
+        """Spent and budget-override arrays of the given chunks that exist."""
+        out: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        chunks = [int(c) for c in chunks]
+        for i in range(0, len(chunks), 10_000):
+            part = chunks[i : i + 10_000]
+            rows = self.con.execute(
+                "SELECT chunk, spent, budget FROM chunks WHERE notion = ? AND chunk IN "
+                f"({','.join('?' * len(part))})",
+                [notion, *part],
+            ).fetchall()
+            for c, s, b in rows:
+                out[c] = (_arr(s), None if b is None else _arr(b))
+        return out
+
+    def write_chunks(
+        self, notion: str, chunks: dict[int, tuple[np.ndarray, np.ndarray | None]]
+    ) -> None:
+        """Insert or replace whole chunks."""
+        self.con.executemany(
+            "INSERT INTO chunks(notion, chunk, spent, budget) VALUES (?, ?, ?, ?) ON CONFLICT"
+            "(notion, chunk) DO UPDATE SET spent = excluded.spent, budget = excluded.budget",
+            [
+                (notion, int(c), _blob(s), None if b is None else _blob(b))
+                for c, (s, b) in chunks.items()
+            ],
+        )
+
+    def all_chunks(self, notion: str) -> dict[int, tuple[np.ndarray, np.ndarray | None]]:
+        """Every chunk of a notion."""
+        rows = self.con.execute(
+            "SELECT chunk, spent, budget FROM chunks WHERE notion = ?", (notion,)
+        ).fetchall()
+        return {c: (_arr(s), None if b is None else _arr(b)) for c, s, b in rows}
+
+    # -- reservations, queries, charges ---------------------------------------------------
+    _RCOLS = "id, notion, query_id, charge_id, kind, created, pid, host, token, idx, alloc"
+
+    @staticmethod
+    def _rrow(r: tuple) -> ReservationRow:
+        return ReservationRow(*r[:9], _arr(r[9]), _arr(r[10]))
+
+    def reservations(self, notion: str | None = None) -> list[ReservationRow]:
+        """Open reservations (of one notion, or all)."""
+        if notion is None:
+            rows = self.con.execute(f"SELECT {self._RCOLS} FROM reservations").fetchall()
+        else:
+            rows = self.con.execute(
+                f"SELECT {self._RCOLS} FROM reservations WHERE notion = ?", (notion,)
+            ).fetchall()
+        return [self._rrow(r) for r in rows]
+
+    def reservation(self, rid: str) -> ReservationRow | None:
+        """One open reservation, or None when it was settled or cancelled."""
+        r = self.con.execute(
+            f"SELECT {self._RCOLS} FROM reservations WHERE id = ?", (rid,)
+        ).fetchone()
+        return None if r is None else self._rrow(r)
+
+    def add_reservation(self, row: ReservationRow) -> None:
+        """Store an open reservation."""
+        self.con.execute(
+            f"INSERT INTO reservations({self._RCOLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                row.id, row.notion, row.query_id, row.charge_id, row.kind, row.created,
+                row.pid, row.host, row.token, _blob(row.idx), _blob(row.alloc),
+            ),
+        )  # fmt: skip
+
+    def delete_reservation(self, rid: str) -> None:
+        """Remove a settled or cancelled reservation."""
+        self.con.execute("DELETE FROM reservations WHERE id = ?", (rid,))
+
+    def add_query(
+        self, qid: str, name: str, notion: str, kind: str, params: str, created: str
+    ) -> None:
+        """Record a query (its name, notion, mechanism kind and parameters)."""
+        self.con.execute(
+            "INSERT OR IGNORE INTO queries(id, name, notion, kind, params, created)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (qid, name, notion, kind, params, created),
+        )
+
+    def queries(self) -> dict[str, str]:
+        """Query id -> query name."""
+        return dict(self.con.execute("SELECT id, name FROM queries").fetchall())
+
+    _CCOLS = "charge_id, reservation_id, query_id, notion, kind, created, idx, amount, digest"
+
+    @staticmethod
+    def _crow(r: tuple) -> ChargeRow:
+        return ChargeRow(*r[:6], _arr(r[6]), _arr(r[7]), r[8])
+
+    def charge(self, charge_id: str) -> ChargeRow | None:
+        """Return a committed charge by id, or None."""
+        r = self.con.execute(
+            f"SELECT {self._CCOLS} FROM charges WHERE charge_id = ?", (charge_id,)
+        ).fetchone()
+        return None if r is None else self._crow(r)
+
+    def add_charge(self, row: ChargeRow) -> None:
+        """Store a committed charge."""
+        self.con.execute(
+            f"INSERT INTO charges({self._CCOLS}) VALUES (?,?,?,?,?,?,?,?,?)",
+            (
+                row.charge_id, row.reservation_id, row.query_id, row.notion, row.kind,
+                row.created, _blob(row.idx), _blob(row.amount), row.digest,
+            ),
+        )  # fmt: skip
+
+    def charges(self, notion: str | None = None) -> Iterator[ChargeRow]:
+        """All committed charges (of one notion, or all), oldest first."""
+        if notion is None:
+            cur = self.con.execute(f"SELECT {self._CCOLS} FROM charges ORDER BY rowid")
+        else:
+            cur = self.con.execute(
+                f"SELECT {self._CCOLS} FROM charges WHERE notion = ? ORDER BY rowid", (notion,)
+            )
+        for r in cur.fetchall():
+            yield self._crow(r)
+
+    # -- audit ----------------------------------------------------------------------------
+    def audit_head(self) -> tuple[int, str]:
+        """(sequence number, hash) of the last audit row; (0, GENESIS) when empty."""
+        r = self.con.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+        return (0, GENESIS) if r is None else (r[0], r[1])
+
+    def add_audit(self, created: str, op: str, content: str, digest: str) -> None:
+        """Append an audit row (the caller computed its chained hash)."""
+        self.con.execute(
+            "INSERT INTO audit(created, op, content, hash) VALUES (?, ?, ?, ?)",
+            (created, op, content, digest),
+        )
+
+    def audit(self) -> Iterator[tuple[int, str, str, str, str]]:
+        """Audit rows in order: (seq, created, op, content, hash)."""
+        yield from self.con.execute(
+            "SELECT seq, created, op, content, hash FROM audit ORDER BY seq"
+        ).fetchall()
+
+    # -- whole-store ----------------------------------------------------------------------
+    def digest(self) -> str:
+        """sha256 over every table's content in a fixed order (reads the whole ledger)."""
+        h = hashlib.sha256()
+        for name in sorted(_TABLES):
+            for row in self.con.execute(f"SELECT * FROM {name} ORDER BY 1, 2"):
+                h.update(repr(row).encode())
+            h.update(b"\x00" + name.encode())
+        return h.hexdigest()
+
+    def integrity(self) -> str:
+        """SQLite's own page-level check ('ok' when fine)."""
+        return str(self.con.execute("PRAGMA quick_check").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the connection; open transactions are rolled back by SQLite."""
+        self.con.close()
