@@ -1,0 +1,925 @@
+"""Column resolution, CRS handling, projection to metres and polygon validation.
+
+Every distance-based mechanism in gpframe works in **metres on a projected CRS**: GP's ``eps`` is
+per metre and CGP's ``rho`` per square metre (concentrated-geo-privacy.md §0.2). This module turns
+what the user hands over (a GeoDataFrame, or a DataFrame with ``x=``/``y=`` or ``lon=``/``lat=``
+columns and an explicit ``crs=``) into a validated ``(n, 2)`` float64 array of metres, and maps
+released points back to the input CRS.
+
+Which metric CRS is used (the policy of :func:`resolve_points`)
+----------------------------------------------------------------
+1. ``to_crs=`` given: that CRS, which must be projected, in metres and not Web Mercator.
+2. The input CRS itself, if it is projected, in metres, not Web Mercator, and its point scale
+   factor stays within ``1 ± max_scale_error`` over the data's extent (e.g. EPSG:32618 data
+   inside zone 18).
+3. Otherwise (lon/lat input, feet, Web Mercator, a badly distorted projected CRS) the data is
+   reprojected, keeping the input's datum:
+
+   a. the UTM zone of the data's centre, if its scale error over the data's extent is within the
+      bound (a single-zone dataset almost always is: at most 0.098 % inside a zone);
+   b. else a transverse Mercator centred on the data (``lon_0`` = centre, ``k_0`` = 1), which keeps
+      the error within the bound for data up to about ±2.5° / cos(latitude) of longitude around
+      its centre (this covers data that straddles a UTM zone boundary);
+   c. else :class:`~gpframe.errors.CRSError`, asking for an explicit ``to_crs=``.
+
+Feet (EPSG:2263 NY State Plane, US survey feet, and any non-metre projected CRS) are therefore
+*converted* by reprojection, never refused and never treated as metres. Data crossing the
+antimeridian is centred correctly (longitudes are unwrapped before the centre is taken).
+
+The scale factor and the privacy guarantee
+------------------------------------------
+secure-noise.md §7.4(f); concentrated-geo-privacy.md §10 P-U3. A projection with point scale
+factor ``k`` stretches ground distances by up to ``k_max`` over the data's extent, so a mechanism
+calibrated per projected metre is only ``eps * k_max``-GP per ground metre.
+:attr:`Projected.scale_max` is the largest Tissot semi-major axis (the largest scale in any
+direction, so it is right for non-conformal CRSs too) on a 17 × 17 lon/lat grid spanning the data's
+bounding box, clamped below at 1 so that dividing by it never *raises* eps. Mechanisms pass
+``eps / scale_max`` (CGP: ``rho / scale_max**2``). The ground-metre statement holds for pairs of
+locations inside that bounding box.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyproj
+import shapely
+from pyproj.crs import ProjectedCRS
+from pyproj.crs.coordinate_operation import TransverseMercatorConversion, UTMConversion
+
+from gpframe.errors import CRSError, InvalidInputError
+
+__all__ = [
+    "MAX_SCALE_ERROR",
+    "Projected",
+    "metric_crs_for",
+    "points_frame",
+    "project_geometry",
+    "resolve_points",
+    "scale_range",
+    "utm_crs_for",
+    "validate_polygons",
+]
+
+#: Default bound on |k - 1| over the data's extent for an automatically chosen metric CRS (0.1 %).
+MAX_SCALE_ERROR = 1e-3
+
+_NOTHING = "Nothing was charged."
+_SHOW = 5  # how many bad row labels a message lists
+_GRID = 17  # lon/lat grid side on which the scale factor is evaluated
+_PSEUDO_MERCATOR = "popular visualisation pseudo mercator"
+
+
+# --------------------------------------------------------------------------------------------------
+# result type
+
+
+@dataclass(frozen=True, eq=False)
+class Projected:
+    """Validated points in metres, with everything needed to map results back.
+
+    Attributes
+    ----------
+    xy : ndarray of float64, shape (n, 2)
+        Easting/northing in metres of :attr:`crs_m`, aligned with :attr:`index`.
+    users : ndarray, shape (n,)
+        The user id of each row (never missing).
+    index : pandas.Index
+        The input frame's index, so outputs can keep it.
+    crs_in : pyproj.CRS
+        The input CRS; outputs go back to it.
+    crs_m : pyproj.CRS
+        The projected metre CRS the mechanisms run in.
+    scale_max : float
+        Worst-case point scale factor of ``crs_m`` over the data's extent, at least 1. Pass
+        ``eps / scale_max`` (``rho / scale_max**2``) to a mechanism (secure-noise.md §7.4(f)).
+    scale_min : float
+        Smallest point scale factor over the extent (for the distance-accuracy statement only).
+    coords : tuple of str
+        Where the coordinates came from: ``(x_column, y_column)`` or ``(geometry_column,)``.
+    """
+
+    xy: np.ndarray
+    users: np.ndarray
+    index: pd.Index
+    crs_in: pyproj.CRS
+    crs_m: pyproj.CRS
+    scale_max: float
+    scale_min: float = 1.0
+    coords: tuple[str, ...] = ()
+    _back: pyproj.Transformer | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return int(self.xy.shape[0])
+
+    @property
+    def reprojected(self) -> bool:
+        """Whether the metric CRS differs from the input CRS."""
+        return self._back is not None
+
+    def to_input_crs(self, xy_m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Map points in metres of :attr:`crs_m` back to the input CRS.
+
+        Parameters
+        ----------
+        xy_m : array_like, shape (n, 2)
+            Points in metres (e.g. released points).
+
+        Returns
+        -------
+        (x, y) : tuple of ndarray
+            Coordinates in :attr:`crs_in`, in (x, y) = (lon, lat) order for geographic CRSs.
+        """
+        xy_m = np.asarray(xy_m, dtype=np.float64)
+        if xy_m.ndim != 2 or xy_m.shape[1] != 2:
+            raise InvalidInputError(f"xy_m must have shape (n, 2); got {xy_m.shape}. {_NOTHING}")
+        if self._back is None:
+            return xy_m[:, 0].copy(), xy_m[:, 1].copy()
+        x, y = self._back.transform(xy_m[:, 0], xy_m[:, 1])
+        return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+
+    def to_frame(self, xy_m: np.ndarray, like: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Build the output frame of points in metres: input CRS and index (see points_frame)."""
+        x, y = self.to_input_crs(xy_m)
+        cols = self.coords if len(self.coords) == 2 else (None, None)
+        return points_frame((x, y), self.index, self.crs_in, like=like, x=cols[0], y=cols[1])
+
+
+# --------------------------------------------------------------------------------------------------
+# small helpers
+
+
+def _rows(mask: np.ndarray, index: pd.Index) -> tuple[int, str]:
+    """Count of True in ``mask`` and the first few row labels, for a message."""
+    bad = np.flatnonzero(mask)
+    labels = ", ".join(repr(v) if isinstance(v, str) else str(v) for v in index[bad[:_SHOW]])
+    more = ", ..." if bad.size > _SHOW else ""
+    return int(bad.size), f"(rows {labels}{more})"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _as_crs(value: Any, name: str) -> pyproj.CRS:
+    try:
+        return pyproj.CRS.from_user_input(value)
+    except pyproj.exceptions.CRSError as exc:
+        raise CRSError(
+            f"{name}={value!r} is not a CRS pyproj understands ({exc}). Pass an EPSG code such as "
+            f"'EPSG:4326' or 'EPSG:32618'. {_NOTHING}"
+        ) from None
+
+
+def _horizontal(crs: pyproj.CRS) -> pyproj.CRS:
+    # A compound CRS (e.g. UTM + height) carries its horizontal part first.
+    if crs.is_compound and crs.sub_crs_list:
+        return crs.sub_crs_list[0]
+    return crs
+
+
+def _linear_unit(crs: pyproj.CRS) -> tuple[str, float]:
+    axis = crs.axis_info[0]
+    return axis.unit_name, float(axis.unit_conversion_factor)
+
+
+def _is_pseudo_mercator(crs: pyproj.CRS) -> bool:
+    op = crs.coordinate_operation
+    return op is not None and _PSEUDO_MERCATOR in op.method_name.lower().replace("-", " ")
+
+
+def _describe(crs: pyproj.CRS) -> str:
+    auth = crs.to_authority()
+    return f"{auth[0]}:{auth[1]} ({crs.name})" if auth else crs.name
+
+
+def _check_metric_target(crs: pyproj.CRS, name: str) -> pyproj.CRS:
+    crs = _horizontal(crs)
+    if not crs.is_projected:
+        raise CRSError(
+            f"{name}={_describe(crs)} is not a projected CRS; distances would be in degrees. Name "
+            f"a projected CRS in metres, e.g. the data's UTM zone. {_NOTHING}"
+        )
+    unit, factor = _linear_unit(crs)
+    if factor != 1.0:
+        raise CRSError(
+            f"{name}={_describe(crs)} has units of {unit}, not metres; gpframe's eps is per metre "
+            f"and rho per square metre. Name a projected CRS in metres. {_NOTHING}"
+        )
+    if _is_pseudo_mercator(crs):
+        raise CRSError(
+            f"{name}={_describe(crs)} is Web Mercator, whose units are not ground metres (scale "
+            f"1/cos(latitude)). Name a local CRS in metres, e.g. the UTM zone, or omit {name}. "
+            f"{_NOTHING}"
+        )
+    return crs
+
+
+def _lon_extent(lon: np.ndarray) -> tuple[float, float]:
+    """Return the data's west and east longitude, unwrapped so east >= west (may exceed 180)."""
+    lo, hi = float(lon.min()), float(lon.max())
+    shifted = np.where(lon < 0, lon + 360.0, lon)
+    lo2, hi2 = float(shifted.min()), float(shifted.max())
+    # Data straddling the antimeridian is narrower in [0, 360) than in [-180, 180].
+    return (lo2, hi2) if hi2 - lo2 < hi - lo else (lo, hi)
+
+
+def _wrap(lon: np.ndarray | float) -> np.ndarray | float:
+    return (np.asarray(lon) + 180.0) % 360.0 - 180.0
+
+
+# --------------------------------------------------------------------------------------------------
+# metric CRS choice and scale factors
+
+
+def utm_crs_for(lon: float, lat: float, geodetic: Any = "EPSG:4326") -> pyproj.CRS:
+    """Return the UTM zone CRS of a point (standard 6° zones, no Norway/Svalbard exceptions).
+
+    Parameters
+    ----------
+    lon, lat : float
+        The point in degrees.
+    geodetic : CRS-like
+        Datum of the result. WGS 84 gives the EPSG code (326zz north, 327zz south); another
+        geographic CRS gives a UTM on that datum, so projecting needs no datum shift.
+
+    Returns
+    -------
+    pyproj.CRS
+
+    Examples
+    --------
+    >>> utm_crs_for(-74.0, 40.7).to_epsg()
+    32618
+    >>> utm_crs_for(-37.05, -10.9).to_epsg()
+    32724
+    >>> utm_crs_for(-74.0, 40.7, geodetic="EPSG:4269").name
+    'NAD83 / UTM zone 18N'
+    """
+    if not (np.isfinite(lon) and np.isfinite(lat) and -90.0 <= lat <= 90.0):
+        raise InvalidInputError(f"utm_crs_for needs a finite lon/lat; got ({lon}, {lat}).")
+    zone = int((float(_wrap(lon)) + 180.0) // 6.0) % 60 + 1
+    south = lat < 0
+    base = _horizontal(_as_crs(geodetic, "geodetic"))
+    base = base.geodetic_crs if not base.is_geographic else base
+    if base.equals(pyproj.CRS("EPSG:4326"), ignore_axis_order=True):
+        return pyproj.CRS.from_epsg((32700 if south else 32600) + zone)
+    hemi = "S" if south else "N"
+    return ProjectedCRS(
+        conversion=UTMConversion(zone, hemisphere=hemi),
+        geodetic_crs=base,
+        name=f"{base.name} / UTM zone {zone}{hemi}",
+    )
+
+
+def _local_tm(lon0: float, geodetic: pyproj.CRS) -> pyproj.CRS:
+    # k_0 = 1 on the central meridian: scale grows as 1 + (dlon cos(lat))^2 / 2 away from it.
+    lon0 = round(float(_wrap(lon0)), 6)
+    return ProjectedCRS(
+        conversion=TransverseMercatorConversion(
+            latitude_natural_origin=0.0,
+            longitude_natural_origin=lon0,
+            false_easting=500_000.0,
+            false_northing=0.0,
+            scale_factor_natural_origin=1.0,
+        ),
+        geodetic_crs=geodetic,
+        name=f"gpframe local transverse Mercator lon_0={lon0}",
+    )
+
+
+def scale_range(
+    crs_m: pyproj.CRS, lon_min: float, lat_min: float, lon_max: float, lat_max: float
+) -> tuple[float, float]:
+    """Smallest and largest point scale factor of ``crs_m`` over a lon/lat box.
+
+    The largest is the maximum Tissot semi-major axis (largest scale in any direction), the smallest
+    the minimum semi-minor axis, on a 17 × 17 grid including the box's edges (plus the equator when
+    the box spans it). ``lon_max`` may exceed 180 for a box crossing the antimeridian.
+
+    Examples
+    --------
+    >>> lo, hi = scale_range(pyproj.CRS("EPSG:32631"), 0.0, 0.0, 6.0, 0.0)  # zone 31, equator
+    >>> round(lo, 6), round(hi, 6)
+    (0.9996, 1.000981)
+    """
+    lon = _wrap(np.linspace(lon_min, lon_max, _GRID))
+    lat = np.linspace(lat_min, lat_max, _GRID)
+    if lat_min < 0.0 < lat_max:
+        # Transverse Mercator scale peaks on the equator: make sure the grid has that row.
+        lat = np.append(lat, 0.0)
+    lat = np.clip(lat, -89.999, 89.999)
+    glon, glat = (a.ravel() for a in np.meshgrid(lon, lat))
+    f = pyproj.Proj(crs_m).get_factors(glon, glat, errcheck=False)
+    hi = np.asarray(f.tissot_semimajor, dtype=np.float64)
+    lo = np.asarray(f.tissot_semiminor, dtype=np.float64)
+    if not (np.all(np.isfinite(hi)) and np.all(np.isfinite(lo))):
+        return 0.0, np.inf
+    return float(lo.min()), float(hi.max())
+
+
+def _within(rng: tuple[float, float], tol: float) -> bool:
+    return rng[1] - 1.0 <= tol and 1.0 - rng[0] <= tol
+
+
+def metric_crs_for(
+    lon_min: float,
+    lat_min: float,
+    lon_max: float,
+    lat_max: float,
+    geodetic: Any = "EPSG:4326",
+    max_scale_error: float = MAX_SCALE_ERROR,
+) -> tuple[pyproj.CRS, tuple[float, float]]:
+    """Choose the automatic metric CRS for a lon/lat box (UTM of its centre, else a local TM).
+
+    Returns the CRS and its (min, max) scale factor over the box; raises :class:`CRSError` when
+    neither keeps |k - 1| within ``max_scale_error``.
+
+    Examples
+    --------
+    >>> crs, (lo, hi) = metric_crs_for(-74.3, 40.5, -73.7, 40.9)   # New York City
+    >>> crs.to_epsg(), hi < 1.0
+    (32618, True)
+    >>> crs, _ = metric_crs_for(-79.0, 39.0, -77.0, 41.0)          # straddles zones 17 and 18
+    >>> crs.name
+    'gpframe local transverse Mercator lon_0=-78.0'
+    """
+    geod = _horizontal(_as_crs(geodetic, "geodetic"))
+    geod = geod if geod.is_geographic else geod.geodetic_crs
+    lon_c = (lon_min + lon_max) / 2.0
+    lat_c = (lat_min + lat_max) / 2.0
+    utm = utm_crs_for(lon_c, lat_c, geodetic=geod)
+    rng = scale_range(utm, lon_min, lat_min, lon_max, lat_max)
+    if _within(rng, max_scale_error):
+        return utm, rng
+    tm = _local_tm(lon_c, geod)
+    rng = scale_range(tm, lon_min, lat_min, lon_max, lat_max)
+    if _within(rng, max_scale_error):
+        return tm, rng
+    err = 100 * max(rng[1] - 1.0, 1.0 - rng[0])
+    raise CRSError(
+        f"the data spans lon {_wrap(lon_min):.4f}..{_wrap(lon_max):.4f}, lat "
+        f"{lat_min:.4f}..{lat_max:.4f}: too wide for one transverse Mercator projection (scale "
+        f"error up to {err:.3g} % > {100 * max_scale_error:.3g} %), so distances would not be "
+        "metres. Pass an explicit to_crs= (a projected CRS in metres suited to the whole extent; "
+        "its worst-case scale factor is then reported as scale_max and divides eps), or split the "
+        f"data by region. {_NOTHING}"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# column resolution
+
+
+def _numeric_column(df: pd.DataFrame, col: str, arg: str) -> np.ndarray:
+    if not isinstance(col, str) and not np.isscalar(col):
+        raise InvalidInputError(f"{arg}= must name a column; got {col!r}. {_NOTHING}")
+    if col not in df.columns:
+        raise InvalidInputError(
+            f"{arg}={col!r} is not a column of the frame (columns: {list(map(str, df.columns))}). "
+            f"{_NOTHING}"
+        )
+    s = df[col]
+    if isinstance(s, pd.DataFrame):
+        raise InvalidInputError(f"column {col!r} is duplicated in the frame. {_NOTHING}")
+    if pd.api.types.is_bool_dtype(s.dtype) or not pd.api.types.is_numeric_dtype(s.dtype):
+        bad = pd.to_numeric(s, errors="coerce").isna().to_numpy() & s.notna().to_numpy()
+        if pd.api.types.is_bool_dtype(s.dtype):
+            bad = np.ones(len(s), dtype=bool)
+        n, rows = _rows(bad, df.index)
+        raise InvalidInputError(
+            f"column {col!r} has dtype {s.dtype}, not a numeric coordinate; {n} of {len(s)} values "
+            f"are not numbers {rows}. Convert it first: df[{col!r}] = pd.to_numeric(df[{col!r}]). "
+            f"{_NOTHING}"
+        )
+    # Nullable dtypes (Float64, Int64) carry pd.NA: map it to NaN so the finiteness check counts it.
+    return s.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _check_finite(vals: np.ndarray, col: str, index: pd.Index, cols: Sequence[str]) -> None:
+    bad = ~np.isfinite(vals)
+    if bad.any():
+        n, rows = _rows(bad, index)
+        raise InvalidInputError(
+            f"column {col!r} has {n} NaN/inf {'value' if n == 1 else 'values'} {rows}. Drop or "
+            f"fill them first: df = df[np.isfinite(df[{list(cols)!r}]).all(axis=1)]. {_NOTHING}"
+        )
+
+
+def _geometry_xy(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, str]:
+    geo = df.geometry
+    name = str(geo.name)
+    arr = np.asarray(geo.array, dtype=object)
+    missing = shapely.is_missing(arr) | shapely.is_empty(arr)
+    if missing.any():
+        n, rows = _rows(missing, df.index)
+        raise InvalidInputError(
+            f"geometry column {name!r} has {n} missing or empty "
+            f"{'geometry' if n == 1 else 'geometries'} {rows}. Drop them first: df = "
+            f"df[~(df.geometry.isna() | df.geometry.is_empty)]. {_NOTHING}"
+        )
+    kinds = shapely.get_type_id(arr)
+    notpoint = kinds != shapely.GeometryType.POINT
+    if notpoint.any():
+        n, rows = _rows(notpoint, df.index)
+        seen = sorted(
+            {shapely.GeometryType(int(k)).name.title() for k in np.unique(kinds[notpoint])}
+        )
+        raise InvalidInputError(
+            f"geometry column {name!r} has {n} non-point {'geometry' if n == 1 else 'geometries'} "
+            f"({', '.join(seen)}) {rows}; this operation needs one point per row. Convert first, "
+            "e.g. df.geometry = df.geometry.representative_point(), or explode multipoints with "
+            f"df.explode(index_parts=False). {_NOTHING}"
+        )
+    return shapely.get_x(arr), shapely.get_y(arr), name
+
+
+def resolve_points(
+    df: pd.DataFrame,
+    *,
+    user: str,
+    x: str | None = None,
+    y: str | None = None,
+    lon: str | None = None,
+    lat: str | None = None,
+    crs: Any = None,
+    to_crs: Any = None,
+    max_scale_error: float = MAX_SCALE_ERROR,
+) -> Projected:
+    """Validate a frame's user ids and point coordinates and project them to metres.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame or geopandas.GeoDataFrame
+        One row per location.
+    user : str
+        Column of user ids; missing ids are refused.
+    x, y : str, optional
+        Coordinate columns in ``crs`` units (x = easting or longitude).
+    lon, lat : str, optional
+        Coordinate columns in degrees; ``crs`` must then be geographic.
+    crs : CRS-like, optional
+        CRS of the coordinates. Required with columns; with a GeoDataFrame it may stand in for a
+        missing ``df.crs`` but must not contradict one.
+    to_crs : CRS-like, optional
+        Metric CRS to use instead of the automatic choice (see the module docstring).
+    max_scale_error : float
+        Bound on |k - 1| over the extent for the automatic choice (default 0.1 %).
+
+    Returns
+    -------
+    Projected
+
+    Raises
+    ------
+    InvalidInputError
+        Empty frame, unknown column, missing user ids, non-numeric/NaN/inf coordinates, degrees
+        out of range, missing/empty/non-point geometries. The message names the column and the
+        first bad rows.
+    CRSError
+        No CRS, contradicting CRSs, an unusable ``to_crs``, or data too wide for the automatic
+        choice.
+
+    Examples
+    --------
+    >>> df = pd.DataFrame({"uid": [1, 1, 2], "lon": [-74.0, -73.99, -73.98],
+    ...                    "lat": [40.7, 40.71, 40.72]})
+    >>> p = resolve_points(df, user="uid", lon="lon", lat="lat", crs="EPSG:4326")
+    >>> p.crs_m.to_epsg(), p.xy.shape, p.scale_max
+    (32618, (3, 2), 1.0)
+    >>> lon, lat = p.to_input_crs(p.xy)
+    >>> bool(np.allclose(lon, df["lon"], rtol=0, atol=1e-9))
+    True
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise InvalidInputError(
+            f"expected a pandas DataFrame or GeoDataFrame; got {type(df).__name__}. {_NOTHING}"
+        )
+    if len(df) == 0:
+        raise InvalidInputError(
+            f"the frame is empty (0 rows): there is nothing to analyse. {_NOTHING}"
+        )
+    if not (np.isfinite(max_scale_error) and 0 < max_scale_error < 1):
+        raise InvalidInputError(f"max_scale_error must be in (0, 1); got {max_scale_error!r}.")
+    index = df.index
+
+    # -- user ids
+    if user is None or user not in df.columns:
+        raise InvalidInputError(
+            f"user={user!r} is not a column of the frame (columns: {list(map(str, df.columns))}). "
+            f"Name the user-id column, e.g. user='user_id'. {_NOTHING}"
+        )
+    users_s = df[user]
+    missing = users_s.isna().to_numpy()
+    if missing.any():
+        n, rows = _rows(missing, index)
+        raise InvalidInputError(
+            f"column {user!r} has {n} missing user {'id' if n == 1 else 'ids'} {rows}. Every row "
+            f"must belong to a user: df = df.dropna(subset=[{user!r}]). {_NOTHING}"
+        )
+    users = users_s.to_numpy()
+
+    # -- coordinates
+    pairs = {"x/y": (x, y), "lon/lat": (lon, lat)}
+    given = [k for k, (a, b) in pairs.items() if a is not None or b is not None]
+    if len(given) > 1:
+        raise InvalidInputError(f"pass either x=/y= or lon=/lat=, not both. {_NOTHING}")
+    if given:
+        kind = given[0]
+        cx, cy = pairs[kind]
+        names = ("x", "y") if kind == "x/y" else ("lon", "lat")
+        if cx is None or cy is None:
+            raise InvalidInputError(
+                f"pass both {names[0]}= and {names[1]}= (got {names[0]}={cx!r}, "
+                f"{names[1]}={cy!r}). {_NOTHING}"
+            )
+        if crs is None:
+            hint = "crs='EPSG:4326' for WGS84 degrees" if kind == "lon/lat" else "crs='EPSG:32618'"
+            raise CRSError(
+                f"columns {cx!r}/{cy!r} have no CRS: pass crs= explicitly, e.g. {hint}. gpframe "
+                f"never guesses units. {_NOTHING}"
+            )
+        crs_in = _horizontal(_as_crs(crs, "crs"))
+        xs = _numeric_column(df, cx, names[0])
+        ys = _numeric_column(df, cy, names[1])
+        _check_finite(xs, cx, index, (cx, cy))
+        _check_finite(ys, cy, index, (cx, cy))
+        coords: tuple[str, ...] = (cx, cy)
+        if kind == "lon/lat" and not crs_in.is_geographic:
+            raise CRSError(
+                f"lon=/lat= columns need a geographic crs, but crs={_describe(crs_in)} is "
+                f"projected. Use x=/y= for projected coordinates. {_NOTHING}"
+            )
+    else:
+        if not hasattr(df, "geometry") or not _has_active_geometry(df):
+            raise InvalidInputError(
+                "no coordinates: pass x=/y= or lon=/lat= column names with crs=, or a "
+                f"GeoDataFrame with a point geometry column. {_NOTHING}"
+            )
+        frame_crs = df.crs
+        if frame_crs is None and crs is None:
+            raise CRSError(
+                "the GeoDataFrame has no CRS: set it first (df = df.set_crs('EPSG:4326') for "
+                f"WGS84 degrees) or pass crs=. gpframe never guesses units. {_NOTHING}"
+            )
+        crs_in = _horizontal(
+            pyproj.CRS(frame_crs) if frame_crs is not None else _as_crs(crs, "crs")
+        )
+        if frame_crs is not None and crs is not None:
+            other = _horizontal(_as_crs(crs, "crs"))
+            if not other.equals(crs_in, ignore_axis_order=True):
+                raise CRSError(
+                    f"crs={_describe(other)} contradicts the GeoDataFrame's CRS "
+                    f"{_describe(crs_in)}. Drop crs=, or reproject first with df.to_crs(...). "
+                    f"{_NOTHING}"
+                )
+        xs, ys, gname = _geometry_xy(df)
+        coords = (gname,)
+        _check_finite(xs, gname, index, ("x", "y"))
+        _check_finite(ys, gname, index, ("x", "y"))
+        cx, cy = gname, gname
+
+    xy_m, crs_m, rng, back = _project(xs, ys, crs_in, to_crs, index, (cx, cy), max_scale_error)
+    return Projected(
+        xy=xy_m,
+        users=users,
+        index=index,
+        crs_in=crs_in,
+        crs_m=crs_m,
+        scale_max=max(1.0, rng[1]),
+        scale_min=rng[0],
+        coords=coords,
+        _back=back,
+    )
+
+
+def _has_active_geometry(df: pd.DataFrame) -> bool:
+    try:
+        df.geometry  # noqa: B018 - geopandas raises AttributeError when no active geometry is set
+    except AttributeError:
+        return False
+    return True
+
+
+def _project(
+    xs: np.ndarray,
+    ys: np.ndarray,
+    crs_in: pyproj.CRS,
+    to_crs: Any,
+    index: pd.Index,
+    cols: tuple[str, str],
+    tol: float,
+) -> tuple[np.ndarray, pyproj.CRS, tuple[float, float], pyproj.Transformer | None]:
+    if crs_in.is_geographic:
+        unit = crs_in.axis_info[0].unit_name.lower()
+        if "degree" not in unit:
+            raise CRSError(
+                f"geographic CRS {_describe(crs_in)} is in {unit}, not degrees. {_NOTHING}"
+            )
+        for vals, col, lim, what in (
+            (xs, cols[0], 180.0, "longitude"),
+            (ys, cols[1], 90.0, "latitude"),
+        ):
+            bad = np.abs(vals) > lim
+            if bad.any():
+                n, rows = _rows(bad, index)
+                raise InvalidInputError(
+                    f"column {col!r} has {n} {what} {'value' if n == 1 else 'values'} outside "
+                    f"[-{lim:g}, {lim:g}] {rows}. Check that lon and lat are not swapped and that "
+                    f"the CRS {_describe(crs_in)} is right. {_NOTHING}"
+                )
+        geod = crs_in
+        lo, hi = _lon_extent(xs)
+        box = (lo, float(ys.min()), hi, float(ys.max()))
+    elif crs_in.is_projected:
+        geod = crs_in.geodetic_crs
+        to_geo = pyproj.Transformer.from_crs(crs_in, geod, always_xy=True)
+        b = to_geo.transform_bounds(
+            float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max()), densify_pts=21
+        )
+        if not np.all(np.isfinite(b)):
+            raise CRSError(
+                f"columns {cols[0]!r}/{cols[1]!r} fall outside the valid area of "
+                f"{_describe(crs_in)}. Check the crs. {_NOTHING}"
+            )
+        # transform_bounds reports a box across the antimeridian as east < west: unwrap it.
+        lon_hi = b[2] + 360.0 if b[2] < b[0] else b[2]
+        box = (b[0], b[1], lon_hi, b[3])
+    else:
+        raise CRSError(
+            f"{_describe(crs_in)} is neither geographic (lon/lat) nor projected; gpframe needs one "
+            f"of those. {_NOTHING}"
+        )
+
+    if to_crs is not None:
+        crs_m = _check_metric_target(_as_crs(to_crs, "to_crs"), "to_crs")
+        rng = scale_range(crs_m, *box)
+        if not np.isfinite(rng[1]):
+            raise CRSError(
+                f"to_crs={_describe(crs_m)} is not defined over the whole data extent (lon "
+                f"{_wrap(box[0]):.4f}..{_wrap(box[2]):.4f}, lat {box[1]:.4f}..{box[3]:.4f}). Name "
+                f"a CRS that covers it. {_NOTHING}"
+            )
+    else:
+        crs_m = None
+        if (
+            crs_in.is_projected
+            and _linear_unit(crs_in)[1] == 1.0
+            and not _is_pseudo_mercator(crs_in)
+        ):
+            rng = scale_range(crs_in, *box)
+            if _within(rng, tol):
+                crs_m = crs_in
+        if crs_m is None:
+            crs_m, rng = metric_crs_for(*box, geodetic=geod, max_scale_error=tol)
+
+    if crs_m.equals(crs_in, ignore_axis_order=True):
+        return np.column_stack([xs, ys]), crs_in, rng, None
+    fwd = pyproj.Transformer.from_crs(crs_in, crs_m, always_xy=True)
+    back = pyproj.Transformer.from_crs(crs_m, crs_in, always_xy=True)
+    ex, ny = fwd.transform(xs, ys)
+    xy = np.column_stack([ex, ny]).astype(np.float64, copy=False)
+    bad = ~np.isfinite(xy).all(axis=1)
+    if bad.any():
+        n, rows = _rows(bad, index)
+        raise CRSError(
+            f"columns {cols[0]!r}/{cols[1]!r}: {n} {'point' if n == 1 else 'points'} could not be "
+            f"projected to {_describe(crs_m)} {rows}. Check the input CRS {_describe(crs_in)}. "
+            f"{_NOTHING}"
+        )
+    return xy, crs_m, rng, back
+
+
+# --------------------------------------------------------------------------------------------------
+# regions
+
+
+def _geometry_array(geoms: Any) -> tuple[np.ndarray, pd.Index, pyproj.CRS | None]:
+    """Normalise a geometry, sequence, GeoSeries or GeoDataFrame to (array, labels, crs)."""
+    if isinstance(geoms, pd.DataFrame):
+        if not _has_active_geometry(geoms):
+            raise InvalidInputError(f"the frame has no active geometry column. {_NOTHING}")
+        geoms = geoms.geometry
+    if isinstance(geoms, pd.Series):
+        crs = getattr(geoms, "crs", None)
+        return np.asarray(geoms.array, dtype=object), geoms.index, crs
+    if isinstance(geoms, shapely.Geometry) or geoms is None:
+        return np.array([geoms], dtype=object), pd.RangeIndex(1), None
+    arr = np.asarray(geoms, dtype=object).ravel()
+    return arr, pd.RangeIndex(arr.size), None
+
+
+def validate_polygons(geoms: Any, name: str = "region") -> None:
+    """Refuse anything but valid, non-empty (Multi)Polygons with finite coordinates.
+
+    Parameters
+    ----------
+    geoms : shapely geometry, sequence of geometries, GeoSeries or GeoDataFrame
+    name : str
+        How the message refers to the argument.
+
+    Raises
+    ------
+    InvalidInputError
+        Naming ``name``, the number of bad polygons, the first few labels and, for invalid ones, why
+        (``shapely.is_valid_reason``) with the repair to try (``shapely.make_valid``).
+
+    Examples
+    --------
+    >>> validate_polygons(shapely.box(0, 0, 1, 1))
+    >>> bowtie = shapely.Polygon([(0, 0), (1, 1), (1, 0), (0, 1)])
+    >>> validate_polygons(bowtie, name="downtown")
+    Traceback (most recent call last):
+    ...
+    gpframe.errors.InvalidInputError: downtown has 1 invalid polygon (rows 0: Self-intersection...
+    """
+    arr, labels, _ = _geometry_array(geoms)
+    if arr.size == 0:
+        raise InvalidInputError(f"{name} is empty: pass at least one polygon. {_NOTHING}")
+    try:
+        missing = shapely.is_missing(arr) | shapely.is_empty(arr)
+    except TypeError:
+        raise InvalidInputError(
+            f"{name} must hold shapely geometries; got {type(arr[0]).__name__}. {_NOTHING}"
+        ) from None
+    if missing.any():
+        n, rows = _rows(missing, labels)
+        raise InvalidInputError(
+            f"{name} has {n} missing or empty {'geometry' if n == 1 else 'geometries'} {rows}. "
+            f"Drop them first. {_NOTHING}"
+        )
+    kinds = shapely.get_type_id(arr)
+    notpoly = ~np.isin(kinds, [shapely.GeometryType.POLYGON, shapely.GeometryType.MULTIPOLYGON])
+    if notpoly.any():
+        n, rows = _rows(notpoly, labels)
+        seen = sorted(
+            {shapely.GeometryType(int(k)).name.title() for k in np.unique(kinds[notpoly])}
+        )
+        raise InvalidInputError(
+            f"{name} has {n} non-polygon {'geometry' if n == 1 else 'geometries'} "
+            f"({', '.join(seen)}) {rows}; a region must be a Polygon or MultiPolygon (buffer "
+            f"points or lines first, e.g. geom.buffer(100) in metres). {_NOTHING}"
+        )
+    coords, which = shapely.get_coordinates(arr, return_index=True)
+    nonfinite = np.zeros(arr.size, dtype=bool)
+    nonfinite[which[~np.isfinite(coords).all(axis=1)]] = True
+    if nonfinite.any():
+        n, rows = _rows(nonfinite, labels)
+        raise InvalidInputError(
+            f"{name} has {_plural(n, 'polygon')} with NaN/inf coordinates {rows}. {_NOTHING}"
+        )
+    invalid = ~shapely.is_valid(arr)
+    if invalid.any():
+        bad = np.flatnonzero(invalid)
+        reasons = shapely.is_valid_reason(arr[bad[:_SHOW]])
+        parts = ", ".join(f"{labels[i]}: {r}" for i, r in zip(bad[:_SHOW], reasons, strict=True))
+        more = ", ..." if bad.size > _SHOW else ""
+        raise InvalidInputError(
+            f"{name} has {_plural(int(bad.size), 'invalid polygon')} (rows {parts}{more}). Repair "
+            "with shapely.make_valid(geom) (GeoSeries: .make_valid()) and check the result is the "
+            f"area you meant. {_NOTHING}"
+        )
+
+
+def project_geometry(geom_or_series: Any, crs_in: Any, crs_m: Any) -> Any:
+    """Project geometries (regions, query points) into the metric CRS, vertex by vertex, vectorised.
+
+    Parameters
+    ----------
+    geom_or_series : shapely geometry, sequence, GeoSeries or GeoDataFrame
+        Bare shapely geometries are taken to be in ``crs_in``, the data's CRS (P-U4: one CRS for
+        data and regions). A GeoSeries/GeoDataFrame with its own CRS is projected from that CRS.
+    crs_in, crs_m : CRS-like
+        Source and target CRS.
+
+    Returns
+    -------
+    The same kind of object: a shapely geometry, an object ndarray, or a GeoSeries in ``crs_m``.
+    Vertices are transformed; edges are not densified, so each edge stays a straight segment
+    in ``crs_m``.
+
+    Examples
+    --------
+    >>> sq = shapely.box(-74.0, 40.7, -73.99, 40.71)
+    >>> m = project_geometry(sq, "EPSG:4326", "EPSG:32618")
+    >>> round(m.area / 1e6, 3)   # km²
+    0.938
+    """
+    src_default = _horizontal(_as_crs(crs_in, "crs_in"))
+    dst = _horizontal(_as_crs(crs_m, "crs_m"))
+    if isinstance(geom_or_series, pd.DataFrame):
+        if not _has_active_geometry(geom_or_series):
+            raise InvalidInputError(f"the frame has no active geometry column. {_NOTHING}")
+        geom_or_series = geom_or_series.geometry
+    series_crs = (
+        getattr(geom_or_series, "crs", None) if isinstance(geom_or_series, pd.Series) else None
+    )
+    src = _horizontal(pyproj.CRS(series_crs)) if series_crs is not None else src_default
+    arr, labels, _ = _geometry_array(geom_or_series)
+    if src.equals(dst, ignore_axis_order=True):
+        out = arr.copy()
+    else:
+        tr = pyproj.Transformer.from_crs(src, dst, always_xy=True)
+
+        def _fn(c: np.ndarray) -> np.ndarray:
+            ex, ny = tr.transform(c[:, 0], c[:, 1])
+            return np.column_stack([ex, ny])
+
+        out = shapely.transform(arr, _fn)
+        coords, which = shapely.get_coordinates(out, return_index=True)
+        bad = np.zeros(arr.size, dtype=bool)
+        bad[which[~np.isfinite(coords).all(axis=1)]] = True
+        if bad.any():
+            n, rows = _rows(bad, labels)
+            raise CRSError(
+                f"{_plural(n, 'geometry')} could not be projected from {_describe(src)} to "
+                f"{_describe(dst)} {rows}: they lie outside its valid area. {_NOTHING}"
+            )
+    if isinstance(geom_or_series, pd.Series):
+        import geopandas as gpd
+
+        return gpd.GeoSeries(out, index=labels, crs=dst, name=geom_or_series.name)
+    if isinstance(geom_or_series, shapely.Geometry):
+        return out[0]
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# outputs
+
+
+def points_frame(
+    xy_in: np.ndarray | tuple[np.ndarray, np.ndarray],
+    index: pd.Index,
+    crs_in: Any,
+    like: pd.DataFrame | None = None,
+    *,
+    x: str | None = None,
+    y: str | None = None,
+) -> pd.DataFrame:
+    """Build an output frame of points in the input CRS, keeping the input index.
+
+    Parameters
+    ----------
+    xy_in : ndarray (n, 2) or tuple (x, y)
+        Coordinates in ``crs_in`` (e.g. from :meth:`Projected.to_input_crs`).
+    index : pandas.Index
+        Row labels of the result.
+    crs_in : CRS-like
+        CRS of the coordinates.
+    like : DataFrame, optional
+        The input frame. A GeoDataFrame gives a copy with its active geometry replaced; a DataFrame
+        with ``x=``/``y=`` column names gives a copy with those columns replaced (DataFrame in,
+        DataFrame out). Its length must match.
+    x, y : str, optional
+        Coordinate column names for a plain DataFrame ``like``.
+
+    Returns
+    -------
+    GeoDataFrame (or DataFrame when ``like`` is a plain DataFrame with ``x``/``y``).
+
+    Examples
+    --------
+    >>> xy = (np.array([1.0, 2.0]), np.array([3.0, 4.0]))
+    >>> out = points_frame(xy, pd.Index([10, 20]), "EPSG:32618")
+    >>> list(out.index), out.crs.to_epsg(), out.geometry.x.tolist()
+    ([10, 20], 32618, [1.0, 2.0])
+    """
+    import geopandas as gpd
+
+    if isinstance(xy_in, tuple):
+        xs, ys = (np.asarray(a, dtype=np.float64) for a in xy_in)
+    else:
+        arr = np.asarray(xy_in, dtype=np.float64)
+        if arr.ndim != 2 or arr.shape[1] != 2:
+            raise InvalidInputError(f"xy_in must have shape (n, 2); got {arr.shape}. {_NOTHING}")
+        xs, ys = arr[:, 0], arr[:, 1]
+    if not (xs.shape == ys.shape == (len(index),)):
+        raise InvalidInputError(
+            f"points_frame: {xs.shape[0]} x values, {ys.shape[0]} y values and {len(index)} index "
+            f"labels must match. {_NOTHING}"
+        )
+    crs = _as_crs(crs_in, "crs_in")
+    if like is not None and len(like) != len(index):
+        raise InvalidInputError(
+            f"points_frame: like= has {len(like)} rows but there are {len(index)} points. "
+            f"{_NOTHING}"
+        )
+    if like is not None and x is not None and y is not None:
+        out = like.copy()
+        out.index = index
+        out[x] = xs
+        out[y] = ys
+        return out
+    pts = gpd.points_from_xy(xs, ys, crs=crs)
+    if isinstance(like, gpd.GeoDataFrame) and _has_active_geometry(like):
+        out = like.copy()
+        out.index = index
+        gname = like.geometry.name
+        out[gname] = gpd.GeoSeries(pts, index=index, crs=crs)
+        return out.set_geometry(gname, crs=crs) if out.crs is None else out
+    return gpd.GeoDataFrame(geometry=pts, index=index, crs=crs)
