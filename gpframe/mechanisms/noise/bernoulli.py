@@ -1,0 +1,144 @@
+"""Vectorised exact Bernoulli(exp(-gamma)): the batch form of CKS20 Alg. 1 (secure-noise.md §4.4).
+
+Inputs are float arrays ``glo <= gamma <= ghi`` (certified enclosures, §4.3) and an exact callback
+``exact_less(i, W, m, M)`` that decides ``U * M < gamma_i`` for a uniform ``U`` whose first
+``m`` bits are ``W``, drawing more bits of the same ``U`` when needed.
+
+Each element splits ``gamma`` into ``n_i = max(1, ceil(ghi_i))`` pieces ``gamma / n_i <= 1``
+and runs CKS20 Alg. 1 on each piece: ``K = 1``; while Bernoulli(gamma / (n_i K)) succeeds,
+``K += 1``; the piece succeeds iff ``K`` is odd. Every Bernoulli draw is one certified 16-bit
+draw (Lemma 1, §4.3):
+
+* ``(W + 1) * M / 2**16 <= glo`` proves ``U * M < gamma`` (success);
+* ``W * M / 2**16 >= ghi`` proves ``U * M >= gamma`` (failure);
+* otherwise ``exact_less`` decides with Python integers.
+
+Both products on the left are exact in float64 (integers below 2**53 scaled by a power of two), so
+no rounding decides anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from gpframe.mechanisms.noise.bits import BitSource
+
+__all__ = ["bern_exp_neg", "enclose", "lazy_rational_less"]
+
+# Lemma 1 needs 2^16 M < 2^53; beyond this M the draw goes straight to the exact routine.
+_M_GUARD = float(2**36)
+_TWO16 = 65536.0
+
+ExactLess = Callable[[int, int, int, int], bool]
+
+
+def enclose(glo: np.ndarray, ghi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return the enclosure actually used. Identity; tests patch it to force the exact paths."""
+    return glo, ghi
+
+
+def lazy_rational_less(W: int, m: int, M: int, num: int, den: int, bits: BitSource) -> bool:
+    """Decide ``U * M < num / den`` exactly, ``U`` uniform with ``m``-bit prefix ``W`` (§4.2)."""
+    while True:
+        rhs = num << m
+        if (W + 1) * M * den <= rhs:
+            return True
+        if W * M * den >= rhs:
+            return False
+        W = (W << 64) | bits.int_bits(64)
+        m += 64
+
+
+def _decide(
+    w: np.ndarray,
+    M: np.ndarray | None,
+    guard: bool,
+    glo16: np.ndarray,
+    ghi16: np.ndarray,
+    idx: np.ndarray,
+    exact_less: ExactLess,
+) -> np.ndarray:
+    """One certified draw per element: returns ``U * M < gamma`` as a bool array."""
+    wf = w.astype(np.float64)
+    if M is None:  # every M is 1
+        fail = wf >= ghi16
+        wf += 1.0
+        succ = wf <= glo16
+    else:
+        wf *= M
+        fail = wf >= ghi16
+        wf += M
+        succ = wf <= glo16
+    amb = ~(succ | fail)
+    if M is not None and guard:
+        amb |= M >= _M_GUARD
+    if amb.any():
+        for j in np.flatnonzero(amb).tolist():
+            succ[j] = exact_less(int(idx[j]), int(w[j]), 16, 1 if M is None else int(M[j]))
+    return succ
+
+
+def bern_exp_neg(
+    glo: np.ndarray,
+    ghi: np.ndarray,
+    exact_less: ExactLess,
+    bits: BitSource,
+    w1: np.ndarray | None = None,
+) -> np.ndarray:
+    """Return a bool array: element ``i`` is True with probability exactly ``exp(-gamma_i)``.
+
+    Parameters
+    ----------
+    glo, ghi : float64 arrays
+        Certified bounds ``0 <= glo <= gamma <= ghi``.
+    exact_less : callable
+        ``exact_less(i, W, m, M)`` decides ``U * M < gamma_i`` from the ``m``-bit prefix ``W``.
+    bits : BitSource
+        The source of the 16-bit draws.
+    w1 : uint16 array, optional
+        Pre-drawn words for the first round (saves one request to the source).
+    """
+    glo, ghi = enclose(glo, ghi)
+    n = glo.size
+    out = np.zeros(n, dtype=bool)
+    if n == 0:
+        return out
+    glo16 = glo * _TWO16
+    ghi16 = ghi * _TWO16
+    pmax = float(ghi.max())
+    pieces = np.maximum(np.ceil(ghi), 1.0) if pmax > 1.0 else None
+    if w1 is None:
+        w1 = bits.arr(n, np.uint16)
+    # Round 1 (K = 1, M = n_i): a failure ends piece 1 with K odd, i.e. the piece succeeds.
+    s = _decide(w1, pieces, pmax >= _M_GUARD, glo16, ghi16, np.arange(n), exact_less)
+    if pieces is None:  # one piece each: failures are accepted, successes continue with K = 2
+        out = ~s
+        idx = np.flatnonzero(s)
+        p = np.ones(idx.size)
+        K = np.full(idx.size, 2.0)
+        left = p.copy()
+    else:
+        one_piece = pieces == 1.0
+        out = ~s & one_piece
+        idx = np.flatnonzero(s | ~one_piece)
+        si = s[idx]
+        p = pieces[idx]
+        K = np.where(si, 2.0, 1.0)
+        left = p - ~si
+    lo, hi = glo16[idx], ghi16[idx]
+    # General loop on the survivors, whose state is kept compacted: (idx, n_i, K, pieces left).
+    while idx.size:
+        M = p * K
+        w = bits.arr(idx.size, np.uint16)
+        s = _decide(w, M, bool(M.max() >= _M_GUARD), lo, hi, idx, exact_less)
+        piece_ok = ~s & ((K % 2.0) == 1.0)  # failure with K odd: this piece succeeded
+        left -= piece_ok
+        done_ok = piece_ok & (left == 0.0)
+        out[idx[done_ok]] = True
+        # Survivors: successes (K += 1) and finished pieces with more to go (K = 1).
+        keep = s | (piece_ok & ~done_ok)
+        K = np.where(s, K + 1.0, 1.0)[keep]
+        idx, p, left, lo, hi = idx[keep], p[keep], left[keep], lo[keep], hi[keep]
+    return out

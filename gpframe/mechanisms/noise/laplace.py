@@ -1,0 +1,311 @@
+"""Exact discrete Laplace and lattice Laplace samplers, in lattice units (secure-noise.md §5, §7).
+
+>>> from fractions import Fraction
+>>> k = discrete_laplace(Fraction(1, 3), 5, None)
+>>> k.dtype, k.shape
+(dtype('int64'), (5,))
+>>> lattice_laplace(Fraction(1, 1024), 2, 4, None).shape
+(4, 2)
+>>> discrete_laplace(0, 5, None)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+gpframe.errors.InvalidInputError: lam=0 is outside the supported range [9.09495e-13, 1024] ...
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from gpframe.errors import InvalidInputError
+from gpframe.mechanisms.noise import ieee
+from gpframe.mechanisms.noise.bernoulli import bern_exp_neg, lazy_rational_less
+from gpframe.mechanisms.noise.bits import BitSource, resolve_rng
+from gpframe.mechanisms.noise.exact import ExactProb, LazyUniform, as_fraction
+from gpframe.mechanisms.noise.geometric import block_geometric, digit_geometric, v_table
+
+__all__ = [
+    "discrete_laplace",
+    "discrete_laplace_design_a",
+    "lattice_laplace",
+]
+
+LAM_MIN, LAM_MAX = Fraction(1, 2**40), Fraction(2**10)
+A_MIN, A_MAX = Fraction(1, 2**24), Fraction(2**4)
+D_MAX = 4
+
+#: Internal chunk of proposals (secure-noise.md §10): arrays that stay in cache run faster.
+CHUNK = 1 << 18
+#: Fixed acceptance constants (R7): batch sizes depend on (n, parameters) only.
+ACC_LAPLACE = 0.96
+ACC_LATTICE = {1: 0.9, 2: 0.72, 3: 0.55, 4: 0.42}
+_REL = 2.0**-50  # margin for lam * e: 8u against a proven 2.01u (§4.3)
+_PLANAR_MARGIN = 2.0**-44
+#: Rows with some |k_i| at or above this take the exact path (float N would not be exact).
+BIG_K = 1 << 52
+
+
+def check_n(n: Any, name: str = "n") -> int:
+    """Validate a sample count (a non-negative integer)."""
+    try:
+        n_int = operator.index(n)
+    except TypeError:
+        raise InvalidInputError(
+            f"{name}={n!r} must be a non-negative integer. Nothing was charged."
+        ) from None
+    if n_int < 0:
+        raise InvalidInputError(f"{name}={n_int} must be >= 0. Nothing was charged.")
+    return n_int
+
+
+def _batch(need: int, acc: float, chunk: int) -> int:
+    return min(chunk, math.ceil(need / acc) + 16)
+
+
+def _collect(n: int, acc: float, draw: Any, width: int = 0, chunk: int = CHUNK) -> np.ndarray:
+    """Run ``draw(m) -> accepted rows`` in fixed-size batches until ``n`` rows are collected."""
+    out = np.empty((n, width) if width else n, dtype=np.int64)
+    filled = 0
+    while filled < n:
+        need = n - filled
+        got = draw(_batch(need, acc, chunk))
+        take = min(need, got.shape[0])
+        out[filled : filled + take] = got[:take]
+        filled += take
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# 1-D discrete Laplace, design B (§5.3) and the coarse path (§5.5)
+
+
+def _laplace_b_batch(lam: Fraction, m: int, bits: BitSource) -> np.ndarray:
+    geo = block_geometric(lam)
+    k, e, _, w1 = geo.propose(m, bits, n_u16=m)
+    g = e.astype(np.float64) * float(lam)
+    glo = g * (1.0 - _REL)
+    ghi = g * (1.0 + _REL)
+    num, den = lam.numerator, lam.denominator
+
+    def exact_less(i: int, W: int, mm: int, M: int) -> bool:
+        return lazy_rational_less(W, mm, M, num * int(e[i]), den, bits)
+
+    acc = bern_exp_neg(glo, ghi, exact_less, bits, w1)
+    return k[acc]
+
+
+@lru_cache(maxsize=256)
+def _p0(lam: Fraction) -> tuple[ExactProb, int]:
+    p0 = ExactProb.p_zero(lam)
+    return p0, p0.floor(32)
+
+
+def _laplace_coarse_batch(lam: Fraction, m: int, bits: BitSource) -> np.ndarray:
+    """§5.5: 0 with probability (1-q)/(1+q), else a fair sign times 1 + Geometric(q)."""
+    p0, T0 = _p0(lam)
+    vt = v_table(lam)
+    buf = bits.bytes(8 * m + (m + 7) // 8)
+    W0 = np.frombuffer(buf, dtype=np.uint32, count=m)
+    W = np.frombuffer(buf, dtype=np.uint32, count=m, offset=4 * m)
+    s = np.unpackbits(np.frombuffer(buf, dtype=np.uint8, offset=8 * m), count=m)
+    zero = W0 < T0
+    for i in np.flatnonzero(W0 == T0).tolist():
+        zero[i] = LazyUniform(int(W0[i]), 32, bits).less_than(p0)
+    V = vt.from_words(W, bits)
+    mag = np.where(zero, 0, V + 1)
+    return np.where(s.astype(bool), -mag, mag)
+
+
+def discrete_laplace(lam: Any, n: int, bits: BitSource | None) -> np.ndarray:
+    """Exact discrete Laplace ``P(k) ∝ exp(-lam |k|)`` on the integers (secure-noise.md §5.3, §5.5).
+
+    Design B: a block-geometric proposal with a shifted sign and one exact Bernoulli(exp(-lam e))
+    per proposal; for ``lam > 1/32`` (scale ``t < 32``) the rejection-free three-way split of §5.5.
+    Callers calibrate ``lam = epsilon / Delta`` in lattice units (§9.3) and charge epsilon.
+
+    Parameters
+    ----------
+    lam : Fraction, int or float
+        The rate ``1/t`` in lattice units, converted exactly; range ``[2**-40, 2**10]`` (§5.6).
+    n : int
+        Number of samples.
+    bits : BitSource or None
+        Randomness; None is the OS CSPRNG.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``int64[n]``.
+
+    Raises
+    ------
+    InvalidInputError
+        ``lam`` not finite or out of range, or a bad ``n``, before any bit is drawn (R8).
+    NoiseOverflowError
+        A draw with ``|k| >= 2**62`` (probability below ``exp(-2**22)``).
+    """
+    lam = as_fraction(lam, "lam", LAM_MIN, LAM_MAX)
+    n = check_n(n)
+    src = resolve_rng(bits)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    if ieee.EXACT_ONLY:
+        return discrete_laplace_design_a(lam, n, src)
+    if block_geometric(lam).L == 0:
+        return _collect(n, 1.0, lambda m: _laplace_coarse_batch(lam, m, src))
+    return _collect(n, ACC_LAPLACE, lambda m: _laplace_b_batch(lam, m, src))
+
+
+# --------------------------------------------------------------------------------------------
+# Design A (§5.4): no float at all
+
+
+def discrete_laplace_design_a(lam: Any, n: int, bits: BitSource | None) -> np.ndarray:
+    """Exact discrete Laplace by independent binary digits, with no float operation (§5.4).
+
+    The cross-check of design B (T-XCHK) and the automatic fallback when T-IEEE fails. Same law,
+    parameters and errors as :func:`discrete_laplace`; about half its speed.
+    """
+    lam = as_fraction(lam, "lam", LAM_MIN, LAM_MAX)
+    n = check_n(n)
+    src = resolve_rng(bits)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    dg = digit_geometric(lam)
+    L = dg.L
+
+    def draw(m: int) -> np.ndarray:
+        buf = src.bytes(4 * m + L * m + (m + 7) // 8)
+        W = np.frombuffer(buf, dtype=np.uint32, count=m)
+        D8 = np.frombuffer(buf, dtype=np.uint8, count=L * m, offset=4 * m).reshape(m, L)
+        s = np.unpackbits(np.frombuffer(buf, dtype=np.uint8, offset=(4 + L) * m), count=m)
+        G = dg.magnitude(W, D8, src)
+        neg = s.astype(bool)
+        keep = ~(neg & (G == 0))  # (-, 0) rejection: zero must not be produced twice
+        return np.where(neg, -G, G)[keep]
+
+    return _collect(n, 0.5 if L == 0 else 0.75, draw)
+
+
+# --------------------------------------------------------------------------------------------
+# Lattice Laplace on Z^d (§7.2)
+
+
+def _round_down_float(a: Fraction) -> Fraction:
+    f = float(a)
+    if Fraction(f) > a:
+        f = math.nextafter(f, 0.0)
+    return Fraction(f)
+
+
+@lru_cache(maxsize=256)
+def _lattice_params(a: Fraction, d: int) -> tuple[Fraction, Fraction]:
+    """Exact float ``a`` (rounded down) and the dyadic rate ``lam <= a / sqrt(d)`` (~40 bits)."""
+    a = _round_down_float(a)
+    # Choose k so lam has about 40 significant bits: a/sqrt(d) ~ 2**(e-1).
+    _, ex = math.frexp(float(a))
+    k = max(0, 40 - ex)
+    x = a * a * (1 << (2 * k)) / d
+    lam = Fraction(math.isqrt(x.numerator // x.denominator), 1 << k)
+    assert lam * lam * d <= a * a and lam > 0
+    return a, lam
+
+
+def lattice_laplace(a: Any, d: int, n: int, bits: BitSource | None) -> np.ndarray:
+    """Exact lattice Laplace ``P(k) ∝ exp(-a ||k||_2)`` on ``Z^d``, ``d <= 4`` (§7.2).
+
+    Per-axis design-B proposals at the dyadic rate ``lam <= a / sqrt(d)`` (no per-axis acceptance)
+    and one joint exact Bernoulli(exp(-(a ||k||_2 - lam B sum V))). ``a = eps g`` in lattice units;
+    it is rounded **down** to a float (more noise) if it is not one. The release wrappers calibrate
+    ``a`` per §7.4/§9.3 and charge eps-GP w.r.t. the metric ``d_r``.
+
+    Parameters
+    ----------
+    a : Fraction, int or float
+        Rate in lattice units, range ``[2**-24, 2**4]`` (§9.4).
+    d : int
+        Dimension, 1 to 4.
+    n : int
+        Number of points.
+    bits : BitSource or None
+        Randomness; None is the OS CSPRNG.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``int64[n, d]``.
+    """
+    a = as_fraction(a, "a", A_MIN, A_MAX)
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 1 <= int(d) <= D_MAX:
+        raise InvalidInputError(
+            f"d={d!r} must be an integer from 1 to {D_MAX} (secure-noise.md §7.2). "
+            "Nothing was charged."
+        )
+    d = int(d)
+    n = check_n(n)
+    src = resolve_rng(bits)
+    if n == 0:
+        return np.empty((0, d), dtype=np.int64)
+    a, lam = _lattice_params(a, d)
+    geo = block_geometric(lam)
+    lamB = geo.lamB
+    lamB_f = float(lamB)  # exact: ~40-bit dyadic
+    a_f = float(a)  # exact by construction
+    a2 = a * a
+
+    big_v = BIG_K // geo.B - 1  # V below this keeps every |k_i| <= B (V + 1) < BIG_K
+
+    def draw(m: int) -> np.ndarray:
+        k, _, V, w1 = geo.propose(m * d, src, n_u16=m)
+        kf = k.astype(np.float64)
+        # N = sum k_i^2 and sum V_i over the d axes, with strided views (no axis reductions).
+        N = kf[0::d] * kf[0::d]
+        vs = V[0::d].copy()
+        for j in range(1, d):
+            N += kf[j::d] * kf[j::d]
+            vs += V[j::d]
+        k = k.reshape(m, d)
+        r = np.sqrt(N, out=N)
+        r *= a_f
+        c = vs.astype(np.float64)
+        c *= lamB_f
+        # gamma = r - c within 7u r; the 2^-44 r margin (and its own rounding) dominates (§4.3).
+        glo = r * (1.0 - _PLANAR_MARGIN)
+        glo -= c
+        np.maximum(glo, 0.0, out=glo)
+        ghi = r * (1.0 + _PLANAR_MARGIN)
+        ghi -= c
+        if ieee.EXACT_ONLY:  # no float decides: integer upper bounds a ||k||_1 >= gamma
+            rows = np.arange(m)
+        elif V.max() >= big_v:  # float N might not be exact: decide those rows exactly
+            rows = np.flatnonzero(np.abs(k).max(axis=1) >= BIG_K)
+        else:
+            rows = np.empty(0, dtype=np.int64)
+        for i in rows.tolist():
+            l1 = sum(abs(int(v)) for v in k[i])
+            glo[i] = 0.0
+            ghi[i] = math.nextafter(float(math.ceil(a * l1)), math.inf)
+
+        def exact_less(i: int, W: int, mm: int, M: int) -> bool:
+            Nn = sum(int(v) * int(v) for v in k[i])
+            c = lamB * int(vs[i])
+            target = a2 * Nn
+            while True:
+                hi = Fraction((W + 1) * M, 1 << mm) + c
+                if hi * hi <= target:
+                    return True
+                lo = Fraction(W * M, 1 << mm) + c
+                if lo * lo >= target:
+                    return False
+                W = (W << 64) | src.int_bits(64)
+                mm += 64
+
+        acc = bern_exp_neg(glo, ghi, exact_less, src, w1)
+        return k[acc]
+
+    return _collect(n, ACC_LATTICE[d], draw, width=d, chunk=CHUNK // d)

@@ -1,0 +1,161 @@
+"""What a release wrapper returns: the lattice values, the exact noise used and the guarantee.
+
+Spec: secure-noise.md §13 (``Released``), docs/internals.md (release wrappers). Queries charge the
+ledger with :attr:`Released.guarantee`, never with a nominal amount recomputed from a noise scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Guarantee", "Released"]
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """The privacy statement a release satisfies, and so what the ledger must be charged.
+
+    Attributes
+    ----------
+    kind : str
+        ``"gp"``, ``"cgp"`` (metric notions) or ``"dp"``, ``"zcdp"`` (central notions).
+    amount : Fraction
+        The exact amount in that notion's units (m⁻¹, m⁻², or unitless): the charge.
+    metric : str or tuple
+        ``"euclidean"`` (lattice-exact inputs), ``("floor", r_min)`` for the floored metric
+        d_r(x, x') = max(||x - x'||, r_min) of secure-noise.md §7.4(c2), or ``"hamming"`` (central).
+    spec : str
+        The spec sections the guarantee rests on.
+
+    Examples
+    --------
+    >>> Guarantee("gp", Fraction(1, 100), ("floor", Fraction(1)), "secure-noise §7.4(c2)").kind
+    'gp'
+    """
+
+    kind: str
+    amount: Fraction
+    metric: str | tuple
+    spec: str
+
+    def describe(self) -> str:
+        """One line for results and logs, e.g. ``gp eps=0.01 w.r.t. max(d, 1 m)``."""
+        param = {"gp": "eps", "cgp": "rho", "dp": "epsilon", "zcdp": "rho"}.get(self.kind, "amount")
+        if isinstance(self.metric, tuple) and self.metric and self.metric[0] == "floor":
+            where = f" w.r.t. max(d, {float(self.metric[1]):g} m)"
+        elif self.metric == "euclidean":
+            where = " w.r.t. the Euclidean distance"
+        else:
+            where = " (user-level, central)"
+        return f"{self.kind} {param}={float(self.amount):.6g}{where}"
+
+
+@dataclass(frozen=True)
+class Released:
+    """Released values: exact lattice points ``(snap(x) + k) * g``, with their noise and guarantee.
+
+    Attributes
+    ----------
+    values : ndarray of float64
+        The released values, same shape as the input; every entry is an exact multiple of ``g``.
+    g : Fraction
+        The lattice step (a power of two).
+    noise : dict of str to Fraction
+        The exact noise parameters the sampler was called with (``lam``, ``a`` or ``sigma2`` in
+        lattice units), the real-unit ``scale``, and for location mechanisms the effective
+        ``r_min`` and ``coarsen`` (the factor the lattice was coarsened by, secure-noise.md §9.1).
+    guarantee : Guarantee
+        What the ledger must be charged for this release.
+
+    Examples
+    --------
+    >>> r = Released(np.array([0.5, 1.0]), Fraction(1, 2), {"lam": Fraction(1, 3)},
+    ...              Guarantee("dp", Fraction(1), "hamming", "secure-noise §9.3"))
+    >>> np.asarray(r)
+    array([0.5, 1. ])
+    """
+
+    values: np.ndarray
+    g: Fraction
+    noise: dict[str, Fraction] = field(repr=False)
+    guarantee: Guarantee
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if dtype is None and not copy:
+            return self.values
+        return np.array(self.values, dtype=dtype, copy=True)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers shared by the wrappers (private)
+
+
+def _noise_fn(name: str) -> Any:
+    """Return the sampler ``name`` of ``gpframe.mechanisms.noise`` (imported lazily: no cycle)."""
+    import importlib
+
+    pkg = importlib.import_module("gpframe.mechanisms.noise")
+    fn = getattr(pkg, name, None)
+    if fn is None:
+        for sub in ("lattice", "laplace", "gaussian", "bits"):
+            try:
+                mod = importlib.import_module(f"gpframe.mechanisms.noise.{sub}")
+            except ImportError:
+                continue
+            fn = getattr(mod, name, None)
+            if fn is not None:
+                break
+    if fn is None:
+        from gpframe.errors import GpframeInternalError
+
+        raise GpframeInternalError(f"gpframe.mechanisms.noise provides no {name!r}.")
+    return fn
+
+
+def _as_array(values: Any, name: str, *, min_ndim: int, max_ndim: int) -> np.ndarray:
+    """``values`` as a finite float64 array of 0..2 dimensions, or ``InvalidInputError``."""
+    from gpframe.errors import InvalidInputError
+
+    try:
+        x = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(
+            f"{name} must be numeric (an array of numbers), got {type(values).__name__}. "
+            "Nothing was charged."
+        ) from exc
+    if not min_ndim <= x.ndim <= max_ndim:
+        raise InvalidInputError(
+            f"{name} has shape {x.shape}; expected {min_ndim}..{max_ndim} dimensions "
+            "((n,) for values, (n, d) for points). Nothing was charged."
+        )
+    bad = ~np.isfinite(x)
+    if bad.any():
+        rows = np.flatnonzero(bad.reshape(len(x), -1).any(axis=1) if x.ndim else bad.ravel())
+        shown = ", ".join(str(int(i)) for i in rows[:3])
+        raise InvalidInputError(
+            f"{name} has {int(bad.sum())} NaN/inf entries "
+            f"(rows {shown}{', ...' if len(rows) > 3 else ''}). "
+            "Drop or fill them first. Nothing was charged."
+        )
+    return x
+
+
+def _check_on_lattice(x: np.ndarray, g: Fraction, name: str) -> None:
+    """Lattice-exact mode (secure-noise.md §7.4(d)): assert rint(x/g)*g == x."""
+    from gpframe.errors import InvalidInputError
+
+    gf = float(g)
+    off = np.rint(x / gf) * gf != x
+    if off.any():
+        raise InvalidInputError(
+            f"lattice_exact=True but {int(off.sum())} entries of {name} are not multiples of "
+            f"g={gf:g}. Snap them first, or pass lattice_exact=False (the floored metric, "
+            "secure-noise.md §7.4(c2)). Nothing was charged."
+        )
