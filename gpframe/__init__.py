@@ -1,5 +1,11 @@
 """gpframe: geo-private analytics on location data from pandas, geopandas and DuckDB."""
 
+from gpframe import (
+    accessor,  # noqa: F401 - importing it registers df.geopriv
+    duckdb,
+    mechanisms,
+    testing,
+)
 from gpframe._versions import show_versions
 from gpframe.accounting.budgets import CGP, DP, GP, zCDP
 from gpframe.errors import (
@@ -15,6 +21,7 @@ from gpframe.errors import (
     LedgerError,
     NoiseOverflowError,
 )
+from gpframe.ledger import Session
 
 __version__ = "0.1.0"
 
@@ -33,6 +40,10 @@ __all__ = [
     "LedgerCorruptError",
     "LedgerError",
     "NoiseOverflowError",
+    "Session",
+    "duckdb",
+    "mechanisms",
     "show_versions",
+    "testing",
     "zCDP",
 ]

@@ -1,0 +1,402 @@
+"""``df.geopriv``: the pandas / geopandas face of gpframe (STYLE.md §1, §4, §10; DESIGN.md §3).
+
+Importing this module registers the ``geopriv`` accessor on :class:`pandas.DataFrame` (and so on
+:class:`geopandas.GeoDataFrame`, a subclass). The accessor is stateless: pandas rebuilds it on
+every attribute access, so ``__init__`` only keeps the frame. Calling it binds a session and the
+column roles, validates and projects the points, and returns a :class:`GeoPriv` whose methods run
+queries::
+
+    pings.geopriv(session, user="taxi_id").privatize(rho=1e-4)
+
+What the model protects (concentrated-geo-privacy.md §0.2): the coordinates of a user's points.
+The number of a user's points, their order, timestamps and the other columns are public and pass
+through unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from gpframe.accounting.amounts import positive
+from gpframe.errors import GpframeInternalError, InvalidInputError
+from gpframe.queries import privatize as _pv
+
+__all__ = ["GeoPriv", "GeoPrivAccessor", "filter_charges", "filter_kind", "ledger_keys"]
+
+
+def filter_kind(session: Any) -> str:
+    """Return the kind (``"gp"`` or ``"cgp"``) of the session's default metric budget.
+
+    Raises ``InvalidInputError`` when the session has no metric budget.
+    """
+    ledger = getattr(session, "ledger", None)
+    kinds = getattr(ledger, "kind", None) or {}
+    kind = kinds.get("metric") if isinstance(kinds, dict) else None
+    if kind not in ("gp", "cgp"):
+        raise InvalidInputError(
+            "the session has no metric budget (GP or CGP), so it cannot pay for privatize. "
+            "Open it with gp.Session(budget=gp.CGP(rho=...)) or gp.GP(eps=...). "
+            "Nothing was charged."
+        )
+    return str(kind)
+
+
+def filter_charges(
+    fkind: str, mode: str, per_point: list[Fraction], counts: np.ndarray
+) -> list[Fraction]:
+    """Each user's charge in the filter's units when each of their n points costs ``per_point``.
+
+    A GP release on a CGP filter costs ε²/2 per point (Lem. 3.6 via
+    :func:`gpframe.accounting.filters.charge_for`); CGP composition then adds the n points'
+    costs, so a user whose n points are each ε-GP pays n·ε²/2, and a user whose whole tuple is
+    ε-GP (``per="user"``: n points at ε/n) pays ε²/2 — the caller passes the per-point amount
+    for the former and the tuple's amount with n = 1 for the latter. Raises
+    ``BudgetExceededError`` for a Gaussian on a pure-GP filter, before anything is written.
+
+    >>> filter_charges("cgp", "gp", [Fraction(1, 10)], np.array([3]))
+    [Fraction(3, 200)]
+    """
+    from gpframe.accounting.filters import charge_for
+
+    # Few distinct (amount, n) pairs: convert each once and reuse the same Fraction object
+    # (Fraction arithmetic and hashing dominate a batch of thousands of users otherwise).
+    conv: dict[Fraction, Fraction] = {}
+    prod: dict[tuple[int, int], Fraction] = {}
+    out = []
+    for a, n in zip(per_point, counts, strict=True):
+        key = (id(a), int(n))
+        v = prod.get(key)
+        if v is None:
+            c = conv.get(a)
+            if c is None:
+                c = conv[a] = charge_for(fkind, mode, a)
+            v = prod[key] = c * int(n)
+        out.append(v)
+    return out
+
+
+def ledger_keys(uniques: Any) -> list[Any]:
+    """User ids as plain Python values (numpy int64 -> int): the same keys from every path.
+
+    >>> ledger_keys(np.array([7, 8]))
+    [7, 8]
+    """
+    return list(np.asarray(uniques, dtype=object).tolist()) if len(uniques) else []
+
+
+class GeoPrivAccessor:
+    """``df.geopriv(session, user=...)``: bind a session and columns, get a :class:`GeoPriv`."""
+
+    def __init__(self, pandas_obj: pd.DataFrame) -> None:
+        self._obj = pandas_obj
+
+    def __call__(
+        self,
+        session: Any,
+        *,
+        user: str,
+        x: str | None = None,
+        y: str | None = None,
+        lon: str | None = None,
+        lat: str | None = None,
+        crs: Any = None,
+        to_crs: Any = None,
+    ) -> GeoPriv:
+        """Validate the columns and points, project them to metres and bind ``session``.
+
+        Parameters
+        ----------
+        session : gpframe.Session
+            The ledger every query charges.
+        user : str
+            Column of user ids: each user's rows are that user's points.
+        x, y : str, optional
+            Coordinate columns in ``crs`` units (with ``crs=``).
+        lon, lat : str, optional
+            Longitude / latitude columns in degrees.
+        crs : CRS-like, optional
+            CRS of the coordinate columns (a GeoDataFrame brings its own).
+        to_crs : CRS-like, optional
+            Metric CRS to compute in (default: the input CRS if it is in metres, else a local UTM
+            zone; see :mod:`gpframe.geo`).
+
+        Returns
+        -------
+        GeoPriv
+        """
+        from gpframe.geo import resolve_points
+
+        if session is None or not hasattr(session, "reserve"):
+            raise InvalidInputError(
+                f"session={session!r} is not a gpframe Session. Pass one: "
+                "df.geopriv(gp.Session(budget=gp.CGP(rho=1e-4)), user='user_id'). "
+                "Nothing was charged."
+            )
+        projected = resolve_points(
+            self._obj, user=user, x=x, y=y, lon=lon, lat=lat, crs=crs, to_crs=to_crs
+        )
+        return GeoPriv(self._obj, session, projected, user=user)
+
+
+class GeoPriv:
+    """A frame bound to a session and its column roles; its methods run private queries."""
+
+    def __init__(self, frame: pd.DataFrame, session: Any, projected: Any, *, user: str) -> None:
+        self.frame = frame
+        self.session = session
+        self.projected = projected
+        self.user = user
+
+    def __repr__(self) -> str:
+        p = self.projected
+        return (
+            f"GeoPriv({len(p)} points, {len(pd.unique(p.users))} users, "
+            f"metric CRS {p.crs_m.to_string()}, user={self.user!r})"
+        )
+
+    def privatize(
+        self,
+        *,
+        eps: float | None = None,
+        rho: float | None = None,
+        per: Literal["user", "point"] = "user",
+        beta: float = 0.05,
+        progress: bool | None = None,
+        rng: Any = None,
+    ) -> Any:
+        """Release a noisy copy of every point (concentrated-geo-privacy.md §6).
+
+        Spec: §6.1 GP Basic (``eps=``), §6.2 CGP Basic (``rho=``), §6.3 contract;
+        secure-noise.md §9.3 (lattice calibration), §7.4(f) (projection scale).
+
+        Parameters
+        ----------
+        eps : float, optional
+            GP amount per metre (planar lattice Laplace). Exactly one of ``eps`` / ``rho``.
+        rho : float, optional
+            CGP amount per square metre (lattice Gaussian).
+        per : {"user", "point"}
+            ``"user"`` (default): the amount covers all of a user's n points, each released at
+            amount/n. ``"point"``: each point is released at the amount and the user is charged
+            n × amount (what the SQL UDF does row by row).
+        beta : float
+            Failure probability of the reported error bounds.
+        progress : bool or None
+            tqdm progress bar (None: on in a terminal or notebook).
+        rng : BitSource or None
+            Randomness source; None is the OS CSPRNG. Tests pass ``gp.testing.seeded_rng(seed)``.
+
+        Returns
+        -------
+        geopandas.GeoDataFrame
+            The input rows with noisy points, in the input CRS, same index and other columns
+            (coordinate columns of a DataFrame input are replaced as well). Rows of users whose
+            budget could not pay have empty geometry (and NaN coordinates).
+            ``attrs["geopriv"]`` holds the :class:`~gpframe.results.PrivatizeResult`, and
+            ``attrs["geopriv_max_error_m"]`` each user's bound {user: metres}. geopandas
+            writes ``attrs`` into GeoParquet as JSON: before ``to_parquet`` replace the result
+            by ``out.attrs["geopriv"] = res.to_dict()``.
+
+        Notes
+        -----
+        Noise per point: CGP σ = (1 + √2·g/r_min)·scale_max/√(2ρ_pt) per coordinate; GP planar
+        Laplace with mean radius 2·(1 + √2·g/r_min)·scale_max/ε_pt; ρ_pt = ρ/n (``per="user"``)
+        or ρ (``per="point"``), likewise ε_pt; g = 2⁻¹⁰ m, r_min = 1 m.
+        Charge per user: ρ or ε (``per="user"``), n·ρ or n·ε (``per="point"``); a GP release on a
+        CGP budget costs ε²/2 per ε-GP part (so n·ε²/2 for ``per="point"``). A Gaussian (``rho=``)
+        on a pure-GP budget is refused (BudgetExceededError) before anything is written.
+        Error: with probability ≥ 1 − β every point of a user lies within the reported radius:
+        CGP √(n ln(n/β)/ρ), GP (n/ε)·(−W₋₁(−β/(n e)) − 1), for ``per="user"``.
+
+        Examples
+        --------
+        >>> import gpframe as gp, gpframe.accessor, pandas as pd
+        >>> from gpframe.ledger import Session
+        >>> pings = pd.DataFrame({"taxi": [1, 1, 2], "lon": [-37.05, -37.06, -37.07],
+        ...                       "lat": [-10.91, -10.92, -10.93]})
+        >>> session = Session(budget=gp.CGP(rho=1e-4))
+        >>> bound = pings.geopriv(session, user="taxi", lon="lon", lat="lat", crs="EPSG:4326")
+        >>> out = bound.privatize(
+        ...     rho=1e-5)
+        >>> out.crs.to_epsg(), list(out.index)
+        (4326, [0, 1, 2])
+        >>> res = out.attrs["geopriv"]
+        >>> res.n_charged, res.n_excluded
+        (2, 0)
+        >>> session.spent().tolist()
+        [1e-05, 1e-05]
+        """
+        mode, amount = _one_amount(eps, rho)
+        _pv.check_amount(mode, per, amount)
+        if isinstance(beta, bool) or not (
+            isinstance(beta, (int, float)) and math.isfinite(beta) and 0.0 < beta < 1.0
+        ):
+            raise InvalidInputError(
+                f"beta={beta!r} must be a probability in (0, 1), e.g. beta=0.05. "
+                "Nothing was charged."
+            )
+        p = self.projected
+        codes, uniques = pd.factorize(pd.Series(p.users), sort=False)
+        n_users = len(uniques)
+        counts = np.bincount(codes, minlength=n_users).astype(np.int64)
+        _check_coordinates(p.xy)
+        _preflight(mode, amount, per, counts, float(p.scale_max))
+
+        fkind = filter_kind(self.session)
+        if per == "user":
+            alloc = filter_charges(fkind, mode, [amount] * n_users, np.ones(n_users, np.int64))
+        else:
+            alloc = filter_charges(fkind, mode, [amount] * n_users, counts)
+        users = ledger_keys(uniques)
+        params = {
+            mode_param(mode): float(amount),
+            "per": per,
+            "beta": float(beta),
+            "n_points": len(p),
+            "crs_m": p.crs_m.to_string(),
+            "scale_max": float(p.scale_max),
+        }
+        with self.session.reserve(
+            users, alloc, notion="metric", kind=None, query="privatize", params=params
+        ) as r:
+            admitted = np.asarray(r.admitted, dtype=bool)
+            out = _pv.privatize_points(
+                p.xy,
+                codes,
+                n_users,
+                mode=mode,  # type: ignore[arg-type]
+                amount=amount,
+                per=per,
+                admitted=admitted,
+                scale_max=float(p.scale_max),
+                beta=float(beta),
+                rng=rng,
+                progress=progress,
+            )
+            # Actual charges, in the filter's units, from the mechanisms' guarantees.
+            if per == "user":
+                actual = filter_charges(fkind, mode, out.charges, np.ones(n_users, np.int64))
+            else:
+                pp = _pv.split_charges(out.charges, counts)
+                actual = filter_charges(fkind, mode, pp, counts)
+            actual = [a if ok else Fraction(0) for a, ok in zip(actual, admitted, strict=True)]
+            for a, al in zip(actual, r.allocations, strict=True):
+                if a > al:
+                    raise GpframeInternalError(
+                        f"privatize would charge {float(a)!r} above the allocation {float(al)!r}."
+                    )
+            r.charge(actual)
+            query_id = r.query_id
+        frame = _build_output(self.frame, p, out.xy, out.released)
+        result = _make_result(
+            mode=mode,
+            amount=amount,
+            per=per,
+            beta=float(beta),
+            users=uniques,
+            counts=counts,
+            admitted=admitted,
+            charges=actual,
+            out=out,
+            query_id=query_id,
+            fkind=fkind,
+            projected=p,
+            allocations=alloc,
+        )
+        frame.attrs["geopriv"] = result
+        # per-user bound (all of the user's points within it, w.p. >= 1 - beta), metres
+        frame.attrs["geopriv_max_error_m"] = dict(
+            zip(ledger_keys(uniques), out.max_error_m.tolist(), strict=True)
+        )
+        return frame
+
+
+def mode_param(mode: str) -> str:
+    """Return the keyword of a mode's amount: ``eps`` for GP, ``rho`` for CGP."""
+    return "eps" if mode == "gp" else "rho"
+
+
+def _one_amount(eps: object, rho: object) -> tuple[str, Fraction]:
+    if (eps is None) == (rho is None):
+        raise InvalidInputError(
+            "pass exactly one of eps= (GP, per metre) or rho= (CGP, per square metre), "
+            f"got eps={eps!r}, rho={rho!r}. Example: .privatize(rho=1e-4). Nothing was charged."
+        )
+    if eps is not None:
+        return "gp", positive(eps, "eps")
+    return "cgp", positive(rho, "rho")
+
+
+def _check_coordinates(xy: np.ndarray) -> None:
+    big = ~(np.abs(xy) < _pv.COORD_MAX_M)
+    if big.any():
+        i = int(np.flatnonzero(big.any(axis=1))[0])
+        raise InvalidInputError(
+            f"projected coordinate {xy[i].tolist()!r} (row {i}) is beyond ±2**40 m; check the CRS "
+            "(pass to_crs= a local projected CRS). Nothing was charged."
+        )
+
+
+def _preflight(mode: str, amount: Fraction, per: str, counts: np.ndarray, scale_max: float) -> None:
+    """Run the mechanisms' exact calibration for every per-point amount before any reservation.
+
+    The calibration raises ``InvalidInputError`` for amounts outside the supported ranges
+    (secure-noise.md §9.4); doing it here keeps the ledger untouched on such input.
+    """
+    from gpframe.mechanisms.calibration import cgp_gaussian, gp_laplace
+
+    k = Fraction(scale_max)
+    distinct = {1} if per == "point" else {int(n) for n in counts if n > 0}
+    for n in distinct:
+        part = amount / n
+        if mode == "gp":
+            gp_laplace(part / k, d=2)
+        else:
+            cgp_gaussian(part / (k * k), d=2)
+
+
+def _build_output(frame: pd.DataFrame, p: Any, xy_m: np.ndarray, released: np.ndarray) -> Any:
+    """Build the output: noisy points in the input CRS; unreleased rows get empty geometry."""
+    import geopandas as gpd
+
+    xs = np.full(len(p), np.nan)
+    ys = np.full(len(p), np.nan)
+    if released.any():
+        bx, by = p.to_input_crs(xy_m[released])
+        xs[released], ys[released] = bx, by
+    geom = gpd.points_from_xy(xs, ys, crs=p.crs_in)
+    geom[~released] = None
+    if isinstance(frame, gpd.GeoDataFrame) and frame._geometry_column_name in frame.columns:
+        out = frame.copy()
+        out = out.set_geometry(gpd.GeoSeries(geom, index=frame.index, crs=p.crs_in))
+        if out.crs is None or not out.crs.equals(p.crs_in):
+            out = out.set_crs(p.crs_in, allow_override=True)
+        return out
+    data = pd.DataFrame(frame).copy()
+    if len(p.coords) == 2:
+        data[p.coords[0]] = xs
+        data[p.coords[1]] = ys
+    return gpd.GeoDataFrame(data, geometry=gpd.GeoSeries(geom, index=frame.index), crs=p.crs_in)
+
+
+def _make_result(**kw: Any) -> Any:
+    from gpframe.queries.privatize import make_privatize_result
+
+    return make_privatize_result(**kw)
+
+
+def _register() -> None:
+    """Register ``geopriv`` once (re-registering would make pandas warn about an override).
+
+    GeoDataFrame subclasses DataFrame, so it inherits the accessor.
+    """
+    if "geopriv" not in pd.DataFrame.__dict__:
+        pd.api.extensions.register_dataframe_accessor("geopriv")(GeoPrivAccessor)
+
+
+_register()

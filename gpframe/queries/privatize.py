@@ -1,0 +1,476 @@
+"""The identity query ``privatize``: release a noisy copy of every point of every user.
+
+Spec: concentrated-geo-privacy.md §6 (GP Basic §6.1, CGP Basic §6.2, contract §6.3);
+secure-noise.md §7.4(c2), §7.4(f), §9.3 (lattice calibration), §10 (never sample per row).
+
+This module is the pure algorithm over arrays. It knows nothing of pandas or of the ledger: the
+caller (the accessor, the DuckDB UDF) groups rows into users, reserves the allocations that
+:func:`allocations` computes, calls :func:`privatize_points` for the admitted users, and charges
+:attr:`PrivatizeArrays.charges`.
+
+Two ways to spend a user's amount (``per=``):
+
+``per="user"``
+    The user's amount is split over their n points: each point gets ε/n (GP) or ρ/n (CGP), so
+    the whole tuple is ε-GP / ρ-CGP under the max-over-points metric (§6.1-§6.2). The user is
+    charged the amount.
+``per="point"``
+    Every point is released at the amount; the user is charged n × amount. This is what a SQL
+    UDF that sees one row at a time does, and the Python path offers it so both agree exactly.
+
+Units. ε is per metre of the ground and ρ per square metre. The projection stretches distances
+by at most ``scale_max`` over the data (UTM: ≤ 1.001 inside its zone), so the mechanism runs at
+ε/scale_max (ρ/scale_max²) per projected metre: the guarantee then holds in ground metres
+(secure-noise.md §7.4(f)). The charge is the mechanism's :class:`Guarantee` amount converted back
+to ground units, never a recomputed nominal value.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpframe.errors import GpframeInternalError, InvalidInputError
+
+__all__ = [
+    "MODES",
+    "PERS",
+    "PrivatizeArrays",
+    "allocations",
+    "check_amount",
+    "group_rows",
+    "make_privatize_result",
+    "per_point_amounts",
+    "privatize_points",
+    "progress_enabled",
+    "split_charges",
+]
+
+#: the privacy notions privatize runs under: GP (eps, planar Laplace) or CGP (rho, Gaussian)
+MODES = ("gp", "cgp")
+#: how a user's amount is spent over their points
+PERS = ("user", "point")
+
+#: largest GP eps per metre a mechanism accepts (secure-noise.md §9.4: eps_max = 100)
+EPS_MAX = Fraction(100)
+#: coordinates must satisfy |x / g| < 2**52 for exact snapping (secure-noise.md §9.2); with
+#: g <= 2**-10 m that is |x| < 2**42 m. We refuse far earlier: no projected CRS goes near 2**40 m.
+COORD_MAX_M = float(2**40)
+
+
+def check_amount(mode: str, per: str, amount: Fraction) -> None:
+    """Validate the mode, the per option and the amount before anything touches the ledger.
+
+    >>> check_amount("gp", "user", Fraction(1, 10))
+    >>> check_amount("dp", "user", Fraction(1, 10))
+    Traceback (most recent call last):
+    ...
+    gpframe.errors.InvalidInputError: mode='dp' is not one of 'gp', 'cgp'. Nothing was charged.
+    """
+    if mode not in MODES:
+        raise InvalidInputError(f"mode={mode!r} is not one of 'gp', 'cgp'. Nothing was charged.")
+    if per not in PERS:
+        raise InvalidInputError(
+            f"per={per!r} is not one of 'user', 'point'. Use per='user' to split a user's amount "
+            "over their points, or per='point' to charge every point the amount. "
+            "Nothing was charged."
+        )
+    if not isinstance(amount, Fraction) or amount <= 0:
+        name = "eps" if mode == "gp" else "rho"
+        raise InvalidInputError(f"{name}={amount!r} must be > 0. Nothing was charged.")
+    if mode == "gp" and amount > EPS_MAX:
+        raise InvalidInputError(
+            f"eps={float(amount):g} per metre is above the supported maximum {int(EPS_MAX)} "
+            "(noise below 2 cm). Lower eps. Nothing was charged."
+        )
+
+
+def split_charges(charges: Sequence[Fraction], counts: NDArray[np.integer]) -> list[Fraction]:
+    """Per-point charge of each user (charge / n; 0 for n = 0), computed once per distinct pair.
+
+    >>> split_charges([Fraction(3, 10), Fraction(3, 10)], np.array([3, 3]))
+    [Fraction(1, 10), Fraction(1, 10)]
+    """
+    cache: dict[tuple[int, int], Fraction] = {}
+    out = []
+    for c, n in zip(charges, counts, strict=True):
+        key = (id(c), int(n))
+        v = cache.get(key)
+        if v is None:
+            v = cache[key] = c / int(n) if n else Fraction(0)
+        out.append(v)
+    return out
+
+
+def group_rows(
+    codes: NDArray[np.integer], n_users: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Row counts per user and a stable order that puts each user's rows together.
+
+    Parameters
+    ----------
+    codes : ndarray of int, shape (N,)
+        The user code (0 .. n_users-1) of each row, e.g. from ``pandas.factorize``.
+    n_users : int
+        Number of distinct users.
+
+    Returns
+    -------
+    counts : ndarray of int64, shape (n_users,)
+    order : ndarray of int64, shape (N,)
+        Row positions sorted by user, input order kept within a user.
+
+    Examples
+    --------
+    >>> counts, order = group_rows(np.array([1, 0, 1, 1]), 2)
+    >>> counts.tolist(), order.tolist()
+    ([1, 3], [1, 0, 2, 3])
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    counts = np.bincount(codes, minlength=n_users).astype(np.int64)
+    order = np.argsort(codes, kind="stable").astype(np.int64)
+    return counts, order
+
+
+def allocations(counts: NDArray[np.integer], amount: Fraction, per: str) -> list[Fraction]:
+    """Each user's allocation, in the mechanism's units (ε or ρ): what to reserve.
+
+    ``per="user"``: the amount; ``per="point"``: n × amount.
+
+    >>> allocations(np.array([1, 4]), Fraction(1, 10), "user")
+    [Fraction(1, 10), Fraction(1, 10)]
+    >>> allocations(np.array([1, 4]), Fraction(1, 10), "point")
+    [Fraction(1, 10), Fraction(2, 5)]
+    """
+    if per == "user":
+        return [amount] * len(counts)
+    return [amount * int(n) for n in counts]
+
+
+def per_point_amounts(counts: NDArray[np.integer], amount: Fraction, per: str) -> list[Fraction]:
+    """Return the ground-unit amount each point of each user is released at.
+
+    ``per="user"`` splits the user's amount over their n points, exactly: n parts of
+    ``amount / n`` sum to ``amount``, never more (concentrated-geo-privacy.md §6.1-§6.2).
+
+    >>> per_point_amounts(np.array([1, 4]), Fraction(1, 10), "user")
+    [Fraction(1, 10), Fraction(1, 40)]
+    """
+    if per == "user":
+        return [amount / int(n) if n > 0 else amount for n in counts]
+    return [amount] * len(counts)
+
+
+def progress_enabled(progress: bool | None) -> bool:
+    """``progress=None`` means on in a terminal or a notebook, off otherwise (STYLE.md §10).
+
+    >>> progress_enabled(False)
+    False
+    """
+    if progress is not None:
+        return bool(progress)
+    if "ipykernel" in sys.modules:
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class PrivatizeArrays:
+    """What :func:`privatize_points` returns: noisy points, charges and error bounds.
+
+    Attributes
+    ----------
+    xy : ndarray, float64, shape (N, 2)
+        Noisy points in the projected metres, in input row order; NaN for rows of users that
+        were not admitted.
+    released : ndarray of bool, shape (N,)
+        Which rows carry a released point.
+    charges : list of Fraction, length n_users
+        Each user's actual charge in ground units of the mechanism's notion (ε or ρ);
+        0 for users that were not admitted.
+    max_error_m : ndarray, float64, shape (n_users,)
+        Per user, the radius all of that user's points stay within w.p. ≥ 1 − β (NaN if not
+        admitted), in metres of the projected CRS: the proven lattice bound of
+        :func:`gpframe.mechanisms.error_bound` with a union bound over the user's n points
+        (continuous forms: CGP √(n ln(n/β)/ρ) for per="user", concentrated-geo-privacy.md §6.2;
+        GP (n/ε)(−W₋₁(−β/(ne)) − 1), §6.1).
+    max_error_all_m : float
+        The radius that every released point stays within, w.p. ≥ 1 − β (union over all).
+    noise_scale_m : ndarray, float64, shape (n_users,)
+        The sampled noise scale in metres (``Released.noise["scale"]``): GP 1/ε_noise (the mean
+        radius is twice that), CGP σ per coordinate. NaN if not admitted.
+    n_calls : int
+        How many sampler calls drew the noise (one per distinct per-point amount).
+    guarantees : list
+        The mechanisms' ``Guarantee`` objects, one per sampler call.
+    """
+
+    xy: NDArray[np.float64]
+    released: NDArray[np.bool_]
+    charges: list[Fraction]
+    max_error_m: NDArray[np.float64]
+    max_error_all_m: float
+    noise_scale_m: NDArray[np.float64]
+    n_calls: int
+    guarantees: list[Any] = field(default_factory=list)
+
+
+def _to_fraction(x: object) -> Fraction:
+    if isinstance(x, Fraction):
+        return x
+    return Fraction(x)  # type: ignore[arg-type]
+
+
+def privatize_points(
+    xy_m: NDArray[np.float64],
+    codes: NDArray[np.integer],
+    n_users: int,
+    *,
+    mode: Literal["gp", "cgp"],
+    amount: Fraction,
+    per: Literal["user", "point"] = "user",
+    admitted: NDArray[np.bool_] | Sequence[bool] | None = None,
+    scale_max: float = 1.0,
+    beta: float = 0.05,
+    rng: Any = None,
+    progress: bool | None = False,
+) -> PrivatizeArrays:
+    """Release every point of the admitted users under GP Basic or CGP Basic.
+
+    Spec: concentrated-geo-privacy.md §6.1 (GP Basic), §6.2 (CGP Basic), §6.3 (contract);
+    secure-noise.md §9.3 (lattice calibration), §7.4(f) (projection scale), §10 (batching).
+
+    Parameters
+    ----------
+    xy_m : ndarray, float64, shape (N, 2)
+        Projected points in metres, finite.
+    codes : ndarray of int, shape (N,)
+        The user code of each row, in 0 .. n_users-1.
+    n_users : int
+        Number of users.
+    mode : {"gp", "cgp"}
+        GP (``amount`` is ε per metre, planar lattice Laplace) or CGP (``amount`` is ρ per m²,
+        lattice Gaussian).
+    amount : Fraction
+        The ε or ρ of the call, exact (read it with :func:`gpframe.accounting.amounts.positive`).
+    per : {"user", "point"}
+        ``"user"``: each point gets amount/n and the user is charged the amount; ``"point"``:
+        each point gets the amount and the user is charged n × amount.
+    admitted : array of bool, shape (n_users,), optional
+        Users the ledger admitted; the others get no noise, no charge and NaN points.
+        Default: everyone.
+    scale_max : float
+        Largest distance scale factor of the projection over the data (≥ 1 in practice); the
+        mechanism runs at ε/scale_max (ρ/scale_max²) per projected metre.
+    beta : float
+        Failure probability of the reported error bounds, in (0, 1).
+    rng : BitSource or None
+        The randomness source; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
+    progress : bool or None
+        Show a tqdm bar over the sampler calls (None: on in a terminal or notebook).
+
+    Returns
+    -------
+    PrivatizeArrays
+
+    Notes
+    -----
+    Noise: GP → ``planar_laplace(points, eps=ε_pt/scale_max)``, mean radius 2·scale_max/ε_pt
+    (× 1.00138 for the lattice floor); CGP → ``gaussian_cgp(points, rho=ρ_pt/scale_max²)``,
+    σ = scale_max·(1 + √2·g/r_min)/√(2ρ_pt) per coordinate, with ε_pt = ε/n or ε (per user /
+    per point), ρ_pt likewise.
+    Charge: per user, the sum of its points' ``Released.guarantee.amount`` converted to ground
+    units (× scale_max for GP, × scale_max² for CGP): ε (ρ) for ``per="user"``, n × ε for
+    ``per="point"``; 0 for users not admitted.
+    All noise is drawn in one sampler call per distinct per-point amount (per="point": one call;
+    per="user": one per distinct point count), never per row (secure-noise.md §10).
+
+    Examples
+    --------
+    >>> xy = np.array([[0.0, 0.0], [10.0, 0.0], [500.0, 500.0]])
+    >>> out = privatize_points(xy, np.array([0, 0, 1]), 2, mode="cgp",
+    ...                        amount=Fraction(1, 10_000), per="user")
+    >>> out.charges
+    [Fraction(1, 10000), Fraction(1, 10000)]
+    >>> out.n_calls             # users with 2 and 1 points: two per-point amounts
+    2
+    >>> out.xy.shape, bool(out.released.all())
+    ((3, 2), True)
+    """
+    from gpframe.mechanisms import error_bound, gaussian_cgp, planar_laplace
+
+    check_amount(mode, per, amount)
+    if not (0.0 < float(beta) < 1.0):
+        raise InvalidInputError(f"beta={beta!r} must be in (0, 1). Nothing was charged.")
+    xy = np.asarray(xy_m, dtype=np.float64)
+    codes = np.asarray(codes, dtype=np.int64)
+    if xy.ndim != 2 or xy.shape[1] != 2 or xy.shape[0] != codes.shape[0]:
+        raise InvalidInputError(
+            f"xy_m must have shape (N, 2) matching codes (N,), got {xy.shape} and {codes.shape}. "
+            "Nothing was charged."
+        )
+    k = _to_fraction(float(scale_max))
+    if not (k > 0 and math.isfinite(scale_max)):
+        raise InvalidInputError(
+            f"scale_max={scale_max!r} must be finite and > 0. Nothing was charged."
+        )
+    counts, order = group_rows(codes, n_users)
+    adm = np.ones(n_users, dtype=bool) if admitted is None else np.asarray(admitted, dtype=bool)
+    if adm.shape != (n_users,):
+        raise GpframeInternalError(f"admitted has shape {adm.shape}, expected ({n_users},).")
+
+    parts = per_point_amounts(counts, amount, per)
+    out = np.full(xy.shape, np.nan, dtype=np.float64)
+    released = np.zeros(xy.shape[0], dtype=bool)
+    charges: list[Fraction] = [Fraction(0)] * n_users
+    max_err = np.full(n_users, np.nan)
+    scale_m = np.full(n_users, np.nan)
+    guarantees: list[Any] = []
+
+    # Users with the same per-point amount share one sampler call: with per="point" that is
+    # everybody, with per="user" one call per distinct point count. Never one call per row:
+    # a single-sample call leaks its noise through its run time (secure-noise.md §10).
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    groups: dict[int, list[int]] = {}
+    for u in np.flatnonzero(adm & (counts > 0)):
+        key = int(counts[u]) if per == "user" else 0
+        groups.setdefault(key, []).append(int(u))
+
+    keys = sorted(groups)
+    iterator: Any = keys
+    if progress_enabled(progress) and len(keys) > 1:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(keys, desc=f"privatize ({mode})", unit="call", leave=False)
+
+    n_calls = 0
+    releases: list[Any] = []
+    for key in iterator:
+        users = groups[key]
+        rows = np.concatenate([order[starts[u] : starts[u + 1]] for u in users])
+        part = parts[users[0]]
+        if mode == "gp":
+            rel = planar_laplace(xy[rows], eps=part / k, rng=rng)
+            to_ground = k
+        else:
+            rel = gaussian_cgp(xy[rows], rho=part / (k * k), rng=rng)
+            to_ground = k * k
+        n_calls += 1
+        guarantees.append(rel.guarantee)
+        if rel.guarantee.kind != mode:
+            raise GpframeInternalError(
+                f"privatize asked for a {mode} release and got a {rel.guarantee.kind} guarantee."
+            )
+        point_charge = _to_fraction(rel.guarantee.amount) * to_ground
+        if point_charge > part:
+            raise GpframeInternalError(
+                f"a point's guarantee {float(point_charge)!r} exceeds its share {float(part)!r}."
+            )
+        out[rows] = np.asarray(rel, dtype=np.float64)
+        released[rows] = True
+        # Error bounds from the noise actually sampled (mechanisms.tails), union over a user's
+        # n points: every point of the user is within the bound with probability >= 1 - beta.
+        users_arr = np.asarray(users)
+        n_u = counts[users_arr]
+        for n in np.unique(n_u):
+            max_err[users_arr[n_u == n]] = error_bound(rel, beta, n=int(n))
+        scale_m[users_arr] = float(rel.noise["scale"])
+        releases.append(rel)
+        by_n: dict[int, Fraction] = {}
+        for u in users:
+            n = int(counts[u])
+            c = by_n.get(n)
+            if c is None:
+                c = by_n[n] = point_charge * n
+            charges[u] = c
+
+    # The overall bound: a union bound over every released point of every user (β/N each).
+    n_released = int(released.sum())
+    all_bounds = float("nan")
+    if n_released:
+        all_bounds = max(error_bound(rel, beta, n=n_released) for rel in releases)
+    return PrivatizeArrays(
+        xy=out,
+        released=released,
+        charges=charges,
+        max_error_m=max_err,
+        max_error_all_m=all_bounds,
+        noise_scale_m=scale_m,
+        n_calls=n_calls,
+        guarantees=guarantees,
+    )
+
+
+def make_privatize_result(
+    *,
+    mode: str,
+    amount: Fraction,
+    per: str,
+    beta: float,
+    users: Any,
+    counts: NDArray[np.integer],
+    admitted: NDArray[np.bool_],
+    charges: Sequence[Fraction],
+    out: PrivatizeArrays,
+    query_id: str,
+    fkind: str,
+    projected: Any,
+    allocations: Sequence[Fraction] | None = None,
+) -> Any:
+    """Build the :class:`gpframe.results.PrivatizeResult` of one privatize call.
+
+    ``value`` is the (N, 2) array of released points in projected metres (NaN rows for excluded
+    users); ``error`` the radius every released point stays within w.p. ≥ 1 − β; ``charges``
+    the actual per-user charges in the filter's units.
+    """
+    import pandas as pd
+
+    from gpframe.results import PrivatizeResult
+
+    ids = np.asarray(users, dtype=object)
+    adm = np.asarray(admitted, dtype=bool) & (np.asarray(counts) > 0)
+    charged = pd.Series(
+        [float(c) for c, a in zip(charges, adm, strict=True) if a], index=pd.Index(ids[adm])
+    )
+    alloc = None
+    if allocations is not None:
+        alloc = pd.Series(
+            [float(c) for c, a in zip(allocations, adm, strict=True) if a], index=pd.Index(ids[adm])
+        )
+    g = None
+    params = {
+        ("eps" if mode == "gp" else "rho"): float(amount),
+        "per": per,
+        "beta": beta,
+        "n_points": int(np.sum(counts)),
+        "crs_m": projected.crs_m.to_string(),
+        "scale_max": float(projected.scale_max),
+        "sampler_calls": out.n_calls,
+    }
+    if g is not None:
+        params["g_m"] = g
+    return PrivatizeResult(
+        value=out.xy,
+        error=None if math.isnan(out.max_error_all_m) else float(out.max_error_all_m),
+        confidence=1.0 - beta,
+        mechanism="planar_laplace" if mode == "gp" else "gaussian_cgp",
+        params=params,
+        kind=fkind,
+        metric=("floor", 1.0),
+        r_min=1.0,
+        charges=charged,
+        allocations=alloc,
+        excluded=[u for u, a, n in zip(ids.tolist(), admitted, counts, strict=True) if not a and n],
+        query_id=str(query_id),
+        spec="concentrated-geo-privacy.md §6.1-§6.3; secure-noise.md §7.4, §9.3",
+    )

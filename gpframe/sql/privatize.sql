@@ -1,0 +1,56 @@
+-- gpframe: privatize points row by row in DuckDB, then aggregate the private points.
+--
+-- Run it from Python after registering the functions on the connection:
+--
+--     import duckdb, gpframe as gp, gpframe.duckdb
+--     con = duckdb.connect()
+--     session = gp.Session("ledger.sqlite", budget=gp.CGP(rho=1e-4))
+--     gp.duckdb.register(con, session)
+--     con.execute("SET VARIABLE sample = '<path to gpframe/data/gotrack_aracaju_sample.parquet>'")
+--     for stmt in open("sql/privatize.sql").read().split(";\n"): ...   # or gpframe.demo
+--
+-- (`gpframe demo` runs exactly this file; its copy ships as gpframe/sql/privatize.sql.)
+--
+-- Units: gp_privatize(user_id, x, y, rho) takes METRES of a projected CRS and returns metres.
+-- It never projects. Here the points are projected with pre-computed columns x_m, y_m (UTM zone
+-- 24S, EPSG:32724, done by gpframe.demo in Python); DuckDB's spatial extension
+-- (ST_Transform(ST_Point(lon, lat), 'EPSG:4326', 'EPSG:32724', always_xy := true)) works too.
+-- Feeding degrees would protect at rho per square DEGREE, i.e. hardly at all.
+--
+-- Charging semantics (read before you write your own queries):
+--   * Each row is one point of its user, released at the row's rho; a user with m rows is
+--     charged m * rho (per="point" in the Python API: the same rows through
+--     df.geopriv(...).privatize(rho=..., per="point") are charged exactly the same).
+--   * The user's budget is charged for every row the function is evaluated on, when it is
+--     evaluated, through the session's own SQLite store. Rows that the query later drops
+--     (a LIMIT, a WHERE on the output, a failed query) are still charged: DuckDB may evaluate
+--     more rows than it returns, and the charge is not rolled back with the query.
+--     Over-charging is possible; under-charging is not. Every evaluation is charged, even if
+--     DuckDB evaluates the function twice for the same row.
+--   * A user whose remaining budget cannot pay gets NULL for that batch's rows, uncharged.
+--   * NULL in any argument gives NULL and no charge.
+--   * Never wrap the function in a scalar subquery: (SELECT gp_privatize(...)) runs once.
+--   * Aggregates over the private points are post-processing: they cost nothing more.
+
+-- 1. The points, projected to metres.
+CREATE OR REPLACE TEMP TABLE points AS
+SELECT user_id, track_id, time, x_m, y_m
+FROM points_m;
+
+-- 2. Privatize every row at rho = 1e-6 per m² (sigma ≈ 708 m per coordinate) and keep the
+--    private points in a table, so that they are drawn and charged once.
+CREATE OR REPLACE TEMP TABLE private_points AS
+SELECT user_id, track_id, time,
+       gp_privatize(user_id, x_m, y_m, 1e-6) AS p
+FROM points;
+
+-- 3. Aggregate the private points (post-processing: free): a 2 km grid of point counts.
+SELECT floor(p.x / 2000) * 2000 AS cell_x,
+       floor(p.y / 2000) * 2000 AS cell_y,
+       count(*)                AS private_points,
+       count(DISTINCT user_id) AS users
+FROM private_points
+WHERE p IS NOT NULL
+GROUP BY ALL
+ORDER BY private_points DESC
+LIMIT 10;
