@@ -23,7 +23,7 @@ import pandas as pd
 
 from gpframe.errors import InvalidInputError
 
-__all__ = ["PrivatizeResult", "Result"]
+__all__ = ["PrivatizeResult", "Result", "ResultAttr"]
 
 # parameter name and unit of each notion, as users type them (STYLE.md §2)
 _PARAM = {"gp": "eps", "cgp": "rho", "dp": "epsilon", "zcdp": "rho", "dp_expost": "epsilon"}
@@ -61,9 +61,12 @@ def _series(values: object, name: str) -> pd.Series:
         s = values
     else:
         raise InvalidInputError(f"{name} must be a pandas Series or a mapping user -> amount.")
-    out = pd.Series(
-        np.array([float(v) for v in s.to_numpy()], dtype="float64"), index=s.index, name=name
-    )
+    raw = s.to_numpy()
+    if raw.dtype.kind in "iuf":  # already numeric: no per-user Python work
+        floats = raw.astype("float64")
+    else:  # exact Fractions from the ledger
+        floats = np.array([float(v) for v in raw], dtype="float64")
+    out = pd.Series(floats, index=s.index, name=name)
     out.index.name = s.index.name or "user"
     return out
 
@@ -416,11 +419,15 @@ class Result:
         out.index.name = self.charges.index.name or "user"
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable dict of everything in the result (``json.dumps`` works on it)."""
+    def to_dict(self, *, per_user: bool = True, value: bool = True) -> dict[str, Any]:
+        """JSON-serialisable dict of the result (``json.dumps`` works on it).
+
+        ``per_user=False`` leaves out the per-user charges and ``value=False`` the released value,
+        for a compact summary (what a DataFrame's ``attrs`` and a GeoParquet file keep).
+        """
         return {
             "type": type(self).__name__,
-            "value": _jsonable(self.value),
+            "value": _jsonable(self.value) if value else None,
             "error": _jsonable(self.error),
             "error_kind": self.error_kind,
             "confidence": _jsonable(self.confidence),
@@ -435,7 +442,11 @@ class Result:
             "n_charged": self.n_charged,
             "n_excluded": self.n_excluded,
             "excluded": _jsonable(list(self.excluded)),
-            "charges": {str(k): float(v) for k, v in self.charges.items()},
+            "charges": (
+                dict(zip(map(str, self.charges.index), self.charges.tolist(), strict=True))
+                if per_user
+                else None
+            ),
             "spent_total": self.spent_total,
             "spent_max": self.spent_max,
             "spent_mean": self.spent_mean,
@@ -443,6 +454,57 @@ class Result:
             "query_id": self.query_id,
             "spec": self.spec,
         }
+
+    def to_attr(self) -> ResultAttr:
+        """Return the form this result takes in ``DataFrame.attrs`` (see :class:`ResultAttr`)."""
+        return ResultAttr(self)
+
+
+class ResultAttr(dict):
+    """A :class:`Result` as stored in ``DataFrame.attrs["geopriv"]``.
+
+    It is the result's compact JSON summary (a plain ``dict`` to ``json.dumps``, so geopandas'
+    ``to_parquet`` can store it) that also behaves like the result: attribute access, ``repr``
+    and the notebook view go to the :class:`Result` itself, kept in ``.result``. pandas deep-copies
+    ``attrs`` on every operation; a result is immutable, so copies share it instead.
+
+    Examples
+    --------
+    >>> import json, pandas as pd
+    >>> r = Result(value=3.0, error=1.5, mechanism="laplace_gp", kind="gp",
+    ...            charges=pd.Series({"a": 0.01}), query_id="q-1")
+    >>> attr = r.to_attr()
+    >>> attr.n_charged, attr["n_charged"], attr.result is r
+    (1, 1, True)
+    >>> json.loads(json.dumps(attr))["query_id"]
+    'q-1'
+    """
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(result.to_dict(per_user=False, value=False))
+        self.result = result
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.result, name)
+
+    def __repr__(self) -> str:
+        return repr(self.result)
+
+    def _repr_html_(self) -> str:
+        return self.result._repr_html_()
+
+    def __copy__(self) -> ResultAttr:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ResultAttr:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ResultAttr, (self.result,))
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -465,6 +527,8 @@ class PrivatizeResult(Result):
     error_kind: str = "max point error (m)"
     mechanism: str = "gaussian_cgp"
     spec: str = "concentrated-geo-privacy.md §6"
+    #: per-user bound (metres) on the distance of all of that user's points, w.p. >= 1 - beta
+    max_error_m: Any = None
 
     @property
     def n_points(self) -> int:

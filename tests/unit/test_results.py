@@ -166,3 +166,31 @@ def test_bad_kind_is_rejected():
 def test_result_is_frozen(res):
     with pytest.raises(AttributeError):
         res.value = None  # type: ignore[misc]
+
+
+def test_result_attr_is_json_and_survives_pandas_operations_without_copying():
+    """attrs['geopriv'] must survive pandas ops (deep-copied attrs) and GeoParquet's json.dumps."""
+    import copy
+    import json
+    import pickle
+
+    r = Result(
+        value=np.zeros((3, 2)),
+        error=1.5,
+        mechanism="laplace_gp",
+        kind="gp",
+        charges=pd.Series({"a": 0.01, "b": 0.02}),
+        query_id="q-9",
+    )
+    attr = r.to_attr()
+    df = pd.DataFrame({"x": [1, 2, 3]})
+    df.attrs["geopriv"] = attr
+    sub = df[df.x > 1].copy()
+    assert sub.attrs["geopriv"] is attr  # shared, not deep-copied
+    assert copy.deepcopy(attr) is attr
+    assert sub.attrs["geopriv"].spent_max == pytest.approx(0.02)
+    assert repr(sub.attrs["geopriv"]) == repr(r)
+    loaded = json.loads(json.dumps(df.attrs))
+    assert loaded["geopriv"]["query_id"] == "q-9"
+    assert loaded["geopriv"]["charges"] is None  # per-user detail stays out of file metadata
+    assert pickle.loads(pickle.dumps(attr)).query_id == "q-9"
