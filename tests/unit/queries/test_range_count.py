@@ -1,0 +1,297 @@
+"""Range counting: signed distance, §5.6 oracles, error bound, charges, the ledger path."""
+
+import functools
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import shapely
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import binom
+
+from gpframe.errors import InvalidInputError
+from gpframe.queries import range_count as rc
+from gpframe.queries.elimination import charge_if_stopped, split_fractions
+from gpframe.testing import seeded_rng
+
+BOX = shapely.box(0, 0, 100, 50)
+DIAMOND = shapely.Polygon([(141.4213562373095, 0), (0, 141.4213562373095),
+                           (-141.4213562373095, 0), (0, -141.4213562373095)])  # fmt: skip
+
+# ------------------------------------------------------------------------ signed distance
+
+
+def test_signed_distance_oracle():
+    f = rc.signed_distance([[10, 10], [110, 60], [50, 25], [-3, 20], [100, 25]], BOX)
+    assert f.tolist() == pytest.approx([-10.0, 14.14213562, -25.0, 3.0, 0.0], abs=1e-8)
+    g = rc.signed_distance([[0, 0], [100, 100], [200, 0]], DIAMOND)
+    assert g.tolist() == pytest.approx([-100.0, 41.42135624, 58.57864376], abs=1e-7)
+
+
+@functools.lru_cache(maxsize=64)
+def _random_region(seed):
+    r = np.random.default_rng(seed)
+    polys = []
+    for k in range(r.integers(1, 3)):
+        cx, cy = 3000.0 * k, r.uniform(-200, 200)
+        m = int(r.integers(5, 30))  # star-shaped around the centre: the hole stays inside
+        ang = np.linspace(0, 2 * np.pi, m, endpoint=False) + r.uniform(0, np.pi / m, m)
+        rad = r.uniform(600, 1200, ang.size)
+        shell = np.column_stack([cx + rad * np.cos(ang), cy + rad * np.sin(ang)])
+        t = np.linspace(0, 2 * np.pi, 12)[:-1]
+        ring = np.column_stack([cx + 150 * np.cos(t), cy + 150 * np.sin(t)])
+        hole = [ring] if r.random() < 0.6 else []
+        polys.append(shapely.Polygon(shell, hole))
+    return polys[0] if len(polys) == 1 else shapely.MultiPolygon(polys)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_signed_distance_matches_shapely_with_sign(seed):
+    region = _random_region(seed)
+    assert region.is_valid
+    pts = np.random.default_rng(seed + 100).uniform([-1500, -1500], [4500, 1500], (500, 2))
+    f = rc.signed_distance(pts, region)
+    for (x, y), v in zip(pts[:150], f[:150], strict=True):
+        p = shapely.Point(x, y)
+        want = region.boundary.distance(p)
+        assert abs(v) == pytest.approx(want, abs=1e-9)
+        assert (v <= 0) == region.covers(p) or want < 1e-9
+
+
+@given(
+    seed=st.integers(0, 50),
+    p=st.tuples(st.floats(-2000, 5000), st.floats(-2000, 2000)),
+    q=st.tuples(st.floats(-2000, 5000), st.floats(-2000, 2000)),
+)
+@settings(max_examples=80, deadline=None)
+def test_signed_distance_is_1_lipschitz(seed, p, q):
+    """Lemma 6.3 (holes and multipolygons included, boundary = every ring)."""
+    region = _random_region(seed)
+    f = rc.signed_distance(np.array([p, q]), region)
+    assert abs(f[0] - f[1]) <= math.dist(p, q) + 1e-7
+
+
+def test_invalid_or_empty_region_refused():
+    bowtie = shapely.Polygon([(0, 0), (1, 1), (1, 0), (0, 1)])
+    for bad in (bowtie, shapely.Polygon(), shapely.Point(0, 0), "box"):
+        with pytest.raises(InvalidInputError, match="Nothing was charged"):
+            rc.range_count_arrays(np.zeros((1, 2)), [1], bad, kind="cgp", amount=1e-4,
+                                  rng=seeded_rng(1))  # fmt: skip
+
+
+# ------------------------------------------------------------------------ §5.6 oracles
+
+
+@pytest.mark.parametrize(
+    ("n", "beta", "a", "rpt", "rdist"),
+    [(10000, 0.05, 1e-4, 349.3719028, 359.1548388), (10000, 0.05, 2e-6, 2470.432416, 2539.608220),
+     (100, 0.1, 0.01, 26.28260885, 27.56973424)],
+)  # fmt: skip
+def test_correctness_radius_oracle(n, beta, a, rpt, rdist):
+    assert float(rc.correctness_radius(n, beta, a, "pt")) == pytest.approx(rpt, rel=1e-9)
+    assert float(rc.correctness_radius(n, beta, a, "dist")) == pytest.approx(rdist, rel=1e-9)
+
+
+def test_gp_baseline_radius_oracle():
+    assert math.log(10000 / 0.05) / 0.01 == pytest.approx(1220.607265, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("w", "a", "b", "s"),
+    [(100, 1000, 1000, 10.10205144), (500, 1000, 1000, 292.8932188), (100, 2000, 500, 8.051866037),
+     (300, 500, 500, 196.4466094), (50, 200, 3000, 1.564028866), (1000, 200, 200, 958.5786438)],
+)  # fmt: skip
+def test_threshold_shift_oracle(w, a, b, s):
+    assert float(rc.threshold_shift_rectangle(w, a, b)) == pytest.approx(s, rel=1e-9)
+    # dispatch on a (rotated) rectangle uses the closed form
+    rect = shapely.affinity.rotate(shapely.box(0, 0, a, b), 30)
+    assert float(rc.shift_for_region([w], rect)[0]) == pytest.approx(s, rel=1e-7)
+
+
+def test_threshold_shift_band_areas_equal():
+    def bands(w, a, b, s):
+        inner = max(a - 2 * w - 2 * s, 0) * max(b - 2 * w - 2 * s, 0)
+        return (a + 2 * w - 2 * s) * (b + 2 * w - 2 * s) - a * b, a * b - inner
+
+    for (w, a, b), want in [((100, 1000, 1000), 391918.3588), ((100, 2000, 500), 493558.5072),
+                            ((500, 1000, 1000), 1000000.000)]:  # fmt: skip
+        s = float(rc.threshold_shift_rectangle(w, a, b))
+        o, i = bands(w, a, b, s)
+        assert o == pytest.approx(want, rel=1e-9) and i == pytest.approx(want, rel=1e-9)
+
+
+def test_polygon_shift_by_bisection_balances_buffered_bands():
+    region = _random_region(3)
+    s = rc.threshold_shift_polygon(80.0, region)
+    assert 0 < s < 80
+    o, i = rc._bands(region, 80.0, s)
+    assert o == pytest.approx(i, rel=1e-6)
+
+
+# ------------------------------------------------------------------------ range_count_arrays
+
+
+def _population(n, seed=0, half=4000.0):
+    return np.random.default_rng(seed).uniform(-half, half, (n, 2))
+
+
+SQUARE = shapely.box(-1500, -1500, 1500, 1500)
+
+
+@pytest.mark.parametrize("method", rc.METHODS)
+@pytest.mark.parametrize("kind", ["cgp", "gp"])
+def test_charges_and_histogram(method, kind):
+    n = 600
+    xy = _population(n)
+    amount = np.full(n, 1e-4 if kind == "cgp" else 0.02)
+    amount[:10] = 0.0  # exhausted: excluded and counted
+    out = rc.range_count_arrays(
+        xy,
+        np.arange(n),
+        SQUARE,
+        kind=kind,
+        amount=amount,
+        method=method,
+        rounds=5,
+        split="doubling",
+        rng=seeded_rng(7),
+    )
+    assert out.n_excluded == 10 and out.n_queried == n - 10
+    assert (out.charges[:10] == 0).all()
+    a = Fraction(repr(float(amount[-1])))
+    c = 5 if method.endswith("elim") else 1
+    pi = split_fractions("doubling" if c == 5 else "even", c)
+    for i in range(10, n):
+        assert out.charges[i] == charge_if_stopped(a, pi, int(out.rounds_run[i])) <= a
+    assert out.rounds_histogram.sum() == n - 10
+    if method.endswith("elim"):
+        assert out.saving > 0 and out.n_low + out.n_high > 0
+    else:
+        assert out.saving == 0 and out.n_undecided == n - 10
+    assert 0 <= out.estimate <= out.n_queried and 0 <= out.error <= out.n_undecided
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("method", ["dist", "pt-elim", "dist-elim"])
+def test_error_bound_holds_at_stated_probability(method):
+    """|ĉ − c| ≤ U with probability ≥ 1 − β (spec §5.1), β = 0.2 to make failures visible.
+
+    100 seeded trials; failures are Binomial(100, p ≤ 0.2). The test fails on more than 40,
+    which has probability binom.sf(40, 100, 0.2) < 1e-5 when the bound holds (false-failure
+    probability < 1e-5). Users are packed near the boundary, where mistakes happen. Negative
+    control: reporting U = 0 (no bound) fails the same threshold.
+    """
+    beta, trials, limit = 0.2, 100, 40
+    assert binom.sf(limit, trials, beta) < 1e-5
+    r = np.random.default_rng(5)
+    ang = r.uniform(0, 2 * np.pi, 120)
+    rad = 1500 + r.uniform(-60, 60, 120)
+    region = shapely.Point(0, 0).buffer(1500, quad_segs=32)
+    xy = np.column_stack([rad * np.cos(ang), rad * np.sin(ang)])
+    true = int((rc.signed_distance(xy, region) <= 0).sum())
+    rng = seeded_rng(99)
+    fails = ctrl = 0
+    for _ in range(trials):
+        out = rc.range_count_arrays(
+            xy,
+            np.arange(120),
+            region,
+            kind="cgp",
+            amount=1e-4,
+            method=method,
+            rounds=3,
+            split="even",
+            beta=beta,
+            rng=rng,
+        )
+        err = abs(out.estimate - true)
+        fails += err > out.error
+        ctrl += err > 0
+    assert fails <= limit
+    assert ctrl > limit  # the mutant "U = 0" would fail
+
+
+def test_far_users_all_eliminated_and_count_exact():
+    """Cor. 6.3: when S is empty the count is exact w.p. ≥ 1 − β."""
+    xy = np.array([[0.0, 0.0]] * 5 + [[20000.0, 0.0]] * 5)
+    out = rc.range_count_arrays(
+        xy,
+        np.arange(10),
+        SQUARE,
+        kind="cgp",
+        amount=1e-3,
+        method="dist-elim",
+        rounds=4,
+        split="even",
+        rng=seeded_rng(2),
+    )
+    assert out.n_undecided == 0 and out.estimate == 5 and out.error == 0
+    assert out.rounds_histogram[1] == 10  # everybody stopped after round 1: charged a/4
+
+
+def test_repeated_users_refused():
+    with pytest.raises(InvalidInputError, match="one point"):
+        rc.range_count_arrays(np.zeros((2, 2)), [1, 1], SQUARE, kind="cgp", amount=1e-4,
+                              rng=seeded_rng(1))  # fmt: skip
+
+
+# ------------------------------------------------------------------------ ledger driver
+
+
+def _projected(xy, users):
+    import pandas as pd
+    import pyproj
+
+    from gpframe.geo import Projected
+
+    crs = pyproj.CRS("EPSG:32618")
+    return Projected(xy=xy, users=np.asarray(users), index=pd.RangeIndex(len(users)),
+                     crs_in=crs, crs_m=crs, scale_max=1.0)  # fmt: skip
+
+
+def test_run_range_count_charges_savings_into_the_ledger():
+    import gpframe as gp
+
+    n = 300
+    xy = _population(n) + np.array([500000.0, 4500000.0])
+    region = shapely.affinity.translate(SQUARE, 500000.0, 4500000.0)
+    s = gp.Session(budget=gp.CGP(rho=2e-4))
+    users = [f"u{i}" for i in range(n)]
+    res = rc.run_range_count(
+        s,
+        _projected(xy, users),
+        region,
+        rho=1e-4,
+        method="dist-elim",
+        rounds=4,
+        split="even",
+        rng=seeded_rng(3),
+    )
+    rem = s.remaining(users)
+    spent = s.spent_exact(users)
+    assert res.n_charged == n and res.saved > 0
+    assert (rem >= 1e-4 - 1e-18).all() and (rem > 1e-4 + 1e-12).any()  # savings are visible
+    assert spent.to_numpy().astype(float) == pytest.approx(res.charges.loc[users].to_numpy())
+    assert sum(res.params["rounds_histogram"]) == n
+    # exhaust a few users: they are excluded and counted, charged nothing
+    s.set_budget(users[:7], gp.CGP(rho=1e-5))
+    before = s.spent_exact(users[:7])
+    res2 = rc.run_range_count(
+        s, _projected(xy, users), region, rho=1e-4, method="dist", rng=seeded_rng(4)
+    )
+    assert res2.n_excluded == 7 and (s.spent_exact(users[:7]) == before).all()
+
+
+def test_run_range_count_bad_region_leaves_ledger_untouched():
+    import gpframe as gp
+
+    s = gp.Session(budget=gp.CGP(rho=2e-4))
+    snap = s.ledger.snapshot()
+    bowtie = shapely.Polygon([(0, 0), (1, 1), (1, 0), (0, 1)])
+    for region, kw in [(bowtie, {"rho": 1e-4}), (SQUARE, {"eps": 0.1}),
+                       (SQUARE, {"rho": 1e-4, "method": "exact"})]:  # fmt: skip
+        with pytest.raises(InvalidInputError, match="Nothing was charged"):
+            rc.run_range_count(s, _projected(np.zeros((2, 2)), [1, 2]), region, **kw)
+    assert s.ledger.snapshot() == snap
