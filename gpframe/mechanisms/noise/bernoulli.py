@@ -4,14 +4,22 @@ Inputs are float arrays ``glo <= gamma <= ghi`` (certified enclosures, §4.3) an
 ``exact_less(i, W, m, M)`` that decides ``U * M < gamma_i`` for a uniform ``U`` whose first
 ``m`` bits are ``W``, drawing more bits of the same ``U`` when needed.
 
-Each element splits ``gamma`` into ``n_i = max(1, ceil(ghi_i))`` pieces ``gamma / n_i <= 1``
-and runs CKS20 Alg. 1 on each piece: ``K = 1``; while Bernoulli(gamma / (n_i K)) succeeds,
-``K += 1``; the piece succeeds iff ``K`` is odd. Every Bernoulli draw is one certified 16-bit
-draw (Lemma 1, §4.3):
+First the integer part: ``j = floor(glo)`` is an integer with ``j <= gamma`` (a float's floor
+is exact), so ``exp(-gamma) = exp(-j) * exp(-(gamma - j))``. Bernoulli(exp(-j)) is a
+constant-probability draw (one 32-bit word against ``floor(exp(-j) 2**32)``, ties by
+:class:`LazyUniform`), and the remainder's enclosure ``[glo - j, ghi - j]`` is exact by
+Sterbenz's lemma. As in CKS20, who multiply ``floor(gamma)`` Bernoulli(exp(-1)) draws, this
+leaves a remainder below 1 (up to the margin), so one vectorised step replaces the
+``ceil(gamma)`` sequential pieces of §4.4 step 1 for large gamma.
+
+The remainder ``r`` is split into ``n_i = max(1, ceil(rhi_i))`` pieces ``r / n_i <= 1`` (almost
+always ``n_i = 1``), and CKS20 Alg. 1 runs on each piece: ``K = 1``; while
+Bernoulli(r / (n_i K)) succeeds, ``K += 1``; the piece succeeds iff ``K`` is odd. Every
+Bernoulli draw is one certified 16-bit draw (Lemma 1, §4.3):
 
 * ``(W + 1) * M / 2**16 <= glo`` proves ``U * M < gamma`` (success);
 * ``W * M / 2**16 >= ghi`` proves ``U * M >= gamma`` (failure);
-* otherwise ``exact_less`` decides with Python integers.
+* otherwise ``exact_less(i, W, m, M, j)`` decides ``U * M + j < gamma_i`` in Python integers.
 
 Both products on the left are exact in float64 (integers below 2**53 scaled by a power of two), so
 no rounding decides anything.
@@ -20,10 +28,12 @@ no rounding decides anything.
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 
 from gpframe.mechanisms.noise.bits import BitSource
+from gpframe.mechanisms.noise.exact import ExactProb, LazyUniform
 
 __all__ = ["bern_exp_neg", "enclose", "lazy_rational_less"]
 
@@ -31,7 +41,28 @@ __all__ = ["bern_exp_neg", "enclose", "lazy_rational_less"]
 _M_GUARD = float(2**36)
 _TWO16 = 65536.0
 
-ExactLess = Callable[[int, int, int, int], bool]
+ExactLess = Callable[[int, int, int, int, int], bool]
+
+# floor(exp(-j) 2**32) for j = 0..23 (exact); zero from j = 23 on (exp(-23) 2**32 < 1).
+_J_MAX = 24
+_EXP_INT: dict[int, ExactProb] = {}
+_T_INT: np.ndarray | None = None
+
+
+def _exp_int(j: int) -> ExactProb:
+    p = _EXP_INT.get(j)
+    if p is None:
+        p = _EXP_INT[j] = ExactProb.exp_neg(Fraction(j))
+    return p
+
+
+def _int_thresholds() -> np.ndarray:
+    global _T_INT
+    if _T_INT is None:
+        t = np.array([_exp_int(j).floor(32) for j in range(_J_MAX)] + [0], dtype=np.int64)
+        t.setflags(write=False)
+        _T_INT = t
+    return _T_INT
 
 
 def enclose(glo: np.ndarray, ghi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -58,7 +89,7 @@ def _decide(
     glo16: np.ndarray,
     ghi16: np.ndarray,
     idx: np.ndarray,
-    exact_less: ExactLess,
+    exact_less: Callable[[int, int, int, int], bool],
 ) -> np.ndarray:
     """One certified draw per element: returns ``U * M < gamma`` as a bool array."""
     wf = w.astype(np.float64)
@@ -94,7 +125,8 @@ def bern_exp_neg(
     glo, ghi : float64 arrays
         Certified bounds ``0 <= glo <= gamma <= ghi``.
     exact_less : callable
-        ``exact_less(i, W, m, M)`` decides ``U * M < gamma_i`` from the ``m``-bit prefix ``W``.
+        ``exact_less(i, W, m, M, j)`` decides ``U * M + j < gamma_i`` from the ``m``-bit prefix
+        ``W`` (``j`` is the integer part already taken out).
     bits : BitSource
         The source of the 16-bit draws.
     w1 : uint16 array, optional
@@ -105,10 +137,43 @@ def bern_exp_neg(
     out = np.zeros(n, dtype=bool)
     if n == 0:
         return out
-    glo16 = glo * _TWO16
-    ghi16 = ghi * _TWO16
-    pmax = float(ghi.max())
-    pieces = np.maximum(np.ceil(ghi), 1.0) if pmax > 1.0 else None
+    # Integer part: Bernoulli(exp(-j)) with j = floor(glo) <= gamma.
+    jf = np.floor(glo)
+    ji = np.flatnonzero(jf >= 1.0)
+    int_fail = ji[:0]
+    if ji.size:
+        jj = np.minimum(jf[ji], float(_J_MAX)).astype(np.int64)  # only indexes the table
+        W = bits.arr(ji.size, np.uint32).astype(np.int64)
+        T = _int_thresholds()[np.minimum(jj, _J_MAX)]
+        ok = W < T
+        for t in np.flatnonzero(W == T).tolist():
+            ok[t] = LazyUniform(int(W[t]), 32, bits).less_than(_exp_int(int(jf[ji[t]])))
+        int_fail = ji[~ok]
+        # Remainder bounds: glo - j is exact (Sterbenz: j <= glo < j + 1 <= 2j); ghi - j is exact
+        # when ghi <= 2j, otherwise rounded up by one ulp to stay an upper bound.
+        glo16 = np.subtract(glo, jf)
+        ghi16 = np.subtract(ghi, jf)
+        wide = (ghi > 2.0 * jf) & (jf >= 1.0)  # j = 0: nothing was subtracted
+        if wide.any():
+            ghi16[wide] = np.nextafter(ghi16[wide], np.inf)
+        outer = exact_less
+
+        def exact_less(i: int, W: int, m: int, M: int) -> bool:
+            return outer(i, W, m, M, int(jf[i]))  # an integer-valued float: exact
+
+    else:
+        outer = exact_less
+        glo16 = glo.copy()
+        ghi16 = ghi.copy()
+
+        def exact_less(i: int, W: int, m: int, M: int) -> bool:
+            return outer(i, W, m, M, 0)
+
+    # Scale by 2^16 in place (exact: a power of two); the remainder's piece count from its bound.
+    pmax = float(ghi16.max())
+    pieces = np.maximum(np.ceil(ghi16), 1.0) if pmax > 1.0 else None
+    glo16 *= _TWO16
+    ghi16 *= _TWO16
     if w1 is None:
         w1 = bits.arr(n, np.uint16)
     # Round 1 (K = 1, M = n_i): a failure ends piece 1 with K odd, i.e. the piece succeeds.
@@ -141,4 +206,5 @@ def bern_exp_neg(
         keep = s | (piece_ok & ~done_ok)
         K = np.where(s, K + 1.0, 1.0)[keep]
         idx, p, left, lo, hi = idx[keep], p[keep], left[keep], lo[keep], hi[keep]
+    out[int_fail] = False
     return out

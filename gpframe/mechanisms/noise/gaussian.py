@@ -90,24 +90,30 @@ def discrete_gaussian(sigma2: Any, n: int, bits: BitSource | None) -> np.ndarray
     def draw(m: int) -> np.ndarray:
         k, e, _, w1 = geo.propose(m, src, n_u16=m)
         ak = np.abs(k)
-        a = ak * dt - N  # exact in int64 for |k| < 2^37
-        af = a.astype(np.float64)
-        g = e.astype(np.float64) * inv_t + af * af * inv_D
-        glo = g * (1.0 - _REL)
-        ghi = g * (1.0 + _REL)
         if ieee.EXACT_ONLY:
             rows = np.arange(m)
         else:
             rows = np.flatnonzero(ak >= K_FAST)
+        # In-place arithmetic: fresh large arrays cost page faults. Same operations, same rounding.
+        ak *= dt
+        ak -= N  # a = |k| dt - N, exact in int64 for |k| < 2^37
+        af = ak.astype(np.float64)
+        af *= af
+        af *= inv_D
+        g = e.astype(np.float64)
+        g *= inv_t
+        g += af
+        glo = np.multiply(g, 1.0 - _REL, out=af)
+        ghi = np.multiply(g, 1.0 + _REL, out=g)
         for i in rows.tolist():
             ai = abs(int(k[i])) * dt - N
             num = int(e[i]) * twoNdt + ai * ai
             glo[i] = 0.0
             ghi[i] = math.nextafter(float(-(-num // D)), math.inf)
 
-        def exact_less(i: int, W: int, mm: int, M: int) -> bool:
+        def exact_less(i: int, W: int, mm: int, M: int, j: int) -> bool:
             ai = abs(int(k[i])) * dt - N
-            return lazy_rational_less(W, mm, M, int(e[i]) * twoNdt + ai * ai, D, src)
+            return lazy_rational_less(W, mm, M, int(e[i]) * twoNdt + ai * ai - j * D, D, src)
 
         acc = bern_exp_neg(glo, ghi, exact_less, src, w1)
         return k[acc]

@@ -11,7 +11,6 @@ True
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
@@ -27,9 +26,16 @@ def _sqrt_ok() -> bool:
     i = np.arange(1, 10_001, dtype=np.uint64)
     x = (i * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)
     s = np.sqrt(x.astype(np.float64))
-    r = np.array([math.isqrt(int(v)) for v in x.tolist()], dtype=np.float64)  # r < 2^27: exact
-    nonsq = r * r != x.astype(np.float64)
-    return bool(np.all((s >= r) & (s <= r + 1.0)) and nonsq.sum() > 9_000)
+    xi = x.astype(np.int64)
+    # Integer square roots in int64 (all squares < 2^54): floor(s), corrected by one either way,
+    # then verified from the definition r^2 <= x < (r + 1)^2.
+    r = np.floor(s).astype(np.int64)
+    r -= r * r > xi
+    r += (r + 1) * (r + 1) <= xi
+    is_isqrt = (r * r <= xi) & ((r + 1) * (r + 1) > xi)
+    rf = r.astype(np.float64)
+    nonsq = r * r != xi
+    return bool(is_isqrt.all() and np.all((s >= rf) & (s <= rf + 1.0)) and nonsq.sum() > 9_000)
 
 
 def _rounding_ok() -> bool:

@@ -92,8 +92,8 @@ def _laplace_b_batch(lam: Fraction, m: int, bits: BitSource) -> np.ndarray:
     ghi = g * (1.0 + _REL)
     num, den = lam.numerator, lam.denominator
 
-    def exact_less(i: int, W: int, mm: int, M: int) -> bool:
-        return lazy_rational_less(W, mm, M, num * int(e[i]), den, bits)
+    def exact_less(i: int, W: int, mm: int, M: int, j: int) -> bool:
+        return lazy_rational_less(W, mm, M, num * int(e[i]) - j * den, den, bits)
 
     acc = bern_exp_neg(glo, ghi, exact_less, bits, w1)
     return k[acc]
@@ -291,9 +291,10 @@ def lattice_laplace(a: Any, d: int, n: int, bits: BitSource | None) -> np.ndarra
             glo[i] = 0.0
             ghi[i] = math.nextafter(float(math.ceil(a * l1)), math.inf)
 
-        def exact_less(i: int, W: int, mm: int, M: int) -> bool:
+        def exact_less(i: int, W: int, mm: int, M: int, j: int) -> bool:
+            # U M + j < a sqrt(N) - c  <=>  (U M + j + c)^2 < a^2 N  (both sides >= 0)
             Nn = sum(int(v) * int(v) for v in k[i])
-            c = lamB * int(vs[i])
+            c = lamB * int(vs[i]) + j
             target = a2 * Nn
             while True:
                 hi = Fraction((W + 1) * M, 1 << mm) + c

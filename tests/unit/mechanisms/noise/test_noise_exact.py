@@ -117,3 +117,42 @@ def test_ieee_known_answers_pass_on_this_build():
     """T-IEEE: the import-time self test holds, so the float fast paths are enabled."""
     assert ieee.self_test() is True
     assert ieee.EXACT_ONLY is False
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("forced", [False, True])
+def test_bern_exp_neg_frequencies(monkeypatch, forced):
+    """§4.4: P(accept) = exp(-gamma) for gamma in {0, 0.3, 1, 1.7, 5.2, 25.5}; 5 SE each.
+
+    ``forced`` narrows the enclosure to (floor(glo), ceil(ghi)) so the remainder is decided by the
+    exact callback. False-failure probability about 6e-7 per gamma.
+    """
+    from gpframe.mechanisms.noise import bernoulli
+
+    if forced:
+        monkeypatch.setattr(bernoulli, "enclose", lambda lo, hi: (np.floor(lo), np.ceil(hi)))
+    gammas = [
+        Fraction(0),
+        Fraction(3, 10),
+        Fraction(1),
+        Fraction(17, 10),
+        Fraction(26, 5),
+        Fraction(51, 2),
+    ]
+    reps = 20_000
+    g = np.repeat(np.array([float(x) for x in gammas]), reps)
+    glo, ghi = g * (1 - 2.0**-50), g * (1 + 2.0**-50)
+    bits = seeded_rng(21)
+    gi = np.repeat(np.arange(len(gammas)), reps)
+
+    def exact_less(i, W, m, M, j):
+        x = gammas[gi[i]]
+        return bernoulli.lazy_rational_less(
+            W, m, M, x.numerator - j * x.denominator, x.denominator, bits
+        )
+
+    acc = bernoulli.bern_exp_neg(glo, ghi, exact_less, bits).reshape(len(gammas), reps)
+    for x, row in zip(gammas, acc, strict=True):
+        p = float(mpmath.exp(-mpmath.mpf(x.numerator) / x.denominator))
+        se = max((p * (1 - p) / reps) ** 0.5, 1 / reps)
+        assert abs(row.mean() - p) < 5 * se, (x, row.mean(), p)

@@ -66,6 +66,14 @@ def test_forced_gaussian(forced):
     assert gof_gaussian(x, 400.0, 0.7, nbins=300) < ALPHA
 
 
+def test_forced_integer_part_gaussian(monkeypatch):
+    """Enclosure (floor(glo), ceil(ghi)): the integer-part Bernoulli and exact remainder decide."""
+    monkeypatch.setattr(bernoulli, "enclose", lambda lo, hi: (np.floor(lo), np.ceil(hi)))
+    x = noise.discrete_gaussian(Fraction(9, 4), 30_000, seeded_rng(506))
+    assert gof_gaussian(x, 2.25, nbins=300) > ALPHA
+    assert gof_gaussian(x, 2.25, 0.7, nbins=300) < ALPHA
+
+
 def test_forced_planar(forced):
     a = Fraction(1, 4)
     k = noise.lattice_laplace(a, 2, 20_000, seeded_rng(505))
