@@ -1,0 +1,363 @@
+"""The audit registry: every randomised public mechanism, its claim and its neighbouring pairs.
+
+Adding a case is one call to :func:`register` (or one of the builders below) in this file:
+
+    register(Case(
+        name="range_count/gp/eps0.05",
+        covers=("gpframe.queries.range_count",),
+        run=lambda x, n, rng: range_count(..., rng=rng),   # n independent outputs on input x
+        inputs=(x, x_prime),                                # the neighbouring pair
+        claim=Claim.gp(0.05, d=dist(x, x_prime)),           # or Claim.dp / Claim.cgp / Claim.zcdp
+        centers=(x, x_prime),                               # output-space positions, or
+        featurizers=(discrete_featurizer(code_fn),),        # ... discrete codes for the output
+        tiers=frozenset({"fast", "slow"}),
+    ))
+
+``covers`` lists the dotted names of the public functions a case exercises; ``test_registry``
+fails when a public randomised function (one taking ``rng``) of a covered module is in no case.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from .engine import Case, Claim
+
+__all__ = [
+    "AUDITED_MODULES",
+    "CASES",
+    "NOT_MECHANISMS",
+    "by_tier",
+    "register",
+    "utm_pair",
+]
+
+#: modules whose public randomised functions must all be in the registry
+AUDITED_MODULES = ("gpframe.mechanisms", "gpframe.queries", "gpframe.queries.privatize")
+
+#: public names of audited modules that take ``rng`` but release nothing private (with reasons)
+NOT_MECHANISMS: dict[str, str] = {}
+
+CASES: list[Case] = []
+
+FAST = frozenset({"fast", "slow"})
+SLOW = frozenset({"slow"})
+
+
+def register(case: Case) -> Case:
+    """Add ``case`` to the registry (names must be unique)."""
+    if any(c.name == case.name for c in CASES):
+        raise ValueError(f"duplicate audit case name {case.name!r}")
+    CASES.append(case)
+    return case
+
+
+def by_tier(tier: str) -> list[Case]:
+    """The cases run in ``tier`` ("fast" or "slow")."""
+    return [c for c in CASES if tier in c.tiers]
+
+
+def _quiet(fn, *args, **kwargs):
+    # Location mechanisms warn (GpframeWarning) on noise scales below 1 m; the audit uses such
+    # scales on purpose for the r_min-floor cases, and pytest turns warnings into errors.
+    from gpframe.errors import GpframeWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GpframeWarning)
+        return fn(*args, **kwargs)
+
+
+@functools.lru_cache(maxsize=1)
+def _pyproj():
+    from pyproj import Geod, Proj, Transformer
+
+    return Geod(ellps="WGS84"), Transformer.from_crs(4326, 32631, always_xy=True), Proj(32631)
+
+
+def utm_pair(
+    lat: float, azimuth: float, d: float, lon: float = 5.0
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Two points ``d`` ground metres apart (WGS84 geodesic), projected to UTM zone 31N.
+
+    Returns the projected points (metres) and the largest UTM point scale factor k at either, so
+    that a mechanism given eps/k is eps-GP per *ground* metre (secure-noise.md §7.4(f)).
+    """
+    geod, tr, proj = _pyproj()
+    lon2, lat2, _ = geod.fwd(lon, lat, azimuth, d)
+    a = np.array(tr.transform(lon, lat))
+    b = np.array(tr.transform(lon2, lat2))
+    k = max(
+        proj.get_factors(lon, lat).meridional_scale, proj.get_factors(lon2, lat2).meridional_scale
+    )
+    return a, b, float(k)
+
+
+# --------------------------------------------------------------------------------------------
+# builders for the release wrappers of gpframe.mechanisms
+# --------------------------------------------------------------------------------------------
+
+
+def _repeat(x: Any, n: int) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return np.repeat(x[None, ...], n, axis=0)
+
+
+def laplace_gp_case(eps: float, d: float, *, tiers=SLOW, lattice_exact=False, tight=False):
+    from gpframe.mechanisms import laplace_gp
+
+    # an off-lattice base point, so that the snapping term of §7.4(c2) is exercised
+    x0 = 1000.0 if lattice_exact else 1000.123456789
+    pair = (x0, x0 + d)
+
+    def run(x, n, rng):
+        return _quiet(laplace_gp, _repeat(x, n), eps=eps, lattice_exact=lattice_exact, rng=rng)
+
+    mode = "exact" if lattice_exact else "snap"
+    return register(
+        Case(
+            name=f"laplace_gp/{mode}/eps{eps:g}/d{d:g}",
+            covers=("gpframe.mechanisms.laplace_gp",),
+            run=run,
+            inputs=pair,
+            centers=pair,
+            claim=Claim.gp(eps, d, None if lattice_exact else 1.0),
+            tiers=tiers,
+            tight=tight,
+            guarantee=("gp", eps),
+        )
+    )
+
+
+def planar_case(
+    eps: float,
+    d: float,
+    *,
+    lat: float = 45.0,
+    azimuth: float = 45.0,
+    tiers=SLOW,
+    tight=False,
+    lattice_exact=False,
+):
+    """Planar Laplace on a UTM pair d ground metres apart at (lat, azimuth)."""
+    from gpframe.mechanisms import planar_laplace
+
+    a, b, k = utm_pair(lat, azimuth, d)
+    if lattice_exact:
+        g = 2.0**-10
+        a, b = np.rint(a / g) * g, np.rint(b / g) * g
+    eps_proj = Fraction(eps) / Fraction(k)  # per projected metre: eps per ground metre (§7.4 f)
+
+    def run(x, n, rng):
+        return _quiet(
+            planar_laplace, _repeat(x, n), eps=eps_proj, lattice_exact=lattice_exact, rng=rng
+        )
+
+    mode = "exact" if lattice_exact else "snap"
+    d_claim = float(np.linalg.norm(b - a)) / k if lattice_exact else d
+    return register(
+        Case(
+            name=f"planar_laplace/{mode}/eps{eps:g}/d{d:g}/lat{lat:g}/az{azimuth:g}",
+            covers=("gpframe.mechanisms.planar_laplace",),
+            run=run,
+            inputs=(a, b),
+            centers=(a, b),
+            claim=Claim.gp(eps, d_claim, None if lattice_exact else 1.0),
+            tiers=tiers,
+            tight=tight,
+        )
+    )
+
+
+def laplace_dp_case(epsilon: float, sensitivity: float, *, integer: bool, tiers=SLOW, tight=False):
+    """Central Laplace on a sum over users; the neighbour drops one user of maximal contribution."""
+    from gpframe.mechanisms import laplace_dp
+
+    if integer:
+        users = np.array([2, 1, 0, 3, 1, int(sensitivity)], dtype=np.float64)
+    else:
+        users = np.array([0.25, 1.5, 0.125, float(sensitivity) * 0.75, float(sensitivity)])
+    pair = (users, users[:-1])
+
+    def run(ds, n, rng):
+        stat = float(np.sum(ds))
+        return laplace_dp(
+            np.full(n, stat), sensitivity=sensitivity, epsilon=epsilon, integer=integer, rng=rng
+        )
+
+    kind = "int" if integer else "real"
+    return register(
+        Case(
+            name=f"laplace_dp/{kind}/eps{epsilon:g}/sens{sensitivity:g}",
+            covers=("gpframe.mechanisms.laplace_dp",),
+            run=run,
+            inputs=pair,
+            centers=(float(np.sum(pair[0])), float(np.sum(pair[1]))),
+            claim=Claim.dp(epsilon),
+            tiers=tiers,
+            tight=tight,
+            guarantee=("dp", epsilon),
+        )
+    )
+
+
+def gaussian_zcdp_case(rho: float, l2: float, *, integer: bool, tiers=SLOW):
+    """Central discrete Gaussian on a sum over users; the neighbour drops one user."""
+    from gpframe.mechanisms import gaussian_zcdp
+
+    if integer:
+        users = np.array([2, 1, 0, 3, 1, int(l2)], dtype=np.float64)
+    else:
+        users = np.array([0.25, 1.5, 0.125, float(l2)])
+    pair = (users, users[:-1])
+
+    def run(ds, n, rng):
+        stat = float(np.sum(ds))
+        return gaussian_zcdp(np.full(n, stat), l2_sensitivity=l2, rho=rho, integer=integer, rng=rng)
+
+    kind = "int" if integer else "real"
+    return register(
+        Case(
+            name=f"gaussian_zcdp/{kind}/rho{rho:g}/sens{l2:g}",
+            covers=("gpframe.mechanisms.gaussian_zcdp",),
+            run=run,
+            inputs=pair,
+            centers=(float(np.sum(pair[0])), float(np.sum(pair[1]))),
+            claim=Claim.zcdp(rho),
+            tiers=tiers,
+            guarantee=("zcdp", rho),
+        )
+    )
+
+
+def gaussian_cgp_case(rho: float, d: float, *, dim: int = 2, azimuth: float = 45.0, tiers=SLOW):
+    """Lattice Gaussian on a point (dim 2, UTM pair at 45°N) or a 1-D value, pair d metres apart."""
+    from gpframe.mechanisms import gaussian_cgp
+
+    if dim == 1:
+        a, b = np.array(500.123456789), np.array(500.123456789 + d)
+    else:
+        a, b, k = utm_pair(45.0, azimuth, d)
+        # CGP per ground metre: rho / k² per projected square metre
+    scale = 1.0 if dim == 1 else k
+    rho_proj = Fraction(rho) / Fraction(scale) ** 2
+
+    def run(x, n, rng):
+        return _quiet(gaussian_cgp, _repeat(x, n), rho=rho_proj, rng=rng)
+
+    return register(
+        Case(
+            name=f"gaussian_cgp/{dim}d/rho{rho:g}/d{d:g}" + (f"/az{azimuth:g}" if dim > 1 else ""),
+            covers=("gpframe.mechanisms.gaussian_cgp",),
+            run=run,
+            inputs=(a, b),
+            centers=(a, b),
+            claim=Claim.cgp(rho, d),
+            tiers=tiers,
+            guarantee=("cgp", rho) if dim == 1 else None,
+        )
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# the cases
+# --------------------------------------------------------------------------------------------
+
+# 1-D GP Laplace: the floor regime (eps = 1 /m, r_min = 1 m) and a typical one (eps = 0.05 /m),
+# at d in {r_min/2, r_min, 3/eps}; tightness is asked where eps·d is large.
+for _eps in (1.0, 0.05):
+    for _d in (0.5, 1.0, 3.0 / _eps):
+        laplace_gp_case(
+            _eps,
+            _d,
+            tiers=FAST if (_eps == 1.0 and _d in (0.5, 3.0)) else SLOW,
+            tight=_d == 3.0 / _eps,
+        )
+laplace_gp_case(1.0, 3.0, lattice_exact=True, tiers=FAST, tight=True)
+laplace_gp_case(1.0, 2.0**-10, lattice_exact=True)  # one lattice step, Euclidean metric
+
+# planar Laplace: 4 directions × latitudes 0°, 45°, 70° (UTM 31N) × d in {r_min/2, r_min, 3/eps}
+for _eps in (1.0, 0.05):
+    for _lat in (0.0, 45.0, 70.0):
+        for _az in (0.0, 45.0, 90.0, 135.0):
+            for _d in (0.5, 1.0, 3.0 / _eps):
+                _fast = _eps == 1.0 and _lat == 45.0 and _az == 45.0 and _d in (0.5, 3.0)
+                planar_case(
+                    _eps,
+                    _d,
+                    lat=_lat,
+                    azimuth=_az,
+                    tiers=FAST if _fast else SLOW,
+                    tight=_d == 3.0 / _eps,
+                )
+planar_case(1.0, 3.0, lattice_exact=True, tight=True)
+
+# central Laplace: integer counts (g = 1) and real sums (g = 2^(floor(log2 Δ) − 20))
+laplace_dp_case(1.0, 1, integer=True, tiers=FAST, tight=True)
+laplace_dp_case(2.0, 2, integer=True, tight=True)
+laplace_dp_case(3.0, 1.0, integer=False, tiers=FAST, tight=True)
+laplace_dp_case(1.0, 0.3, integer=False, tight=True)
+
+# central Gaussian (zCDP) and CGP: audited through (eps, delta) at delta in {1e-1, 1e-2, 1e-3}
+gaussian_zcdp_case(0.5, 1, integer=True, tiers=FAST)
+gaussian_zcdp_case(2.0, 2, integer=True)
+gaussian_zcdp_case(2.0, 1.5, integer=False, tiers=FAST)
+for _az in (0.0, 45.0, 90.0, 135.0):
+    gaussian_cgp_case(0.02, 10.0, azimuth=_az, tiers=FAST if _az == 45.0 else SLOW)
+gaussian_cgp_case(0.5, 0.5)
+gaussian_cgp_case(0.5, 1.0)
+gaussian_cgp_case(0.02, 10.0, dim=1, tiers=FAST)
+gaussian_cgp_case(0.5, 0.5, dim=1)
+
+
+def privatize_case(
+    mode: str, amount: float, d: float, *, azimuth: float = 45.0, tiers=SLOW, tight=False
+):
+    """privatize (GP Basic / CGP Basic, one point per user): n users at the same location."""
+    from gpframe.queries.privatize import privatize_points
+
+    a, b, k = utm_pair(45.0, azimuth, d)
+
+    def run(x, n, rng):
+        out = privatize_points(
+            _repeat(x, n),
+            np.arange(n),
+            n,
+            mode=mode,
+            amount=Fraction(amount),
+            per="user",
+            scale_max=k,
+            rng=rng,
+        )
+        return out.xy
+
+    claim = Claim.gp(amount, d) if mode == "gp" else Claim.cgp(amount, d)
+    return register(
+        Case(
+            name=f"privatize/{mode}/{amount:g}/d{d:g}/az{azimuth:g}",
+            covers=("gpframe.queries.privatize.privatize_points",),
+            run=run,
+            inputs=(a, b),
+            centers=(a, b),
+            claim=claim,
+            tiers=tiers,
+            tight=tight,
+            # privatize groups rows by user: ~10x slower per draw than planar_laplace itself
+            n_fast=30_000,
+            n_slow=300_000,
+        )
+    )
+
+
+privatize_case("gp", 0.05, 60.0, tiers=FAST)
+privatize_case("gp", 0.05, 0.5)
+privatize_case("gp", 0.05, 60.0, azimuth=0.0)
+privatize_case("cgp", 0.02, 10.0, tiers=FAST)
+privatize_case("cgp", 0.02, 10.0, azimuth=90.0)
+
+# Later operations (privatize, range_count, kde, knn, hulls, grid stats, SVT, ...) add their
+# cases here, one register(...) each.
