@@ -197,10 +197,10 @@ class GeoPriv:
             The input rows with noisy points, in the input CRS, same index and other columns
             (coordinate columns of a DataFrame input are replaced as well). Rows of users whose
             budget could not pay have empty geometry (and NaN coordinates).
-            ``attrs["geopriv"]`` holds the :class:`~gpframe.results.PrivatizeResult`, and
-            ``attrs["geopriv_max_error_m"]`` each user's bound {user: metres}. geopandas
-            writes ``attrs`` into GeoParquet as JSON: before ``to_parquet`` replace the result
-            by ``out.attrs["geopriv"] = res.to_dict()``.
+            ``attrs["geopriv"]`` holds the :class:`~gpframe.results.PrivatizeResult` (as a
+            :class:`~gpframe.results.ResultAttr`: it behaves like the result, and is also its
+            JSON summary, which ``to_parquet`` stores in the file). Each user's own error bound
+            is ``attrs["geopriv"].max_error_m`` (a Series, metres).
 
         Notes
         -----
@@ -248,10 +248,12 @@ class GeoPriv:
         _preflight(mode, amount, per, counts, float(p.scale_max))
 
         fkind = filter_kind(self.session)
-        if per == "user":
-            alloc = filter_charges(fkind, mode, [amount] * n_users, np.ones(n_users, np.int64))
-        else:
-            alloc = filter_charges(fkind, mode, [amount] * n_users, counts)
+        ledger = self.session.ledger
+        # Allocations straight in int64 ledger units: one exact conversion of the amount, then
+        # ceil(n * units) vectorised (the same units reserve() computes from n x amount).
+        alloc_units, too_big = ledger.units_for(
+            "metric", amount, np.ones(n_users, np.int64) if per == "user" else counts, kind=mode
+        )
         users = ledger_keys(uniques)
         params = {
             mode_param(mode): float(amount),
@@ -261,10 +263,13 @@ class GeoPriv:
             "crs_m": p.crs_m.to_string(),
             "scale_max": float(p.scale_max),
         }
+        alloc_in = alloc_units.copy()
+        alloc_in[too_big] = _UNITS_MAX  # cannot be admitted (a budget is at most MAX units)
         with self.session.reserve(
-            users, alloc, notion="metric", kind=None, query="privatize", params=params
-        ) as r:
-            admitted = np.asarray(r.admitted, dtype=bool)
+            users, alloc_in, notion="metric", kind=None, query="privatize", params=params,
+            units=True,
+        ) as r:  # fmt: skip
+            admitted = np.asarray(r.admitted, dtype=bool) & ~too_big
             out = _pv.privatize_points(
                 p.xy,
                 codes,
@@ -278,20 +283,19 @@ class GeoPriv:
                 rng=rng,
                 progress=progress,
             )
-            # Actual charges, in the filter's units, from the mechanisms' guarantees.
-            if per == "user":
-                actual = filter_charges(fkind, mode, out.charges, np.ones(n_users, np.int64))
-            else:
-                pp = _pv.split_charges(out.charges, counts)
-                actual = filter_charges(fkind, mode, pp, counts)
-            actual = [a if ok else Fraction(0) for a, ok in zip(actual, admitted, strict=True)]
-            for a, al in zip(actual, r.allocations, strict=True):
-                if a > al:
-                    raise GpframeInternalError(
-                        f"privatize would charge {float(a)!r} above the allocation {float(al)!r}."
-                    )
-            r.charge(actual)
+            # Actual charges, in ledger units of the filter, from the mechanisms' guarantees:
+            # one conversion per sampler call (per distinct amount), never per user.
+            actual_units, actual_f = _actual_units(ledger, fkind, mode, per, out, counts, n_users)
+            over = actual_units > np.where(admitted, r.allocation_units, 0)
+            if over.any():
+                i = int(np.flatnonzero(over)[0])
+                raise GpframeInternalError(
+                    f"privatize would charge {int(actual_units[i])} ledger units above the "
+                    f"allocation {int(r.allocation_units[i])} for user {users[i]!r}."
+                )
+            r.charge(actual_units, units=True)
             query_id = r.query_id
+        alloc_f = _unit_floats(ledger, alloc_units)
         frame = _build_output(self.frame, p, out.xy, out.released)
         result = _make_result(
             mode=mode,
@@ -301,19 +305,57 @@ class GeoPriv:
             users=uniques,
             counts=counts,
             admitted=admitted,
-            charges=actual,
+            charges=actual_f,
             out=out,
             query_id=query_id,
             fkind=fkind,
             projected=p,
-            allocations=alloc,
+            allocations=alloc_f,
         )
-        frame.attrs["geopriv"] = result
-        # per-user bound (all of the user's points within it, w.p. >= 1 - beta), metres
-        frame.attrs["geopriv_max_error_m"] = dict(
-            zip(ledger_keys(uniques), out.max_error_m.tolist(), strict=True)
-        )
+        # a JSON-able view of the result: survives pandas operations and to_parquet
+        frame.attrs["geopriv"] = result.to_attr()
         return frame
+
+
+_UNITS_MAX = 2**63 - 1
+
+
+def _actual_units(
+    ledger: Any, fkind: str, mode: str, per: str, out: Any, counts: np.ndarray, n_users: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each user's actual charge as (int64 ledger units, float in the filter's units).
+
+    ``per="point"``: n points each costing the guarantee's amount, so charge_for(amount) x n
+    (CGP composition adds the points); ``per="user"``: the tuple is one release of the amount,
+    so charge_for(n x point amount). Users outside ``out.charge_groups`` are charged 0.
+    """
+    from gpframe.accounting.filters import charge_for
+
+    units = np.zeros(n_users, dtype=np.int64)
+    floats = np.zeros(n_users, dtype=np.float64)
+    for users_arr, point_charge in out.charge_groups:
+        n_u = counts[users_arr]
+        if per == "point":
+            u, big = ledger.units_for("metric", point_charge, n_u, kind=mode)
+            c = charge_for(fkind, mode, point_charge)
+            for n in np.unique(n_u).tolist():
+                floats[users_arr[n_u == n]] = float(c * int(n))
+        else:  # one group per distinct n
+            n = int(n_u[0])
+            u, big = ledger.units_for("metric", point_charge * n, np.ones(n_u.size, np.int64),
+                                      kind=mode)  # fmt: skip
+            floats[users_arr] = float(charge_for(fkind, mode, point_charge * n))
+        if big.any():
+            raise GpframeInternalError("a privatize charge does not fit the ledger's units.")
+        units[users_arr] = u
+    return units, floats
+
+
+def _unit_floats(ledger: Any, units: np.ndarray) -> np.ndarray:
+    """Ledger units as floats of the filter's units, one exact conversion per distinct value."""
+    lu = ledger.units["metric"]
+    uniq, inv = np.unique(units, return_inverse=True)
+    return np.array([float(lu.to_fraction(int(v))) for v in uniq.tolist()])[inv]
 
 
 def mode_param(mode: str) -> str:

@@ -129,10 +129,8 @@ def run_demo(
     bound = pts.geopriv(session, user="user_id")
     private = bound.privatize(rho=RHO_PY, per="user", progress=False)
     result = private.attrs["geopriv"]
-    to_write = private.copy()
-    # geopandas stores attrs as JSON in the file: keep the result's JSON form
-    to_write.attrs = {"geopriv": result.to_dict()}
-    to_write.to_parquet(paths["private_points.parquet"])
+    # the result's JSON summary travels in the file's metadata
+    private.to_parquet(paths["private_points.parquet"])
     steps.update()
 
     steps.set_postfix_str("privatize (SQL)")

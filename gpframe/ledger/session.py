@@ -385,6 +385,92 @@ class Ledger:
         units_u = np.array([min(u, MAX) for u in conv_u], dtype=np.int64)
         return units_u[codes], big_u[codes]
 
+    def _units_array(self, values: object, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """Validate amounts given directly as ledger units (the ``units=True`` fast path)."""
+        if np.ndim(values) == 0:
+            values = np.full(n, values)
+        arr = np.asarray(values)
+        if arr.ndim != 1 or arr.size != n:
+            raise InvalidInputError(
+                f"{name} has shape {arr.shape} but there are {n} users; pass one amount per "
+                "user or a scalar. Nothing was charged."
+            )
+        if arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and arr.dtype.itemsize == 8):
+            raise InvalidInputError(
+                f"{name} has dtype {arr.dtype}; with units=True pass int64 ledger units (see "
+                "Ledger.units_for). Nothing was charged."
+            )
+        arr = arr.astype(np.int64, copy=False)
+        if arr.size and int(arr.min()) < 0:
+            raise InvalidInputError(
+                f"{name} holds negative ledger units; amounts must be >= 0. Nothing was charged."
+            )
+        return arr, np.zeros(n, dtype=bool)
+
+    def units_for(
+        self,
+        notion: str,
+        amount: object,
+        counts: object = None,
+        kind: str | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Ledger units of ``counts[i] × amount``, rounded up, computed exactly and vectorised.
+
+        For callers whose users all pay one distinct amount per point: the amount is converted
+        to the filter's units once (``charge_for`` when ``kind`` is the mechanism's notion),
+        then ``ceil(n · amount · 10**exponent)`` is evaluated in int64 (Python ints when it
+        could overflow). This is exactly ``LedgerUnits.up(charge_for(...) * n)``, the units
+        that :meth:`reserve` would compute from the ``Fraction`` ``n × amount``.
+
+        Parameters
+        ----------
+        notion : {"metric", "central"}
+        amount : number
+            The per-point amount, finite and >= 0, in the ``kind`` units (None: filter units).
+        counts : array of int, optional
+            Multiplicities (>= 0); default a single 1.
+        kind : str, optional
+            The mechanism's guarantee kind, as for :meth:`Session.reserve`.
+
+        Returns
+        -------
+        units : ndarray of int64
+            Capped at ``2**63 - 1``.
+        too_big : ndarray of bool
+            Where the exact value does not fit int64 (never admitted).
+
+        Examples
+        --------
+        >>> import gpframe as gp
+        >>> s = gp.Session(budget=gp.CGP(rho=1.0))
+        >>> s.ledger.units_for("metric", 0.1, np.array([0, 1, 3]), kind="gp")[0].tolist()
+        [0, 5000000000000, 15000000000000]
+        >>> units, _ = s.ledger.units_for("metric", 1e-4, np.array([2, 5]))
+        >>> with s.reserve([1, 2], units, query="doc", units=True) as r:
+        ...     _ = r.charge(units, units=True)
+        >>> s.spent_exact().tolist()
+        [Fraction(1, 5000), Fraction(1, 2000)]
+        """
+        notion = self._notion(notion)
+        lu, fkind = self.units[notion], self.kind[notion]
+        f = nonnegative(amount, "amount")
+        if kind is not None:
+            f = charge_for(fkind, kind, f)
+        v = f * lu.scale
+        p, q = v.numerator, v.denominator
+        n = np.array([1] if counts is None else counts, dtype=np.int64).reshape(-1)
+        if n.size and int(n.min()) < 0:
+            raise InvalidInputError("counts must be >= 0. Nothing was charged.")
+        top = int(n.max()) if n.size else 0
+        if top * p + q < 2**62:  # int64 cannot overflow: ceil(n p / q) for n, p >= 0
+            return (n * p + (q - 1)) // q, np.zeros(n.size, dtype=bool)
+        # rare: huge amounts; one exact Python-int conversion per distinct count
+        uniq, inv = np.unique(n, return_inverse=True)
+        exact_u = [-((-int(k) * p) // q) for k in uniq.tolist()]
+        big = np.array([u > MAX for u in exact_u], dtype=bool)
+        units = np.array([min(u, MAX) for u in exact_u], dtype=np.int64)
+        return units[inv], big[inv]
+
     # -- reserve / charge / cancel ------------------------------------------------------------
     def reserve(
         self,
@@ -396,11 +482,17 @@ class Ledger:
         query: str,
         params: dict[str, Any] | None,
         charge_id: str | None,
+        units: bool = False,
     ) -> Reservation:
         """Check-and-reserve for all users in one transaction; see :meth:`Session.reserve`."""
         notion = self._notion(notion)
         keys = _user_keys(users)
-        alloc, too_big = self._to_units(notion, allocations, keys.size, kind, "allocations")
+        if units:
+            if kind is not None:
+                charge_for(self.kind[notion], kind, 0)  # refuse what the filter never admits
+            alloc, too_big = self._units_array(allocations, keys.size, "allocations")
+        else:
+            alloc, too_big = self._to_units(notion, allocations, keys.size, kind, "allocations")
         if not isinstance(query, str) or not query:
             raise InvalidInputError(
                 f"query={query!r} must be a non-empty name. Nothing was charged."
@@ -726,22 +818,26 @@ class Reservation:
             [lu.to_fraction(u) for u in self.allocation_units.tolist()], dtype=object
         ).reshape(-1)
 
-    def charge(self, actual: object) -> bool:
+    def charge(self, actual: object, *, units: bool = False) -> bool:
         """Charge the actual amounts (in the reservation's ``kind`` units, like the allocations).
 
         ``actual`` is a scalar or one amount per user, ``0 <= actual <= allocation``; entries of
         refused users are ignored. The charge is committed durably before this returns; a
         replay of the same ``charge_id`` with the same amounts debits nothing (returns False),
         with other amounts it raises :class:`~gpframe.errors.ChargeConflictError`.
+        With ``units=True``, ``actual`` is int64 ledger units of the filter (no conversion).
         """
         if self.state == "cancelled":
             raise LedgerError(
                 f"reservation {self.id} was cancelled; reserve again. Nothing was charged."
             )
         led = self._ledger
-        kind = None if self.kind == led.kind[self.notion] else self.kind
-        units, big = led._to_units(self.notion, actual, self.admitted.size, kind, "actual")
-        over = self.admitted & (big | (units > self.allocation_units))
+        if units:
+            amounts, big = led._units_array(actual, self.admitted.size, "actual")
+        else:
+            kind = None if self.kind == led.kind[self.notion] else self.kind
+            amounts, big = led._to_units(self.notion, actual, self.admitted.size, kind, "actual")
+        over = self.admitted & (big | (amounts > self.allocation_units))
         if over.any():
             i = int(np.flatnonzero(over)[0])
             raise InvalidInputError(
@@ -750,8 +846,8 @@ class Reservation:
                 "reservation is still open: charge valid amounts, or leave the block to be "
                 "charged the full allocation. Nothing was charged."
             )
-        units = np.where(self.admitted, units, 0)
-        done = led._commit(self, units, "charge")
+        amounts = np.where(self.admitted, amounts, 0)
+        done = led._commit(self, amounts, "charge")
         self.state = "charged"
         return done
 
@@ -863,6 +959,8 @@ class Session:
         query: str = "query",
         params: dict[str, Any] | None = None,
         charge_id: str | None = None,
+        *,
+        units: bool = False,
     ) -> Reservation:
         """Reserve each user's allocation, atomically for all users (one transaction).
 
@@ -888,6 +986,11 @@ class Session:
             committed, the reservation is a *replay*: it holds nothing, admits the users of the
             first charge, and its ``charge`` debits nothing (or raises
             :class:`~gpframe.errors.ChargeConflictError` if the amounts differ).
+        units : bool
+            Fast path: ``allocations`` are already int64 ledger units of the notion's filter
+            (rounded up, e.g. from :meth:`Ledger.units_for`), so no per-user ``Fraction`` is
+            built; call ``charge(actual, units=True)`` with units as well. ``kind`` is then only
+            recorded (and checked against the filter).
 
         Returns
         -------
@@ -906,7 +1009,7 @@ class Session:
             raise LedgerError("this Session is closed; open a new one. Nothing was charged.")
         return self.ledger.reserve(
             users, allocations, notion=notion, kind=kind, query=query, params=params,
-            charge_id=charge_id,
+            charge_id=charge_id, units=units,
         )  # fmt: skip
 
     def set_budget(self, users: object, budget: Budget) -> None:

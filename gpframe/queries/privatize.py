@@ -213,6 +213,10 @@ class PrivatizeArrays:
         How many sampler calls drew the noise (one per distinct per-point amount).
     guarantees : list
         The mechanisms' ``Guarantee`` objects, one per sampler call.
+    charge_groups : list of (ndarray of int64, Fraction)
+        One entry per sampler call: the user codes it released and the ground-unit charge of
+        each of their points (a user's charge is that times its point count). Lets callers
+        convert charges to ledger units once per distinct amount instead of once per user.
     """
 
     xy: NDArray[np.float64]
@@ -223,6 +227,7 @@ class PrivatizeArrays:
     noise_scale_m: NDArray[np.float64]
     n_calls: int
     guarantees: list[Any] = field(default_factory=list)
+    charge_groups: list[tuple[NDArray[np.int64], Fraction]] = field(default_factory=list)
 
 
 def _to_fraction(x: object) -> Fraction:
@@ -244,6 +249,7 @@ def privatize_points(
     beta: float = 0.05,
     rng: Any = None,
     progress: bool | None = False,
+    bounds: bool = True,
 ) -> PrivatizeArrays:
     """Release every point of the admitted users under GP Basic or CGP Basic.
 
@@ -278,6 +284,9 @@ def privatize_points(
         The randomness source; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
     progress : bool or None
         Show a tqdm bar over the sampler calls (None: on in a terminal or notebook).
+    bounds : bool
+        Compute the error bounds (``False``: ``max_error_m`` and ``max_error_all_m`` stay NaN;
+        the SQL path, which has nowhere to report them, skips that work).
 
     Returns
     -------
@@ -329,24 +338,24 @@ def privatize_points(
     if adm.shape != (n_users,):
         raise GpframeInternalError(f"admitted has shape {adm.shape}, expected ({n_users},).")
 
-    parts = per_point_amounts(counts, amount, per)
     out = np.full(xy.shape, np.nan, dtype=np.float64)
     released = np.zeros(xy.shape[0], dtype=bool)
-    charges: list[Fraction] = [Fraction(0)] * n_users
+    charge_arr = np.full(n_users, Fraction(0), dtype=object)
     max_err = np.full(n_users, np.nan)
     scale_m = np.full(n_users, np.nan)
     guarantees: list[Any] = []
+    charge_groups: list[tuple[NDArray[np.int64], Fraction]] = []
 
     # Users with the same per-point amount share one sampler call: with per="point" that is
     # everybody, with per="user" one call per distinct point count. Never one call per row:
     # a single-sample call leaks its noise through its run time (secure-noise.md §10).
-    starts = np.concatenate(([0], np.cumsum(counts)))
-    groups: dict[int, list[int]] = {}
-    for u in np.flatnonzero(adm & (counts > 0)):
-        key = int(counts[u]) if per == "user" else 0
-        groups.setdefault(key, []).append(int(u))
-
-    keys = sorted(groups)
+    # Grouping is vectorised (no per-user Python): a group's rows are the positions of the
+    # stable by-user order whose user is in the group, i.e. users ascending, rows in input
+    # order within a user.
+    live = adm & (counts > 0)
+    ukey = counts if per == "user" else np.zeros(n_users, dtype=np.int64)
+    keys = np.unique(ukey[live]).tolist()
+    sorted_codes = codes[order]
     iterator: Any = keys
     if progress_enabled(progress) and len(keys) > 1:
         from tqdm.auto import tqdm
@@ -356,9 +365,10 @@ def privatize_points(
     n_calls = 0
     releases: list[Any] = []
     for key in iterator:
-        users = groups[key]
-        rows = np.concatenate([order[starts[u] : starts[u + 1]] for u in users])
-        part = parts[users[0]]
+        members = live & (ukey == key)
+        users_arr = np.flatnonzero(members)
+        rows = order[members[sorted_codes]]
+        part = amount / int(key) if per == "user" else amount
         if mode == "gp":
             rel = planar_laplace(xy[rows], eps=part / k, rng=rng)
             to_ground = k
@@ -378,36 +388,34 @@ def privatize_points(
             )
         out[rows] = np.asarray(rel, dtype=np.float64)
         released[rows] = True
+        charge_groups.append((users_arr, point_charge))
         # Error bounds from the noise actually sampled (mechanisms.tails), union over a user's
         # n points: every point of the user is within the bound with probability >= 1 - beta.
-        users_arr = np.asarray(users)
+        # Charges: n points at point_charge each; one Fraction per distinct n.
         n_u = counts[users_arr]
-        for n in np.unique(n_u):
-            max_err[users_arr[n_u == n]] = error_bound(rel, beta, n=int(n))
+        for n in np.unique(n_u).tolist():
+            sel = users_arr[n_u == n]
+            if bounds:
+                max_err[sel] = error_bound(rel, beta, n=int(n))
+            charge_arr[sel] = point_charge * int(n)
         scale_m[users_arr] = float(rel.noise["scale"])
         releases.append(rel)
-        by_n: dict[int, Fraction] = {}
-        for u in users:
-            n = int(counts[u])
-            c = by_n.get(n)
-            if c is None:
-                c = by_n[n] = point_charge * n
-            charges[u] = c
 
     # The overall bound: a union bound over every released point of every user (β/N each).
     n_released = int(released.sum())
     all_bounds = float("nan")
-    if n_released:
+    if n_released and bounds:
         all_bounds = max(error_bound(rel, beta, n=n_released) for rel in releases)
     return PrivatizeArrays(
         xy=out,
         released=released,
-        charges=charges,
+        charges=charge_arr.tolist(),
         max_error_m=max_err,
         max_error_all_m=all_bounds,
         noise_scale_m=scale_m,
         n_calls=n_calls,
         guarantees=guarantees,
+        charge_groups=charge_groups,
     )
 
 
@@ -439,14 +447,12 @@ def make_privatize_result(
 
     ids = np.asarray(users, dtype=object)
     adm = np.asarray(admitted, dtype=bool) & (np.asarray(counts) > 0)
-    charged = pd.Series(
-        [float(c) for c, a in zip(charges, adm, strict=True) if a], index=pd.Index(ids[adm])
-    )
+    index = pd.Index(ids[adm])
+    # float(Fraction) per user is slow; callers may pass floats already (same values)
+    charged = pd.Series(_floats(charges, adm), index=index)
     alloc = None
     if allocations is not None:
-        alloc = pd.Series(
-            [float(c) for c, a in zip(allocations, adm, strict=True) if a], index=pd.Index(ids[adm])
-        )
+        alloc = pd.Series(_floats(allocations, adm), index=index)
     g = None
     params = {
         ("eps" if mode == "gp" else "rho"): float(amount),
@@ -459,6 +465,13 @@ def make_privatize_result(
     }
     if g is not None:
         params["g_m"] = g
+    # the floor of the guarantee: 1 m unless a very coarse noise scale raised it (secure-noise §9.1)
+    floors = [
+        float(g.metric[1])
+        for g in out.guarantees
+        if isinstance(g.metric, tuple) and g.metric[0] == "floor"
+    ]
+    r_min = max(floors, default=1.0)
     return PrivatizeResult(
         value=out.xy,
         error=None if math.isnan(out.max_error_all_m) else float(out.max_error_all_m),
@@ -466,11 +479,26 @@ def make_privatize_result(
         mechanism="planar_laplace" if mode == "gp" else "gaussian_cgp",
         params=params,
         kind=fkind,
-        metric=("floor", 1.0),
-        r_min=1.0,
+        metric=("floor", r_min),
+        r_min=r_min,
         charges=charged,
+        max_error_m=pd.Series(np.asarray(out.max_error_m, dtype=np.float64)[adm], index=index),
         allocations=alloc,
-        excluded=[u for u, a, n in zip(ids.tolist(), admitted, counts, strict=True) if not a and n],
+        excluded=ids[~np.asarray(admitted, dtype=bool) & (np.asarray(counts) > 0)].tolist(),
         query_id=str(query_id),
         spec="concentrated-geo-privacy.md §6.1-§6.3; secure-noise.md §7.4, §9.3",
+    )
+
+
+def _floats(values: Sequence[Any], mask: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """``values[mask]`` as float64; an object array of Fractions converts once per distinct one."""
+    arr = np.asarray(values)
+    if arr.dtype != object:
+        return arr.astype(np.float64)[mask]
+    sel = arr[mask]
+    memo: dict[int, float] = {}
+    # callers share one Fraction object among the users of one amount: convert per object
+    return np.array(
+        [memo[i] if (i := id(v)) in memo else memo.setdefault(i, float(v)) for v in sel],
+        dtype=np.float64,
     )

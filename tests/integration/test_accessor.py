@@ -74,6 +74,21 @@ def test_round_trip_projected_geodataframe(pings):
     assert s.spent().tolist() == pytest.approx([0.05 * 20] * 3)
 
 
+def test_output_writes_to_geoparquet_with_its_result_summary(pings, tmp_path):
+    """geopandas json-dumps attrs into GeoParquet; the result must not break to_parquet."""
+    s = Session(budget=gp.CGP(rho=1e-3))
+    bound = pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs="EPSG:4326")
+    out = bound.privatize(rho=1e-4, rng=seeded_rng(3))
+    res = out.attrs["geopriv"]
+    assert list(res.max_error_m.index) == [1, 2, 3]  # each user's own bound, metres
+    assert (res.max_error_m > 0).all() and (res.max_error_m <= res.error).all()
+    out.to_parquet(tmp_path / "private.parquet")
+    back = gpd.read_parquet(tmp_path / "private.parquet")
+    assert back.attrs["geopriv"]["query_id"] == res.query_id
+    assert back.attrs["geopriv"]["n_charged"] == 3
+    assert back.geometry.equals(out.geometry)
+
+
 def test_gp_on_cgp_ledger_charges_eps_squared_over_two(pings):
     s = Session(budget=gp.CGP(rho=1e-2))
     b = pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs=4326)
