@@ -159,6 +159,15 @@ class GeoPriv:
             f"metric CRS {p.crs_m.to_string()}, user={self.user!r})"
         )
 
+    def range_count(self, region: Any, **kwargs: Any) -> Any:
+        """Private count of users inside ``region`` (adaptive-budgeting.md §5.1).
+
+        Parameters and examples: :func:`gpframe.queries.range_count_frame.range_count`.
+        """
+        from gpframe.queries.range_count_frame import range_count
+
+        return range_count(self, region, **kwargs)
+
     def privatize(
         self,
         *,

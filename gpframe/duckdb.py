@@ -156,6 +156,7 @@ def register(con: Any, session: Any, *, rng: Any = None) -> Registration:
     if reg is not None:
         reg.session = session
         reg.rng = rng
+        _register_operations(con, session, rng)
         return reg
     reg = Registration(session=session, rng=rng)
     existing = {
@@ -187,7 +188,16 @@ def register(con: Any, session: Any, *, rng: Any = None) -> Registration:
             f"ELSE {udf}_str(CAST(user_id AS VARCHAR), {args}) END"
         )
     _remember(con, reg)
+    _register_operations(con, session, rng)
     return reg
+
+
+def _register_operations(con: Any, session: Any, rng: Any) -> None:
+    """Register the UDFs of the other operations (one module each; each is idempotent)."""
+    # local imports: those modules import this one for its shared locking and charging helpers
+    from gpframe.duckdb_range import register_range_count
+
+    register_range_count(con, session, rng=rng)
 
 
 def _lookup(con: Any) -> Registration | None:

@@ -1077,6 +1077,24 @@ class Session:
         scale = 10.0 ** self.ledger.units[notion].exponent
         return pd.Series(vals.astype(np.float64) / scale, index=index, name=which)
 
+    def plan(
+        self,
+        total: Any,
+        queries: int,
+        schedule: str = "linear",
+        users: object = None,
+        *,
+        lam: Any = 0.5,
+    ) -> Any:
+        """Plan per-user allocations for a sequence of queries (Algorithm 3).
+
+        Savings of earlier queries are re-allocated to later ones and no user's total ever
+        exceeds ``total`` (adaptive-budgeting.md §3). See :func:`gpframe.queries.plan_api.plan`.
+        """
+        from gpframe.queries.plan_api import plan
+
+        return plan(self, total, queries, schedule, users, lam=lam)
+
     def remaining(self, users: object = None, notion: str | None = None) -> pd.Series:
         """Budget left per user (``budget - spent - held``, at least 0), as floats.
 

@@ -1,0 +1,338 @@
+"""DuckDB SQL function for range counting: ``gp_in_region`` (STYLE.md §9; spec §5.1).
+
+``register_range_count(con, session)`` adds, on the connection ``con``:
+
+``gp_in_region(user_id, x, y, region_wkb, rho, rounds [, n_users := NULL]) -> BOOLEAN``
+    The row's privatized in/out outcome of ``dist-elim`` (Algorithm 4 with h = the signed
+    distance to the region's boundary, doubling split over ``rounds`` rounds, β = 0.05, then the
+    Appendix B threshold shift for users still undecided; spec §5.1, §4.4). The count is
+    post-processing: ``SUM(gp_in_region(...)::INT)`` (local model: each user's outcome is released
+    independently). The user's CGP budget is charged the parts of the rounds the row ran (spec
+    §4.6): a row decided at round r pays ρ·(2^r − 1)/(2^c − 1), an undecided one ρ. A user with
+    several rows pays for each row (each row is a component, spec §1.6).
+
+Noise: lattice Gaussian on the signed distance, σ_j = (1 + g)/√(2ρ_j) metres in round j, ρ_j the
+round's part (secure-noise.md §9.3). Units: x, y and the region are **metres of one projected
+CRS** (the function never projects; the region is WKB, e.g. ``ST_AsWKB(geom)`` or
+``shapely.to_wkb``). NULL in any argument (but ``n_users``) gives NULL and no charge; a user whose
+budget cannot pay for the batch's rows gets NULL and no charge.
+
+``n_users`` is the n of the union bounds behind the elimination widths (β/(n·c) per test). Pass the
+number of rows the query asks (e.g. ``(SELECT count(*) FROM t)``) so the outcome and the charges
+do not depend on DuckDB's batching; NULL uses the admitted rows of each ≤ 2,048-row batch, which is
+what the Python ``range_count`` uses for a table that fits one batch. With the same inputs, order,
+rng and n, the charges equal those of ``df.geopriv(...).range_count(region, rho=..., rounds=...)``.
+
+Charging follows :mod:`gpframe.duckdb`: one ``session.reserve`` and one ``charge`` per Arrow batch,
+under the same process-wide lock, through the Session's own store; every evaluated row is charged
+(over-charging on re-evaluation is allowed, under-charging never).
+
+Examples
+--------
+>>> import duckdb, shapely, gpframe as gp
+>>> from gpframe.ledger import Session
+>>> con = duckdb.connect()
+>>> session = Session(budget=gp.CGP(rho=1e-3))
+>>> reg = register_range_count(con, session)
+>>> reg is register_range_count(con, session)
+True
+>>> wkb = shapely.to_wkb(shapely.box(0, 0, 10_000, 10_000))
+>>> q = "SELECT gp_in_region(7, 5000.0, 5000.0, $w, 1e-4, 10)"
+>>> con.execute(q, {"w": wkb}).fetchall()                  # 5 km inside: decided early
+[(True,)]
+>>> bool(0 < session.spent().loc[7] < 1e-4)                # the saving stays in the budget
+True
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+# the lock and the id dispatch are shared with gp_privatize (one lock for every gpframe UDF: a
+# Session must see one reserve/charge at a time); the Arrow helpers below are local so that this
+# module does not depend on gpframe.duckdb's private helpers
+from gpframe.duckdb import _INT_TYPES, _LEDGER_LOCK
+from gpframe.errors import InvalidInputError
+
+__all__ = ["RangeRegistration", "register_range_count"]
+
+_UDF = "gp_in_region_udf"
+_MACRO = "gp_in_region"
+#: fixed public parameters of the SQL form (the Python API exposes them)
+METHOD, SPLIT, BETA = "dist-elim", "doubling", 0.05
+_MAX_ROUNDS = 64
+
+_REGISTRY: weakref.WeakKeyDictionary[Any, RangeRegistration] = weakref.WeakKeyDictionary()
+_REGISTRY_BY_ID: dict[int, RangeRegistration] = {}
+
+
+@dataclass
+class RangeRegistration:
+    """``gp_in_region`` on one connection, with counters for audits and tests.
+
+    Attributes
+    ----------
+    session : gpframe.Session
+        The session charged (the latest passed to :func:`register_range_count`).
+    rows_drawn, rows_excluded, batches : int
+        Rows that ran the elimination (all charged); non-NULL rows refused for lack of budget;
+        Arrow batches that drew noise.
+    """
+
+    session: Any
+    rng: Any = None
+    rows_drawn: int = 0
+    rows_excluded: int = 0
+    batches: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+def register_range_count(con: Any, session: Any, *, rng: Any = None) -> RangeRegistration:
+    """Register ``gp_in_region`` on ``con``, charging ``session`` (idempotent per connection).
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+    session : gpframe.Session
+        Must have a CGP metric budget (the SQL form is the Gaussian ``dist-elim``).
+    rng : BitSource or None
+        Randomness; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
+
+    Returns
+    -------
+    RangeRegistration
+    """
+    from duckdb.sqltypes import BIGINT, BLOB, BOOLEAN, DOUBLE, INTEGER, VARCHAR
+
+    if not hasattr(session, "reserve"):
+        raise InvalidInputError(
+            f"session={session!r} is not a gpframe Session; pass gp.Session(budget=...). "
+            "Nothing was charged."
+        )
+    reg = _lookup(con)
+    if reg is not None:
+        reg.session, reg.rng = session, rng
+        return reg
+    reg = RangeRegistration(session=session, rng=rng)
+    existing = {
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT function_name FROM duckdb_functions() "
+            f"WHERE function_name LIKE '{_UDF}%'"
+        ).fetchall()
+    }
+    for suffix, utype in (("_int", BIGINT), ("_str", VARCHAR)):
+        if _UDF + suffix in existing:
+            con.remove_function(_UDF + suffix)
+        con.create_function(
+            _UDF + suffix,
+            _make_udf(reg),
+            [utype, DOUBLE, DOUBLE, BLOB, DOUBLE, INTEGER, BIGINT],
+            BOOLEAN,
+            type="arrow",
+            null_handling="special",
+            side_effects=True,
+        )
+    args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(region_wkb AS BLOB), CAST(rho AS DOUBLE), "
+            "CAST(rounds AS INTEGER), CAST(n_users AS BIGINT)")  # fmt: skip
+    con.execute(
+        f"CREATE OR REPLACE TEMP MACRO {_MACRO}(user_id, x, y, region_wkb, rho, rounds, "
+        f"n_users := NULL) AS "
+        f"CASE WHEN typeof(user_id) IN ({_INT_TYPES}) "
+        f"THEN {_UDF}_int(TRY_CAST(user_id AS BIGINT), {args}) "
+        f"ELSE {_UDF}_str(CAST(user_id AS VARCHAR), {args}) END"
+    )
+    _remember(con, reg)
+    return reg
+
+
+def _lookup(con: Any) -> RangeRegistration | None:
+    try:
+        return _REGISTRY.get(con)
+    except TypeError:
+        return _REGISTRY_BY_ID.get(id(con))
+
+
+def _remember(con: Any, reg: RangeRegistration) -> None:
+    try:
+        _REGISTRY[con] = reg
+    except TypeError:
+        _REGISTRY_BY_ID[id(con)] = reg
+
+
+def _arr(a: Any) -> Any:
+    return a.combine_chunks() if hasattr(a, "combine_chunks") else a
+
+
+def _np(a: Any, dtype: Any = None) -> np.ndarray:
+    return np.asarray(_arr(a).to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def _nulls(a: Any) -> np.ndarray:
+    return np.asarray(_arr(a).is_null().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _objects(a: Any) -> np.ndarray:
+    """Python objects (int ids, str ids, WKB bytes): the ledger keys the accessor uses too."""
+    a = _arr(a)
+    out = np.empty(len(a), dtype=object)
+    out[:] = a.to_pylist()
+    return out
+
+
+def _make_udf(reg: RangeRegistration) -> Any:
+    def udf(user_id: Any, x: Any, y: Any, wkb: Any, rho: Any, rounds: Any, n_users: Any) -> Any:
+        import pyarrow as pa
+
+        n = len(x)
+        null = _nulls(user_id) | _nulls(x) | _nulls(y) | _nulls(wkb) | _nulls(rho) | _nulls(rounds)
+        out = np.zeros(n, dtype=bool)
+        if (~null).any():
+            rows = np.flatnonzero(~null)
+            nu = _nulls(n_users)
+            nus = np.where(nu, -1, np.nan_to_num(_np(n_users, np.float64), nan=-1)).astype(np.int64)
+            wk = _objects(wkb)[rows]
+            inside, done = _batch(
+                reg, _objects(user_id)[rows], _np(x, np.float64)[rows],
+                _np(y, np.float64)[rows], wk, _np(rho, np.float64)[rows],
+                _np(rounds, np.float64)[rows].astype(np.int64), nus[rows],
+            )  # fmt: skip
+            out[rows] = inside
+            null[rows[~done]] = True
+        return pa.array(out, mask=null, type=pa.bool_())
+
+    udf.__name__ = "gp_in_region_udf"
+    return udf
+
+
+def _check_batch(xs: np.ndarray, ys: np.ndarray, rhos: np.ndarray, rounds: np.ndarray) -> None:
+    from gpframe.queries.privatize import COORD_MAX_M
+
+    bad = ~np.isfinite(rhos) | (rhos <= 0)
+    if bad.any():
+        raise InvalidInputError(
+            f"gp_in_region: rho={rhos[bad][0]!r} in {int(bad.sum())} row(s) must be finite and > 0 "
+            "(CGP, per m²). Nothing was charged for this batch."
+        )
+    badr = (rounds < 1) | (rounds > _MAX_ROUNDS)
+    if badr.any():
+        raise InvalidInputError(
+            f"gp_in_region: rounds={int(rounds[badr][0])} must be in 1..{_MAX_ROUNDS}. Nothing was "
+            "charged for this batch."
+        )
+    xy = np.column_stack([xs, ys])
+    if not np.isfinite(xy).all():
+        raise InvalidInputError(
+            "gp_in_region: x/y has NaN or infinite values; filter them out (WHERE isfinite(x) AND "
+            "isfinite(y)). Nothing was charged for this batch."
+        )
+    if (np.abs(xy) >= COORD_MAX_M).any():
+        raise InvalidInputError(
+            "gp_in_region: a coordinate is beyond ±2**40 m; x and y must be metres of a projected "
+            "CRS. Nothing was charged for this batch."
+        )
+
+
+def _region(wkb: bytes, cache: dict[bytes, Any]) -> Any:
+    import shapely
+
+    from gpframe.queries.range_count import _check_region
+
+    if wkb not in cache:
+        try:
+            geom = shapely.from_wkb(wkb)
+        except Exception as exc:  # shapely raises GEOSException for bad WKB
+            raise InvalidInputError(
+                f"gp_in_region: region_wkb is not valid WKB ({exc}). Pass ST_AsWKB(geom) or "
+                "shapely.to_wkb(polygon). Nothing was charged for this batch."
+            ) from None
+        try:
+            cache[wkb] = _check_region(geom, name="gp_in_region: region_wkb")
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{exc} (for this batch)") from None
+    return cache[wkb]
+
+
+def _batch(
+    reg: RangeRegistration,
+    users: np.ndarray,
+    xs: np.ndarray,
+    ys: np.ndarray,
+    wkbs: np.ndarray,
+    rhos: np.ndarray,
+    rounds: np.ndarray,
+    n_users: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate, reserve, eliminate and charge one batch; returns (inside, ran) per row."""
+    import pandas as pd
+
+    from gpframe.accessor import filter_kind, ledger_keys
+    from gpframe.accounting.amounts import positive
+    from gpframe.queries.elimination import split_fractions
+    from gpframe.queries.range_count import range_count_arrays
+
+    _check_batch(xs, ys, rhos, rounds)
+    cache: dict[bytes, Any] = {}
+    regions = [_region(bytes(w), cache) for w in wkbs]
+    for c in np.unique(rounds).tolist():
+        split_fractions(SPLIT, int(c))
+    # groups of rows that share (region, rho, rounds, n): one elimination run each, in the order
+    # of their first row, so a one-group batch runs exactly like the Python path
+    key = pd.DataFrame({"w": [id(r) for r in regions], "r": rhos, "c": rounds, "n": n_users})
+    gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
+    codes, uniques = pd.factorize(pd.Series(users, dtype=object), sort=False)
+    n_u = len(uniques)
+    with _LEDGER_LOCK:
+        session = reg.session
+        if filter_kind(session) != "cgp":
+            raise InvalidInputError(
+                "gp_in_region releases Gaussian noise (rho=): the session's filters must be CGP "
+                "(a Gaussian step is never admitted by a pure-GP filter). Use the Python API with "
+                "eps= for GP sessions. Nothing was charged for this batch."
+            )
+        lu = session.ledger.units["metric"]
+        # each row's allocation exactly as the Python path gets it: the ledger unit above rho
+        row_alloc = {f: lu.to_fraction(lu.up(positive(float(f), "rho"))) for f in np.unique(rhos)}
+        per_row = np.empty(len(rhos), dtype=object)
+        per_row[:] = [row_alloc[f] for f in rhos.tolist()]
+        alloc = [Fraction(0)] * n_u
+        for i, u in enumerate(codes.tolist()):
+            alloc[u] += per_row[i]
+        params = {
+            "method": METHOD,
+            "split": SPLIT,
+            "beta": BETA,
+            "rows": len(xs),
+            "rho": [float(v) for v in np.unique(rhos)[:16]],
+            "source": "duckdb",
+        }
+        with session.reserve(ledger_keys(uniques), alloc, notion="metric", kind=None,
+                             query="gp_in_region", params=params) as r:  # fmt: skip
+            admitted = np.asarray(r.admitted, dtype=bool)[codes]
+            inside = np.zeros(len(xs), dtype=bool)
+            actual = [Fraction(0)] * n_u
+            for g in range(int(gcode.max()) + 1):
+                sel = np.flatnonzero((gcode == g) & admitted)
+                if sel.size == 0:
+                    continue
+                nu = int(n_users[sel[0]])
+                out = range_count_arrays(
+                    np.column_stack([xs[sel], ys[sel]]), np.arange(sel.size), regions[sel[0]],
+                    kind="cgp", amount=per_row[sel], method=METHOD, rounds=int(rounds[sel[0]]),
+                    split=SPLIT, beta=BETA, unit=Fraction(1) / lu.scale, scale_max=1,
+                    n_union=nu if nu > 0 else None, rng=reg.rng,
+                )  # fmt: skip
+                inside[sel] = out.inside
+                for i, c in zip(sel.tolist(), out.charges.tolist(), strict=True):
+                    actual[codes[i]] += c
+            r.charge(actual)
+        reg.rows_drawn += int(admitted.sum())
+        reg.rows_excluded += int((~admitted).sum())
+        reg.batches += 1
+    return inside, admitted

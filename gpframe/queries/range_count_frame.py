@@ -1,0 +1,657 @@
+"""The pandas / geopandas face of ``range_count``: components, regions, results, plots.
+
+Spec: adaptive-budgeting.md §1.6 (one component per user, charged to the user's one filter),
+§5.1 (range counting), §5.5 (charges), §7 (pitfalls 8, 10, 19). The algorithm and the ledger
+driver are :mod:`gpframe.queries.range_count`; this module only
+
+* picks each user's component (one point per user) by a rule that reads no location
+  (pitfall 10): a column value, a callable on the public columns, or the user's first / last fix
+  by a time column, optionally before / after a time;
+* validates and projects the region(s) (a shapely Polygon / MultiPolygon in the data's CRS, or a
+  GeoSeries / GeoDataFrame in any CRS) before the ledger is touched;
+* runs one private count per region (each region is a query: K regions charge up to K times the
+  allocation per user, spec §1.6) and gathers them in a :class:`RangeCountResult`.
+
+The accessor method ``df.geopriv(session, user=...).range_count(region, rho=...)`` delegates to
+:func:`range_count` with the bound :class:`~gpframe.accessor.GeoPriv` object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import shapely
+
+from gpframe.errors import CRSError, InvalidInputError
+from gpframe.queries.range_count import METHODS, run_range_count
+from gpframe.results import Result, _fmt
+
+__all__ = ["REDUCTIONS", "First", "Last", "RangeCountResult", "range_count", "select_component"]
+
+#: reductions of several rows of one user in the selected component; both keep one of the
+#: user's own points, chosen by row order (public), so the charge stays one point's (spec §1.6)
+REDUCTIONS = ("first", "last")
+_NOTHING = "Nothing was charged."
+
+
+# ---------------------------------------------------------------------------------------------
+# component selection
+
+
+@dataclass(frozen=True)
+class Last:
+    """Component rule: each user's last row by the time column ``column``, before ``before``.
+
+    "The user's last fix before τ" reads timestamps only, never locations (spec §7 pitfall 10).
+    Users without a row before ``before`` are not asked (they are not in the count).
+
+    >>> Last("time", before="2020-12-02 12:00")
+    Last(column='time', before='2020-12-02 12:00')
+    """
+
+    column: str
+    before: Any = None
+
+
+@dataclass(frozen=True)
+class First:
+    """Component rule: each user's first row by the time column ``column``, at/after ``after``."""
+
+    column: str
+    after: Any = None
+
+
+def _time_column(frame: pd.DataFrame, column: str | None, what: str) -> str:
+    if column is not None:
+        if column not in frame.columns:
+            raise InvalidInputError(
+                f"component={what!r}: column {column!r} is not in the frame (columns: "
+                f"{', '.join(map(str, frame.columns[:12]))}). {_NOTHING}"
+            )
+        return column
+    cands = [c for c in frame.columns if pd.api.types.is_datetime64_any_dtype(frame[c])]
+    if len(cands) != 1:
+        found = ", ".join(map(repr, cands)) or "none"
+        raise InvalidInputError(
+            f"component={what!r} needs one time column; found {found}. Name it: "
+            f"component=gpframe.queries.range_count_frame.{what.title()}('time'). {_NOTHING}"
+        )
+    return str(cands[0])
+
+
+def _as_time(value: Any, col: pd.Series, name: str) -> Any:
+    if value is None:
+        return None
+    try:
+        t = pd.Timestamp(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{name}={value!r} is not a time: {exc}. {_NOTHING}") from None
+    tz = getattr(col.dtype, "tz", None)
+    if tz is not None and t.tzinfo is None:
+        t = t.tz_localize(tz)
+    elif tz is None and t.tzinfo is not None:
+        raise InvalidInputError(
+            f"{name}={value!r} has a time zone but column {col.name!r} has none. {_NOTHING}"
+        )
+    return t
+
+
+def select_component(
+    frame: pd.DataFrame,
+    users: np.ndarray,
+    component: Any = None,
+    reduce: str | None = None,
+) -> np.ndarray:
+    """Return the positions (into ``frame``'s rows) of each user's one selected point.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        The bound frame (rows aligned with ``users``).
+    users : ndarray
+        The user id of each row.
+    component : None, tuple, callable, ``"first"``, ``"last"``, :class:`First` or :class:`Last`
+        ``None``: all rows (each user must have one). ``(column, value)``: rows where
+        ``frame[column] == value`` (e.g. ``("hour", 7)``). A callable ``f(frame)`` returning a
+        boolean mask (it must read public columns only, never the coordinates: pitfall 10).
+        ``"last"`` / ``"first"`` (or ``Last(col, before=t)`` / ``First(col, after=t)``): per user
+        the last / first row by the time column (the frame's only datetime column for the strings).
+    reduce : {"first", "last"}, optional
+        What to do with several rows of one user in the component: keep the first / last in row
+        order. Without it, several rows are an ``InvalidInputError``. A mean is not offered: it is
+        not one of the user's points (and its charge would need the Lipschitz rule of §1.6).
+
+    Returns
+    -------
+    ndarray of int64
+        Row positions, one per selected user, in row order.
+
+    Examples
+    --------
+    >>> df = pd.DataFrame({"u": [1, 1, 2], "hour": [7, 8, 7],
+    ...                    "t": pd.to_datetime(["2020-01-01 07:10", "2020-01-01 08:05",
+    ...                                         "2020-01-01 07:30"])})
+    >>> select_component(df, df["u"].to_numpy(), ("hour", 7)).tolist()
+    [0, 2]
+    >>> select_component(df, df["u"].to_numpy(), "last").tolist()
+    [1, 2]
+    >>> select_component(df, df["u"].to_numpy(), Last("t", before="2020-01-01 08:00")).tolist()
+    [0, 2]
+    """
+    n = len(frame)
+    if reduce is not None and reduce not in REDUCTIONS:
+        raise InvalidInputError(
+            f"reduce={reduce!r} is not one of {', '.join(map(repr, REDUCTIONS))}: a reduction must "
+            f"keep one of the user's own points (spec §1.6). {_NOTHING}"
+        )
+    if isinstance(component, str):
+        if component not in ("first", "last"):
+            raise InvalidInputError(
+                f"component={component!r} is not 'first', 'last', a (column, value) pair or a "
+                f"callable. {_NOTHING}"
+            )
+        col = _time_column(frame, None, component)
+        component = Last(col) if component == "last" else First(col)
+    if component is None:
+        mask = np.ones(n, dtype=bool)
+    elif isinstance(component, (Last, First)):
+        what = "last" if isinstance(component, Last) else "first"
+        col = _time_column(frame, component.column, what)
+        t = frame[col]
+        if t.isna().any():
+            raise InvalidInputError(
+                f"time column {col!r} has {int(t.isna().sum())} missing values; drop them first. "
+                f"{_NOTHING}"
+            )
+        mask = np.ones(n, dtype=bool)
+        if isinstance(component, Last) and component.before is not None:
+            mask &= (t < _as_time(component.before, t, "before")).to_numpy()
+        if isinstance(component, First) and component.after is not None:
+            mask &= (t >= _as_time(component.after, t, "after")).to_numpy()
+        pos = np.flatnonzero(mask)
+        # sort by (user, time, row) and keep the last / first per user: timestamps only
+        order = np.lexsort((pos, t.to_numpy()[pos]))
+        srt = pos[order]
+        keep = ~pd.Series(users[srt]).duplicated(keep="last" if what == "last" else "first")
+        return np.sort(srt[keep.to_numpy()])
+    elif isinstance(component, tuple):
+        if len(component) != 2:
+            raise InvalidInputError(
+                f"component={component!r}: pass a (column, value) pair, e.g. ('hour', 7). "
+                f"{_NOTHING}"
+            )
+        col, value = component
+        if col not in frame.columns:
+            raise InvalidInputError(
+                f"component column {col!r} is not in the frame (columns: "
+                f"{', '.join(map(str, frame.columns[:12]))}). {_NOTHING}"
+            )
+        mask = (frame[col] == value).fillna(False).to_numpy(dtype=bool)
+    elif callable(component):
+        sel = component(frame)
+        mask = np.asarray(sel.to_numpy() if isinstance(sel, pd.Series) else sel)
+        if mask.dtype != bool or mask.shape != (n,):
+            raise InvalidInputError(
+                f"component callable returned {mask.dtype} of shape {mask.shape}; it must return "
+                f"a boolean mask with one entry per row ({n}). {_NOTHING}"
+            )
+    else:
+        raise InvalidInputError(
+            f"component={component!r} is not None, a (column, value) pair, a callable, 'first', "
+            f"'last', First(...) or Last(...). {_NOTHING}"
+        )
+    pos = np.flatnonzero(mask)
+    dup = pd.Series(users[pos]).duplicated(keep=False).to_numpy()
+    if dup.any():
+        if reduce is None:
+            many = pd.unique(users[pos][dup])
+            show = ", ".join(map(repr, many[:5].tolist())) + (", ..." if many.size > 5 else "")
+            raise InvalidInputError(
+                f"{many.size} user(s) have several rows in the selected component (users {show}); "
+                "range_count reads one point per user (spec §1.6). Select one with component="
+                "('hour', 7), component='last' or Last('time', before=...), or pass reduce='last' "
+                f"/ 'first' (row order). {_NOTHING}"
+            )
+        keep = ~pd.Series(users[pos]).duplicated(keep=reduce)
+        pos = pos[keep.to_numpy()]
+    return pos
+
+
+# ---------------------------------------------------------------------------------------------
+# regions
+
+
+def _regions(region: Any, projected: Any) -> tuple[list[Any], pd.Index, Any, Any, bool]:
+    """Validate and project the region(s): (metre polygons, labels, input GeoSeries, CRS, many).
+
+    Everything here happens before any reservation (bad regions leave the ledger untouched).
+    """
+    import geopandas as gpd
+
+    from gpframe.geo import project_geometry, validate_polygons
+
+    many = isinstance(region, (pd.Series, pd.DataFrame))
+    if many:
+        if isinstance(region, pd.DataFrame):
+            if not isinstance(region, gpd.GeoDataFrame) or region._geometry_column_name not in (
+                region.columns
+            ):
+                raise InvalidInputError(
+                    f"region is a DataFrame without an active geometry column; pass a "
+                    f"GeoDataFrame or GeoSeries of polygons. {_NOTHING}"
+                )
+            series = region.geometry
+        else:
+            series = gpd.GeoSeries(region) if not isinstance(region, gpd.GeoSeries) else region
+        if len(series) == 0:
+            raise InvalidInputError(f"region is empty: pass at least one polygon. {_NOTHING}")
+        crs = series.crs if series.crs is not None else projected.crs_in
+    elif isinstance(region, (shapely.Polygon, shapely.MultiPolygon)):
+        series = gpd.GeoSeries([region], crs=projected.crs_in)
+        crs = projected.crs_in
+    else:
+        raise InvalidInputError(
+            f"region must be a shapely Polygon / MultiPolygon (in the data's CRS) or a GeoSeries / "
+            f"GeoDataFrame of them, got {type(region).__name__}. {_NOTHING}"
+        )
+    validate_polygons(series, name="region")
+    _check_crs_extent(series, crs)
+    projected_s = project_geometry(series, projected.crs_in, projected.crs_m)
+    polys = list(projected_s.array)
+    from gpframe.queries.privatize import COORD_MAX_M
+
+    for label, p in zip(series.index, polys, strict=True):
+        if not p.area > 0:
+            raise InvalidInputError(
+                f"region {label!r} has zero area in metres; pass a polygon with an interior. "
+                f"{_NOTHING}"
+            )
+        if not np.all(np.abs(shapely.get_coordinates(p)) < COORD_MAX_M):
+            raise CRSError(
+                f"region {label!r} lands beyond ±2**40 m in {projected.crs_m.to_string()}; its "
+                f"CRS does not match the data's. Set the right CRS on the GeoSeries. {_NOTHING}"
+            )
+    return polys, series.index, series, crs, many
+
+
+def _check_crs_extent(series: Any, crs: Any) -> None:
+    """Refuse coordinates that cannot be in ``crs``: e.g. metres given for a degree CRS."""
+    import pyproj
+
+    c = pyproj.CRS(crs)
+    if c.is_geographic:
+        xy = shapely.get_coordinates(np.asarray(series.array, dtype=object))
+        if xy.size and (np.abs(xy[:, 0]).max() > 360 or np.abs(xy[:, 1]).max() > 90):
+            raise CRSError(
+                f"region has coordinates outside degree ranges (e.g. {xy[0].tolist()}) but is "
+                f"taken to be in {c.name} (degrees). A region in metres needs its CRS: pass "
+                f"gpd.GeoSeries([poly], crs='EPSG:32618'). {_NOTHING}"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# the result
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RangeCountResult(Result):
+    """Result of ``range_count`` (adaptive-budgeting.md §5.1): private counts per region.
+
+    ``value`` is the private count (an int) for one polygon, or a (Geo)DataFrame with one row per
+    region (index of the regions) for a GeoSeries / GeoDataFrame. :meth:`to_frame` always gives the
+    per-region table: ``count``, ``error`` (U: |count − true count| ≤ error with probability
+    ``confidence``), ``n_charged``, ``n_excluded``, ``saving`` (Σ allocation − charge),
+    ``n_low`` / ``n_high`` / ``n_undecided`` (eliminated inside / outside / never), the rounds
+    histogram and the query id. Charges and allocations are per user, summed over the regions.
+
+    Examples
+    --------
+    >>> r = RangeCountResult(value=12, error=3.0, confidence=0.95, mechanism="gaussian_cgp",
+    ...                      charges=pd.Series([1e-6, 2e-6]), allocations=pd.Series([2e-6, 2e-6]),
+    ...                      query_id="q-1")
+    >>> r  # doctest: +NORMALIZE_WHITESPACE
+    RangeCountResult(value=12, error_95=3 users, charged=2 users, excluded=0,
+                     spent_max=rho=2e-06 m⁻², saved=1e-06, query_id=q-1)
+    """
+
+    error_kind: str = "count error (users)"
+    spec: str = "adaptive-budgeting.md §1.6, §4.4, §4.6, §5.1, §5.5"
+    #: per-region table (see the class docstring)
+    regions: Any = None
+    #: Σ over regions of the number of users who stopped after exactly r rounds (index r)
+    rounds_histogram: Any = None
+
+    def _value_summary(self) -> str:
+        if isinstance(self.value, pd.DataFrame):
+            return f"<{len(self.value)} regions>"
+        return _fmt(self.value, 12)
+
+    @property
+    def counts(self) -> pd.Series:
+        """Private count per region."""
+        return self.regions["count"]
+
+    @property
+    def saving_fraction(self) -> float:
+        """Saved / allocated over all charged users (the spec §6.2 privacy saving)."""
+        if self.allocations is None or not self.n_charged:
+            return 0.0
+        tot = float(math.fsum(self.allocations.to_numpy()))
+        return self.saved / tot if tot > 0 else 0.0
+
+    def to_frame(self) -> pd.DataFrame:
+        """Per-region table (a GeoDataFrame with the regions' geometry in their input CRS)."""
+        return self.regions.copy()
+
+    def per_user(self) -> pd.DataFrame:
+        """Per-user table: status, allocation, charge and saving (Result.to_frame of the base)."""
+        return Result.to_frame(self)
+
+    def plot(self, ax: Any = None, *, cmap: str = "viridis", **kwargs: Any) -> Any:
+        """Draw the region(s) coloured by private count, with a colour bar; returns the Axes."""
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError as exc:  # pragma: no cover - matplotlib is an optional extra
+            raise ImportError("install gpframe[plot] to use .plot()") from exc
+        g = self.regions
+        if ax is None:
+            _, ax = plt.subplots(figsize=(7, 6))
+        kwargs.setdefault("edgecolor", "0.3")
+        kwargs.setdefault("linewidth", 0.6)
+        g.plot(column="count", ax=ax, cmap=cmap, legend=True,
+               legend_kwds={"label": f"private count (± error at {_fmt(self.confidence)})",
+                            "shrink": 0.8}, **kwargs)  # fmt: skip
+        ax.set_title(f"range_count ({self.params.get('method', '')}): private count per region")
+        ax.set_aspect("equal" if g.crs is None or not g.crs.is_geographic else "auto")
+        return ax
+
+
+# ---------------------------------------------------------------------------------------------
+# the entry point
+
+
+def _check_options(method: str, rounds: int, split: str, beta: float) -> None:
+    from gpframe.queries.elimination import split_fractions
+
+    if method not in METHODS:
+        raise InvalidInputError(
+            f"method={method!r} is not one of {', '.join(map(repr, METHODS))}. {_NOTHING}"
+        )
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
+        raise InvalidInputError(f"rounds={rounds!r} must be an integer >= 1. {_NOTHING}")
+    split_fractions(split, int(rounds))
+    if isinstance(beta, bool) or not (
+        isinstance(beta, (int, float)) and math.isfinite(beta) and 0.0 < beta < 1.0
+    ):
+        raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
+
+
+def _check_amount(session: Any, rho: Any, eps: Any, allocations: Any) -> None:
+    from gpframe.accounting.amounts import positive
+
+    kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
+    if kind not in ("gp", "cgp"):
+        raise InvalidInputError(
+            "the session has no metric budget (GP or CGP); open it with "
+            f"gp.Session(budget=gp.CGP(rho=...)). {_NOTHING}"
+        )
+    if allocations is not None:
+        if rho is not None or eps is not None:
+            raise InvalidInputError(f"pass either rho=/eps= or allocations=, not both. {_NOTHING}")
+        return
+    if (rho is None) == (eps is None):
+        raise InvalidInputError(
+            f"pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got rho={rho!r}, "
+            f"eps={eps!r}. Example: .range_count(region, rho=1e-5). {_NOTHING}"
+        )
+    if kind == "cgp" and rho is None:
+        raise InvalidInputError(
+            f"this session's filters are CGP: pass rho=... (Gaussian elimination). {_NOTHING}"
+        )
+    if kind == "gp" and eps is None:
+        raise InvalidInputError(
+            "this session's filters are pure GP: pass eps=... (a Gaussian step is never admitted "
+            f"by a pure-GP filter; spec §7 pitfall 5). {_NOTHING}"
+        )
+    amt = rho if rho is not None else eps
+    if isinstance(amt, float) and not math.isfinite(amt):
+        raise InvalidInputError(f"the amount {amt!r} must be finite and > 0. {_NOTHING}")
+    positive(amt, "rho" if rho is not None else "eps")
+
+
+def _allocations_for(allocations: Any, users: np.ndarray) -> np.ndarray:
+    """Return an allocation per selected user (0 = not asked) from a scalar, array or Series."""
+    if isinstance(allocations, pd.Series):
+        a = allocations.reindex(pd.Index(users)).to_numpy(dtype=object)
+        return np.array([0 if (v is None or (isinstance(v, float) and math.isnan(v))) else v
+                         for v in a], dtype=object)  # fmt: skip
+    if np.ndim(allocations) == 0:
+        out = np.empty(users.size, dtype=object)
+        out[:] = [allocations] * users.size
+        return out
+    arr = np.asarray(allocations, dtype=object)
+    if arr.shape != (users.size,):
+        raise InvalidInputError(
+            f"allocations has shape {arr.shape}; pass a scalar, a Series indexed by user id, or "
+            f"one value per selected user ({users.size}). {_NOTHING}"
+        )
+    return arr
+
+
+def range_count(
+    bound: Any,
+    region: Any,
+    *,
+    rho: float | None = None,
+    eps: float | None = None,
+    method: Literal["pt", "dist", "pt-elim", "dist-elim"] = "dist-elim",
+    rounds: int = 10,
+    split: Literal["doubling", "even"] = "doubling",
+    beta: float = 0.05,
+    component: Any = None,
+    reduce: str | None = None,
+    allocations: Any = None,
+    progress: bool | None = None,
+    rng: Any = None,
+) -> RangeCountResult:
+    """Private count of users inside ``region`` (adaptive-budgeting.md §5.1, Algorithm 6).
+
+    Spec: §5.1 (signed distance, ``pt`` / ``dist`` with the Appendix B shift, ``*-elim``),
+    §4.4 + §4.6 (elimination and its exact charge), §4.7 (GP: Laplace), §1.6 (components),
+    §5.5 (charges), §3 (allocations from a plan).
+
+    Parameters
+    ----------
+    bound : gpframe.accessor.GeoPriv
+        ``df.geopriv(session, user=...)``: the frame, session and projected points.
+    region : shapely Polygon / MultiPolygon, GeoSeries or GeoDataFrame
+        A polygon (holes and several parts allowed) in the data's CRS, or a series of them in any
+        CRS (reprojected to the data's metric CRS; one result row per region). Each region is one
+        query: K regions charge each user up to K × the allocation.
+    rho, eps : float
+        Allocation per user and region: ``rho`` (m⁻², CGP session, Gaussian noise) or ``eps``
+        (m⁻¹, GP session, Laplace noise).
+    method : {"pt", "dist", "pt-elim", "dist-elim"}
+        Point / distance privatization, without or with iterative elimination.
+    rounds, split : int, {"doubling", "even"}
+        Elimination rounds c and the split π (spec §4.3; c4 / c64 = even, log-c10 = doubling 10).
+    beta : float
+        Failure probability of the error bound (β/2 eliminations, β/2 survivors for ``*-elim``).
+    component : None, (column, value), callable, "first", "last", First, Last
+        Which row is each user's point (see :func:`select_component`).
+    reduce : {"first", "last"}, optional
+        Keep the first / last row (row order) of a user with several rows in the component.
+    allocations : Series by user, array, scalar or :class:`gpframe.queries.plan_api.SessionPlan`
+        Per-user allocations instead of ``rho`` / ``eps`` (a user missing from a Series is not
+        asked and is reported excluded). A plan gives each region its next allocation
+        (Algorithm 3) and records the charges.
+    progress : bool or None
+        tqdm bar over regions (None: on in a terminal or notebook when there are several).
+    rng : BitSource or None
+        Randomness; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
+
+    Returns
+    -------
+    RangeCountResult
+
+    Notes
+    -----
+    Noise: ``dist``: the signed distance f(x) with lattice Gaussian σ = (1 + g/r_min)·k/√(2ρ_j) (GP:
+    Laplace scale (1 + g/r_min)·k/ε_j); ``pt``: the point, σ = (1 + √2·g/r_min)·k/√(2ρ_j); ρ_j the
+    round's part, k the projection scale factor (secure-noise.md §9.3, §7.4(f)).
+    Charge per user and region: the allocation for ``pt`` / ``dist``; for ``*-elim`` the parts of
+    the rounds run (a user decided at round r pays a·Σ_{j≤r} π_j, the rest stays in the budget).
+    Error: with probability ≥ 1 − β, |count − true count| ≤ U = #{undecided users whose final
+    estimate lies within its width of 0} (released values only).
+
+    Examples
+    --------
+    >>> import gpframe as gp, shapely
+    >>> from gpframe.ledger import Session
+    >>> df = pd.DataFrame({"boat": [1, 2, 3], "x": [500_100.0, 500_200.0, 530_000.0],
+    ...                    "y": [4_500_100.0, 4_500_300.0, 4_530_000.0]})
+    >>> session = Session(budget=gp.CGP(rho=1e-3))
+    >>> bound = df.geopriv(session, user="boat", x="x", y="y", crs="EPSG:32618")
+    >>> res = range_count(bound, shapely.box(490_000, 4_490_000, 510_000, 4_510_000), rho=1e-4)
+    >>> res.n_charged, res.n_excluded, res.value        # far from the edges: all decided
+    (3, 0, 2)
+    >>> res.rounds_histogram.tolist()                   # doctest: +SKIP
+    [0, 0, 0, 1, 2, 0, 0, 0, 0, 0, 0]
+    """
+    from gpframe.queries.plan_api import SessionPlan
+
+    session = bound.session
+    _check_options(method, rounds, split, beta)
+    plan = allocations if isinstance(allocations, SessionPlan) else None
+    _check_amount(session, rho, eps, allocations)
+    p = bound.projected
+    users_all = np.asarray(p.users)
+    pos = select_component(bound.frame, users_all, component, reduce)
+    if pos.size == 0:
+        raise InvalidInputError(
+            f"the selected component has no rows: nobody to count. Check component={component!r}. "
+            f"{_NOTHING}"
+        )
+    polys, labels, series, crs, many = _regions(region, p)
+    if plan is not None:
+        plan.check_users(users_all[pos])
+    # the component's points, with the metric CRS as "input" so each region (already in metres)
+    # is not projected again by run_range_count
+    sub = dataclasses.replace(p, xy=p.xy[pos], users=users_all[pos], index=p.index[pos],
+                              crs_in=p.crs_m)  # fmt: skip
+    users = users_all[pos]
+    fixed = None
+    if plan is None and allocations is not None:
+        fixed = _allocations_for(allocations, users)
+    iterator: Any = range(len(polys))
+    from gpframe.queries.privatize import progress_enabled
+
+    if len(polys) > 1 and progress_enabled(progress):
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(iterator, desc="range_count", unit="region")
+    rows: list[dict[str, Any]] = []
+    results: list[Result] = []
+    for i in iterator:
+        if plan is not None:
+            alloc = _allocations_for(plan.next_allocations(users), users)
+        else:
+            alloc = fixed
+        ask = np.ones(users.size, dtype=bool) if alloc is None else np.array(
+            [a != 0 for a in alloc], dtype=bool)  # fmt: skip
+        q = sub if ask.all() else dataclasses.replace(
+            sub, xy=sub.xy[ask], users=sub.users[ask], index=sub.index[ask])  # fmt: skip
+        if not ask.any():
+            res = None
+        else:
+            res = run_range_count(
+                session, q, polys[i], rho=rho, eps=eps, method=method, rounds=int(rounds),
+                split=split, beta=beta, allocations=None if alloc is None else alloc[ask],
+                rng=rng,
+            )  # fmt: skip
+        if plan is not None:
+            plan.record(res.charges if res is not None else pd.Series(dtype=float))
+        not_asked = users[~ask].tolist()
+        if res is None:
+            rows.append(dict(count=0, error=0.0, n_charged=0, n_excluded=len(not_asked),
+                             saving=0.0, n_low=0, n_high=0, n_undecided=0,
+                             rounds_histogram=[0] * (int(rounds) + 1), query_id=""))  # fmt: skip
+            continue
+        results.append(res)
+        hist = res.params["rounds_histogram"]
+        rows.append(dict(
+            count=int(res.value), error=float(res.error), n_charged=res.n_charged,
+            n_excluded=res.n_excluded + len(not_asked), saving=res.saved,
+            n_low=res.params["n_low"], n_high=res.params["n_high"],
+            n_undecided=res.params["n_undecided"], rounds_histogram=list(hist),
+            query_id=res.query_id,
+        ))  # fmt: skip
+    return _combine(results, rows, labels, series, crs, many, users, fixed, plan, params=dict(
+        method=method, rounds=int(rounds), split=split, beta=beta,
+        rho=None if rho is None else float(rho), eps=None if eps is None else float(eps),
+        component=repr(component), reduce=reduce, n_regions=len(polys),
+        crs_m=p.crs_m.to_string(), scale_max=float(p.scale_max),
+    ), confidence=1.0 - float(beta), kind=session.ledger.kind["metric"])  # fmt: skip
+
+
+def _combine(
+    results: list[Result],
+    rows: list[dict[str, Any]],
+    labels: pd.Index,
+    series: Any,
+    crs: Any,
+    many: bool,
+    users: np.ndarray,
+    fixed: Any,
+    plan: Any,
+    *,
+    params: dict[str, Any],
+    confidence: float,
+    kind: str,
+) -> RangeCountResult:
+    import geopandas as gpd
+
+    table = pd.DataFrame(rows, index=labels)
+    regions = gpd.GeoDataFrame(table, geometry=series.to_crs(crs).array if series.crs is not None
+                               else series.array, crs=crs, index=labels)  # fmt: skip
+    if results:
+        charges = pd.concat([r.charges for r in results]).groupby(level=0, sort=False).sum()
+        allocs = pd.concat([r.allocations for r in results]).groupby(level=0, sort=False).sum()
+    else:
+        charges = pd.Series(dtype=np.float64)
+        allocs = pd.Series(dtype=np.float64)
+    excluded = [u for u in pd.unique(users).tolist() if u not in charges.index]
+    # baselines run one round (histogram of length 2), elimination c rounds (length c + 1)
+    hist = np.zeros(max(len(r["rounds_histogram"]) for r in rows), dtype=np.int64)
+    for r in rows:
+        h = np.asarray(r["rounds_histogram"], dtype=np.int64)
+        hist[: h.size] += h
+    first = results[0] if results else None
+    value: Any = regions if many else int(table["count"].iloc[0])
+    return RangeCountResult(
+        value=value,
+        # several regions: each row's error holds at 1 - beta on its own; no joint bound is claimed
+        error=None if many else float(table["error"].iloc[0]),
+        confidence=confidence,
+        mechanism=first.mechanism if first is not None else "",
+        params={**params, "rounds_histogram": hist.tolist()},
+        kind=kind,
+        metric=first.metric if first is not None else ("floor", 1.0),
+        r_min=first.r_min if first is not None else 1.0,
+        charges=charges,
+        allocations=allocs,
+        excluded=excluded,
+        # one ledger query per region; the per-region ids are in the table
+        query_id=(
+            results[0].query_id + (f" (+{len(results) - 1} more)" if len(results) > 1 else "")
+        )
+        if results
+        else "",
+        regions=regions,
+        rounds_histogram=hist,
+    )

@@ -1,0 +1,151 @@
+"""gp_in_region: the per-user SQL range-count UDF (issue 5, STYLE.md §9)."""
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+import shapely
+
+import gpframe as gp
+import gpframe.accessor
+from gpframe.duckdb_range import register_range_count
+from gpframe.ledger import Session
+from gpframe.queries.range_count_frame import range_count
+from gpframe.testing import seeded_rng
+
+CRS = "EPSG:32618"
+BOX = shapely.box(495_000, 4_495_000, 505_000, 4_505_000)
+WKB = shapely.to_wkb(BOX)
+
+
+def _pings(n_users=300, seed=0):
+    rng = np.random.default_rng(seed)  # true points only
+    return pd.DataFrame(
+        {
+            "boat": np.arange(n_users),
+            "x": 500_000 + rng.uniform(-12_000, 12_000, n_users),
+            "y": 4_500_000 + rng.uniform(-12_000, 12_000, n_users),
+        }
+    )
+
+
+def _con(session, seed):
+    con = duckdb.connect()
+    con.execute("SET threads = 1")  # one batch, table order: the same draw order as Python
+    register_range_count(con, session, rng=seeded_rng(seed))
+    return con
+
+
+def test_register_is_idempotent_and_macro_exists():
+    con = duckdb.connect()
+    s = Session(budget=gp.CGP(rho=1.0))
+    assert register_range_count(con, s) is register_range_count(con, s)
+    names = {r[0] for r in con.execute("SELECT function_name FROM duckdb_functions()").fetchall()}
+    assert "gp_in_region" in names
+
+
+def test_python_and_sql_give_identical_counts_and_charges():
+    df = _pings()
+    s_py, s_sql = Session(budget=gp.CGP(rho=1e-3)), Session(budget=gp.CGP(rho=1e-3))
+    bound = df.geopriv(s_py, user="boat", x="x", y="y", crs=CRS)
+    assert bound.projected.scale_max == 1.0
+    res = range_count(bound, BOX, rho=1e-4, rounds=10, rng=seeded_rng(5))
+    con = _con(s_sql, 5)
+    con.register("pts", df)
+    (count,) = con.execute(
+        "SELECT SUM(gp_in_region(boat, x, y, $w, 1e-4, 10)::INT) FROM pts", {"w": WKB}
+    ).fetchone()
+    assert count == res.value
+    pd.testing.assert_series_equal(s_py.spent().sort_index(), s_sql.spent().sort_index())
+    assert (s_sql.spent() < 1e-4).sum() > 200  # the savings stay in the budgets
+    assert sorted(s_sql.spent().index.tolist()) == list(range(300))  # int ids on both paths
+
+
+def test_explicit_n_users_matches_python_default():
+    df = _pings(n_users=100)
+    s_py, s_sql = Session(budget=gp.CGP(rho=1e-3)), Session(budget=gp.CGP(rho=1e-3))
+    range_count(df.geopriv(s_py, user="boat", x="x", y="y", crs=CRS), BOX, rho=1e-4,
+                rng=seeded_rng(6))  # fmt: skip
+    con = _con(s_sql, 6)
+    con.register("pts", df)
+    con.execute(
+        "SELECT gp_in_region(boat, x, y, $w, 1e-4, 10, (SELECT count(*) FROM pts)) FROM pts",
+        {"w": WKB},
+    ).fetchall()
+    pd.testing.assert_series_equal(s_py.spent().sort_index(), s_sql.spent().sort_index())
+
+
+def test_null_in_gives_null_out_and_no_charge():
+    s = Session(budget=gp.CGP(rho=1e-3))
+    con = _con(s, 1)
+    rows = con.execute(
+        "SELECT gp_in_region(u, x, y, $w, r, 10) FROM (VALUES (1, 5e5, 4.5e6, NULL), "
+        "(NULL, 5e5, 4.5e6, 1e-4), (2, NULL, 4.5e6, 1e-4), (3, 5e5, 4.5e6, 1e-4)) t(u, x, y, r)",
+        {"w": WKB},
+    ).fetchall()
+    assert [r[0] is None for r in rows] == [True, True, True, False]
+    assert rows[3][0] is True
+    assert list(s.spent().index) == [3]
+
+
+def test_exhausted_user_gets_null_and_no_charge():
+    s = Session(budget=gp.CGP(rho=1e-3))
+    s.set_budget([2], gp.CGP(rho=1e-6))
+    con = _con(s, 2)
+    rows = con.execute(
+        "SELECT u, gp_in_region(u, 5e5, 4.5e6, $w, 1e-4, 10) FROM range(1, 4) t(u) ORDER BY u",
+        {"w": WKB},
+    ).fetchall()
+    assert rows[1] == (2, None) and rows[0][1] is True
+    assert s.spent([2]).iloc[0] == 0
+
+
+@pytest.mark.parametrize(
+    "wkb, match",
+    [
+        (b"not wkb", "not valid WKB"),
+        (shapely.to_wkb(shapely.Polygon([(0, 0), (1, 1), (1, 0), (0, 1)])), "invalid polygon"),
+        (shapely.to_wkb(shapely.Point(0, 0)), "Polygon"),
+    ],
+)
+def test_bad_region_raises_and_charges_nothing(wkb, match):
+    s = Session(budget=gp.CGP(rho=1e-3))
+    con = _con(s, 3)
+    before = s.ledger.snapshot()
+    with pytest.raises(duckdb.Error, match=match):
+        con.execute("SELECT gp_in_region(1, 5e5, 4.5e6, $w, 1e-4, 10)", {"w": wkb}).fetchall()
+    assert s.ledger.snapshot() == before
+
+
+def test_gp_session_is_refused_without_charge():
+    s = Session(budget=gp.GP(eps=1.0))
+    con = _con(s, 4)
+    before = s.ledger.snapshot()
+    with pytest.raises(duckdb.Error, match="must be CGP"):
+        con.execute("SELECT gp_in_region(1, 5e5, 4.5e6, $w, 1e-4, 10)", {"w": WKB}).fetchall()
+    assert s.ledger.snapshot() == before
+
+
+def test_several_rows_of_a_user_are_each_charged():
+    s = Session(budget=gp.CGP(rho=1e-3))
+    con = _con(s, 5)
+    con.execute(
+        "SELECT gp_in_region(7, x, 4.5e6, $w, 1e-4, 1) FROM (VALUES (5e5), (5.01e5)) t(x)",
+        {"w": WKB},
+    ).fetchall()
+    assert s.spent().loc[7] == pytest.approx(2e-4)  # one round = the full allocation per row
+
+
+def test_sql_example_file_runs():
+    """sql/range_count.sql runs against a registered connection (after its setup lines)."""
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "sql" / "range_count.sql"
+    s = Session(budget=gp.CGP(rho=1e-3))
+    con = _con(s, 6)
+    con.register("pings", _pings(50).rename(columns={"boat": "user_id"}))
+    con.execute("CREATE TABLE zones AS SELECT 'box' AS name, $w::BLOB AS wkb", {"w": WKB})
+    code = "\n".join(ln for ln in path.read_text().splitlines() if not ln.lstrip().startswith("--"))
+    for stmt in [q for q in code.split(";") if q.strip()]:
+        con.execute(stmt).fetchall()
+    assert len(s.spent()) == 50
