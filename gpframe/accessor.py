@@ -168,6 +168,24 @@ class GeoPriv:
 
         return range_count(self, region, **kwargs)
 
+    def kde(self, at: Any, **kwargs: Any) -> Any:
+        """Private Gaussian KDE at the points ``at`` (adaptive-budgeting.md §5.2, Algorithm 7).
+
+        Parameters and examples: :func:`gpframe.queries.kde_frame.kde`.
+        """
+        from gpframe.queries.kde_frame import kde
+
+        return kde(self, at, **kwargs)
+
+    def kde_raster(self, **kwargs: Any) -> Any:
+        """Private, bias-corrected density raster (heatmap) of the users' points.
+
+        Parameters and examples: :func:`gpframe.queries.kde_frame.kde_raster`.
+        """
+        from gpframe.queries.kde_frame import kde_raster
+
+        return kde_raster(self, **kwargs)
+
     def privatize(
         self,
         *,

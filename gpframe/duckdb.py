@@ -195,9 +195,11 @@ def register(con: Any, session: Any, *, rng: Any = None) -> Registration:
 def _register_operations(con: Any, session: Any, rng: Any) -> None:
     """Register the UDFs of the other operations (one module each; each is idempotent)."""
     # local imports: those modules import this one for its shared locking and charging helpers
+    from gpframe.duckdb_kde import register_kde
     from gpframe.duckdb_range import register_range_count
 
     register_range_count(con, session, rng=rng)
+    register_kde(con, session, rng=rng)
 
 
 def _lookup(con: Any) -> Registration | None:

@@ -1,0 +1,237 @@
+"""DuckDB SQL function for private KDE: ``gp_kde_contribution`` (STYLE.md §9; adaptive-budgeting.md §5.2).
+
+``register_kde(con, session)`` adds, on the connection ``con``:
+
+``gp_kde_contribution(user_id, x, y, qx, qy, bandwidth_m, rho, rounds [, n_users := NULL]) -> DOUBLE``
+    The row's privatized contribution exp(−d̂²/(2b²)) to the KDE at the query point (qx, qy), from
+    ``pt-elim`` (Algorithm 7: Algorithm 4 with h = ||x − q||, ν = 3b, doubling split over ``rounds``
+    rounds, β = 0.05; spec §5.2). A row eliminated as farther than ν contributes 0. The KDE is
+    post-processing: ``AVG(gp_kde_contribution(...))``. The user's CGP budget is charged the parts of
+    the rounds the row ran (spec §4.6): a far row stopped at round r pays ρ·(2^r − 1)/(2^c − 1), a
+    near one ρ. A user with several rows pays for each row.
+
+Units: x, y, qx, qy are **metres of one projected CRS**; the function never projects. NULL in any
+argument (but ``n_users``) gives NULL and no charge; a user whose budget cannot pay gets NULL.
+``n_users`` fixes the union bound of the elimination widths (pass ``(SELECT count(*) FROM t)``) so
+outcomes and charges do not depend on DuckDB's batching. With the same inputs, order, rng and n,
+the charges equal those of ``kde(bound, q, method="pt-elim", rounds=c, rho=...)`` in Python.
+
+Charging follows :mod:`gpframe.duckdb` / :mod:`gpframe.duckdb_range`: one ``reserve`` and one
+``charge`` per Arrow batch, under the shared process-wide lock, through the Session's own store;
+every evaluated row is charged (over-charging on re-evaluation is allowed, under-charging never).
+
+Examples
+--------
+>>> import duckdb, gpframe as gp
+>>> from gpframe.ledger import Session
+>>> con = duckdb.connect()
+>>> session = Session(budget=gp.CGP(rho=1e-3))
+>>> reg = register_kde(con, session)
+>>> reg is register_kde(con, session)
+True
+>>> q = "SELECT gp_kde_contribution(7, 90000.0, 0.0, 0.0, 0.0, 500.0, 1e-4, 10)"
+>>> con.execute(q).fetchall()                    # 90 km from q: eliminated, contributes 0
+[(0.0,)]
+>>> bool(0 < session.spent().loc[7] < 1e-4)      # after a few rounds: the rest stays
+True
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from gpframe.duckdb import _INT_TYPES, _LEDGER_LOCK
+from gpframe.duckdb_range import _np, _nulls, _objects
+from gpframe.errors import InvalidInputError
+
+__all__ = ["KdeRegistration", "register_kde"]
+
+_UDF = "gp_kde_contribution_udf"
+_MACRO = "gp_kde_contribution"
+METHOD, SPLIT, BETA = "pt-elim", "doubling", 0.05
+_MAX_ROUNDS = 64
+_REGISTRY: weakref.WeakKeyDictionary[Any, KdeRegistration] = weakref.WeakKeyDictionary()
+_REGISTRY_BY_ID: dict[int, KdeRegistration] = {}
+
+
+@dataclass
+class KdeRegistration:
+    """``gp_kde_contribution`` on one connection, with counters (rows drawn / excluded, batches)."""
+
+    session: Any
+    rng: Any = None
+    rows_drawn: int = 0
+    rows_excluded: int = 0
+    batches: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+def register_kde(con: Any, session: Any, *, rng: Any = None) -> KdeRegistration:
+    """Register ``gp_kde_contribution`` on ``con``, charging ``session`` (idempotent per connection).
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+    session : gpframe.Session
+        Must have a CGP metric budget (the SQL form is the Gaussian ``pt-elim``).
+    rng : BitSource or None
+        Randomness; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
+
+    Returns
+    -------
+    KdeRegistration
+    """
+    from duckdb.sqltypes import BIGINT, DOUBLE, INTEGER, VARCHAR
+
+    if not hasattr(session, "reserve"):
+        raise InvalidInputError(
+            f"session={session!r} is not a gpframe Session; pass gp.Session(budget=...). "
+            "Nothing was charged."
+        )
+    try:
+        reg = _REGISTRY.get(con)
+    except TypeError:
+        reg = _REGISTRY_BY_ID.get(id(con))
+    if reg is not None:
+        reg.session, reg.rng = session, rng
+        return reg
+    reg = KdeRegistration(session=session, rng=rng)
+    existing = {r[0] for r in con.execute(
+        f"SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_name LIKE '{_UDF}%'"
+    ).fetchall()}  # fmt: skip
+    for suffix, utype in (("_int", BIGINT), ("_str", VARCHAR)):
+        if _UDF + suffix in existing:
+            con.remove_function(_UDF + suffix)
+        con.create_function(
+            _UDF + suffix, _make_udf(reg),
+            [utype, DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, INTEGER, BIGINT], DOUBLE,
+            type="arrow", null_handling="special", side_effects=True,
+        )  # fmt: skip
+    args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(qx AS DOUBLE), CAST(qy AS DOUBLE), "
+            "CAST(bandwidth_m AS DOUBLE), CAST(rho AS DOUBLE), CAST(rounds AS INTEGER), "
+            "CAST(n_users AS BIGINT)")  # fmt: skip
+    con.execute(
+        f"CREATE OR REPLACE TEMP MACRO {_MACRO}(user_id, x, y, qx, qy, bandwidth_m, rho, rounds, "
+        f"n_users := NULL) AS CASE WHEN typeof(user_id) IN ({_INT_TYPES}) "
+        f"THEN {_UDF}_int(TRY_CAST(user_id AS BIGINT), {args}) "
+        f"ELSE {_UDF}_str(CAST(user_id AS VARCHAR), {args}) END"
+    )
+    try:
+        _REGISTRY[con] = reg
+    except TypeError:
+        _REGISTRY_BY_ID[id(con)] = reg
+    return reg
+
+
+def _make_udf(reg: KdeRegistration) -> Any:
+    def udf(user_id: Any, x: Any, y: Any, qx: Any, qy: Any, bw: Any, rho: Any, rounds: Any,
+            n_users: Any) -> Any:  # fmt: skip
+        import pyarrow as pa
+
+        n = len(x)
+        null = _nulls(user_id) | _nulls(x) | _nulls(y) | _nulls(qx) | _nulls(qy) | _nulls(bw)
+        null |= _nulls(rho) | _nulls(rounds)
+        out = np.zeros(n)
+        if (~null).any():
+            rows = np.flatnonzero(~null)
+            nus = np.where(_nulls(n_users), -1,
+                           np.nan_to_num(_np(n_users, np.float64), nan=-1)).astype(np.int64)  # fmt: skip
+            f = {k: _np(v, np.float64)[rows] for k, v in
+                 dict(x=x, y=y, qx=qx, qy=qy, bw=bw, rho=rho, c=rounds).items()}  # fmt: skip
+            val, done = _batch(reg, _objects(user_id)[rows], f, nus[rows])
+            out[rows] = val
+            null[rows[~done]] = True
+        return pa.array(out, mask=null, type=pa.float64())
+
+    udf.__name__ = _UDF
+    return udf
+
+
+def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
+           n_users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Validate, reserve, eliminate and charge one batch; returns (contribution, ran) per row."""
+    import pandas as pd
+
+    from gpframe.accessor import filter_kind, ledger_keys
+    from gpframe.accounting.amounts import positive
+    from gpframe.queries.elimination import split_fractions
+    from gpframe.queries.kde import kde_point
+    from gpframe.queries.privatize import COORD_MAX_M
+
+    pts = np.column_stack([f["x"], f["y"], f["qx"], f["qy"]])
+    if not np.isfinite(pts).all() or (np.abs(pts) >= COORD_MAX_M).any():
+        raise InvalidInputError(
+            "gp_kde_contribution: x, y, qx, qy must be finite metres of a projected CRS (|v| < "
+            "2**40). Nothing was charged for this batch."
+        )
+    for name in ("bw", "rho"):
+        bad = ~np.isfinite(f[name]) | (f[name] <= 0)
+        if bad.any():
+            label = "bandwidth_m" if name == "bw" else "rho"
+            raise InvalidInputError(
+                f"gp_kde_contribution: {label}={f[name][bad][0]!r} must be finite and > 0. "
+                "Nothing was charged for this batch."
+            )
+    rounds = f["c"].astype(np.int64)
+    if ((rounds < 1) | (rounds > _MAX_ROUNDS)).any():
+        raise InvalidInputError(
+            f"gp_kde_contribution: rounds must be in 1..{_MAX_ROUNDS}. Nothing was charged for "
+            "this batch."
+        )
+    for c in np.unique(rounds).tolist():
+        split_fractions(SPLIT, int(c))
+    key = pd.DataFrame({"qx": f["qx"], "qy": f["qy"], "b": f["bw"], "r": f["rho"], "c": rounds,
+                        "n": n_users})  # fmt: skip
+    gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
+    codes, uniques = pd.factorize(pd.Series(users, dtype=object), sort=False)
+    n_u = len(uniques)
+    with _LEDGER_LOCK:
+        session = reg.session
+        if filter_kind(session) != "cgp":
+            raise InvalidInputError(
+                "gp_kde_contribution releases Gaussian noise (rho=): the session's filters must be "
+                "CGP. Use the Python API with eps= for GP sessions. Nothing was charged for this "
+                "batch."
+            )
+        lu = session.ledger.units["metric"]
+        row_alloc = {v: lu.to_fraction(lu.up(positive(float(v), "rho")))
+                     for v in np.unique(f["rho"])}  # fmt: skip
+        per_row = np.empty(len(rounds), dtype=object)
+        per_row[:] = [row_alloc[v] for v in f["rho"].tolist()]
+        alloc = [Fraction(0)] * n_u
+        for i, u in enumerate(codes.tolist()):
+            alloc[u] += per_row[i]
+        params = {"method": METHOD, "split": SPLIT, "beta": BETA, "rows": len(rounds),
+                  "source": "duckdb"}  # fmt: skip
+        with session.reserve(ledger_keys(uniques), alloc, notion="metric", kind=None,
+                             query="gp_kde_contribution", params=params) as r:  # fmt: skip
+            admitted = np.asarray(r.admitted, dtype=bool)[codes]
+            val = np.zeros(len(rounds))
+            actual = [Fraction(0)] * n_u
+            for g in range(int(gcode.max()) + 1):
+                sel = np.flatnonzero((gcode == g) & admitted)
+                if sel.size == 0:
+                    continue
+                i0 = sel[0]
+                nu = int(n_users[i0])
+                out = kde_point(
+                    np.column_stack([f["x"][sel], f["y"][sel]]), [f["qx"][i0], f["qy"][i0]],
+                    bandwidth_m=float(f["bw"][i0]), kind="cgp", amount=per_row[sel],
+                    method=METHOD, rounds=int(rounds[i0]), split=SPLIT, beta=BETA,
+                    unit=Fraction(1) / lu.scale, scale_max=1, n_union=nu if nu > 0 else None,
+                    rng=reg.rng,
+                )  # fmt: skip
+                val[sel] = out.contributions
+                for i, c in zip(sel.tolist(), out.charges.tolist(), strict=True):
+                    actual[codes[i]] += c
+            r.charge(actual)
+        reg.rows_drawn += int(admitted.sum())
+        reg.rows_excluded += int((~admitted).sum())
+        reg.batches += 1
+    return val, admitted

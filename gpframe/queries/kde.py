@@ -1,0 +1,823 @@
+"""Private Gaussian KDE over arrays: point queries (Algorithm 7) and bias-corrected rasters.
+
+Spec: adaptive-budgeting.md §5.2 (kernel, baselines, error bounds, bias, Algorithm 7, rasters),
+§4 (elimination, through :mod:`gpframe.queries.elimination`), §5.5 (charges), §7 (pitfalls);
+secure-noise.md §6.4-§6.5, §9.3 (what the wrappers charge, the σ actually sampled).
+
+Kernel (spec §5.2, the 2b² convention): K_b(x, q) = exp(−||x − q||²/(2b²)), b the bandwidth in
+metres, and KDE(q) = (1/n) Σ_i K_b(x_i, q) ∈ [0, 1], n the users asked (public in the local model).
+
+Point queries (:func:`kde_point`, :func:`kde_points_pt`): ``pt`` privatizes each user's point once
+and reuses it for any number of query points; ``dist`` releases ||x_i − q|| with 1-D noise, tied to
+one q; ``pt-elim`` / ``dist-elim`` run Algorithm 4 one-sided (h(x) = ||x − q||, ν_low = −∞,
+ν_high = ν = 3b) so that users confidently farther than ν stop early and pay only the rounds they ran.
+
+Rasters (:func:`kde_raster_arrays`): each user's point is privatized once (the ``pt`` baseline,
+charged once however many cells) and the density is estimated on a grid by binning and FFT
+convolution with a *deconvolving* bandwidth (see :func:`corrected_bandwidth`).
+
+Everything here is in projected metres; the caller projects and divides the amounts by the
+projection's scale factor (``scale_max``), as ``privatize`` does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpframe.errors import GpframeInternalError, InvalidInputError
+from gpframe.queries.elimination import eliminate_noninteractive, prepare_parts
+
+__all__ = [
+    "METHODS",
+    "NU_FACTOR",
+    "KdePoint",
+    "KdePoints",
+    "Privatized",
+    "RasterArrays",
+    "bandwidth_limit",
+    "corrected_bandwidth",
+    "cutoff",
+    "error_bound_nominal",
+    "expected_kernel_dist",
+    "expected_kernel_pt",
+    "grid_for_bounds",
+    "kde_point",
+    "kde_points_pt",
+    "kde_raster_arrays",
+    "kernel",
+    "kernel_lipschitz",
+    "noise_sigma",
+    "privatize_once",
+]
+
+#: the four methods of spec §5.2
+METHODS = ("pt", "dist", "pt-elim", "dist-elim")
+#: ν = NU_FACTOR · b, the elimination distance (spec §5.2 [G]: 3b, cut-off e^{-4.5})
+NU_FACTOR = 3.0
+#: largest raster side in cells (a 4096 × 4096 float64 grid is 128 MiB)
+MAX_CELLS_SIDE = 4096
+_NOTHING = "Nothing was charged."
+
+
+# ---------------------------------------------------------------------------------------------
+# formulas (the oracle table of spec §5.6, "KDE")
+
+
+def kernel(d: Any, bandwidth_m: float) -> Any:
+    """Gaussian kernel K_b = exp(−d²/(2b²)) of a distance d (spec §5.2, 2b² convention).
+
+    >>> round(float(kernel(50.0, 100.0)), 10), round(float(kernel(100.0, 100.0)), 10)
+    (0.8824969026, 0.6065306597)
+    """
+    d = np.asarray(d, dtype=np.float64)
+    return np.exp(-(d * d) / (2.0 * bandwidth_m * bandwidth_m))
+
+
+def kernel_lipschitz(bandwidth_m: float) -> float:
+    """L_K = e^{−1/2}/b: the Lipschitz constant of r ↦ e^{−r²/(2b²)} and of x ↦ K_b(x, q) (§5.2).
+
+    >>> round(kernel_lipschitz(100.0), 12)
+    0.006065306597
+    """
+    return math.exp(-0.5) / float(bandwidth_m)
+
+
+def cutoff(nu_m: float, bandwidth_m: float) -> float:
+    """e^{−ν²/(2b²)}: the most a user farther than ν from q adds to n·KDE(q) (spec §5.2, Cor. 6.4).
+
+    >>> round(cutoff(200.0, 100.0), 10), round(cutoff(300.0, 100.0), 11)
+    (0.1353352832, 0.01110899654)
+    """
+    return math.exp(-(float(nu_m) ** 2) / (2.0 * float(bandwidth_m) ** 2))
+
+
+def error_bound_nominal(
+    n: int, beta: float, allocation: float, bandwidth_m: float, method: str = "pt"
+) -> float:
+    """Continuous baseline bound (L_K/n)·Σ_i r_i with r_i = √(ln(m·n/β)/a) (spec §5.2; m = 1 pt, 2 dist).
+
+    Equal allocations ``a``; uncapped (the spec's table shows the vacuous 1.9087 at a = 1e-4).
+    The bound gpframe reports uses the noise actually sampled instead (:func:`kde_point`).
+
+    >>> round(error_bound_nominal(1000, 0.05, 1e-2, 100.0, "pt"), 10)
+    0.1908740283
+    >>> round(error_bound_nominal(1000, 0.05, 1e-2, 100.0, "dist"), 10)
+    0.1974407269
+    """
+    m = 2 if method.startswith("dist") else 1
+    return kernel_lipschitz(bandwidth_m) * math.sqrt(math.log(m * n / beta) / allocation)
+
+
+def expected_kernel_pt(sigma: float, D: float, bandwidth_m: float) -> float:
+    """E K_b(x̃, q) for x̃ = x + N(0, σ²I₂), ||x − q|| = D: b²/(b²+σ²)·e^{−D²/(2(b²+σ²))} (§5.2).
+
+    >>> round(expected_kernel_pt(50, 100, 100), 10)
+    0.5362560368
+    """
+    v = bandwidth_m**2 + sigma**2
+    return bandwidth_m**2 / v * math.exp(-(D**2) / (2 * v))
+
+
+def expected_kernel_dist(sigma: float, D: float, bandwidth_m: float) -> float:
+    """E e^{−z²/(2b²)} for z = D + N(0, σ²): b/√(b²+σ²)·e^{−D²/(2(b²+σ²))} (spec §5.2).
+
+    >>> round(expected_kernel_dist(100, 300, 100), 11)
+    0.07452850642
+    """
+    v = bandwidth_m**2 + sigma**2
+    return bandwidth_m / math.sqrt(v) * math.exp(-(D**2) / (2 * v))
+
+
+def noise_sigma(released: Any) -> float:
+    """Return the per-coordinate standard deviation parameter of a release, in metres.
+
+    Gaussian (CGP): √(σ_g²)·g from the exact sampler parameter ``noise["sigma2"]`` (the σ actually
+    sampled; it includes the g/r_min term of secure-noise.md §9.3, so it is slightly above the
+    nominal 1/√(2ρ)). Planar Laplace (GP): √3 · scale, the per-coordinate std of the continuous
+    planar Laplace (E r² = 6·scale²).
+    """
+    noise = released.noise
+    if "sigma2" in noise:
+        return math.sqrt(float(noise["sigma2"])) * float(released.g)
+    if "a" in noise:
+        return math.sqrt(3.0) * float(noise["scale"])
+    raise GpframeInternalError("kde expects a Gaussian or planar Laplace point release.")
+
+
+def corrected_bandwidth(bandwidth_m: float, sigma_m: Any) -> Any:
+    r"""Return the deconvolving bandwidth s = √(h² − σ²) for noisy points with N(0, σ²I₂) noise.
+
+    Why it is unbiased. Write φ_t for the N(0, t²I₂) density on the plane, so that the
+    (unnormalised) kernel is K_h(x, q) = 2πh²·φ_h(x − q). A privatized point is x̃ = x + Z with
+    Z ~ N(0, σ²I₂), and the expectation over Z is a convolution; Gaussians convolve by adding
+    variances, φ_s ∗ φ_σ = φ_{√(s² + σ²)}. With s² = h² − σ² (needs h > σ):
+
+        E φ_s(x̃ − q) = (φ_s ∗ φ_σ)(x − q) = φ_h(x − q),
+
+    so the noisy points' normalised KDE with bandwidth s, (1/n) Σ φ_s(x̃_i − q), is an unbiased
+    estimate of the true normalised KDE with bandwidth h, (1/n) Σ φ_h(x_i − q), at every q. In
+    the unnormalised convention the same statement reads E[(h²/s²)·K_s(x̃, q)] = K_h(x, q): the
+    narrower kernel is rescaled by h²/s² so that each user still carries unit mass (∫φ_s = 1).
+    Each user's term is a positive density, so the estimate is ≥ 0 and integrates to 1 (no
+    negative lobes, unlike Fourier deconvolution). Its variance grows like 1/s² as h ↓ σ.
+
+    The lattice release is the discrete Gaussian on g·Z² (variance ≤ σ², secure-noise.md §6.4)
+    after snapping (a shift of at most g/2 = 0.5 mm per axis); both differences are of order g²
+    relative to σ² and are ignored.
+
+    Parameters
+    ----------
+    bandwidth_m : float
+        h, metres.
+    sigma_m : float or ndarray
+        The noise σ per coordinate actually sampled (:func:`noise_sigma`), metres.
+
+    Returns
+    -------
+    float or ndarray
+        s, metres. Raises ``InvalidInputError`` when h ≤ σ (no unbiased Gaussian estimator
+        exists: the noisy points are already smoother than the target).
+
+    Examples
+    --------
+    >>> corrected_bandwidth(500.0, 300.0)
+    400.0
+    """
+    s2 = float(bandwidth_m) ** 2 - np.asarray(sigma_m, dtype=np.float64) ** 2
+    if np.any(s2 <= 0):
+        sig = float(np.max(sigma_m))
+        raise InvalidInputError(
+            f"bandwidth_m={float(bandwidth_m):g} is not larger than the noise σ={sig:.4g} m per "
+            "coordinate, so the bias correction (bandwidth √(h² − σ²)) does not exist. Use "
+            f"bandwidth_m > {sig:.4g}, a larger rho, or correct=False (uncorrected: the raster "
+            f"then estimates the density smoothed with √(h² + σ²)). {_NOTHING}"
+        )
+    s = np.sqrt(s2)
+    return float(s) if np.ndim(s) == 0 else s
+
+
+def bandwidth_limit(kind: str, amount: Any, *, scale_max: float = 1.0) -> float:
+    """σ (metres per coordinate) that a one-shot point release at ``amount`` will sample.
+
+    Computed from the wrappers' exact calibration before anything is reserved, so a raster whose
+    bandwidth is too small is refused with nothing charged. CGP: √(σ_g²)·g at ρ/k² (k =
+    ``scale_max``); GP: √3 · the planar Laplace scale at ε/k.
+
+    >>> round(bandwidth_limit("cgp", 5e-5), 3)          # (1 + √2·2⁻¹⁰)·100 m
+    100.138
+    """
+    from gpframe.accounting.amounts import exact
+    from gpframe.mechanisms import calibration as cal
+
+    a = exact(amount, "amount")
+    k = exact(scale_max, "scale_max")
+    if kind == "cgp":
+        c = cal.cgp_gaussian(a / (k * k), d=2)
+        return math.sqrt(float(c.param)) * float(c.g)
+    c = cal.gp_laplace(a / k, d=2)
+    return math.sqrt(3.0) * float(c.g / c.param)
+
+
+# ---------------------------------------------------------------------------------------------
+# one privatization per user (the pt baseline, rasters)
+
+
+@dataclass
+class Privatized:
+    """Each queried user's point released once (spec §5.2 ``pt``).
+
+    Attributes
+    ----------
+    xy : ndarray, shape (n, 2)
+        Noisy points in projected metres (NaN for users not queried).
+    sigma : ndarray, shape (n,)
+        Per-coordinate noise σ of each user's release (:func:`noise_sigma`), NaN if not queried.
+    charges, allocations : ndarray of object (Fraction), shape (n,)
+        The ``Released.guarantee`` amount in ground units, and the allocation, per user.
+    queried : ndarray of bool, shape (n,)
+    releases : list of (ndarray of int64, Released)
+        Users of each wrapper call and its release (for error bounds from the sampled noise).
+    kind : {"cgp", "gp"}
+    r_min : float
+        The largest metric floor of the guarantees (metres).
+    """
+
+    xy: NDArray[np.float64]
+    sigma: NDArray[np.float64]
+    charges: NDArray[Any]
+    allocations: NDArray[Any]
+    queried: NDArray[np.bool_]
+    releases: list[tuple[NDArray[np.int64], Any]] = field(default_factory=list)
+    kind: str = "cgp"
+    r_min: float = 1.0
+
+    @property
+    def n_calls(self) -> int:
+        """Release wrapper calls (one per distinct allocation)."""
+        return len(self.releases)
+
+    def radius(self, beta_each: float) -> NDArray[np.float64]:
+        """Per-user bound on ||x̃_i − x_i|| at failure probability ``beta_each`` (sampled noise)."""
+        from gpframe.mechanisms import error_bound
+
+        out = np.full(self.xy.shape[0], np.nan)
+        for idx, rel in self.releases:
+            out[idx] = error_bound(rel, beta_each, n=1)
+        return out
+
+
+def _r_min(guarantees: Any) -> float:
+    r = 1.0
+    for g in guarantees:
+        if isinstance(g.metric, tuple) and g.metric and g.metric[0] == "floor":
+            r = max(r, float(g.metric[1]))
+    return r
+
+
+def privatize_once(
+    xy_m: Any,
+    allocations: Any,
+    *,
+    kind: Literal["cgp", "gp"] = "cgp",
+    unit: Fraction | None = None,
+    scale_max: float | Fraction = 1,
+    rng: Any = None,
+) -> Privatized:
+    """Release each user's point once at its whole allocation (spec §5.2 ``pt``; §5.5).
+
+    Parameters
+    ----------
+    xy_m : array_like, shape (n, 2)
+        One point per user, projected metres.
+    allocations : scalar or array of shape (n,)
+        ρ (m⁻², ``kind="cgp"``) or ε (m⁻¹, ``kind="gp"``) per user, ground units; 0: not queried.
+    kind : {"cgp", "gp"}
+    unit : Fraction, optional
+        Ledger unit the allocation is rounded down to before calibrating.
+    scale_max : float
+        Projection scale factor k: the wrappers run at ρ/k² (ε/k) per projected metre.
+    rng : BitSource or None
+
+    Returns
+    -------
+    Privatized
+
+    Notes
+    -----
+    Noise: ``gaussian_cgp`` (σ = (1 + √2·g/r_min)·k/√(2a)) or ``planar_laplace`` (scale
+    (1 + √2·g/r_min)·k/a), one call per distinct allocation (secure-noise.md §9.3, §10).
+    Charge: the guarantee of the user's call, in ground units (≤ the allocation).
+
+    Examples
+    --------
+    >>> from gpframe.testing import seeded_rng, seeded_enabled
+    >>> with seeded_enabled():
+    ...     out = privatize_once([[0.0, 0.0], [10.0, 0.0]], 1e-4, rng=seeded_rng(1))
+    >>> [float(c) for c in out.charges], out.n_calls
+    ([0.0001, 0.0001], 1)
+    """
+    from gpframe.queries.elimination import _release, _validate_parts
+
+    x = np.asarray(xy_m, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != 2:
+        raise InvalidInputError(f"points must have shape (n, 2), got {x.shape}. {_NOTHING}")
+    if not np.isfinite(x).all():
+        raise InvalidInputError(f"the points have NaN/inf entries. {_NOTHING}")
+    from gpframe.accounting.amounts import exact
+
+    k = exact(scale_max, "scale_max")
+    n = x.shape[0]
+    parts = prepare_parts(allocations, n, (Fraction(1),), unit=unit)
+    _validate_parts(kind, "pt", parts, k)
+    out = np.full((n, 2), np.nan)
+    sigma = np.full(n, np.nan)
+    charges = np.full(n, Fraction(0), dtype=object)
+    allocs = np.full(n, Fraction(0), dtype=object)
+    releases = []
+    for g, row in enumerate(parts.table):
+        idx = np.flatnonzero(parts.codes == g)
+        if idx.size == 0 or row[0] <= 0:
+            continue
+        rel, charge = _release(kind, "pt", x[idx], row[0], k, rng)
+        out[idx] = np.asarray(rel, dtype=np.float64)
+        sigma[idx] = noise_sigma(rel)
+        charges[idx] = charge
+        allocs[idx] = parts.allocations[g]
+        releases.append((idx, rel))
+    queried = ~np.isnan(sigma)
+    return Privatized(out, sigma, charges, allocs, queried, releases, kind,
+                      _r_min(rel.guarantee for _, rel in releases))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# point queries
+
+
+@dataclass
+class KdePoint:
+    """One query point's private KDE (spec §5.2, Algorithm 7).
+
+    Attributes
+    ----------
+    value : float
+        The private KDE(q) = (1/n) Σ over undecided users of K_b(estimate), in [0, 1].
+    error : float
+        With probability ≥ 1 − β, |value − KDE(q)| ≤ error (released values only; ≤ 1).
+    n_queried, n_far, n_near : int
+        Users asked; eliminated as farther than ν (they add 0); kept (S).
+    charges, allocations : ndarray of object (Fraction), shape (n,)
+    rounds_run : ndarray of int64, shape (n,)
+    rounds_histogram : ndarray of int64
+    saving : Fraction
+    n_calls : int
+    r_min : float
+    contributions : ndarray, shape (n,)
+        Each user's released contribution K_b(estimate) (0 if eliminated or not queried); the
+        value is their mean over the queried users (what the SQL UDF returns per row).
+    """
+
+    value: float
+    error: float
+    n_queried: int
+    n_far: int
+    n_near: int
+    charges: NDArray[Any]
+    allocations: NDArray[Any]
+    rounds_run: NDArray[np.int64]
+    rounds_histogram: NDArray[np.int64]
+    saving: Fraction
+    n_calls: int
+    r_min: float
+    contributions: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+
+
+def _check_common(bandwidth_m: Any, beta: Any) -> tuple[float, float]:
+    b = _positive_finite(bandwidth_m, "bandwidth_m")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 < beta < 1.0:
+        raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
+    return b, float(beta)
+
+
+def _positive_finite(v: Any, name: str) -> float:
+    if isinstance(v, bool):
+        raise InvalidInputError(f"{name}={v!r} must be a number of metres > 0. {_NOTHING}")
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise InvalidInputError(
+            f"{name}={v!r} must be a number of metres > 0. {_NOTHING}"
+        ) from None
+    if not (math.isfinite(f) and f > 0):
+        raise InvalidInputError(
+            f"{name}={v!r} must be finite and > 0 (metres), e.g. {name}=500. {_NOTHING}"
+        )
+    return f
+
+
+def kde_point(
+    xy_m: Any,
+    q_m: Any,
+    *,
+    bandwidth_m: float,
+    kind: Literal["cgp", "gp"] = "cgp",
+    amount: Any,
+    method: str = "pt-elim",
+    rounds: int = 10,
+    split: str = "doubling",
+    beta: float = 0.05,
+    nu_m: float | None = None,
+    unit: Fraction | None = None,
+    scale_max: float | Fraction = 1,
+    n_union: int | None = None,
+    rng: Any = None,
+) -> KdePoint:
+    """Private KDE at one query point q, Algorithm 7 (spec §5.2) or a one-round baseline.
+
+    Parameters
+    ----------
+    xy_m : array_like, shape (n, 2)
+        One point per user, projected metres.
+    q_m : array_like, shape (2,)
+        The query point, same metres (public).
+    bandwidth_m : float
+        b, metres.
+    kind : {"cgp", "gp"}
+        Gaussian noise (ρ) or Laplace noise (ε; planar Laplace for ``pt``).
+    amount : scalar or array of shape (n,)
+        Allocation per user in ground units; 0: not queried.
+    method : {"pt", "dist", "pt-elim", "dist-elim"}
+    rounds, split : int, {"doubling", "even"}
+        For ``*-elim`` (spec §4.3); baselines run one round.
+    beta : float
+        Failure probability of the error bound: ``*-elim`` spends β/2 on the eliminations and
+        β/2 on the survivors, the baselines β on the survivors.
+    nu_m : float, optional
+        ν, metres (default 3b).
+    unit, scale_max, n_union, rng
+        As in :func:`gpframe.queries.elimination.eliminate_noninteractive`.
+
+    Returns
+    -------
+    KdePoint
+
+    Notes
+    -----
+    Noise: ``pt*`` release the point (σ = (1 + √2·g/r_min)·k/√(2ρ_j), GP planar Laplace), ``dist*``
+    the distance ||x − q|| (σ = (1 + g/r_min)·k/√(2ρ_j), GP Laplace), at round j's part ρ_j (the
+    whole allocation for a baseline). Charge: baselines the allocation's guarantee; ``*-elim`` the
+    parts of the rounds each user ran (a far user stopped at round r pays a·Σ_{j≤r} π_j; near
+    users pay a). Error (w.p. ≥ 1 − β): (L_K/n)·Σ_{i∈S} w_i + (|I_high|/n)·e^{−ν²/(2b²)}, w_i the
+    width of user i's final estimate at β_post/n from the sampled noise, capped at 1.
+
+    Examples
+    --------
+    >>> from gpframe.testing import seeded_rng, seeded_enabled
+    >>> xy = np.array([[0.0, 0.0], [30.0, 40.0], [50_000.0, 0.0]])
+    >>> with seeded_enabled():
+    ...     out = kde_point(xy, [0.0, 0.0], bandwidth_m=1000.0, amount=1e-4, rounds=4,
+    ...                     split="even", rng=seeded_rng(5))
+    >>> out.n_far, out.n_near                 # the point 50 km away stops early
+    (1, 2)
+    >>> [float(c) for c in out.charges]       # ... after one round of four
+    [0.0001, 0.0001, 2.5e-05]
+    """
+    if method not in METHODS:
+        raise InvalidInputError(
+            f"method={method!r} is not one of {', '.join(map(repr, METHODS))}. {_NOTHING}"
+        )
+    b, bt = _check_common(bandwidth_m, beta)
+    nu = NU_FACTOR * b if nu_m is None else _positive_finite(nu_m, "nu_m")
+    x = np.asarray(xy_m, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != 2:
+        raise InvalidInputError(f"xy_m must have shape (n, 2), got {x.shape}. {_NOTHING}")
+    q = np.asarray(q_m, dtype=np.float64).reshape(-1)
+    if q.shape != (2,) or not np.isfinite(q).all():
+        raise InvalidInputError(
+            f"the query point must be 2 finite numbers, got {q_m!r}. {_NOTHING}"
+        )
+    is_dist = method.startswith("dist")
+    elim = method.endswith("-elim")
+
+    def h(p: np.ndarray) -> np.ndarray:
+        return np.hypot(p[:, 0] - q[0], p[:, 1] - q[1])
+
+    # dist: the true distance is the released function's input (1-Lipschitz); it only ever
+    # reaches the wrapper, never a decision (pitfall 9)
+    data, triple, hh = (h(x), "dist", None) if is_dist else (x, "pt", h)
+    common = dict(kind=kind, triple=triple, h=hh, unit=unit, scale_max=scale_max, rng=rng,
+                  n_union=n_union)  # fmt: skip
+    if elim:
+        out = eliminate_noninteractive(data, amount, nu_low=-math.inf, nu_high=nu,
+                                       rounds=rounds, split=split, beta=bt / 2, **common)  # fmt: skip
+        beta_post = bt / 2
+    else:
+        out = eliminate_noninteractive(data, amount, nu_low=-math.inf, nu_high=math.inf,
+                                       rounds=1, split="even", beta=bt, **common)  # fmt: skip
+        beta_post = bt
+    queried = out.state >= 0
+    nq = int(queried.sum())
+    S = out.state == 0
+    far = out.state == 2
+    contrib = np.zeros(x.shape[0])
+    contrib[S] = kernel(out.estimate[S], b)
+    if nq == 0:
+        value, err = 0.0, 0.0
+    else:
+        nun = int(n_union) if n_union is not None else nq
+        w = out.width_fn(beta_post / nun)
+        value = float(contrib[S].sum()) / nq
+        err = kernel_lipschitz(b) * float(w[S].sum()) / nq
+        err += float(far.sum()) / nq * cutoff(nu, b)
+        err = min(err, 1.0)
+    return KdePoint(
+        value=value, error=err, n_queried=nq, n_far=int(far.sum()), n_near=int(S.sum()),
+        charges=out.charges, allocations=out.allocations, rounds_run=out.rounds_run,
+        rounds_histogram=out.rounds_histogram, saving=out.saving, n_calls=out.n_calls,
+        r_min=_r_min(out.guarantees), contributions=contrib,
+    )  # fmt: skip
+
+
+@dataclass
+class KdePoints:
+    """Private KDE at several query points from one privatization per user (``pt``, spec §5.2).
+
+    Attributes
+    ----------
+    values, errors : ndarray, shape (m,)
+        KDE(q_j) and its bound: w.p. ≥ 1 − β, |values − KDE| ≤ errors at every q_j at once (the
+        bound holds on the single event that every user's noise is within its radius).
+    privatized : Privatized
+    n_queried : int
+    """
+
+    values: NDArray[np.float64]
+    errors: NDArray[np.float64]
+    privatized: Privatized
+    n_queried: int
+
+
+def kde_points_pt(
+    xy_m: Any,
+    at_m: Any,
+    *,
+    bandwidth_m: float,
+    kind: Literal["cgp", "gp"] = "cgp",
+    amount: Any,
+    beta: float = 0.05,
+    unit: Fraction | None = None,
+    scale_max: float | Fraction = 1,
+    rng: Any = None,
+    chunk: int = 2**22,
+) -> KdePoints:
+    """``pt`` baseline at m query points: privatize once, evaluate everywhere (spec §5.2).
+
+    Noise and charge as :func:`privatize_once` (charged once however many points). Error:
+    (L_K/n)·Σ_i r_i with r_i user i's radius at β/n from the sampled noise, capped at 1.
+
+    Examples
+    --------
+    >>> from gpframe.testing import seeded_rng, seeded_enabled
+    >>> with seeded_enabled():
+    ...     out = kde_points_pt([[0.0, 0.0]] * 3, [[0.0, 0.0], [9e4, 0.0]], bandwidth_m=500.0,
+    ...                         amount=1e-2, rng=seeded_rng(2))
+    >>> out.values.round(2).tolist(), [float(c) for c in out.privatized.charges]
+    ([1.0, 0.0], [0.01, 0.01, 0.01])
+    """
+    b, bt = _check_common(bandwidth_m, beta)
+    at = np.asarray(at_m, dtype=np.float64)
+    if at.ndim != 2 or at.shape[1] != 2 or not np.isfinite(at).all():
+        raise InvalidInputError(
+            f"query points must be finite with shape (m, 2), got {at.shape}. {_NOTHING}"
+        )
+    pv = privatize_once(xy_m, amount, kind=kind, unit=unit, scale_max=scale_max, rng=rng)
+    nq = int(pv.queried.sum())
+    m = at.shape[0]
+    vals = np.zeros(m)
+    if nq:
+        p = pv.xy[pv.queried]
+        step = max(1, chunk // max(nq, 1))
+        for s in range(0, m, step):
+            a = at[s : s + step]
+            d2 = (p[None, :, 0] - a[:, None, 0]) ** 2 + (p[None, :, 1] - a[:, None, 1]) ** 2
+            vals[s : s + step] = np.exp(-d2 / (2 * b * b)).sum(axis=1) / nq
+        r = pv.radius(bt / nq)
+        err = min(1.0, kernel_lipschitz(b) * float(np.nansum(r)) / nq)
+    else:
+        err = 0.0
+    return KdePoints(vals, np.full(m, err), pv, nq)
+
+
+# ---------------------------------------------------------------------------------------------
+# rasters
+
+
+def grid_for_bounds(bounds_m: Any, cell_m: float) -> tuple[int, int, tuple[float, ...]]:
+    """(ny, nx, transform) of the grid of ``cell_m`` cells covering ``bounds_m`` (north up).
+
+    The transform is the GDAL/affine 6-tuple (a, b, c, d, e, f): x = a·col + b·row + c,
+    y = d·col + e·row + f, for the cell corner (col, row); row 0 is the northern edge.
+
+    >>> grid_for_bounds((0, 0, 1000, 450), 100)
+    (5, 10, (100.0, 0.0, 0.0, 0.0, -100.0, 500.0))
+    """
+    c = _positive_finite(cell_m, "cell_m")
+    x0, y0, x1, y1 = (float(v) for v in bounds_m)
+    if not all(math.isfinite(v) for v in (x0, y0, x1, y1)) or not (x1 > x0 and y1 > y0):
+        raise InvalidInputError(
+            f"bounds={tuple(bounds_m)!r} must be finite (xmin, ymin, xmax, ymax) with xmax > xmin "
+            f"and ymax > ymin. {_NOTHING}"
+        )
+    nx = max(1, math.ceil((x1 - x0) / c - 1e-9))
+    ny = max(1, math.ceil((y1 - y0) / c - 1e-9))
+    if nx > MAX_CELLS_SIDE or ny > MAX_CELLS_SIDE:
+        raise InvalidInputError(
+            f"bounds and cell_m={c:g} give a {ny} × {nx} raster; at most {MAX_CELLS_SIDE} cells "
+            f"per side. Use a larger cell_m or smaller bounds. {_NOTHING}"
+        )
+    return ny, nx, (c, 0.0, x0, 0.0, -c, y0 + ny * c)
+
+
+def _kernel_1d(s_cells: float) -> NDArray[np.float64]:
+    """Cell-averaged N(0, s²) weights on integer offsets (|k| ≤ ⌈5s⌉ + 1), summing to 1."""
+    from scipy.special import ndtr
+
+    r = math.ceil(5.0 * s_cells) + 1
+    edges = (np.arange(-r, r + 2) - 0.5) / s_cells
+    w = np.diff(ndtr(edges))
+    return w / w.sum()
+
+
+def _bin(xy: NDArray[np.float64], x0: float, y_top: float, c: float, ny: int, nx: int) -> Any:
+    """Count points per cell (nearest-cell binning; rows from the north), via bincount."""
+    col = np.floor((xy[:, 0] - x0) / c)
+    row = np.floor((y_top - xy[:, 1]) / c)
+    ok = (col >= 0) & (col < nx) & (row >= 0) & (row < ny)
+    flat = row[ok].astype(np.int64) * nx + col[ok].astype(np.int64)
+    return np.bincount(flat, minlength=ny * nx).reshape(ny, nx).astype(np.float64)
+
+
+def smooth_density(
+    xy_m: Any, weights_groups: Any, *, bounds_m: Any, cell_m: float, bandwidths_m: Any
+) -> tuple[NDArray[np.float64], tuple[float, ...]]:
+    """Σ_groups Σ_i φ_{s_g}(x_i − cell) on a grid, by binning + separable FFT convolution.
+
+    ``weights_groups`` is a list of boolean masks (one per bandwidth in ``bandwidths_m``). The
+    grid is padded by the kernel's reach so that points just outside the bounds still
+    contribute; each point's mass lands in the padded grid exactly (the discrete kernel sums to
+    1), so the raster's mass is the share of each kernel inside the bounds.
+    Returns (density per m² summed over points, transform).
+    """
+    from scipy.signal import fftconvolve
+
+    ny, nx, tr = grid_for_bounds(bounds_m, cell_m)
+    c = float(cell_m)
+    xy = np.asarray(xy_m, dtype=np.float64)
+    total = np.zeros((ny, nx))
+    for mask, s in zip(weights_groups, bandwidths_m, strict=True):
+        k1 = _kernel_1d(float(s) / c)
+        pad = (k1.size - 1) // 2
+        H = _bin(xy[mask], tr[2] - pad * c, tr[5] + pad * c, c, ny + 2 * pad, nx + 2 * pad)
+        # separable: two 1-D FFT convolutions (rows, then columns), 'valid' crops the pad
+        G = fftconvolve(H, k1[None, :], mode="valid", axes=1)
+        G = fftconvolve(G, k1[:, None], mode="valid", axes=0)
+        total += G
+    return np.maximum(total, 0.0) / (c * c), tr
+
+
+@dataclass
+class RasterArrays:
+    """What :func:`kde_raster_arrays` returns (projected metres).
+
+    Attributes
+    ----------
+    density : ndarray, shape (ny, nx)
+        Estimated density of the users' points, per m² (the normalised KDE (1/n) Σ φ_h(x_i − q)
+        at cell centres, cell-averaged): it integrates to 1 over the plane.
+    transform : tuple of 6 floats
+        GDAL/affine (a, b, c, d, e, f) of the grid (north up).
+    bandwidth_m : float
+        h, the target bandwidth.
+    bandwidth_used_m : ndarray
+        The bandwidth(s) applied to the noisy points (√(h² − σ²) when corrected).
+    sigma_m : ndarray
+        The distinct per-coordinate noise σ sampled (one per allocation group).
+    corrected : str
+        ``"exact"`` (Gaussian deconvolution), ``"moments"`` (GP), or ``"none"``.
+    privatized : Privatized
+    n_queried : int
+    """
+
+    density: NDArray[np.float64]
+    transform: tuple[float, ...]
+    bandwidth_m: float
+    bandwidth_used_m: NDArray[np.float64]
+    sigma_m: NDArray[np.float64]
+    corrected: str
+    privatized: Privatized
+    n_queried: int
+
+
+def kde_raster_arrays(
+    xy_m: Any,
+    *,
+    bandwidth_m: float,
+    cell_m: float = 100.0,
+    bounds_m: Any = None,
+    kind: Literal["cgp", "gp"] = "cgp",
+    amount: Any,
+    correct: bool = True,
+    unit: Fraction | None = None,
+    scale_max: float | Fraction = 1,
+    rng: Any = None,
+) -> RasterArrays:
+    """Density raster from one privatization per user, with the noise bias removed (spec §5.2).
+
+    Parameters
+    ----------
+    xy_m : array_like, shape (n, 2)
+        One point per user, projected metres.
+    bandwidth_m : float
+        h: the raster estimates the true points' Gaussian KDE with this bandwidth.
+    cell_m : float
+        Cell side, metres.
+    bounds_m : (xmin, ymin, xmax, ymax), optional
+        Public extent in projected metres. None: the extent of the *released* points (their
+        0.5 %-99.5 % quantiles per axis, post-processing) padded by 3h, the cell enlarged if the
+        grid would exceed 4096 cells per side.
+    kind : {"cgp", "gp"}
+    amount : scalar or array
+        Allocation per user (ground units); 0: not queried.
+    correct : bool
+        Remove the noise's smoothing. CGP (Gaussian noise): exact, bandwidth √(h² − σ²)
+        (:func:`corrected_bandwidth`); h ≤ σ raises ``InvalidInputError`` *before* any noise is
+        drawn. GP (planar Laplace): no closed form exists (the Laplace's Fourier transform
+        (1 + t²/ε²)^(−3/2) is not a Gaussian factor), so the correction matches second moments:
+        bandwidth √(h² − 3·scale²), which removes the added covariance but leaves the heavier
+        Laplace tails (an approximation; the expected raster is φ_s ∗ Laplace ∗ density).
+        ``False``: bandwidth h on the noisy points (expected raster: density ∗ φ_√(h²+σ²)).
+    unit, scale_max, rng
+        As in :func:`privatize_once`.
+
+    Returns
+    -------
+    RasterArrays
+
+    Notes
+    -----
+    Noise and charge: :func:`privatize_once` (the ``pt`` baseline): each user once, however many
+    cells. The raster is post-processing of the released points and public parameters.
+    Unbiasedness (CGP): E[density(q)] = (1/n) Σ_i φ_h(x_i − q) at every q, up to the binning
+    (cell-averaged kernel, nearest-cell binning: errors of order cell²/s²).
+
+    Examples
+    --------
+    >>> from gpframe.testing import seeded_rng, seeded_enabled
+    >>> xy = np.zeros((100, 2))
+    >>> with seeded_enabled():
+    ...     r = kde_raster_arrays(xy, bandwidth_m=500.0, cell_m=50.0, bounds_m=(-3e3, -3e3, 3e3, 3e3),
+    ...                           amount=1e-4, rng=seeded_rng(4))
+    >>> r.density.shape, round(float(r.density.sum()) * 50.0**2, 3)   # mass ≈ 1
+    ((120, 120), 1.0)
+    >>> r.corrected, round(float(r.bandwidth_used_m[0]), 1)             # √(500² − 70.8²)
+    ('exact', 495.0)
+    """
+    h = _positive_finite(bandwidth_m, "bandwidth_m")
+    c = _positive_finite(cell_m, "cell_m")
+    if bounds_m is not None:
+        grid_for_bounds(bounds_m, c)  # validate before any noise
+    x = np.asarray(xy_m, dtype=np.float64)
+    # refuse h <= sigma before drawing noise: sigma follows from the public allocations
+    if correct:
+        am = np.asarray(amount, dtype=object).reshape(-1)
+        live = [a for a in np.unique(am.astype(np.float64)) if a > 0]
+        for a in live:
+            corrected_bandwidth(h, bandwidth_limit(kind, float(a), scale_max=float(scale_max)))
+    pv = privatize_once(x, amount, kind=kind, unit=unit, scale_max=scale_max, rng=rng)
+    nq = int(pv.queried.sum())
+    sig_u = np.unique(pv.sigma[pv.queried]) if nq else np.zeros(0)
+    if correct:
+        used = np.atleast_1d(corrected_bandwidth(h, sig_u)) if sig_u.size else np.zeros(0)
+        how = "exact" if kind == "cgp" else "moments"
+    else:
+        used = np.full(sig_u.size, h)
+        how = "none"
+    if bounds_m is None:
+        if nq == 0:
+            raise InvalidInputError(f"no user was queried and no bounds were given. {_NOTHING}")
+        p = pv.xy[pv.queried]
+        lo = np.quantile(p, 0.005, axis=0) - 3 * h
+        hi = np.quantile(p, 0.995, axis=0) + 3 * h
+        side = float(max(hi - lo))
+        c = max(c, side / MAX_CELLS_SIDE * (1 + 1e-9))
+        bounds_m = (lo[0], lo[1], hi[0], hi[1])
+    masks = [pv.queried & (pv.sigma == s) for s in sig_u]
+    dens, tr = smooth_density(pv.xy, masks, bounds_m=bounds_m, cell_m=c, bandwidths_m=used)
+    if nq:
+        dens /= nq
+    return RasterArrays(dens, tr, h, used, sig_u, how, pv, nq)

@@ -1,0 +1,550 @@
+"""The pandas / geopandas face of the private KDE: ``kde`` (point queries) and ``kde_raster``.
+
+Spec: adaptive-budgeting.md §5.2 (KDE, Algorithm 7, rasters), §5.5 (charges), §1.6 (one point per
+user), §7 (pitfalls 8, 10, 14, 19). The algorithms are :mod:`gpframe.queries.kde`; this module
+picks each user's point (with :func:`gpframe.queries.range_count_frame.select_component`), projects
+query points and bounds into the data's metric CRS, reserves, runs, charges and builds the result.
+
+Units: ``bandwidth_m`` and ``cell_m`` are metres on the ground, also for lon/lat input: the points
+are projected with :mod:`gpframe.geo` (local UTM or a transverse Mercator, scale within ±0.1 %), and
+the amounts are divided by the projection's ``scale_max`` as ``privatize`` does.
+
+The accessor methods ``df.geopriv(session, user=...).kde(...)`` / ``.kde_raster(...)`` delegate to
+:func:`kde` / :func:`kde_raster` with the bound :class:`~gpframe.accessor.GeoPriv` object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import shapely
+
+from gpframe.errors import InvalidInputError
+from gpframe.queries import kde as _k
+from gpframe.results import Result, _fmt
+
+__all__ = ["KdeResult", "kde", "kde_raster"]
+
+_NOTHING = "Nothing was charged."
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class KdeResult(Result):
+    """Result of ``kde`` (adaptive-budgeting.md §5.2): the private KDE at each query point.
+
+    ``value`` is a float for one query point, else a GeoDataFrame (one row per query point, in the
+    query points' CRS) with ``kde``, ``error`` (w.p. ``confidence``, |kde − true KDE| ≤ error),
+    ``n_far`` / ``n_near`` (users eliminated as farther than ν / kept), ``saving`` and ``query_id``.
+    KDE(q) = (1/n) Σ_i exp(−||x_i − q||²/(2b²)) ∈ [0, 1] (the spec's 2b² convention).
+
+    Examples
+    --------
+    >>> r = KdeResult(value=0.25, error=0.05, confidence=0.95, charges=pd.Series([1e-4, 2e-5]),
+    ...               allocations=pd.Series([1e-4, 1e-4]), query_id="q-1")
+    >>> r  # doctest: +NORMALIZE_WHITESPACE
+    KdeResult(value=0.25, error_95=0.05, charged=2 users, excluded=0,
+              spent_max=rho=0.0001 m⁻², saved=8e-05, query_id=q-1)
+    """
+
+    error_kind: str = "absolute KDE error"
+    mechanism: str = "gaussian_cgp"
+    spec: str = "adaptive-budgeting.md §4.4, §4.6, §5.2, §5.5"
+    #: per query point table (a GeoDataFrame), also for a single point
+    points: Any = None
+
+    def _value_summary(self) -> str:
+        if isinstance(self.value, pd.DataFrame):
+            return f"<{len(self.value)} query points>"
+        return _fmt(self.value, 4)
+
+    def to_frame(self) -> pd.DataFrame:
+        """Return the per query point table."""
+        return self.points.copy()
+
+    def per_user(self) -> pd.DataFrame:
+        """Per-user table: status, allocation, charge and saving."""
+        return Result.to_frame(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+
+def _check_amount(session: Any, rho: Any, eps: Any) -> tuple[str, Fraction]:
+    from gpframe.accounting.amounts import positive
+
+    kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
+    if kind not in ("gp", "cgp"):
+        raise InvalidInputError(
+            "the session has no metric budget (GP or CGP); open it with "
+            f"gp.Session(budget=gp.CGP(rho=...)). {_NOTHING}"
+        )
+    if (rho is None) == (eps is None):
+        raise InvalidInputError(
+            f"pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got rho={rho!r}, "
+            f"eps={eps!r}. Example: .kde(at, bandwidth_m=500, rho=1e-5). {_NOTHING}"
+        )
+    if kind == "cgp" and rho is None:
+        raise InvalidInputError(f"this session's filters are CGP: pass rho=... {_NOTHING}")
+    if kind == "gp" and eps is None:
+        raise InvalidInputError(
+            "this session's filters are pure GP: pass eps=... (a Gaussian step is never admitted "
+            f"by a pure-GP filter; spec §7 pitfall 5). {_NOTHING}"
+        )
+    amt = rho if rho is not None else eps
+    if isinstance(amt, bool) or (isinstance(amt, float) and not math.isfinite(amt)):
+        raise InvalidInputError(f"the amount {amt!r} must be finite and > 0. {_NOTHING}")
+    return kind, positive(amt, "rho" if rho is not None else "eps")
+
+
+def _query_points(at: Any, projected: Any) -> tuple[np.ndarray, Any, bool]:
+    """Project the query points to metres: (m × 2 array, GeoSeries in their CRS, many)."""
+    import geopandas as gpd
+
+    from gpframe.geo import project_geometry
+
+    many = True
+    if isinstance(at, shapely.Point):
+        series, many = gpd.GeoSeries([at], crs=projected.crs_in), False
+    elif isinstance(at, pd.DataFrame):
+        if not isinstance(at, gpd.GeoDataFrame):
+            raise InvalidInputError(
+                f"at is a DataFrame without geometry; pass a GeoSeries / GeoDataFrame of points "
+                f"or an (m, 2) array in the data's CRS. {_NOTHING}"
+            )
+        series = at.geometry
+    elif isinstance(at, gpd.GeoSeries):
+        series = at
+    else:
+        try:
+            arr = np.asarray(at, dtype=np.float64)
+        except (TypeError, ValueError):
+            arr = None
+        if arr is None or arr.size == 0 or arr.ndim > 2 or arr.shape[-1] != 2:
+            raise InvalidInputError(
+                f"at={at!r} is not a shapely Point, a GeoSeries / GeoDataFrame of points or an "
+                f"(m, 2) array of (x, y) (lon, lat for degrees) in the data's CRS. {_NOTHING}"
+            )
+        many = arr.ndim == 2
+        arr = arr.reshape(-1, 2)
+        if not np.isfinite(arr).all():
+            raise InvalidInputError(f"at has NaN or infinite coordinates. {_NOTHING}")
+        series = gpd.GeoSeries(gpd.points_from_xy(arr[:, 0], arr[:, 1]), crs=projected.crs_in)
+    if len(series) == 0:
+        raise InvalidInputError(f"at is empty: pass at least one query point. {_NOTHING}")
+    if series.isna().any() or not (series.geom_type == "Point").all() or series.is_empty.any():
+        raise InvalidInputError(f"at must contain only non-empty Points. {_NOTHING}")
+    if series.crs is None:
+        series = series.set_crs(projected.crs_in)
+    m = project_geometry(series, projected.crs_in, projected.crs_m)
+    xy = shapely.get_coordinates(np.asarray(m.array, dtype=object))
+    from gpframe.queries.privatize import COORD_MAX_M
+
+    if not (np.isfinite(xy).all() and (np.abs(xy) < COORD_MAX_M).all()):
+        raise InvalidInputError(
+            f"a query point does not land at finite metres in {projected.crs_m.to_string()}; "
+            f"check its CRS. {_NOTHING}"
+        )
+    return xy, series, many
+
+
+def _component(bound: Any, component: Any, reduce: Any) -> Any:
+    from gpframe.queries.range_count_frame import select_component
+
+    p = bound.projected
+    users_all = np.asarray(p.users)
+    pos = select_component(bound.frame, users_all, component, reduce)
+    if pos.size == 0:
+        raise InvalidInputError(
+            f"the selected component has no rows. Check component={component!r}. {_NOTHING}"
+        )
+    xy = p.xy[pos]
+    from gpframe.queries.privatize import COORD_MAX_M
+
+    if not (np.abs(xy) < COORD_MAX_M).all():
+        raise InvalidInputError(
+            f"a projected coordinate is beyond ±2**40 m; check the CRS. {_NOTHING}"
+        )
+    return dataclasses.replace(p, xy=xy, users=users_all[pos], index=p.index[pos])
+
+
+def _check_options(method: str, rounds: Any, split: str, beta: Any) -> None:
+    from gpframe.queries.elimination import split_fractions
+
+    if method not in _k.METHODS:
+        raise InvalidInputError(
+            f"method={method!r} is not one of {', '.join(map(repr, _k.METHODS))}. {_NOTHING}"
+        )
+    split_fractions(split, rounds)
+    if isinstance(beta, bool) or not (
+        isinstance(beta, (int, float)) and math.isfinite(beta) and 0.0 < beta < 1.0
+    ):
+        raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
+
+
+def _preflight(kind: str, amount: Fraction, scale_max: float, method: str) -> None:
+    """Run the wrappers' exact calibration for the whole allocation before reserving."""
+    from gpframe.mechanisms import calibration as cal
+
+    k = Fraction(scale_max)
+    d = 1 if method.startswith("dist") else 2
+    if kind == "cgp":
+        cal.cgp_gaussian(amount / (k * k), d=d)
+    else:
+        cal.gp_laplace(amount / k, d=d)
+
+
+def _alloc_fractions(r: Any, lu: Any) -> np.ndarray:
+    adm = np.asarray(r.admitted, dtype=bool)
+    units = np.where(adm, r.allocation_units, 0)
+    uniq, inv = np.unique(units, return_inverse=True)
+    fr = np.array([lu.to_fraction(int(u)) for u in uniq], dtype=object)
+    return fr[inv]
+
+
+def _floats(objs: np.ndarray) -> np.ndarray:
+    uniq: dict[Any, float] = {}
+    return np.array([uniq.setdefault(v, float(v)) for v in objs.tolist()], dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# kde
+
+
+def kde(
+    bound: Any,
+    at: Any,
+    *,
+    bandwidth_m: float,
+    rho: float | None = None,
+    eps: float | None = None,
+    method: Literal["pt", "dist", "pt-elim", "dist-elim"] = "pt-elim",
+    rounds: int = 10,
+    split: Literal["doubling", "even"] = "doubling",
+    beta: float = 0.05,
+    nu_m: float | None = None,
+    component: Any = None,
+    reduce: str | None = None,
+    progress: bool | None = None,
+    rng: Any = None,
+) -> KdeResult:
+    """Private Gaussian KDE at the query point(s) ``at`` (adaptive-budgeting.md §5.2, Algorithm 7).
+
+    Spec: §5.2 (kernel exp(−d²/(2b²)), baselines, error bounds, Algorithm 7 with ν = 3b), §4.4 +
+    §4.6 (elimination and its exact charge), §4.7 (GP: Laplace), §5.5 (charges).
+
+    Parameters
+    ----------
+    bound : gpframe.accessor.GeoPriv
+        ``df.geopriv(session, user=...)``.
+    at : shapely Point, GeoSeries / GeoDataFrame of points, or array (m, 2)
+        Query points (public), in the data's CRS unless a GeoSeries carries its own.
+    bandwidth_m : float
+        b in ground metres.
+    rho, eps : float
+        Allocation per user (and per query point for the methods tied to one point): ``rho``
+        (m⁻², CGP session) or ``eps`` (m⁻¹, GP session).
+    method : {"pt-elim", "dist-elim", "pt", "dist"}
+        ``pt`` privatizes each point once and reuses it for every query point (one charge);
+        ``dist``, ``pt-elim`` and ``dist-elim`` are one query per query point (charges add up);
+        the ``*-elim`` versions stop far users early (they pay the rounds run).
+    rounds, split : int, {"doubling", "even"}
+        Elimination rounds c and split π (spec §4.3).
+    beta : float
+        Failure probability of each point's error bound.
+    nu_m : float, optional
+        Elimination distance ν (default 3 × bandwidth).
+    component, reduce
+        Which row is each user's point (:func:`gpframe.queries.range_count_frame.select_component`).
+    progress : bool or None
+        tqdm bar over query points (None: on in a terminal or notebook when there are several).
+    rng : BitSource or None
+        Randomness; None is the OS CSPRNG.
+
+    Returns
+    -------
+    KdeResult
+
+    Notes
+    -----
+    Noise: point releases σ = (1 + √2·g/r_min)·k/√(2ρ_j) per coordinate (GP: planar Laplace),
+    distance releases σ = (1 + g/r_min)·k/√(2ρ_j) (GP: Laplace), ρ_j the round's part, k the
+    projection scale (secure-noise.md §9.3, §7.4(f)). Charge per user: ``pt`` the allocation once;
+    ``dist`` the allocation per query point; ``*-elim`` per query point the parts of the rounds run.
+    Error: with probability ≥ 1 − β, |kde − KDE| ≤ (L_K/n)·Σ_{i∈S} w_i + (n_far/n)·e^{−ν²/(2b²)},
+    L_K = e^{−1/2}/b, w_i from the noise actually sampled (capped at 1).
+
+    Examples
+    --------
+    >>> import gpframe as gp, gpframe.accessor
+    >>> from gpframe.ledger import Session
+    >>> df = pd.DataFrame({"boat": [1, 2, 3], "x": [500_100.0, 500_200.0, 540_000.0],
+    ...                    "y": [4_500_100.0, 4_500_300.0, 4_540_000.0]})
+    >>> session = Session(budget=gp.CGP(rho=1e-3))
+    >>> bound = df.geopriv(session, user="boat", x="x", y="y", crs="EPSG:32618")
+    >>> res = kde(bound, shapely.Point(500_000, 4_500_000), bandwidth_m=2000, rho=1e-4)
+    >>> res.n_charged, int(res.points["n_far"].iloc[0])     # the boat 56 km away stops early
+    (3, 1)
+    >>> bool(session.spent().loc[3] < 1e-4)             # and keeps most of its allocation
+    True
+    """
+    session = bound.session
+    _check_options(method, rounds, split, beta)
+    b = _k._positive_finite(bandwidth_m, "bandwidth_m")
+    if nu_m is not None:
+        _k._positive_finite(nu_m, "nu_m")
+    kind, amount = _check_amount(session, rho, eps)
+    p = _component(bound, component, reduce)
+    q_m, q_series, many = _query_points(at, p)
+    _preflight(kind, amount, float(p.scale_max), method)
+    users = np.asarray(p.users)
+    if len(pd.unique(users)) != users.size:
+        raise InvalidInputError(
+            "several rows per user: kde reads one point per user; select it with component=... "
+            f"or reduce='last' (spec §1.6). {_NOTHING}"
+        )
+    from gpframe.accessor import ledger_keys
+
+    keys = ledger_keys(users)
+    led = session.ledger
+    lu = led.units["metric"]
+    unit = Fraction(1) / lu.scale
+    params = {"method": method, "bandwidth_m": b, "rounds": int(rounds), "split": split,
+              "beta": float(beta), "nu_m": _k.NU_FACTOR * b if nu_m is None else float(nu_m),
+              "crs_m": p.crs_m.to_string(), "scale_max": float(p.scale_max),
+              ("rho" if kind == "cgp" else "eps"): float(amount)}  # fmt: skip
+    charges = np.full(users.size, Fraction(0), dtype=object)
+    allocs = np.full(users.size, Fraction(0), dtype=object)
+    admitted_any = np.zeros(users.size, dtype=bool)
+    rows: list[dict[str, Any]] = []
+    qids: list[str] = []
+    r_min = 1.0
+    hist = np.zeros(int(rounds) + 1 if method.endswith("-elim") else 2, dtype=np.int64)
+    if method == "pt":
+        with session.reserve(keys, amount, notion="metric", query="kde",
+                             params={**params, "n_points": len(q_m)}) as r:  # fmt: skip
+            alloc = _alloc_fractions(r, lu)
+            out = _k.kde_points_pt(p.xy, q_m, bandwidth_m=b, kind=kind, amount=alloc,
+                                   beta=beta, unit=unit, scale_max=p.scale_max, rng=rng)  # fmt: skip
+            r.charge(out.privatized.charges)
+            qids.append(r.query_id)
+        admitted_any = np.asarray(r.admitted, dtype=bool)
+        charges, allocs = out.privatized.charges, alloc
+        r_min = out.privatized.r_min
+        hist[1] = out.n_queried
+        for j in range(len(q_m)):
+            rows.append(dict(kde=float(out.values[j]), error=float(out.errors[j]), n_far=0,
+                             n_near=out.n_queried, saving=0.0, query_id=r.query_id))  # fmt: skip
+    else:
+        iterator: Any = range(len(q_m))
+        from gpframe.queries.privatize import progress_enabled
+
+        if len(q_m) > 1 and progress_enabled(progress):
+            from tqdm.auto import tqdm
+
+            iterator = tqdm(iterator, desc=f"kde ({method})", unit="point")
+        for j in iterator:
+            with session.reserve(keys, amount, notion="metric", query="kde",
+                                 params={**params, "q_m": q_m[j].tolist()}) as r:  # fmt: skip
+                alloc = _alloc_fractions(r, lu)
+                out1 = _k.kde_point(p.xy, q_m[j], bandwidth_m=b, kind=kind, amount=alloc,
+                                    method=method, rounds=int(rounds), split=split, beta=beta,
+                                    nu_m=nu_m, unit=unit, scale_max=p.scale_max, rng=rng)  # fmt: skip
+                r.charge(out1.charges)
+            adm = np.asarray(r.admitted, dtype=bool)
+            admitted_any |= adm
+            charges = charges + out1.charges
+            allocs = allocs + alloc
+            r_min = max(r_min, out1.r_min)
+            hist[: out1.rounds_histogram.size] += out1.rounds_histogram
+            qids.append(r.query_id)
+            rows.append(dict(kde=out1.value, error=out1.error, n_far=out1.n_far,
+                             n_near=out1.n_near, saving=float(out1.saving),
+                             query_id=r.query_id))  # fmt: skip
+    import geopandas as gpd
+
+    table = gpd.GeoDataFrame(pd.DataFrame(rows, index=q_series.index),
+                             geometry=q_series.array, crs=q_series.crs)  # fmt: skip
+    idx = pd.Index(np.asarray(keys, dtype=object)[admitted_any])
+    value: Any = table if many else float(table["kde"].iloc[0])
+    return KdeResult(
+        value=value,
+        error=None if many else float(table["error"].iloc[0]),
+        confidence=1.0 - float(beta),
+        mechanism=("gaussian_cgp" if kind == "cgp" else
+                   ("laplace_gp" if method.startswith("dist") else "planar_laplace")),
+        params={**params, "n_points": len(q_m), "rounds_histogram": hist.tolist()},
+        kind=kind,
+        metric=("floor", r_min),
+        r_min=r_min,
+        charges=pd.Series(_floats(charges[admitted_any]), index=idx, dtype=np.float64),
+        allocations=pd.Series(_floats(allocs[admitted_any]), index=idx, dtype=np.float64),
+        excluded=[k for k, a in zip(keys, admitted_any, strict=True) if not a],
+        query_id=qids[0] + (f" (+{len(qids) - 1} more)" if len(qids) > 1 else ""),
+        points=table,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# kde_raster
+
+
+def _bounds_m(bounds: Any, projected: Any) -> tuple[float, float, float, float]:
+    """Project public bounds (xmin, ymin, xmax, ymax) in the data's CRS to the metric CRS's envelope."""
+    from gpframe.geo import project_geometry
+
+    try:
+        x0, y0, x1, y1 = (float(v) for v in bounds)
+    except (TypeError, ValueError):
+        raise InvalidInputError(
+            f"bounds={bounds!r} must be (xmin, ymin, xmax, ymax) in the data's CRS. {_NOTHING}"
+        ) from None
+    if not all(map(math.isfinite, (x0, y0, x1, y1))) or not (x1 > x0 and y1 > y0):
+        raise InvalidInputError(
+            f"bounds={bounds!r} must be finite with xmax > xmin and ymax > ymin. {_NOTHING}"
+        )
+    box = shapely.box(x0, y0, x1, y1)
+    box = shapely.segmentize(box, max(x1 - x0, y1 - y0) / 32)  # curved edges after projecting
+    m = project_geometry(box, projected.crs_in, projected.crs_m)
+    bx = m.bounds
+    if not all(map(math.isfinite, bx)):
+        raise InvalidInputError(f"bounds={bounds!r} do not project to finite metres. {_NOTHING}")
+    return bx
+
+
+def kde_raster(
+    bound: Any,
+    *,
+    bandwidth_m: float,
+    cell_m: float = 100,
+    bounds: Any = None,
+    rho: float | None = None,
+    eps: float | None = None,
+    correct: bool = True,
+    component: Any = None,
+    reduce: str | None = None,
+    progress: bool | None = None,
+    rng: Any = None,
+) -> Any:
+    """Private density raster: each user's point privatized once, KDE with the noise removed.
+
+    Spec: adaptive-budgeting.md §5.2 "Rasters" (the ``pt`` baseline, charged once however many
+    cells; its bias correction), §5.5; secure-noise.md §9.3 (σ actually sampled).
+
+    Parameters
+    ----------
+    bound : gpframe.accessor.GeoPriv
+    bandwidth_m : float
+        h, ground metres: the raster estimates the users' Gaussian KDE with this bandwidth.
+    cell_m : float
+        Cell side, metres.
+    bounds : (xmin, ymin, xmax, ymax), optional
+        Public extent in the data's CRS (degrees for lon/lat input). None: the extent of the
+        released points (post-processing; never the true points, pitfall 8), padded by 3h.
+    rho, eps : float
+        The allocation per user: ``rho`` (CGP, Gaussian noise, exact bias correction) or ``eps``
+        (GP, planar Laplace, second-moment correction).
+    correct : bool
+        Remove the noise's extra smoothing (see :func:`gpframe.queries.kde.kde_raster_arrays`).
+        With Gaussian noise σ ≥ h this is impossible: the call raises ``InvalidInputError``
+        before anything is charged, suggesting a larger bandwidth, a larger rho or correct=False.
+    component, reduce
+        Which row is each user's point.
+    progress : bool or None
+        Unused (one sampler call per distinct allocation); kept for a uniform signature.
+    rng : BitSource or None
+
+    Returns
+    -------
+    Raster
+        ``value`` the density per m² (it integrates to 1 over the plane; Σ cells × cell_m² is the
+        share inside the grid), in the metric CRS of the projection; ``params`` carry σ, the
+        bandwidth applied and the correction used.
+
+    Notes
+    -----
+    Noise: one release per user at the allocation (CGP σ = (1 + √2·g/r_min)·k/√(2ρ) per
+    coordinate; GP planar Laplace). Charge: the allocation's guarantee, once per user.
+    Bias: CGP with ``correct=True``: unbiased for the true KDE with bandwidth h (convolution of
+    Gaussians); otherwise the expected raster is the density smoothed by the noise as well.
+
+    Examples
+    --------
+    >>> import gpframe as gp, gpframe.accessor
+    >>> from gpframe.ledger import Session
+    >>> df = pd.DataFrame({"boat": range(200), "x": 500_000.0 + np.arange(200),
+    ...                    "y": 4_500_000.0 + np.arange(200)})
+    >>> session = Session(budget=gp.CGP(rho=1e-3))
+    >>> bound = df.geopriv(session, user="boat", x="x", y="y", crs="EPSG:32618")
+    >>> r = kde_raster(bound, bandwidth_m=1000, cell_m=200, rho=1e-4,
+    ...                bounds=(490_000, 4_490_000, 510_000, 4_510_000))
+    >>> r.shape, round(r.mass, 2), r.n_charged
+    ((100, 100), 1.0, 200)
+    >>> float(session.spent().max())      # once per user, however many cells
+    0.0001
+    """
+    session = bound.session
+    h = _k._positive_finite(bandwidth_m, "bandwidth_m")
+    c = _k._positive_finite(cell_m, "cell_m")
+    kind, amount = _check_amount(session, rho, eps)
+    p = _component(bound, component, reduce)
+    users = np.asarray(p.users)
+    if len(pd.unique(users)) != users.size:
+        raise InvalidInputError(
+            "several rows per user: kde_raster reads one point per user; select it with "
+            f"component=... or reduce='last' (spec §1.6). {_NOTHING}"
+        )
+    bm = _bounds_m(bounds, p) if bounds is not None else None
+    if bm is not None:
+        _k.grid_for_bounds(bm, c)
+    _preflight(kind, amount, float(p.scale_max), "pt")
+    if correct:
+        _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, amount, scale_max=float(p.scale_max)))
+    from gpframe.accessor import ledger_keys
+
+    keys = ledger_keys(users)
+    lu = session.ledger.units["metric"]
+    params: dict[str, Any] = {
+        "bandwidth_m": h, "cell_m": c, "correct": bool(correct),
+        ("rho" if kind == "cgp" else "eps"): float(amount),
+        "crs_m": p.crs_m.to_string(), "scale_max": float(p.scale_max),
+    }  # fmt: skip
+    with session.reserve(keys, amount, notion="metric", query="kde_raster", params=params) as r:
+        alloc = _alloc_fractions(r, lu)
+        out = _k.kde_raster_arrays(
+            p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=alloc,
+            correct=correct, unit=Fraction(1) / lu.scale, scale_max=p.scale_max, rng=rng,
+        )  # fmt: skip
+        r.charge(out.privatized.charges)
+    adm = np.asarray(r.admitted, dtype=bool)
+    from gpframe.raster import Raster
+
+    idx = pd.Index(np.asarray(keys, dtype=object)[adm])
+    params.update(
+        sigma_m=[float(v) for v in out.sigma_m],
+        bandwidth_used_m=[float(v) for v in out.bandwidth_used_m],
+        bias_correction=out.corrected,
+        cell_m=float(out.transform[0]),
+        n_users=out.n_queried,
+    )
+    return Raster(
+        value=out.density,
+        transform=out.transform,
+        crs=p.crs_m.to_string(),
+        confidence=None,
+        mechanism="gaussian_cgp" if kind == "cgp" else "planar_laplace",
+        params=params,
+        kind=kind,
+        metric=("floor", out.privatized.r_min),
+        r_min=out.privatized.r_min,
+        charges=pd.Series(_floats(out.privatized.charges[adm]), index=idx, dtype=np.float64),
+        allocations=pd.Series(_floats(alloc[adm]), index=idx, dtype=np.float64),
+        excluded=[k for k, a in zip(keys, adm, strict=True) if not a],
+        query_id=r.query_id,
+    )

@@ -1,0 +1,29 @@
+-- Private Gaussian KDE in DuckDB with gp_kde_contribution (adaptive-budgeting.md §5.2; issue 7).
+--
+-- Setup (Python):
+--     import duckdb, gpframe as gp
+--     from gpframe.duckdb_kde import register_kde
+--     con = duckdb.connect()
+--     session = gp.Session("ledger.sqlite", budget=gp.CGP(rho=1e-4))
+--     register_kde(con, session)
+-- and tables in one projected metre CRS (e.g. UTM 18N, EPSG:32618):
+--     pings(user_id, x, y)   one row per user: the user's selected point (a component, §1.6)
+--     probes(name, qx, qy)   public query points
+--
+-- Each user's contribution exp(-d^2 / (2 b^2)) is released on its own (pt-elim, nu = 3b, doubling
+-- split, beta = 0.05): users confidently farther than nu from the probe stop early, contribute 0
+-- and are charged only the rounds they ran. AVG is post-processing. Each probe is one query.
+
+-- 1. KDE at each probe, bandwidth 500 m, rho = 1e-5 per user and probe.
+SELECT q.name,
+       AVG(gp_kde_contribution(p.user_id, p.x, p.y, q.qx, q.qy, 500.0, 1e-5, 10,
+                               (SELECT count(*) FROM pings))) AS private_kde
+FROM pings AS p CROSS JOIN probes AS q
+GROUP BY q.name
+ORDER BY q.name;
+
+-- 2. Share of users still near the probe (post-processing: a non-zero contribution means the
+--    user was not eliminated). NULL = excluded for lack of budget.
+SELECT avg((c > 0)::INT) AS share_near, count(c) AS n_answered
+FROM (SELECT gp_kde_contribution(user_id, x, y, 500000.0, 4500000.0, 500.0, 1e-5, 10) AS c
+      FROM pings);
