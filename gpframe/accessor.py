@@ -186,6 +186,15 @@ class GeoPriv:
 
         return kde_raster(self, **kwargs)
 
+    def grid_stats(self, **kwargs: Any) -> Any:
+        """Private per-cell mean and variance with Clip-User suppression (clip-user.md).
+
+        Parameters and examples: :func:`gpframe.queries.grid_stats_frame.grid_stats`.
+        """
+        from gpframe.queries.grid_stats_frame import grid_stats
+
+        return grid_stats(self, **kwargs)
+
     def privatize(
         self,
         *,

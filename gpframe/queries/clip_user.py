@@ -1,0 +1,783 @@
+"""Clip-User: public planning of per-cell mean/variance releases under user-level ε-DP.
+
+Spec: clip-user.md §3 (helper h), §4 (sensitivities), §5 (worst-case biases), §6.3 (error metric),
+§6.4 (composition and per-user charges), §7 (Clip-User, canonical orders and ties, §7.6 efficient
+form), §8 (admission by the budget filter: forced zeros), §8.1 (the plan/release split), §9 (the
+pseudo-user step, delegated to :mod:`gpframe.queries.pseudo_user`).
+
+Everything in this module is **public and free** (spec §10): it reads the occupancy array (how many
+samples each user has in each cell), the interval [L, U] and the privacy parameters, never a sample
+value, draws no randomness and charges nothing. :func:`clip_user_plan` returns a
+:class:`ClipUserPlan`; :mod:`gpframe.queries.grid_stats` releases it.
+
+Notation (spec §0.3): ``m`` total samples of a cell, ``r`` retained samples, ``rs`` = r* the largest
+retained per-user count, ``c = m - r`` the clipped samples, ``W = U - L``.
+
+Determinism (spec §6.3 implementation note, §7.2): the error of a cell is one float64 function of
+the integer triple (m, r, r*) with a fixed operation order (:func:`err`), used for E*, for every
+candidate and for the pseudo-user step; identical triples give bit-identical floats, so exact ties
+are detected and broken by the smallest cell key.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpframe.accounting.amounts import exact
+from gpframe.errors import GpframeInternalError, InvalidInputError
+
+__all__ = [
+    "KAPPA",
+    "ClipUserPlan",
+    "ErrorModel",
+    "Occupancy",
+    "clip_user_plan",
+    "err",
+    "h",
+    "h_exact",
+    "mean_bias",
+    "mean_sensitivity",
+    "occupancy_from_records",
+    "variance_bias",
+    "variance_sensitivity",
+]
+
+#: default noise weight of the error metric: the Laplace s.d. √2·b (spec §6.3 [CHOICE])
+KAPPA = math.sqrt(2.0)
+_NOTHING = "Nothing was charged."
+
+
+# ---------------------------------------------------------------------------------------------
+# §3 helper h and the exact one-cell formulas (§4, §5)
+
+
+def _t(k: Any, n: Any) -> Any:
+    return np.minimum(k, n // 2)
+
+
+def h(k: Any, n: Any) -> Any:
+    """Return h(k, n) = t(n − t)/n², t = min(k, ⌊n/2⌋) (clip-user.md §3), vectorised float64.
+
+    The numerator and denominator are exact integers; the one division is correctly rounded, so
+    the value is a deterministic function of (k, n).
+
+    >>> float(h(3, 6)), float(h(4, 7)), float(h(1, 5)), float(h(0, 4))
+    (0.25, 0.24489795918367346, 0.16, 0.0)
+    """
+    k = np.asarray(k, dtype=np.int64)
+    n = np.asarray(n, dtype=np.int64)
+    t = _t(k, n)
+    num = (t * (n - t)).astype(np.float64)
+    den = (n * n).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return num / den
+
+
+def h_exact(k: int, n: int) -> Fraction:
+    """Exact h(k, n) as a Fraction (for noise calibration, which must not round down).
+
+    >>> h_exact(4, 7), h_exact(5, 10), h_exact(1, 5)
+    (Fraction(12, 49), Fraction(1, 4), Fraction(4, 25))
+    """
+    k, n = int(k), int(n)
+    if n < 1 or k < 0:
+        raise InvalidInputError(f"h(k, n) needs n >= 1 and k >= 0; got k={k}, n={n}.")
+    t = min(k, n // 2)
+    return Fraction(t * (n - t), n * n)
+
+
+def _width(lower: Any, upper: Any) -> Fraction:
+    lo, hi = exact(lower, "bounds[0]"), exact(upper, "bounds[1]")
+    if not hi > lo:
+        raise InvalidInputError(
+            f"bounds=({lower!r}, {upper!r}) needs L < U; pass bounds=(L, U) with L below U, e.g. "
+            f"bounds=(0, 65). {_NOTHING}"
+        )
+    return hi - lo
+
+
+def _counts(counts: Sequence[int], name: str = "counts") -> np.ndarray:
+    a = np.asarray(counts)
+    if a.ndim != 1 or a.size == 0 or a.dtype.kind not in "iu" or (a < 0).any():
+        raise InvalidInputError(f"{name} must be a non-empty 1-D array of integers >= 0.")
+    return a.astype(np.int64)
+
+
+def mean_sensitivity(retained: Sequence[int], lower: float, upper: float) -> Fraction:
+    """User-level sensitivity of the clipped mean, W·r*/r (clip-user.md §4.1), exact.
+
+    >>> float(mean_sensitivity([3, 1, 2], 0, 65)), mean_sensitivity([2, 2, 2, 1], 10, 40)
+    (32.5, Fraction(60, 7))
+    """
+    r = _counts(retained, "retained")
+    tot = int(r.sum())
+    if tot < 1:
+        raise InvalidInputError("the mean of an empty cell has no sensitivity (r = 0).")
+    return _width(lower, upper) * int(r.max()) / tot
+
+
+def variance_sensitivity(retained: Sequence[int], lower: float, upper: float) -> Fraction:
+    """User-level sensitivity of the clipped 1/r variance, W²·h(r*, r) (clip-user.md §4.2), exact.
+
+    >>> variance_sensitivity([4, 1, 2], 10, 40), variance_sensitivity([1] * 5, 0, 1)
+    (Fraction(10800, 49), Fraction(4, 25))
+    """
+    r = _counts(retained, "retained")
+    tot = int(r.sum())
+    if tot < 1:
+        raise InvalidInputError("the variance of an empty cell has no sensitivity (r = 0).")
+    w = _width(lower, upper)
+    return w * w * h_exact(int(r.max()), tot)
+
+
+def _bias_counts(original: Sequence[int], retained: Sequence[int]) -> tuple[int, int]:
+    m, r = _counts(original, "original"), _counts(retained, "retained")
+    if m.shape != r.shape or (r > m).any():
+        raise InvalidInputError("retained counts must align with and not exceed the original ones.")
+    return int(m.sum()), int(r.sum())
+
+
+def mean_bias(
+    original: Sequence[int], retained: Sequence[int], lower: float, upper: float
+) -> Fraction:
+    """Worst-case clipping bias of the mean, W·c/m (clip-user.md §5.1), exact.
+
+    >>> mean_bias([5, 2, 2, 1], [2, 2, 2, 1], 10, 40), mean_bias([4, 2, 1], [0, 2, 1], 0, 30)
+    (Fraction(9, 1), Fraction(120, 7))
+    """
+    m, r = _bias_counts(original, retained)
+    return _width(lower, upper) * (m - r) / m
+
+
+def variance_bias(
+    original: Sequence[int], retained: Sequence[int], lower: float, upper: float
+) -> Fraction:
+    """Worst-case clipping bias of the variance, W²·h(c, m) (clip-user.md §5.2), exact.
+
+    >>> variance_bias([5, 2, 2, 1], [2, 2, 2, 1], 10, 40)
+    Fraction(189, 1)
+    >>> variance_bias([3, 1, 2], [0, 1, 2], 0, 65)
+    Fraction(4225, 4)
+    """
+    m, r = _bias_counts(original, retained)
+    if r < 1:
+        raise InvalidInputError("the clipped variance needs r >= 1 (clip-user.md §5.2).")
+    w = _width(lower, upper)
+    return w * w * h_exact(m - r, m)
+
+
+# ---------------------------------------------------------------------------------------------
+# §6.3 the error metric
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    """Constants of the worst-case error metric of clip-user.md §6.3 (all public).
+
+    ``eps_mu`` and ``eps_v`` are the per-statistic budgets (per-cell ε split); ``kappa`` weighs the
+    noise terms (√2: the Laplace standard deviation).
+    """
+
+    W: float
+    eps_mu: float
+    eps_v: float
+    kappa: float = KAPPA
+
+    def parts(self, m: Any, r: Any, rs: Any) -> dict[str, np.ndarray]:
+        """E_mu, E_V, b_mu, b_V and E for arrays of (m, r, r*), in the fixed operation order."""
+        m = np.asarray(m, dtype=np.int64)
+        r = np.asarray(r, dtype=np.int64)
+        rs = np.asarray(rs, dtype=np.int64)
+        W = self.W
+        c = m - r
+        with np.errstate(invalid="ignore", divide="ignore"):
+            e_mu = W * c / m
+            e_v = W * W * h(c, m)
+            b_mu = W * rs / (r * self.eps_mu)
+            b_v = W * W * h(rs, r) / self.eps_v
+            e = e_mu + e_v + self.kappa * (b_mu + b_v)
+        empty = r == 0
+        if np.any(empty):
+            b_mu, b_v, e = (np.where(empty, np.inf, a) for a in (b_mu, b_v, e))
+        return {"E_mu": e_mu, "E_V": e_v, "b_mu": b_mu, "b_V": b_v, "E": e}
+
+
+def err(m: Any, r: Any, rs: Any, model: ErrorModel) -> np.ndarray:
+    """ERR(m, r, r*) of clip-user.md §7.3: worst-case biases + κ·(b_mu + b_V); +inf when r = 0.
+
+    >>> model = ErrorModel(W=65.0, eps_mu=0.5, eps_v=0.5)
+    >>> round(float(err(8, 7, 5, model)), 6)          # spec §12.6 worked check
+    3528.110435
+    >>> float(err(3, 0, 0, model))
+    inf
+    """
+    m = np.asarray(m, dtype=np.int64)
+    r = np.asarray(r, dtype=np.int64)
+    rs = np.asarray(rs, dtype=np.int64)
+    W = model.W
+    # one expression, one operation order: identical triples give identical floats (spec §6.3)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = m - r
+        e = (
+            W * c / m
+            + W * W * h(c, m)
+            + model.kappa * (W * rs / (r * model.eps_mu) + W * W * h(rs, r) / model.eps_v)
+        )
+    return np.where(r == 0, np.inf, e)
+
+
+# ---------------------------------------------------------------------------------------------
+# the occupancy (public COO table)
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """The public occupancy array as sorted COO rows (clip-user.md §1.2, §7.6).
+
+    ``users`` and ``cells`` are the sorted unique keys; ``u``/``j`` index them; ``m`` is the count
+    (>= 1). Rows are sorted by (cell, user).
+    """
+
+    users: np.ndarray
+    cells: np.ndarray
+    u: np.ndarray
+    j: np.ndarray
+    m: np.ndarray
+
+    @property
+    def n_users(self) -> int:
+        """Number of users."""
+        return int(self.users.size)
+
+    @property
+    def n_cells(self) -> int:
+        """Number of cells."""
+        return int(self.cells.size)
+
+    def to_frame(self) -> pd.DataFrame:
+        """(user, cell, count) rows."""
+        return pd.DataFrame(
+            {"user": self.users[self.u], "cell": self.cells[self.j], "count": self.m}
+        )
+
+
+def _sorted_keys(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        keys, inv = np.unique(values, return_inverse=True)
+    except TypeError:
+        raise InvalidInputError(
+            f"{name} keys are not mutually comparable (mixed types?); the canonical orders of "
+            f"clip-user.md §7.2 need sortable keys. Use one type. {_NOTHING}"
+        ) from None
+    return keys, inv.reshape(-1).astype(np.int64)
+
+
+def occupancy_from_records(users: Any, cells: Any, counts: Any = None) -> Occupancy:
+    """Build an :class:`Occupancy` from per-sample (``counts=None``) or per-(user, cell) rows.
+
+    With ``counts``, each (user, cell) pair must appear once and every count must be >= 1.
+
+    >>> occ = occupancy_from_records(["b", "a", "a"], [2, 2, 1])
+    >>> occ.to_frame().values.tolist()
+    [['a', 1, 1], ['a', 2, 1], ['b', 2, 1]]
+    """
+    users = np.asarray(users)
+    cells = np.asarray(cells)
+    if users.shape != cells.shape or users.ndim != 1:
+        raise InvalidInputError(f"users and cells must be 1-D and aligned. {_NOTHING}")
+    ukeys, ui = _sorted_keys(users, "user")
+    ckeys, ci = _sorted_keys(cells, "cell")
+    pair = ci * max(ukeys.size, 1) + ui
+    if counts is None:
+        code, inv = np.unique(pair, return_inverse=True)
+        cnt = np.bincount(inv.reshape(-1), minlength=code.size).astype(np.int64)
+    else:
+        cnt_in = np.asarray(counts)
+        if cnt_in.shape != users.shape or cnt_in.dtype.kind not in "iu":
+            raise InvalidInputError(f"counts must be integers aligned with users. {_NOTHING}")
+        if cnt_in.size and int(cnt_in.min()) < 1:
+            raise InvalidInputError(
+                f"occupancy counts must be >= 1 (a user absent from a cell has no row). {_NOTHING}"
+            )
+        order = np.argsort(pair, kind="stable")
+        code = pair[order]
+        if code.size > 1 and (np.diff(code) == 0).any():
+            raise InvalidInputError(
+                f"the occupancy table lists a (user, cell) pair twice; give one row per pair. "
+                f"{_NOTHING}"
+            )
+        cnt = cnt_in[order].astype(np.int64)
+    n_u = max(ukeys.size, 1)
+    return Occupancy(
+        ukeys, ckeys, (code % n_u).astype(np.int64), (code // n_u).astype(np.int64), cnt
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan
+
+
+@dataclass(frozen=True, eq=False)
+class ClipUserPlan:
+    """Everything Clip-User (and the pseudo-user step) decided; all public (clip-user.md §8.1).
+
+    Per COO row (aligned with ``occupancy``): ``r`` the retained count (after §9 when it ran) and
+    ``r_clip`` the count after Clip-User alone. Per cell (aligned with ``occupancy.cells``):
+    ``m``, ``r_cell``, ``r_star``, ``m_star``, ``m_ub`` (0 for an emptied cell), ``E0`` the baseline
+    error, ``E_clip`` the error after Clip-User, and the final ``E_mu``, ``E_V``, ``b_mu``, ``b_V``,
+    ``E``. Per user (aligned with ``occupancy.users``): ``cells_kept`` = |G′_ℓ|, ``excluded``.
+    ``charges`` maps user -> ε_cell·|G′_ℓ| (exact). ``trace`` has one entry per trial:
+    (stage, g, user, cell or None, error, accepted).
+    """
+
+    occupancy: Occupancy
+    lower: Fraction
+    upper: Fraction
+    eps_cell: Fraction
+    split: tuple[Fraction, Fraction]
+    model: ErrorModel
+    r: np.ndarray
+    r_clip: np.ndarray
+    m: np.ndarray
+    m_star: np.ndarray
+    r_cell: np.ndarray
+    r_star: np.ndarray
+    m_ub: np.ndarray
+    E0: np.ndarray
+    E_clip: np.ndarray
+    E_mu: np.ndarray
+    E_V: np.ndarray
+    b_mu: np.ndarray
+    b_V: np.ndarray
+    E: np.ndarray
+    cells_kept: np.ndarray
+    excluded: np.ndarray
+    Gamma: int
+    Gamma_prime: int
+    E_star: float
+    E_new: float
+    j_worst: Any
+    status: str
+    suppressed: list[tuple[Any, Any]]
+    trace: list[tuple[int, int, Any, Any, float, bool]]
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def charges(self) -> pd.Series:
+        """Per-user central charge ε_cell·|G′_ℓ| (spec §6.4), exact Fractions, index = user key."""
+        vals = [self.eps_cell * int(k) for k in self.cells_kept.tolist()]
+        return pd.Series(
+            vals, index=pd.Index(self.occupancy.users, name="user"), dtype=object, name="charge"
+        )
+
+    @property
+    def worst_case_loss(self) -> Fraction:
+        """Γ′·ε_cell: the user-level ε of the whole release (spec §6.4)."""
+        return self.eps_cell * self.Gamma_prime
+
+    @property
+    def released_cells(self) -> np.ndarray:
+        """Boolean per cell: r_j >= 1 (emptied cells are not released: ⊥, spec §8)."""
+        return self.r_cell >= 1
+
+    def retained_frame(self) -> pd.DataFrame:
+        """(user, cell, m, r) rows with r >= 1."""
+        o = self.occupancy
+        keep = self.r >= 1
+        return pd.DataFrame(
+            {
+                "user": o.users[o.u[keep]],
+                "cell": o.cells[o.j[keep]],
+                "m": o.m[keep],
+                "r": self.r[keep],
+            }
+        )
+
+    def cell_frame(self) -> pd.DataFrame:
+        """One row per cell: m, r, r*, m_UB, E0, E_mu, E_V, b_mu, b_V, E."""
+        return pd.DataFrame(
+            {
+                "m": self.m,
+                "m_star": self.m_star,
+                "r": self.r_cell,
+                "r_star": self.r_star,
+                "m_ub": self.m_ub,
+                "E0": self.E0,
+                "E_clip": self.E_clip,
+                "E_mu": self.E_mu,
+                "E_V": self.E_V,
+                "b_mu": self.b_mu,
+                "b_V": self.b_V,
+                "E": self.E,
+            },
+            index=pd.Index(self.occupancy.cells, name="cell"),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"ClipUserPlan(users={self.occupancy.n_users}, cells={self.occupancy.n_cells}, "
+            f"Gamma={self.Gamma} -> {self.Gamma_prime}, suppressions={len(self.suppressed)}, "
+            f"E*={self.E_star:.10g}, E_new={self.E_new:.10g}, status={self.status!r})"
+        )
+
+
+def _check_split(split: Any) -> tuple[Fraction, Fraction]:
+    try:
+        a, b = (exact(s, "split") for s in split)
+    except (TypeError, ValueError):
+        raise InvalidInputError(
+            f"split={split!r} must be a pair of fractions. {_NOTHING}"
+        ) from None
+    if a <= 0 or b <= 0 or a + b != 1:
+        raise InvalidInputError(
+            f"split={split!r} must be two positive fractions summing to 1, e.g. (0.5, 0.5). "
+            f"{_NOTHING}"
+        )
+    return a, b
+
+
+class _CellState:
+    """Per-cell retained totals and multiset tops (spec §7.6): r_j, top1, its multiplicity, top2."""
+
+    def __init__(self, occ: Occupancy, r: np.ndarray) -> None:
+        n = occ.n_cells
+        self.r_tot = np.zeros(n, np.int64)
+        np.add.at(self.r_tot, occ.j, r)
+        self.hist: list[dict[int, int]] = [dict() for _ in range(n)]
+        # rows are sorted by cell: one pass builds each cell's count -> multiplicity map
+        keep = r > 0
+        jj, vv = occ.j[keep], r[keep]
+        pair, mult = np.unique(np.stack([jj, vv]), axis=1, return_counts=True)
+        for cj, v, k in zip(pair[0].tolist(), pair[1].tolist(), mult.tolist(), strict=True):
+            self.hist[cj][v] = k
+        self.top1 = np.zeros(n, np.int64)
+        self.cnt1 = np.zeros(n, np.int64)
+        self.top2 = np.zeros(n, np.int64)
+        for cj in range(n):
+            self._refresh(cj)
+
+    def _refresh(self, cj: int) -> None:
+        keys = sorted(self.hist[cj], reverse=True)
+        self.top1[cj] = keys[0] if keys else 0
+        self.cnt1[cj] = self.hist[cj][keys[0]] if keys else 0
+        self.top2[cj] = keys[1] if len(keys) > 1 else 0
+
+    def rs_without(self, cells: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        """Largest retained count of each cell after removing one occurrence of ``vals``."""
+        alone = (vals == self.top1[cells]) & (self.cnt1[cells] == 1)
+        return np.where(alone, self.top2[cells], self.top1[cells])
+
+    def remove(self, cj: int, v: int) -> None:
+        hj = self.hist[cj]
+        hj[v] -= 1
+        if hj[v] == 0:
+            del hj[v]
+        self.r_tot[cj] -= v
+        if v >= self.top2[cj]:
+            self._refresh(cj)
+
+
+def clip_user_plan(
+    occupancy: Occupancy | pd.DataFrame,
+    lower: float,
+    upper: float,
+    eps_cell: float | Fraction,
+    *,
+    kappa: float = KAPPA,
+    split: tuple[float, float] = (0.5, 0.5),
+    error_cap: float | None = None,
+    protect_worst_grid: bool = True,
+    rollback_incomplete_stage: bool = False,
+    clip: str = "pseudo-user",
+    excluded: Any = (),
+    user_order: str = "spec",
+    trace_candidates: bool = False,
+) -> ClipUserPlan:
+    """Run Clip-User (clip-user.md §7) and optionally the pseudo-user step (§9) on public counts.
+
+    Pure, public and free (spec §8.1, §10): reads no sample value, draws no randomness, charges
+    nothing.
+
+    Parameters
+    ----------
+    occupancy : Occupancy or DataFrame
+        The public occupancy: an :class:`Occupancy`, or a frame with columns ``user``, ``cell``,
+        ``count`` (one row per pair, count >= 1).
+    lower, upper : float
+        The interval [L, U] known to contain every value; U > L.
+    eps_cell : float
+        Per-cell ε (mean and variance together): ``grid_stats(epsilon=e)`` passes 2e (spec §6.1).
+    kappa : float
+        Noise weight of the error metric (default √2, spec §6.3). Never affects privacy.
+    split : (float, float)
+        (ε_mu, ε_V) as fractions of ``eps_cell``; default (½, ½).
+    error_cap : float, optional
+        The acceptance cap (default E*, spec §7.5).
+    protect_worst_grid, rollback_incomplete_stage : bool
+        Flags of spec §7.1 (defaults True, False).
+    clip : {"clip-user", "pseudo-user", "none"}
+        ``"none"``: no suppression (Baseline); ``"clip-user"``: §7 only;
+        ``"pseudo-user"``: §7 then §9.
+    excluded : sequence of user keys
+        Users left out by the budget filter (spec §8): forced to r = 0 everywhere, never candidates;
+        bias is still measured against the original counts; E* and j_worst are taken over the
+        cells still non-empty.
+    user_order : {"spec", "key"}
+        ``"spec"``: (−|G_ℓ|, key) as spec §7.2 says. ``"key"`` exists only for the negative test
+        of spec §12.6.
+    trace_candidates : bool
+        Record every candidate error of every trial in ``params["candidates"]`` (tests, small data).
+
+    Returns
+    -------
+    ClipUserPlan
+
+    Examples
+    --------
+    The end-to-end instance of spec §12.6:
+
+    >>> occ = pd.DataFrame({"user": ["u0", "u0", "u1", "u1", "u1", "u2", "u2", "u2", "u3", "u3",
+    ...                              "u3", "u3"],
+    ...                     "cell": [0, 1, 0, 2, 3, 0, 2, 4, 0, 1, 3, 4],
+    ...                     "count": [5, 1, 1, 1, 1, 1, 3, 1, 1, 1, 1, 2]})
+    >>> plan = clip_user_plan(occ, 0, 65, 1.0, clip="clip-user")
+    >>> plan.Gamma, plan.Gamma_prime, plan.status, plan.suppressed
+    (4, 3, 'halted', [('u3', 4), ('u3', 1), ('u1', 3)])
+    >>> round(plan.E_star, 6), plan.cells_kept.tolist()
+    (3125.411973, [2, 2, 3, 2])
+    """
+    if clip not in ("clip-user", "pseudo-user", "none"):
+        raise InvalidInputError(
+            f"clip={clip!r} is not one of 'clip-user', 'pseudo-user', 'none'. {_NOTHING}"
+        )
+    if user_order not in ("spec", "key"):
+        raise InvalidInputError(f"user_order={user_order!r} is not one of 'spec', 'key'.")
+    occ = _as_occupancy(occupancy)
+    W_f = _width(lower, upper)
+    eps = exact(eps_cell, "eps_cell")
+    if eps <= 0:
+        raise InvalidInputError(f"eps_cell={eps_cell!r} must be > 0. {_NOTHING}")
+    sp = _check_split(split)
+    if not (isinstance(kappa, (int, float)) and math.isfinite(kappa) and kappa > 0):
+        raise InvalidInputError(f"kappa={kappa!r} must be finite and > 0. {_NOTHING}")
+    model = ErrorModel(float(W_f), float(eps * sp[0]), float(eps * sp[1]), float(kappa))
+
+    n_u, n_c = occ.n_users, occ.n_cells
+    excl = np.zeros(n_u, dtype=bool)
+    ex_keys = list(excluded) if excluded is not None else []
+    if ex_keys:
+        pos = np.searchsorted(occ.users, np.asarray(ex_keys, dtype=occ.users.dtype))
+        pos = np.clip(pos, 0, max(n_u - 1, 0))
+        ok = occ.users[pos] == np.asarray(ex_keys, dtype=occ.users.dtype)
+        excl[pos[ok]] = True
+    m_cell = np.zeros(n_c, np.int64)
+    np.add.at(m_cell, occ.j, occ.m)
+    m_star = np.zeros(n_c, np.int64)
+    np.maximum.at(m_star, occ.j, occ.m)
+    G0 = np.bincount(occ.u, minlength=n_u).astype(np.int64)
+    Gamma = int(G0.max()) if n_u else 0
+
+    r = np.where(excl[occ.u], 0, occ.m).astype(np.int64)
+    state = _CellState(occ, r)
+    E0 = err(m_cell, state.r_tot, state.top1, model)
+    alive = state.r_tot >= 1
+    trace: list[tuple[int, int, Any, Any, float, bool]] = []
+    candidates: list[tuple[Any, list[tuple[Any, float]]]] = []
+    suppressed: list[tuple[Any, Any]] = []
+    E = E0.copy()
+    status = "none"
+    if alive.any():
+        E_star = float(E0[alive].max())
+        jw = int(np.flatnonzero(alive & (E0 == E_star))[0])
+    else:
+        E_star, jw = math.inf, -1
+    cap = E_star if error_cap is None else float(error_cap)
+
+    if clip != "none" and alive.any():
+        status = _run(
+            occ,
+            r,
+            state,
+            E,
+            m_cell,
+            model,
+            excl,
+            cap,
+            jw,
+            protect_worst_grid,
+            rollback_incomplete_stage,
+            user_order,
+            trace,
+            suppressed,
+            candidates if trace_candidates else None,
+        )
+    r_clip = r.copy()
+    E_clip = E.copy()
+    m_ub = np.where(state.r_tot >= 1, state.top1, 0)
+    if clip == "pseudo-user":
+        from gpframe.queries.pseudo_user import pseudo_user
+
+        r, m_ub = pseudo_user(occ.j, r_clip, m_cell, model)
+    r_cell = np.zeros(n_c, np.int64)
+    np.add.at(r_cell, occ.j, r)
+    r_star = np.zeros(n_c, np.int64)
+    np.maximum.at(r_star, occ.j, r)
+    parts = ErrorModel.parts(model, m_cell, r_cell, r_star)
+    final_E = err(m_cell, r_cell, r_star, model)
+    kept = np.bincount(occ.u[r >= 1], minlength=n_u).astype(np.int64)
+    live = r_cell >= 1
+    E_new = float(final_E[live].max()) if live.any() else math.inf
+    params: dict[str, Any] = {
+        "kappa": float(kappa),
+        "split": (float(sp[0]), float(sp[1])),
+        "clip": clip,
+        "error_cap": error_cap,
+        "protect_worst_grid": bool(protect_worst_grid),
+        "rollback_incomplete_stage": bool(rollback_incomplete_stage),
+        "user_order": user_order,
+    }
+    if trace_candidates:
+        params["candidates"] = candidates
+    return ClipUserPlan(
+        occupancy=occ,
+        lower=exact(lower, "bounds[0]"),
+        upper=exact(upper, "bounds[1]"),
+        eps_cell=eps,
+        split=sp,
+        model=model,
+        r=r,
+        r_clip=r_clip,
+        m=m_cell,
+        m_star=m_star,
+        r_cell=r_cell,
+        r_star=r_star,
+        m_ub=m_ub,
+        E0=E0,
+        E_clip=E_clip,
+        E_mu=parts["E_mu"],
+        E_V=parts["E_V"],
+        b_mu=parts["b_mu"],
+        b_V=parts["b_V"],
+        E=final_E,
+        cells_kept=kept,
+        excluded=excl,
+        Gamma=Gamma,
+        Gamma_prime=int(kept.max()) if n_u else 0,
+        E_star=E_star,
+        E_new=E_new,
+        j_worst=occ.cells.tolist()[jw] if jw >= 0 else None,
+        status=status,
+        suppressed=suppressed,
+        trace=trace,
+        params=params,
+    )
+
+
+def _as_occupancy(occupancy: Any) -> Occupancy:
+    if isinstance(occupancy, Occupancy):
+        return occupancy
+    if isinstance(occupancy, pd.DataFrame):
+        missing = [c for c in ("user", "cell", "count") if c not in occupancy.columns]
+        if missing:
+            raise InvalidInputError(
+                f"the occupancy table lacks column(s) {missing}; it needs 'user', 'cell' and "
+                f"'count' (one row per (user, cell) pair). {_NOTHING}"
+            )
+        if occupancy[["user", "cell", "count"]].isna().any().any():
+            raise InvalidInputError(f"the occupancy table has missing values. {_NOTHING}")
+        return occupancy_from_records(
+            occupancy["user"].to_numpy(),
+            occupancy["cell"].to_numpy(),
+            occupancy["count"].to_numpy(),
+        )
+    raise InvalidInputError(
+        f"occupancy must be an Occupancy or a DataFrame (user, cell, count); got "
+        f"{type(occupancy).__name__}. {_NOTHING}"
+    )
+
+
+def _run(
+    occ: Occupancy,
+    r: np.ndarray,
+    state: _CellState,
+    E: np.ndarray,
+    m_cell: np.ndarray,
+    model: ErrorModel,
+    excl: np.ndarray,
+    cap: float,
+    jw: int,
+    protect: bool,
+    rollback: bool,
+    user_order: str,
+    trace: list[Any],
+    suppressed: list[Any],
+    candidates: list[Any] | None,
+) -> str:
+    """Run the stage loop of spec §7.3 on the incremental state of §7.6 (mutates r, state, E)."""
+    n_u = occ.n_users
+    # per-user rows (positions into the COO arrays), in ascending cell key order: COO rows are
+    # sorted by (cell, user), so a stable sort by user keeps the cell order within each user
+    by_user = np.argsort(occ.u, kind="stable")
+    starts = np.searchsorted(occ.u[by_user], np.arange(n_u + 1))
+    rows: list[np.ndarray] = [by_user[starts[i] : starts[i + 1]] for i in range(n_u)]
+    rows = [rw[r[rw] > 0] for rw in rows]
+    G = np.array([rw.size for rw in rows], dtype=np.int64)
+    # canonical order: (-|G| at the start, user key); keys are already sorted, so a stable sort
+    # on -|G| gives it. Excluded users have |G| = 0 and are never candidates.
+    order = np.argsort(-G, kind="stable") if user_order == "spec" else np.arange(n_u)
+    ukey, ckey = occ.users.tolist(), occ.cells.tolist()  # plain Python keys for the trace
+    stage = 0
+    while True:
+        g = int(G.max()) if n_u else 0
+        if g <= 1:
+            return "floor"
+        stage += 1
+        S = order[(G[order] == g) & ~excl[order]]
+        snap = None
+        if rollback:
+            snap = (r.copy(), list(rows), G.copy(), E.copy(), copy.deepcopy(state))
+        for u in S.tolist():
+            rw = rows[u]
+            cells = occ.j[rw]
+            vals = r[rw]
+            r_new = state.r_tot[cells] - vals
+            rs_new = state.rs_without(cells, vals)
+            e = err(m_cell[cells], r_new, rs_new, model)
+            if protect:
+                e = np.where(cells == jw, np.inf, e)
+            if candidates is not None:
+                cand = list(zip([ckey[c] for c in cells.tolist()], e.tolist(), strict=True))
+                candidates.append((ukey[u], cand))
+            k = int(np.argmin(e))  # first minimum = smallest cell key (strict < in the spec)
+            best = float(e[k])
+            if not best <= cap:  # +inf (no candidate, or all would empty a cell) or above cap
+                where = None if math.isinf(best) else ckey[int(cells[k])]
+                trace.append((stage, g, ukey[u], where, best, False))
+                if snap is not None:
+                    r[:], rows[:], G[:], E[:] = snap[0], snap[1], snap[2], snap[3]
+                    state.__dict__.update(snap[4].__dict__)
+                    del suppressed[len(suppressed) - _stage_commits(trace, stage) :]
+                return "halted"
+            cj = int(cells[k])
+            row = int(rw[k])
+            state.remove(cj, int(vals[k]))
+            r[row] = 0
+            rows[u] = np.delete(rw, k)
+            G[u] -= 1
+            E[cj] = best
+            trace.append((stage, g, ukey[u], ckey[cj], best, True))
+            suppressed.append((ukey[u], ckey[cj]))
+        if G.max() >= g:  # pragma: no cover - every user of the stage lost one cell
+            raise GpframeInternalError("Clip-User stage did not lower the degradation factor.")
+
+
+def _stage_commits(trace: list[Any], stage: int) -> int:
+    return sum(1 for t in trace if t[0] == stage and t[5])

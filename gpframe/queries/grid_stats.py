@@ -1,0 +1,448 @@
+"""Release of per-cell means and variances after a Clip-User plan, with user-level charges.
+
+Spec: clip-user.md §2.2 (which samples are kept), §2.3 (clipped estimators), §6.1 (Laplace release),
+§6.2 (error bounds), §6.4 (per-user charge ε·|G′_ℓ|), §8 (release and admission by the budget
+filter), §13 (pitfalls P2, P4, P5, P8, P13, P14, P15); secure-noise.md §9.1, §9.3 (central Laplace,
+real statistic), §9.5 (the statistic is computed exactly).
+
+Pipeline of :func:`run_grid_stats` (the only function here that touches the ledger):
+
+1. (caller) validate the data; build the public :class:`~gpframe.queries.clip_user.Occupancy`.
+2. Plan with :func:`~gpframe.queries.clip_user.clip_user_plan` (free), then the admission loop of
+   spec §8: users whose central budget cannot cover ``epsilon × statistics × cells kept`` are
+   forced to r = 0 everywhere and the plan is recomputed until nothing changes (budgets are public
+   ledger state, so this is public computation).
+3. Reserve each remaining user's charge (one transaction); charge first, then release.
+4. Exact statistics: every kept value is snapped to the fixed-point grid q = 2^(⌊log₂W⌋−16)
+   above L (an integer in [0, ⌊W/q⌋], so the snapped value stays in [L, U]); per-cell sums of k
+   and k² are int64 (order-independent, unlike a float sum), and the mean
+   L + q·S₁/r and the 1/r variance q²(r·S₂ − S₁²)/r² are exact rationals.
+5. Each statistic of each released cell is snapped exactly to the noise lattice and released with
+   :func:`gpframe.mechanisms.laplace_dp` at its own budget and the plan's exact sensitivity
+   (W·r*/r, W²·h(r*, r)); the ledger is charged the guarantees' amounts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from gpframe.accounting.amounts import exact
+from gpframe.errors import GpframeInternalError, InvalidInputError, LedgerError
+from gpframe.queries.clip_user import ClipUserPlan, Occupancy, clip_user_plan, h_exact
+
+__all__ = [
+    "CellRelease",
+    "GridStatsRun",
+    "check_data_matches",
+    "exact_cell_stats",
+    "release_cells",
+    "retained_rows",
+    "run_grid_stats",
+    "value_step",
+]
+
+_NOTHING = "Nothing was charged."
+#: statistics released per cell (mean and 1/r variance): the charge multiplier of spec §6.1
+STATISTICS = 2
+#: fractional bits of the value grid below W (spec secure-noise §9.5: exact fixed-point sums)
+VALUE_BITS = 16
+
+
+def value_step(lower: Fraction, upper: Fraction) -> Fraction:
+    """Fixed-point step q = 2^(⌊log₂ W⌋ − 16) of the exact sums (W/q < 2¹⁷, so k² < 2³⁴).
+
+    >>> value_step(Fraction(0), Fraction(65))
+    Fraction(1, 1024)
+    """
+    from gpframe.mechanisms.calibration import floor_log2
+
+    return Fraction(2) ** (floor_log2(upper - lower) - VALUE_BITS)
+
+
+def check_data_matches(plan_occ: Occupancy, rows_u: np.ndarray, rows_j: np.ndarray) -> None:
+    """Fail closed unless the data's per-(user, cell) counts equal the plan's occupancy (P15).
+
+    ``rows_u`` / ``rows_j`` index ``plan_occ.users`` / ``plan_occ.cells`` (-1: not in the plan).
+    """
+    if rows_u.size and (rows_u.min() < 0 or rows_j.min() < 0):
+        raise InvalidInputError(
+            "the data has (user, cell) pairs that the public occupancy does not list; the "
+            "occupancy must equal the counts of the cleaned data (clip-user.md §8.1, P15). "
+            f"Rebuild the occupancy table from the data you release. {_NOTHING}"
+        )
+    n_u = max(plan_occ.n_users, 1)
+    code = rows_j.astype(np.int64) * n_u + rows_u
+    uniq, cnt = np.unique(code, return_counts=True)
+    want = plan_occ.j * n_u + plan_occ.u
+    if (
+        uniq.shape != want.shape
+        or not np.array_equal(uniq, want)
+        or not np.array_equal(cnt, plan_occ.m)
+    ):
+        raise InvalidInputError(
+            "the data's per-(user, cell) sample counts differ from the public occupancy; the "
+            "sensitivities of clip-user.md §4 are valid only for the occupancy they were planned "
+            f"on (P15). Pass an occupancy table equal to the data's counts. {_NOTHING}"
+        )
+
+
+def retained_rows(
+    plan: ClipUserPlan, rows_u: np.ndarray, rows_j: np.ndarray, order: np.ndarray | None = None
+) -> np.ndarray:
+    """Boolean mask of the data rows that the plan keeps (clip-user.md §2.2, §8 step 1).
+
+    In each (user, cell) group the first r_ℓj rows in the canonical order are kept: ``order``
+    (e.g. timestamps, then row position), or row position alone. The choice reads only the user's
+    own rows and public information (pitfall P6).
+    """
+    occ = plan.occupancy
+    n_u = max(occ.n_users, 1)
+    code = rows_j.astype(np.int64) * n_u + rows_u
+    pos = np.arange(code.size)
+    keys = (pos, code) if order is None else (pos, np.asarray(order), code)
+    srt = np.lexsort(keys)
+    c_sorted = code[srt]
+    first = np.searchsorted(c_sorted, c_sorted, side="left")
+    rank = np.empty(code.size, np.int64)
+    rank[srt] = np.arange(code.size) - first
+    coo = np.searchsorted(occ.j * n_u + occ.u, code)  # COO rows are sorted by this code
+    return rank < plan.r[coo]
+
+
+def exact_cell_stats(
+    values: np.ndarray, cells: np.ndarray, n_cells: int, lower: Fraction, upper: Fraction
+) -> tuple[list[Fraction | None], list[Fraction | None], np.ndarray]:
+    """Exact per-cell clipped mean and 1/r variance of snapped values (secure-noise.md §9.5).
+
+    Parameters
+    ----------
+    values : ndarray of float
+        The kept values, already in [L, U].
+    cells : ndarray of int
+        Cell index of each kept value.
+
+    Returns
+    -------
+    (means, variances, r) : exact Fractions per cell (None for cells with no kept value), counts.
+
+    >>> m, v, r = exact_cell_stats(np.array([10.0, 40.0, 40.0]), np.array([0, 0, 0]), 1,
+    ...                            Fraction(10), Fraction(40))
+    >>> m[0], v[0], r.tolist()
+    (Fraction(30, 1), Fraction(200, 1), [3])
+    """
+    q = value_step(lower, upper)
+    top = (upper - lower) // q
+    # (x - L)/q is float arithmetic on one sample (per-sample pre-processing: fine); the sums of
+    # the resulting integers are exact whatever the order.
+    k = np.rint((values - float(lower)) / float(q))
+    k = np.clip(k, 0, int(top)).astype(np.int64)
+    if values.size >= 2**28:
+        raise InvalidInputError(
+            f"more than 2**28 kept values: the exact sums would overflow. {_NOTHING}"
+        )
+    s0 = np.zeros(n_cells, np.int64)
+    s1 = np.zeros(n_cells, np.int64)
+    s2 = np.zeros(n_cells, np.int64)
+    np.add.at(s0, cells, 1)
+    np.add.at(s1, cells, k)
+    np.add.at(s2, cells, k * k)
+    means: list[Fraction | None] = []
+    variances: list[Fraction | None] = []
+    for r, a, b in zip(s0.tolist(), s1.tolist(), s2.tolist(), strict=True):
+        if r == 0:
+            means.append(None)
+            variances.append(None)
+            continue
+        means.append(lower + q * Fraction(a, r))
+        variances.append(q * q * Fraction(r * b - a * a, r * r))
+    return means, variances, s0
+
+
+@dataclass(frozen=True)
+class CellRelease:
+    """Released per-cell statistics and their error bounds (all post-processing of the noise).
+
+    Arrays are aligned with the plan's cells; unreleased (emptied) cells are NaN.
+    ``mean_error`` / ``var_error`` hold together with probability >= 1 − β per cell
+    (clip-user.md §6.2: worst-case bias + lattice Laplace tail at β/2 each + fixed-point snapping).
+    """
+
+    mean: np.ndarray
+    var: np.ndarray
+    var_unbiased: np.ndarray
+    mean_error: np.ndarray
+    var_error: np.ndarray
+    released: np.ndarray
+    scale_mu: np.ndarray
+    scale_v: np.ndarray
+    guarantees: tuple[Fraction, ...]
+
+
+def _pre_snap(x: Fraction, g: Fraction) -> float:
+    # rint of the exact statistic on the noise lattice (half to even, like np.rint), so the
+    # wrapper's own snap is the identity and |u(D) − u(D')| <= ⌊Δ/g⌋ + 1 holds exactly
+    u = round(x / g)
+    if abs(u) >= 2**52:
+        raise InvalidInputError(f"a statistic is too large for the noise lattice. {_NOTHING}")
+    return float(u * g)
+
+
+def release_cells(
+    plan: ClipUserPlan,
+    means: list[Fraction | None],
+    variances: list[Fraction | None],
+    *,
+    beta: float,
+    rng: Any = None,
+) -> CellRelease:
+    """Release every cell with r_j >= 1: mean and variance, fresh Laplace draws (spec §8 step 3).
+
+    Noise: per cell, ``laplace_dp`` with sensitivity W·r*/r at ε_mu and W²·h(r*, r) at ε_V
+    (exact Fractions from the plan's final counts, pitfall P14); lattice g = 2^(⌊log₂Δ⌋−20),
+    λ = ε/(⌊Δ/g⌋ + 1) (secure-noise.md §9.3). A cell with r = 1 has V̄ = 0 for every dataset:
+    0 is released exactly (spec §6.1).
+    Charge: the caller charges ε_mu + ε_V per kept cell per user (the guarantees returned).
+    """
+    from gpframe.mechanisms import laplace_dp
+    from gpframe.mechanisms.calibration import central_laplace
+    from gpframe.mechanisms.tails import laplace_bound
+
+    n_c = plan.occupancy.n_cells
+    L, U = plan.lower, plan.upper
+    W = U - L
+    eps_mu = plan.eps_cell * plan.split[0]
+    eps_v = plan.eps_cell * plan.split[1]
+    q = value_step(L, U)
+    out = {k: np.full(n_c, np.nan) for k in ("mean", "var", "vu", "em", "ev", "sm", "sv")}
+    released = plan.r_cell >= 1
+    amounts: set[Fraction] = set()
+    for j in np.flatnonzero(released).tolist():
+        r, rs = int(plan.r_cell[j]), int(plan.r_star[j])
+        if means[j] is None or variances[j] is None:
+            raise GpframeInternalError(f"cell {j} is planned with r={r} but has no kept value.")
+        d_mu = W * rs / r
+        cal = central_laplace(eps_mu, d_mu, integer=False)
+        rel = laplace_dp([_pre_snap(means[j], cal.g)], sensitivity=d_mu, epsilon=eps_mu, rng=rng)
+        amounts.add(rel.guarantee.amount)
+        mu = float(rel.values[0])
+        sm = rel.noise["scale"]
+        em = float(plan.E_mu[j]) + laplace_bound(beta / 2, sm, rel.g) + float(q)
+        d_v = W * W * h_exact(rs, r)
+        if d_v > 0:
+            cal = central_laplace(eps_v, d_v, integer=False)
+            relv = laplace_dp(
+                [_pre_snap(variances[j], cal.g)], sensitivity=d_v, epsilon=eps_v, rng=rng
+            )
+            amounts.add(relv.guarantee.amount)
+            v = float(relv.values[0])
+            sv = relv.noise["scale"]
+            ev = float(plan.E_V[j]) + laplace_bound(beta / 2, sv, relv.g)
+        else:
+            v, sv, ev = 0.0, Fraction(0), float(plan.E_V[j])
+        # fixed-point snapping moves each value by at most q: the mean by <= q, the standard
+        # deviation by <= q (centring is a projection), so the variance by <= q(W + q)
+        ev += float(q * (W + q))
+        # post-processing (spec §6.1): clamp to the ranges that contain the true statistics
+        mu = min(max(mu, float(L)), float(U))
+        v = min(max(v, 0.0), float(W * W) / 4)
+        out["mean"][j], out["var"][j] = mu, v
+        out["vu"][j] = v * r / (r - 1) if r > 1 else math.nan
+        out["em"][j], out["ev"][j] = em, ev
+        out["sm"][j], out["sv"][j] = float(sm), float(sv)
+    if amounts - {eps_mu, eps_v}:
+        raise GpframeInternalError("a release guarantee differs from the planned budget.")
+    return CellRelease(
+        out["mean"],
+        out["var"],
+        out["vu"],
+        out["em"],
+        out["ev"],
+        released,
+        out["sm"],
+        out["sv"],
+        tuple(sorted(amounts)),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class GridStatsRun:
+    """What :func:`run_grid_stats` did: the final plan, the release, the charges and exclusions."""
+
+    plan: ClipUserPlan
+    release: CellRelease
+    users: list[Any]
+    charges: np.ndarray  # float, filter units, aligned with ``users`` (admitted users)
+    allocations: np.ndarray
+    excluded: list[Any]
+    query_id: str
+    fkind: str
+    admission_rounds: int
+
+
+def central_kind(session: Any) -> str:
+    """Return the kind (``"dp"``/``"zcdp"``) of the central budget, or raise InvalidInputError."""
+    kinds = getattr(getattr(session, "ledger", None), "kind", None) or {}
+    kind = kinds.get("central") if isinstance(kinds, dict) else None
+    if kind not in ("dp", "zcdp"):
+        raise InvalidInputError(
+            "the session has no central budget, so it cannot pay for grid_stats (user-level DP). "
+            "Open it with gp.Session(central=gp.DP(epsilon=...)). Nothing was charged."
+        )
+    return str(kind)
+
+
+def _admission(
+    session: Any,
+    occ: Occupancy,
+    plan_kw: dict[str, Any],
+    stat_eps: tuple[Fraction, Fraction],
+    excluded: set[Any],
+) -> tuple[ClipUserPlan, int]:
+    """Spec §8 admission loop on public ledger state (reads only; charges nothing).
+
+    Compares in the ledger's integer units, exactly as the reservation will.
+    """
+    ledger = session.ledger
+    users = occ.users.tolist()
+    lu = ledger.units["central"]
+    rem = session.remaining_exact(users, notion="central").to_numpy()
+    rem_units = np.array([int(x * lu.scale) for x in rem.tolist()], dtype=object)
+    rounds = 0
+    while True:
+        rounds += 1
+        plan = clip_user_plan(occ, excluded=sorted(excluded), **plan_kw)
+        need = np.zeros(len(users), dtype=object)
+        for amt in stat_eps:
+            a, big = ledger.units_for("central", amt, plan.cells_kept, kind="dp")
+            a_obj = a.astype(object)
+            a_obj[big] = 2**64  # cannot fit the ledger: never admitted
+            need = need + a_obj
+        over = (need > rem_units) & ~plan.excluded & (plan.cells_kept > 0)
+        if not over.any():
+            return plan, rounds
+        excluded.update(occ.users[over].tolist())
+
+
+def _sort_key(x: Any) -> Any:
+    return x
+
+
+def run_grid_stats(
+    session: Any,
+    occ: Occupancy,
+    rows_u: np.ndarray,
+    rows_j: np.ndarray,
+    values: np.ndarray,
+    *,
+    lower: Fraction,
+    upper: Fraction,
+    epsilon: Fraction,
+    clip: str = "clip-user",
+    beta: float = 0.05,
+    order: np.ndarray | None = None,
+    rng: Any = None,
+    plan_options: dict[str, Any] | None = None,
+    params: dict[str, Any] | None = None,
+    max_retries: int = 3,
+) -> GridStatsRun:
+    """Plan, admit, charge and release (clip-user.md §7–§9, §6.4; DESIGN "charge first").
+
+    ``epsilon`` is the budget per statistic (spec §6.1, issue 05): each user is charged
+    ``epsilon × 2 × cells kept`` on the central ledger (in the filter's units: ε-DP draws compose
+    on a zCDP filter as ε²/2 each). ``values`` must already be in [L, U] and validated; the data's
+    counts must equal ``occ`` (checked, fail closed).
+    """
+    fkind = central_kind(session)
+    check_data_matches(occ, rows_u, rows_j)
+    eps = exact(epsilon, "epsilon")
+    plan_kw = {
+        "lower": lower,
+        "upper": upper,
+        "eps_cell": eps * STATISTICS,
+        "clip": clip,
+        **(plan_options or {}),
+    }
+    # preflight the noise calibration of the baseline before touching the ledger
+    from gpframe.mechanisms.calibration import check_eps
+
+    check_eps(eps, "epsilon")
+    from gpframe.mechanisms.noise.bits import resolve_rng
+
+    rng = resolve_rng(rng)  # refuse a seeded source before anything is reserved
+    ledger = session.ledger
+    excluded: set[Any] = set()
+    split = (plan_options or {}).get("split", (0.5, 0.5))
+    stat_eps = tuple(eps * STATISTICS * exact(x, "split") for x in split)
+    for _attempt in range(max_retries):
+        plan, rounds = _admission(session, occ, plan_kw, stat_eps, excluded)
+        payers = np.flatnonzero(plan.cells_kept > 0)
+        users = occ.users[payers].tolist()
+        # one ε-DP draw per statistic per kept cell (spec §6.4): ε_mu·|G′| + ε_V·|G′|
+        units = np.zeros(len(users), np.int64)
+        too_big = np.zeros(len(users), bool)
+        for amt in stat_eps:
+            a, big = ledger.units_for("central", amt, plan.cells_kept[payers], kind="dp")
+            units += a
+            too_big |= big
+        if too_big.any():
+            raise InvalidInputError(f"epsilon={float(eps)} is too large for the ledger. {_NOTHING}")
+        res = session.reserve(
+            users,
+            units,
+            notion="central",
+            kind="dp",
+            query="grid_stats",
+            params={
+                **(params or {}),
+                "epsilon": float(eps),
+                "clip": clip,
+                "Gamma": plan.Gamma,
+                "Gamma_prime": plan.Gamma_prime,
+            },
+            units=True,
+        )
+        refused = ~np.asarray(res.admitted, dtype=bool)
+        if refused.any():  # another process spent in between: re-plan without them
+            res.cancel()
+            excluded.update(np.asarray(users, dtype=object)[refused].tolist())
+            continue
+        with res:
+            keep = retained_rows(plan, rows_u, rows_j, order)
+            means, variances, r_chk = exact_cell_stats(
+                values[keep], rows_j[keep], occ.n_cells, lower, upper
+            )
+            if not np.array_equal(r_chk, plan.r_cell):
+                raise GpframeInternalError("kept rows do not match the plan's retained counts.")
+            release = release_cells(plan, means, variances, beta=beta, rng=rng)
+            # the actual charge: the guarantees' amounts, one per statistic per kept cell
+            if not set(release.guarantees) <= set(stat_eps):
+                raise GpframeInternalError("a release guarantee differs from the planned budget.")
+            actual = np.zeros(len(users), np.int64)
+            for amt in stat_eps:  # per statistic, even when ε_mu == ε_V (never deduplicated)
+                a, _ = ledger.units_for("central", amt, plan.cells_kept[payers], kind="dp")
+                actual += a
+            if (actual > units).any():
+                raise GpframeInternalError("grid_stats would charge above the reservation.")
+            res.charge(actual, units=True)
+            query_id = res.query_id
+        scale = 10.0 ** ledger.units["central"].exponent
+        return GridStatsRun(
+            plan=plan,
+            release=release,
+            users=users,
+            charges=actual / scale,
+            allocations=units / scale,
+            excluded=sorted(excluded, key=_sort_key),
+            query_id=query_id,
+            fkind=fkind,
+            admission_rounds=rounds,
+        )
+    raise LedgerError(
+        f"grid_stats could not reserve budgets after {max_retries} attempts (other processes kept "
+        f"spending); retry later. {_NOTHING}"
+    )

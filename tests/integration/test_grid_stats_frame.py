@@ -1,0 +1,167 @@
+"""grid_stats on a (Geo)DataFrame: output frame, occupancy rules (§10), bad inputs, ledger."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gpframe as gp
+import gpframe.accessor
+from gpframe.errors import InvalidInputError
+from gpframe.ledger import Session
+from gpframe.queries.grid_stats_frame import GridStatsResult, grid_stats
+from gpframe.testing import seeded_rng
+
+
+@pytest.fixture
+def pings():
+    rs = np.random.default_rng(0)
+    n = 600
+    return pd.DataFrame(
+        {
+            "vessel": rs.integers(0, 20, n),
+            "lon": -74 + rs.uniform(0, 0.03, n),
+            "lat": 40.7 + rs.uniform(0, 0.03, n),
+            "speed": rs.uniform(0, 30, n),
+        }
+    )
+
+
+@pytest.fixture
+def session():
+    return Session(central=gp.DP(epsilon=1000.0))
+
+
+def _bound(df, session):
+    return df.geopriv(session, user="vessel", lon="lon", lat="lat", crs="EPSG:4326")
+
+
+def test_grid_stats_returns_one_row_per_cell_with_result(pings, session):
+    out = grid_stats(
+        _bound(pings, session),
+        value="speed",
+        bounds=(0, 30),
+        epsilon=0.5,
+        cells=8,
+        occupancy="public",
+        rng=seeded_rng(1),
+    )
+    res = out.attrs["geopriv"].result
+    assert isinstance(res, GridStatsResult)
+    assert out.crs.to_epsg() == 4326 and out.geometry.geom_type.eq("Polygon").all()
+    assert out["n_samples"].sum() == len(pings)
+    assert (out["n_kept"] + out["n_suppressed"] == out["n_samples"]).all()
+    assert res.Gamma_prime <= res.Gamma
+    kept = res.plan.cells_kept
+    assert np.allclose(res.charges.sort_index().to_numpy(), (0.5 * 2 * kept)[kept > 0])
+    assert res.spent_max == pytest.approx(res.Gamma_prime * 1.0)
+    assert out.loc[out["released"], "mean"].between(0, 30).all()
+
+
+def test_grid_stats_plot_has_colour_bar(pings, session):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out = grid_stats(
+        _bound(pings, session),
+        value="speed",
+        bounds=(0, 30),
+        epsilon=0.5,
+        cells=8,
+        occupancy="public",
+        rng=seeded_rng(2),
+    )
+    ax = out.attrs["geopriv"].plot()
+    assert len(ax.figure.axes) == 2  # the map and its colour bar
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def test_public_occupancy_table_checked_and_fails_closed(pings, session):
+    import h3
+
+    b = _bound(pings, session)
+    cells = [h3.latlng_to_cell(la, lo, 8) for la, lo in zip(pings.lat, pings.lon, strict=True)]
+    table = (
+        pd.DataFrame({"user": pings.vessel, "cell": cells})
+        .value_counts()
+        .rename("count")
+        .reset_index()
+    )
+    grid_stats(
+        b, value="speed", bounds=(0, 30), epsilon=0.5, cells=8, occupancy=table, rng=seeded_rng(3)
+    )
+    before = session.ledger.snapshot()
+    bad = table.copy()
+    bad.loc[0, "count"] += 1
+    with pytest.raises(InvalidInputError, match="does not match"):
+        grid_stats(b, value="speed", bounds=(0, 30), epsilon=0.5, cells=8, occupancy=bad)
+    assert session.ledger.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    ("mutate", "kw", "match"),
+    [
+        (lambda d: d.assign(speed=d.speed.where(d.index != 3, np.nan)), {}, "NaN"),
+        (lambda d: d, {"value": "nope"}, "not a column"),
+        (lambda d: d, {"bounds": (30, 0)}, "L < U"),
+        (lambda d: d, {"bounds": (5, 5)}, "L < U"),
+        (lambda d: d.assign(speed=d.speed + 100), {}, "outside bounds"),
+        (lambda d: d.assign(cell="not-a-cell"), {"cells": "cell"}, "not a valid H3"),
+        (lambda d: d, {"occupancy": None}, "occupancy"),
+        (lambda d: d, {"occupancy": "private"}, "not implemented"),
+        (lambda d: d, {"occupancy": "maybe"}, "occupancy"),
+        (lambda d: d, {"clip": "cap"}, "clip="),
+        (lambda d: d, {"epsilon": -1}, "epsilon"),
+    ],
+)
+def test_bad_inputs_raise_and_leave_ledger_untouched(pings, session, mutate, kw, match):
+    df = mutate(pings.copy())
+    before = session.ledger.snapshot()
+    args = {
+        "value": "speed",
+        "bounds": (0, 30),
+        "epsilon": 0.5,
+        "cells": 8,
+        "occupancy": "public",
+        **kw,
+    }
+    with pytest.raises(InvalidInputError, match=match):
+        grid_stats(_bound(df, session), **args)
+    assert session.ledger.snapshot() == before
+
+
+def test_clamp_accepts_out_of_range_values(pings, session):
+    df = pings.assign(speed=pings.speed + 10)
+    out = grid_stats(
+        _bound(df, session),
+        value="speed",
+        bounds=(0, 30),
+        epsilon=0.5,
+        cells=8,
+        occupancy="public",
+        clamp=True,
+        rng=seeded_rng(4),
+    )
+    assert len(out) > 0
+
+
+def test_cell_column_of_h3_strings(pings, session):
+    import h3
+
+    df = pings.assign(
+        cell=[h3.latlng_to_cell(a, b, 7) for a, b in zip(pings.lat, pings.lon, strict=True)]
+    )
+    out = grid_stats(
+        _bound(df, session),
+        value="speed",
+        bounds=(0, 30),
+        epsilon=0.5,
+        cells="cell",
+        occupancy="public",
+        clip="pseudo-user",
+        rng=seeded_rng(5),
+    )
+    assert set(out.index) == set(df["cell"])
