@@ -195,6 +195,33 @@ class GeoPriv:
 
         return grid_stats(self, **kwargs)
 
+    def knn(self, point: Any, k: int, **kwargs: Any) -> Any:
+        """Each user's k private nearest neighbours to ``point`` among their own points (k-PNN).
+
+        concentrated-geo-privacy.md §7. Parameters: :func:`gpframe.queries.knn_frame.knn`.
+        """
+        from gpframe.queries.knn_frame import knn
+
+        return knn(self, point, k, **kwargs)
+
+    def convex_hull(self, **kwargs: Any) -> Any:
+        """One private convex hull per user (PCH, concentrated-geo-privacy.md §8).
+
+        Parameters: :func:`gpframe.queries.knn_frame.convex_hull`.
+        """
+        from gpframe.queries.knn_frame import convex_hull
+
+        return convex_hull(self, **kwargs)
+
+    def nearest_users(self, point: Any, k: int, **kwargs: Any) -> Any:
+        """Find the k users nearest to ``point`` (adaptive-budgeting.md §5.3, Algorithm 8).
+
+        Parameters: :func:`gpframe.queries.knn_frame.nearest_users`.
+        """
+        from gpframe.queries.knn_frame import nearest_users
+
+        return nearest_users(self, point, k, **kwargs)
+
     def privatize(
         self,
         *,

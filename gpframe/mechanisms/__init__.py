@@ -9,6 +9,7 @@ from gpframe.mechanisms.calibration import G_LOC, R_MIN, eps_from_rho, sqrt_down
 from gpframe.mechanisms.gaussian_mech import gaussian_cgp, gaussian_zcdp
 from gpframe.mechanisms.laplace_mech import laplace_dp, laplace_gp, planar_laplace
 from gpframe.mechanisms.released import Guarantee, Released
+from gpframe.mechanisms.svt import SVTResult, sparse_vector
 from gpframe.mechanisms.tails import (
     cgp_sigma,
     error_bound,
@@ -28,6 +29,7 @@ __all__ = [
     "R_MIN",
     "Guarantee",
     "Released",
+    "SVTResult",
     "cgp_sigma",
     "eps_from_rho",
     "error_bound",
@@ -45,6 +47,7 @@ __all__ = [
     "planar_bound",
     "planar_laplace",
     "planar_quantile",
+    "sparse_vector",
     "sqrt_down",
     "sqrt_up",
 ]

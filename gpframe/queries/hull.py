@@ -1,0 +1,402 @@
+"""Private convex hull of each user's points (PCH).
+
+Spec: concentrated-geo-privacy.md §8.1 (the algorithm, reference structure, CGP), §8.2 (choosing
+k: the "reference" and "consistent" rules and the clamp), §8.3 (GP variant), §8.4 (error
+components), §8.5 (output contract), §10 P-B3, P-D1, P-O1, P-O2; secure-noise.md §9.3.
+
+Per user: a noisy bounding-box centre c̃ and radius R̃ (ρ₀ = ρ/20), k from R̃ by the spec's rule
+clamped to [k_min, k_max], k PNN calls toward k points evenly spaced on the circle (c̃, R̃) at
+αρ₁/k each (without replacement), and the k chosen points released with Gaussian (GP: planar
+Laplace) noise at (1 − α)ρ₁/k each; the hull of the noisy anchors is post-processing. When
+k ≥ n the PNNs are skipped and all n points are released at ρ₁ (Remark 1). Only c̃, R̃, k, the
+noisy anchors and their hull are returned (§8.5). All users are processed together.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+import shapely
+from numpy.typing import NDArray
+
+from gpframe.accounting.amounts import exact
+from gpframe.errors import GpframeWarning, InvalidInputError
+from gpframe.mechanisms.calibration import check_eps, eps_from_rho, sqrt_up
+from gpframe.mechanisms.svt import MAX_CYCLES
+from gpframe.queries.knn import (
+    _check_common,
+    _check_extent,
+    k_pnn,
+    pnn_calibration,
+    resolve_compat,
+    scan_permutation,
+)
+
+__all__ = ["K_RULES", "HullArrays", "choose_k", "hull_error", "private_hulls"]
+
+K_RULES = ("reference", "consistent")
+ALPHA = Fraction(23, 25)  # 0.92, the reference harness (spec §8.1, R2)
+_NOTHING = "Nothing was charged."
+
+
+def choose_k(
+    kind: str,
+    amount: float,
+    n: Any,
+    R: Any,
+    *,
+    beta: float = 0.1,
+    alpha: float = 0.92,
+    rule: str = "reference",
+    k_min: int = 16,
+    k_max: int = 128,
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """(k_raw, clamped k) per user from public n, R̃, budget, β, α (spec §8.2, §8.3).
+
+    CGP: L = ln(2/β) + ln(4n+2), A = (15L + 3√(2L))/√2, B = √(ln(2/β)); "reference" uses A^(2/3),
+    B^(2/3) inside C = A/√α + B/√(1−α); k_raw = (4πR̃√ρ₁/C)^(2/3), ρ₁ = 0.95ρ. GP: A' = 15L + 3√(2L),
+    B' = √(2 ln(2/β)) + ln(2/β), C' = A'/α + B'/(1−α), k_raw = √(2π ε₁ R̃/C'). k = clamp(⌊k_raw⌋).
+
+    >>> kr, k = choose_k("cgp", 5e-4, [20000, 20000], [7326.0, 30000.0])
+    >>> [round(float(v), 6) for v in kr], k.tolist()        # spec §8.2 oracle
+    ([14.540085, 37.216583], [16, 37])
+    >>> choose_k("gp", 0.2282765162, [5000], [7250.0])[0].round(6).tolist()
+    [5.787598]
+    """
+    if rule not in K_RULES:
+        raise InvalidInputError(f"k_rule={rule!r} is not one of 'reference', 'consistent'.")
+    n = np.asarray(n, dtype=np.float64)
+    R = np.asarray(R, dtype=np.float64)
+    L = math.log(2 / beta) + np.log(4 * n + 2)
+    if kind == "cgp":
+        A = (15 * L + 3 * np.sqrt(2 * L)) / math.sqrt(2)
+        B = math.sqrt(math.log(2 / beta))
+        if rule == "reference":
+            A, B = A ** (2 / 3), B ** (2 / 3)
+        C = A / math.sqrt(alpha) + B / math.sqrt(1 - alpha)
+        kraw = (4 * math.pi * R * math.sqrt(0.95 * amount) / C) ** (2 / 3)
+    else:
+        A = 15 * L + 3 * np.sqrt(2 * L)
+        l2 = math.log(2 / beta)
+        B = math.sqrt(2 * l2) + l2
+        C = A / alpha + B / (1 - alpha)
+        kraw = np.sqrt(2 * math.pi * 0.95 * amount * R / C)
+    k = np.clip(np.floor(kraw), k_min, k_max).astype(np.int64)
+    return np.asarray(kraw, dtype=np.float64), k
+
+
+def hull_error(
+    kind: str, amount: float, n: int, k: int, R: float, *, beta: float = 0.1, alpha: float = 0.92
+) -> tuple[float, float, float]:
+    """Return the paper's (as stated) hull error components γ₁, γ₂, γ₃ in metres (spec §8.4).
+
+    >>> [round(v, 3) for v in hull_error("cgp", 5e-4, 5000, 16, 7250.0)]
+    [35535.574, 2847.068, 1649.43]
+    >>> round(sum(hull_error("gp", 0.2282765162, 5000, 16, 7250.0)), 2)
+    33183.76
+    """
+    L1 = math.log(4 * k * (4 * n + 2) / beta)
+    core = 15 * L1 + 3 * math.sqrt(2 * L1)
+    g2 = 2 * math.pi * R / k
+    a1 = 0.95 * amount
+    if kind == "cgp":
+        g1 = math.sqrt(k) * core / math.sqrt(2 * alpha * a1)
+        g3 = math.sqrt(k * math.log(4 * k / beta) / ((1 - alpha) * a1))
+    else:
+        g1 = k * core / (alpha * a1)
+        u = math.log(4 * k / beta)
+        g3 = k / ((1 - alpha) * a1) * (math.sqrt(2 * u) + u)
+    return g1, g2, g3
+
+
+@dataclass
+class HullArrays:
+    """What :func:`private_hulls` returns (aligned with users 0..U−1; NaN / None if not admitted).
+
+    Attributes
+    ----------
+    hulls : ndarray of shapely geometries
+        CONV(noisy anchors) per user, metric CRS (a Point or LineString when degenerate).
+    anchors : list of ndarray, shape (k_u, 2)
+        The released noisy anchors in selection order (or the n noisy points, Remark 1).
+    centre : ndarray, shape (U, 2)
+        c̃, the released noisy bounding-box centre.
+    radius : ndarray, shape (U,)
+        R̃ after the enlargement and the floor.
+    k, k_raw : ndarray
+        The clamped k used (n_u when Remark 1 applied) and the rule's raw value.
+    fallback : ndarray of bool
+        Remark 1 applied (k ≥ n: all points released at ρ₁).
+    error : ndarray
+        γ₁ + γ₂ + γ₃ per user (the paper's bound as stated, §8.4 caveat), metres.
+    spend : dict of str to Fraction
+        The budget split per user: centre, radius, pnn, release (sums to the amount).
+    charges : ndarray of object (Fraction)
+        Per-user charge in the mechanism's units.
+    r_min : float
+    """
+
+    hulls: NDArray[Any]
+    anchors: list[NDArray[np.float64]]
+    centre: NDArray[np.float64]
+    radius: NDArray[np.float64]
+    k: NDArray[np.int64]
+    k_raw: NDArray[np.float64]
+    fallback: NDArray[np.bool_]
+    error: NDArray[np.float64]
+    spend: dict[str, Fraction]
+    charges: NDArray[Any]
+    r_min: float
+
+
+def _quiet(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    # per-phase scales are slices of the budget: the wrappers' "above 100 km" advice is expected
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"the .* noise scale is", category=GpframeWarning)
+        return fn(*args, **kwargs)
+
+
+def _split(kind: str, amount: Fraction, alpha: Fraction) -> dict[str, Fraction]:
+    a0 = amount / 20
+    a1 = amount - a0
+    return {
+        "centre": 2 * a0 / 3,
+        "radius": a0 / 3,
+        "pnn": alpha * a1,
+        "release": (1 - alpha) * a1,
+    }
+
+
+def _release_points(
+    kind: str, pts: NDArray[np.float64], part: Fraction, ks: Fraction, K: Any, bits: Any
+) -> Any:
+    from gpframe import mechanisms as mech
+
+    if kind == "cgp":
+        return _quiet(mech.gaussian_cgp, pts, rho=part / (ks * ks), K=K, rng=bits)
+    return _quiet(mech.planar_laplace, pts, eps=part / ks, K=K, rng=bits)
+
+
+def private_hulls(
+    xy_m: Any,
+    codes: Any,
+    *,
+    kind: Literal["cgp", "gp"],
+    amount: Any,
+    n_users: int | None = None,
+    admitted: Any = None,
+    beta: float = 0.1,
+    alpha: float | Fraction = ALPHA,
+    k: int | None = None,
+    k_rule: str = "reference",
+    k_min: int = 16,
+    k_max: int = 128,
+    radius_floor_m: float = 10.0,
+    scan_order: str | None = None,
+    max_cycles: int = MAX_CYCLES,
+    scale_max: float | Fraction = 1,
+    rng: Any = None,
+) -> HullArrays:
+    """Private convex hull of every user's points (PCH; spec §8.1, §8.3).
+
+    Parameters
+    ----------
+    xy_m, codes : array_like
+        All users' points (projected metres) and their user codes 0..U−1.
+    kind : {"cgp", "gp"}
+        ``amount`` is ρ (m⁻²; Gaussian centre, radius and release) or ε (m⁻¹; Laplace).
+    amount : float
+        Each user's budget; split ρ₀ = ρ/20 (⅔ centre, ⅓ radius), α·ρ₁ to the PNNs and
+        (1 − α)·ρ₁ to the release (spec §8.1 steps 1–6, P-B3).
+    admitted : array_like of bool, optional
+        Users to answer; the others draw nothing and are charged 0.
+    beta : float
+        Failure probability of the radius enlargement and of the reported error.
+    alpha : float
+        PNN share of ρ₁ (default 0.92, the reference harness).
+    k : int, optional
+        Fixed number of anchors; None (default) picks k per user from R̃ by ``k_rule``, clamped to
+        [k_min, k_max] (§8.2). k affects utility only, never privacy.
+    radius_floor_m : float
+        R̃ ← max(R̃, radius_floor_m) (post-processing, R4).
+    scan_order, max_cycles
+        PNN scan order (default random) and public cap (§7.1, §7.3).
+    scale_max : float
+        Projection scale factor k_s: mechanisms run at ρ/k_s² (ε/k_s) per metric-CRS metre.
+    rng : BitSource or None
+
+    Returns
+    -------
+    HullArrays
+
+    Notes
+    -----
+    Noise (CGP): centre lattice Gaussian σ = (√2 + √2·g/r_min)/√(2ρ_c) per coordinate; radius
+    σ = (1 + g/r_min)/√(2ρ_r), enlarged by σ√(2 ln(2/β)) + g; PNN calls at ε_j = √(2αρ₁/k)
+    (draw scales 3 and 6); anchors σ = (1 + √2·g/r_min)/√(2(1 − α)ρ₁/k). GP: planar Laplace
+    (K = √2) at 2ε₀/3, laplace_gp at ε₀/3 enlarged by scale·ln(2/β) + g, PNN at αε₁/k, planar
+    Laplace at (1 − α)ε₁/k (secure-noise.md §9.3).
+    Charge per admitted user: ρ (or ε), the exact sum of the four shares.
+    Error: the paper's sandwich bound γ₁ + γ₂ + γ₃ (§8.4, "as stated").
+
+    Examples
+    --------
+    >>> rng0 = np.random.default_rng(0)
+    >>> xy = rng0.uniform(0, 1000, (200, 2))
+    >>> out = private_hulls(xy, np.zeros(200, np.int64), kind="cgp", amount=1e-2)
+    >>> int(out.k[0]), out.hulls[0].geom_type, [float(v) for v in out.spend.values()]
+    (16, 'Polygon', [0.0003333333333333333, 0.00016666666666666666, 0.00874, 0.00076])
+    """
+    from gpframe.mechanisms.noise import resolve_rng
+
+    p, c, U, counts = _check_common(xy_m, codes, n_users)
+    _check_extent(p)
+    if kind not in ("cgp", "gp"):
+        raise InvalidInputError(f"kind={kind!r} is not one of 'cgp', 'gp'. {_NOTHING}")
+    amt = exact(amount, "rho" if kind == "cgp" else "eps")
+    al = exact(alpha, "alpha")
+    if amt <= 0 or not 0 < al < 1:
+        raise InvalidInputError(
+            f"the amount must be > 0 and alpha in (0, 1); got {amount!r}, {alpha!r}. {_NOTHING}"
+        )
+    b = float(exact(beta, "beta"))
+    if not 0 < b < 1:
+        raise InvalidInputError(f"beta={beta!r} must be in (0, 1). {_NOTHING}")
+    ks = exact(scale_max, "scale_max")
+    if ks < 1:
+        raise InvalidInputError(f"scale_max={scale_max!r} must be >= 1. {_NOTHING}")
+    for name, v in (("k_min", k_min), ("k_max", k_max)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InvalidInputError(f"{name}={v!r} must be an integer >= 1. {_NOTHING}")
+    if k_min > k_max:
+        raise InvalidInputError(f"k_min={k_min} exceeds k_max={k_max}. {_NOTHING}")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+        raise InvalidInputError(f"k={k!r} must be None or an integer >= 1. {_NOTHING}")
+    if k_rule not in K_RULES:
+        raise InvalidInputError(
+            f"k_rule={k_rule!r} is not one of 'reference', 'consistent'. {_NOTHING}"
+        )
+    if not (isinstance(radius_floor_m, (int, float)) and math.isfinite(radius_floor_m)):
+        raise InvalidInputError(f"radius_floor_m={radius_floor_m!r} must be finite. {_NOTHING}")
+    _, order = resolve_compat(None, None, scan_order)
+    adm = np.ones(U, dtype=bool) if admitted is None else np.asarray(admitted, dtype=bool)
+    if adm.shape != (U,):
+        raise InvalidInputError(f"admitted must have shape ({U},). {_NOTHING}")
+    spend = _split(kind, amt, al)
+    if sum(spend.values()) != amt:  # pragma: no cover - exact Fractions
+        raise InvalidInputError("the PCH budget split does not sum to the amount.")
+    # validate the fixed phases before any bit is drawn (R8)
+    from gpframe.mechanisms import calibration as cal_
+
+    if kind == "cgp":
+        cal_.cgp_gaussian(spend["centre"] / (ks * ks), K=sqrt_up(2), d=2)
+        cal_.cgp_gaussian(spend["radius"] / (ks * ks), d=1)
+    else:
+        cal_.gp_laplace(check_eps(spend["centre"] / ks, "eps (centre)"), K=sqrt_up(2), d=2)
+        cal_.gp_laplace(check_eps(spend["radius"] / ks, "eps (radius)"), d=1)
+    bits = resolve_rng(rng)
+
+    users = np.flatnonzero(adm)
+    centre = np.full((U, 2), np.nan)
+    radius = np.full(U, np.nan)
+    kk = np.zeros(U, dtype=np.int64)
+    kraw = np.full(U, np.nan)
+    fallback = np.zeros(U, dtype=bool)
+    err = np.full(U, np.nan)
+    anchors: list[NDArray[np.float64]] = [np.empty((0, 2))] * U
+    hulls = np.empty(U, dtype=object)
+    r_min = 1.0
+    if users.size == 0:
+        charges = np.full(U, Fraction(0), dtype=object)
+        return HullArrays(hulls, anchors, centre, radius, kk, kraw, fallback, err, spend,
+                          charges, r_min)  # fmt: skip
+
+    srt = np.argsort(c, kind="stable")
+    start = np.zeros(U, dtype=np.int64)
+    np.cumsum(counts[:-1], out=start[1:])
+    ps = p[srt]
+    lo = np.minimum.reduceat(ps, start, axis=0)
+    hi = np.maximum.reduceat(ps, start, axis=0)
+    # step 2: centre, √2-Lipschitz (P-N6), at 2ρ₀/3
+    rel_c = _release_points(kind, ((lo + hi) / 2)[users], spend["centre"], ks, sqrt_up(2), bits)
+    centre[users] = np.asarray(rel_c)
+    # step 3: max distance to the *released* centre, 1-Lipschitz, at ρ₀/3
+    d_c = np.hypot(ps[:, 0] - centre[c[srt], 0], ps[:, 1] - centre[c[srt], 1])
+    rmax = np.maximum.reduceat(np.nan_to_num(d_c, nan=0.0), start)
+    from gpframe import mechanisms as mech
+
+    if kind == "cgp":
+        rel_r = _quiet(mech.gaussian_cgp, rmax[users], rho=spend["radius"] / (ks * ks), rng=bits)
+        enl = float(rel_r.noise["scale"]) * math.sqrt(2 * math.log(2 / b)) + float(rel_r.g)
+    else:
+        rel_r = _quiet(mech.laplace_gp, rmax[users], eps=spend["radius"] / ks, rng=bits)
+        enl = float(rel_r.noise["scale"]) * math.log(2 / b) + float(rel_r.g)
+    for rel in (rel_c, rel_r):
+        if isinstance(rel.guarantee.metric, tuple):
+            r_min = max(r_min, float(rel.guarantee.metric[1]))
+    radius[users] = np.maximum(np.asarray(rel_r) + enl, float(radius_floor_m))
+    # step 4: k from public quantities only (P-D1)
+    kr, kc = choose_k(kind, float(amt), counts[users], radius[users], beta=b, alpha=float(al),
+                      rule=k_rule, k_min=int(k_min), k_max=int(k_max))  # fmt: skip
+    kraw[users] = kr
+    kk[users] = kc if k is None else int(k)
+    fallback[users] = kk[users] >= counts[users]
+    perm = scan_permutation(c, order, bits)
+    px, py = np.ascontiguousarray(p[:, 0]), np.ascontiguousarray(p[:, 1])
+    # the anchors P_j lie within R̃ of c̃: bound them like the data (exact snapping)
+    _check_extent(p, centre[users] + radius[users, None], centre[users] - radius[users, None])
+    # Remark 1: k >= n, release all n points at ρ₁ (per point ρ₁/n), grouped by n
+    fb_users = users[fallback[users]]
+    for n_u in np.unique(counts[fb_users]).tolist():
+        grp = fb_users[counts[fb_users] == n_u]
+        rows = np.concatenate([srt[start[u] : start[u] + n_u] for u in grp.tolist()])
+        part = (spend["pnn"] + spend["release"]) / n_u
+        rel = _release_points(kind, p[rows], part, ks, 1, bits)
+        y = np.asarray(rel).reshape(grp.size, n_u, 2)
+        for i, u in enumerate(grp.tolist()):
+            anchors[u] = y[i]
+        kk[grp] = n_u
+    # steps 5–6 per k group: anchors by PNN toward P_j, then their release
+    pnn_users = users[~fallback[users]]
+    for k_u in np.unique(kk[pnn_users]).tolist():
+        grp = pnn_users[kk[pnn_users] == k_u]
+        if kind == "cgp":
+            e_j = eps_from_rho(spend["pnn"] / (k_u * ks * ks))
+        else:
+            e_j = spend["pnn"] / (k_u * ks)
+        cal = pnn_calibration(check_eps(e_j, "eps (one PCH anchor call)"))
+        in_grp = np.zeros(U, dtype=bool)
+        in_grp[grp] = True
+        rem = perm[in_grp[c[perm]]]
+        theta = 2 * np.pi * np.arange(k_u) / k_u
+        cg, rg = centre[grp], radius[grp]
+
+        def values(j: int, r: Any, owner: Any, cg=cg, rg=rg, theta=theta) -> Any:
+            P = cg + rg[:, None] * np.array([math.cos(theta[j]), math.sin(theta[j])])
+            if P.shape[0] == 1:  # one user: broadcast instead of gathering
+                return (px[r] - P[0, 0]) ** 2 + (py[r] - P[0, 1]) ** 2
+            return (px[r] - P[owner, 0]) ** 2 + (py[r] - P[owner, 1]) ** 2
+
+        sel, _ = k_pnn(rem, counts[grp], int(k_u), values, cal, gamma0_b=0.0,
+                       max_cycles=int(max_cycles), bits=bits)  # fmt: skip
+        r_min = max(r_min, float(cal.r_min))
+        rel = _release_points(kind, p[sel.reshape(-1)], spend["release"] / k_u, ks, 1, bits)
+        y = np.asarray(rel).reshape(grp.size, k_u, 2)
+        for i, u in enumerate(grp.tolist()):
+            anchors[u] = y[i]
+    for u in users.tolist():
+        err[u] = sum(hull_error(kind, float(amt), int(counts[u]), int(kk[u]), float(radius[u]),
+                                beta=b, alpha=float(al)))  # fmt: skip
+    owner = np.repeat(users, [len(anchors[u]) for u in users.tolist()])
+    allpts = np.concatenate([anchors[u] for u in users.tolist()])
+    mp = shapely.multipoints(allpts, indices=np.searchsorted(users, owner))
+    hulls[users] = shapely.convex_hull(mp)
+    charges = np.empty(U, dtype=object)
+    charges[:] = [amt if a else Fraction(0) for a in adm.tolist()]
+    return HullArrays(hulls, anchors, centre, radius, kk, kraw, fallback, err, spend, charges,
+                      r_min)  # fmt: skip

@@ -1,0 +1,496 @@
+"""Private nearest neighbours of a public point in each user's own tuple: PNN and k-PNN.
+
+Spec: concentrated-geo-privacy.md §7.1 (PNN, Algorithm 2), §7.2 (utility), §7.3 (k-PNN,
+Algorithm 3, its contract and error bound), §9.4 (``compat="reference"``), §10 (P-S1..P-S8, P-B1,
+P-O1, P-O2), §11 (R5, R6); secure-noise.md §9.3 (multi-draw).
+
+For each user the output is the ordered list of the row indices of k of the user's own points:
+rank j is the j-th PNN call's answer over the candidates left after the first j − 1 (no
+duplicates). Each call noises the exact minimum distance over its remaining candidates (Z), draws
+its own SVT threshold noise (W) and a fresh V per visit, and scans the remaining candidates in a
+data-independent order, cyclically, up to a public cap. Nothing is shared between calls, and no
+distance or noise is returned (P-O1, P-S3).
+
+All users are processed together: each call of every user is one vectorised step, and the scans
+of all users share the sampler calls (:func:`gpframe.mechanisms.svt.scan`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpframe.accounting.amounts import exact
+from gpframe.errors import InvalidInputError
+from gpframe.mechanisms.calibration import check_eps, eps_from_rho
+from gpframe.mechanisms.svt import MAX_CYCLES, LaplacePool, SVTCalibration, calibrate_draws, scan
+
+__all__ = [
+    "COMPAT",
+    "SCAN_ORDERS",
+    "KnnArrays",
+    "expected_visits",
+    "knn_error_bound",
+    "knn_indices",
+    "thm412_gamma",
+]
+
+#: ``compat`` values: None (gpframe defaults) or "reference" (spec §9.4 parity mode)
+COMPAT = (None, "reference")
+SCAN_ORDERS = ("random", "input")
+#: the reference's kNN threshold shift, in units of each call's b = 3/ε (spec §7.1, R5)
+REFERENCE_GAMMA0 = -2.0
+_NOTHING = "Nothing was charged."
+
+
+# ---------------------------------------------------------------------------------------------
+# error bounds (public quantities only, P-O2)
+
+
+def thm412_gamma(n: int, k: int, beta: float, eps_call: float, *, all_ranks: bool = True) -> float:
+    """Thm. 4.12 k-PNN error (γ₀ = 0): (15L + 3√(2L))/ε_call, L = ln((4n+2)k/β) (spec §7.3).
+
+    ``all_ranks=False`` gives the per-rank L = ln((4n+2)/β). ε_call = √(2ρ/k) (CGP), ε/k (GP).
+
+    >>> round(thm412_gamma(5000, 1, 0.1, math.sqrt(2 * 5e-4), all_ranks=False), 4)
+    6258.6296
+    >>> round(thm412_gamma(20000, 16, 0.1, math.sqrt(2 * 5e-4 / 16)), 3)
+    33221.339
+    """
+    L = math.log((4 * n + 2) * (k if all_ranks else 1) / beta)
+    return (15 * L + 3 * math.sqrt(2 * L)) / eps_call
+
+
+@lru_cache(maxsize=64)
+def expected_visits(gamma0_b: float) -> float:
+    """E[R]: expected visits to the true nearest point before the halt (spec §7.1 table).
+
+    E[1/P(V ≤ Y + γ₀ | Y)] with Y = Z + W (Z, W ~ Lap(b)), V ~ Lap(2b), γ₀ in units of b.
+
+    >>> round(expected_visits(0.0), 6), round(expected_visits(-2.0), 6)
+    (3.715256, 9.70095)
+    """
+    from scipy import integrate
+
+    g0 = float(gamma0_b)
+
+    def f(y: float) -> float:
+        dens = (1 + abs(y)) * math.exp(-abs(y)) / 4
+        z = y + g0
+        cdf = 0.5 * math.exp(z / 2) if z < 0 else 1 - 0.5 * math.exp(-z / 2)
+        return dens / cdf
+
+    pts = sorted({0.0, -g0})
+    return float(integrate.quad(f, -200, 200, points=pts, limit=400, epsabs=1e-12)[0])
+
+
+def knn_error_bound(n: int, k: int, beta: float, b: float, gamma0_b: float = 0.0) -> float:
+    """Distance error of every rank at once, metres, with probability ≥ 1 − β (spec §7.2–§7.3).
+
+    ``b`` is the threshold noise scale of one call (3/ε_call nominally; gpframe passes the scale
+    actually sampled). γ₀ = 0: Thm. 4.12 for all ranks, b(5L + √(2L)) with L = ln((4n+2)k/β).
+    Other γ₀: the derived form of §7.2 per rank at β/k (β/(3k) to each term):
+    γ₁ + γ₂ + γ₀ with γ₁ = b(√(2 ln 1/β₁) + ln 1/β₁), γ₂ = 2b ln(E[R] n/(β₂β₃)).
+
+    >>> round(knn_error_bound(20000, 1, 0.1, 3 / math.sqrt(1e-3), -2.0), 3)   # §7 oracle row
+    3981.202
+    """
+    if gamma0_b == 0.0:
+        L = math.log((4 * n + 2) * k / beta)
+        return b * (5 * L + math.sqrt(2 * L))
+    b1 = beta / (3 * k)
+    l1 = math.log(1 / b1)
+    g1 = b * (math.sqrt(2 * l1) + l1)
+    g2 = 2 * b * math.log(expected_visits(gamma0_b) * n / (b1 * b1))
+    return g1 + g2 + gamma0_b * b
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine: one PNN call for many users at once, and k-PNN on top of it
+
+
+def scan_permutation(codes: NDArray[np.int64], order: str, bits: Any) -> NDArray[np.int64]:
+    """Row positions grouped by user; within a user in input order or a uniform random order.
+
+    The random order comes from the query's randomness only (never from the data, P-S4): random
+    keys from ``bits`` (ties, rare, are broken by the sort, never by a data value).
+    """
+    if order == "input":
+        return np.argsort(codes, kind="stable")
+    keys = bits.arr(codes.size, np.uint64)
+    if codes.size == 0 or int(codes.max()) < 2**24:
+        # one sort on (user code, 40 random bits): ties are data-independent and rare (~n²/2⁴¹)
+        comb = (codes.astype(np.uint64) << np.uint64(40)) | (keys >> np.uint64(24))
+        return np.argsort(comb).astype(np.int64)
+    return np.lexsort((np.arange(codes.size), keys, codes))
+
+
+def pnn_calibration(eps_call: Fraction) -> SVTCalibration:
+    """Draw rates of one PNN call: Z and W at scale 3K'/ε, each V at 6K'/ε (spec §7.1, P-S8)."""
+    return calibrate_draws(eps_call, {"threshold": 3, "query": 6})
+
+
+def _starts(length: NDArray[np.int64]) -> NDArray[np.int64]:
+    s = np.zeros(length.size, dtype=np.int64)
+    np.cumsum(length[:-1], out=s[1:])
+    return s
+
+
+def k_pnn(
+    rem: NDArray[np.int64],
+    length: NDArray[np.int64],
+    k: int,
+    values: Callable[[int, NDArray[np.int64], NDArray[np.int64]], NDArray[np.float64]],
+    cal: SVTCalibration,
+    *,
+    gamma0_b: float = 0.0,
+    max_cycles: int = MAX_CYCLES,
+    bits: Any,
+) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    """K PNN calls for U users at once (Algorithm 3; spec §7.3). Internal engine.
+
+    ``rem`` holds the candidate row ids of all users, grouped by user in scan order, ``length``
+    the number per user (all ≥ k). ``values(j, rem, user_of_rem)`` returns the *squared*
+    distances (float64, metres², a fresh array) of all candidates for call j (k-PNN: to the query
+    point; PCH: to anchor point P_j). Candidates chosen by earlier calls are set to +∞ (so the
+    exact minimum h is over the remaining ones) and skipped by the scan: the scan's rank t among
+    the remaining maps to the position t + #{removed positions ≤ it}. h and the visited distances
+    are √ of the squared ones snapped to the lattice ``cal.g`` (rint(d/g): exact and monotone, so
+    min-then-snap = snap-then-min). The caller guarantees |d/g| < 2⁵² (coordinates within ±2⁴⁰ m).
+    Returns (selected row ids, shape (U, k); capped flags (U, k)).
+    """
+    U = length.size
+    out = np.empty((U, k), dtype=np.int64)
+    capped_out = np.zeros((U, k), dtype=bool)
+    length = length.astype(np.int64)
+    start = _starts(length)
+    owner = np.repeat(np.arange(U, dtype=np.int64), length)
+    # γ₀ is public: a multiple of the call's nominal b = 3/ε (P-S7), in whole lattice steps
+    gamma_int = round(Fraction(gamma0_b) * 3 / (cal.eps * cal.g))
+    zw = LaplacePool(cal.lam["threshold"], bits, chunk=2 * U * k)
+    vpool = LaplacePool(cal.lam["query"], bits, chunk=max(4096, min(64 * U, 1 << 20)))
+    inv_g = float(1 / cal.g)  # a power of two: the products are exact
+    removed = np.empty((U, 0), dtype=np.int64)  # local positions taken, sorted per user
+    big = int(length.max()) + 1
+    for j in range(k):
+        d2 = values(j, rem, owner)
+        if j:
+            d2[(start[:, None] + removed).reshape(-1)] = np.inf
+        # exact min over each user's remaining candidates (1-Lipschitz, Lem. 4.9), snapped
+        h = np.rint(np.sqrt(np.minimum.reduceat(d2, start)) * inv_g).astype(np.int64)
+        m_rem = length - j
+        # adj[u, i] = removed[u, i] - i: rank t maps to t + #{i: adj[u, i] <= t}
+        adj = (removed - np.arange(j)[None, :] + np.arange(U)[:, None] * big).reshape(-1)
+
+        def local(runs: NDArray[np.int64], t: NDArray[np.int64], adj=adj, j=j) -> Any:
+            if j == 0:
+                return t
+            cnt = (
+                np.searchsorted(adj, t + (runs * big)[:, None], side="right") - (runs * j)[:, None]
+            )
+            return t + cnt
+
+        def u(runs: NDArray[np.int64], t: NDArray[np.int64], d2=d2, local=local) -> Any:
+            idx = start[runs, None] + local(runs, t)
+            return np.rint(np.sqrt(d2[idx]) * inv_g).astype(np.int64)
+
+        noise = zw.take(2 * U).reshape(U, 2)  # (Z, W): fresh for every call (P-S1)
+        thr = h + noise[:, 0] + gamma_int + noise[:, 1]
+        rank, capped = scan(u, start, m_rem, thr, m_rem * max_cycles, vpool)
+        if capped.any():
+            # all-⊥ transcript: a uniform remaining index from the query's randomness (§7.3)
+            r = bits.arr(int(capped.sum()), np.uint64)
+            rank[capped] = (r % m_rem[capped].astype(np.uint64)).astype(np.int64)
+        all_runs = np.arange(U, dtype=np.int64)
+        pos = local(all_runs, rank[:, None])[:, 0]
+        out[:, j] = rem[start + pos]
+        capped_out[:, j] = capped
+        removed = np.sort(np.concatenate([removed, pos[:, None]], axis=1), axis=1)
+    return out, capped_out
+
+
+# ---------------------------------------------------------------------------------------------
+# the public array-level entry point
+
+
+@dataclass
+class KnnArrays:
+    """What :func:`knn_indices` returns (arrays aligned with the users 0..U−1).
+
+    Attributes
+    ----------
+    rows : list of ndarray
+        Per user, the selected row positions (into the input arrays) in rank order.
+    k : ndarray of int64
+        Ranks returned per user: min(k, n_u) (n_u is public, §0.2).
+    capped : list of ndarray of bool
+        Per user and rank, whether that call reached the public cap (its answer is then a uniform
+        random remaining row, §7.3 contract).
+    eps_call : ndarray of float64
+        The GP amount of each PNN call of the user (m⁻¹ of the metric CRS).
+    charges : ndarray of object (Fraction)
+        Per-user charge in the mechanism's units (ρ or ε; 0 if not admitted).
+    error : ndarray of float64
+        Per-user distance error bound (metres) holding for all ranks at once with probability
+        ≥ 1 − β (public quantities only).
+    r_min : float
+        The metric floor of the guarantee (metres).
+    sampler_calls : int
+    """
+
+    rows: list[NDArray[np.int64]]
+    k: NDArray[np.int64]
+    capped: list[NDArray[np.bool_]]
+    eps_call: NDArray[np.float64]
+    charges: NDArray[Any]
+    error: NDArray[np.float64]
+    r_min: float
+    sampler_calls: int
+
+
+def resolve_compat(
+    compat: str | None, gamma0: float | None, scan_order: str | None
+) -> tuple[float, str]:
+    """(γ₀ in units of b, scan order) for a ``compat`` mode (spec §9.4), with overrides."""
+    if compat not in COMPAT:
+        raise InvalidInputError(
+            f"compat={compat!r} is not one of None, 'reference' (spec §9.4 parity mode). {_NOTHING}"
+        )
+    g0 = REFERENCE_GAMMA0 if compat == "reference" else 0.0
+    order = "input" if compat == "reference" else "random"
+    if gamma0 is not None:
+        g = float(gamma0)
+        if not math.isfinite(g) or not -20.0 <= g <= 20.0:
+            raise InvalidInputError(
+                f"gamma0={gamma0!r} must be a finite public shift in [-20, 20] (units of each "
+                f"call's b = 3/eps; the reference uses -2). {_NOTHING}"
+            )
+        g0 = g
+    if scan_order is not None:
+        if scan_order not in SCAN_ORDERS:
+            raise InvalidInputError(
+                f"scan_order={scan_order!r} is not one of 'random', 'input'. {_NOTHING}"
+            )
+        order = scan_order
+    return g0, order
+
+
+def _check_common(
+    xy: Any, codes: Any, n_users: int | None
+) -> tuple[NDArray[np.float64], NDArray[np.int64], int, NDArray[np.int64]]:
+    p = np.asarray(xy, dtype=np.float64)
+    if p.ndim != 2 or p.shape[1] != 2:
+        raise InvalidInputError(f"xy must have shape (n, 2) metres, got {p.shape}. {_NOTHING}")
+    if not np.isfinite(p).all():
+        raise InvalidInputError(f"xy has NaN/inf coordinates; drop them first. {_NOTHING}")
+    c = np.asarray(codes)
+    if c.shape != (p.shape[0],) or (c.size and c.dtype.kind not in "iu"):
+        raise InvalidInputError(
+            f"codes must be one integer user code per point, shape ({p.shape[0]},). {_NOTHING}"
+        )
+    c = c.astype(np.int64)
+    U = int(c.max()) + 1 if n_users is None and c.size else int(n_users or 0)
+    if c.size and (c.min() < 0 or c.max() >= U):
+        raise InvalidInputError(f"codes must lie in 0..{U - 1}. {_NOTHING}")
+    counts = np.bincount(c, minlength=U).astype(np.int64)
+    if (counts == 0).any():
+        i = int(np.flatnonzero(counts == 0)[0])
+        raise InvalidInputError(
+            f"user code {i} has no points: a user needs at least one point. {_NOTHING}"
+        )
+    return p, c, U, counts
+
+
+#: coordinates (and query points) must lie within ±2⁴⁰ m, so that every distance d has
+#: |d/g| < 2⁵² on the finest lattice (exact snapping, secure-noise.md §9.2)
+COORD_MAX_M = float(2**40)
+
+
+def _check_extent(p: NDArray[np.float64], *more: NDArray[np.float64]) -> None:
+    for a in (p, *more):
+        if a.size and not np.abs(a).max() < COORD_MAX_M:
+            raise InvalidInputError(
+                f"coordinates beyond ±2**40 m: check the CRS (project to a local metric CRS "
+                f"first). {_NOTHING}"
+            )
+
+
+def _check_point(point: Any) -> NDArray[np.float64]:
+    q = np.asarray(point, dtype=np.float64).reshape(-1)
+    if q.shape != (2,) or not np.isfinite(q).all():
+        raise InvalidInputError(
+            f"point must be one finite (x, y) in the data's metric CRS, got {point!r}. {_NOTHING}"
+        )
+    return q
+
+
+def check_k(k: Any) -> int:
+    """``k`` as an int >= 1, else ``InvalidInputError``."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise InvalidInputError(f"k={k!r} must be an integer >= 1. {_NOTHING}")
+    return int(k)
+
+
+def call_eps(kind: str, amount: Fraction, k: int, scale_max: Fraction) -> Fraction:
+    """GP amount of one of k PNN calls, per metric-CRS metre (spec §7.3, P-B1, secure-noise §7.4f).
+
+    CGP: √(2ρ/k)/scale rounded down (each call costs ρ/k); GP: ε/(k·scale).
+
+    >>> float(call_eps("cgp", Fraction(1, 2000), 4, Fraction(1)))   # §7 oracle: 0.0158113883
+    0.015811388300841896
+    """
+    if kind == "gp":
+        return check_eps(amount / (k * scale_max), "eps/k (one PNN call)")
+    return check_eps(eps_from_rho(amount / (k * scale_max * scale_max)), "sqrt(2*rho/k)")
+
+
+def knn_indices(
+    xy_m: Any,
+    codes: Any,
+    point_m: Any,
+    k: int,
+    *,
+    kind: Literal["cgp", "gp"],
+    amount: Any,
+    n_users: int | None = None,
+    admitted: Any = None,
+    compat: str | None = None,
+    gamma0: float | None = None,
+    scan_order: str | None = None,
+    max_cycles: int = MAX_CYCLES,
+    beta: float = 0.05,
+    scale_max: float | Fraction = 1,
+    rng: Any = None,
+) -> KnnArrays:
+    """K private nearest neighbours of ``point_m`` in every user's own points (k-PNN, §7.3).
+
+    Spec: concentrated-geo-privacy.md §7.1 (PNN), §7.3 (k-PNN and its contract), §9.4 (parity
+    mode), §10 P-S1..P-S8; secure-noise.md §9.3 multi-draw, §7.4(f) projection scale.
+
+    Parameters
+    ----------
+    xy_m : array_like, shape (n, 2)
+        All users' points, projected metres.
+    codes : array_like of int, shape (n,)
+        User code 0..U−1 of each point.
+    point_m : (x, y)
+        The public query point, same metric CRS.
+    k : int
+        Neighbours per user; a user with n_u < k gets all n_u ranks (n_u is public) at ρ/n_u per
+        call, so every user's charge is the same amount.
+    kind : {"cgp", "gp"}
+        ``amount`` is ρ (m⁻², calls at ε = √(2ρ/k)) or ε (m⁻¹, calls at ε/k).
+    amount : float or Fraction
+        Each user's budget for the query.
+    admitted : array_like of bool, shape (U,), optional
+        Users to answer (default all); others draw nothing and are charged 0.
+    compat : {None, "reference"}
+        None: random scan order and γ₀ = 0 (spec defaults). "reference": input-order scan and
+        γ₀ = −2·3/ε_call, as the authors' code (spec §9.4).
+    gamma0 : float, optional
+        Threshold shift in units of the call's b = 3/ε_call (public, P-S7); overrides ``compat``.
+    scan_order : {"random", "input"}, optional
+        Overrides ``compat``'s order. Never an order computed from the data (P-S4).
+    max_cycles : int
+        Public cap: passes over the remaining candidates per call (§7.3).
+    beta : float
+        Failure probability of the reported error bound.
+    scale_max : float
+        Projection scale factor k_s ≥ 1: calls run at ε/k_s per metric-CRS metre.
+    rng : BitSource or None
+
+    Returns
+    -------
+    KnnArrays
+
+    Notes
+    -----
+    Noise per call: Z, W discrete Laplace of scale 3K'/ε_call, each V of scale 6K'/ε_call,
+    K' = 1 + g/r_min (secure-noise.md §9.3, draw scales 3 and 6).
+    Charge per admitted user: ρ (or ε) once, w.r.t. d_r, whatever the number of visits.
+    Error: with probability ≥ 1 − β, every rank j has ||x_{t_j} − p|| ≤ ||x_{t*_j} − p|| + error
+    (Thm. 4.12 all ranks for γ₀ = 0, the derived §7.2 form otherwise; lattice scales, plus 5 g).
+
+    Examples
+    --------
+    >>> xy = np.array([[0.0, 0.0], [50.0, 0.0], [900.0, 0.0], [10.0, 10.0]])
+    >>> out = knn_indices(xy, [0, 0, 0, 1], (0.0, 0.0), 2, kind="cgp", amount=1e-2)
+    >>> out.k.tolist(), [len(r) for r in out.rows], sorted(set(out.rows[0].tolist())) <= [0, 1, 2]
+    ([2, 1], [2, 1], True)
+    >>> [float(c) for c in out.charges]
+    [0.01, 0.01]
+    """
+    from gpframe.mechanisms.noise import resolve_rng
+
+    p, c, U, counts = _check_common(xy_m, codes, n_users)
+    q = _check_point(point_m)
+    k = check_k(k)
+    if kind not in ("cgp", "gp"):
+        raise InvalidInputError(f"kind={kind!r} is not one of 'cgp', 'gp'. {_NOTHING}")
+    amt = exact(amount, "rho" if kind == "cgp" else "eps")
+    if amt <= 0:
+        raise InvalidInputError(f"the amount {amount!r} must be > 0. {_NOTHING}")
+    ks = exact(scale_max, "scale_max")
+    if ks < 1:
+        raise InvalidInputError(f"scale_max={scale_max!r} must be >= 1. {_NOTHING}")
+    b = float(exact(beta, "beta"))
+    if not 0 < b < 1:
+        raise InvalidInputError(f"beta={beta!r} must be in (0, 1). {_NOTHING}")
+    if isinstance(max_cycles, bool) or not isinstance(max_cycles, (int, np.integer)):
+        raise InvalidInputError(f"max_cycles={max_cycles!r} must be an integer >= 1. {_NOTHING}")
+    if max_cycles < 1:
+        raise InvalidInputError(f"max_cycles={max_cycles!r} must be an integer >= 1. {_NOTHING}")
+    g0, order = resolve_compat(compat, gamma0, scan_order)
+    adm = np.ones(U, dtype=bool) if admitted is None else np.asarray(admitted, dtype=bool)
+    if adm.shape != (U,):
+        raise InvalidInputError(f"admitted must have shape ({U},). {_NOTHING}")
+    ku = np.minimum(counts, k)
+    # calibrate every group before any bit is drawn (R8): bad amounts raise with nothing charged
+    cals = {int(kk): pnn_calibration(call_eps(kind, amt, int(kk), ks)) for kk in np.unique(ku)}
+    bits = resolve_rng(rng)
+    _check_extent(p, q)
+    d2 = (p[:, 0] - q[0]) ** 2 + (p[:, 1] - q[1]) ** 2
+    perm = scan_permutation(c, order, bits)
+    rows: list[NDArray[np.int64]] = [np.empty(0, np.int64)] * U
+    capped: list[NDArray[np.bool_]] = [np.empty(0, bool)] * U
+    eps_call = np.zeros(U)
+    err = np.full(U, np.nan)
+    calls = 0
+    r_min = 1.0
+    for kk, cal in cals.items():
+        grp = np.flatnonzero((ku == kk) & adm)
+        if grp.size == 0:
+            continue
+        in_grp = np.zeros(U, dtype=bool)
+        in_grp[grp] = True
+        rem = perm[in_grp[c[perm]]]
+        sel, cap = k_pnn(rem, counts[grp], kk, lambda j, r, o: d2[r], cal,
+                         gamma0_b=g0, max_cycles=int(max_cycles), bits=bits)  # fmt: skip
+        for i, user in enumerate(grp.tolist()):
+            rows[user] = sel[i]
+            capped[user] = cap[i]
+        eps_call[grp] = float(cal.eps)
+        bsc = float(cal.scale["threshold"])
+        n_u = counts[grp]
+        err[grp] = [knn_error_bound(int(n), kk, b, bsc, g0) + 5 * float(cal.g) for n in n_u]
+        r_min = max(r_min, float(cal.r_min))
+        calls += 2
+    charges = np.empty(U, dtype=object)
+    charges[:] = [amt if a else Fraction(0) for a in adm.tolist()]
+    return KnnArrays(
+        rows=rows,
+        k=np.where(adm, ku, 0).astype(np.int64),
+        capped=capped,
+        eps_call=eps_call,
+        charges=charges,
+        error=err,
+        r_min=r_min,
+        sampler_calls=calls,
+    )

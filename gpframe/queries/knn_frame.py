@@ -1,0 +1,568 @@
+"""The pandas / geopandas face of ``knn``, ``convex_hull`` and ``nearest_users``.
+
+Spec: concentrated-geo-privacy.md §7 (k-PNN), §8 (PCH), §10; adaptive-budgeting.md §5.3
+(nearest users), §5.5 (charges). The algorithms are :mod:`gpframe.queries.knn`,
+:mod:`gpframe.queries.hull` and :mod:`gpframe.queries.nearest`; this module validates everything
+before the ledger is touched, reserves, runs, charges, and shapes the output.
+
+The accessor's bound object (``df.geopriv(session, user=...)``, a
+:class:`gpframe.accessor.GeoPriv` holding ``frame``, ``session``, ``projected`` and ``user``)
+delegates ``.knn(...)``, ``.convex_hull(...)`` and ``.nearest_users(...)`` to the functions here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from gpframe.errors import InvalidInputError
+from gpframe.results import Result
+
+__all__ = ["HullResult", "KnnResult", "NearestResult", "convex_hull", "knn", "nearest_users"]
+
+_NOTHING = "Nothing was charged."
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class KnnResult(Result):
+    """Result of ``knn``: per user, the row labels of its k private nearest neighbours.
+
+    ``value`` maps user id → list of row index labels in rank order; ``error`` is the largest
+    per-user error bound (metres, every rank at once, probability ``confidence``);
+    ``errors`` the per-user bounds.
+    """
+
+    error_kind: str = "distance error of every rank (m)"
+    spec: str = "concentrated-geo-privacy.md §7.1-§7.3, §9.4"
+    errors: Any = None
+
+    def _value_summary(self) -> str:
+        return f"<{len(self.value)} users>"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class HullResult(Result):
+    """Result of ``convex_hull``: one private hull per user (``value``, a GeoDataFrame).
+
+    ``params["spend"]`` is the per-user budget split (centre, radius, pnn, release); ``error`` the
+    largest paper bound γ₁ + γ₂ + γ₃ (metres, "as stated", spec §8.4).
+    """
+
+    error_kind: str = "hull error, paper bound as stated (m)"
+    spec: str = "concentrated-geo-privacy.md §8.1-§8.5"
+
+    def _value_summary(self) -> str:
+        return f"<{len(self.value)} hulls>"
+
+    def plot(self, ax: Any = None, **kwargs: Any) -> Any:
+        """Overlay the users' hulls (one colour per user); returns the matplotlib Axes."""
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError as exc:  # pragma: no cover - optional extra
+            raise ImportError("install gpframe[plot] to use .plot()") from exc
+        if ax is None:
+            _, ax = plt.subplots(figsize=(7, 6))
+        kwargs.setdefault("alpha", 0.35)
+        kwargs.setdefault("edgecolor", "0.2")
+        self.value.plot(ax=ax, column=self.value.columns[0], categorical=True, **kwargs)
+        ax.set_title("convex_hull: private hull per user")
+        return ax
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class NearestResult(Result):
+    """Result of ``nearest_users``: ``value`` is the list of the k user ids (nearest first)."""
+
+    error_kind: str = "distance error of every rank (m)"
+    spec: str = "adaptive-budgeting.md §4.5, §5.3, §5.5"
+
+    def _value_summary(self) -> str:
+        return f"<{len(self.value)} users>"
+
+
+# ---------------------------------------------------------------------------------------------
+# shared checks (all before the ledger is touched)
+
+
+def _filter_kind(session: Any) -> str:
+    kinds = getattr(getattr(session, "ledger", None), "kind", None) or {}
+    kind = kinds.get("metric") if isinstance(kinds, dict) else None
+    if kind not in ("gp", "cgp"):
+        raise InvalidInputError(
+            "the session has no metric budget (GP or CGP); open it with "
+            f"gp.Session(budget=gp.CGP(rho=...)) or gp.GP(eps=...). {_NOTHING}"
+        )
+    return str(kind)
+
+
+def _amount(session: Any, rho: Any, eps: Any, what: str) -> tuple[str, Fraction, str]:
+    """(mechanism kind, exact amount, filter kind); GP mechanisms may run on a CGP filter."""
+    from gpframe.accounting.amounts import positive
+
+    fk = _filter_kind(session)
+    if (rho is None) == (eps is None):
+        raise InvalidInputError(
+            f"pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got rho={rho!r}, "
+            f"eps={eps!r}. Example: .{what}(..., rho=1e-5). {_NOTHING}"
+        )
+    if rho is not None and fk == "gp":
+        raise InvalidInputError(
+            f"this session's filters are pure GP: pass eps=... (a CGP charge is never admitted by "
+            f"a pure-GP filter). {_NOTHING}"
+        )
+    amt = rho if rho is not None else eps
+    if isinstance(amt, float) and not math.isfinite(amt):
+        raise InvalidInputError(f"the amount {amt!r} must be finite and > 0. {_NOTHING}")
+    kind = "cgp" if rho is not None else "gp"
+    return kind, positive(amt, "rho" if rho is not None else "eps"), fk
+
+
+def _beta(beta: Any) -> float:
+    if isinstance(beta, bool) or not (
+        isinstance(beta, (int, float)) and math.isfinite(beta) and 0.0 < beta < 1.0
+    ):
+        raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
+    return float(beta)
+
+
+def _point_m(point: Any, projected: Any) -> np.ndarray:
+    """Return the query point in the metric CRS: a Point (data CRS), (x, y) or a GeoSeries."""
+    import shapely
+
+    from gpframe.geo import project_geometry
+
+    if isinstance(point, pd.Series):
+        if len(point) != 1:
+            raise InvalidInputError(f"point has {len(point)} geometries; pass one. {_NOTHING}")
+        geom = project_geometry(point, point.crs or projected.crs_in, projected.crs_m).iloc[0]
+    else:
+        if not isinstance(point, shapely.Point):
+            try:
+                x, y = (float(v) for v in point)
+            except (TypeError, ValueError):
+                raise InvalidInputError(
+                    f"point must be a shapely Point or (x, y) in the data's CRS, got {point!r}. "
+                    f"{_NOTHING}"
+                ) from None
+            point = shapely.Point(x, y)
+        geom = project_geometry(point, projected.crs_in, projected.crs_m)
+    q = np.array([geom.x, geom.y], dtype=np.float64) if not geom.is_empty else np.full(2, np.nan)
+    if not np.isfinite(q).all():
+        raise InvalidInputError(f"point {point!r} is empty or not finite. {_NOTHING}")
+    return q
+
+
+def _codes(projected: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    codes, uniques = pd.factorize(pd.Series(projected.users), sort=False)
+    counts = np.bincount(codes, minlength=len(uniques)).astype(np.int64)
+    return codes.astype(np.int64), np.asarray(uniques), counts
+
+
+def _reserve(bound: Any, users: np.ndarray, kind: str, amount: Fraction, query: str,
+             params: dict[str, Any]) -> Any:  # fmt: skip
+    from gpframe.accessor import ledger_keys
+
+    return bound.session.reserve(ledger_keys(users), amount, notion="metric", kind=kind,
+                                 query=query, params=params)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# knn
+
+
+def knn(
+    bound: Any,
+    point: Any,
+    k: int,
+    *,
+    rho: float | None = None,
+    eps: float | None = None,
+    compat: Literal["reference"] | None = None,
+    gamma0: float | None = None,
+    scan_order: Literal["random", "input"] | None = None,
+    max_cycles: int = 1000,
+    beta: float = 0.05,
+    rng: Any = None,
+) -> Any:
+    """Each user's k private nearest neighbours of ``point`` among the user's own rows (k-PNN).
+
+    Spec: concentrated-geo-privacy.md §7.1–§7.3 (PNN, k-PNN, contract), §9.4 (``compat``).
+
+    Parameters
+    ----------
+    bound : gpframe.accessor.GeoPriv
+        ``df.geopriv(session, user=...)``.
+    point : shapely Point, (x, y) or one-row GeoSeries
+        The public query point (in the data's CRS unless a GeoSeries brings its own).
+    k : int
+        Neighbours per user (a user with fewer rows gets all of them, ranked).
+    rho, eps : float
+        Each user's budget: ``rho`` (CGP, PNN calls at ε = √(2ρ/k)) or ``eps`` (GP, ε/k).
+    compat : {None, "reference"}
+        "reference": the authors' input-order scan and γ₀ = −2·3/ε (spec §9.4 parity mode).
+    gamma0, scan_order, max_cycles
+        Public threshold shift (units of b = 3/ε_call), scan order and cap (§7.1, §7.3).
+    beta : float
+        Failure probability of the reported error bound.
+    rng : BitSource or None
+
+    Returns
+    -------
+    geopandas.GeoDataFrame
+        The selected rows (input CRS, index and columns kept) with a ``knn_rank`` column (1 =
+        first selected), sorted by user then rank; ``attrs["geopriv"]`` is the
+        :class:`KnnResult` (charges, per-user error bounds).
+
+    Notes
+    -----
+    Noise and charge as :func:`gpframe.queries.knn.knn_indices`: ρ (or ε) once per user; a GP
+    run on a CGP budget costs ε²/2.
+
+    Examples
+    --------
+    >>> import gpframe as gp
+    >>> from gpframe.ledger import Session
+    >>> df = pd.DataFrame({"boat": [1, 1, 1, 2], "x": [500_000.0, 500_050.0, 509_000.0, 500_010.0],
+    ...                    "y": [4_500_000.0] * 4})
+    >>> s = Session(budget=gp.CGP(rho=1e-3))
+    >>> out = knn(df.geopriv(s, user="boat", x="x", y="y", crs="EPSG:32618"),
+    ...           (500_000.0, 4_500_000.0), 2, rho=1e-4)
+    >>> out["knn_rank"].tolist(), s.spent().tolist()
+    ([1, 2, 1], [0.0001, 0.0001])
+    """
+    from gpframe.queries import knn as _k
+
+    kind, amount, _ = _amount(bound.session, rho, eps, "knn")
+    kk = _k.check_k(k)
+    b = _beta(beta)
+    g0, order = _k.resolve_compat(compat, gamma0, scan_order)
+    if isinstance(max_cycles, bool) or not isinstance(max_cycles, (int, np.integer)):
+        raise InvalidInputError(f"max_cycles={max_cycles!r} must be an integer >= 1. {_NOTHING}")
+    if max_cycles < 1:
+        raise InvalidInputError(f"max_cycles={max_cycles!r} must be an integer >= 1. {_NOTHING}")
+    p = bound.projected
+    q = _point_m(point, p)
+    _k._check_extent(p.xy, q)
+    codes, uniques, counts = _codes(p)
+    if not len(uniques):
+        raise InvalidInputError(f"the frame has no rows: nobody to ask. {_NOTHING}")
+    ks = Fraction(float(p.scale_max))
+    for n_k in np.unique(np.minimum(counts, kk)).tolist():  # calibrate before reserving (R8)
+        _k.pnn_calibration(_k.call_eps(kind, amount, int(n_k), ks))
+    params = {"k": kk, "gamma0": g0, "scan_order": order, "compat": compat, "beta": b,
+              "max_cycles": int(max_cycles), "crs_m": p.crs_m.to_string(),
+              "scale_max": float(p.scale_max), "point_m": q.tolist()}  # fmt: skip
+    with _reserve(bound, uniques, kind, amount, "knn", params) as r:
+        adm = np.asarray(r.admitted, dtype=bool)
+        out = _k.knn_indices(p.xy, codes, q, kk, kind=kind, amount=amount, n_users=len(uniques),
+                             admitted=adm, gamma0=g0, scan_order=order,
+                             max_cycles=int(max_cycles), beta=b, scale_max=ks, rng=rng)  # fmt: skip
+        r.charge(np.where(adm, out.charges, 0))
+        qid = r.query_id
+    pos = np.concatenate([out.rows[u] for u in np.flatnonzero(adm)] or [np.empty(0, np.int64)])
+    ranks = np.concatenate([np.arange(1, out.k[u] + 1) for u in np.flatnonzero(adm)]
+                           or [np.empty(0, np.int64)])  # fmt: skip
+    frame = _subset_frame(bound, pos)
+    frame["knn_rank"] = ranks
+    value = {uniques[u]: list(bound.frame.index[out.rows[u]]) for u in np.flatnonzero(adm)}
+    errs = pd.Series(out.error[adm], index=pd.Index(uniques[adm], name="user"))
+    res = KnnResult(
+        value=value,
+        error=float(np.nanmax(out.error[adm])) if adm.any() else None,
+        confidence=1.0 - b,
+        mechanism="pnn (laplace_gp draws, secure-noise §9.3)",
+        params={
+            **params,
+            "capped": int(sum(int(out.capped[u].sum()) for u in np.flatnonzero(adm))),
+        },
+        kind=_filter_kind(bound.session),
+        metric=("floor", out.r_min),
+        r_min=out.r_min,
+        charges=_filter_units(bound, kind, amount, uniques[adm]),
+        excluded=uniques[~adm].tolist(),
+        query_id=qid,
+        errors=errs,
+    )
+    frame.attrs["geopriv"] = res.to_attr()
+    return frame
+
+
+def _filter_units(bound: Any, kind: str, amount: Fraction, users: np.ndarray) -> pd.Series:
+    """Per-user charge in the filter's units (a GP run on a CGP filter costs ε²/2)."""
+    from gpframe.accounting.filters import charge_for
+
+    c = float(charge_for(_filter_kind(bound.session), kind, amount))
+    return pd.Series(np.full(len(users), c), index=pd.Index(users, name="user"))
+
+
+def _subset_frame(bound: Any, pos: np.ndarray) -> Any:
+    import geopandas as gpd
+
+    f = bound.frame.iloc[pos].copy()
+    if isinstance(f, gpd.GeoDataFrame) and f._geometry_column_name in f.columns:
+        return f
+    p = bound.projected
+    x, y = p.to_input_crs(p.xy[pos]) if len(pos) else (np.empty(0), np.empty(0))
+    return gpd.GeoDataFrame(f, geometry=gpd.points_from_xy(x, y), crs=p.crs_in)
+
+
+# ---------------------------------------------------------------------------------------------
+# convex_hull
+
+
+def convex_hull(
+    bound: Any,
+    *,
+    rho: float | None = None,
+    eps: float | None = None,
+    beta: float = 0.1,
+    k: int | None = None,
+    alpha: float = 0.92,
+    k_rule: Literal["reference", "consistent"] = "reference",
+    radius_floor_m: float = 10.0,
+    rng: Any = None,
+) -> Any:
+    """One private convex hull per user (PCH; concentrated-geo-privacy.md §8).
+
+    Parameters
+    ----------
+    bound : gpframe.accessor.GeoPriv
+    rho, eps : float
+        Each user's budget (CGP: Gaussian centre/radius/release; GP: Laplace).
+    beta : float
+        Failure probability of the radius enlargement and of the reported error (default 0.1).
+    k : int, optional
+        Anchors; None picks k per user from the noisy radius (``k_rule``, clamped to [16, 128]).
+    alpha, k_rule, radius_floor_m
+        As in :func:`gpframe.queries.hull.private_hulls`.
+    rng : BitSource or None
+
+    Returns
+    -------
+    geopandas.GeoDataFrame
+        One row per admitted user (index: user id): ``geometry`` (the hull, input CRS), ``k``,
+        ``radius_m`` (R̃), ``error_m``, ``fallback`` (Remark 1); ``attrs["geopriv"]`` is the
+        :class:`HullResult` (its ``params["spend"]`` is the budget split; ``.plot()`` overlays).
+
+    Notes
+    -----
+    Charge: ρ (or ε) per user, split ρ/20 (⅔ centre, ⅓ radius), 0.92·ρ₁ PNNs, 0.08·ρ₁ release.
+
+    Examples
+    --------
+    >>> import gpframe as gp
+    >>> from gpframe.ledger import Session
+    >>> rs = np.random.default_rng(1)
+    >>> df = pd.DataFrame({"u": np.repeat([1, 2], 300), "x": 500_000 + rs.uniform(0, 2000, 600),
+    ...                    "y": 4_500_000 + rs.uniform(0, 2000, 600)})
+    >>> s = Session(budget=gp.CGP(rho=1e-2))
+    >>> hulls = convex_hull(df.geopriv(s, user="u", x="x", y="y", crs="EPSG:32618"), rho=1e-3)
+    >>> hulls.index.tolist(), hulls["k"].tolist(), s.spent().tolist()
+    ([1, 2], [16, 16], [0.001, 0.001])
+    """
+    import geopandas as gpd
+
+    from gpframe.geo import project_geometry
+    from gpframe.queries import hull as _h
+
+    kind, amount, _ = _amount(bound.session, rho, eps, "convex_hull")
+    b = _beta(beta)
+    p = bound.projected
+    codes, uniques, _counts = _codes(p)
+    if not len(uniques):
+        raise InvalidInputError(f"the frame has no rows: nobody to ask. {_NOTHING}")
+    # a dry run of every check on one tiny input before the ledger is touched
+    _h.private_hulls(
+        np.zeros((1, 2)),
+        np.zeros(1, np.int64),
+        kind=kind,
+        amount=amount,
+        admitted=np.zeros(1, bool),
+        beta=b,
+        alpha=alpha,
+        k=k,
+        k_rule=k_rule,
+        radius_floor_m=radius_floor_m,
+        scale_max=Fraction(float(p.scale_max)),
+    )
+    from gpframe.queries.knn import _check_extent
+
+    _check_extent(p.xy)
+    params = {"beta": b, "k": k, "alpha": float(alpha), "k_rule": k_rule,
+              "radius_floor_m": float(radius_floor_m), "crs_m": p.crs_m.to_string(),
+              "scale_max": float(p.scale_max)}  # fmt: skip
+    with _reserve(bound, uniques, kind, amount, "convex_hull", params) as r:
+        adm = np.asarray(r.admitted, dtype=bool)
+        out = _h.private_hulls(p.xy, codes, kind=kind, amount=amount, n_users=len(uniques),
+                               admitted=adm, beta=b, alpha=alpha, k=k, k_rule=k_rule,
+                               radius_floor_m=radius_floor_m,
+                               scale_max=Fraction(float(p.scale_max)), rng=rng)  # fmt: skip
+        r.charge(np.where(adm, out.charges, 0))
+        qid = r.query_id
+    idx = np.flatnonzero(adm)
+    geoms = gpd.GeoSeries(out.hulls[idx], crs=p.crs_m)
+    geoms = project_geometry(geoms, p.crs_m, p.crs_in) if not p.crs_m.equals(p.crs_in) else geoms
+    table = pd.DataFrame(
+        {bound.user: uniques[idx], "k": out.k[idx], "radius_m": out.radius[idx],
+         "error_m": out.error[idx], "fallback": out.fallback[idx]},
+        index=pd.Index(uniques[idx], name="user"),
+    )  # fmt: skip
+    gdf = gpd.GeoDataFrame(table, geometry=np.asarray(geoms.array), crs=p.crs_in)
+    spend = {name: float(v) for name, v in out.spend.items()}
+    res = HullResult(
+        value=gdf,
+        error=float(np.nanmax(out.error[idx])) if idx.size else None,
+        confidence=1.0 - b,
+        mechanism="gaussian_cgp + pnn" if kind == "cgp" else "planar_laplace + pnn",
+        params={**params, "spend": spend},
+        kind=_filter_kind(bound.session),
+        metric=("floor", out.r_min),
+        r_min=out.r_min,
+        charges=_filter_units(bound, kind, amount, uniques[idx]),
+        excluded=uniques[~adm].tolist(),
+        query_id=qid,
+    )
+    gdf.attrs["geopriv"] = res.to_attr()
+    return gdf
+
+
+# ---------------------------------------------------------------------------------------------
+# nearest users
+
+
+def nearest_users(
+    bound: Any,
+    point: Any,
+    k: int,
+    *,
+    rho: float | None = None,
+    eps: float | None = None,
+    method: Literal["pt", "dist", "pt-elim", "dist-elim"] = "dist-elim",
+    rounds: int = 10,
+    split: Literal["doubling", "even"] = "doubling",
+    beta: float = 0.1,
+    component: Any = None,
+    reduce: str | None = None,
+    rng: Any = None,
+) -> Any:
+    """Find the k users nearest to ``point``, one point per user (adaptive-budgeting §5.3, Alg. 8).
+
+    Parameters
+    ----------
+    bound : gpframe.accessor.GeoPriv
+    point : shapely Point, (x, y) or one-row GeoSeries
+    k : int
+    rho, eps : float
+        Allocation per user (``rho`` on a CGP session, ``eps`` on a GP session).
+    method : {"pt", "dist", "pt-elim", "dist-elim"}
+    rounds, split : int, {"doubling", "even"}
+    beta : float
+        β/2 eliminations, β/2 final selection.
+    component, reduce
+        Which row is each user's point (see
+        :func:`gpframe.queries.range_count_frame.select_component`).
+    rng : BitSource or None
+
+    Returns
+    -------
+    NearestResult
+        ``value`` the k user ids (nearest first); ``charges`` / ``allocations`` per user (users
+        dropped early pay less: ``saved``); ``error`` 0 when elimination isolated exactly k users.
+
+    Examples
+    --------
+    >>> import gpframe as gp
+    >>> from gpframe.ledger import Session
+    >>> df = pd.DataFrame({"boat": [1, 2, 3, 4], "x": [500_000.0, 500_010.0, 530_000.0, 560_000.0],
+    ...                    "y": [4_500_000.0] * 4})
+    >>> s = Session(budget=gp.CGP(rho=1e-2))
+    >>> res = nearest_users(df.geopriv(s, user="boat", x="x", y="y", crs="EPSG:32618"),
+    ...                     (500_000.0, 4_500_000.0), 2, rho=1e-3)
+    >>> sorted(res.value), res.saved > 0
+    ([1, 2], True)
+    """
+    from gpframe.queries.elimination import split_fractions
+    from gpframe.queries.nearest import METHODS, nearest_users_arrays
+    from gpframe.queries.range_count_frame import select_component
+
+    fk = _filter_kind(bound.session)
+    kind, amount, _ = _amount(bound.session, rho, eps, "nearest_users")
+    if kind != fk:
+        raise InvalidInputError(
+            f"this session's filters are {fk.upper()}: pass "
+            f"{'rho' if fk == 'cgp' else 'eps'}=... for nearest_users. {_NOTHING}"
+        )
+    if method not in METHODS:
+        raise InvalidInputError(
+            f"method={method!r} is not one of {', '.join(map(repr, METHODS))}. {_NOTHING}"
+        )
+    split_fractions(split, rounds)
+    b = _beta(beta)
+    p = bound.projected
+    q = _point_m(point, p)
+    users_all = np.asarray(p.users)
+    pos = select_component(bound.frame, users_all, component, reduce)
+    if pos.size == 0:
+        raise InvalidInputError(f"the selected component has no rows. {_NOTHING}")
+    users = users_all[pos]
+    if len(pd.unique(users)) != users.size:
+        raise InvalidInputError(
+            "several rows per user: nearest_users reads one point per user; select it with "
+            f"component=... or reduce='last' (spec §1.6). {_NOTHING}"
+        )
+    from gpframe.queries.knn import check_k
+
+    kk = check_k(k)
+    if kk > users.size:
+        raise InvalidInputError(f"k={k!r} exceeds the {users.size} users. {_NOTHING}")
+    led = bound.session.ledger
+    lu = led.units["metric"]
+    unit = Fraction(1) / lu.scale
+    from gpframe.queries.elimination import prepare_parts
+
+    prepare_parts(amount, 1, split_fractions(split, rounds if method.endswith("elim") else 1),
+                  unit=unit)  # fmt: skip
+    params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
+              "point_m": q.tolist(), "crs_m": p.crs_m.to_string()}  # fmt: skip
+    from gpframe.accessor import ledger_keys
+
+    with bound.session.reserve(ledger_keys(users), amount, notion="metric", query="nearest_users",
+                               params=params) as r:  # fmt: skip
+        adm = np.asarray(r.admitted, dtype=bool)
+        if adm.sum() < kk:
+            r.cancel()
+            raise InvalidInputError(
+                f"only {int(adm.sum())} users can afford the allocation, fewer than k={kk}. "
+                f"{_NOTHING}"
+            )
+        alloc = np.empty(users.size, dtype=object)
+        alloc[:] = [amount if a else Fraction(0) for a in adm.tolist()]
+        out = nearest_users_arrays(p.xy[pos], q, kk, kind=kind, amount=alloc, method=method,
+                                   rounds=rounds, split=split, beta=b, unit=unit,
+                                   scale_max=p.scale_max, rng=rng)  # fmt: skip
+        r.charge(out.charges)
+        qid = r.query_id
+    idx = pd.Index(users[adm], name="user")
+    return NearestResult(
+        value=users[out.selected].tolist(),
+        error=out.error,
+        confidence=1.0 - b,
+        mechanism="gaussian_cgp" if kind == "cgp" else "laplace_gp",
+        params={**params, "exact": out.exact,
+                "rounds_histogram": out.elimination.rounds_histogram.tolist()},
+        kind=fk,
+        metric=("floor", 1.0),
+        charges=pd.Series([float(c) for c in out.charges[adm]], index=idx),
+        allocations=pd.Series([float(a) for a in out.allocations[adm]], index=idx),
+        excluded=users[~adm].tolist(),
+        query_id=qid,
+    )  # fmt: skip
