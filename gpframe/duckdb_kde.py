@@ -1,14 +1,16 @@
-"""DuckDB SQL function for private KDE: ``gp_kde_contribution`` (STYLE.md §9; adaptive-budgeting.md §5.2).
+"""DuckDB SQL function for private KDE: ``gp_kde_contribution``.
+
+STYLE.md §9; adaptive-budgeting.md §5.2.
 
 ``register_kde(con, session)`` adds, on the connection ``con``:
 
-``gp_kde_contribution(user_id, x, y, qx, qy, bandwidth_m, rho, rounds [, n_users := NULL]) -> DOUBLE``
-    The row's privatized contribution exp(−d̂²/(2b²)) to the KDE at the query point (qx, qy), from
-    ``pt-elim`` (Algorithm 7: Algorithm 4 with h = ||x − q||, ν = 3b, doubling split over ``rounds``
-    rounds, β = 0.05; spec §5.2). A row eliminated as farther than ν contributes 0. The KDE is
-    post-processing: ``AVG(gp_kde_contribution(...))``. The user's CGP budget is charged the parts of
-    the rounds the row ran (spec §4.6): a far row stopped at round r pays ρ·(2^r − 1)/(2^c − 1), a
-    near one ρ. A user with several rows pays for each row.
+``gp_kde_contribution(user_id, x, y, qx, qy, bandwidth_m, rho, rounds [, n_users := NULL])``
+    A ``DOUBLE``: the row's privatized contribution exp(−d̂²/(2b²)) to the KDE at the query point
+    (qx, qy), from ``pt-elim`` (Algorithm 7: Algorithm 4 with h = ||x − q||, ν = 3b, doubling split
+    over ``rounds`` rounds, β = 0.05; spec §5.2). A row eliminated as farther than ν contributes 0.
+    The KDE is post-processing: ``AVG(gp_kde_contribution(...))``. The user's CGP budget is charged
+    the parts of the rounds the row ran (spec §4.6): a far row stopped at round r pays
+    ρ·(2^r − 1)/(2^c − 1), a near one ρ. A user with several rows pays for each row.
 
 Units: x, y, qx, qy are **metres of one projected CRS**; the function never projects. NULL in any
 argument (but ``n_users``) gives NULL and no charge; a user whose budget cannot pay gets NULL.
@@ -73,7 +75,9 @@ class KdeRegistration:
 
 
 def register_kde(con: Any, session: Any, *, rng: Any = None) -> KdeRegistration:
-    """Register ``gp_kde_contribution`` on ``con``, charging ``session`` (idempotent per connection).
+    """Register ``gp_kde_contribution`` on ``con``, charging ``session``.
+
+    Idempotent per connection.
 
     Parameters
     ----------
@@ -140,8 +144,8 @@ def _make_udf(reg: KdeRegistration) -> Any:
         out = np.zeros(n)
         if (~null).any():
             rows = np.flatnonzero(~null)
-            nus = np.where(_nulls(n_users), -1,
-                           np.nan_to_num(_np(n_users, np.float64), nan=-1)).astype(np.int64)  # fmt: skip
+            nu_f = np.nan_to_num(_np(n_users, np.float64), nan=-1)
+            nus = np.where(_nulls(n_users), -1, nu_f).astype(np.int64)
             f = {k: _np(v, np.float64)[rows] for k, v in
                  dict(x=x, y=y, qx=qx, qy=qy, bw=bw, rho=rho, c=rounds).items()}  # fmt: skip
             val, done = _batch(reg, _objects(user_id)[rows], f, nus[rows])

@@ -29,9 +29,11 @@ class Raster(Result):
     Attributes
     ----------
     transform : tuple of 6 floats
-        (a, b, c, d, e, f) as in GDAL / ``affine.Affine``: x = a·col + b·row + c, y = d·col + e·row + f.
+        (a, b, c, d, e, f) as in GDAL / ``affine.Affine``: x = a·col + b·row + c,
+        y = d·col + e·row + f.
     crs : str
-        The grid's CRS (a projected metre CRS, e.g. ``"EPSG:32618"``), as WKT or an authority string.
+        The grid's CRS (a projected metre CRS, e.g. ``"EPSG:32618"``), as WKT or an authority
+        string.
     units : str
         What a cell holds, e.g. ``"density (per m², integrates to 1)"``.
 
@@ -132,7 +134,10 @@ class Raster(Result):
         )
 
     def to_geotiff(self, path: Any) -> None:
-        """Write a one-band float64 GeoTIFF (CRS, transform, privacy statement as a tag). Needs rasterio."""
+        """Write a one-band float64 GeoTIFF (CRS, transform, privacy statement as a tag).
+
+        Needs rasterio.
+        """
         try:
             import rasterio
             from rasterio.transform import Affine

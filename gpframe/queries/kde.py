@@ -10,7 +10,8 @@ metres, and KDE(q) = (1/n) Σ_i K_b(x_i, q) ∈ [0, 1], n the users asked (publi
 Point queries (:func:`kde_point`, :func:`kde_points_pt`): ``pt`` privatizes each user's point once
 and reuses it for any number of query points; ``dist`` releases ||x_i − q|| with 1-D noise, tied to
 one q; ``pt-elim`` / ``dist-elim`` run Algorithm 4 one-sided (h(x) = ||x − q||, ν_low = −∞,
-ν_high = ν = 3b) so that users confidently farther than ν stop early and pay only the rounds they ran.
+ν_high = ν = 3b) so that users confidently farther than ν stop early and pay only the rounds
+they ran.
 
 Rasters (:func:`kde_raster_arrays`): each user's point is privatized once (the ``pt`` baseline,
 charged once however many cells) and the density is estimated on a grid by binning and FFT
@@ -100,7 +101,7 @@ def cutoff(nu_m: float, bandwidth_m: float) -> float:
 def error_bound_nominal(
     n: int, beta: float, allocation: float, bandwidth_m: float, method: str = "pt"
 ) -> float:
-    """Continuous baseline bound (L_K/n)·Σ_i r_i with r_i = √(ln(m·n/β)/a) (spec §5.2; m = 1 pt, 2 dist).
+    """Continuous baseline bound (L_K/n)·Σ_i r_i, r_i = √(ln(m·n/β)/a) (§5.2; m = 1 pt, 2 dist).
 
     Equal allocations ``a``; uncapped (the spec's table shows the vacuous 1.9087 at a = 1e-4).
     The bound gpframe reports uses the noise actually sampled instead (:func:`kde_point`).
@@ -232,14 +233,20 @@ def bandwidth_limit(kind: str, amount: Any, *, scale_max: float = 1.0) -> float:
 class Privatized:
     """Each queried user's point released once (spec §5.2 ``pt``).
 
+    Per-user amounts are kept per *group* (one group per distinct allocation, one wrapper call
+    each), so 10⁶ users cost a few exact ``Fraction`` values, not 10⁶; ``charges`` and
+    ``allocations`` expand them to per-user object arrays on demand.
+
     Attributes
     ----------
     xy : ndarray, shape (n, 2)
         Noisy points in projected metres (NaN for users not queried).
     sigma : ndarray, shape (n,)
         Per-coordinate noise σ of each user's release (:func:`noise_sigma`), NaN if not queried.
-    charges, allocations : ndarray of object (Fraction), shape (n,)
-        The ``Released.guarantee`` amount in ground units, and the allocation, per user.
+    group : ndarray of int64, shape (n,)
+        Each user's group (index into ``group_charges``), −1 if not queried.
+    group_charges, group_allocations : list of Fraction
+        Per group: the ``Released.guarantee`` amount in ground units, and the allocation.
     queried : ndarray of bool, shape (n,)
     releases : list of (ndarray of int64, Released)
         Users of each wrapper call and its release (for error bounds from the sampled noise).
@@ -250,12 +257,27 @@ class Privatized:
 
     xy: NDArray[np.float64]
     sigma: NDArray[np.float64]
-    charges: NDArray[Any]
-    allocations: NDArray[Any]
+    group: NDArray[np.int64]
+    group_charges: list[Fraction]
+    group_allocations: list[Fraction]
     queried: NDArray[np.bool_]
     releases: list[tuple[NDArray[np.int64], Any]] = field(default_factory=list)
     kind: str = "cgp"
     r_min: float = 1.0
+
+    def _expand(self, per_group: list[Fraction]) -> NDArray[Any]:
+        table = np.array([Fraction(0), *per_group], dtype=object)
+        return table[self.group + 1]
+
+    @property
+    def charges(self) -> NDArray[Any]:
+        """Per-user charge (object array of Fraction, ground units; 0 if not queried)."""
+        return self._expand(self.group_charges)
+
+    @property
+    def allocations(self) -> NDArray[Any]:
+        """Per-user allocation (object array of Fraction; 0 if not queried)."""
+        return self._expand(self.group_allocations)
 
     @property
     def n_calls(self) -> int:
@@ -280,6 +302,40 @@ def _r_min(guarantees: Any) -> float:
     return r
 
 
+def _factor_allocations(
+    allocations: Any, n: int, codes: Any
+) -> tuple[NDArray[np.int64], list[Any]]:
+    """(code per user, distinct allocations): −1 codes are users not queried.
+
+    Numeric arrays are factorised with ``np.unique`` (no per-user Python object); object arrays
+    of ``Fraction`` fall back to hashing, which is slow for millions of users, so callers with
+    one allocation per group pass ``codes=`` instead.
+    """
+    if codes is not None:
+        c = np.asarray(codes, dtype=np.int64).reshape(-1)
+        vals = list(np.asarray(allocations, dtype=object).reshape(-1))
+        if c.size != n or (c.size and (c.min() < -1 or c.max() >= len(vals))):
+            raise InvalidInputError(
+                f"codes must have one entry per user ({n}) in [-1, {len(vals) - 1}]. {_NOTHING}"
+            )
+        return c, vals
+    if np.ndim(allocations) == 0:
+        return np.zeros(n, dtype=np.int64), [allocations]
+    arr = np.asarray(allocations)
+    if arr.ndim != 1 or arr.size != n:
+        raise InvalidInputError(
+            f"allocations has shape {arr.shape} but there are {n} users; pass one per user or a "
+            f"scalar. {_NOTHING}"
+        )
+    if arr.dtype.kind in "iuf":
+        uniq, inv = np.unique(arr, return_inverse=True)
+        return inv.astype(np.int64).reshape(-1), list(uniq.tolist())
+    import pandas as pd
+
+    inv, uniq = pd.factorize(arr, use_na_sentinel=False)
+    return inv.astype(np.int64), list(np.asarray(uniq, dtype=object))
+
+
 def privatize_once(
     xy_m: Any,
     allocations: Any,
@@ -288,6 +344,7 @@ def privatize_once(
     unit: Fraction | None = None,
     scale_max: float | Fraction = 1,
     rng: Any = None,
+    codes: Any = None,
 ) -> Privatized:
     """Release each user's point once at its whole allocation (spec §5.2 ``pt``; §5.5).
 
@@ -297,12 +354,16 @@ def privatize_once(
         One point per user, projected metres.
     allocations : scalar or array of shape (n,)
         ρ (m⁻², ``kind="cgp"``) or ε (m⁻¹, ``kind="gp"``) per user, ground units; 0: not queried.
+        With ``codes``: the distinct allocations only.
     kind : {"cgp", "gp"}
     unit : Fraction, optional
         Ledger unit the allocation is rounded down to before calibrating.
     scale_max : float
         Projection scale factor k: the wrappers run at ρ/k² (ε/k) per projected metre.
     rng : BitSource or None
+    codes : array of int, shape (n,), optional
+        User i's allocation is ``allocations[codes[i]]`` (−1: not queried); the fast path for
+        millions of users, which never builds a per-user ``Fraction``.
 
     Returns
     -------
@@ -333,25 +394,41 @@ def privatize_once(
 
     k = exact(scale_max, "scale_max")
     n = x.shape[0]
-    parts = prepare_parts(allocations, n, (Fraction(1),), unit=unit)
+    inv, uniq = _factor_allocations(allocations, n, codes)
+    # the exact rules (rounding to the unit, validation) run on the distinct values only
+    parts = prepare_parts(np.array([*uniq, 0], dtype=object)[:-1], len(uniq), (Fraction(1),),
+                          unit=unit)  # fmt: skip
     _validate_parts(kind, "pt", parts, k)
-    out = np.full((n, 2), np.nan)
-    sigma = np.full(n, np.nan)
-    charges = np.full(n, Fraction(0), dtype=object)
-    allocs = np.full(n, Fraction(0), dtype=object)
+    if len(parts.table) == 1 and len(uniq) == 1 and (n == 0 or int(inv.min()) == 0):
+        group = None  # one call for everybody: no per-user index arrays or scatter copies
+    elif len(uniq):
+        group = np.where(inv >= 0, parts.codes[np.maximum(inv, 0)], -1)
+    else:
+        group = np.full(n, -1, dtype=np.int64)
+    group_charges: list[Fraction] = []
+    group_allocs: list[Fraction] = []
     releases = []
+    sigma = np.full(n, np.nan)
+    live = np.full(n, -1, dtype=np.int64)
+    out = np.full((n, 2), np.nan) if group is not None else None
     for g, row in enumerate(parts.table):
-        idx = np.flatnonzero(parts.codes == g)
-        if idx.size == 0 or row[0] <= 0:
+        idx: Any = np.flatnonzero(group == g) if group is not None else slice(None)
+        if (group is not None and idx.size == 0) or row[0] <= 0 or n == 0:
             continue
         rel, charge = _release(kind, "pt", x[idx], row[0], k, rng)
-        out[idx] = np.asarray(rel, dtype=np.float64)
+        if out is None:
+            out = np.asarray(rel, dtype=np.float64)
+        else:
+            out[idx] = np.asarray(rel, dtype=np.float64)
         sigma[idx] = noise_sigma(rel)
-        charges[idx] = charge
-        allocs[idx] = parts.allocations[g]
-        releases.append((idx, rel))
-    queried = ~np.isnan(sigma)
-    return Privatized(out, sigma, charges, allocs, queried, releases, kind,
+        live[idx] = len(group_charges)
+        group_charges.append(charge)
+        group_allocs.append(parts.allocations[g])
+        releases.append((np.arange(n) if group is None else idx, rel))
+    if out is None:
+        out = np.full((n, 2), np.nan)
+    queried = live >= 0
+    return Privatized(out, sigma, live, group_charges, group_allocs, queried, releases, kind,
                       _r_min(rel.guarantee for _, rel in releases))  # fmt: skip
 
 
@@ -514,7 +591,8 @@ def kde_point(
                   n_union=n_union)  # fmt: skip
     if elim:
         out = eliminate_noninteractive(data, amount, nu_low=-math.inf, nu_high=nu,
-                                       rounds=rounds, split=split, beta=bt / 2, **common)  # fmt: skip
+                                       rounds=rounds, split=split, beta=bt / 2,
+                                       **common)  # fmt: skip
         beta_post = bt / 2
     else:
         out = eliminate_noninteractive(data, amount, nu_low=-math.inf, nu_high=math.inf,
@@ -654,11 +732,23 @@ def _kernel_1d(s_cells: float) -> NDArray[np.float64]:
 
 
 def _bin(xy: NDArray[np.float64], x0: float, y_top: float, c: float, ny: int, nx: int) -> Any:
-    """Count points per cell (nearest-cell binning; rows from the north), via bincount."""
-    col = np.floor((xy[:, 0] - x0) / c)
-    row = np.floor((y_top - xy[:, 1]) / c)
+    """Count points per cell (nearest-cell binning; rows from the north), via bincount.
+
+    One flat cell index per point and a single ``np.bincount``: no Python per point or cell.
+    Points outside the grid (and NaN rows) are dropped.
+    """
+    inv_c = 1.0 / c
+    # in place: the points are 10^6+ rows, so each temporary costs memory bandwidth
+    col = np.subtract(xy[:, 0], x0)
+    col *= inv_c
+    np.floor(col, out=col)
+    row = np.subtract(y_top, xy[:, 1])
+    row *= inv_c
+    np.floor(row, out=row)
     ok = (col >= 0) & (col < nx) & (row >= 0) & (row < ny)
-    flat = row[ok].astype(np.int64) * nx + col[ok].astype(np.int64)
+    row *= nx
+    row += col  # the flat cell index, exact in float64 (< 2**53)
+    flat = (row if ok.all() else row[ok]).astype(np.int64)
     return np.bincount(flat, minlength=ny * nx).reshape(ny, nx).astype(np.float64)
 
 
@@ -667,10 +757,11 @@ def smooth_density(
 ) -> tuple[NDArray[np.float64], tuple[float, ...]]:
     """Σ_groups Σ_i φ_{s_g}(x_i − cell) on a grid, by binning + separable FFT convolution.
 
-    ``weights_groups`` is a list of boolean masks (one per bandwidth in ``bandwidths_m``). The
-    grid is padded by the kernel's reach so that points just outside the bounds still
-    contribute; each point's mass lands in the padded grid exactly (the discrete kernel sums to
-    1), so the raster's mass is the share of each kernel inside the bounds.
+    ``weights_groups`` has one entry per bandwidth in ``bandwidths_m``: a boolean mask or an
+    index array selecting that group's points, or ``None`` for all points. The grid is padded
+    by the kernel's reach so that points just outside the bounds still contribute; each point's
+    mass lands in the padded grid exactly (the discrete kernel sums to 1), so the raster's mass
+    is the share of each kernel inside the bounds.
     Returns (density per m² summed over points, transform).
     """
     from scipy.signal import fftconvolve
@@ -679,10 +770,11 @@ def smooth_density(
     c = float(cell_m)
     xy = np.asarray(xy_m, dtype=np.float64)
     total = np.zeros((ny, nx))
-    for mask, s in zip(weights_groups, bandwidths_m, strict=True):
+    for sel, s in zip(weights_groups, bandwidths_m, strict=True):
         k1 = _kernel_1d(float(s) / c)
         pad = (k1.size - 1) // 2
-        H = _bin(xy[mask], tr[2] - pad * c, tr[5] + pad * c, c, ny + 2 * pad, nx + 2 * pad)
+        pts = xy if sel is None else xy[sel]
+        H = _bin(pts, tr[2] - pad * c, tr[5] + pad * c, c, ny + 2 * pad, nx + 2 * pad)
         # separable: two 1-D FFT convolutions (rows, then columns), 'valid' crops the pad
         G = fftconvolve(H, k1[None, :], mode="valid", axes=1)
         G = fftconvolve(G, k1[:, None], mode="valid", axes=0)
@@ -735,6 +827,7 @@ def kde_raster_arrays(
     unit: Fraction | None = None,
     scale_max: float | Fraction = 1,
     rng: Any = None,
+    codes: Any = None,
 ) -> RasterArrays:
     """Density raster from one privatization per user, with the noise bias removed (spec §5.2).
 
@@ -761,8 +854,9 @@ def kde_raster_arrays(
         bandwidth √(h² − 3·scale²), which removes the added covariance but leaves the heavier
         Laplace tails (an approximation; the expected raster is φ_s ∗ Laplace ∗ density).
         ``False``: bandwidth h on the noisy points (expected raster: density ∗ φ_√(h²+σ²)).
-    unit, scale_max, rng
-        As in :func:`privatize_once`.
+    unit, scale_max, rng, codes
+        As in :func:`privatize_once` (``codes``: ``amount`` holds the distinct allocations and
+        ``codes[i]`` user i's, −1 for not queried; the fast path for millions of users).
 
     Returns
     -------
@@ -780,7 +874,8 @@ def kde_raster_arrays(
     >>> from gpframe.testing import seeded_rng, seeded_enabled
     >>> xy = np.zeros((100, 2))
     >>> with seeded_enabled():
-    ...     r = kde_raster_arrays(xy, bandwidth_m=500.0, cell_m=50.0, bounds_m=(-3e3, -3e3, 3e3, 3e3),
+    ...     r = kde_raster_arrays(xy, bandwidth_m=500.0, cell_m=50.0,
+    ...                           bounds_m=(-3e3, -3e3, 3e3, 3e3),
     ...                           amount=1e-4, rng=seeded_rng(4))
     >>> r.density.shape, round(float(r.density.sum()) * 50.0**2, 3)   # mass ≈ 1
     ((120, 120), 1.0)
@@ -792,15 +887,22 @@ def kde_raster_arrays(
     if bounds_m is not None:
         grid_for_bounds(bounds_m, c)  # validate before any noise
     x = np.asarray(xy_m, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != 2:
+        raise InvalidInputError(f"points must have shape (n, 2), got {x.shape}. {_NOTHING}")
     # refuse h <= sigma before drawing noise: sigma follows from the public allocations
+    inv, uniq = _factor_allocations(amount, x.shape[0], codes)
     if correct:
-        am = np.asarray(amount, dtype=object).reshape(-1)
-        live = [a for a in np.unique(am.astype(np.float64)) if a > 0]
-        for a in live:
-            corrected_bandwidth(h, bandwidth_limit(kind, float(a), scale_max=float(scale_max)))
-    pv = privatize_once(x, amount, kind=kind, unit=unit, scale_max=scale_max, rng=rng)
+        present = np.bincount(inv + 1, minlength=len(uniq) + 1)[1:] > 0
+        for a in {float(uniq[i]) for i in np.flatnonzero(present).tolist()}:
+            if a > 0:
+                corrected_bandwidth(h, bandwidth_limit(kind, a, scale_max=float(scale_max)))
+    pv = privatize_once(x, uniq, kind=kind, unit=unit, scale_max=scale_max, rng=rng, codes=inv)
     nq = int(pv.queried.sum())
-    sig_u = np.unique(pv.sigma[pv.queried]) if nq else np.zeros(0)
+    # one group of points per distinct σ (one per sampler call, merged when σ's coincide)
+    by_sigma: dict[float, list[NDArray[np.int64]]] = {}
+    for idx, rel in pv.releases:
+        by_sigma.setdefault(noise_sigma(rel), []).append(idx)
+    sig_u = np.array(sorted(by_sigma), dtype=np.float64)
     if correct:
         used = np.atleast_1d(corrected_bandwidth(h, sig_u)) if sig_u.size else np.zeros(0)
         how = "exact" if kind == "cgp" else "moments"
@@ -816,8 +918,13 @@ def kde_raster_arrays(
         side = float(max(hi - lo))
         c = max(c, side / MAX_CELLS_SIDE * (1 + 1e-9))
         bounds_m = (lo[0], lo[1], hi[0], hi[1])
-    masks = [pv.queried & (pv.sigma == s) for s in sig_u]
-    dens, tr = smooth_density(pv.xy, masks, bounds_m=bounds_m, cell_m=c, bandwidths_m=used)
+    sels: list[Any] = []
+    for s in sig_u.tolist():
+        parts = by_sigma[s]
+        # everybody in one call: bin the released array as it is (no index copy)
+        whole = len(parts) == 1 and parts[0].size == x.shape[0]
+        sels.append(None if whole else np.concatenate(parts))
+    dens, tr = smooth_density(pv.xy, sels, bounds_m=bounds_m, cell_m=c, bandwidths_m=used)
     if nq:
         dens /= nq
     return RasterArrays(dens, tr, h, used, sig_u, how, pv, nq)

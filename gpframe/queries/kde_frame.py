@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import shapely
 
-from gpframe.errors import InvalidInputError
+from gpframe.errors import GpframeInternalError, InvalidInputError
 from gpframe.queries import kde as _k
 from gpframe.results import Result, _fmt
 
@@ -208,6 +208,25 @@ def _alloc_fractions(r: Any, lu: Any) -> np.ndarray:
     return fr[inv]
 
 
+def _alloc_groups(units: np.ndarray, lu: Any) -> tuple[np.ndarray, list[Fraction], list[int]]:
+    """Factorise per-user allocation units: (code per user, −1 for 0; Fractions; units).
+
+    One exact ``Fraction`` per distinct allocation, so 10⁶ users cost a sort at most.
+    """
+    u = np.asarray(units, dtype=np.int64)
+    if u.size and int(u.min()) == int(u.max()):  # the usual case: one allocation for all
+        uniq, inv = u[:1], np.zeros(u.size, dtype=np.int64)
+    else:
+        uniq, inv = np.unique(u, return_inverse=True)
+    vals = uniq.tolist()
+    codes = np.asarray(inv, dtype=np.int64).reshape(-1)
+    if 0 in vals:  # allocation 0: not queried
+        z = vals.index(0)
+        codes = np.where(codes == z, -1, codes - (codes > z))
+        vals.pop(z)
+    return codes, [lu.to_fraction(int(v)) for v in vals], vals
+
+
 def _floats(objs: np.ndarray) -> np.ndarray:
     uniq: dict[Any, float] = {}
     return np.array([uniq.setdefault(v, float(v)) for v in objs.tolist()], dtype=np.float64)
@@ -331,7 +350,8 @@ def kde(
                              params={**params, "n_points": len(q_m)}) as r:  # fmt: skip
             alloc = _alloc_fractions(r, lu)
             out = _k.kde_points_pt(p.xy, q_m, bandwidth_m=b, kind=kind, amount=alloc,
-                                   beta=beta, unit=unit, scale_max=p.scale_max, rng=rng)  # fmt: skip
+                                   beta=beta, unit=unit, scale_max=p.scale_max,
+                                   rng=rng)  # fmt: skip
             r.charge(out.privatized.charges)
             qids.append(r.query_id)
         admitted_any = np.asarray(r.admitted, dtype=bool)
@@ -355,7 +375,8 @@ def kde(
                 alloc = _alloc_fractions(r, lu)
                 out1 = _k.kde_point(p.xy, q_m[j], bandwidth_m=b, kind=kind, amount=alloc,
                                     method=method, rounds=int(rounds), split=split, beta=beta,
-                                    nu_m=nu_m, unit=unit, scale_max=p.scale_max, rng=rng)  # fmt: skip
+                                    nu_m=nu_m, unit=unit, scale_max=p.scale_max,
+                                    rng=rng)  # fmt: skip
                 r.charge(out1.charges)
             adm = np.asarray(r.admitted, dtype=bool)
             admitted_any |= adm
@@ -396,7 +417,7 @@ def kde(
 
 
 def _bounds_m(bounds: Any, projected: Any) -> tuple[float, float, float, float]:
-    """Project public bounds (xmin, ymin, xmax, ymax) in the data's CRS to the metric CRS's envelope."""
+    """Project public bounds (xmin, ymin, xmax, ymax) in the data's CRS to a metric envelope."""
     from gpframe.geo import project_geometry
 
     try:
@@ -506,26 +527,46 @@ def kde_raster(
     _preflight(kind, amount, float(p.scale_max), "pt")
     if correct:
         _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, amount, scale_max=float(p.scale_max)))
-    from gpframe.accessor import ledger_keys
+    from gpframe.accessor import _UNITS_MAX, ledger_keys
 
     keys = ledger_keys(users)
-    lu = session.ledger.units["metric"]
+    led = session.ledger
+    lu = led.units["metric"]
     params: dict[str, Any] = {
         "bandwidth_m": h, "cell_m": c, "correct": bool(correct),
         ("rho" if kind == "cgp" else "eps"): float(amount),
         "crs_m": p.crs_m.to_string(), "scale_max": float(p.scale_max),
     }  # fmt: skip
-    with session.reserve(keys, amount, notion="metric", query="kde_raster", params=params) as r:
-        alloc = _alloc_fractions(r, lu)
+    # integer ledger units end to end (as privatize does): one exact conversion per distinct
+    # amount, never a Fraction per user; the amount is in the filter's own units (kind=None)
+    alloc_units, too_big = led.units_for("metric", amount, np.ones(users.size, np.int64))
+    alloc_units[too_big] = _UNITS_MAX  # cannot be admitted
+    with session.reserve(keys, alloc_units, notion="metric", query="kde_raster", params=params,
+                         units=True) as r:  # fmt: skip
+        adm = np.asarray(r.admitted, dtype=bool) & ~too_big
+        codes, values, uvals = _alloc_groups(np.where(adm, r.allocation_units, 0), lu)
         out = _k.kde_raster_arrays(
-            p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=alloc,
+            p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=values, codes=codes,
             correct=correct, unit=Fraction(1) / lu.scale, scale_max=p.scale_max, rng=rng,
         )  # fmt: skip
-        r.charge(out.privatized.charges)
-    adm = np.asarray(r.admitted, dtype=bool)
+        pv = out.privatized
+        charge_units = np.zeros(users.size, dtype=np.int64)
+        charge_f = np.zeros(users.size, dtype=np.float64)
+        for g, ch in enumerate(pv.group_charges):
+            u, big = led.units_for("metric", ch, np.ones(1, np.int64))
+            if big.any():
+                raise GpframeInternalError("a kde_raster charge does not fit the ledger's units.")
+            sel = pv.group == g
+            charge_units[sel] = u[0]
+            charge_f[sel] = float(ch)
+        if (charge_units > np.where(adm, r.allocation_units, 0)).any():
+            raise GpframeInternalError("kde_raster would charge above a user's allocation.")
+        r.charge(charge_units, units=True)
     from gpframe.raster import Raster
 
-    idx = pd.Index(np.asarray(keys, dtype=object)[adm])
+    key_arr = np.asarray(keys, dtype=object)
+    idx = pd.Index(key_arr[adm])
+    alloc_f = np.array([float(lu.to_fraction(int(v))) for v in uvals], dtype=np.float64)
     params.update(
         sigma_m=[float(v) for v in out.sigma_m],
         bandwidth_used_m=[float(v) for v in out.bandwidth_used_m],
@@ -543,8 +584,8 @@ def kde_raster(
         kind=kind,
         metric=("floor", out.privatized.r_min),
         r_min=out.privatized.r_min,
-        charges=pd.Series(_floats(out.privatized.charges[adm]), index=idx, dtype=np.float64),
-        allocations=pd.Series(_floats(alloc[adm]), index=idx, dtype=np.float64),
-        excluded=[k for k, a in zip(keys, adm, strict=True) if not a],
+        charges=pd.Series(charge_f[adm], index=idx, dtype=np.float64),
+        allocations=pd.Series(alloc_f[codes[adm]], index=idx, dtype=np.float64),
+        excluded=key_arr[~adm].tolist(),
         query_id=r.query_id,
     )
