@@ -4,6 +4,7 @@ from gpframe import (
     accessor,  # noqa: F401 - importing it registers df.geopriv
     duckdb,
     mechanisms,
+    monitor,
     testing,
 )
 from gpframe._versions import show_versions
@@ -43,6 +44,7 @@ __all__ = [
     "Session",
     "duckdb",
     "mechanisms",
+    "monitor",
     "show_versions",
     "testing",
     "zCDP",

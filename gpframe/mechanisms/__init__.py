@@ -5,6 +5,7 @@ Spec: secure-noise.md §9, §13; docs/internals.md ("Release wrappers"). Every w
 :mod:`gpframe.mechanisms.noise`.
 """
 
+from gpframe.mechanisms import selection
 from gpframe.mechanisms.calibration import G_LOC, R_MIN, eps_from_rho, sqrt_down, sqrt_up
 from gpframe.mechanisms.gaussian_mech import gaussian_cgp, gaussian_zcdp
 from gpframe.mechanisms.laplace_mech import laplace_dp, laplace_gp, planar_laplace
@@ -47,6 +48,7 @@ __all__ = [
     "planar_bound",
     "planar_laplace",
     "planar_quantile",
+    "selection",
     "sparse_vector",
     "sqrt_down",
     "sqrt_up",

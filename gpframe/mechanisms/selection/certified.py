@@ -1,0 +1,592 @@
+"""Certified privacy amounts for the selection mechanisms (selection.md §2.4, §3.1, §4, §5, §6.3).
+
+Every pure ε here is an **upper** bound that is never below the true value: the log-concave
+integrals of §4.3 are bracketed by tangent (upper) and chord (lower) bounds per cell, the float
+error is covered by a 10⁻¹⁰ margin, and the result is moved one float towards +∞
+(:func:`round_charge`). Any NaN or infinity raises; it never becomes a zero charge (P-5).
+
+Pure functions of public parameters; nothing here touches data, randomness or the ledger.
+(selection.md §6.6 places these in ``accounting/``; they live here because that package has
+another owner. They import nothing from ``ledger``.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+from scipy.special import log_ndtr, logsumexp
+
+from gpframe.errors import GpframeInternalError, InvalidInputError
+from gpframe.mechanisms.noise.exact import as_fraction
+
+__all__ = [
+    "ATParams",
+    "amplified_eps",
+    "at_run_reservation",
+    "at_step_needs",
+    "bw18_eps",
+    "eps_at_bottom",
+    "eps_at_top",
+    "eps_rnm",
+    "laplace_at_accuracy",
+    "log_integral_bracket",
+    "round_charge",
+    "sigma_for_eps_rnm",
+    "sigma_x_for_eps_at",
+    "svt_laplace_split",
+    "zw20_eps",
+    "zw20_rdp",
+]
+
+#: default bracket width for ln J (selection.md §4.3)
+TOL = 1e-9
+#: margin added to every certified value before rounding up (covers float error ≤ 1e-12)
+MARGIN = 1e-10
+_LN_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def round_charge(x: float) -> float:
+    """``nextafter(x + 1e-10, +inf)``: the value gpframe charges for a certified upper ``x``.
+
+    >>> round_charge(0.5) > 0.5 + 1e-10
+    True
+    """
+    if not math.isfinite(x):
+        raise GpframeInternalError(f"a certified privacy amount is {x!r}, not finite.")
+    return math.nextafter(x + MARGIN, math.inf)
+
+
+# --------------------------------------------------------------------------------------------
+# §4.3 the certified bracket of ln ∫ φ(x) Π Φ(s_k x + c_k)^{w_k} dx
+
+
+def _lnshc(y: np.ndarray, upper: bool) -> np.ndarray:
+    """An upper (``upper=True``) or lower bound of ln(sinh(y)/y).
+
+    For |y| < 1 the Taylor series y²/6 − y⁴/180 + y⁶/2835 − … alternates with decreasing terms,
+    so its partial sums bracket the value (ending on + is above, on − below); this is the hot
+    path (refined cells have |y| ≪ 1). Larger |y| use |y| + log1p(−e^(−2|y|)) − ln(2|y|).
+    """
+    a = np.abs(y)
+    y2 = a * a
+    out = y2 * (1.0 / 6.0 - y2 * (1.0 / 180.0 - (y2 / 2835.0 if upper else 0.0)))
+    big = a >= 1.0
+    if big.any():
+        ab = a[big]
+        out[big] = ab + np.log1p(-np.exp(-2.0 * ab)) - np.log(2.0 * ab)
+    return out
+
+
+class _LogIntegrand:
+    """ℓ(x) = −x²/2 − ½ln2π + Σ w ln Φ(s x + c), and ℓ′(x); log-concave (ℓ″ ≤ −1)."""
+
+    def __init__(self, terms: tuple[tuple[float, float, float], ...]) -> None:
+        t = [(float(w), float(s), float(c)) for w, s, c in terms if w != 0]
+        for w, s, c in t:
+            if not (math.isfinite(w) and math.isfinite(s) and math.isfinite(c)) or w < 0:
+                raise InvalidInputError(f"integral term (w={w}, s={s}, c={c}) is not valid.")
+        self.w = np.array([x[0] for x in t])[:, None]
+        self.s = np.array([x[1] for x in t])[:, None]
+        self.c = np.array([x[2] for x in t])[:, None]
+
+    def ell(self, x: np.ndarray) -> np.ndarray:
+        x = np.atleast_1d(np.asarray(x, dtype=np.float64))
+        out = -0.5 * x * x - _LN_SQRT_2PI
+        if self.w.size:
+            out = out + (self.w * log_ndtr(self.s * x[None, :] + self.c)).sum(axis=0)
+        return out
+
+    def ell_dell(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """ℓ and ℓ′ at ``x`` sharing one ``log_ndtr`` evaluation."""
+        x = np.asarray(x, dtype=np.float64)
+        le = -0.5 * x * x - _LN_SQRT_2PI
+        se = -x
+        for w, s, c in zip(self.w[:, 0], self.s[:, 0], self.c[:, 0], strict=True):
+            u = s * x + c
+            ln_phi = log_ndtr(u)
+            le = le + w * ln_phi
+            se = se + w * s * np.exp(-0.5 * u * u - _LN_SQRT_2PI - ln_phi)
+        return le, se
+
+    def dell(self, x: np.ndarray) -> np.ndarray:
+        x = np.atleast_1d(np.asarray(x, dtype=np.float64))
+        out = -x
+        if self.w.size:
+            u = self.s * x[None, :] + self.c
+            lam = np.exp(-0.5 * u * u - _LN_SQRT_2PI - log_ndtr(u))  # inverse Mills ratio
+            out = out + (self.w * self.s * lam).sum(axis=0)
+        return out
+
+
+def _scalar(f, x: float) -> float:
+    return float(f(np.array([x]))[0])
+
+
+def log_integral_bracket(
+    terms: tuple[tuple[float, float, float], ...], tol: float = TOL
+) -> tuple[float, float]:
+    """Return ``(lo, up)`` with ``lo <= ln J <= up`` for J = E[Π Φ(s_k X + c_k)^{w_k}], X ~ N(0,1).
+
+    Spec: selection.md §4.3 (procedure ``log_integral_bracket``). ``terms`` are ``(w, s, c)``
+    triples with ``w >= 0``. The upper end is valid at any resolution (tangent bounds of a
+    concave log-integrand plus tangent tails); refinement only tightens it.
+
+    Examples
+    --------
+    >>> lo, up = log_integral_bracket(((1, 1.0, 0.0),))     # E[Φ(X)] = 1/2
+    >>> lo <= math.log(0.5) <= up and up - lo < 1e-9
+    True
+    """
+    f = _LogIntegrand(tuple(terms))
+    # 2. the mode: ℓ' is strictly decreasing
+    lo_x, hi_x = -1.0, 1.0
+    while _scalar(f.dell, lo_x) <= 0:
+        lo_x *= 2.0
+    while _scalar(f.dell, hi_x) >= 0:
+        hi_x *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo_x + hi_x)
+        if _scalar(f.dell, mid) > 0:
+            lo_x = mid
+        else:
+            hi_x = mid
+        if hi_x - lo_x <= 1e-15 * max(1.0, abs(mid)):
+            break
+    m = 0.5 * (lo_x + hi_x)
+    lm = _scalar(f.ell, m)
+    # 3. the range: ℓ drops by 60 on both sides
+    r = 1.0
+    while _scalar(f.ell, m - r) > lm - 60.0:
+        r *= 2.0
+    L = m - r
+    r = 1.0
+    while _scalar(f.ell, m + r) > lm - 60.0:
+        r *= 2.0
+    U = m + r
+    # 6. tails (upper bound only): tangent lines at the cut points
+    dL, dU = _scalar(f.dell, L), _scalar(f.dell, U)
+    if not (dL > 0 and dU < 0):
+        raise GpframeInternalError("log_integral_bracket: tail slopes have the wrong sign.")
+    tails = [_scalar(f.ell, L) - math.log(dL), _scalar(f.ell, U) - math.log(-dU)]
+    # 4. cells on [L, U]; ℓ and ℓ' are evaluated at the cell edges only (shared by neighbours)
+    n0 = max(8, math.ceil((U - L) * 32))
+    edges = np.linspace(L, U, n0 + 1)
+    for _pass in range(7):
+        le, se = f.ell_dell(edges)
+        x0, x1 = edges[:-1], edges[1:]
+        l0, l1, s0, s1 = le[:-1], le[1:], se[:-1], se[1:]
+        h = x1 - x0
+        # 5. upper: ∫ exp(min of the two edge tangents) (each tangent lies above a concave ℓ;
+        # any split point z in [x0, x1] gives a valid bound, so float error in z is harmless)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = (l1 - l0 - s1 * x1 + s0 * x0) / (s0 - s1)
+        z = np.clip(np.where(np.isfinite(z), z, 0.5 * (x0 + x1)), x0, x1)
+        w1, w2 = z - x0, x1 - z
+        with np.errstate(divide="ignore"):
+            up1 = np.log(w1) + l0 + s0 * w1 / 2.0 + _lnshc(s0 * w1 / 2.0, True)
+            up2 = np.log(w2) + l1 - s1 * w2 / 2.0 + _lnshc(s1 * w2 / 2.0, True)
+        cell_up = np.logaddexp(up1, up2)
+        # lower: the chord lies below a concave ℓ
+        cell_lo = np.log(h) + 0.5 * (l0 + l1) + _lnshc((l1 - l0) / 2.0, False)
+        up = float(logsumexp(np.concatenate([cell_up, tails])))
+        lo = float(logsumexp(cell_lo))
+        if not (math.isfinite(up) and math.isfinite(lo)) or lo > up + 1e-12:
+            raise GpframeInternalError("log_integral_bracket: invalid bracket.")
+        if up - lo <= tol or _pass == 6:
+            break
+        # 8. refine: split cell j into k_j parts, k_j² ∝ its share of the gap
+        share = np.exp(cell_up - up)
+        gap = np.expm1(np.maximum(cell_up - cell_lo, 0.0))
+        k = np.ceil(np.sqrt(np.maximum(1.0, share * gap * 2.0 * len(h) / tol)))
+        k = np.minimum(k, 4096).astype(np.int64)
+        offs = np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)
+        inner = np.repeat(x0, k) + offs * np.repeat(h / k, k)
+        edges = np.append(inner, edges[-1])
+        # the split points are strictly increasing floats (h/k >> ulp at these widths)
+    return lo, up
+
+
+def _bracket_diff(num: tuple, den: tuple, tol: float) -> tuple[float, float]:
+    nlo, nup = log_integral_bracket(num, tol)
+    dlo, dup = log_integral_bracket(den, tol)
+    return nlo - dup, nup - dlo
+
+
+# --------------------------------------------------------------------------------------------
+# §4 Gaussian Report-Noisy-Max
+
+
+def _pos_float(x: object, name: str) -> float:
+    v = float(as_fraction(x, name, Fraction(0), lo_open=True))
+    if not math.isfinite(v) or v <= 0:
+        raise InvalidInputError(f"{name}={x!r} must be finite and > 0. Nothing was charged.")
+    return v
+
+
+def _bounds(bounds: object) -> tuple[float, float]:
+    try:
+        a, b = bounds  # type: ignore[misc]
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(
+            f"bounds={bounds!r} must be a pair (a, b) of public numbers with a < b, e.g. "
+            "bounds=(0, 1). Nothing was charged."
+        ) from exc
+    fa, fb = float(as_fraction(a, "bounds[0]")), float(as_fraction(b, "bounds[1]"))
+    if not fa < fb:
+        raise InvalidInputError(f"bounds=({fa:g}, {fb:g}) must satisfy a < b. Nothing was charged.")
+    return fa, fb
+
+
+@lru_cache(maxsize=4096)
+def _eps_rnm(sigma: float, delta: float, c: float, d: int, tol: float) -> tuple[float, float]:
+    if d == 1:
+        return 0.0, 0.0
+    de = min(delta, c)
+    num = ((d - 1, 1.0, -(c - 2.0 * de) / sigma),)
+    den = ((d - 1, 1.0, -c / sigma),)
+    return _bracket_diff(num, den, tol)
+
+
+def eps_rnm(
+    sigma: float, *, sensitivity: float, bounds: tuple[float, float], d: int, tol: float = TOL
+) -> float:
+    """Certified pure ε of Gaussian Report-Noisy-Max over ``d`` candidates in [a, b] (charged value).
+
+    Spec: selection.md §4.2 (GSM Thm 8 with the ln restored), §4.3 (certified numerics).
+    ε = ln I((c − 2Δ_eff)/σ) − ln I(c/σ), I(m) = E[Φ(Z − m)^(d−1)], c = b − a,
+    Δ_eff = min(Δ, c); returned as ``round_charge`` of the certified upper end.
+
+    Examples
+    --------
+    >>> e = eps_rnm(0.3, sensitivity=0.01, bounds=(0, 1), d=2)   # §4.6: 0.125942142403524
+    >>> 0 <= e - 0.125942142403524 < 1e-8
+    True
+    """
+    s = _pos_float(sigma, "sigma")
+    dl = _pos_float(sensitivity, "sensitivity")
+    a, b = _bounds(bounds)
+    d = _count(d, "d")
+    return round_charge(_eps_rnm(s, dl, b - a, d, tol)[1])
+
+
+def _count(d: object, name: str) -> int:
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or int(d) < 1:
+        raise InvalidInputError(f"{name}={d!r} must be an integer >= 1. Nothing was charged.")
+    return int(d)
+
+
+def sigma_for_eps_rnm(
+    epsilon: float, *, sensitivity: float, bounds: tuple[float, float], d: int, tol: float = TOL
+) -> float:
+    """Smallest σ (up to 10⁻⁹ relative, on the safe side) with certified ε_RNM(σ) ≤ ``epsilon``.
+
+    Spec: selection.md §4.4: bracket, bisect on ln σ with the charged value, return the upper
+    end and re-verify it.
+
+    Examples
+    --------
+    >>> s = sigma_for_eps_rnm(0.1, sensitivity=0.001, bounds=(0, 1), d=100)   # σ* = 0.161058002124
+    >>> 0 <= s - 0.161058002124 < 1e-6
+    True
+    """
+    target = _pos_float(epsilon, "epsilon")
+    dl = _pos_float(sensitivity, "sensitivity")
+    a, b = _bounds(bounds)
+    d = _count(d, "d")
+    if d == 1:
+        raise InvalidInputError("d=1: a single candidate needs no noise. Nothing was charged.")
+
+    def e(s: float) -> float:
+        return round_charge(_eps_rnm(s, dl, b - a, d, tol)[1])
+
+    return _bisect_sigma(e, target)
+
+
+def _bisect_sigma(e, target: float) -> float:
+    lo, hi = 1e-3, 1e2
+    while e(lo) <= target:
+        lo /= 10.0
+        if lo < 1e-12:
+            raise InvalidInputError("epsilon is too large to calibrate. Nothing was charged.")
+    while e(hi) > target:
+        hi *= 10.0
+        if hi > 1e12:
+            raise InvalidInputError("epsilon is too small to calibrate. Nothing was charged.")
+    while hi / lo - 1.0 >= 1e-9:
+        mid = math.sqrt(lo * hi)
+        if e(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    if not e(hi) <= target:  # the privacy claim rests on this re-verification
+        raise GpframeInternalError("sigma calibration failed to re-verify.")
+    return hi
+
+
+def bw18_eps(sigma: float, l2_sensitivity: float, delta: float) -> float:
+    """Classical (ε, δ) of the Gaussian mechanism (Balle & Wang 2018, Thm 8), for comparison only.
+
+    Spec: selection.md §4.5 (with Δ_q = √d·Δ for the RNM baseline). Not a charge.
+
+    >>> round(bw18_eps(0.3, 0.01 * 2**0.5, 1e-5), 4)     # §8.1: 0.150076
+    0.1501
+    """
+    from scipy.optimize import brentq
+    from scipy.special import ndtr
+
+    dq, s = float(l2_sensitivity), float(sigma)
+
+    def g(eps: float) -> float:
+        a = dq / (2 * s)
+        bb = eps * s / dq
+        return float(ndtr(a - bb) - math.exp(eps) * ndtr(-a - bb)) - delta
+
+    if g(0.0) <= 0:
+        return 0.0
+    hi = 1.0
+    while g(hi) > 0:
+        hi *= 2.0
+    return float(brentq(g, 0.0, hi, xtol=1e-15, rtol=1e-14))
+
+
+# --------------------------------------------------------------------------------------------
+# §5 Gaussian AboveThreshold
+
+
+@dataclass(frozen=True)
+class ATParams:
+    """The public parameters of one Gaussian AboveThreshold run (one immutable object, P-7).
+
+    The floats are the exact values the sampler uses (it converts them with ``Fraction``).
+    """
+
+    sigma_x: float
+    sigma_z: float
+    threshold: float
+    a: float
+    b: float
+    sensitivity: float
+
+    @classmethod
+    def make(
+        cls,
+        *,
+        sigma_x: object,
+        sigma_z: object = None,
+        threshold: object,
+        bounds: object,
+        sensitivity: object,
+    ) -> ATParams:
+        """Validate; ``sigma_z=None`` is √3·σ_X (GSM's choice, §7.1), rounded to a float once."""
+        sx = _pos_float(sigma_x, "sigma")
+        sz = float(math.sqrt(3.0) * sx) if sigma_z is None else _pos_float(sigma_z, "sigma_z")
+        a, b = _bounds(bounds)
+        t = float(as_fraction(threshold, "threshold"))
+        return cls(sx, sz, t, a, b, _pos_float(sensitivity, "sensitivity"))
+
+    @property
+    def delta_eff(self) -> float:
+        """Δ_eff = min(Δ, b − a)."""
+        return min(self.sensitivity, self.b - self.a)
+
+
+@lru_cache(maxsize=65536)
+def _eps_top(p: ATParams, t: int, tol: float) -> tuple[float, float]:
+    al = p.sigma_x / p.sigma_z
+    de = p.delta_eff
+
+    def terms(xi: float) -> tuple:
+        return (
+            (t - 1, al, (p.threshold - p.b + xi) / p.sigma_z),
+            (1, -al, (p.a - p.threshold + xi) / p.sigma_z),
+        )
+
+    return _bracket_diff(terms(de), terms(0.0), tol)
+
+
+@lru_cache(maxsize=65536)
+def _eps_bot(p: ATParams, T: int, tol: float) -> tuple[float, float]:
+    al = p.sigma_x / p.sigma_z
+    de = p.delta_eff
+    num = ((T, al, (p.threshold - p.b + de) / p.sigma_z),)
+    den = ((T, al, (p.threshold - p.b) / p.sigma_z),)
+    return _bracket_diff(num, den, tol)
+
+
+def eps_at_top(params: ATParams, t: int, tol: float = TOL) -> float:
+    """Charged ex-post ε of a Gaussian AboveThreshold run whose output is ⊥^(t−1)⊤.
+
+    Spec: selection.md §5.3 (corrected GSM Thm 10/17: ln of the ratio, ρ − b, −σ_X x in the ⊤
+    factor), §5.6 numerics.
+
+    Examples
+    --------
+    >>> p = ATParams.make(sigma_x=0.3, threshold=0.75, bounds=(0, 1), sensitivity=1e-3)
+    >>> 0 <= eps_at_top(p, 3) - 0.00796829839498567 < 1e-8     # §5.8 anchor
+    True
+    """
+    return round_charge(_eps_top(params, _count(t, "t"), tol)[1])
+
+
+def eps_at_bottom(params: ATParams, T: int, tol: float = TOL) -> float:
+    """Charged ex-post ε of a run stopped without ⊤ after ``T`` queries (output ⊥^T; §5.4).
+
+    Examples
+    --------
+    >>> p = ATParams.make(sigma_x=0.3, threshold=0.75, bounds=(0, 1), sensitivity=1e-3)
+    >>> 0 <= eps_at_bottom(p, 1) - 0.00180015748881 < 1e-8
+    True
+    """
+    return round_charge(_eps_bot(params, _count(T, "T"), tol)[1])
+
+
+def at_step_needs(params: ATParams, t_max: int, tol: float = TOL) -> list[tuple[float, float]]:
+    """``[(ε_⊤(t), ε_⊥(t)) for t = 1..t_max]``, charged values (mode S uses their max per step)."""
+    return [
+        (eps_at_top(params, t, tol), eps_at_bottom(params, t, tol)) for t in range(1, t_max + 1)
+    ]
+
+
+def at_run_reservation(params: ATParams, t_max: int, tol: float = TOL) -> float:
+    """Mode R's worst case R = max(max_t ε_⊤(t), max_T ε_⊥(T)) over t, T ≤ t_max (§6.3 step 2).
+
+    The maxima are taken explicitly (monotonicity in t is only observed, §5.5).
+
+    >>> p = ATParams.make(sigma_x=0.3, threshold=0.75, bounds=(0, 1), sensitivity=1e-3)
+    >>> 0 <= at_run_reservation(p, 12) - 0.0163224654837 < 1e-8      # §6.5
+    True
+    """
+    t_max = _count(t_max, "max_steps")
+    return max(max(pair) for pair in at_step_needs(params, t_max, tol))
+
+
+def sigma_x_for_eps_at(
+    epsilon: float,
+    *,
+    threshold: float,
+    bounds: tuple[float, float],
+    sensitivity: float,
+    max_steps: int,
+    ratio: float = math.sqrt(3.0),
+    tol: float = TOL,
+) -> float:
+    """Smallest σ_X (σ_Z = ratio·σ_X) whose run of ``max_steps`` costs ≤ ``epsilon`` (§5.7)."""
+    target = _pos_float(epsilon, "epsilon")
+
+    def e(sx: float) -> float:
+        p = ATParams.make(
+            sigma_x=sx, sigma_z=ratio * sx, threshold=threshold, bounds=bounds,
+            sensitivity=sensitivity,
+        )  # fmt: skip
+        return at_run_reservation(p, max_steps, tol)
+
+    return _bisect_sigma(e, target)
+
+
+def zw20_rdp(alpha: float, params: ATParams) -> float:
+    """ZW20 Thm 7 (GSM Thm 7) Rényi bound of one Gaussian AboveThreshold run (ex-ante baseline).
+
+    Spec: selection.md §5.2. Valid when σ_Z ≥ √3 σ_X, ρ ≥ 0 and the queries are ≥ 0. Not a charge.
+    """
+    sx, sz, r, d = params.sigma_x, params.sigma_z, params.threshold, params.sensitivity
+    return (
+        alpha * d * d / sx**2
+        + 2 * alpha * d * d / sz**2
+        + math.log(
+            1 + 2 * math.sqrt(3) * math.pi * (1 + 9 * r * r / sx**2) * math.exp(r * r / sx**2)
+        )
+        / (2 * (alpha - 1))
+    )
+
+
+def zw20_eps(params: ATParams, delta: float, conversion: str = "bbghs") -> float:
+    """ZW20's ex-ante ε at ``delta``, minimised over α: ``"bbghs"`` (approximate DP) or ``"pdp"``.
+
+    Spec: selection.md §1.1, §5.2 (anchor: 0.0275337158656 BBGHS, 0.0363862213663 Markov pDP).
+    For comparison in Results and benchmarks only (P-13: never charged).
+
+    >>> p = ATParams.make(sigma_x=0.3, threshold=0.75, bounds=(0, 1), sensitivity=1e-3)
+    >>> round(zw20_eps(p, 1e-5), 8), round(zw20_eps(p, 1e-5, "pdp"), 8)
+    (0.02753372, 0.03638622)
+    """
+    from scipy.optimize import minimize_scalar
+
+    ld = math.log(delta)
+
+    def f(u: float) -> float:
+        al = 1.0 + math.exp(u)
+        e = zw20_rdp(al, params)
+        if conversion == "pdp":
+            return e - ld / (al - 1)
+        return e + math.log((al - 1) / al) - (ld + math.log(al)) / (al - 1)
+
+    res = minimize_scalar(f, bounds=(-20.0, 20.0), method="bounded", options={"xatol": 1e-12})
+    return float(res.fun)
+
+
+# --------------------------------------------------------------------------------------------
+# §2 Laplace sparse vector, §3.1 amplification
+
+
+def svt_laplace_split(
+    epsilon: object, c: int = 1, monotone: bool = False
+) -> tuple[Fraction, Fraction]:
+    """The LSL17 split ε = ε₁ + ε₂ with ε₁ : ε₂ = 1 : (2c)^(2/3) (monotone: 1 : c^(2/3)), exact.
+
+    Spec: selection.md §2.4(a). ε₁ is a 2⁻⁴⁰-grid rational near the optimum and ε₂ = ε − ε₁
+    exactly, so the run's charge is exactly ε (any split is private; only optimality is
+    approximate).
+
+    >>> e1, e2 = svt_laplace_split(1, 1)
+    >>> round(float(e1), 9), e1 + e2
+    (0.38648821, Fraction(1, 1))
+    """
+    eps = as_fraction(epsilon, "epsilon", Fraction(0), lo_open=True)
+    c = _count(c, "c")
+    k = (c if monotone else 2 * c) ** (2.0 / 3.0)
+    e1 = Fraction(round(float(eps) / (1.0 + k) * 2**40), 2**40)
+    if not 0 < e1 < eps:
+        raise GpframeInternalError("svt_laplace_split: split out of range.")
+    return e1, eps - e1
+
+
+def laplace_at_accuracy(epsilon: float, *, sensitivity: float, k: int, beta: float = 0.05) -> float:
+    """α = (8Δ/ε)·ln((k + 1)/β) of selection.md §2.3 (continuous Laplace, one ⊤, even split).
+
+    With probability ≥ 1 − β: ⊥ at step i ⇒ f_i < t + α, ⊤ ⇒ f_i ≥ t − α.
+
+    >>> round(laplace_at_accuracy(1, sensitivity=1, k=99), 8)       # §2.3 oracle
+    60.80721968
+    """
+    return 8.0 * float(sensitivity) / float(epsilon) * math.log((k + 1) / float(beta))
+
+
+def amplified_eps(epsilon0: object, p: object, direction: str = "add") -> float:
+    """ε′ = ln(1 + p(e^ε₀ − 1)) of Poisson subsampling at rate p (selection.md §3.1), rounded up.
+
+    ``direction="remove"`` gives −ln(1 − p(1 − e^−ε₀)) (never larger; for the oracle table).
+    Never the notes' printed "(ε, εδ)" (P-2). Computed with mpmath at 50 digits, then rounded
+    up to a float.
+
+    >>> round(amplified_eps(1, 0.1), 12)          # §3.1 oracle 0.158565078740
+    0.15856507874
+    """
+    import mpmath as mp
+
+    e0 = as_fraction(epsilon0, "epsilon0", Fraction(0))
+    pf = as_fraction(p, "p", Fraction(0), Fraction(1))
+    with mp.workdps(50):
+        e0m = mp.mpf(e0.numerator) / e0.denominator
+        pm = mp.mpf(pf.numerator) / pf.denominator
+        if direction == "add":
+            v = mp.log(1 + pm * mp.expm1(e0m))
+        elif direction == "remove":
+            v = -mp.log(1 - pm * (1 - mp.exp(-e0m)))
+        else:
+            raise InvalidInputError(f"direction={direction!r} is not one of 'add', 'remove'.")
+        f = float(v)
+        return f if mp.mpf(f) >= v else math.nextafter(f, math.inf)

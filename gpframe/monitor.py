@@ -1,0 +1,707 @@
+"""Monitoring streams of bounded statistics: AboveThreshold, Report-Noisy-Max, threshold queries.
+
+Spec: selection.md §2 (Laplace AboveThreshold / sparse vector), §4 (Gaussian Report-Noisy-Max),
+§5–§6.3 (Gaussian AboveThreshold, ex-post charges, modes R and S), adaptive-budgeting.md §5.4
+(threshold query). Every operation charges the session's per-user **central** ledger before any
+answer is released (DESIGN §3: charge first, release second) and returns a
+:class:`MonitorResult` with the realized ε beside the worst case and the ex-ante comparison.
+
+Users and queries. ``users`` are the ids of everyone whose data the queries read; each pays the
+charge. The queries are precomputed values or zero-argument callables over data the caller
+holds, so a user cannot be removed from them: a run starts only if **every** user is admitted,
+otherwise monitoring stops (the reservation is cancelled before any noise, nothing is charged
+for that run; P-10: membership never changes inside a run).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpframe.errors import BudgetExceededError, InvalidInputError
+from gpframe.mechanisms.selection import (
+    ATParams,
+    GaussianATRun,
+    LaplaceSVTRun,
+    at_run_reservation,
+    at_step_needs,
+    eps_rnm,
+    gaussian_report_noisy_max,
+    laplace_at_accuracy,
+    laplace_report_noisy_max,
+    sigma_for_eps_rnm,
+    zw20_eps,
+)
+from gpframe.results import Result
+
+__all__ = ["MonitorResult", "above_threshold", "report_noisy_max", "threshold_query"]
+
+_NOISES = ("laplace", "gaussian")
+_MODES = ("R", "S")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class MonitorResult(Result):
+    """A monitoring result: the ⊥/⊤ answers (or an index) and what they cost.
+
+    Extra attributes
+    ----------------
+    tops : tuple of int
+        Stream positions (0-based) answered ⊤.
+    runs : list of dict
+        One entry per run: ``start``, ``steps``, ``output`` (``"top"``/``"bottom"``),
+        ``reserved`` and ``charged`` (ε, the mechanism's units).
+    epsilon_realized : float
+        Σ of the charged ε over runs (Gaussian: ex-post; Laplace: the fixed ε).
+    epsilon_worst : float
+        Σ of the per-run worst cases (Gaussian mode R: the reservations R).
+    epsilon_exante : float or None
+        ZW20's ex-ante (ε, δ = 10⁻⁵) bound summed over runs, for comparison only (Gaussian).
+    stopped : str
+        Why monitoring ended: ``"c_tops"``, ``"end"``, ``"max_steps"`` or ``"budget"``.
+    """
+
+    tops: tuple[int, ...] = ()
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    epsilon_realized: float = 0.0
+    epsilon_worst: float = 0.0
+    epsilon_exante: float | None = None
+    stopped: str = ""
+
+    def _value_summary(self) -> str:
+        v = self.value
+        if isinstance(v, np.ndarray):
+            return f"<{v.size} answers, {len(self.tops)} ⊤>"
+        return super()._value_summary()
+
+
+# --------------------------------------------------------------------------------------------
+# validation helpers (all run before the ledger is touched)
+
+
+def _choice(value: object, name: str, options: tuple[str, ...]) -> str:
+    if value not in options:
+        raise InvalidInputError(
+            f"{name}={value!r} is not one of {', '.join(map(repr, options))}. Nothing was charged."
+        )
+    return str(value)
+
+
+def _users(users: object) -> list[Any]:
+    if users is None:
+        raise InvalidInputError(
+            "users=None: pass the ids of every user whose data the queries read (each is "
+            "charged). Nothing was charged."
+        )
+    if isinstance(users, (str, bytes)):
+        users = [users]
+    out = list(pd.Index(users))
+    if not out:
+        raise InvalidInputError("users is empty. Nothing was charged.")
+    if len(set(out)) != len(out):
+        raise InvalidInputError(
+            "users has duplicate ids; pass each user once. Nothing was charged."
+        )
+    return out
+
+
+def _int(value: object, name: str, *, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
+        raise InvalidInputError(f"{name}={value!r} must be an integer >= 1. Nothing was charged.")
+    return int(value)
+
+
+def _central_kind(session: Any) -> str:
+    kind = getattr(session, "ledger", None) and session.ledger.kind.get("central")
+    if kind is None:
+        raise InvalidInputError(
+            "the session has no central budget; open it with central=gp.DP(epsilon=...). "
+            "Nothing was charged."
+        )
+    return kind
+
+
+class _Stream:
+    """The query stream: values or zero-argument callables, read one at a time (public order)."""
+
+    def __init__(self, queries: Iterable[Any]) -> None:
+        if isinstance(queries, (str, bytes)) or not isinstance(queries, Iterable):
+            raise InvalidInputError(
+                f"queries={type(queries).__name__} must be an iterable of numbers or of "
+                "zero-argument callables. Nothing was charged."
+            )
+        self._len = len(queries) if hasattr(queries, "__len__") else None  # type: ignore[arg-type]
+        self._it: Iterator[Any] = iter(queries)
+        self._peek: list[Any] = []
+        self.pos = 0
+
+    def remaining(self) -> int | None:
+        return None if self._len is None else self._len - self.pos
+
+    def has_next(self) -> bool:
+        if self._peek:
+            return True
+        try:
+            self._peek.append(next(self._it))
+        except StopIteration:
+            return False
+        return True
+
+    def next_value(self) -> float:
+        item = self._peek.pop() if self._peek else next(self._it)
+        self.pos += 1
+        v = item() if isinstance(item, Callable) else item  # type: ignore[arg-type]
+        try:
+            f = float(v)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"query {self.pos - 1} returned {v!r}, not a number.") from exc
+        if not math.isfinite(f):
+            raise InvalidInputError(f"query {self.pos - 1} returned {f!r}, not a finite number.")
+        return f
+
+
+def _spent(session: Any, users: list[Any]) -> pd.Series:
+    return session.spent(users, notion="central")
+
+
+# --------------------------------------------------------------------------------------------
+# AboveThreshold
+
+
+def above_threshold(
+    session: Any,
+    queries: Iterable[Any],
+    threshold: float,
+    *,
+    users: Any,
+    sensitivity: float,
+    noise: str = "laplace",
+    epsilon: float | None = None,
+    sigma: float | None = None,
+    sigma_z: float | None = None,
+    bounds: tuple[float, float] | None = None,
+    max_steps: int | None = None,
+    c: int = 1,
+    monotone: bool = False,
+    integer: bool = False,
+    mode: str = "R",
+    beta: float = 0.05,
+    rng: Any = None,
+) -> MonitorResult:
+    """Watch a stream of queries and answer ⊤ when one crosses ``threshold`` (up to ``c`` times).
+
+    Spec: selection.md §2 (``noise="laplace"``: one run, LSL17 Alg 1 with c ⊤, ε ex-ante),
+    §5 and §6.3 (``noise="gaussian"``: a fresh run per ⊤, exact normals (§5.9 (A)), realized
+    ex-post ε under mode R or S).
+
+    Parameters
+    ----------
+    session : gp.Session
+        Charged on its central budget (``gp.DP``; a ``gp.zCDP`` budget pays Gaussian runs R²/2
+        ex-ante and Laplace runs ε²/2).
+    queries : iterable
+        Numbers or zero-argument callables, asked in order; each has user-level sensitivity
+        ``sensitivity`` and must be chosen from public information and earlier answers only.
+    threshold : float
+        The public threshold (ρ in selection.md §5).
+    users : sequence
+        Ids of all users the queries read; each is charged.
+    sensitivity : float
+        Δ of every query (e.g. 1/N for a share of a public N; never an observed count, P-9).
+    noise : {"laplace", "gaussian"}
+    epsilon : float
+        Laplace: the run's ε (required).
+    sigma, sigma_z : float
+        Gaussian: σ_X (required) and σ_Z (default √3·σ_X).
+    bounds : (a, b)
+        Gaussian: public hard bounds; queries are clamped into them (required).
+    max_steps : int, optional
+        Laplace: cap on the number of queries. Gaussian: the cap T_max of each run (required
+        unless ``queries`` has a length; mode R reserves the worst case over T_max steps).
+    c : int
+        Number of ⊤ before monitoring stops.
+    monotone : bool
+        Laplace with c > 1 only: all queries move in one direction between neighbours.
+    integer : bool
+        Laplace: integer queries (lattice g = 1).
+    mode : {"R", "S"}
+        Gaussian ledger mode (§6.3): R reserves each run's worst case and settles to the
+        realized ε (default); S checks every step against the remaining budget (prefix filter).
+    beta : float
+        Failure probability of the reported Laplace accuracy bound (§2.3).
+    rng : BitSource or None
+        The randomness source; None is the OS CSPRNG.
+
+    Returns
+    -------
+    MonitorResult
+        ``value``: the ⊥/⊤ answers (bool array, one per asked query); ``tops``; per-run records;
+        ``epsilon_realized`` vs ``epsilon_worst`` and ``epsilon_exante``; ``charges`` per user.
+
+    Raises
+    ------
+    InvalidInputError
+        Bad parameters; nothing is charged.
+    BudgetExceededError
+        Not every user can pay the first run; nothing is charged.
+
+    Examples
+    --------
+    >>> import gpframe as gp
+    >>> s = gp.Session(central=gp.DP(epsilon=1.0))
+    >>> res = above_threshold(s, [3, 8, 40, 90], 50, users=["a", "b"], sensitivity=1,
+    ...                       epsilon=0.5, integer=True)
+    >>> res.epsilon_realized, res.kind, res.n_charged
+    (0.5, 'dp', 2)
+    >>> res.value                                  # doctest: +ELLIPSIS
+    array([...])
+    """
+    noise = _choice(noise, "noise", _NOISES)
+    mode = _choice(mode, "mode", _MODES)
+    ulist = _users(users)
+    c = int(_int(c, "c"))  # type: ignore[arg-type]
+    max_steps = _int(max_steps, "max_steps", allow_none=True)
+    fkind = _central_kind(session)
+    stream = _Stream(queries)
+    if noise == "laplace":
+        if epsilon is None:
+            raise InvalidInputError(
+                "noise='laplace' needs epsilon=... (the run's ε, charged once). Nothing was charged."
+            )
+        if mode != "R":
+            raise InvalidInputError(
+                "mode='S' applies to noise='gaussian' only. Nothing was charged."
+            )
+        return _laplace_monitor(
+            session, stream, threshold, ulist, sensitivity, epsilon, c, monotone, integer,
+            max_steps, beta, rng,
+        )  # fmt: skip
+    if sigma is None or bounds is None:
+        raise InvalidInputError(
+            "noise='gaussian' needs sigma=... (σ_X) and bounds=(a, b) (public hard bounds of the "
+            "queries; selection.md P-3). Nothing was charged."
+        )
+    p = ATParams.make(
+        sigma_x=sigma, sigma_z=sigma_z, threshold=threshold, bounds=bounds, sensitivity=sensitivity
+    )
+    if max_steps is None and stream.remaining() is None:
+        raise InvalidInputError(
+            "noise='gaussian' over an unsized stream needs max_steps=... (the public cap of a "
+            "run; its worst-case ε is unbounded otherwise, selection.md §5.5). Nothing was charged."
+        )
+    if fkind == "zcdp" and mode == "S":
+        raise InvalidInputError(
+            "mode='S' needs a pure-DP central budget (ex-post charges compose only there, "
+            "selection.md P-13); use mode='R' (charged R²/2 ex-ante). Nothing was charged."
+        )
+    return _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng)
+
+
+def _laplace_monitor(
+    session, stream, threshold, ulist, sensitivity, epsilon, c, monotone, integer, max_steps,
+    beta, rng,
+) -> MonitorResult:  # fmt: skip
+    # the run is built (and every parameter checked) before the reservation; its threshold
+    # draw is discarded unreleased if the reservation is refused
+    run = LaplaceSVTRun(
+        threshold=threshold, epsilon=epsilon, sensitivity=sensitivity, c=c,
+        monotone=monotone, integer=integer, rng=rng,
+    )  # fmt: skip
+    before = _spent(session, ulist)
+    params = {"noise": "laplace", "epsilon": float(epsilon), "sensitivity": float(sensitivity),
+              "threshold": float(threshold), "c": c, "monotone": bool(monotone)}  # fmt: skip
+    with session.reserve(
+        ulist, run.epsilon,
+        notion="central", kind="dp", query="above_threshold", params=params,
+    ) as r:  # fmt: skip
+        if not r.admitted.all():
+            r.cancel()
+            raise BudgetExceededError(
+                f"{r.n_refused} of {len(ulist)} users cannot afford epsilon={float(epsilon):g}; a "
+                "monitor cannot leave users out of precomputed queries. Lower epsilon or raise "
+                "their budgets. Nothing was charged."
+            )
+        stopped = "end"
+        while True:
+            if max_steps is not None and stream.pos >= max_steps:
+                stopped = "max_steps"
+                break
+            if not stream.has_next():
+                break
+            run.step(stream.next_value())
+            if run.done:
+                stopped = "c_tops"
+                break
+        r.charge(run.epsilon)
+        qid = r.query_id
+    ans = np.array(run.answers, dtype=bool)
+    charges = _spent(session, ulist) - before
+    k = max(1, ans.size)
+    err = laplace_at_accuracy(float(run.epsilon), sensitivity=float(sensitivity), k=k, beta=beta)
+    if c > 1 or monotone:
+        # all k + 1 draws within scale·ln((k+1)/β): α = (b_t + b_q)·ln((k+1)/β)
+        bt, bq = (float(x) for x in run.scales)
+        err = (bt + bq) * math.log((k + 1) / beta)
+    eps = float(run.epsilon)
+    return MonitorResult(
+        value=ans, error=err + float(run.g), error_kind="threshold margin α (query units)",
+        confidence=1 - beta, mechanism="laplace_above_threshold", params=params, kind="dp"
+        if session.ledger.kind["central"] == "dp" else "zcdp", metric="hamming",
+        charges=charges, query_id=qid, spec="selection §2.1-2.4",
+        tops=tuple(int(i) for i in np.flatnonzero(ans)),
+        runs=[{"start": 0, "steps": int(ans.size), "output": "top" if ans.any() else "bottom",
+               "reserved": eps, "charged": eps}],
+        epsilon_realized=eps, epsilon_worst=eps, epsilon_exante=eps, stopped=stopped,
+    )  # fmt: skip
+
+
+def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng) -> MonitorResult:
+    before = _spent(session, ulist)
+    answers: list[bool] = []
+    tops: list[int] = []
+    runs: list[dict[str, Any]] = []
+    params = {"noise": "gaussian", "mode": mode, "sigma_x": p.sigma_x, "sigma_z": p.sigma_z,
+              "threshold": p.threshold, "bounds": (p.a, p.b), "sensitivity": p.sensitivity,
+              "max_steps": max_steps, "c": c}  # fmt: skip
+    stopped = "end"
+    qid = ""
+    exante = _exante(p)
+    while len(tops) < c:
+        if not stream.has_next():
+            stopped = "end"
+            break
+        rem = stream.remaining()
+        t_max = min(x for x in (max_steps, rem) if x is not None)
+        start = stream.pos
+        if mode == "R":
+            out = _run_mode_r(session, stream, p, ulist, t_max, fkind, rng, params)
+        else:
+            out = _run_mode_s(session, stream, p, ulist, t_max, rng, params)
+        if out is None:  # refused before any noise: nothing charged for this run
+            if not runs:
+                raise BudgetExceededError(
+                    f"not every user can afford the first run (worst case over {t_max} steps); "
+                    "lower the cap max_steps, raise sigma or the budgets. Nothing was charged."
+                )
+            stopped = "budget"
+            break
+        ans, reserved, charged, qid, budget_stop = out
+        runs.append({"start": start, "steps": len(ans), "output": "top" if ans and ans[-1]
+                     else "bottom", "reserved": reserved, "charged": charged})  # fmt: skip
+        for i, a in enumerate(ans):
+            answers.append(a)
+            if a:
+                tops.append(start + i)
+        if budget_stop:  # mode S stopped this run; the next run must pass admission again
+            stopped = "budget"
+        if len(tops) >= c:
+            stopped = "c_tops"
+        # a run that hit its cap without ⊤ is followed by a fresh run (selection.md §6.5)
+    charges = _spent(session, ulist) - before
+    real = float(sum(rn["charged"] for rn in runs))
+    worst = float(sum(rn["reserved"] for rn in runs))
+    ans_arr = np.array(answers, dtype=bool)
+    return MonitorResult(
+        value=ans_arr, mechanism="gaussian_above_threshold", params=params,
+        kind="dp_expost" if fkind == "dp" else "zcdp", metric="hamming", charges=charges,
+        query_id=qid, spec="selection §5.3-5.4, §5.9 (A), §6.3 mode " + mode,
+        tops=tuple(tops), runs=runs, epsilon_realized=real, epsilon_worst=worst,
+        epsilon_exante=None if exante is None else exante * len(runs), stopped=stopped,
+    )  # fmt: skip
+
+
+def _exante(p: ATParams) -> float | None:
+    if p.sigma_z >= 3**0.5 * p.sigma_x * (1 - 1e-15) and p.threshold >= 0 and p.a >= 0:
+        try:
+            return zw20_eps(p, 1e-5)
+        except OverflowError:  # exp(ρ²/σ_X²) beyond float range: the ex-ante bound is vacuous
+            return math.inf
+    return None
+
+
+def _run_mode_r(session, stream, p, ulist, t_max, fkind, rng, params):
+    """Mode R: reserve R for all users, run, settle to the realized ex-post ε (§6.3)."""
+    R = at_run_reservation(p, t_max)
+    kind = "dp_expost" if fkind == "dp" else "dp"  # zCDP: R as pure ε, ex-ante (P-13)
+    with session.reserve(
+        ulist, Fraction(R), notion="central", kind=kind, query="above_threshold",
+        params={**params, "run_max_steps": t_max, "reserved": R},
+    ) as r:  # fmt: skip
+        if not r.admitted.all():
+            r.cancel()
+            return None
+        run = GaussianATRun(p, rng)
+        while len(run.answers) < t_max and stream.has_next():
+            if run.step(stream.next_value()):
+                break
+        used = run.epsilon() if fkind == "dp" else R
+        r.charge(Fraction(used))
+        return list(run.answers), R, used, r.query_id, False
+
+
+def _run_mode_s(session, stream, p, ulist, t_max, rng, params):
+    """Mode S: before step t hold need_t − (already charged); charge the realized increment."""
+    needs = at_step_needs(p, t_max)
+    charged = Fraction(0)  # this run's cumulative charge (the provisional ε_⊥ of its prefix)
+    run: GaussianATRun | None = None
+    qid = ""
+    budget_stop = False
+    for t in range(1, t_max + 1):
+        if not stream.has_next():
+            break
+        need = Fraction(max(needs[t - 1]))
+        inc = max(Fraction(0), need - charged)
+        with session.reserve(
+            ulist, inc, notion="central", kind="dp_expost", query="above_threshold",
+            params={**params, "step": t, "need": float(need)},
+        ) as r:  # fmt: skip
+            if not r.admitted.all():
+                r.cancel()
+                if run is None:
+                    return None
+                budget_stop = True  # the filter stops the run: output ⊥^(t−1), already paid
+                break
+            if run is None:
+                run = GaussianATRun(p, rng)
+            top = run.step(stream.next_value())
+            realized = Fraction(run.epsilon())
+            r.charge(max(Fraction(0), realized - charged))
+            charged = max(charged, realized)
+            qid = r.query_id
+        if top:
+            break
+    if run is None:
+        return None
+    return list(run.answers), float(max(max(n) for n in needs)), float(charged), qid, budget_stop
+
+
+# --------------------------------------------------------------------------------------------
+# Report-Noisy-Max
+
+
+def report_noisy_max(
+    session: Any,
+    values: Any,
+    *,
+    users: Any,
+    sensitivity: float,
+    noise: str = "gaussian",
+    sigma: float | None = None,
+    epsilon: float | None = None,
+    bounds: tuple[float, float] | None = None,
+    integer: bool = False,
+    rng: Any = None,
+) -> MonitorResult:
+    """The index of the (noisily) largest candidate, charged on the central ledger.
+
+    Spec: selection.md §4 (Gaussian: certified pure ε of §4.2; give ``sigma``, or ``epsilon``
+    to calibrate σ by §4.4), DR14 Report Noisy Max with discrete Laplace 2Δ/ε (``noise="laplace"``).
+
+    Examples
+    --------
+    >>> import gpframe as gp
+    >>> s = gp.Session(central=gp.DP(epsilon=1.0))
+    >>> res = report_noisy_max(s, [0.2, 0.7, 0.4], users=[1, 2, 3], sigma=0.3, bounds=(0, 1),
+    ...                        sensitivity=0.01)
+    >>> res.value in (0, 1, 2), round(res.epsilon_realized, 6)
+    (True, 0.174434)
+    """
+    noise = _choice(noise, "noise", _NOISES)
+    ulist = _users(users)
+    _central_kind(session)
+    x = np.asarray(values, dtype=np.float64) if not callable(values) else None
+    if x is None or x.ndim != 1 or x.size == 0 or not np.isfinite(x).all():
+        raise InvalidInputError(
+            "values must be a non-empty 1-D array of finite candidate scores. Nothing was charged."
+        )
+    if noise == "gaussian":
+        if bounds is None or (sigma is None) == (epsilon is None):
+            raise InvalidInputError(
+                "noise='gaussian' needs bounds=(a, b) and exactly one of sigma=... or "
+                "epsilon=... (a target ε to calibrate σ, selection.md §4.4). Nothing was charged."
+            )
+        if sigma is None:
+            sigma = sigma_for_eps_rnm(epsilon, sensitivity=sensitivity, bounds=bounds, d=x.size)
+        eps = eps_rnm(sigma, sensitivity=sensitivity, bounds=bounds, d=x.size)
+    else:
+        if epsilon is None:
+            raise InvalidInputError("noise='laplace' needs epsilon=.... Nothing was charged.")
+        from gpframe.mechanisms.calibration import check_eps, check_positive
+
+        eps = check_eps(epsilon, "epsilon")
+        check_positive(sensitivity, "sensitivity")
+    before = _spent(session, ulist)
+    params = {"noise": noise, "sigma": sigma, "epsilon": float(eps), "bounds": bounds,
+              "sensitivity": float(sensitivity), "d": int(x.size)}  # fmt: skip
+    with session.reserve(
+        ulist, Fraction(eps), notion="central", kind="dp", query="report_noisy_max", params=params
+    ) as r:
+        if not r.admitted.all():
+            r.cancel()
+            raise BudgetExceededError(
+                f"{r.n_refused} of {len(ulist)} users cannot afford epsilon={float(eps):.6g}. "
+                "Raise sigma (or lower epsilon) or the budgets. Nothing was charged."
+            )
+        if noise == "gaussian":
+            rel = gaussian_report_noisy_max(
+                x, sigma=sigma, bounds=bounds, sensitivity=sensitivity, rng=rng
+            )
+        else:
+            rel = laplace_report_noisy_max(
+                x, epsilon=epsilon, sensitivity=sensitivity, integer=integer, rng=rng
+            )
+        r.charge(rel.epsilon)
+        qid = r.query_id
+    charges = _spent(session, ulist) - before
+    classical = rel.noise.get("epsilon_classical")
+    return MonitorResult(
+        value=int(rel.index), mechanism=f"{noise}_report_noisy_max", params=params,
+        kind="dp" if session.ledger.kind["central"] == "dp" else "zcdp", metric="hamming",
+        charges=charges, query_id=qid, spec=rel.guarantee.spec,
+        runs=[{"start": 0, "steps": int(x.size), "output": int(rel.index),
+               "reserved": float(rel.epsilon), "charged": float(rel.epsilon)}],
+        epsilon_realized=float(rel.epsilon), epsilon_worst=float(rel.epsilon),
+        epsilon_exante=classical, stopped="end",
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Threshold query (adaptive-budgeting.md §5.4)
+
+
+def _laplace_sum_tail_t(m: int, beta: float) -> float:
+    """t_m(β): P(|Σ_{j≤m} L_j| > t) = β for i.i.d. Lap(1) (adaptive-budgeting.md §4.7)."""
+
+    def tail(t: float) -> float:
+        s = 0.0
+        for i in range(m):
+            for k in range(i + 1):
+                s += (
+                    t ** (i - k) / math.factorial(i - k) / math.factorial(k)
+                    * math.factorial(m - 1 + k) / math.factorial(m - 1) / 2 ** (m + k)
+                )  # fmt: skip
+        return 2 * math.exp(-t) * s
+
+    lo, hi = 0.0, 1.0
+    while tail(hi) > beta:
+        hi *= 2
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if tail(mid) > beta else (lo, mid)
+    return hi
+
+
+def threshold_query(
+    session: Any,
+    count: Any,
+    *,
+    tau: float,
+    users: Any,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    rounds: int = 10,
+    beta: float = 0.05,
+    rng: Any = None,
+) -> MonitorResult:
+    """Is a count of distinct users ≥ ``tau``? Cheap when the count is far from ``tau``.
+
+    Spec: adaptive-budgeting.md §5.4 (App C, Alg 9) with the doubling split π_j = 2^(j−1)/(2^c − 1):
+    round j releases the count with fresh noise of budget π_j·(total), stops as soon as the
+    weighted estimate ± its width clears ``tau``; every user pays only the rounds run. Central
+    zCDP (``rho``): discrete Gaussian (``gaussian_zcdp``); central DP (``epsilon``): discrete
+    Laplace (``laplace_dp``, §4.7 width). ``count`` must count each user at most once
+    (sensitivity 1) and ``tau`` must be public (e.g. p·N with a public N).
+
+    Examples
+    --------
+    >>> import gpframe as gp
+    >>> s = gp.Session(central=gp.DP(epsilon=1.0))
+    >>> res = threshold_query(s, 900, tau=500, users=range(1000), epsilon=0.5)
+    >>> res.value, res.epsilon_realized < 0.5
+    (True, True)
+    """
+    from gpframe.mechanisms import gaussian_zcdp, laplace_dp
+
+    ulist = _users(users)
+    fkind = _central_kind(session)
+    c = int(_int(rounds, "rounds"))  # type: ignore[arg-type]
+    if (epsilon is None) == (rho is None):
+        raise InvalidInputError("pass exactly one of epsilon=... or rho=.... Nothing was charged.")
+    v = count() if callable(count) else count
+    try:
+        cnt = float(v)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"count={v!r} is not a number. Nothing was charged.") from exc
+    if not math.isfinite(cnt) or cnt != round(cnt):
+        raise InvalidInputError(f"count={v!r} must be an integer count. Nothing was charged.")
+    if not (0 < beta < 1):
+        raise InvalidInputError(f"beta={beta!r} must be in (0, 1). Nothing was charged.")
+    total = Fraction(epsilon if epsilon is not None else rho)  # type: ignore[arg-type]
+    if total <= 0:
+        raise InvalidInputError("the budget must be > 0. Nothing was charged.")
+    kind = "dp" if epsilon is not None else "zcdp"
+    den = 2**c - 1
+    pis = [Fraction(2 ** (j - 1), den) for j in range(1, c + 1)]
+    beta1 = beta / c
+    before = _spent(session, ulist)
+    outs: list[float] = []
+    wts: list[Fraction] = []
+    answer = None
+    params = {"tau": float(tau), "kind": kind, "total": float(total), "rounds": c, "beta": beta}
+    with session.reserve(
+        ulist, total, notion="central", kind=kind, query="threshold_query", params=params
+    ) as r:
+        if not r.admitted.all():
+            r.cancel()
+            raise BudgetExceededError(
+                f"{r.n_refused} of {len(ulist)} users cannot afford {kind} {float(total):g}. "
+                "Nothing was charged."
+            )
+        used = Fraction(0)
+        for j in range(c):
+            part = pis[j] * total
+            if kind == "dp":
+                y = float(
+                    laplace_dp([cnt], sensitivity=1, epsilon=part, integer=True, rng=rng).values[0]
+                )
+            else:
+                y = float(
+                    gaussian_zcdp([cnt], l2_sensitivity=1, rho=part, integer=True, rng=rng).values[
+                        0
+                    ]
+                )
+            used += part
+            outs.append(y)
+            wts.append(part)
+            cbar = float(sum(w * Fraction(o) for w, o in zip(wts, outs, strict=True)) / used)
+            if kind == "dp":
+                wid = _laplace_sum_tail_t(j + 1, beta1) / float(used)
+            else:
+                wid = math.sqrt(math.log(2 / beta1) / float(used))
+            if cbar - wid > tau:
+                answer = True
+                break
+            if cbar + wid < tau:
+                answer = False
+                break
+        if answer is None:
+            answer = bool(cbar >= tau)
+        r.charge(used)
+        qid = r.query_id
+    charges = _spent(session, ulist) - before
+    return MonitorResult(
+        value=bool(answer), error=wid, error_kind="count margin (users)", confidence=1 - beta,
+        mechanism="threshold_query", params=params, kind=fkind, metric="hamming",
+        charges=charges, allocations=pd.Series({u: float(total) for u in ulist}), query_id=qid,
+        spec="adaptive-budgeting §5.4", runs=[{"start": 0, "steps": len(outs), "output": answer,
+        "reserved": float(total), "charged": float(used)}], epsilon_realized=float(used),
+        epsilon_worst=float(total), stopped="decided" if len(outs) < c else "end",
+    )  # fmt: skip
