@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from .engine import Case, Claim, discrete_featurizer, numpy_rng
-from .registry import utm_pair
 
 __all__ = [
     "MUTANTS",
@@ -94,6 +93,8 @@ def _under_noised_laplace_gp(eps: float = 1.0, d: float = 3.0) -> Mutant:
 
 def _under_noised_planar(eps: float = 1.0, d: float = 3.0) -> Mutant:
     from gpframe.mechanisms import planar_laplace
+
+    from .registry import utm_pair  # lazy: the registry imports the case modules, which use us
 
     a, b, k = utm_pair(45.0, 45.0, d)
 
@@ -202,6 +203,8 @@ def _half_lipschitz_laplace_gp(eps: float = 1.0, d: float = 1.5) -> Mutant:
 
 def _per_axis_planar(eps: float = 1.0, d: float = 3.0) -> Mutant:
     from gpframe.mechanisms import laplace_gp
+
+    from .registry import utm_pair  # lazy: see above
 
     a, b, k = utm_pair(45.0, 45.0, d)  # the diagonal, where ℓ1 and ℓ2 differ most
 
