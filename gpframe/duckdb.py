@@ -77,7 +77,7 @@ import numpy as np
 from gpframe.errors import InvalidInputError
 from gpframe.queries import privatize as _pv
 
-__all__ = ["Registration", "register"]
+__all__ = ["Registration", "clip_user", "register"]
 
 #: the UDFs and macros register() creates: (udf name, macro name, mode, amount keyword); each
 #: macro dispatches to an integer-id UDF or a text-id UDF, so user 7 is the same ledger user in
@@ -195,11 +195,24 @@ def register(con: Any, session: Any, *, rng: Any = None) -> Registration:
 def _register_operations(con: Any, session: Any, rng: Any) -> None:
     """Register the UDFs of the other operations (one module each; each is idempotent)."""
     # local imports: those modules import this one for its shared locking and charging helpers
+    from gpframe.duckdb_grid import register_grid
     from gpframe.duckdb_kde import register_kde
     from gpframe.duckdb_range import register_range_count
 
     register_range_count(con, session, rng=rng)
     register_kde(con, session, rng=rng)
+    register_grid(con, session, rng=rng)
+
+
+def clip_user(con: Any, table: str, **kwargs: Any) -> Any:
+    """Run Clip-User on a DuckDB table and write its retention table (clip-user.md §7-§8).
+
+    Parameters and examples: :func:`gpframe.duckdb_grid.clip_user`; ``sql/grid_stats.sql``
+    then computes the clipped per-cell sums in SQL and releases them with noise.
+    """
+    from gpframe.duckdb_grid import clip_user as _clip_user
+
+    return _clip_user(con, table, **kwargs)
 
 
 def _lookup(con: Any) -> Registration | None:

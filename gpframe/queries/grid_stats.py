@@ -199,14 +199,19 @@ def release_cells(
     *,
     beta: float,
     rng: Any = None,
+    only: np.ndarray | None = None,
 ) -> CellRelease:
     """Release every cell with r_j >= 1: mean and variance, fresh Laplace draws (spec §8 step 3).
 
     Noise: per cell, ``laplace_dp`` with sensitivity W·r*/r at ε_mu and W²·h(r*, r) at ε_V
     (exact Fractions from the plan's final counts, pitfall P14); lattice g = 2^(⌊log₂Δ⌋−20),
     λ = ε/(⌊Δ/g⌋ + 1) (secure-noise.md §9.3). A cell with r = 1 has V̄ = 0 for every dataset:
-    0 is released exactly (spec §6.1).
+    0 is released exactly (spec §6.1). Cells sharing (r, r*) share their noise parameters and
+    are drawn in one sampler call (independent draws, ascending cell order; never per row).
     Charge: the caller charges ε_mu + ε_V per kept cell per user (the guarantees returned).
+
+    ``only`` (cell indices) restricts the release to those cells (the DuckDB UDF releases one
+    Arrow batch of cells at a time); the other cells stay NaN.
     """
     from gpframe.mechanisms import laplace_dp
     from gpframe.mechanisms.calibration import central_laplace
@@ -220,40 +225,50 @@ def release_cells(
     q = value_step(L, U)
     out = {k: np.full(n_c, np.nan) for k in ("mean", "var", "vu", "em", "ev", "sm", "sv")}
     released = plan.r_cell >= 1
+    todo = np.flatnonzero(released)
+    if only is not None:
+        sel = np.zeros(n_c, dtype=bool)
+        sel[np.asarray(only, dtype=np.int64)] = True
+        todo = np.flatnonzero(released & sel)
+        released = released & sel
     amounts: set[Fraction] = set()
-    for j in np.flatnonzero(released).tolist():
-        r, rs = int(plan.r_cell[j]), int(plan.r_star[j])
+    for j in todo.tolist():
         if means[j] is None or variances[j] is None:
+            r = int(plan.r_cell[j])
             raise GpframeInternalError(f"cell {j} is planned with r={r} but has no kept value.")
+    keys = np.stack([plan.r_cell[todo], plan.r_star[todo]]) if todo.size else np.zeros((2, 0))
+    groups = np.unique(keys, axis=1) if todo.size else np.zeros((2, 0), np.int64)
+    for r, rs in groups.T.tolist():
+        cj = todo[(plan.r_cell[todo] == r) & (plan.r_star[todo] == rs)]
         d_mu = W * rs / r
         cal = central_laplace(eps_mu, d_mu, integer=False)
-        rel = laplace_dp([_pre_snap(means[j], cal.g)], sensitivity=d_mu, epsilon=eps_mu, rng=rng)
+        pre = [_pre_snap(means[j], cal.g) for j in cj.tolist()]
+        rel = laplace_dp(pre, sensitivity=d_mu, epsilon=eps_mu, rng=rng)
         amounts.add(rel.guarantee.amount)
-        mu = float(rel.values[0])
+        mu = np.asarray(rel.values, dtype=np.float64)
         sm = rel.noise["scale"]
-        em = float(plan.E_mu[j]) + laplace_bound(beta / 2, sm, rel.g) + float(q)
+        em = plan.E_mu[cj] + laplace_bound(beta / 2, sm, rel.g) + float(q)
         d_v = W * W * h_exact(rs, r)
         if d_v > 0:
             cal = central_laplace(eps_v, d_v, integer=False)
-            relv = laplace_dp(
-                [_pre_snap(variances[j], cal.g)], sensitivity=d_v, epsilon=eps_v, rng=rng
-            )
+            pre = [_pre_snap(variances[j], cal.g) for j in cj.tolist()]
+            relv = laplace_dp(pre, sensitivity=d_v, epsilon=eps_v, rng=rng)
             amounts.add(relv.guarantee.amount)
-            v = float(relv.values[0])
+            v = np.asarray(relv.values, dtype=np.float64)
             sv = relv.noise["scale"]
-            ev = float(plan.E_V[j]) + laplace_bound(beta / 2, sv, relv.g)
+            ev = plan.E_V[cj] + laplace_bound(beta / 2, sv, relv.g)
         else:
-            v, sv, ev = 0.0, Fraction(0), float(plan.E_V[j])
+            v, sv, ev = np.zeros(cj.size), Fraction(0), plan.E_V[cj].astype(np.float64)
         # fixed-point snapping moves each value by at most q: the mean by <= q, the standard
         # deviation by <= q (centring is a projection), so the variance by <= q(W + q)
-        ev += float(q * (W + q))
+        ev = ev + float(q * (W + q))
         # post-processing (spec §6.1): clamp to the ranges that contain the true statistics
-        mu = min(max(mu, float(L)), float(U))
-        v = min(max(v, 0.0), float(W * W) / 4)
-        out["mean"][j], out["var"][j] = mu, v
-        out["vu"][j] = v * r / (r - 1) if r > 1 else math.nan
-        out["em"][j], out["ev"][j] = em, ev
-        out["sm"][j], out["sv"][j] = float(sm), float(sv)
+        mu = np.clip(mu, float(L), float(U))
+        v = np.clip(v, 0.0, float(W * W) / 4)
+        out["mean"][cj], out["var"][cj] = mu, v
+        out["vu"][cj] = v * r / (r - 1) if r > 1 else math.nan
+        out["em"][cj], out["ev"][cj] = em, ev
+        out["sm"][cj], out["sv"][cj] = float(sm), float(sv)
     if amounts - {eps_mu, eps_v}:
         raise GpframeInternalError("a release guarantee differs from the planned budget.")
     return CellRelease(

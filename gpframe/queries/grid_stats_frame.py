@@ -10,7 +10,15 @@ occupancy="public")`` delegates to :func:`grid_stats` with the bound
 sample **values** are protected (user-level DP under "replace one user's values"). The caller must
 say so: ``occupancy="public"``, or pass the public occupancy table, which is checked against the
 data (fail closed on any mismatch). Occupancy derived from private GPS traces is *not* protected
-by this mode; ``occupancy="private"`` (contribution bounding) is not implemented yet and raises.
+by this mode.
+
+``occupancy="private"`` is the common case where the occupancy itself comes from private data: it
+runs standard user-level contribution bounding instead of Clip-User
+(:mod:`gpframe.queries.contribution_bounding`): each user keeps at most ``max_cells`` cells and
+``max_per_cell`` samples per cell by a data-independent rule, every cell of the public list
+``public_cells=`` is released (empty or not), and count, sum and sum of squares get noise
+calibrated to those caps. It protects presence and frequency too (add/remove-one-user
+neighbours), at the price of noise that does not shrink with a cell's number of users.
 """
 
 from __future__ import annotations
@@ -187,14 +195,10 @@ def _occupancy(occupancy: Any, users: np.ndarray, cells: np.ndarray) -> Occupanc
     if isinstance(occupancy, str):
         if occupancy == "public":
             return data_occ
-        if occupancy == "private":
-            raise InvalidInputError(
-                "occupancy='private' (user-level contribution bounding) is not implemented yet. "
-                + _OCC_HELP
-                + f" {_NOTHING}"
-            )
         raise InvalidInputError(
-            f"occupancy={occupancy!r} is not 'public' or a table. " + _OCC_HELP + f" {_NOTHING}"
+            f"occupancy={occupancy!r} is not 'public', 'private' or a table. "
+            + _OCC_HELP
+            + f" {_NOTHING}"
         )
     if not isinstance(occupancy, pd.DataFrame):
         raise InvalidInputError(
@@ -252,6 +256,10 @@ def grid_stats(
     beta: float = 0.05,
     order_by: str | None = None,
     rng: Any = None,
+    public_cells: Any = None,
+    max_cells: int | None = None,
+    max_per_cell: int | None = None,
+    salt: str | None = None,
     **plan_options: Any,
 ) -> Any:
     """Private mean and variance of ``value`` per H3 cell under user-level ε-DP (clip-user.md).
@@ -285,6 +293,13 @@ def grid_stats(
         pseudo-user cap (spec §2.2); default row position.
     rng : BitSource or None
         Randomness source; None is the OS CSPRNG.
+    public_cells : list of H3 cells or shapely geometry, optional
+        ``occupancy="private"`` only: the cells to release (H3 str/int), or an area (in the
+        frame's input CRS) whose covering H3 cells at resolution ``cells`` are released.
+    max_cells, max_per_cell : int, optional
+        ``occupancy="private"`` only (required there): the contribution caps per user.
+    salt : str, optional
+        ``occupancy="private"`` only: key of the public cell-selection hash (default constant).
     **plan_options
         kappa, split, error_cap, protect_worst_grid, rollback_incomplete_stage (spec §7.1).
 
@@ -304,6 +319,11 @@ def grid_stats(
     budget cannot cover it are suppressed everywhere and charged nothing.
     Error: |mean − true mean| ≤ W·c/m + scale·ln(2/(β(1+e^{−λ}))) + g/2 + q (both statistics
     jointly with probability ≥ 1 − β per cell; q is the fixed-point step of the exact sums).
+
+    With ``occupancy="private"``: one row per public cell with ``count`` (noisy), ``mean``,
+    ``variance``, ``mean_error`` (noise only, against the bounded mean) and ``released``; noise
+    λ = ε/p (count) and scales p·H/ε, p·H²/(2ε) (sums, H = W/2); charge ε × 3 × (cells kept,
+    at most ``max_cells``) per user (:mod:`gpframe.queries.contribution_bounding`).
     """
     from gpframe.mechanisms.calibration import check_eps
     from gpframe.queries.grid_stats import central_kind, run_grid_stats
@@ -340,6 +360,17 @@ def grid_stats(
         order = frame[order_by].to_numpy()
     cell_keys = _cell_keys(frame, cells, p)
     users = np.asarray(p.users)
+    if isinstance(occupancy, str) and occupancy == "private":
+        return _private(
+            bound, x, cell_keys, users, cells=cells, public_cells=public_cells,
+            max_cells=max_cells, max_per_cell=max_per_cell, salt=salt, lo=lo, hi=hi, eps=eps,
+            beta=beta, order=order, rng=rng, value=value,
+        )  # fmt: skip
+    if public_cells is not None or max_cells is not None or max_per_cell is not None:
+        raise InvalidInputError(
+            "public_cells, max_cells and max_per_cell apply to occupancy='private' only. "
+            f"{_NOTHING}"
+        )
     occ = _occupancy(occupancy, users, cell_keys)
     rows_u = np.searchsorted(occ.users, users)
     rows_j = np.searchsorted(occ.cells, cell_keys)
@@ -419,4 +450,115 @@ def _build_frame(plan: ClipUserPlan, rel: Any, crs_in: Any) -> Any:
     return gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geom.array, index=idx), crs=crs_in)
 
 
-_ = Fraction
+def _public_cell_keys(public_cells: Any, cells: Any, crs_in: Any) -> np.ndarray:
+    """Return the public cell list as uint64 H3 indexes (an explicit list, or an area cover)."""
+    import shapely
+
+    if public_cells is None:
+        from gpframe.queries.contribution_bounding import public_cell_list
+
+        public_cell_list(None)  # raises the explanatory error
+    geom = public_cells
+    if hasattr(geom, "union_all") and hasattr(geom, "crs"):  # GeoSeries / GeoDataFrame
+        geom = geom.to_crs("EPSG:4326").union_all()
+    elif isinstance(geom, shapely.Geometry):
+        import geopandas as gpd
+
+        geom = gpd.GeoSeries([geom], crs=crs_in).to_crs("EPSG:4326").iloc[0]
+    else:
+        return np.unique(_as_h3(pd.Series(list(public_cells)), "public_cells"))
+    if isinstance(cells, str):
+        raise InvalidInputError(
+            "public_cells is an area, so cells= must be an H3 resolution (to cover the area "
+            f"with cells of that resolution). {_NOTHING}"
+        )
+    import h3
+
+    out = h3.geo_to_cells(geom, int(cells))
+    if not out:
+        raise InvalidInputError(
+            f"public_cells covers no H3 cell at resolution {cells}; use a larger area or a "
+            f"finer resolution. {_NOTHING}"
+        )
+    return np.unique(np.array([h3.str_to_int(c) for c in out], dtype=np.uint64))
+
+
+def _private(
+    bound: Any,
+    x: np.ndarray,
+    cell_keys: np.ndarray,
+    users: np.ndarray,
+    *,
+    cells: Any,
+    public_cells: Any,
+    max_cells: Any,
+    max_per_cell: Any,
+    salt: Any,
+    lo: Fraction,
+    hi: Fraction,
+    eps: Fraction,
+    beta: float,
+    order: Any,
+    rng: Any,
+    value: str,
+) -> Any:
+    """occupancy="private": contribution bounding and release of every public cell."""
+    import geopandas as gpd
+    import h3
+
+    from gpframe.queries.contribution_bounding import DEFAULT_SALT, run_private_grid_stats
+
+    p = bound.projected
+    if max_cells is None or max_per_cell is None:
+        raise InvalidInputError(
+            "occupancy='private' needs max_cells= and max_per_cell= (public caps on how many "
+            "cells a user contributes to and how many samples per cell), e.g. max_cells=5, "
+            f"max_per_cell=10. {_NOTHING}"
+        )
+    pub = _public_cell_keys(public_cells, cells, p.crs_in)
+    run = run_private_grid_stats(
+        bound.session, users, cell_keys, x, pub, lower=lo, upper=hi, epsilon=eps,
+        max_cells=max_cells, max_per_cell=max_per_cell, order=order,
+        salt=DEFAULT_SALT if salt is None else salt, beta=beta, rng=rng,
+        params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
+    )  # fmt: skip
+    rel, b = run.release, run.bounded
+    idx = pd.Index([h3.int_to_str(int(c)) for c in b.cells.tolist()], name="cell")
+    df = pd.DataFrame(
+        {
+            "count": rel.count,
+            "mean": rel.mean,
+            "variance": rel.var,
+            "mean_error": rel.mean_error,
+            "released": np.ones(b.cells.size, dtype=bool),
+        },
+        index=idx,
+    )
+    geom = _hexagons(b.cells, p.crs_in)
+    out = gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geom.array, index=idx), crs=p.crs_in)
+    finite = np.isfinite(rel.mean_error)
+    result = GridStatsResult(
+        value=out,
+        error=float(np.max(rel.mean_error[finite])) if finite.any() else None,
+        confidence=1.0 - beta,
+        params={
+            "epsilon": float(eps),
+            "bounds": (float(lo), float(hi)),
+            "occupancy": "private",
+            "cells": cells,
+            "beta": beta,
+            "max_cells": b.max_cells,
+            "max_per_cell": b.max_per_cell,
+            "worst_case_epsilon": float(eps) * 3 * b.max_cells,
+        },
+        kind=run.fkind,
+        charges=pd.Series(run.charges, index=pd.Index(run.users, name="user")),
+        allocations=pd.Series(run.allocations, index=pd.Index(run.users, name="user")),
+        excluded=run.excluded,
+        query_id=run.query_id,
+        Gamma=b.max_cells,
+        Gamma_prime=b.max_cells,
+        n_budget_excluded=len(run.excluded),
+    )
+    out.attrs["geopriv"] = result.to_attr()
+    return out

@@ -111,7 +111,14 @@ def test_public_occupancy_table_checked_and_fails_closed(pings, session):
         (lambda d: d.assign(speed=d.speed + 100), {}, "outside bounds"),
         (lambda d: d.assign(cell="not-a-cell"), {"cells": "cell"}, "not a valid H3"),
         (lambda d: d, {"occupancy": None}, "occupancy"),
-        (lambda d: d, {"occupancy": "private"}, "not implemented"),
+        (lambda d: d, {"occupancy": "private"}, "max_cells"),
+        (lambda d: d, {"occupancy": "private", "max_cells": 2, "max_per_cell": 3}, "public_cells"),
+        (
+            lambda d: d,
+            {"occupancy": "private", "max_cells": 0, "max_per_cell": 3, "public_cells": [1]},
+            "not a valid H3",
+        ),
+        (lambda d: d, {"max_cells": 2}, "occupancy='private' only"),
         (lambda d: d, {"occupancy": "maybe"}, "occupancy"),
         (lambda d: d, {"clip": "cap"}, "clip="),
         (lambda d: d, {"epsilon": -1}, "epsilon"),
@@ -165,3 +172,20 @@ def test_cell_column_of_h3_strings(pings, session):
         rng=seeded_rng(5),
     )
     assert set(out.index) == set(df["cell"])
+
+
+def test_private_occupancy_releases_every_public_cell_and_no_counts(pings, session):
+    import h3
+    import shapely
+
+    area = shapely.box(-74.0, 40.7, -73.97, 40.73)
+    out = grid_stats(
+        _bound(pings, session), value="speed", bounds=(0, 30), epsilon=0.5, cells=8,
+        occupancy="private", public_cells=area, max_cells=2, max_per_cell=4, rng=seeded_rng(2),
+    )  # fmt: skip
+    cover = sorted(h3.geo_to_cells(area, 8))
+    assert sorted(out.index) == cover and out["released"].all()
+    assert "n_samples" not in out.columns  # true counts are private in this mode
+    res = out.attrs["geopriv"].result
+    assert res.charges.max() <= 0.5 * 3 * 2 + 1e-12
+    assert res.params["worst_case_epsilon"] == pytest.approx(3.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import gpframe as gp
@@ -164,3 +165,106 @@ def test_release_error_bounds_cover_the_truth():
             x = v[c == occ.cells[j]]
             assert abs(run.release.mean[j] - x.mean()) <= run.release.mean_error[j]
             assert abs(run.release.var[j] - x.var()) <= run.release.var_error[j]
+
+
+# ---------------------------------------------------------------------------------------------
+# occupancy="private": contribution bounding (gpframe.queries.contribution_bounding)
+
+
+def _priv_rows(seed=0, n=400, users=30, cells=12):
+    rs = np.random.default_rng(seed)  # test data only
+    return (
+        rs.integers(0, users, n),
+        rs.integers(100, 100 + cells, n).astype(np.uint64),
+        rs.uniform(0, 10, n),
+        rs.permutation(n),
+    )
+
+
+def test_bounding_respects_caps_and_the_public_list():
+    from gpframe.queries.contribution_bounding import bound_contributions
+
+    u, c, _, t = _priv_rows()
+    pub = np.arange(100, 110)  # cells 110, 111 are off the list
+    b = bound_contributions(u, c, pub, max_cells=3, max_per_cell=2, order=t)
+    kept = pd.DataFrame({"u": u[b.keep], "c": c[b.keep]})
+    assert kept.groupby("u")["c"].nunique().max() <= 3
+    assert kept.groupby(["u", "c"]).size().max() <= 2
+    assert kept["c"].isin(pub).all() and b.n_off_list == int((c >= 110).sum())
+    assert (
+        b.cells_kept.tolist()
+        == kept.groupby("u")["c"].nunique().reindex(b.users, fill_value=0).tolist()
+    )
+    # the first rows by the public order are the ones kept
+    df = pd.DataFrame({"u": u, "c": c, "t": t, "keep": b.keep})
+    for _, g in df[df["c"] < 110].groupby(["u", "c"]):
+        if g["keep"].any():
+            assert g.sort_values("t")["keep"].tolist()[: int(g["keep"].sum())] == [True] * int(
+                g["keep"].sum()
+            )
+
+
+def test_bounding_of_one_user_does_not_depend_on_the_others():
+    from gpframe.queries.contribution_bounding import bound_contributions
+
+    u, c, _, t = _priv_rows(1)
+    pub = np.arange(100, 112)
+    kw = {"max_cells": 2, "max_per_cell": 3}
+    full = bound_contributions(u, c, pub, order=t, **kw)
+    mine = u == 5
+    alone = bound_contributions(u[mine], c[mine], pub, order=t[mine], **kw)
+    assert np.array_equal(full.keep[mine], alone.keep)
+    # removing user 5 leaves every other row's decision unchanged (add/remove neighbours)
+    rest = bound_contributions(u[~mine], c[~mine], pub, order=t[~mine], **kw)
+    assert np.array_equal(full.keep[~mine], rest.keep)
+    # another salt picks other cells (the rule is keyed), the same salt the same ones
+    other = bound_contributions(u, c, pub, order=t, salt="another public salt", **kw)
+    assert not np.array_equal(full.keep, other.keep)
+
+
+def test_private_run_charges_eps_times_three_per_kept_cell_and_releases_every_cell():
+    from gpframe.queries.contribution_bounding import run_private_grid_stats
+
+    u, c, v, t = _priv_rows(2)
+    pub = np.arange(95, 112)  # includes empty cells 95..99
+    s = Session(central=gp.DP(epsilon=50.0))
+    run = run_private_grid_stats(
+        s, u, c, v, pub, lower=0, upper=10, epsilon=0.25, max_cells=4, max_per_cell=2,
+        order=t, rng=seeded_rng(5),
+    )  # fmt: skip
+    assert run.release.count.shape == (pub.size,)
+    assert np.isfinite(run.release.count).all()  # empty cells are released too
+    kept = dict(zip(run.bounded.users.tolist(), run.bounded.cells_kept.tolist(), strict=True))
+    spent = s.spent_exact()
+    for user in spent.index:
+        assert spent[user] == Fraction(1, 4) * 3 * kept[user]
+    assert max(kept.values()) <= 4
+    again = run_private_grid_stats(
+        Session(central=gp.DP(epsilon=50.0)), u, c, v, pub, lower=0, upper=10, epsilon=0.25,
+        max_cells=4, max_per_cell=2, order=t, rng=seeded_rng(5),
+    )  # fmt: skip
+    assert np.array_equal(again.release.s1, run.release.s1)  # identical input, identical output
+
+
+def test_private_run_excludes_users_over_budget_and_fails_closed_on_bad_values():
+    from gpframe.queries.contribution_bounding import run_private_grid_stats
+
+    u, c, v, _ = _priv_rows(3)
+    pub = np.arange(100, 112)
+    s = Session(central=gp.DP(epsilon=1.0))
+    s.set_budget([0, 1], gp.DP(epsilon=0.1))
+    run = run_private_grid_stats(
+        s, u, c, v, pub, lower=0, upper=10, epsilon=0.2, max_cells=1, max_per_cell=1,
+        rng=seeded_rng(1),
+    )  # fmt: skip
+    assert run.excluded == [0, 1] and s.spent().get(0, 0.0) == 0.0
+    before = s.ledger.snapshot()
+    with pytest.raises(InvalidInputError, match="bounds"):
+        run_private_grid_stats(
+            s, u, c, v + 20, pub, lower=0, upper=10, epsilon=0.2, max_cells=1, max_per_cell=1
+        )
+    with pytest.raises(InvalidInputError, match="max_cells"):
+        run_private_grid_stats(
+            s, u, c, v, pub, lower=0, upper=10, epsilon=0.2, max_cells=0, max_per_cell=1
+        )
+    assert s.ledger.snapshot() == before
