@@ -197,11 +197,13 @@ def _register_operations(con: Any, session: Any, rng: Any) -> None:
     # local imports: those modules import this one for its shared locking and charging helpers
     from gpframe.duckdb_grid import register_grid
     from gpframe.duckdb_kde import register_kde
+    from gpframe.duckdb_knn import register_knn
     from gpframe.duckdb_range import register_range_count
 
     register_range_count(con, session, rng=rng)
     register_kde(con, session, rng=rng)
     register_grid(con, session, rng=rng)
+    register_knn(con, session, rng=rng)
 
 
 def clip_user(con: Any, table: str, **kwargs: Any) -> Any:

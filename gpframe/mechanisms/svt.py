@@ -53,13 +53,17 @@ __all__ = [
 _NOTHING = "Nothing was charged."
 #: first block of visits per run; blocks grow ×BLOCK_GROWTH up to BLOCK_MAX (public constants:
 #: they change the running time, never the output law)
-BLOCK_FIRST = 32
-BLOCK_GROWTH = 4
+#: (doubling keeps the discarded tail of the last block below the visits made, on average ~⅓ of
+#: them; the pool below makes the extra blocks cheap)
+BLOCK_FIRST = 64
+BLOCK_GROWTH = 2
 BLOCK_MAX = 1 << 16
 #: largest number of draws tested in one vectorised step (memory bound)
 STEP_DRAWS = 1 << 20
-#: default pool refill, in draws (one sampler call per refill)
+#: default pool refill, in draws (one sampler call per refill); a pool may grow its refills
 POOL_CHUNK = 2048
+#: largest refill of a growing pool
+POOL_CHUNK_MAX = 1 << 18
 #: default public cap of a cyclic scan, in full passes over the list (§7.3 contract)
 MAX_CYCLES = 1000
 
@@ -135,12 +139,19 @@ class LaplacePool:
     ``max(n, chunk)`` draws when it runs short. Draws already handed out are never returned again:
     a block's unused tail is simply dropped by the caller (§5.3). Draws still in the pool have been
     looked at by nothing, so handing them to the next run is the same as drawing them then.
+
+    ``grow=True`` doubles the refill after each sampler call (up to ``POOL_CHUNK_MAX``): a scan
+    whose length is unknown in advance then pays O(log) sampler calls and wastes at most the last
+    refill's unused part (never handed out, so never looked at).
     """
 
-    def __init__(self, lam: Fraction, bits: Any, chunk: int = POOL_CHUNK) -> None:
+    def __init__(
+        self, lam: Fraction, bits: Any, chunk: int = POOL_CHUNK, grow: bool = False
+    ) -> None:
         self.lam = lam
         self.bits = bits
         self.chunk = int(chunk)
+        self.grow = bool(grow)
         self._buf = np.empty(0, dtype=np.int64)
         self._pos = 0
         self.calls = 0
@@ -155,6 +166,8 @@ class LaplacePool:
             fresh = _noise_fn("discrete_laplace")(self.lam, m, self.bits)
             self.calls += 1
             self.drawn += m
+            if self.grow:
+                self.chunk = min(2 * self.chunk, max(POOL_CHUNK_MAX, self.chunk))
             self._buf = np.concatenate([self._buf[self._pos :], fresh])
             self._pos = 0
         out = self._buf[self._pos : self._pos + n]

@@ -29,12 +29,13 @@ from gpframe.errors import GpframeWarning, InvalidInputError
 from gpframe.mechanisms.calibration import check_eps, eps_from_rho, sqrt_up
 from gpframe.mechanisms.svt import MAX_CYCLES
 from gpframe.queries.knn import (
+    ScanOrder,
     _check_common,
     _check_extent,
+    group_rows,
     k_pnn,
     pnn_calibration,
     resolve_compat,
-    scan_permutation,
 )
 
 __all__ = ["K_RULES", "HullArrays", "choose_k", "hull_error", "private_hulls"]
@@ -316,7 +317,7 @@ def private_hulls(
         return HullArrays(hulls, anchors, centre, radius, kk, kraw, fallback, err, spend,
                           charges, r_min)  # fmt: skip
 
-    srt = np.argsort(c, kind="stable")
+    srt = group_rows(c)
     start = np.zeros(U, dtype=np.int64)
     np.cumsum(counts[:-1], out=start[1:])
     ps = p[srt]
@@ -346,7 +347,7 @@ def private_hulls(
     kraw[users] = kr
     kk[users] = kc if k is None else int(k)
     fallback[users] = kk[users] >= counts[users]
-    perm = scan_permutation(c, order, bits)
+    grouped = srt
     px, py = np.ascontiguousarray(p[:, 0]), np.ascontiguousarray(p[:, 1])
     # the anchors P_j lie within R̃ of c̃: bound them like the data (exact snapping)
     _check_extent(p, centre[users] + radius[users, None], centre[users] - radius[users, None])
@@ -372,17 +373,20 @@ def private_hulls(
         cal = pnn_calibration(check_eps(e_j, "eps (one PCH anchor call)"))
         in_grp = np.zeros(U, dtype=bool)
         in_grp[grp] = True
-        rem = perm[in_grp[c[perm]]]
+        rem = grouped if grp.size == U else grouped[in_grp[c[grouped]]]
         theta = 2 * np.pi * np.arange(k_u) / k_u
         cg, rg = centre[grp], radius[grp]
 
-        def values(j: int, r: Any, owner: Any, cg=cg, rg=rg, theta=theta) -> Any:
+        gx, gy = px[rem], py[rem]  # gathered once: the k calls only change P_j
+
+        def values(j: int, r: Any, owner: Any, cg=cg, rg=rg, theta=theta, gx=gx, gy=gy) -> Any:
             P = cg + rg[:, None] * np.array([math.cos(theta[j]), math.sin(theta[j])])
             if P.shape[0] == 1:  # one user: broadcast instead of gathering
-                return (px[r] - P[0, 0]) ** 2 + (py[r] - P[0, 1]) ** 2
-            return (px[r] - P[owner, 0]) ** 2 + (py[r] - P[owner, 1]) ** 2
+                return (gx - P[0, 0]) ** 2 + (gy - P[0, 1]) ** 2
+            return (gx - P[owner, 0]) ** 2 + (gy - P[owner, 1]) ** 2
 
         sel, _ = k_pnn(rem, counts[grp], int(k_u), values, cal, gamma0_b=0.0,
+                       order=ScanOrder(counts[grp], order, bits),
                        max_cycles=int(max_cycles), bits=bits)  # fmt: skip
         r_min = max(r_min, float(cal.r_min))
         rel = _release_points(kind, p[sel.reshape(-1)], spend["release"] / k_u, ks, 1, bits)

@@ -36,6 +36,7 @@ __all__ = [
     "COMPAT",
     "SCAN_ORDERS",
     "KnnArrays",
+    "ScanOrder",
     "expected_visits",
     "knn_error_bound",
     "knn_indices",
@@ -116,24 +117,137 @@ def knn_error_bound(n: int, k: int, beta: float, b: float, gamma0_b: float = 0.0
 # the engine: one PNN call for many users at once, and k-PNN on top of it
 
 
-def scan_permutation(codes: NDArray[np.int64], order: str, bits: Any) -> NDArray[np.int64]:
-    """Row positions grouped by user; within a user in input order or a uniform random order.
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+#: rounds of the swap-or-not shuffle (more rounds: closer to a uniform permutation, slower)
+SHUFFLE_ROUNDS = 12
 
-    The random order comes from the query's randomness only (never from the data, P-S4): random
-    keys from ``bits`` (ties, rare, are broken by the sort, never by a data value).
+
+class ScanOrder:
+    """A data-independent scan order per run, evaluated lazily at the visited positions only.
+
+    ``ScanOrder(length, "input")`` is the identity (the reference's input order, R6).
+    ``ScanOrder(length, "random", bits)`` is a keyed pseudo-random permutation of 0..n_r−1 per
+    run r: a swap-or-not shuffle (Hoang–Morris–Rogaway) of ``SHUFFLE_ROUNDS`` rounds, round i
+    pairing x with (K_i − x) mod n_r and swapping when the top bit of the multiply-shift hash
+    a_i·max(x, K_i − x) + c_i (mod 2⁶⁴, a_i odd) is set.
+    Each round is an involution-based bijection of 0..n_r−1 for any n_r (no cycle walking). The
+    round keys K_i and the bit keys are drawn from the query's randomness, nothing else: the order
+    never depends on the data (P-S4), and the SVT's output law given the order is unchanged. It
+    is not a uniform draw over all n! orders (privacy needs none; it only spreads the scan's bias
+    toward early positions over the points). Evaluating a position costs O(rounds), so a scan that
+    stops after a few hundred visits never pays for a full sort of n random keys.
+    :meth:`materialize` instead draws a uniform permutation whole (k-PNN with k > 2 and PCH,
+    whose k scans over the same order amortise the sort).
+
+    >>> from gpframe.testing import seeded_rng
+    >>> o = ScanOrder(np.array([5, 1000]), "random", seeded_rng(0))
+    >>> sorted(o(np.array([0]), np.arange(5)[None, :])[0].tolist())
+    [0, 1, 2, 3, 4]
+    >>> int(np.unique(o(np.array([1]), np.arange(1000)[None, :])).size)
+    1000
     """
-    if order == "input":
-        return np.argsort(codes, kind="stable")
-    keys = bits.arr(codes.size, np.uint64)
-    if codes.size == 0 or int(codes.max()) < 2**24:
-        # one sort on (user code, 40 random bits): ties are data-independent and rare (~n²/2⁴¹)
-        comb = (codes.astype(np.uint64) << np.uint64(40)) | (keys >> np.uint64(24))
-        return np.argsort(comb).astype(np.int64)
-    return np.lexsort((np.arange(codes.size), keys, codes))
+
+    def __init__(self, length: NDArray[np.int64], order: str, bits: Any = None) -> None:
+        self.n = np.asarray(length, dtype=np.int64)
+        self.identity = order == "input"
+        if self.identity:
+            return
+        R = SHUFFLE_ROUNDS
+        raw = bits.arr(self.n.size * 2 * R, np.uint64).reshape(self.n.size, 2, R)
+        n64 = np.maximum(self.n, 1).astype(np.uint64)[:, None]
+        self.offset = (raw[:, 0, :] % n64).astype(np.int64)  # K_i (modulo bias: utility only)
+        self.mul = raw[:, 1, :] | np.uint64(1)
+        self.add = _mix_keys(raw[:, 1, :])
+        self.table: NDArray[np.int64] | None = None
+        self.start = _starts(self.n)
+
+    def materialize(self, bits: Any) -> None:
+        """Switch to a fully drawn order (worth it when many calls scan the same order).
+
+        The table is a uniform permutation per run: a sort of fresh random keys from ``bits``
+        (ties, rare, are broken by position, never by a data value). Call it before the first
+        lookup: one query uses one order.
+        """
+        if self.identity or self.table is not None:
+            return
+        runs = np.repeat(np.arange(self.n.size, dtype=np.int64), self.n)
+        keys = bits.arr(runs.size, np.uint64) >> np.uint64(24)
+        if self.n.size == 1:
+            perm = np.argsort(keys, kind="stable")
+        else:
+            perm = np.lexsort((keys, runs))
+        self.table = (perm - self.start[runs]).astype(np.int64)
+
+    def __call__(self, runs: NDArray[np.int64], t: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Local index (0..n_r−1) of the row visited at scan position ``t`` (shape (R, b))."""
+        if self.identity:
+            return t
+        if self.table is not None:
+            return self.table[self.start[runs][:, None] + t]
+        return self._eval(runs[:, None] if runs.ndim == 1 else runs, t)
+
+    def _eval(self, rr: NDArray[np.int64], t: NDArray[np.int64]) -> NDArray[np.int64]:
+        r = rr[:, 0]
+        x = t.astype(np.int64, copy=True)
+        if r.size == 1 or bool((r == r[0]).all()):
+            u = int(r[0])  # one run: scalar keys, no gathers
+            n, off, mul, add = int(self.n[u]), self.offset[u], self.mul[u], self.add[u]
+            for i in range(SHUFFLE_ROUNDS):
+                partner = int(off[i]) - x
+                partner[partner < 0] += n
+                top = np.maximum(x, partner).view(np.uint64)
+                flip = ((top * mul[i] + add[i]) >> np.uint64(63)).view(np.int64)
+                x += flip * (partner - x)
+            return x
+        n = self.n[r][:, None]
+        for i in range(SHUFFLE_ROUNDS):
+            partner = self.offset[r, i][:, None] - x
+            partner += n * (partner < 0)
+            top = np.maximum(x, partner).view(np.uint64)
+            flip = (top * self.mul[r, i][:, None] + self.add[r, i][:, None]) >> np.uint64(63)
+            x += flip.view(np.int64) * (partner - x)
+        return x
 
 
+def _mix_keys(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    # splitmix64 finaliser: derives the additive hash keys from the multiplier words
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+def group_rows(codes: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Row positions grouped by user code, input order within a user (no sort when sorted)."""
+    if codes.size < 2 or bool((codes[1:] >= codes[:-1]).all()):
+        return np.arange(codes.size, dtype=np.int64)
+    return np.argsort(codes, kind="stable").astype(np.int64)
+
+
+def scan_permutation(codes: NDArray[np.int64], order: str, bits: Any) -> NDArray[np.int64]:
+    """Row positions grouped by user, in each user's scan order (materialised :class:`ScanOrder`).
+
+    Kept for callers that want the whole order; the engine evaluates it lazily instead.
+    """
+    rows = group_rows(codes)
+    if order == "input" or codes.size == 0:
+        return rows
+    counts = np.bincount(codes).astype(np.int64)
+    so = ScanOrder(counts, "random", bits)
+    start = _starts(counts)
+    out = np.empty_like(rows)
+    for u in np.flatnonzero(counts).tolist():
+        loc = so(np.array([u]), np.arange(counts[u], dtype=np.int64)[None, :])[0]
+        out[start[u] : start[u] + counts[u]] = rows[start[u] + loc]
+    return out
+
+
+@lru_cache(maxsize=256)
 def pnn_calibration(eps_call: Fraction) -> SVTCalibration:
-    """Draw rates of one PNN call: Z and W at scale 3K'/ε, each V at 6K'/ε (spec §7.1, P-S8)."""
+    """Draw rates of one PNN call: Z and W at scale 3K'/ε, each V at 6K'/ε (spec §7.1, P-S8).
+
+    Cached per ε (the calibration is a pure function of it; the result is frozen).
+    """
     return calibrate_draws(eps_call, {"threshold": 3, "query": 6})
 
 
@@ -144,27 +258,31 @@ def _starts(length: NDArray[np.int64]) -> NDArray[np.int64]:
 
 
 def k_pnn(
-    rem: NDArray[np.int64],
+    rows: NDArray[np.int64],
     length: NDArray[np.int64],
     k: int,
     values: Callable[[int, NDArray[np.int64], NDArray[np.int64]], NDArray[np.float64]],
     cal: SVTCalibration,
     *,
+    order: ScanOrder | None = None,
+    static: bool = False,
     gamma0_b: float = 0.0,
     max_cycles: int = MAX_CYCLES,
     bits: Any,
 ) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
     """K PNN calls for U users at once (Algorithm 3; spec §7.3). Internal engine.
 
-    ``rem`` holds the candidate row ids of all users, grouped by user in scan order, ``length``
-    the number per user (all ≥ k). ``values(j, rem, user_of_rem)`` returns the *squared*
-    distances (float64, metres², a fresh array) of all candidates for call j (k-PNN: to the query
-    point; PCH: to anchor point P_j). Candidates chosen by earlier calls are set to +∞ (so the
-    exact minimum h is over the remaining ones) and skipped by the scan: the scan's rank t among
-    the remaining maps to the position t + #{removed positions ≤ it}. h and the visited distances
-    are √ of the squared ones snapped to the lattice ``cal.g`` (rint(d/g): exact and monotone, so
-    min-then-snap = snap-then-min). The caller guarantees |d/g| < 2⁵² (coordinates within ±2⁴⁰ m).
-    Returns (selected row ids, shape (U, k); capped flags (U, k)).
+    ``rows`` holds the candidate row ids of all users, grouped by user (contiguous blocks, any
+    fixed order), ``length`` the number per user (all ≥ k); ``order`` maps a user's scan position
+    to an index in its block (None: the block order itself). ``values(j, rows, owner)`` returns
+    the *squared* distances (float64, metres², a fresh array) of all candidates for call j (k-PNN:
+    to the query point, the same for every j: pass ``static=True`` and it is called once; PCH: to
+    anchor point P_j). Candidates chosen by earlier calls are set to +∞ (so the exact minimum h is
+    over the remaining ones) and skipped by the scan: the scan's rank t among the remaining maps to
+    the position t + #{removed positions ≤ it}. h and the visited distances are √ of the squared
+    ones snapped to the lattice ``cal.g`` (rint(d/g): exact and monotone, so min-then-snap =
+    snap-then-min); only visited candidates are snapped. The caller guarantees |d/g| < 2⁵²
+    (coordinates within ±2⁴⁰ m). Returns (selected row ids, shape (U, k); capped flags (U, k)).
     """
     U = length.size
     out = np.empty((U, k), dtype=np.int64)
@@ -172,17 +290,24 @@ def k_pnn(
     length = length.astype(np.int64)
     start = _starts(length)
     owner = np.repeat(np.arange(U, dtype=np.int64), length)
+    so = order if order is not None else ScanOrder(length, "input")
+    if k > 2:
+        so.materialize(bits)  # many calls scan the same order: draw it whole once
+    all_runs = np.arange(U, dtype=np.int64)
     # γ₀ is public: a multiple of the call's nominal b = 3/ε (P-S7), in whole lattice steps
     gamma_int = round(Fraction(gamma0_b) * 3 / (cal.eps * cal.g))
+    # (Z, W) of all k calls in one sampler call: each pair is used by one call only (P-S1)
     zw = LaplacePool(cal.lam["threshold"], bits, chunk=2 * U * k)
-    vpool = LaplacePool(cal.lam["query"], bits, chunk=max(4096, min(64 * U, 1 << 20)))
+    vpool = LaplacePool(cal.lam["query"], bits, chunk=max(1024, min(64 * U, 1 << 20)), grow=True)
     inv_g = float(1 / cal.g)  # a power of two: the products are exact
-    removed = np.empty((U, 0), dtype=np.int64)  # local positions taken, sorted per user
+    removed = np.empty((U, 0), dtype=np.int64)  # scan positions taken, sorted per user
     big = int(length.max()) + 1
+    d2 = values(0, rows, owner) if static else None
     for j in range(k):
-        d2 = values(j, rem, owner)
-        if j:
-            d2[(start[:, None] + removed).reshape(-1)] = np.inf
+        if not static:
+            d2 = values(j, rows, owner)
+            if j:
+                d2[start[:, None] + so(all_runs, removed)] = np.inf
         # exact min over each user's remaining candidates (1-Lipschitz, Lem. 4.9), snapped
         h = np.rint(np.sqrt(np.minimum.reduceat(d2, start)) * inv_g).astype(np.int64)
         m_rem = length - j
@@ -198,7 +323,7 @@ def k_pnn(
             return t + cnt
 
         def u(runs: NDArray[np.int64], t: NDArray[np.int64], d2=d2, local=local) -> Any:
-            idx = start[runs, None] + local(runs, t)
+            idx = start[runs, None] + so(runs, local(runs, t))
             return np.rint(np.sqrt(d2[idx]) * inv_g).astype(np.int64)
 
         noise = zw.take(2 * U).reshape(U, 2)  # (Z, W): fresh for every call (P-S1)
@@ -208,10 +333,12 @@ def k_pnn(
             # all-⊥ transcript: a uniform remaining index from the query's randomness (§7.3)
             r = bits.arr(int(capped.sum()), np.uint64)
             rank[capped] = (r % m_rem[capped].astype(np.uint64)).astype(np.int64)
-        all_runs = np.arange(U, dtype=np.int64)
         pos = local(all_runs, rank[:, None])[:, 0]
-        out[:, j] = rem[start + pos]
+        loc = so(all_runs, pos[:, None])[:, 0]
+        out[:, j] = rows[start + loc]
         capped_out[:, j] = capped
+        if static and j + 1 < k:
+            d2[start + loc] = np.inf  # our own array: later calls see only the remaining
         removed = np.sort(np.concatenate([removed, pos[:, None]], axis=1), axis=1)
     return out, capped_out
 
@@ -457,7 +584,7 @@ def knn_indices(
     bits = resolve_rng(rng)
     _check_extent(p, q)
     d2 = (p[:, 0] - q[0]) ** 2 + (p[:, 1] - q[1]) ** 2
-    perm = scan_permutation(c, order, bits)
+    grouped = group_rows(c)
     rows: list[NDArray[np.int64]] = [np.empty(0, np.int64)] * U
     capped: list[NDArray[np.bool_]] = [np.empty(0, bool)] * U
     eps_call = np.zeros(U)
@@ -468,10 +595,14 @@ def knn_indices(
         grp = np.flatnonzero((ku == kk) & adm)
         if grp.size == 0:
             continue
-        in_grp = np.zeros(U, dtype=bool)
-        in_grp[grp] = True
-        rem = perm[in_grp[c[perm]]]
-        sel, cap = k_pnn(rem, counts[grp], kk, lambda j, r, o: d2[r], cal,
+        if grp.size == U:
+            rem = grouped
+        else:
+            in_grp = np.zeros(U, dtype=bool)
+            in_grp[grp] = True
+            rem = grouped[in_grp[c[grouped]]]
+        so = ScanOrder(counts[grp], order, bits)
+        sel, cap = k_pnn(rem, counts[grp], kk, lambda j, r, o: d2[r], cal, order=so, static=True,
                          gamma0_b=g0, max_cycles=int(max_cycles), bits=bits)  # fmt: skip
         for i, user in enumerate(grp.tolist()):
             rows[user] = sel[i]
