@@ -40,7 +40,14 @@ from gpframe.mechanisms.selection import (
 )
 from gpframe.results import Result
 
-__all__ = ["MonitorResult", "above_threshold", "report_noisy_max", "threshold_query"]
+__all__ = [
+    "MonitorResult",
+    "above_threshold",
+    "report_noisy_max",
+    "threshold_query",
+    "zone_above_threshold",
+    "zone_counts",
+]
 
 _NOISES = ("laplace", "gaussian")
 _MODES = ("R", "S")
@@ -274,7 +281,8 @@ def above_threshold(
     if noise == "laplace":
         if epsilon is None:
             raise InvalidInputError(
-                "noise='laplace' needs epsilon=... (the run's ε, charged once). Nothing was charged."
+                "noise='laplace' needs epsilon=... (the run's ε, charged once). "
+                "Nothing was charged."
             )
         if mode != "R":
             raise InvalidInputError(
@@ -500,7 +508,7 @@ def report_noisy_max(
     integer: bool = False,
     rng: Any = None,
 ) -> MonitorResult:
-    """The index of the (noisily) largest candidate, charged on the central ledger.
+    """Return the index of the (noisily) largest candidate, charged on the central ledger.
 
     Spec: selection.md §4 (Gaussian: certified pure ε of §4.2; give ``sigma``, or ``epsilon``
     to calibrate σ by §4.4), DR14 Report Noisy Max with discrete Laplace 2Δ/ε (``noise="laplace"``).
@@ -704,4 +712,160 @@ def threshold_query(
         spec="adaptive-budgeting §5.4", runs=[{"start": 0, "steps": len(outs), "output": answer,
         "reserved": float(total), "charged": float(used)}], epsilon_realized=float(used),
         epsilon_worst=float(total), stopped="decided" if len(outs) < c else "end",
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Spatial helpers: distinct-user counts in a zone per time bin, fed to above_threshold
+
+
+def _region_geometry(region: Any) -> Any:
+    """Return one shapely (Multi)Polygon from a geometry, GeoSeries or GeoDataFrame (union)."""
+    import shapely
+
+    from gpframe.geo import validate_polygons
+
+    validate_polygons(region, name="region")
+    geom = getattr(region, "geometry", region)
+    if hasattr(geom, "union_all"):
+        geom = geom.union_all()
+    elif isinstance(geom, (list, tuple)):
+        geom = shapely.union_all(list(geom))
+    shapely.prepare(geom)
+    return geom
+
+
+def zone_counts(
+    data: pd.DataFrame,
+    region: Any,
+    *,
+    user: str,
+    time: str,
+    start: Any,
+    end: Any,
+    freq: str = "1h",
+    lon: str = "lon",
+    lat: str = "lat",
+) -> pd.Series:
+    """Count distinct users inside ``region`` per time bin (the exact, unprotected statistic).
+
+    One user changes each bin's count by at most 1, whatever their number of rows, so the
+    series has user-level sensitivity 1 per query (selection.md §0.3). The bins are
+    ``[start, end)`` at ``freq`` and must be public (chosen before the data are read, P-9);
+    bins without users count 0.
+
+    Parameters
+    ----------
+    data : DataFrame
+        One row per observation with columns ``user``, ``time``, ``lon``, ``lat`` (WGS84
+        degrees, in the CRS of ``region``).
+    region : shapely (Multi)Polygon, GeoSeries or GeoDataFrame
+        The zone (several polygons are merged).
+    user, time, lon, lat : str
+        Column names.
+    start, end : timestamp-like
+        Public start and end of the monitored period.
+    freq : str
+        Bin width, a pandas offset alias (default one hour).
+
+    Returns
+    -------
+    Series
+        int64 counts indexed by the bins' start times.
+
+    Examples
+    --------
+    >>> import shapely
+    >>> df = pd.DataFrame({"id": [1, 1, 2, 3], "lon": [0.5, 0.6, 0.5, 5.0],
+    ...                    "lat": [0.5, 0.5, 0.4, 5.0],
+    ...                    "t": pd.to_datetime(["2020-01-01 00:10", "2020-01-01 00:50",
+    ...                                         "2020-01-01 01:30", "2020-01-01 00:20"])})
+    >>> zone_counts(df, shapely.box(0, 0, 1, 1), user="id", time="t",
+    ...             start="2020-01-01", end="2020-01-01 03:00").tolist()
+    [1, 1, 0]
+    """
+    import shapely
+
+    missing = [c for c in (user, time, lon, lat) if c not in data.columns]
+    if missing:
+        raise InvalidInputError(
+            f"data has no column(s) {missing}; name them with user=, time=, lon=, lat=."
+        )
+    geom = _region_geometry(region)
+    ts = pd.to_datetime(data[time])
+    t0, t1 = pd.Timestamp(start), pd.Timestamp(end)
+    if ts.dt.tz is not None:
+        t0 = t0.tz_localize(ts.dt.tz) if t0.tzinfo is None else t0.tz_convert(ts.dt.tz)
+        t1 = t1.tz_localize(ts.dt.tz) if t1.tzinfo is None else t1.tz_convert(ts.dt.tz)
+    bins = pd.date_range(t0, t1, freq=freq, inclusive="left")
+    if bins.size == 0:
+        raise InvalidInputError(
+            f"start={start!r}, end={end!r} with freq={freq!r} give no time bins; pass end > start."
+        )
+    x = data[lon].to_numpy(dtype=np.float64)
+    y = data[lat].to_numpy(dtype=np.float64)
+    inside = shapely.contains_xy(geom, x, y) & (ts >= t0).to_numpy() & (ts < t1).to_numpy()
+    sub = pd.DataFrame({"u": data[user].to_numpy()[inside], "t": ts.to_numpy()[inside]})
+    sub["bin"] = sub["t"].dt.floor(freq) if sub.size else sub["t"]
+    counts = sub.drop_duplicates(["u", "bin"]).groupby("bin").size()
+    out = counts.reindex(bins, fill_value=0).astype(np.int64)
+    out.index.name = time
+    out.name = "users"
+    return out
+
+
+def zone_above_threshold(
+    session: Any,
+    data: pd.DataFrame,
+    region: Any,
+    threshold: float,
+    *,
+    user: str,
+    time: str,
+    start: Any,
+    end: Any,
+    freq: str = "1h",
+    lon: str = "lon",
+    lat: str = "lat",
+    noise: str = "laplace",
+    n_public: int | None = None,
+    **kwargs: Any,
+) -> MonitorResult:
+    """Alert when the number of distinct users in ``region`` per ``freq`` crosses ``threshold``.
+
+    Builds :func:`zone_counts` and runs :func:`above_threshold` on it; every user in ``data``
+    is charged (any of them could have been in the zone). Laplace: integer counts, Δ = 1.
+    Gaussian: shares count/N of a public ``n_public`` = N, clamped to [0, 1], Δ = 1/N,
+    ``threshold`` given as a count and converted to a share (selection.md §6.6, P-9: N must
+    come from configuration, never from the data).
+
+    Spec: selection.md §2 / §5–§6.3 (through :func:`above_threshold`). Other keyword
+    arguments (``epsilon``, ``sigma``, ``max_steps``, ``c``, ``mode``, ``rng``, …) are passed on.
+
+    Examples
+    --------
+    >>> import gpframe as gp, shapely
+    >>> df = pd.DataFrame({"id": [1, 2, 3], "lon": [0.5, 0.6, 5.0], "lat": [0.5, 0.5, 5.0],
+    ...                    "t": pd.to_datetime(["2020-01-01 00:10"] * 3)})
+    >>> s = gp.Session(central=gp.DP(epsilon=1.0))
+    >>> res = zone_above_threshold(s, df, shapely.box(0, 0, 1, 1), 50, user="id", time="t",
+    ...                            start="2020-01-01", end="2020-01-01 04:00", epsilon=0.5)
+    >>> res.n_charged, res.epsilon_realized
+    (3, 0.5)
+    """
+    counts = zone_counts(
+        data, region, user=user, time=time, start=start, end=end, freq=freq, lon=lon, lat=lat
+    )
+    users = pd.unique(data[user])
+    noise = _choice(noise, "noise", _NOISES)
+    if noise == "laplace":
+        kwargs.setdefault("integer", True)
+        return above_threshold(
+            session, counts.to_numpy(), threshold, users=users, sensitivity=1, noise="laplace",
+            **kwargs,
+        )  # fmt: skip
+    n = _int(n_public, "n_public")
+    return above_threshold(
+        session, counts.to_numpy() / n, float(threshold) / n, users=users,
+        sensitivity=1.0 / n, noise="gaussian", bounds=(0.0, 1.0), **kwargs,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""gp.monitor: ledger traces of selection.md §6.5 (modes R and S), charges ≤ reservations, bad inputs."""
+"""gp.monitor: ledger traces of selection.md §6.5 (modes R, S), charge ≤ reservation, bad inputs."""
 
 from __future__ import annotations
 

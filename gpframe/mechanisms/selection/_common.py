@@ -28,9 +28,11 @@ class ATRelease:
     tops : tuple of int
         0-based positions of the ⊤ answers.
     epsilon : Fraction
-        What the run costs: the fixed ε (Laplace) or the realized ex-post ε (Gaussian, charged value).
+        What the run costs: the fixed ε (Laplace) or the realized ex-post ε (Gaussian,
+        charged value).
     epsilon_max : Fraction
-        The worst case over the run's possible outputs (Gaussian: mode R's reservation R; Laplace: ε).
+        The worst case over the run's possible outputs (Gaussian: mode R's reservation R;
+        Laplace: ε).
     guarantee : Guarantee
         ``dp`` (Laplace, ex-ante) or ``dp_expost`` (Gaussian, realized).
     noise : dict
@@ -64,7 +66,7 @@ class RNMRelease:
 
 
 def as_values(values: Any, name: str = "values") -> np.ndarray:
-    """A finite float64 vector (``InvalidInputError`` otherwise)."""
+    """Return ``values`` as a finite float64 vector (``InvalidInputError`` otherwise)."""
     x = _as_array(values, name, min_ndim=1, max_ndim=1)
     return x
 

@@ -110,7 +110,8 @@ class LaplaceSVTRun:
         x = np.array([float(value)])
         if self.integer and x[0] != np.rint(x[0]):
             raise InvalidInputError(
-                f"integer=True but the query value {value!r} is not an integer. Nothing was charged."
+                f"integer=True but the query value {value!r} is not an integer. "
+                "Nothing was charged."
             )
         u = int(snap(x, self.g, "value")[0])
         k = int(discrete_laplace(self.lam_q, 1, self._bits)[0])

@@ -65,7 +65,7 @@ def round_charge(x: float) -> float:
 
 
 def _lnshc(y: np.ndarray, upper: bool) -> np.ndarray:
-    """An upper (``upper=True``) or lower bound of ln(sinh(y)/y).
+    """Return an upper (``upper=True``) or lower bound of ln(sinh(y)/y).
 
     For |y| < 1 the Taylor series y²/6 − y⁴/180 + y⁶/2835 − … alternates with decreasing terms,
     so its partial sums bracket the value (ending on + is above, on − below); this is the hot
@@ -254,7 +254,9 @@ def _eps_rnm(sigma: float, delta: float, c: float, d: int, tol: float) -> tuple[
 def eps_rnm(
     sigma: float, *, sensitivity: float, bounds: tuple[float, float], d: int, tol: float = TOL
 ) -> float:
-    """Certified pure ε of Gaussian Report-Noisy-Max over ``d`` candidates in [a, b] (charged value).
+    """Return the certified pure ε of Gaussian Report-Noisy-Max over ``d`` candidates in [a, b].
+
+    The value is the charged one (rounded up).
 
     Spec: selection.md §4.2 (GSM Thm 8 with the ln restored), §4.3 (certified numerics).
     ε = ln I((c − 2Δ_eff)/σ) − ln I(c/σ), I(m) = E[Φ(Z − m)^(d−1)], c = b − a,
@@ -535,7 +537,7 @@ def zw20_eps(params: ATParams, delta: float, conversion: str = "bbghs") -> float
 def svt_laplace_split(
     epsilon: object, c: int = 1, monotone: bool = False
 ) -> tuple[Fraction, Fraction]:
-    """The LSL17 split ε = ε₁ + ε₂ with ε₁ : ε₂ = 1 : (2c)^(2/3) (monotone: 1 : c^(2/3)), exact.
+    """Return the exact LSL17 split ε = ε₁ + ε₂, ε₁ : ε₂ = 1 : (2c)^(2/3) (monotone 1 : c^(2/3)).
 
     Spec: selection.md §2.4(a). ε₁ is a 2⁻⁴⁰-grid rational near the optimum and ε₂ = ε − ε₁
     exactly, so the run's charge is exactly ε (any split is private; only optimality is

@@ -81,7 +81,7 @@ class GaussianATRun:
         return top
 
     def epsilon(self, tol: float = TOL) -> float:
-        """The realized ex-post ε of the answers so far (charged value; 0 before any step)."""
+        """Return the realized ex-post ε of the answers so far (charged; 0 before any step)."""
         t = len(self.answers)
         if t == 0:
             return 0.0

@@ -131,7 +131,7 @@ class ExactNormal:
                 return cls(s, k, x)
 
     def interval(self) -> tuple[Fraction, Fraction]:
-        """Closed rational bounds ``lo <= value <= hi`` of the deviate at its current precision."""
+        """Return closed rational bounds ``lo <= value <= hi`` at the current precision."""
         lo = Fraction(self.k) + Fraction(self.x.W, 1 << self.x.m)
         hi = lo + Fraction(1, 1 << self.x.m)
         return (lo, hi) if self.s > 0 else (-hi, -lo)

@@ -82,7 +82,8 @@ def gaussian_report_noisy_max(
     return RNMRelease(
         int(idx),
         Fraction(eps),
-        Guarantee("dp", Fraction(eps), "hamming", "selection §4.2-4.3 (GSM Thm 8 with ln), §5.9 (A)"),
+        Guarantee("dp", Fraction(eps), "hamming",
+                  "selection §4.2-4.3 (GSM Thm 8 with ln), §5.9 (A)"),
         {"sigma": s, "bounds": (a, b), "sensitivity": dl, "d": d, "epsilon_classical": classical,
          "sampler": "exact continuous normals (Karney 2016 N)"},
     )  # fmt: skip

@@ -23,7 +23,7 @@ __all__ = ["amplified_eps", "poisson_subsample"]
 
 
 def poisson_subsample(n: int, *, p: float, rng: Any = None) -> np.ndarray:
-    """A boolean mask of ``n`` independent exact Bernoulli(``p``) draws (secret sample of §3.1).
+    """Return a mask of ``n`` independent exact Bernoulli(``p``) draws (the secret sample, §3.1).
 
     Each draw compares a 64-bit word W with ⌊p·2⁶⁴⌋; a tie (probability 2⁻⁶⁴) is decided with
     more bits of the same uniform, so P(keep) = p exactly.
