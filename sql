@@ -1,0 +1,1 @@
+gpframe/sql
