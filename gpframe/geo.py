@@ -8,34 +8,55 @@ released points back to the input CRS.
 
 Which metric CRS is used (the policy of :func:`resolve_points`)
 ----------------------------------------------------------------
-1. ``to_crs=`` given: that CRS, which must be projected, in metres and not Web Mercator.
-2. The input CRS itself, if it is projected, in metres, not Web Mercator, and its point scale
-   factor stays within ``1 ± max_scale_error`` over the data's extent (e.g. EPSG:32618 data
-   inside zone 18).
-3. Otherwise (lon/lat input, feet, Web Mercator, a badly distorted projected CRS) the data is
-   reprojected, keeping the input's datum:
+The metric CRS and its worst-case scale factor ``scale_max`` (which divides eps, so it sets the
+noise scale) are **outputs**: the CRS can be read off released coordinates, because they are exact
+2⁻¹⁰ m lattice points of it. They must therefore be chosen from public information, or be declared
+public. The *public extent* is the explicit ``domain=`` box (lon/lat degrees, chosen without
+looking at the data) if given, else the CRS's published area of use
+(:attr:`pyproj.CRS.area_of_use`).
 
-   a. the UTM zone of the data's centre, if its scale error over the data's extent is within the
-      bound (a single-zone dataset almost always is: at most 0.098 % inside a zone);
-   b. else a transverse Mercator centred on the data (``lon_0`` = centre, ``k_0`` = 1), which keeps
-      the error within the bound for data up to about ±2.5° / cos(latitude) of longitude around
-      its centre (this covers data that straddles a UTM zone boundary);
-   c. else :class:`~gpframe.errors.CRSError`, asking for an explicit ``to_crs=``.
+1. ``to_crs=`` given (recommended for releases): that CRS, which must be projected, in metres
+   and not Web Mercator. ``scale_max`` is taken over the public extent; without one (no
+   ``domain=``, no area of use) :class:`~gpframe.errors.CRSError` asks for ``domain=``.
+   ``crs_choice="to_crs"``.
+2. The input CRS itself, if it is projected, in metres, not Web Mercator, and its point scale
+   factor stays within ``1 ± max_scale_error`` over the public extent (e.g. EPSG:32618: at most
+   0.098 % over its whole zone). ``crs_choice="input"``. A metre CRS with neither an area of use nor
+   ``domain=`` is refused with a request for ``domain=``.
+3. Otherwise (lon/lat input, feet, Web Mercator, a CRS too distorted over its area of use) the data
+   is reprojected, keeping the input's datum, to the automatic choice for a lon/lat box: the UTM
+   zone of the box's centre if its scale error over the box is within the bound (at most 0.098 %
+   inside a zone), else a transverse Mercator centred on the box (``lon_0`` = centre, ``k_0`` = 1;
+   fine up to about ±2.5° / cos(latitude) of longitude), else :class:`~gpframe.errors.CRSError`.
+   The box is
+
+   a. ``domain=`` when given: public, ``crs_choice="domain"``;
+   b. otherwise the bounding box of the data: ``crs_choice="data extent (public)"``. This
+      convenience path makes the data's extent part of the output (its UTM zone or TM centre and
+      the k_max over it are functions of the extreme points, which belong to individual users), so
+      it is for exploration, not for releases.
+
+In the public cases (1, 2, 3a) rows outside the public extent are refused, naming them, before
+anything is charged: moving one user inside the extent cannot change the CRS or ``scale_max``.
+The choice never depends on the data there, including whether the input CRS is used as is.
 
 Feet (EPSG:2263 NY State Plane, US survey feet, and any non-metre projected CRS) are therefore
 *converted* by reprojection, never refused and never treated as metres. Data crossing the
-antimeridian is centred correctly (longitudes are unwrapped before the centre is taken).
+antimeridian is centred correctly (longitudes are unwrapped before the centre is taken); a
+``domain=`` with ``lon_min > lon_max`` crosses the antimeridian.
 
 The scale factor and the privacy guarantee
 ------------------------------------------
 secure-noise.md §7.4(f); concentrated-geo-privacy.md §10 P-U3. A projection with point scale
-factor ``k`` stretches ground distances by up to ``k_max`` over the data's extent, so a mechanism
+factor ``k`` stretches ground distances by up to ``k_max`` over an extent, so a mechanism
 calibrated per projected metre is only ``eps * k_max``-GP per ground metre.
 :attr:`Projected.scale_max` is the largest Tissot semi-major axis (the largest scale in any
-direction, so it is right for non-conformal CRSs too) on a 17 × 17 lon/lat grid spanning the data's
-bounding box, clamped below at 1 so that dividing by it never *raises* eps. Mechanisms pass
-``eps / scale_max`` (CGP: ``rho / scale_max**2``). The ground-metre statement holds for pairs of
-locations inside that bounding box.
+direction, so it is right for non-conformal CRSs too) on a 17 × 17 lon/lat grid spanning
+:attr:`Projected.extent` (the public extent, or the data's bounding box on the convenience path),
+clamped below at 1 so that dividing by it never *raises* eps. Mechanisms pass ``eps / scale_max``
+(CGP: ``rho / scale_max**2``). The ground-metre statement holds for pairs of locations inside
+that extent. Area-of-use bounds are published in WGS 84 degrees and compared with the data's own
+datum; the offset (metres, rarely more than a few hundred) changes k by far less than 10⁻⁶.
 """
 
 from __future__ import annotations
@@ -101,6 +122,15 @@ class Projected:
         Smallest point scale factor over the extent (for the distance-accuracy statement only).
     coords : tuple of str
         Where the coordinates came from: ``(x_column, y_column)`` or ``(geometry_column,)``.
+    crs_choice : str
+        How :attr:`crs_m` and :attr:`scale_max` were chosen: ``"to_crs"`` (named by the user),
+        ``"input"`` (the input CRS as is), ``"domain"`` (automatic, from the public ``domain=``)
+        or ``"data extent (public)"`` (automatic, from the data's bounding box, which the output
+        then reveals in part; see the module docstring). The first three depend on no data.
+    extent : tuple of float or None
+        ``(lon_min, lat_min, lon_max, lat_max)`` in degrees over which :attr:`scale_max` holds
+        (``lon_max`` may exceed 180 across the antimeridian): ``domain=``, the CRS's area of use,
+        or the data's bounding box.
     """
 
     xy: np.ndarray
@@ -111,6 +141,9 @@ class Projected:
     scale_max: float
     scale_min: float = 1.0
     coords: tuple[str, ...] = ()
+    # A hand-built Projected declares the conservative answer: its extent is treated as public.
+    crs_choice: str = "data extent (public)"
+    extent: tuple[float, float, float, float] | None = None
     _back: pyproj.Transformer | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -333,11 +366,15 @@ def metric_crs_for(
     lat_max: float,
     geodetic: Any = "EPSG:4326",
     max_scale_error: float = MAX_SCALE_ERROR,
+    *,
+    label: str = "the data",
 ) -> tuple[pyproj.CRS, tuple[float, float]]:
     """Choose the automatic metric CRS for a lon/lat box (UTM of its centre, else a local TM).
 
     Returns the CRS and its (min, max) scale factor over the box; raises :class:`CRSError` when
-    neither keeps |k - 1| within ``max_scale_error``.
+    neither keeps |k - 1| within ``max_scale_error``. The result depends only on the box: pass a
+    public box (``domain=``) to keep the choice independent of the data. ``label`` names the box
+    in the error message.
 
     Examples
     --------
@@ -362,7 +399,7 @@ def metric_crs_for(
         return tm, rng
     err = 100 * max(rng[1] - 1.0, 1.0 - rng[0])
     raise CRSError(
-        f"the data spans lon {_wrap(lon_min):.4f}..{_wrap(lon_max):.4f}, lat "
+        f"{label} spans lon {_wrap(lon_min):.4f}..{_wrap(lon_max):.4f}, lat "
         f"{lat_min:.4f}..{lat_max:.4f}: too wide for one transverse Mercator projection (scale "
         f"error up to {err:.3g} % > {100 * max_scale_error:.3g} %), so distances would not be "
         "metres. Pass an explicit to_crs= (a projected CRS in metres suited to the whole extent; "
@@ -449,8 +486,17 @@ def resolve_points(
     crs: Any = None,
     to_crs: Any = None,
     max_scale_error: float = MAX_SCALE_ERROR,
+    domain: Sequence[float] | None = None,
 ) -> Projected:
     """Validate a frame's user ids and point coordinates and project them to metres.
+
+    For a release, name the metric CRS (``to_crs=``, or input already in a projected metre CRS)
+    or a public ``domain=``: the metric CRS and ``scale_max`` (which sets the noise scale) are
+    then fixed from public information only, and moving one user inside that extent cannot change
+    them. Without either, for lon/lat input, they are chosen from the data's bounding box and the
+    output reveals them: the UTM zone of the box's centre (or the centre longitude of a local
+    transverse Mercator, to 10⁻⁶°) and k_max over the box, both functions of the extreme points of
+    individual users. That path is recorded as ``crs_choice="data extent (public)"``.
 
     Parameters
     ----------
@@ -467,8 +513,15 @@ def resolve_points(
         missing ``df.crs`` but must not contradict one.
     to_crs : CRS-like, optional
         Metric CRS to use instead of the automatic choice (see the module docstring).
+        ``scale_max`` is computed over ``domain=`` if given, else over the CRS's area of use;
+        points outside that extent are refused.
     max_scale_error : float
         Bound on |k - 1| over the extent for the automatic choice (default 0.1 %).
+    domain : (lon_min, lat_min, lon_max, lat_max), optional
+        A **public** box in degrees of the data's geographic CRS, fixed without looking at the data
+        (e.g. the city or country of the study); ``lon_min > lon_max`` crosses the antimeridian.
+        The metric CRS (if not named) and ``scale_max`` are computed from it alone; points outside
+        it are refused.
 
     Returns
     -------
@@ -480,17 +533,27 @@ def resolve_points(
         Empty frame, unknown column, missing user ids, non-numeric/NaN/inf coordinates, degrees
         out of range, missing/empty/non-point geometries. The message names the column and the
         first bad rows.
+        Points outside ``domain=``, or a malformed ``domain=``.
     CRSError
-        No CRS, contradicting CRSs, an unusable ``to_crs``, or data too wide for the automatic
-        choice.
+        No CRS, contradicting CRSs, an unusable ``to_crs``, an extent too wide for the automatic
+        choice, a named/input metre CRS without an area of use and no ``domain=``, or points
+        outside the area of use of the named/input CRS.
 
     Examples
     --------
     >>> df = pd.DataFrame({"uid": [1, 1, 2], "lon": [-74.0, -73.99, -73.98],
     ...                    "lat": [40.7, 40.71, 40.72]})
     >>> p = resolve_points(df, user="uid", lon="lon", lat="lat", crs="EPSG:4326")
-    >>> p.crs_m.to_epsg(), p.xy.shape, p.scale_max
-    (32618, (3, 2), 1.0)
+    >>> p.crs_m.to_epsg(), p.xy.shape, p.scale_max, p.crs_choice
+    (32618, (3, 2), 1.0, 'data extent (public)')
+    >>> q = resolve_points(df, user="uid", lon="lon", lat="lat", crs="EPSG:4326",
+    ...                    to_crs="EPSG:32618")          # public: zone 18N's area of use
+    >>> q.crs_choice, round(q.scale_max, 6), q.extent
+    ('to_crs', 1.000981, (-78.0, 0.0, -72.0, 84.0))
+    >>> r = resolve_points(df, user="uid", lon="lon", lat="lat", crs="EPSG:4326",
+    ...                    domain=(-74.3, 40.5, -73.7, 40.9))  # public box: New York City
+    >>> r.crs_choice, r.crs_m.to_epsg(), r.scale_max
+    ('domain', 32618, 1.0)
     >>> lon, lat = p.to_input_crs(p.xy)
     >>> bool(np.allclose(lon, df["lon"], rtol=0, atol=1e-9))
     True
@@ -583,7 +646,10 @@ def resolve_points(
         _check_finite(ys, gname, index, ("x", "y"))
         cx, cy = gname, gname
 
-    xy_m, crs_m, rng, back = _project(xs, ys, crs_in, to_crs, index, (cx, cy), max_scale_error)
+    dom = _check_domain(domain) if domain is not None else None
+    xy_m, crs_m, rng, back, choice, ext = _project(
+        xs, ys, crs_in, to_crs, dom, index, (cx, cy), max_scale_error
+    )
     return Projected(
         xy=xy_m,
         users=users,
@@ -593,6 +659,8 @@ def resolve_points(
         scale_max=max(1.0, rng[1]),
         scale_min=rng[0],
         coords=coords,
+        crs_choice=choice,
+        extent=tuple(float(v) for v in ext),
         _back=back,
     )
 
@@ -605,15 +673,138 @@ def _has_active_geometry(df: pd.DataFrame) -> bool:
     return True
 
 
+Box = tuple[float, float, float, float]
+
+_CHOICE_TO_CRS = "to_crs"
+_CHOICE_INPUT = "input"
+_CHOICE_DOMAIN = "domain"
+_CHOICE_DATA = "data extent (public)"
+
+
+def _check_domain(domain: Any) -> Box:
+    """Validate ``domain=``; return it with ``lon_max`` unwrapped (>= lon_min, may exceed 180)."""
+    try:
+        vals = np.asarray(domain, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        vals = np.empty(0)
+    if vals.size != 4 or not np.all(np.isfinite(vals)):
+        raise InvalidInputError(
+            f"domain={domain!r} must be four finite numbers (lon_min, lat_min, lon_max, lat_max) "
+            f"in degrees: a public box fixed without looking at the data, e.g. the city or "
+            f"country the study covers. {_NOTHING}"
+        )
+    w, s, e, n = (float(v) for v in vals)
+    if not (-180.0 <= w <= 180.0 and -180.0 <= e <= 180.0 and -90.0 <= s < n <= 90.0 and w != e):
+        raise InvalidInputError(
+            f"domain={domain!r} is not a lon/lat box: need -180 <= lon <= 180, "
+            f"-90 <= lat_min < lat_max <= 90 and lon_min != lon_max (lon_min > lon_max means the "
+            f"box crosses the antimeridian). {_NOTHING}"
+        )
+    return (w, s, e + 360.0 if e < w else e, n)
+
+
+def _area_box(crs: pyproj.CRS) -> Box | None:
+    """Return the CRS's published area of use as an unwrapped lon/lat box, or None."""
+    area = crs.area_of_use
+    if area is None:
+        return None
+    w, s, e, n = (float(v) for v in area.bounds)
+    if not np.all(np.isfinite([w, s, e, n])) or not s < n or w == e:
+        return None
+    return (w, s, e + 360.0 if e < w else e, n)
+
+
+def _box_text(box: Box) -> str:
+    return (
+        f"lon {float(_wrap(box[0])):.4f}..{float(_wrap(box[2])):.4f}, "
+        f"lat {box[1]:.4f}..{box[3]:.4f}"
+    )
+
+
+def _outside(lon: np.ndarray, lat: np.ndarray, box: Box) -> np.ndarray:
+    # Longitude measured eastwards from the box's west edge, so a box across 180 needs no special
+    # case; the edges are inside.
+    width = box[2] - box[0]
+    d = np.mod(lon - box[0], 360.0)
+    return (d > width) | (lat < box[1]) | (lat > box[3])
+
+
+def _refuse_outside(
+    lon: np.ndarray,
+    lat: np.ndarray,
+    box: Box,
+    index: pd.Index,
+    cols: tuple[str, str],
+    source: str,
+    fix: str,
+    error: type[InvalidInputError],
+) -> None:
+    bad = _outside(lon, lat, box)
+    if bad.any():
+        n, rows = _rows(bad, index)
+        verb = "lies" if n == 1 else "lie"
+        raise error(
+            f"columns {cols[0]!r}/{cols[1]!r}: {_plural(n, 'point')} {verb} outside {source} "
+            f"({_box_text(box)}) {rows}. The metric CRS and scale_max are fixed from that public "
+            f"extent so that they reveal nothing about the data; points outside it are not "
+            f"covered. {fix} {_NOTHING}"
+        )
+
+
+def _lonlat_of(
+    xs: np.ndarray,
+    ys: np.ndarray,
+    crs_in: pyproj.CRS,
+    geod: pyproj.CRS,
+    cols: tuple[str, str],
+    index: pd.Index,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every point's lon/lat in the input's datum (for checking it against a public extent)."""
+    if crs_in.is_geographic:
+        return xs, ys
+    lon, lat = pyproj.Transformer.from_crs(crs_in, geod, always_xy=True).transform(xs, ys)
+    lon = np.asarray(lon, dtype=np.float64)
+    lat = np.asarray(lat, dtype=np.float64)
+    bad = ~(np.isfinite(lon) & np.isfinite(lat))
+    if bad.any():
+        n, rows = _rows(bad, index)
+        raise CRSError(
+            f"columns {cols[0]!r}/{cols[1]!r}: {_plural(n, 'point')} fall outside the valid area "
+            f"of {_describe(crs_in)} {rows}. Check the crs. {_NOTHING}"
+        )
+    return lon, lat
+
+
+def _data_box(
+    xs: np.ndarray, ys: np.ndarray, crs_in: pyproj.CRS, geod: pyproj.CRS, cols: tuple[str, str]
+) -> Box:
+    """Return the data's lon/lat bounding box (convenience path only: it depends on every point)."""
+    if crs_in.is_geographic:
+        lo, hi = _lon_extent(xs)
+        return (lo, float(ys.min()), hi, float(ys.max()))
+    to_geo = pyproj.Transformer.from_crs(crs_in, geod, always_xy=True)
+    b = to_geo.transform_bounds(
+        float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max()), densify_pts=21
+    )
+    if not np.all(np.isfinite(b)):
+        raise CRSError(
+            f"columns {cols[0]!r}/{cols[1]!r} fall outside the valid area of "
+            f"{_describe(crs_in)}. Check the crs. {_NOTHING}"
+        )
+    # transform_bounds reports a box across the antimeridian as east < west: unwrap it.
+    return (b[0], b[1], b[2] + 360.0 if b[2] < b[0] else b[2], b[3])
+
+
 def _project(
     xs: np.ndarray,
     ys: np.ndarray,
     crs_in: pyproj.CRS,
     to_crs: Any,
+    domain: Box | None,
     index: pd.Index,
     cols: tuple[str, str],
     tol: float,
-) -> tuple[np.ndarray, pyproj.CRS, tuple[float, float], pyproj.Transformer | None]:
+) -> tuple[np.ndarray, pyproj.CRS, tuple[float, float], pyproj.Transformer | None, str, Box]:
     if crs_in.is_geographic:
         unit = crs_in.axis_info[0].unit_name.lower()
         if "degree" not in unit:
@@ -633,52 +824,88 @@ def _project(
                     f"the CRS {_describe(crs_in)} is right. {_NOTHING}"
                 )
         geod = crs_in
-        lo, hi = _lon_extent(xs)
-        box = (lo, float(ys.min()), hi, float(ys.max()))
     elif crs_in.is_projected:
         geod = crs_in.geodetic_crs
-        to_geo = pyproj.Transformer.from_crs(crs_in, geod, always_xy=True)
-        b = to_geo.transform_bounds(
-            float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max()), densify_pts=21
-        )
-        if not np.all(np.isfinite(b)):
-            raise CRSError(
-                f"columns {cols[0]!r}/{cols[1]!r} fall outside the valid area of "
-                f"{_describe(crs_in)}. Check the crs. {_NOTHING}"
-            )
-        # transform_bounds reports a box across the antimeridian as east < west: unwrap it.
-        lon_hi = b[2] + 360.0 if b[2] < b[0] else b[2]
-        box = (b[0], b[1], lon_hi, b[3])
     else:
         raise CRSError(
             f"{_describe(crs_in)} is neither geographic (lon/lat) nor projected; gpframe needs one "
             f"of those. {_NOTHING}"
         )
 
+    # Everything up to the containment check below reads only public inputs (the CRSs, domain=,
+    # max_scale_error), never xs/ys: that is what keeps crs_m and scale_max data-independent.
+    ask_domain = (
+        "pass domain=(lon_min, lat_min, lon_max, lat_max): a public box in degrees fixed "
+        "without looking at the data (e.g. the study's city or country)"
+    )
+    crs_m: pyproj.CRS | None = None
     if to_crs is not None:
         crs_m = _check_metric_target(_as_crs(to_crs, "to_crs"), "to_crs")
-        rng = scale_range(crs_m, *box)
+        ext = domain if domain is not None else _area_box(crs_m)
+        if ext is None:
+            raise CRSError(
+                f"to_crs={_describe(crs_m)} publishes no area of use, so its scale factor cannot "
+                f"be bounded without looking at the data: {ask_domain}. {_NOTHING}"
+            )
+        source = (
+            "domain=" if domain is not None else f"the area of use of to_crs={_describe(crs_m)}"
+        )
+        rng = scale_range(crs_m, *ext)
         if not np.isfinite(rng[1]):
             raise CRSError(
-                f"to_crs={_describe(crs_m)} is not defined over the whole data extent (lon "
-                f"{_wrap(box[0]):.4f}..{_wrap(box[2]):.4f}, lat {box[1]:.4f}..{box[3]:.4f}). Name "
-                f"a CRS that covers it. {_NOTHING}"
+                f"to_crs={_describe(crs_m)} is not defined over all of {source} "
+                f"({_box_text(ext)}). Name a CRS that covers it, or {ask_domain}. {_NOTHING}"
             )
+        choice = _CHOICE_TO_CRS
     else:
-        crs_m = None
+        source = ""
         if (
             crs_in.is_projected
             and _linear_unit(crs_in)[1] == 1.0
             and not _is_pseudo_mercator(crs_in)
         ):
-            rng = scale_range(crs_in, *box)
+            ext = domain if domain is not None else _area_box(crs_in)
+            if ext is None:
+                raise CRSError(
+                    f"the input CRS {_describe(crs_in)} publishes no area of use, so whether it "
+                    f"can be used as is (and its scale_max) cannot be decided without looking at "
+                    f"the data: {ask_domain}, or name the metric CRS with to_crs=. {_NOTHING}"
+                )
+            rng = scale_range(crs_in, *ext)
             if _within(rng, tol):
-                crs_m = crs_in
+                crs_m, choice = crs_in, _CHOICE_INPUT
+                source = (
+                    "domain="
+                    if domain is not None
+                    else f"the area of use of the input CRS {_describe(crs_in)}"
+                )
+        if crs_m is None and domain is not None:
+            ext = domain
+            crs_m, rng = metric_crs_for(
+                *domain, geodetic=geod, max_scale_error=tol, label="domain="
+            )
+            choice, source = _CHOICE_DOMAIN, "domain="
         if crs_m is None:
-            crs_m, rng = metric_crs_for(*box, geodetic=geod, max_scale_error=tol)
+            # The convenience path: the box, hence crs_m and scale_max, come from the data.
+            ext = _data_box(xs, ys, crs_in, geod, cols)
+            crs_m, rng = metric_crs_for(*ext, geodetic=geod, max_scale_error=tol)
+            choice = _CHOICE_DATA
+
+    if choice != _CHOICE_DATA:
+        lon, lat = _lonlat_of(xs, ys, crs_in, geod, cols, index)
+        if source == "domain=":
+            fix = (
+                "Widen domain= to a public box that covers every point you may analyse (fixed "
+                "from public knowledge, not from these points), or drop those rows."
+            )
+            err: type[InvalidInputError] = InvalidInputError
+        else:
+            fix = f"Drop those rows, name a to_crs= whose area of use covers them, or {ask_domain}."
+            err = CRSError
+        _refuse_outside(lon, lat, ext, index, cols, source, fix, err)
 
     if crs_m.equals(crs_in, ignore_axis_order=True):
-        return np.column_stack([xs, ys]), crs_in, rng, None
+        return np.column_stack([xs, ys]), crs_in, rng, None, choice, ext
     fwd = pyproj.Transformer.from_crs(crs_in, crs_m, always_xy=True)
     back = pyproj.Transformer.from_crs(crs_m, crs_in, always_xy=True)
     ex, ny = fwd.transform(xs, ys)
@@ -691,7 +918,7 @@ def _project(
             f"projected to {_describe(crs_m)} {rows}. Check the input CRS {_describe(crs_in)}. "
             f"{_NOTHING}"
         )
-    return xy, crs_m, rng, back
+    return xy, crs_m, rng, back, choice, ext
 
 
 # --------------------------------------------------------------------------------------------------

@@ -167,14 +167,18 @@ def test_resolve_us_survey_feet_state_plane_is_converted_to_metres():
     np.testing.assert_allclose(bx, x, atol=1e-6, rtol=0)
 
 
-def test_resolve_projected_crs_far_outside_its_zone_is_reprojected():
-    # EPSG:32618 coordinates of points at lon -63 (zone 20): k is about 1.0065 there, so gpframe
-    # moves to zone 20 instead of reporting distorted "metres".
+def test_resolve_projected_crs_outside_its_area_of_use_is_refused_then_reprojected_with_domain():
+    # EPSG:32618 coordinates of points at lon -63 (zone 20): k is about 1.0065 there. Whether the
+    # input CRS is used as is may not depend on the data, so such points are refused (they lie
+    # outside zone 18's area of use); with a public domain= they move to zone 20.
     lon, lat = grid(-63.1, 10.0, 0.2, 0.2, n=3)
     x, y = pyproj.Transformer.from_crs(4326, 32618, always_xy=True).transform(lon, lat)
     df = pd.DataFrame({"u": 1, "x": x, "y": y})
-    p = geo.resolve_points(df, user="u", x="x", y="y", crs="EPSG:32618")
-    assert p.crs_m.to_epsg() == 32620 and p.reprojected
+    with pytest.raises(CRSError, match=r"9 points lie outside the area of use.*domain=") as exc:
+        geo.resolve_points(df, user="u", x="x", y="y", crs="EPSG:32618")
+    assert "(rows 0, 1, 2, 3, 4, ...)" in str(exc.value) and NOTHING in str(exc.value)
+    p = geo.resolve_points(df, user="u", x="x", y="y", crs="EPSG:32618", domain=(-64, 9, -62, 11))
+    assert p.crs_m.to_epsg() == 32620 and p.reprojected and p.crs_choice == "domain"
     assert np.all(np.abs(pair_ratios(p, lon, lat) - 1) < 1e-3)
 
 
@@ -477,10 +481,22 @@ def test_real_gotrack_refused_whole_then_accepted_with_to_crs_and_local_box():
     # the scale error below 0.1 %.
     with pytest.raises(CRSError, match="to_crs="):
         geo.resolve_points(gps, user="user_id", lon="lon", lat="lat", crs="EPSG:4326")
+    # Zone 24S's area of use (lon -42..-36) does not hold user 1's far tracks: refused, naming rows.
+    with pytest.raises(CRSError, match="outside the area of use of to_crs=EPSG:32724"):
+        geo.resolve_points(
+            gps, user="user_id", lon="lon", lat="lat", crs="EPSG:4326", to_crs="EPSG:32724"
+        )
+    # A public box (eastern Brazil) covers them; scale_max is zone 24S's worst case over that box.
     p = geo.resolve_points(
-        gps, user="user_id", lon="lon", lat="lat", crs="EPSG:4326", to_crs="EPSG:32724"
+        gps,
+        user="user_id",
+        lon="lon",
+        lat="lat",
+        crs="EPSG:4326",
+        to_crs="EPSG:32724",
+        domain=(-50.0, -30.0, -34.0, -5.0),
     )
-    assert len(p) == len(gps) and 1.005 < p.scale_max < 1.03
+    assert len(p) == len(gps) and 1.005 < p.scale_max < 1.03 and p.crs_choice == "to_crs"
     box = gps[gps.lat.between(-11.2, -10.7) & gps.lon.between(-37.3, -36.9)]
     p = geo.resolve_points(box, user="user_id", lon="lon", lat="lat", crs="EPSG:4326")
     assert p.crs_m.to_epsg() == 32724 and 1.0 <= p.scale_max < 1.001
