@@ -66,14 +66,13 @@ True
 from __future__ import annotations
 
 import math
-import threading
-import weakref
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from gpframe import _duckdb_udf as _u
 from gpframe.errors import InvalidInputError
 from gpframe.queries import privatize as _pv
 
@@ -86,20 +85,17 @@ FUNCTIONS = (
     ("gp_privatize_udf", "gp_privatize", "cgp", "rho"),
     ("gp_privatize_gp_udf", "gp_privatize_gp", "gp", "eps"),
 )
-#: DuckDB types whose values are charged as Python ints (typeof() is folded when planning)
-_INT_TYPES = "'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'UTINYINT', 'USMALLINT', 'UINTEGER'"
-
-# One lock for every gpframe UDF in the process: DuckDB runs UDF calls on several threads, and
-# a Session (an SQLite connection) must see one reserve/charge at a time.
-_LEDGER_LOCK = threading.RLock()
+# the shared id dispatch types and the one process-wide ledger lock (gpframe._duckdb_udf),
+# under their historical names
+_INT_TYPES = _u.INT_TYPES
+_LEDGER_LOCK = _u.LEDGER_LOCK
 
 # con -> Registration, so that register() is idempotent per connection.
-_REGISTRY: weakref.WeakKeyDictionary[Any, Registration] = weakref.WeakKeyDictionary()
-_REGISTRY_BY_ID: dict[int, Registration] = {}
+_REGISTRY = _u.Registry()
 
 
 @dataclass
-class Registration:
+class Registration(_u.UdfRegistration):
     """The functions registered on one connection, and counters for audits and tests.
 
     Attributes
@@ -114,12 +110,6 @@ class Registration:
         UDF calls (Arrow batches) that drew noise.
     """
 
-    session: Any
-    rng: Any = None
-    rows_drawn: int = 0
-    rows_excluded: int = 0
-    batches: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     #: (mode, float amount) -> exact amount, validated and calibrated once
     _amounts: dict[tuple[str, float], Fraction] = field(default_factory=dict, repr=False)
 
@@ -145,56 +135,30 @@ def register(con: Any, session: Any, *, rng: Any = None) -> Registration:
     Registration
     """
     import duckdb
-    from duckdb.sqltypes import BIGINT, DOUBLE, VARCHAR
+    from duckdb.sqltypes import DOUBLE
 
-    if not hasattr(session, "reserve"):
-        raise InvalidInputError(
-            f"session={session!r} is not a gpframe Session; pass gp.Session(budget=...). "
-            "Nothing was charged."
-        )
-    reg = _lookup(con)
+    _u.check_session(session)
+    reg = _u.reuse(_REGISTRY, con, session, rng)
     if reg is not None:
-        reg.session = session
-        reg.rng = rng
         _register_operations(con, session, rng)
         return reg
     reg = Registration(session=session, rng=rng)
-    existing = {
-        r[0]
-        for r in con.execute(
-            "SELECT DISTINCT function_name FROM duckdb_functions() "
-            "WHERE function_name LIKE 'gp_privatize%'"
-        ).fetchall()
-    }
     rtype = duckdb.struct_type({"x": DOUBLE, "y": DOUBLE})
-    for udf, macro, mode, param in FUNCTIONS:
-        for suffix, utype in (("_int", BIGINT), ("_str", VARCHAR)):
-            if udf + suffix in existing:  # left by an earlier import of this module: replace
-                con.remove_function(udf + suffix)
-            con.create_function(
-                udf + suffix,
-                _make_udf(reg, mode, ints=suffix == "_int"),
-                [utype, DOUBLE, DOUBLE, DOUBLE],
-                rtype,
-                type="arrow",
-                null_handling="special",
-                side_effects=True,
-            )
-        args = f"CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST({param} AS DOUBLE)"
-        con.execute(
-            f"CREATE OR REPLACE TEMP MACRO {macro}(user_id, x, y, {param}) AS "
-            f"CASE WHEN typeof(user_id) IN ({_INT_TYPES}) "
-            f"THEN {udf}_int(TRY_CAST(user_id AS BIGINT), {args}) "
-            f"ELSE {udf}_str(CAST(user_id AS VARCHAR), {args}) END"
-        )
-    _remember(con, reg)
+    for _udf, macro, mode, param in FUNCTIONS:  # create_id_udfs names the pair f"{macro}_udf_*"
+        _u.create_id_udfs(
+            con, macro, lambda ints, mode=mode: _make_udf(reg, mode, ints=ints),
+            f"x, y, {param}", f"CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST({param} AS DOUBLE)",
+            [DOUBLE, DOUBLE, DOUBLE], rtype,
+        )  # fmt: skip
+    _REGISTRY.put(con, reg)
     _register_operations(con, session, rng)
     return reg
 
 
 def _register_operations(con: Any, session: Any, rng: Any) -> None:
     """Register the UDFs of the other operations (one module each; each is idempotent)."""
-    # local imports: those modules import this one for its shared locking and charging helpers
+    # local imports: those modules once imported this one for its lock and id dispatch (now all
+    # of them share gpframe._duckdb_udf); importing them here keeps the import graph acyclic
     from gpframe.duckdb_grid import register_grid
     from gpframe.duckdb_kde import register_kde
     from gpframe.duckdb_knn import register_knn
@@ -217,54 +181,10 @@ def clip_user(con: Any, table: str, **kwargs: Any) -> Any:
     return _clip_user(con, table, **kwargs)
 
 
-def _lookup(con: Any) -> Registration | None:
-    try:
-        return _REGISTRY.get(con)
-    except TypeError:
-        return _REGISTRY_BY_ID.get(id(con))
-
-
-def _remember(con: Any, reg: Registration) -> None:
-    try:
-        _REGISTRY[con] = reg
-    except TypeError:
-        _REGISTRY_BY_ID[id(con)] = reg
-
-
-def _np(a: Any, dtype: Any = None) -> np.ndarray:
-    if hasattr(a, "combine_chunks"):
-        a = a.combine_chunks()
-    return np.asarray(a.to_numpy(zero_copy_only=False), dtype=dtype)
-
-
-def _nulls(a: Any) -> np.ndarray:
-    if hasattr(a, "combine_chunks"):
-        a = a.combine_chunks()
-    if a.null_count == 0:
-        return np.zeros(len(a), dtype=bool)
-    return np.asarray(a.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _factorize_ids(a: Any, rows: np.ndarray, ints: bool) -> tuple[np.ndarray, Any]:
-    """(codes of the non-NULL ``rows``, unique ids) without a Python object per row.
-
-    Integer ids stay int64 (the ledger keys them as ints, like the accessor does with an int
-    column); text ids are dictionary-encoded by Arrow, so only the distinct ids become Python
-    strings.
-    """
-    import pandas as pd
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if hasattr(a, "combine_chunks"):
-        a = a.combine_chunks()
-    if ints:
-        ids = np.asarray(pc.fill_null(a, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        codes, uniques = pd.factorize(ids[rows], sort=False)
-        return codes.astype(np.int64), np.asarray(uniques, dtype=np.int64)
-    enc = pc.dictionary_encode(a.take(pa.array(rows)))
-    codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    return codes, np.array(enc.dictionary.to_pylist(), dtype=object)
+# Arrow column helpers, shared with the other UDF modules
+_np = _u.to_numpy
+_nulls = _u.nulls
+_factorize_ids = _u.factorize_ids
 
 
 def _make_udf(reg: Registration, mode: str, ints: bool = True) -> Any:
@@ -400,14 +320,11 @@ def _privatize_batch(
     ledger = session.ledger
     alloc = _units_of_sum(ledger, mode, [(a, c) for (_, a), c in zip(exact, cnts, strict=True)])
     params = {param: [f for f, _ in exact[:16]], "rows": len(xs), "source": "duckdb"}
-    r = session.reserve(
-        np.asarray(uniques), alloc, notion="metric", kind=None, query="gp_privatize",
-        params=params, units=True,
-    )  # fmt: skip
-    try:
-        admitted = np.asarray(r.admitted, dtype=bool)
-        noisy = np.full(xy.shape, np.nan)
-        released = np.zeros(len(xs), dtype=bool)
+    noisy = np.full(xy.shape, np.nan)
+    released = np.zeros(len(xs), dtype=bool)
+
+    def work(admitted: np.ndarray) -> np.ndarray:
+        nonlocal noisy, released
         charged: list[tuple[Fraction, np.ndarray]] = []
         for (_, a), sel, cnt in zip(exact, sels, cnts, strict=True):
             res = _pv.privatize_points(
@@ -432,16 +349,14 @@ def _privatize_batch(
             for _users, point_charge in res.charge_groups:
                 charged.append((point_charge, np.where(admitted, cnt, 0)))
         actual = _units_of_sum(ledger, mode, charged) if charged else np.zeros(n_users, np.int64)
-        actual = np.where(admitted, actual, 0)
-        r.charge(actual, units=True)  # durable before any value leaves this function
-    finally:
-        if r.state == "open":  # an error after the draw: charge the full allocation
-            r.__exit__(None, None, None)
+        return np.where(admitted, actual, 0)
+
+    _u.charge_batch(
+        session, np.asarray(uniques), alloc, work, query="gp_privatize", params=params,
+        kind=None, units=True,
+    )  # fmt: skip
     n_rel = int(released.sum())
-    with reg._lock:
-        reg.rows_drawn += n_rel
-        reg.rows_excluded += len(xs) - n_rel
-        reg.batches += 1
+    _u.tally(reg, n_rel, len(xs) - n_rel)
     return released, noisy
 
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import weakref
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -53,8 +52,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpframe.duckdb import _LEDGER_LOCK
-from gpframe.errors import InvalidInputError, LedgerError
+from gpframe import _duckdb_udf as _u
+from gpframe.errors import InvalidInputError
 
 __all__ = ["GridRegistration", "clip_user", "register_grid"]
 
@@ -62,8 +61,8 @@ _UDF = "gp_grid_release"
 _NOTHING = "Nothing was charged."
 _PLAN_IDS = itertools.count(1)
 
-_REGISTRY: weakref.WeakKeyDictionary[Any, GridRegistration] = weakref.WeakKeyDictionary()
-_REGISTRY_BY_ID: dict[int, GridRegistration] = {}
+_LEDGER_LOCK = _u.LEDGER_LOCK
+_REGISTRY = _u.Registry()
 
 
 @dataclass
@@ -83,48 +82,22 @@ def register_grid(con: Any, session: Any, *, rng: Any = None) -> GridRegistratio
     import duckdb
     from duckdb.sqltypes import BIGINT, DOUBLE
 
-    if not hasattr(session, "reserve"):
-        raise InvalidInputError(f"session={session!r} is not a gpframe Session. {_NOTHING}")
-    reg = _lookup(con)
+    _u.check_session(session, hint="")
+    reg = _u.reuse(_REGISTRY, con, session, rng)
     if reg is not None:
-        reg.session, reg.rng = session, rng
         return reg
     reg = GridRegistration(session=session, rng=rng)
-    existing = {
-        r[0]
-        for r in con.execute(
-            "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_name = ?",
-            [_UDF],
-        ).fetchall()
-    }
-    if _UDF in existing:
-        con.remove_function(_UDF)
     names = ("mean", "variance", "variance_unbiased", "mean_error", "variance_error")
-    con.create_function(
-        _UDF,
-        _make_udf(reg),
-        [BIGINT, BIGINT, BIGINT, BIGINT, BIGINT, BIGINT],
+    _u.create_single_udf(
+        con, _UDF, _make_udf(reg), [BIGINT, BIGINT, BIGINT, BIGINT, BIGINT, BIGINT],
         duckdb.struct_type(dict.fromkeys(names, DOUBLE)),
-        type="arrow",
-        null_handling="special",
-        side_effects=True,
-    )
-    _remember(con, reg)
+    )  # fmt: skip
+    _REGISTRY.put(con, reg)
     return reg
 
 
 def _lookup(con: Any) -> GridRegistration | None:
-    try:
-        return _REGISTRY.get(con)
-    except TypeError:
-        return _REGISTRY_BY_ID.get(id(con))
-
-
-def _remember(con: Any, reg: GridRegistration) -> None:
-    try:
-        _REGISTRY[con] = reg
-    except TypeError:
-        _REGISTRY_BY_ID[id(con)] = reg
+    return _REGISTRY.get(con)
 
 
 def _ident(name: str, what: str) -> str:
@@ -304,16 +277,7 @@ def clip_user(
     return plan
 
 
-def _np(a: Any, dtype: Any = None) -> np.ndarray:
-    if hasattr(a, "combine_chunks"):
-        a = a.combine_chunks()
-    return np.asarray(a.to_numpy(zero_copy_only=False), dtype=dtype)
-
-
-def _nulls(a: Any) -> np.ndarray:
-    if hasattr(a, "combine_chunks"):
-        a = a.combine_chunks()
-    return np.asarray(a.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+_np, _nulls = _u.to_numpy, _u.nulls
 
 
 def _make_udf(reg: GridRegistration) -> Any:
@@ -406,22 +370,22 @@ def _release_batch(
                 f"gp_grid_release: epsilon too large for the ledger. {_NOTHING}"
             )
         units += a
-    res = session.reserve(
-        occ.users[payers].tolist(), units, notion="central", kind="dp", query="gp_grid_release",
-        params={"plan_id": plan.params["plan_id"], "cells": int(cells.size), "source": "duckdb"},
-        units=True,
-    )  # fmt: skip
-    if not np.asarray(res.admitted, dtype=bool).all():
-        res.cancel()
-        raise LedgerError(
-            "gp_grid_release: a kept user's budget no longer covers the plan (spent since "
-            f"gp.duckdb.clip_user); re-plan. {_NOTHING}"
-        )
-    with res:
+    rel = None
+
+    def work(_admitted: np.ndarray) -> np.ndarray:  # every payer admitted (all_or_none)
+        nonlocal rel
         rel = release_cells(
             plan, means, variances, beta=plan.params.get("beta", 0.05), rng=reg.rng, only=cells
         )
-        res.charge(units, units=True)  # durable before any value leaves the UDF
+        return units
+
+    _u.charge_batch(
+        session, occ.users[payers].tolist(), units, work, query="gp_grid_release",
+        params={"plan_id": plan.params["plan_id"], "cells": int(cells.size), "source": "duckdb"},
+        notion="central", kind="dp", units=True,
+        all_or_none="gp_grid_release: a kept user's budget no longer covers the plan (spent "
+        f"since gp.duckdb.clip_user); re-plan. {_NOTHING}",
+    )  # fmt: skip
     with reg._lock:
         reg.cells_released += int(cells.size)
         reg.batches += 1

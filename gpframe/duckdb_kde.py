@@ -40,16 +40,13 @@ True
 
 from __future__ import annotations
 
-import threading
-import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from gpframe.duckdb import _INT_TYPES, _LEDGER_LOCK
-from gpframe.duckdb_range import _np, _nulls, _objects
+from gpframe import _duckdb_udf as _u
 from gpframe.errors import InvalidInputError
 
 __all__ = ["KdeRegistration", "register_kde"]
@@ -58,20 +55,13 @@ _UDF = "gp_kde_contribution_udf"
 _MACRO = "gp_kde_contribution"
 METHOD, SPLIT, BETA = "pt-elim", "doubling", 0.05
 _MAX_ROUNDS = 64
-_REGISTRY: weakref.WeakKeyDictionary[Any, KdeRegistration] = weakref.WeakKeyDictionary()
-_REGISTRY_BY_ID: dict[int, KdeRegistration] = {}
+_REGISTRY = _u.Registry()
+_np, _nulls, _objects = _u.to_numpy, _u.nulls, _u.objects
 
 
 @dataclass
-class KdeRegistration:
+class KdeRegistration(_u.UdfRegistration):
     """``gp_kde_contribution`` on one connection, with counters (rows drawn / excluded, batches)."""
-
-    session: Any
-    rng: Any = None
-    rows_drawn: int = 0
-    rows_excluded: int = 0
-    batches: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 def register_kde(con: Any, session: Any, *, rng: Any = None) -> KdeRegistration:
@@ -91,45 +81,22 @@ def register_kde(con: Any, session: Any, *, rng: Any = None) -> KdeRegistration:
     -------
     KdeRegistration
     """
-    from duckdb.sqltypes import BIGINT, DOUBLE, INTEGER, VARCHAR
+    from duckdb.sqltypes import BIGINT, DOUBLE, INTEGER
 
-    if not hasattr(session, "reserve"):
-        raise InvalidInputError(
-            f"session={session!r} is not a gpframe Session; pass gp.Session(budget=...). "
-            "Nothing was charged."
-        )
-    try:
-        reg = _REGISTRY.get(con)
-    except TypeError:
-        reg = _REGISTRY_BY_ID.get(id(con))
+    _u.check_session(session)
+    reg = _u.reuse(_REGISTRY, con, session, rng)
     if reg is not None:
-        reg.session, reg.rng = session, rng
         return reg
     reg = KdeRegistration(session=session, rng=rng)
-    existing = {r[0] for r in con.execute(
-        f"SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_name LIKE '{_UDF}%'"
-    ).fetchall()}  # fmt: skip
-    for suffix, utype in (("_int", BIGINT), ("_str", VARCHAR)):
-        if _UDF + suffix in existing:
-            con.remove_function(_UDF + suffix)
-        con.create_function(
-            _UDF + suffix, _make_udf(reg),
-            [utype, DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, INTEGER, BIGINT], DOUBLE,
-            type="arrow", null_handling="special", side_effects=True,
-        )  # fmt: skip
     args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(qx AS DOUBLE), CAST(qy AS DOUBLE), "
             "CAST(bandwidth_m AS DOUBLE), CAST(rho AS DOUBLE), CAST(rounds AS INTEGER), "
             "CAST(n_users AS BIGINT)")  # fmt: skip
-    con.execute(
-        f"CREATE OR REPLACE TEMP MACRO {_MACRO}(user_id, x, y, qx, qy, bandwidth_m, rho, rounds, "
-        f"n_users := NULL) AS CASE WHEN typeof(user_id) IN ({_INT_TYPES}) "
-        f"THEN {_UDF}_int(TRY_CAST(user_id AS BIGINT), {args}) "
-        f"ELSE {_UDF}_str(CAST(user_id AS VARCHAR), {args}) END"
-    )
-    try:
-        _REGISTRY[con] = reg
-    except TypeError:
-        _REGISTRY_BY_ID[id(con)] = reg
+    _u.create_id_udfs(
+        con, _MACRO, lambda _ints: _make_udf(reg),
+        "x, y, qx, qy, bandwidth_m, rho, rounds, n_users := NULL", args,
+        [DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, INTEGER, BIGINT], DOUBLE,
+    )  # fmt: skip
+    _REGISTRY.put(con, reg)
     return reg
 
 
@@ -193,9 +160,10 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
     key = pd.DataFrame({"qx": f["qx"], "qy": f["qy"], "b": f["bw"], "r": f["rho"], "c": rounds,
                         "n": n_users})  # fmt: skip
     gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
-    codes, uniques = pd.factorize(pd.Series(users, dtype=object), sort=False)
+    codes, uniques = _u.factorize_objects(users)
     n_u = len(uniques)
-    with _LEDGER_LOCK:
+    val = np.zeros(len(rounds))
+    with _u.LEDGER_LOCK:  # the allocation and the charge see the same session
         session = reg.session
         if filter_kind(session) != "cgp":
             raise InvalidInputError(
@@ -208,15 +176,11 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
                      for v in np.unique(f["rho"])}  # fmt: skip
         per_row = np.empty(len(rounds), dtype=object)
         per_row[:] = [row_alloc[v] for v in f["rho"].tolist()]
-        alloc = [Fraction(0)] * n_u
-        for i, u in enumerate(codes.tolist()):
-            alloc[u] += per_row[i]
         params = {"method": METHOD, "split": SPLIT, "beta": BETA, "rows": len(rounds),
                   "source": "duckdb"}  # fmt: skip
-        with session.reserve(ledger_keys(uniques), alloc, notion="metric", kind=None,
-                             query="gp_kde_contribution", params=params) as r:  # fmt: skip
-            admitted = np.asarray(r.admitted, dtype=bool)[codes]
-            val = np.zeros(len(rounds))
+
+        def work(adm_u: np.ndarray) -> list[Fraction]:
+            admitted = adm_u[codes]
             actual = [Fraction(0)] * n_u
             for g in range(int(gcode.max()) + 1):
                 sel = np.flatnonzero((gcode == g) & admitted)
@@ -234,8 +198,11 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
                 val[sel] = out.contributions
                 for i, c in zip(sel.tolist(), out.charges.tolist(), strict=True):
                     actual[codes[i]] += c
-            r.charge(actual)
-        reg.rows_drawn += int(admitted.sum())
-        reg.rows_excluded += int((~admitted).sum())
-        reg.batches += 1
+            return actual
+
+        admitted = _u.charge_batch(
+            session, ledger_keys(uniques), _u.per_user_sum(codes, n_u, per_row), work,
+            query="gp_kde_contribution", params=params, kind=None,
+        )[codes]  # fmt: skip
+        _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
     return val, admitted

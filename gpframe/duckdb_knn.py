@@ -46,15 +46,13 @@ True
 
 from __future__ import annotations
 
-import threading
-import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from gpframe.duckdb import _INT_TYPES, _LEDGER_LOCK
+from gpframe import _duckdb_udf as _u
 from gpframe.errors import InvalidInputError
 
 __all__ = ["KnnRegistration", "register_knn"]
@@ -62,12 +60,11 @@ __all__ = ["KnnRegistration", "register_knn"]
 _KNN, _HULL = "gp_knn", "gp_convex_hull"
 _NOTHING = "Nothing was charged for this batch."
 
-_REGISTRY: weakref.WeakKeyDictionary[Any, KnnRegistration] = weakref.WeakKeyDictionary()
-_REGISTRY_BY_ID: dict[int, KnnRegistration] = {}
+_REGISTRY = _u.Registry()
 
 
 @dataclass
-class KnnRegistration:
+class KnnRegistration(_u.UdfRegistration):
     """``gp_knn`` and ``gp_convex_hull`` on one connection, with counters for tests and audits.
 
     Attributes
@@ -77,13 +74,6 @@ class KnnRegistration:
     rows_drawn, rows_excluded, batches : int
         Users answered (all charged); non-NULL rows refused for lack of budget; batches with draws.
     """
-
-    session: Any
-    rng: Any = None
-    rows_drawn: int = 0
-    rows_excluded: int = 0
-    batches: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
@@ -102,92 +92,33 @@ def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
     KnnRegistration
     """
     import duckdb
-    from duckdb.sqltypes import BIGINT, BLOB, DOUBLE, VARCHAR
+    from duckdb.sqltypes import BIGINT, BLOB, DOUBLE
 
-    if not hasattr(session, "reserve"):
-        raise InvalidInputError(
-            f"session={session!r} is not a gpframe Session; pass gp.Session(budget=...). "
-            "Nothing was charged."
-        )
-    reg = _lookup(con)
+    _u.check_session(session)
+    reg = _u.reuse(_REGISTRY, con, session, rng)
     if reg is not None:
-        reg.session, reg.rng = session, rng
         return reg
     reg = KnnRegistration(session=session, rng=rng)
-    existing = {
-        r[0]
-        for r in con.execute(
-            "SELECT DISTINCT function_name FROM duckdb_functions() "
-            "WHERE function_name LIKE 'gp_knn_udf%' OR function_name LIKE 'gp_convex_hull_udf%'"
-        ).fetchall()
-    }
     dlist = duckdb.list_type(DOUBLE)
-    specs = (
-        (_KNN, _make_knn_udf(reg), [dlist, dlist, DOUBLE, DOUBLE, BIGINT, DOUBLE],
-         duckdb.list_type(BIGINT), "xs, ys, px, py, k, rho",
-         "CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST(px AS DOUBLE), CAST(py AS DOUBLE), "
-         "CAST(k AS BIGINT), CAST(rho AS DOUBLE)"),
-        (_HULL, _make_hull_udf(reg), [dlist, dlist, DOUBLE], BLOB, "xs, ys, rho",
-         "CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST(rho AS DOUBLE)"),
+    knn_udf, hull_udf = _make_knn_udf(reg), _make_hull_udf(reg)  # one function for _int and _str
+    _u.create_id_udfs(
+        con, _KNN, lambda _ints: knn_udf, "xs, ys, px, py, k, rho",
+        "CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST(px AS DOUBLE), CAST(py AS DOUBLE), "
+        "CAST(k AS BIGINT), CAST(rho AS DOUBLE)",
+        [dlist, dlist, DOUBLE, DOUBLE, BIGINT, DOUBLE], duckdb.list_type(BIGINT),
     )  # fmt: skip
-    for name, fn, argt, rtype, params, args in specs:
-        udf = f"{name}_udf"
-        for suffix, utype in (("_int", BIGINT), ("_str", VARCHAR)):
-            if udf + suffix in existing:
-                con.remove_function(udf + suffix)
-            con.create_function(
-                udf + suffix,
-                fn,
-                [utype, *argt],
-                rtype,
-                type="arrow",
-                null_handling="special",
-                side_effects=True,
-            )
-        con.execute(
-            f"CREATE OR REPLACE TEMP MACRO {name}(user_id, {params}) AS "
-            f"CASE WHEN typeof(user_id) IN ({_INT_TYPES}) "
-            f"THEN {udf}_int(TRY_CAST(user_id AS BIGINT), {args}) "
-            f"ELSE {udf}_str(CAST(user_id AS VARCHAR), {args}) END"
-        )
-    _remember(con, reg)
+    _u.create_id_udfs(
+        con, _HULL, lambda _ints: hull_udf, "xs, ys, rho",
+        "CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST(rho AS DOUBLE)",
+        [dlist, dlist, DOUBLE], BLOB,
+    )  # fmt: skip
+    _REGISTRY.put(con, reg)
     return reg
-
-
-def _lookup(con: Any) -> KnnRegistration | None:
-    try:
-        return _REGISTRY.get(con)
-    except TypeError:
-        return _REGISTRY_BY_ID.get(id(con))
-
-
-def _remember(con: Any, reg: KnnRegistration) -> None:
-    try:
-        _REGISTRY[con] = reg
-    except TypeError:
-        _REGISTRY_BY_ID[id(con)] = reg
 
 
 # --------------------------------------------------------------------------------- Arrow helpers
 
-
-def _arr(a: Any) -> Any:
-    return a.combine_chunks() if hasattr(a, "combine_chunks") else a
-
-
-def _np(a: Any, dtype: Any = None) -> np.ndarray:
-    return np.asarray(_arr(a).to_numpy(zero_copy_only=False), dtype=dtype)
-
-
-def _nulls(a: Any) -> np.ndarray:
-    return np.asarray(_arr(a).is_null().to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _objects(a: Any) -> np.ndarray:
-    a = _arr(a)
-    out = np.empty(len(a), dtype=object)
-    out[:] = a.to_pylist()
-    return out
+_arr, _np, _nulls, _objects = _u.arrow, _u.to_numpy, _u.nulls, _u.objects
 
 
 def _lists(xs: Any, ys: Any, rows: np.ndarray, fname: str) -> tuple[np.ndarray, np.ndarray]:
@@ -268,29 +199,25 @@ def _run(
 
     A user with several rows in the batch is reserved (and charged) the sum of their amounts.
     """
-    import pandas as pd
-
     from gpframe.accessor import ledger_keys
 
-    codes, uniques = pd.factorize(pd.Series(users, dtype=object), sort=False)
-    alloc = [Fraction(0)] * len(uniques)
-    for i, u in enumerate(codes.tolist()):
-        alloc[u] += amounts[i]
-    with _LEDGER_LOCK:
+    codes, uniques = _u.factorize_objects(users)
+    alloc = _u.per_user_sum(codes, len(uniques), amounts)
+
+    def work_and_charge(adm_u: np.ndarray) -> list[Fraction]:
+        admitted = adm_u[codes]
+        if admitted.any():
+            work(np.flatnonzero(admitted))
+        return [a if ok else Fraction(0) for a, ok in zip(alloc, adm_u.tolist(), strict=True)]
+
+    with _u.LEDGER_LOCK:
         session = reg.session
         _check_session(session, fname)
-        with session.reserve(ledger_keys(uniques), alloc, notion="metric", kind="cgp",
-                             query=fname, params={**params, "source": "duckdb"}) as r:  # fmt: skip
-            adm_u = np.asarray(r.admitted, dtype=bool)
-            admitted = adm_u[codes]
-            if admitted.any():
-                work(np.flatnonzero(admitted))
-            r.charge(
-                [a if ok else Fraction(0) for a, ok in zip(alloc, adm_u.tolist(), strict=True)]
-            )
-        reg.rows_drawn += int(admitted.sum())
-        reg.rows_excluded += int((~admitted).sum())
-        reg.batches += 1
+        admitted = _u.charge_batch(
+            session, ledger_keys(uniques), alloc, work_and_charge, query=fname,
+            params={**params, "source": "duckdb"}, kind="cgp",
+        )[codes]  # fmt: skip
+        _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
     return admitted
 
 

@@ -46,18 +46,15 @@ True
 
 from __future__ import annotations
 
-import threading
-import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-# the lock and the id dispatch are shared with gp_privatize (one lock for every gpframe UDF: a
-# Session must see one reserve/charge at a time); the Arrow helpers below are local so that this
-# module does not depend on gpframe.duckdb's private helpers
-from gpframe.duckdb import _INT_TYPES, _LEDGER_LOCK
+# the lock, the id dispatch, the registry, the Arrow helpers and the reserve/charge step are
+# shared with every gpframe UDF (one lock: a Session must see one reserve/charge at a time)
+from gpframe import _duckdb_udf as _u
 from gpframe.errors import InvalidInputError
 
 __all__ = ["RangeRegistration", "register_range_count"]
@@ -68,12 +65,13 @@ _MACRO = "gp_in_region"
 METHOD, SPLIT, BETA = "dist-elim", "doubling", 0.05
 _MAX_ROUNDS = 64
 
-_REGISTRY: weakref.WeakKeyDictionary[Any, RangeRegistration] = weakref.WeakKeyDictionary()
-_REGISTRY_BY_ID: dict[int, RangeRegistration] = {}
+_REGISTRY = _u.Registry()
+
+_np, _nulls, _objects = _u.to_numpy, _u.nulls, _u.objects
 
 
 @dataclass
-class RangeRegistration:
+class RangeRegistration(_u.UdfRegistration):
     """``gp_in_region`` on one connection, with counters for audits and tests.
 
     Attributes
@@ -84,13 +82,6 @@ class RangeRegistration:
         Rows that ran the elimination (all charged); non-NULL rows refused for lack of budget;
         Arrow batches that drew noise.
     """
-
-    session: Any
-    rng: Any = None
-    rows_drawn: int = 0
-    rows_excluded: int = 0
-    batches: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 def register_range_count(con: Any, session: Any, *, rng: Any = None) -> RangeRegistration:
@@ -108,82 +99,22 @@ def register_range_count(con: Any, session: Any, *, rng: Any = None) -> RangeReg
     -------
     RangeRegistration
     """
-    from duckdb.sqltypes import BIGINT, BLOB, BOOLEAN, DOUBLE, INTEGER, VARCHAR
+    from duckdb.sqltypes import BIGINT, BLOB, BOOLEAN, DOUBLE, INTEGER
 
-    if not hasattr(session, "reserve"):
-        raise InvalidInputError(
-            f"session={session!r} is not a gpframe Session; pass gp.Session(budget=...). "
-            "Nothing was charged."
-        )
-    reg = _lookup(con)
+    _u.check_session(session)
+    reg = _u.reuse(_REGISTRY, con, session, rng)
     if reg is not None:
-        reg.session, reg.rng = session, rng
         return reg
     reg = RangeRegistration(session=session, rng=rng)
-    existing = {
-        r[0]
-        for r in con.execute(
-            "SELECT DISTINCT function_name FROM duckdb_functions() "
-            f"WHERE function_name LIKE '{_UDF}%'"
-        ).fetchall()
-    }
-    for suffix, utype in (("_int", BIGINT), ("_str", VARCHAR)):
-        if _UDF + suffix in existing:
-            con.remove_function(_UDF + suffix)
-        con.create_function(
-            _UDF + suffix,
-            _make_udf(reg),
-            [utype, DOUBLE, DOUBLE, BLOB, DOUBLE, INTEGER, BIGINT],
-            BOOLEAN,
-            type="arrow",
-            null_handling="special",
-            side_effects=True,
-        )
     args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(region_wkb AS BLOB), CAST(rho AS DOUBLE), "
             "CAST(rounds AS INTEGER), CAST(n_users AS BIGINT)")  # fmt: skip
-    con.execute(
-        f"CREATE OR REPLACE TEMP MACRO {_MACRO}(user_id, x, y, region_wkb, rho, rounds, "
-        f"n_users := NULL) AS "
-        f"CASE WHEN typeof(user_id) IN ({_INT_TYPES}) "
-        f"THEN {_UDF}_int(TRY_CAST(user_id AS BIGINT), {args}) "
-        f"ELSE {_UDF}_str(CAST(user_id AS VARCHAR), {args}) END"
-    )
-    _remember(con, reg)
+    _u.create_id_udfs(
+        con, _MACRO, lambda _ints: _make_udf(reg),
+        "x, y, region_wkb, rho, rounds, n_users := NULL", args,
+        [DOUBLE, DOUBLE, BLOB, DOUBLE, INTEGER, BIGINT], BOOLEAN,
+    )  # fmt: skip
+    _REGISTRY.put(con, reg)
     return reg
-
-
-def _lookup(con: Any) -> RangeRegistration | None:
-    try:
-        return _REGISTRY.get(con)
-    except TypeError:
-        return _REGISTRY_BY_ID.get(id(con))
-
-
-def _remember(con: Any, reg: RangeRegistration) -> None:
-    try:
-        _REGISTRY[con] = reg
-    except TypeError:
-        _REGISTRY_BY_ID[id(con)] = reg
-
-
-def _arr(a: Any) -> Any:
-    return a.combine_chunks() if hasattr(a, "combine_chunks") else a
-
-
-def _np(a: Any, dtype: Any = None) -> np.ndarray:
-    return np.asarray(_arr(a).to_numpy(zero_copy_only=False), dtype=dtype)
-
-
-def _nulls(a: Any) -> np.ndarray:
-    return np.asarray(_arr(a).is_null().to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _objects(a: Any) -> np.ndarray:
-    """Python objects (int ids, str ids, WKB bytes): the ledger keys the accessor uses too."""
-    a = _arr(a)
-    out = np.empty(len(a), dtype=object)
-    out[:] = a.to_pylist()
-    return out
 
 
 def _make_udf(reg: RangeRegistration) -> Any:
@@ -286,9 +217,10 @@ def _batch(
     # of their first row, so a one-group batch runs exactly like the Python path
     key = pd.DataFrame({"w": [id(r) for r in regions], "r": rhos, "c": rounds, "n": n_users})
     gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
-    codes, uniques = pd.factorize(pd.Series(users, dtype=object), sort=False)
+    codes, uniques = _u.factorize_objects(users)
     n_u = len(uniques)
-    with _LEDGER_LOCK:
+    inside = np.zeros(len(xs), dtype=bool)
+    with _u.LEDGER_LOCK:  # the allocation and the charge see the same session
         session = reg.session
         if filter_kind(session) != "cgp":
             raise InvalidInputError(
@@ -301,9 +233,6 @@ def _batch(
         row_alloc = {f: lu.to_fraction(lu.up(positive(float(f), "rho"))) for f in np.unique(rhos)}
         per_row = np.empty(len(rhos), dtype=object)
         per_row[:] = [row_alloc[f] for f in rhos.tolist()]
-        alloc = [Fraction(0)] * n_u
-        for i, u in enumerate(codes.tolist()):
-            alloc[u] += per_row[i]
         params = {
             "method": METHOD,
             "split": SPLIT,
@@ -312,10 +241,9 @@ def _batch(
             "rho": [float(v) for v in np.unique(rhos)[:16]],
             "source": "duckdb",
         }
-        with session.reserve(ledger_keys(uniques), alloc, notion="metric", kind=None,
-                             query="gp_in_region", params=params) as r:  # fmt: skip
-            admitted = np.asarray(r.admitted, dtype=bool)[codes]
-            inside = np.zeros(len(xs), dtype=bool)
+
+        def work(adm_u: np.ndarray) -> list[Fraction]:
+            admitted = adm_u[codes]
             actual = [Fraction(0)] * n_u
             for g in range(int(gcode.max()) + 1):
                 sel = np.flatnonzero((gcode == g) & admitted)
@@ -331,8 +259,11 @@ def _batch(
                 inside[sel] = out.inside
                 for i, c in zip(sel.tolist(), out.charges.tolist(), strict=True):
                     actual[codes[i]] += c
-            r.charge(actual)
-        reg.rows_drawn += int(admitted.sum())
-        reg.rows_excluded += int((~admitted).sum())
-        reg.batches += 1
+            return actual
+
+        admitted = _u.charge_batch(
+            session, ledger_keys(uniques), _u.per_user_sum(codes, n_u, per_row), work,
+            query="gp_in_region", params=params, kind=None,
+        )[codes]  # fmt: skip
+        _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
     return inside, admitted

@@ -1,0 +1,284 @@
+"""Plumbing shared by the gpframe DuckDB UDF modules (private; STYLE.md §9).
+
+:mod:`gpframe.duckdb`, :mod:`gpframe.duckdb_range`, :mod:`gpframe.duckdb_kde`,
+:mod:`gpframe.duckdb_knn` and :mod:`gpframe.duckdb_grid` all register side-effecting Arrow UDFs
+that reserve and charge a Session once per Arrow batch. What they share lives here:
+
+* registration: :class:`Registry` (one registration per connection, so ``register_*`` is
+  idempotent), :func:`check_session`, :func:`reuse`, :func:`create_udf` and
+  :func:`create_id_udfs` (the ``_int`` / ``_str`` UDF pair and the ``TEMP MACRO`` that picks one
+  from the type of ``user_id``, so user 7 is the same ledger user in SQL and in Python);
+* Arrow columns: :func:`to_numpy`, :func:`nulls`, :func:`objects`, :func:`factorize_ids`;
+* charging: :data:`LEDGER_LOCK` and :func:`charge_batch` (reserve, compute for the admitted
+  users, charge, all under the lock; an error after the reservation charges the full
+  allocation), :func:`tally` for the per-registration counters.
+
+This module imports nothing from the public DuckDB modules, so each of them can import it at
+module level without an import cycle.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpframe.errors import InvalidInputError, LedgerError
+
+#: DuckDB types whose values are charged as Python ints (typeof() is folded when planning)
+INT_TYPES = "'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'UTINYINT', 'USMALLINT', 'UINTEGER'"
+
+# One lock for every gpframe UDF in the process: DuckDB runs UDF calls on several threads, and
+# a Session (an SQLite connection) must see one reserve/charge at a time. Re-entrant, so a
+# caller may hold it around work that must see the same session as the charge.
+LEDGER_LOCK = threading.RLock()
+
+
+# ------------------------------------------------------------------------------- registration
+
+
+@dataclass
+class UdfRegistration:
+    """The session a connection's functions charge, and counters for audits and tests."""
+
+    session: Any
+    rng: Any = None
+    rows_drawn: int = 0
+    rows_excluded: int = 0
+    batches: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+class Registry:
+    """Connection -> registration; weak where the connection type allows it."""
+
+    def __init__(self) -> None:
+        self._weak: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._by_id: dict[int, Any] = {}
+
+    def get(self, con: Any) -> Any:
+        """Return the registration of ``con``, or None."""
+        try:
+            return self._weak.get(con)
+        except TypeError:
+            return self._by_id.get(id(con))
+
+    def put(self, con: Any, reg: Any) -> None:
+        """Remember ``reg`` as the registration of ``con``."""
+        try:
+            self._weak[con] = reg
+        except TypeError:
+            self._by_id[id(con)] = reg
+
+
+def check_session(session: Any, hint: str = "; pass gp.Session(budget=...)") -> None:
+    """Refuse anything that is not a Session, before any function is created."""
+    if not hasattr(session, "reserve"):
+        raise InvalidInputError(
+            f"session={session!r} is not a gpframe Session{hint}. Nothing was charged."
+        )
+
+
+def reuse(registry: Registry, con: Any, session: Any, rng: Any) -> Any:
+    """Return the registration of ``con`` pointed at ``session`` and ``rng``, or None if new."""
+    reg = registry.get(con)
+    if reg is not None:
+        reg.session, reg.rng = session, rng
+    return reg
+
+
+def _existing(con: Any, names: Iterable[str]) -> set[str]:
+    listed = ", ".join(f"'{n}'" for n in names)  # internal constant names, never user input
+    return {
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT function_name FROM duckdb_functions() "
+            f"WHERE function_name IN ({listed})"
+        ).fetchall()
+    }
+
+
+def create_udf(
+    con: Any, name: str, fn: Any, arg_types: list[Any], return_type: Any, existing: set[str]
+) -> None:
+    """Create a side-effecting Arrow UDF, replacing one of the same name in ``existing``.
+
+    A function left by an earlier import of the module (DuckDB refuses a name twice) is removed
+    first. ``side_effects=True`` stops DuckDB from folding constant arguments, merging repeated
+    calls and running the UDF during ``EXPLAIN``; ``null_handling="special"`` hands NULLs to the
+    UDF, which returns NULL for them and charges nothing.
+    """
+    if name in existing:
+        con.remove_function(name)
+    con.create_function(
+        name,
+        fn,
+        arg_types,
+        return_type,
+        type="arrow",
+        null_handling="special",
+        side_effects=True,
+    )
+
+
+def create_id_udfs(
+    con: Any,
+    macro: str,
+    make_udf: Callable[[bool], Any],
+    params: str,
+    casts: str,
+    arg_types: list[Any],
+    return_type: Any,
+) -> None:
+    """Create ``{macro}_udf_int`` / ``_str`` and the ``TEMP MACRO {macro}(user_id, {params})``.
+
+    ``make_udf(ints)`` gives the Python function of each UDF; ``arg_types`` are the DuckDB types
+    after ``user_id`` (BIGINT for ``_int``, VARCHAR for ``_str``) and ``casts`` the macro's
+    arguments cast to them. Integer ids (up to BIGINT) go to ``_int`` and are charged as ints,
+    anything else as ``CAST(user_id AS VARCHAR)``, as the Python accessor keys the same column.
+    The macro is TEMP: UDFs are not persisted, so a stored macro would break in the next process.
+    """
+    from duckdb.sqltypes import BIGINT, VARCHAR
+
+    udf = f"{macro}_udf"
+    existing = _existing(con, (udf + "_int", udf + "_str"))
+    for suffix, utype in (("_int", BIGINT), ("_str", VARCHAR)):
+        create_udf(
+            con, udf + suffix, make_udf(suffix == "_int"), [utype, *arg_types], return_type,
+            existing,
+        )  # fmt: skip
+    con.execute(
+        f"CREATE OR REPLACE TEMP MACRO {macro}(user_id, {params}) AS "
+        f"CASE WHEN typeof(user_id) IN ({INT_TYPES}) "
+        f"THEN {udf}_int(TRY_CAST(user_id AS BIGINT), {casts}) "
+        f"ELSE {udf}_str(CAST(user_id AS VARCHAR), {casts}) END"
+    )
+
+
+def create_single_udf(con: Any, name: str, fn: Any, arg_types: list[Any], return_type: Any) -> None:
+    """:func:`create_udf` for one name, looking up whether it exists first."""
+    create_udf(con, name, fn, arg_types, return_type, _existing(con, (name,)))
+
+
+# ------------------------------------------------------------------------------ Arrow columns
+
+
+def arrow(a: Any) -> Any:
+    """One contiguous Arrow array (DuckDB may hand a ChunkedArray)."""
+    return a.combine_chunks() if hasattr(a, "combine_chunks") else a
+
+
+def to_numpy(a: Any, dtype: Any = None) -> np.ndarray:
+    """Return an Arrow column's values as numpy (NULL slots hold arbitrary values or NaN)."""
+    return np.asarray(arrow(a).to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def nulls(a: Any) -> np.ndarray:
+    """Boolean mask of the NULL slots of an Arrow column."""
+    a = arrow(a)
+    if a.null_count == 0:
+        return np.zeros(len(a), dtype=bool)
+    return np.asarray(a.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def objects(a: Any) -> np.ndarray:
+    """Python objects (int ids, str ids, WKB bytes): the ledger keys the accessor uses too."""
+    a = arrow(a)
+    out = np.empty(len(a), dtype=object)
+    out[:] = a.to_pylist()
+    return out
+
+
+def factorize_ids(a: Any, rows: np.ndarray, ints: bool) -> tuple[np.ndarray, Any]:
+    """(codes of the non-NULL ``rows``, unique ids) without a Python object per row.
+
+    Integer ids stay int64 (the ledger keys them as ints, like the accessor does with an int
+    column); text ids are dictionary-encoded by Arrow, so only the distinct ids become Python
+    strings.
+    """
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    a = arrow(a)
+    if ints:
+        ids = np.asarray(pc.fill_null(a, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        codes, uniques = pd.factorize(ids[rows], sort=False)
+        return codes.astype(np.int64), np.asarray(uniques, dtype=np.int64)
+    enc = pc.dictionary_encode(a.take(pa.array(rows)))
+    codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return codes, np.array(enc.dictionary.to_pylist(), dtype=object)
+
+
+def factorize_objects(users: np.ndarray) -> tuple[np.ndarray, Any]:
+    """(per-row codes, unique ids) of an object array of ids, in order of first appearance."""
+    import pandas as pd
+
+    return pd.factorize(pd.Series(users, dtype=object), sort=False)
+
+
+def per_user_sum(codes: np.ndarray, n_users: int, amounts: Any) -> list[Any]:
+    """Σ of the rows' exact amounts per user (a user with several rows pays for each)."""
+    from fractions import Fraction
+
+    total: list[Any] = [Fraction(0)] * n_users
+    for i, u in enumerate(codes.tolist()):
+        total[u] += amounts[i]
+    return total
+
+
+# ----------------------------------------------------------------------------------- charging
+
+
+def charge_batch(
+    session: Any,
+    users: Any,
+    alloc: Any,
+    work: Callable[[np.ndarray], Any],
+    *,
+    query: str,
+    params: dict[str, Any],
+    notion: str = "metric",
+    kind: str | None = None,
+    units: bool = False,
+    all_or_none: str | None = None,
+) -> np.ndarray:
+    """Reserve ``alloc`` for ``users``, run ``work(admitted)``, charge what it returns.
+
+    Under :data:`LEDGER_LOCK` (re-entrant: a caller that computed ``alloc`` from the session
+    may already hold it). ``work`` gets the boolean admitted mask per user, draws noise for the
+    admitted users only and returns each user's actual charge (in ledger units if ``units``,
+    else exact amounts; 0 for a refused user, at most the allocation). The charge is durable
+    before this returns, so before any value leaves the UDF. If ``work`` raises, the reservation
+    is settled at the full allocation (noise may have been drawn). With ``all_or_none`` (an
+    error message), a reservation that refuses any user is cancelled before anything is drawn
+    and :class:`~gpframe.errors.LedgerError` is raised: nothing is charged.
+
+    Returns
+    -------
+    numpy.ndarray
+        The admitted mask per user.
+    """
+    with LEDGER_LOCK:
+        r = session.reserve(
+            users, alloc, notion=notion, kind=kind, query=query, params=params, units=units
+        )
+        if all_or_none is not None and not np.asarray(r.admitted, dtype=bool).all():
+            r.cancel()
+            raise LedgerError(all_or_none)
+        with r:  # leaving without charge() (an error after the reservation): full allocation
+            admitted = np.asarray(r.admitted, dtype=bool)
+            r.charge(work(admitted), units=units)  # durable before any value is returned
+    return admitted
+
+
+def tally(reg: Any, drawn: int, excluded: int) -> None:
+    """Count one batch: rows that drew (all charged) and non-NULL rows refused for budget."""
+    with reg._lock:
+        reg.rows_drawn += drawn
+        reg.rows_excluded += excluded
+        reg.batches += 1
