@@ -3,9 +3,11 @@
 One run: warm-up, then the median of 5 calls at n = 10^6 per sampler (single thread, os.urandom by
 default), bytes drawn per sample, and the ratio to numpy's float sampler (the unsafe floor) and to
 OpenDP 0.16's exact samplers (the safe peer, measured on a smaller vector: it is slow). Then the
-rate at DuckDB-sized batches of 2,048.
+rate at DuckDB-sized batches of 2,048. Then the fixed cost per call at small n (1, 8, 64, 2048) for
+each sampler and release wrapper, with repeated parameters (the cached-table case that k-PNN, hull
+and SVT code hits when it calls a sampler many times).
 
-    python benchmarks/bench_noise.py [--aes] [--quick]
+    python benchmarks/bench_noise.py [--aes] [--quick] [--small]
 """
 
 from __future__ import annotations
@@ -70,6 +72,57 @@ def batch_rate(fn: Callable[[int], object], batch: int = 2048, calls: int = 200)
     return batch * calls / (time.perf_counter() - t0)
 
 
+SMALL_NS = (1, 8, 64, 2048)
+
+
+def per_call_us(fn: Callable[[], object], calls: int, repeats: int = 7) -> float:
+    """Best-of-``repeats`` wall time per call in µs (the minimum is the least load-sensitive)."""
+    fn()  # warm-up: builds and caches the parameter's tables
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best * 1e6
+
+
+def small_n(src) -> None:
+    """µs per call at small n, repeated parameters: samplers and release wrappers."""
+    from gpframe.mechanisms import gaussian_cgp, laplace_dp, laplace_gp, planar_laplace
+
+    gen = np.random.default_rng(SEED)  # input data only
+    x1 = {n: gen.uniform(0.0, 1000.0, n) for n in SMALL_NS}
+    x2 = {n: gen.uniform(0.0, 1000.0, (n, 2)) for n in SMALL_NS}
+    a = Fraction(1, 100) * Fraction(1, 2**10)
+    cases: list[tuple[str, Callable[[int], object]]] = [
+        ("discrete_laplace t=92682", lambda n: noise.discrete_laplace(Fraction(1, 92682), n, src)),
+        ("discrete_laplace t=3", lambda n: noise.discrete_laplace(Fraction(1, 3), n, src)),
+        (
+            "discrete_gaussian s=92682",
+            lambda n: noise.discrete_gaussian(Fraction(92682**2), n, src),
+        ),
+        ("lattice_laplace d=2 eps=0.01", lambda n: noise.lattice_laplace(a, 2, n, src)),
+        (
+            "discrete_gaussian_nd d=2 s=92682",
+            lambda n: noise.discrete_gaussian_nd(Fraction(92682**2), 2, n, src),
+        ),
+        ("laplace_gp eps=0.01", lambda n: laplace_gp(x1[n], eps=0.01, rng=src)),
+        (
+            "laplace_dp eps=0.5",
+            lambda n: laplace_dp(x1[n], sensitivity=1.0, epsilon=0.5, rng=src),
+        ),
+        ("planar_laplace eps=0.01", lambda n: planar_laplace(x2[n], eps=0.01, rng=src)),
+        ("gaussian_cgp rho=5e-5", lambda n: gaussian_cgp(x2[n], rho=5e-5, rng=src)),
+    ]
+    print(f"# small n: µs per call (best of 7), source={src.name}, repeated parameters")
+    print(f"{'':34s}" + "".join(f"{'n=' + str(n):>10s}" for n in SMALL_NS))
+    for label, fn in cases:
+        row = [per_call_us(lambda fn=fn, n=n: fn(n), 300 if n <= 64 else 40) for n in SMALL_NS]
+        print(f"{label:34s}" + "".join(f"{v:10.1f}" for v in row))
+        sys.stdout.flush()
+
+
 def opendp_rates(n: int = 20_000) -> dict[str, Callable[[float], float]]:
     try:
         import opendp.prelude as dp
@@ -97,8 +150,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--aes", action="store_true", help="use the AES-256-CTR source")
     ap.add_argument("--quick", action="store_true", help="skip OpenDP and batch runs")
+    ap.add_argument("--small", action="store_true", help="only the small-n per-call section")
     args = ap.parse_args()
     src = AesCtrRandom() if args.aes else OsRandom()
+    if args.small:
+        small_n(src)
+        return
     gen = np.random.default_rng(SEED)  # baseline only: the insecure float floor
     g = Fraction(1, 2**10)
 
@@ -207,6 +264,7 @@ def main() -> None:
             line += f"; n=2048 batches {batch_rate(lambda n, fn=fn: fn(n, src)) / 1e6:.2f} M/s"
         print(line)
         sys.stdout.flush()
+    small_n(src)
 
 
 if __name__ == "__main__":

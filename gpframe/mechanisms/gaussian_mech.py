@@ -21,11 +21,14 @@ from gpframe.mechanisms.calibration import (
     check_rho,
     sqrt_up,
 )
-from gpframe.mechanisms.laplace_mech import _sample, _warn_location_scale
+from gpframe.mechanisms.laplace_mech import _sample, _scale_warns, _warn_location_scale
 from gpframe.mechanisms.released import (
+    _CAL_CACHE,
     Guarantee,
     Released,
     _as_array,
+    _cal_key,
+    _cal_store,
     _check_on_lattice,
     _noise_fn,
 )
@@ -81,8 +84,13 @@ def gaussian_zcdp(
     >>> r.values
     array([...])
     """
-    rho_f = check_rho(rho, "rho")
-    delta = check_positive(l2_sensitivity, "l2_sensitivity")
+    key = _cal_key("gaussian_zcdp", rho, l2_sensitivity)
+    hit = _CAL_CACHE.get(key) if key is not None else None
+    if hit is None:
+        hit = _cal_store(
+            key, (check_rho(rho, "rho"), check_positive(l2_sensitivity, "l2_sensitivity"))
+        )
+    rho_f, delta = hit
     x = _as_array(values, "values", min_ndim=0, max_ndim=2)
     m = x.shape[1] if x.ndim == 2 else 1
     if integer and not (x == x.round()).all():
@@ -90,7 +98,12 @@ def gaussian_zcdp(
             "integer=True but values are not all integers; pass integer=False for real-valued "
             "statistics. Nothing was charged."
         )
-    cal = central_gaussian(rho_f, delta, integer=bool(integer), m=m)
+    key2 = None if key is None else (*key, (bool, bool(integer)), (int, m))
+    hit = _CAL_CACHE.get(key2) if key2 is not None else None
+    if hit is None:
+        cal = central_gaussian(rho_f, delta, integer=bool(integer), m=m)
+        hit = _cal_store(key2, (cal, sqrt_up(cal.param) * cal.g))
+    cal, scale = hit
     bits = _noise_fn("resolve_rng")(rng)
     u = _noise_fn("snap")(x.reshape(-1), cal.g, "values")
     k = _sample("discrete_gaussian", cal.param, u.size, bits)
@@ -99,7 +112,7 @@ def gaussian_zcdp(
     return Released(
         y,
         cal.g,
-        {"sigma2": cal.param, "scale": sqrt_up(cal.param) * cal.g, "width": cal.width},
+        {"sigma2": cal.param, "scale": scale, "width": cal.width},
         Guarantee("zcdp", rho_f, "hamming", f"secure-noise §6.4, §9.3 (central Gaussian, {row})"),
     )
 
@@ -167,10 +180,19 @@ def gaussian_cgp(
     >>> r.values
     array([[...]])
     """
-    rho_f = check_rho(rho, "rho")
-    k_f = check_positive(K, "K")
-    g_f = G_LOC if g is None else check_g(g, "g")
-    r_f = check_positive(r_min, "r_min")
+    key = _cal_key("gaussian_cgp", rho, K, g, r_min)
+    hit = _CAL_CACHE.get(key) if key is not None else None
+    if hit is None:
+        hit = _cal_store(
+            key,
+            (
+                check_rho(rho, "rho"),
+                check_positive(K, "K"),
+                G_LOC if g is None else check_g(g, "g"),
+                check_positive(r_min, "r_min"),
+            ),
+        )
+    rho_f, k_f, g_f, r_f = hit
     x = _as_array(points, "points", min_ndim=1, max_ndim=2)
     d = 1 if x.ndim == 1 else x.shape[1]
     if not 1 <= d <= D_MAX:
@@ -178,11 +200,17 @@ def gaussian_cgp(
             f"points has {d} columns; gaussian_cgp supports 1..{D_MAX} dimensions "
             "(secure-noise.md §8). Nothing was charged."
         )
-    cal = cgp_gaussian(rho_f, K=k_f, d=d, g=g_f, r_min=r_f, lattice_exact=lattice_exact)
+    key2 = None if key is None else (*key, (bool, bool(lattice_exact)), (int, d))
+    hit = _CAL_CACHE.get(key2) if key2 is not None else None
+    if hit is None:
+        cal = cgp_gaussian(rho_f, K=k_f, d=d, g=g_f, r_min=r_f, lattice_exact=lattice_exact)
+        scale = sqrt_up(cal.param) * cal.g
+        hit = _cal_store(key2, (cal, scale, _scale_warns(scale)))
+    cal, scale, warns = hit
     if lattice_exact:
         _check_on_lattice(x, cal.g, "points")
-    scale = sqrt_up(cal.param) * cal.g
-    _warn_location_scale(scale, "Gaussian")
+    if warns:
+        _warn_location_scale(scale, "Gaussian")
     bits = _noise_fn("resolve_rng")(rng)
     u = _noise_fn("snap")(x, cal.g, "points")
     if d == 1:

@@ -26,9 +26,12 @@ from gpframe.mechanisms.calibration import (
     gp_laplace,
 )
 from gpframe.mechanisms.released import (
+    _CAL_CACHE,
     Guarantee,
     Released,
     _as_array,
+    _cal_key,
+    _cal_store,
     _check_on_lattice,
     _noise_fn,
 )
@@ -56,6 +59,20 @@ def _warn_location_scale(scale: Fraction, what: str) -> None:
             GpframeWarning,
             stacklevel=3,
         )
+
+
+def _scale_warns(scale: Fraction) -> bool:
+    """Whether :func:`_warn_location_scale` would warn (cached with the calibration)."""
+    return scale < SCALE_WARN_LOW or scale > SCALE_WARN_HIGH
+
+
+def _cached_inputs(tag: str, eps: Any, K: Any, g: Any, r_min: Any, draw_scale: Any) -> tuple:
+    """``_location_inputs`` through the calibration cache; returns ``(key, checked values)``."""
+    key = _cal_key(tag, eps, K, g, r_min, draw_scale)
+    hit = _CAL_CACHE.get(key) if key is not None else None
+    if hit is None:
+        hit = _cal_store(key, _location_inputs(eps, K, g, r_min, draw_scale))
+    return key, hit
 
 
 def _location_inputs(
@@ -125,9 +142,18 @@ def laplace_dp(
     >>> r.g, r.noise["lam"] == Fraction(1, 2**20 + 1)
     (Fraction(1, 1048576), True)
     """
-    eps_f = check_eps(epsilon, "epsilon")
-    delta = check_positive(sensitivity, "sensitivity")
-    s = check_draw_scale(draw_scale)
+    key = _cal_key("laplace_dp", epsilon, sensitivity, draw_scale)
+    hit = _CAL_CACHE.get(key) if key is not None else None
+    if hit is None:
+        hit = _cal_store(
+            key,
+            (
+                check_eps(epsilon, "epsilon"),
+                check_positive(sensitivity, "sensitivity"),
+                check_draw_scale(draw_scale),
+            ),
+        )
+    eps_f, delta, s = hit
     x = _as_array(values, "values", min_ndim=0, max_ndim=2)
     m = x.shape[1] if x.ndim == 2 else 1
     if integer and not np.array_equal(x, np.rint(x)):
@@ -135,7 +161,10 @@ def laplace_dp(
             "integer=True but values are not all integers; pass integer=False for real-valued "
             "statistics. Nothing was charged."
         )
-    cal = central_laplace(eps_f, delta, integer=bool(integer), m=m, s=s)
+    key2 = None if key is None else (*key, (bool, bool(integer)), (int, m))
+    cal = _CAL_CACHE.get(key2) if key2 is not None else None
+    if cal is None:
+        cal = _cal_store(key2, central_laplace(eps_f, delta, integer=bool(integer), m=m, s=s))
     bits = _noise_fn("resolve_rng")(rng)
     u = _noise_fn("snap")(x.reshape(-1), cal.g, "values")
     k = _sample("discrete_laplace", cal.param, u.size, bits)
@@ -222,13 +251,19 @@ def laplace_gp(
     >>> r.values
     array([...])
     """
-    eps_f, k_f, g_f, r_f, s = _location_inputs(eps, K, g, r_min, draw_scale)
+    key, (eps_f, k_f, g_f, r_f, s) = _cached_inputs("laplace_gp", eps, K, g, r_min, draw_scale)
     x = _as_array(values, "values", min_ndim=0, max_ndim=1)
-    cal = gp_laplace(eps_f, K=k_f, d=1, g=g_f, r_min=r_f, lattice_exact=lattice_exact, s=s)
+    key2 = None if key is None else (*key, (bool, bool(lattice_exact)))
+    hit = _CAL_CACHE.get(key2) if key2 is not None else None
+    if hit is None:
+        cal = gp_laplace(eps_f, K=k_f, d=1, g=g_f, r_min=r_f, lattice_exact=lattice_exact, s=s)
+        scale = cal.g / cal.param
+        hit = _cal_store(key2, (cal, scale, _scale_warns(scale)))
+    cal, scale, warns = hit
     if lattice_exact:
         _check_on_lattice(x, cal.g, "values")
-    scale = cal.g / cal.param
-    _warn_location_scale(scale, "1-D Laplace")
+    if warns:
+        _warn_location_scale(scale, "1-D Laplace")
     bits = _noise_fn("resolve_rng")(rng)
     u = _noise_fn("snap")(x.reshape(-1), cal.g, "values")
     k = _sample("discrete_laplace", cal.param, u.size, bits)
@@ -300,7 +335,7 @@ def planar_laplace(
     >>> r.values.shape
     (2, 2)
     """
-    eps_f, k_f, g_f, r_f, _ = _location_inputs(eps, K, g, r_min, 1)
+    key, (eps_f, k_f, g_f, r_f, _) = _cached_inputs("planar_laplace", eps, K, g, r_min, 1)
     x = _as_array(points, "points", min_ndim=2, max_ndim=2)
     d = x.shape[1]
     if not 2 <= d <= D_MAX:
@@ -308,11 +343,17 @@ def planar_laplace(
             f"points has {d} columns; planar_laplace supports 2..{D_MAX} dimensions "
             "(use laplace_gp for one value per row). Nothing was charged."
         )
-    cal = gp_laplace(eps_f, K=k_f, d=d, g=g_f, r_min=r_f, lattice_exact=lattice_exact)
+    key2 = None if key is None else (*key, (bool, bool(lattice_exact)), (int, d))
+    hit = _CAL_CACHE.get(key2) if key2 is not None else None
+    if hit is None:
+        cal = gp_laplace(eps_f, K=k_f, d=d, g=g_f, r_min=r_f, lattice_exact=lattice_exact)
+        scale = cal.g / cal.param
+        hit = _cal_store(key2, (cal, scale, _scale_warns(scale)))
+    cal, scale, warns = hit
     if lattice_exact:
         _check_on_lattice(x, cal.g, "points")
-    scale = cal.g / cal.param
-    _warn_location_scale(scale, "planar Laplace")
+    if warns:
+        _warn_location_scale(scale, "planar Laplace")
     bits = _noise_fn("resolve_rng")(rng)
     u = _noise_fn("snap")(x, cal.g, "points")
     k = _sample("lattice_laplace", cal.param, len(x), bits, d=d)

@@ -97,13 +97,25 @@ class Released:
 # helpers shared by the wrappers (private)
 
 
-def _noise_fn(name: str) -> Any:
-    """Return the sampler ``name`` of ``gpframe.mechanisms.noise`` (imported lazily: no cycle)."""
-    import importlib
+_NOISE_PKG: Any = None
 
-    pkg = importlib.import_module("gpframe.mechanisms.noise")
+
+def _noise_fn(name: str) -> Any:
+    """Return the sampler ``name`` of ``gpframe.mechanisms.noise`` (imported lazily: no cycle).
+
+    The package attribute is read on every call (tests may replace it); only the module lookup
+    is cached.
+    """
+    global _NOISE_PKG
+    pkg = _NOISE_PKG
+    if pkg is None:
+        import importlib
+
+        pkg = _NOISE_PKG = importlib.import_module("gpframe.mechanisms.noise")
     fn = getattr(pkg, name, None)
     if fn is None:
+        import importlib
+
         for sub in ("lattice", "laplace", "gaussian", "bits"):
             try:
                 mod = importlib.import_module(f"gpframe.mechanisms.noise.{sub}")
@@ -117,6 +129,31 @@ def _noise_fn(name: str) -> Any:
 
         raise GpframeInternalError(f"gpframe.mechanisms.noise provides no {name!r}.")
     return fn
+
+
+#: Calibrations already computed, keyed on the wrapper's raw parameters with their types (so
+#: 1, 1.0 and True stay apart). Only successful calibrations are stored: a hit means every
+#: parameter check passed before, so skipping them cannot hide an error. Values are immutable.
+_CAL_CACHE: dict[tuple, Any] = {}
+_CAL_CACHE_MAX = 1024
+
+
+def _cal_key(*args: Any) -> tuple | None:
+    """Return a hashable, type-tagged key for the raw parameters, or None (nothing cached)."""
+    key = tuple((type(a), a) for a in args)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _cal_store(key: tuple | None, value: Any) -> Any:
+    if key is not None:
+        if len(_CAL_CACHE) >= _CAL_CACHE_MAX:
+            _CAL_CACHE.clear()
+        _CAL_CACHE[key] = value
+    return value
 
 
 def _as_array(values: Any, name: str, *, min_ndim: int, max_ndim: int) -> np.ndarray:

@@ -84,14 +84,18 @@ def lazy_rational_less(W: int, m: int, M: int, num: int, den: int, bits: BitSour
 
 def _decide(
     w: np.ndarray,
-    M: np.ndarray | None,
+    M: np.ndarray | float | None,
     guard: bool,
     glo16: np.ndarray,
     ghi16: np.ndarray,
-    idx: np.ndarray,
+    idx: np.ndarray | None,
     exact_less: Callable[[int, int, int, int], bool],
 ) -> np.ndarray:
-    """One certified draw per element: returns ``U * M < gamma`` as a bool array."""
+    """One certified draw per element: returns ``U * M < gamma`` as a bool array.
+
+    ``M`` is None (every M is 1), one float shared by all elements, or an array. ``idx`` maps
+    positions to the caller's element numbers (None: the identity).
+    """
     wf = w.astype(np.float64)
     if M is None:  # every M is 1
         fail = wf >= ghi16
@@ -102,12 +106,15 @@ def _decide(
         fail = wf >= ghi16
         wf += M
         succ = wf <= glo16
-    amb = ~(succ | fail)
+    # Decided elements: succ | fail (reusing fail's buffer); the rest are ambiguous.
+    decided = np.logical_or(succ, fail, out=fail)
     if M is not None and guard:
-        amb |= M >= _M_GUARD
-    if amb.any():
-        for j in np.flatnonzero(amb).tolist():
-            succ[j] = exact_less(int(idx[j]), int(w[j]), 16, 1 if M is None else int(M[j]))
+        decided &= M < _M_GUARD
+    if not decided.all():
+        for j in (~decided).nonzero()[0].tolist():
+            i = j if idx is None else int(idx[j])
+            Mj = 1 if M is None else int(M) if isinstance(M, float) else int(M[j])
+            succ[j] = exact_less(i, int(w[j]), 16, Mj)
     return succ
 
 
@@ -117,6 +124,7 @@ def bern_exp_neg(
     exact_less: ExactLess,
     bits: BitSource,
     w1: np.ndarray | None = None,
+    overwrite: bool = False,
 ) -> np.ndarray:
     """Return a bool array: element ``i`` is True with probability exactly ``exp(-gamma_i)``.
 
@@ -131,67 +139,93 @@ def bern_exp_neg(
         The source of the 16-bit draws.
     w1 : uint16 array, optional
         Pre-drawn words for the first round (saves one request to the source).
+    overwrite : bool
+        The caller's ``glo`` and ``ghi`` are scratch: reuse their buffers (fewer temporaries).
     """
     glo, ghi = enclose(glo, ghi)
     n = glo.size
-    out = np.zeros(n, dtype=bool)
     if n == 0:
-        return out
-    # Integer part: Bernoulli(exp(-j)) with j = floor(glo) <= gamma.
-    jf = np.floor(glo)
-    ji = np.flatnonzero(jf >= 1.0)
-    int_fail = ji[:0]
-    if ji.size:
-        jj = np.minimum(jf[ji], float(_J_MAX)).astype(np.int64)  # only indexes the table
-        W = bits.arr(ji.size, np.uint32).astype(np.int64)
-        T = _int_thresholds()[np.minimum(jj, _J_MAX)]
-        ok = W < T
-        for t in np.flatnonzero(W == T).tolist():
-            ok[t] = LazyUniform(int(W[t]), 32, bits).less_than(_exp_int(int(jf[ji[t]])))
-        int_fail = ji[~ok]
-        # Remainder bounds: glo - j is exact (Sterbenz: j <= glo < j + 1 <= 2j); ghi - j is exact
-        # when ghi <= 2j, otherwise rounded up by one ulp to stay an upper bound.
-        glo16 = np.subtract(glo, jf)
-        ghi16 = np.subtract(ghi, jf)
-        wide = (ghi > 2.0 * jf) & (jf >= 1.0)  # j = 0: nothing was subtracted
-        if wide.any():
-            ghi16[wide] = np.nextafter(ghi16[wide], np.inf)
-        outer = exact_less
+        return np.zeros(0, dtype=bool)
+    # ghi < 1 everywhere (always for the Laplace deficit, gamma <= 1/16): no integer part and one
+    # piece each, decided by a single reduction instead of the full-size floor and piece arrays.
+    pmax = float(ghi.max())
+    int_fail = None
+    if overwrite:
+        glo16, ghi16 = glo, ghi
+    else:
+        glo16, ghi16 = glo.copy(), ghi.copy()
+    if pmax < 1.0:
+        pieces = None
+        outer0 = exact_less
 
         def exact_less(i: int, W: int, m: int, M: int) -> bool:
-            return outer(i, W, m, M, int(jf[i]))  # an integer-valued float: exact
+            return outer0(i, W, m, M, 0)
 
     else:
+        # Integer part: Bernoulli(exp(-j)) with j = floor(glo) <= gamma, for the elements with
+        # j >= 1 (glo >= 1); subtracting j = 0 from the others would change nothing.
+        ji = (glo >= 1.0).nonzero()[0]
+        jfi = np.floor(glo[ji])
+        if ji.size:
+            jj = np.minimum(jfi, float(_J_MAX)).astype(np.int64)  # only indexes the table
+            W = bits.arr(ji.size, np.uint32).astype(np.int64)
+            T = _int_thresholds()[jj]
+            ok = W < T
+            for t in (W == T).nonzero()[0].tolist():
+                ok[t] = LazyUniform(int(W[t]), 32, bits).less_than(_exp_int(int(jfi[t])))
+            int_fail = ji[~ok]
+            # Remainder bounds: glo - j is exact (Sterbenz: j <= glo < j + 1 <= 2j); ghi - j is
+            # exact when ghi <= 2j, otherwise rounded up by one ulp to stay an upper bound.
+            hj = ghi[ji]
+            wide = hj > 2.0 * jfi
+            hj -= jfi
+            if wide.any():
+                hj[wide] = np.nextafter(hj[wide], np.inf)
+            ghi16[ji] = hj
+            glo16[ji] = glo16[ji] - jfi
         outer = exact_less
-        glo16 = glo.copy()
-        ghi16 = ghi.copy()
 
         def exact_less(i: int, W: int, m: int, M: int) -> bool:
-            return outer(i, W, m, M, 0)
+            pos = int(np.searchsorted(ji, i))
+            j = int(jfi[pos]) if pos < ji.size and ji[pos] == i else 0  # integer-valued: exact
+            return outer(i, W, m, M, j)
 
-    # Scale by 2^16 in place (exact: a power of two); the remainder's piece count from its bound.
-    pmax = float(ghi16.max())
-    pieces = np.maximum(np.ceil(ghi16), 1.0) if pmax > 1.0 else None
-    glo16 *= _TWO16
+        # The remainder's piece count from its upper bound (None: one piece each).
+        pmax = float(ghi16.max())
+        pieces = np.maximum(np.ceil(ghi16), 1.0) if pmax > 1.0 else None
+    glo16 *= _TWO16  # exact: a power of two
     ghi16 *= _TWO16
     if w1 is None:
         w1 = bits.arr(n, np.uint16)
     # Round 1 (K = 1, M = n_i): a failure ends piece 1 with K odd, i.e. the piece succeeds.
-    s = _decide(w1, pieces, pmax >= _M_GUARD, glo16, ghi16, np.arange(n), exact_less)
+    s = _decide(w1, pieces, pmax >= _M_GUARD, glo16, ghi16, None, exact_less)
     if pieces is None:  # one piece each: failures are accepted, successes continue with K = 2
         out = ~s
-        idx = np.flatnonzero(s)
-        p = np.ones(idx.size)
-        K = np.full(idx.size, 2.0)
-        left = p.copy()
-    else:
-        one_piece = pieces == 1.0
-        out = ~s & one_piece
-        idx = np.flatnonzero(s | ~one_piece)
-        si = s[idx]
-        p = pieces[idx]
-        K = np.where(si, 2.0, 1.0)
-        left = p - ~si
+        idx = s.nonzero()[0]
+        if idx.size:
+            # The general loop below with n_i = 1 for every survivor: M = K, a piece that ends
+            # ends the element, and the survivors are exactly the successes. All survivors
+            # share the same K (2 in the first round, +1 per round), so K is one float. Same
+            # draws, same decisions, fewer temporaries.
+            kk = 2.0
+            lo, hi = glo16[idx], ghi16[idx]
+            while idx.size:
+                w = bits.arr(idx.size, np.uint16)
+                s = _decide(w, kk, kk >= _M_GUARD, lo, hi, idx, exact_less)
+                if kk % 2.0 == 1.0:  # failure with K odd: accepted
+                    out[idx[~s]] = True
+                kk += 1.0
+                idx, lo, hi = idx[s], lo[s], hi[s]
+        if int_fail is not None:
+            out[int_fail] = False
+        return out
+    one_piece = pieces == 1.0
+    out = ~s & one_piece
+    idx = (s | ~one_piece).nonzero()[0]
+    si = s[idx]
+    p = pieces[idx]
+    K = np.where(si, 2.0, 1.0)
+    left = p - ~si
     lo, hi = glo16[idx], ghi16[idx]
     # General loop on the survivors, whose state is kept compacted: (idx, n_i, K, pieces left).
     while idx.size:
@@ -206,5 +240,6 @@ def bern_exp_neg(
         keep = s | (piece_ok & ~done_ok)
         K = np.where(s, K + 1.0, 1.0)[keep]
         idx, p, left, lo, hi = idx[keep], p[keep], left[keep], lo[keep], hi[keep]
-    out[int_fail] = False
+    if int_fail is not None:
+        out[int_fail] = False
     return out

@@ -153,6 +153,8 @@ def resolve_rng(rng: Any = None) -> BitSource:
     """
     if rng is None:
         return _DEFAULT
+    if type(rng) is OsRandom or type(rng) is AesCtrRandom:  # the shipped secure sources
+        return rng
     ok = all(hasattr(rng, a) for a in ("name", "seeded", "bytes", "arr", "int_bits"))
     if not ok:
         raise InvalidInputError(

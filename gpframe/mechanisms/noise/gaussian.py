@@ -24,7 +24,7 @@ from gpframe.mechanisms.noise.bernoulli import bern_exp_neg, lazy_rational_less
 from gpframe.mechanisms.noise.bits import BitSource, resolve_rng
 from gpframe.mechanisms.noise.exact import as_fraction
 from gpframe.mechanisms.noise.geometric import block_geometric
-from gpframe.mechanisms.noise.laplace import _collect, check_n
+from gpframe.mechanisms.noise.laplace import _collect, check_n, param_key
 
 __all__ = ["discrete_gaussian", "discrete_gaussian_nd", "round_sigma2"]
 
@@ -52,6 +52,35 @@ def _params(s2: Fraction) -> tuple[int, int, int, int, int, int]:
     return N, Dd, t, Dd * t, 2 * N * Dd * t, 2 * N * Dd * t * t
 
 
+class _GaussPlan:
+    """Everything :func:`discrete_gaussian` derives from ``sigma2`` (read-only, cached)."""
+
+    __slots__ = ("D", "N", "dt", "geo", "inv_D", "inv_t", "s2", "t", "twoNdt")
+
+    def __init__(self, s2: Fraction) -> None:
+        self.s2 = s2
+        self.N, _, self.t, self.dt, self.twoNdt, self.D = _params(s2)
+        self.geo = block_geometric(Fraction(1, self.t))
+        self.inv_t = 1.0 / self.t
+        self.inv_D = 1.0 / float(self.D)
+
+
+@lru_cache(maxsize=1024)
+def _gauss_plan_nd(num: int, den: int) -> _GaussPlan:
+    # Validation happens here; an out-of-range value raises and is not cached.
+    return _GaussPlan(
+        round_sigma2(as_fraction(Fraction(num, den), "sigma2", SIGMA2_MIN, SIGMA2_MAX))
+    )
+
+
+def _gauss_plan(sigma2: Any) -> _GaussPlan:
+    key = param_key(sigma2)
+    if key is None:
+        fr = as_fraction(sigma2, "sigma2", SIGMA2_MIN, SIGMA2_MAX)
+        key = (fr.numerator, fr.denominator)
+    return _gauss_plan_nd(*key)
+
+
 def discrete_gaussian(sigma2: Any, n: int, bits: BitSource | None) -> np.ndarray:
     """Exact discrete Gaussian ``P(k) ∝ exp(-k**2 / (2 sigma2))`` on the integers (§6.2).
 
@@ -77,23 +106,25 @@ def discrete_gaussian(sigma2: Any, n: int, bits: BitSource | None) -> np.ndarray
     numpy.ndarray
         ``int64[n]``.
     """
-    s2 = round_sigma2(as_fraction(sigma2, "sigma2", SIGMA2_MIN, SIGMA2_MAX))
+    plan = _gauss_plan(sigma2)
     n = check_n(n)
     src = resolve_rng(bits)
     if n == 0:
         return np.empty(0, dtype=np.int64)
-    N, _, t, dt, twoNdt, D = _params(s2)
-    geo = block_geometric(Fraction(1, t))
-    inv_t = 1.0 / t
-    inv_D = 1.0 / float(D)
+    N, dt, twoNdt, D = plan.N, plan.dt, plan.twoNdt, plan.D
+    geo = plan.geo
+    inv_t = plan.inv_t
+    inv_D = plan.inv_D
 
     def draw(m: int) -> np.ndarray:
         k, e, _, w1 = geo.propose(m, src, n_u16=m)
         ak = np.abs(k)
         if ieee.EXACT_ONLY:
             rows = np.arange(m)
+        elif ak.max() >= K_FAST:  # one reduction; the index list only when needed
+            rows = (ak >= K_FAST).nonzero()[0]
         else:
-            rows = np.flatnonzero(ak >= K_FAST)
+            rows = None
         # In-place arithmetic: fresh large arrays cost page faults. Same operations, same rounding.
         ak *= dt
         ak -= N  # a = |k| dt - N, exact in int64 for |k| < 2^37
@@ -105,17 +136,18 @@ def discrete_gaussian(sigma2: Any, n: int, bits: BitSource | None) -> np.ndarray
         g += af
         glo = np.multiply(g, 1.0 - _REL, out=af)
         ghi = np.multiply(g, 1.0 + _REL, out=g)
-        for i in rows.tolist():
-            ai = abs(int(k[i])) * dt - N
-            num = int(e[i]) * twoNdt + ai * ai
-            glo[i] = 0.0
-            ghi[i] = math.nextafter(float(-(-num // D)), math.inf)
+        if rows is not None:
+            for i in rows.tolist():
+                ai = abs(int(k[i])) * dt - N
+                num = int(e[i]) * twoNdt + ai * ai
+                glo[i] = 0.0
+                ghi[i] = math.nextafter(float(-(-num // D)), math.inf)
 
         def exact_less(i: int, W: int, mm: int, M: int, j: int) -> bool:
             ai = abs(int(k[i])) * dt - N
             return lazy_rational_less(W, mm, M, int(e[i]) * twoNdt + ai * ai - j * D, D, src)
 
-        acc = bern_exp_neg(glo, ghi, exact_less, src, w1)
+        acc = bern_exp_neg(glo, ghi, exact_less, src, w1, overwrite=True)
         return k[acc]
 
     return _collect(n, ACC_GAUSSIAN, draw)

@@ -109,7 +109,7 @@ class VTable:
     def from_words(self, W: np.ndarray, bits: BitSource, limit: int = _LIMIT) -> np.ndarray:
         """Vectorised ``V`` for an array of uint32 words (int64 result)."""
         V = self.table[W >> 16].astype(np.int64)
-        bad = np.flatnonzero(V < 0) if not FORCE_EXACT else np.arange(W.size)
+        bad = (V < 0).nonzero()[0] if not FORCE_EXACT else np.arange(W.size)
         if bad.size:
             Wb = W[bad].astype(np.int64)
             j = np.searchsorted(self.asc, Wb, side="right")
@@ -118,7 +118,7 @@ class VTable:
             tie = (Wb == 0) | ((j > 0) & (prev == Wb))
             if FORCE_EXACT:
                 tie[:] = True
-            for i in np.flatnonzero(tie).tolist():
+            for i in tie.nonzero()[0].tolist():
                 V[bad[i]] = self.v_exact(int(Wb[i]), bits, limit)
         return V
 
@@ -157,6 +157,20 @@ class BlockGeometric:
         self.vt = v_table(self.lamB)
         self.rs_dtype = _word_dtype(L + 1)
         self.vlimit = (_LIMIT >> L) - 1
+        # Byte layout of one request: largest word type first, so every view is aligned (the
+        # order is fixed by the parameters, R7).
+        rs = self.rs_dtype.itemsize
+        segs = sorted(
+            [
+                (4, "W", np.dtype(np.uint32)),
+                (rs, "RS", self.rs_dtype),
+                (2, "w", np.dtype(np.uint16)),
+            ],
+            key=lambda t: -t[0],
+        )
+        self._layout = tuple((name, dt) for _, name, dt in segs)
+        self._bytes_per = 4 + rs  # W and RS per proposal; w adds 2 per extra word
+        self._mask = self.B - 1
 
     def propose(
         self, n: int, bits: BitSource, n_u16: int = 0
@@ -165,30 +179,36 @@ class BlockGeometric:
 
         All bytes come from one request, laid out largest word type first (aligned views).
         """
-        rs = self.rs_dtype.itemsize
-        segs = sorted(
-            [(4, "W", np.uint32, n), (rs, "RS", self.rs_dtype, n), (2, "w", np.uint16, n_u16)],
-            key=lambda t: -t[0],
-        )
-        buf = bits.bytes(sum(sz * cnt for sz, _, _, cnt in segs))
+        counts = {"W": n, "RS": n, "w": n_u16}
+        buf = bits.bytes(self._bytes_per * n + 2 * n_u16)
         views = {}
         off = 0
-        for sz, name, dt, cnt in segs:
+        for name, dt in self._layout:
+            cnt = counts[name]
             views[name] = np.frombuffer(buf, dtype=dt, count=cnt, offset=off)
-            off += sz * cnt
+            off += dt.itemsize * cnt
         V = self.vt.from_words(views["W"], bits, self.vlimit)
         RS = views["RS"]
         if self.L == 0:
             s = (RS & 1).astype(np.int64)
             G = V
             e = s
+            k = G ^ -s  # s = 1 gives ~G = -G - 1: the shifted sign
         else:
+            # In place on fresh int64 arrays: fewer temporaries, the same integer results as
+            # s = (RS >> L) & 1, R = RS & (B - 1), G = (V << L) | R, e = R + s, k = G ^ -s.
             RS = RS.astype(np.int64)
-            s = (RS >> self.L) & 1
-            R = RS & (self.B - 1)
-            G = (V << self.L) | R
-            e = R + s
-        k = G ^ -s  # s = 1 gives ~G = -G - 1: the shifted sign
+            R = RS & self._mask
+            RS >>= self.L
+            RS &= 1
+            s = RS
+            G = V << self.L
+            G |= R
+            e = R
+            e += s
+            np.negative(s, out=s)
+            G ^= s  # s = 1 gives ~G = -G - 1: the shifted sign
+            k = G
         return k, e, V, views["w"]
 
 

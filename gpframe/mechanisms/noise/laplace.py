@@ -52,6 +52,8 @@ BIG_K = 1 << 52
 
 def check_n(n: Any, name: str = "n") -> int:
     """Validate a sample count (a non-negative integer)."""
+    if type(n) is int and n >= 0:  # the common case, without operator.index
+        return n
     try:
         n_int = operator.index(n)
     except TypeError:
@@ -69,8 +71,12 @@ def _batch(need: int, acc: float, chunk: int) -> int:
 
 def _collect(n: int, acc: float, draw: Any, width: int = 0, chunk: int = CHUNK) -> np.ndarray:
     """Run ``draw(m) -> accepted rows`` in fixed-size batches until ``n`` rows are collected."""
+    got = draw(_batch(n, acc, chunk))
+    if got.shape[0] >= n:  # one batch sufficed (almost always for n below the chunk): no copy
+        return got[:n]
     out = np.empty((n, width) if width else n, dtype=np.int64)
-    filled = 0
+    filled = got.shape[0]
+    out[:filled] = got
     while filled < n:
         need = n - filled
         got = draw(_batch(need, acc, chunk))
@@ -84,18 +90,62 @@ def _collect(n: int, acc: float, draw: Any, width: int = 0, chunk: int = CHUNK) 
 # 1-D discrete Laplace, design B (§5.3) and the coarse path (§5.5)
 
 
-def _laplace_b_batch(lam: Fraction, m: int, bits: BitSource) -> np.ndarray:
-    geo = block_geometric(lam)
-    k, e, _, w1 = geo.propose(m, bits, n_u16=m)
-    g = e.astype(np.float64) * float(lam)
+def param_key(x: Any) -> tuple[int, int] | None:
+    """``(numerator, denominator)`` of an exact int or Fraction parameter, else None.
+
+    Plans are cached on this key: hashing two ints is much cheaper than hashing a Fraction.
+    """
+    t = type(x)
+    if t is Fraction:
+        return x.numerator, x.denominator
+    if t is int:
+        return x, 1
+    return None
+
+
+class _LaplacePlan:
+    """Everything :func:`discrete_laplace` derives from ``lam`` (read-only, cached)."""
+
+    __slots__ = ("coarse", "den", "geo", "lam", "lam_f", "num", "p0", "vt")
+
+    def __init__(self, lam: Fraction) -> None:
+        self.lam = lam
+        self.geo = block_geometric(lam)
+        self.coarse = self.geo.L == 0
+        self.lam_f = float(lam)
+        self.num, self.den = lam.numerator, lam.denominator
+        # The coarse path (§5.5) needs p0 and the V table at q = exp(-lam).
+        self.p0 = _p0(lam) if self.coarse else None
+        self.vt = v_table(lam) if self.coarse else None
+
+
+@lru_cache(maxsize=1024)
+def _laplace_plan_nd(num: int, den: int) -> _LaplacePlan:
+    # Validation happens here; an out-of-range value raises and is not cached.
+    return _LaplacePlan(as_fraction(Fraction(num, den), "lam", LAM_MIN, LAM_MAX))
+
+
+def _laplace_plan(lam: Any) -> _LaplacePlan:
+    key = param_key(lam)
+    if key is None:
+        fr = as_fraction(lam, "lam", LAM_MIN, LAM_MAX)
+        key = (fr.numerator, fr.denominator)
+    return _laplace_plan_nd(*key)
+
+
+def _laplace_b_batch(lam: Any, m: int, bits: BitSource) -> np.ndarray:
+    plan = lam if isinstance(lam, _LaplacePlan) else _laplace_plan(lam)
+    k, e, _, w1 = plan.geo.propose(m, bits, n_u16=m)
+    g = e.astype(np.float64)
+    g *= plan.lam_f
     glo = g * (1.0 - _REL)
-    ghi = g * (1.0 + _REL)
-    num, den = lam.numerator, lam.denominator
+    ghi = np.multiply(g, 1.0 + _REL, out=g)
+    num, den = plan.num, plan.den
 
     def exact_less(i: int, W: int, mm: int, M: int, j: int) -> bool:
         return lazy_rational_less(W, mm, M, num * int(e[i]) - j * den, den, bits)
 
-    acc = bern_exp_neg(glo, ghi, exact_less, bits, w1)
+    acc = bern_exp_neg(glo, ghi, exact_less, bits, w1, overwrite=True)
     return k[acc]
 
 
@@ -105,10 +155,11 @@ def _p0(lam: Fraction) -> tuple[ExactProb, int]:
     return p0, p0.floor(32)
 
 
-def _laplace_coarse_batch(lam: Fraction, m: int, bits: BitSource) -> np.ndarray:
+def _laplace_coarse_batch(lam: Any, m: int, bits: BitSource) -> np.ndarray:
     """§5.5: 0 with probability (1-q)/(1+q), else a fair sign times 1 + Geometric(q)."""
-    p0, T0 = _p0(lam)
-    vt = v_table(lam)
+    plan = lam if isinstance(lam, _LaplacePlan) else _laplace_plan(lam)
+    p0, T0 = plan.p0
+    vt = plan.vt
     buf = bits.bytes(8 * m + (m + 7) // 8)
     W0 = np.frombuffer(buf, dtype=np.uint32, count=m)
     W = np.frombuffer(buf, dtype=np.uint32, count=m, offset=4 * m)
@@ -149,16 +200,16 @@ def discrete_laplace(lam: Any, n: int, bits: BitSource | None) -> np.ndarray:
     NoiseOverflowError
         A draw with ``|k| >= 2**62`` (probability below ``exp(-2**22)``).
     """
-    lam = as_fraction(lam, "lam", LAM_MIN, LAM_MAX)
+    plan = _laplace_plan(lam)
     n = check_n(n)
     src = resolve_rng(bits)
     if n == 0:
         return np.empty(0, dtype=np.int64)
     if ieee.EXACT_ONLY:
-        return discrete_laplace_design_a(lam, n, src)
-    if block_geometric(lam).L == 0:
-        return _collect(n, 1.0, lambda m: _laplace_coarse_batch(lam, m, src))
-    return _collect(n, ACC_LAPLACE, lambda m: _laplace_b_batch(lam, m, src))
+        return discrete_laplace_design_a(plan.lam, n, src)
+    if plan.coarse:
+        return _collect(n, 1.0, lambda m: _laplace_coarse_batch(plan, m, src))
+    return _collect(n, ACC_LAPLACE, lambda m: _laplace_b_batch(plan, m, src))
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,6 +267,23 @@ def _lattice_params(a: Fraction, d: int) -> tuple[Fraction, Fraction]:
     return a, lam
 
 
+def _bad_d(d: Any) -> None:
+    raise InvalidInputError(
+        f"d={d!r} must be an integer from 1 to {D_MAX} (secure-noise.md §7.2). Nothing was charged."
+    )
+
+
+@lru_cache(maxsize=1024)
+def _lattice_plan(num: int, den: int, d: int) -> tuple:
+    """Everything :func:`lattice_laplace` derives from ``(a, d)`` (read-only, cached)."""
+    a = as_fraction(Fraction(num, den), "a", A_MIN, A_MAX)  # raises (uncached) when out of range
+    a, lam = _lattice_params(a, d)
+    geo = block_geometric(lam)
+    lamB = geo.lamB
+    # lamB_f: exact (a ~40-bit dyadic); a_f: exact by construction.
+    return a, geo, lamB, float(lamB), float(a), a * a
+
+
 def lattice_laplace(a: Any, d: int, n: int, bits: BitSource | None) -> np.ndarray:
     """Exact lattice Laplace ``P(k) ∝ exp(-a ||k||_2)`` on ``Z^d``, ``d <= 4`` (§7.2).
 
@@ -240,24 +308,21 @@ def lattice_laplace(a: Any, d: int, n: int, bits: BitSource | None) -> np.ndarra
     numpy.ndarray
         ``int64[n, d]``.
     """
-    a = as_fraction(a, "a", A_MIN, A_MAX)
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 1 <= int(d) <= D_MAX:
-        raise InvalidInputError(
-            f"d={d!r} must be an integer from 1 to {D_MAX} (secure-noise.md §7.2). "
-            "Nothing was charged."
-        )
-    d = int(d)
+    key = param_key(a)
+    if key is None:
+        fr = as_fraction(a, "a", A_MIN, A_MAX)
+        key = (fr.numerator, fr.denominator)
+    if not (type(d) is int and 1 <= d <= D_MAX):
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 1 <= int(d) <= D_MAX:
+            as_fraction(a, "a", A_MIN, A_MAX)  # a bad ``a`` is reported first, as before
+            _bad_d(d)
+        d = int(d)
+    plan = _lattice_plan(key[0], key[1], d)
     n = check_n(n)
     src = resolve_rng(bits)
     if n == 0:
         return np.empty((0, d), dtype=np.int64)
-    a, lam = _lattice_params(a, d)
-    geo = block_geometric(lam)
-    lamB = geo.lamB
-    lamB_f = float(lamB)  # exact: ~40-bit dyadic
-    a_f = float(a)  # exact by construction
-    a2 = a * a
-
+    a, geo, lamB, lamB_f, a_f, a2 = plan
     big_v = BIG_K // geo.B - 1  # V below this keeps every |k_i| <= B (V + 1) < BIG_K
 
     def draw(m: int) -> np.ndarray:
@@ -306,7 +371,7 @@ def lattice_laplace(a: Any, d: int, n: int, bits: BitSource | None) -> np.ndarra
                 W = (W << 64) | src.int_bits(64)
                 mm += 64
 
-        acc = bern_exp_neg(glo, ghi, exact_less, src, w1)
+        acc = bern_exp_neg(glo, ghi, exact_less, src, w1, overwrite=True)
         return k[acc]
 
     return _collect(n, ACC_LATTICE[d], draw, width=d, chunk=CHUNK // d)

@@ -20,6 +20,7 @@ gpframe.errors.InvalidInputError: lat has 1 NaN or infinite value(s) (first at p
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -30,10 +31,34 @@ __all__ = ["check_g", "release", "snap"]
 
 _X_LIMIT = 2.0**52
 _Y_LIMIT = 1 << 53
+_K_LIMIT = 1 << 62
+
+
+@lru_cache(maxsize=256)
+def _g_floats(num: int, den: int) -> tuple[float, float]:
+    # (g, 1/g) as floats: exact, both are powers of two within the float range.
+    return num / den, den / num
+
+
+def _g_key(g: Any) -> tuple[int, int] | None:
+    """``(num, den)`` of a Fraction or int that is a valid lattice step, else None (slow path)."""
+    t = type(g)
+    if t is Fraction:
+        p, q = g.numerator, g.denominator
+    elif t is int:
+        p, q = g, 1
+    else:
+        return None
+    if p > 0 and ((p == 1 and q & (q - 1) == 0) or (q == 1 and p & (p - 1) == 0)):
+        if abs((p.bit_length() - 1) - (q.bit_length() - 1)) <= 1000:
+            return p, q
+    return None
 
 
 def check_g(g: Any, name: str = "g") -> Fraction:
     """Validate a lattice step, a power of two ``2**e`` with ``|e| <= 1000``, as a Fraction."""
+    if type(g) is Fraction and _g_key(g) is not None:
+        return g
     try:
         fr = Fraction(g) if not isinstance(g, bool) else None
     except (TypeError, ValueError, OverflowError):
@@ -59,27 +84,33 @@ def snap(x: Any, g: Any, name: str) -> np.ndarray:
     InvalidInputError
         NaN or infinite values, or ``|x / g| >= 2**52``, naming ``name``; nothing is drawn.
     """
-    g = check_g(g)
+    key = _g_key(g)
+    if key is None:
+        gg = check_g(g)
+        key = (gg.numerator, gg.denominator)
+    inv = _g_floats(*key)[1]  # a power of two: the product below is exact unless it overflows
     arr = np.asarray(x, dtype=np.float64)
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        first = int(np.flatnonzero(bad.ravel())[0])
-        raise InvalidInputError(
-            f"{name} has {int(bad.sum())} NaN or infinite value(s) (first at position {first}). "
-            "Drop or fill them before releasing. Nothing was charged."
-        )
-    inv = float(1 / g)  # a power of two: the product below is exact unless it overflows
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         y = arr * inv
-    big = ~(np.abs(y) < _X_LIMIT)
-    if big.any():
+    # One test covers NaN, infinities and the range: |y| < 2^52 is False for all of them.
+    if not (np.abs(y) < _X_LIMIT).all():
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            first = int(np.flatnonzero(bad.ravel())[0])
+            raise InvalidInputError(
+                f"{name} has {int(bad.sum())} NaN or infinite value(s) (first at position "
+                f"{first}). Drop or fill them before releasing. Nothing was charged."
+            )
+        big = ~(np.abs(y) < _X_LIMIT)
         first = int(np.flatnonzero(big.ravel())[0])
+        gf = _g_floats(*key)[0]
         raise InvalidInputError(
             f"{name} has {int(big.sum())} value(s) with |{name} / g| >= 2**52 (first at position "
-            f"{first}, value {arr.ravel()[first]!r}, g={float(g)!r}). Use a coarser lattice step g "
+            f"{first}, value {arr.ravel()[first]!r}, g={gf!r}). Use a coarser lattice step g "
             "or recentre the data. Nothing was charged."
         )
-    return np.rint(y).astype(np.int64)
+    np.rint(y, out=y)
+    return y.astype(np.int64)
 
 
 def release(u: Any, k: Any, g: Any) -> np.ndarray:
@@ -90,18 +121,31 @@ def release(u: Any, k: Any, g: Any) -> np.ndarray:
     NoiseOverflowError
         When some ``|u + k| >= 2**53``, so that the released float would not be exact.
     """
-    g = check_g(g)
+    key = _g_key(g)
+    if key is None:
+        gg = check_g(g)
+        key = (gg.numerator, gg.denominator)
+    gf = _g_floats(*key)[0]
     u = np.asarray(u, dtype=np.int64)
     k = np.asarray(k, dtype=np.int64)
-    if (np.abs(u) >= _Y_LIMIT).any() or (np.abs(k) >= (1 << 62)).any():
-        raise NoiseOverflowError(
-            "release: a snapped value or a noise index is too large for an exact float release "
-            "(|u| >= 2**53 or |k| >= 2**62). Use a coarser lattice step g. Nothing was released."
-        )
+    # Range checks by reductions (no full-size temporaries): |u| < 2^53, |k| < 2^62.
+    if u.size and not (-_Y_LIMIT < int(u.min()) and int(u.max()) < _Y_LIMIT):
+        _release_overflow()
+    if k.size and not (-_K_LIMIT < int(k.min()) and int(k.max()) < _K_LIMIT):
+        _release_overflow()
     s = u + k  # no int64 overflow: |u| < 2^53, |k| < 2^62
-    if (np.abs(s) >= _Y_LIMIT).any():
+    if s.size and not (-_Y_LIMIT < int(s.min()) and int(s.max()) < _Y_LIMIT):
         raise NoiseOverflowError(
             "release: u + k reaches 2**53 in lattice units, so (u + k) * g would not be an exact "
             "float. Use a coarser lattice step g. Nothing was released."
         )
-    return s.astype(np.float64) * float(g)
+    y = s.astype(np.float64)
+    y *= gf  # exact: |u + k| < 2^53 and g a power of two
+    return y
+
+
+def _release_overflow() -> None:
+    raise NoiseOverflowError(
+        "release: a snapped value or a noise index is too large for an exact float release "
+        "(|u| >= 2**53 or |k| >= 2**62). Use a coarser lattice step g. Nothing was released."
+    )
