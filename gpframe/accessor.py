@@ -106,6 +106,7 @@ class GeoPrivAccessor:
         lat: str | None = None,
         crs: Any = None,
         to_crs: Any = None,
+        domain: Any = None,
     ) -> GeoPriv:
         """Validate the columns and points, project them to metres and bind ``session``.
 
@@ -124,6 +125,11 @@ class GeoPrivAccessor:
         to_crs : CRS-like, optional
             Metric CRS to compute in (default: the input CRS if it is in metres, else a local UTM
             zone; see :mod:`gpframe.geo`).
+        domain : tuple of 4 floats, optional
+            Public extent ``(lon_min, lat_min, lon_max, lat_max)`` of the data. With ``to_crs=`` or
+            ``domain=`` the metric CRS and its scale factor depend on public information only;
+            without either, lon/lat input is projected around the data's own bounding box, which
+            then becomes public (SECURITY.md, "What is public").
 
         Returns
         -------
@@ -138,7 +144,15 @@ class GeoPrivAccessor:
                 "Nothing was charged."
             )
         projected = resolve_points(
-            self._obj, user=user, x=x, y=y, lon=lon, lat=lat, crs=crs, to_crs=to_crs
+            self._obj,
+            user=user,
+            x=x,
+            y=y,
+            lon=lon,
+            lat=lat,
+            crs=crs,
+            to_crs=to_crs,
+            domain=domain,
         )
         return GeoPriv(self._obj, session, projected, user=user)
 
@@ -294,6 +308,11 @@ class GeoPriv:
         >>> session.spent().tolist()
         [1e-05, 1e-05]
         """
+        from gpframe.mechanisms.noise.bits import resolve_rng
+
+        # refuse an insecure or foreign rng before the reservation: the sampler would only
+        # refuse it after the users were reserved, and so charged in full
+        rng = resolve_rng(rng)
         mode, amount = _one_amount(eps, rho)
         _pv.check_amount(mode, per, amount)
         if isinstance(beta, bool) or not (

@@ -175,6 +175,34 @@ class _Stream:
         return f
 
 
+def _resolve_rng(rng: Any) -> Any:
+    """Resolve ``rng`` before reserving: a seeded (outside tests) or foreign rng is refused."""
+    from gpframe.mechanisms.noise.bits import resolve_rng
+
+    return resolve_rng(rng)
+
+
+def _check_rounds(kind: str, parts: list[Fraction]) -> None:
+    """Run the central wrappers' calibration for each round's part of a threshold query.
+
+    ``laplace_dp`` / ``gaussian_zcdp`` (integer, sensitivity 1) would refuse a part outside the
+    samplers' ranges only inside the reservation, where a refusal settles the full allocation.
+    """
+    from gpframe.mechanisms.calibration import (
+        central_gaussian,
+        central_laplace,
+        check_eps,
+        check_rho,
+    )
+
+    for part in sorted(set(parts)):
+        if kind == "dp":
+            central_laplace(check_eps(part, "epsilon (one round's part)"), Fraction(1),
+                            integer=True)  # fmt: skip
+        else:
+            central_gaussian(check_rho(part, "rho (one round's part)"), Fraction(1), integer=True)
+
+
 def _spent(session: Any, users: list[Any]) -> pd.Series:
     return session.spent(users, notion="central")
 
@@ -271,6 +299,7 @@ def above_threshold(
     >>> res.value                                  # doctest: +ELLIPSIS
     array([...])
     """
+    rng = _resolve_rng(rng)
     noise = _choice(noise, "noise", _NOISES)
     mode = _choice(mode, "mode", _MODES)
     ulist = _users(users)
@@ -522,6 +551,7 @@ def report_noisy_max(
     >>> res.value in (0, 1, 2), round(res.epsilon_realized, 6)
     (True, 0.174434)
     """
+    rng = _resolve_rng(rng)
     noise = _choice(noise, "noise", _NOISES)
     ulist = _users(users)
     _central_kind(session)
@@ -638,6 +668,7 @@ def threshold_query(
     """
     from gpframe.mechanisms import gaussian_zcdp, laplace_dp
 
+    rng = _resolve_rng(rng)
     ulist = _users(users)
     fkind = _central_kind(session)
     c = int(_int(rounds, "rounds"))  # type: ignore[arg-type]
@@ -658,6 +689,7 @@ def threshold_query(
     kind = "dp" if epsilon is not None else "zcdp"
     den = 2**c - 1
     pis = [Fraction(2 ** (j - 1), den) for j in range(1, c + 1)]
+    _check_rounds(kind, [p * total for p in pis])  # every round's calibration, before reserving
     beta1 = beta / c
     before = _spent(session, ulist)
     outs: list[float] = []

@@ -43,6 +43,8 @@ __all__ = [
     "TRIPLES",
     "Elimination",
     "charge_if_stopped",
+    "check_method_parts",
+    "check_parts",
     "decide_noninteractive",
     "eliminate_interactive",
     "eliminate_noninteractive",
@@ -679,6 +681,74 @@ def _validate_parts(kind: str, triple: str, parts: Parts, k: Fraction) -> None:
             else:
                 cal.check_eps(p / k, "eps (one round's part)")
                 cal.gp_laplace(p / k, d=d)
+
+
+def check_parts(
+    allocations: Any,
+    n: int,
+    *,
+    kind: str,
+    triple: str,
+    rounds: int,
+    split: str,
+    beta: float,
+    unit: Fraction | None = None,
+    scale_max: float | Fraction = 1,
+) -> None:
+    """Run the parameter checks of an elimination without data and without drawing noise.
+
+    The same checks as the start of :func:`eliminate_noninteractive` / :func:`eliminate_interactive`
+    (β, the split schedule, the projection factor, every user's parts at the ledger's ``unit``
+    and each part against the release wrappers' ranges), so a driver can refuse bad parameters
+    *before* it reserves (pitfall 3), and can prove that an ``InvalidInputError`` raised here
+    came before any noise. Raises ``InvalidInputError``; returns None.
+
+    >>> check_parts(1e-4, 3, kind="cgp", triple="dist", rounds=4, split="even", beta=0.05)
+    >>> check_parts(Fraction(3, 10**15), 1, kind="cgp", triple="dist", rounds=10,
+    ...             split="doubling", beta=0.05, unit=Fraction(1, 10**15))
+    Traceback (most recent call last):
+    ...
+    gpframe.errors.InvalidInputError: allocation 3e-15 is too small to split into 10 rounds ...
+    """
+    if kind not in KINDS:
+        raise InvalidInputError(f"kind={kind!r} is not one of 'cgp', 'gp'. {_NOTHING}")
+    if triple not in TRIPLES:
+        raise InvalidInputError(f"triple={triple!r} is not one of 'dist', 'pt'. {_NOTHING}")
+    _check_beta(beta)
+    pi = split_fractions(split, rounds)
+    k = exact(scale_max, "scale_max")
+    if k < 1:
+        raise InvalidInputError(f"scale_max={scale_max!r} must be >= 1. {_NOTHING}")
+    _validate_parts(kind, triple, prepare_parts(allocations, int(n), pi, unit=unit), k)
+
+
+def check_method_parts(
+    allocations: Any,
+    *,
+    kind: str,
+    method: str,
+    rounds: int,
+    split: str,
+    beta: Any,
+    unit: Fraction | None = None,
+    scale_max: float | Fraction = 1,
+) -> None:
+    """:func:`check_parts` as the range-count and KDE methods run the elimination.
+
+    ``pt`` / ``dist`` (the baselines) run one round at β; ``pt-elim`` / ``dist-elim`` run
+    ``rounds`` rounds of ``split`` at β/2; the ``dist*`` methods release 1-D values, the ``pt*``
+    methods points. ``allocations`` is a scalar or one value per user (0: not queried).
+
+    >>> check_method_parts(1e-4, kind="gp", method="dist-elim", rounds=4, split="even", beta=0.05)
+    """
+    b = _check_beta(beta)
+    elim = str(method).endswith("-elim")
+    n = 1 if np.ndim(allocations) == 0 else len(allocations)
+    check_parts(
+        allocations, n, kind=kind, triple="dist" if str(method).startswith("dist") else "pt",
+        rounds=rounds if elim else 1, split=split if elim else "even",
+        beta=b / 2 if elim else b, unit=unit, scale_max=scale_max,
+    )  # fmt: skip
 
 
 def _setup(

@@ -27,6 +27,7 @@ import shapely
 
 from gpframe.errors import GpframeInternalError, InvalidInputError
 from gpframe.queries import kde as _k
+from gpframe.queries.elimination import check_method_parts
 from gpframe.results import Result, _fmt
 
 __all__ = ["KdeResult", "kde", "kde_raster"]
@@ -200,6 +201,30 @@ def _preflight(kind: str, amount: Fraction, scale_max: float, method: str) -> No
         cal.gp_laplace(amount / k, d=d)
 
 
+def _resolve_rng(rng: Any) -> Any:
+    """Resolve ``rng`` before reserving: a seeded (outside tests) or foreign rng is refused."""
+    from gpframe.mechanisms.noise.bits import resolve_rng
+
+    return resolve_rng(rng)
+
+
+def _ledger_allocation(lu: Any, amount: Fraction) -> Fraction:
+    """Return the allocation :meth:`Session.reserve` will hold for ``amount`` (rounded up)."""
+    return lu.to_fraction(lu.up(amount))
+
+
+def _check_reserved(r: Any, alloc: np.ndarray, checks: dict[str, Any]) -> None:
+    """Check the reserved allocations' parts (backstop); cancel the reservation on refusal.
+
+    No noise was drawn yet, so releasing the reservation is safe: nothing is charged.
+    """
+    try:
+        check_method_parts(alloc, **checks)
+    except InvalidInputError:
+        r.cancel()
+        raise
+
+
 def _alloc_fractions(r: Any, lu: Any) -> np.ndarray:
     adm = np.asarray(r.admitted, dtype=bool)
     units = np.where(adm, r.allocation_units, 0)
@@ -314,6 +339,7 @@ def kde(
     True
     """
     session = bound.session
+    rng = _resolve_rng(rng)
     _check_options(method, rounds, split, beta)
     b = _k._positive_finite(bandwidth_m, "bandwidth_m")
     if nu_m is not None:
@@ -345,10 +371,17 @@ def kde(
     qids: list[str] = []
     r_min = 1.0
     hist = np.zeros(int(rounds) + 1 if method.endswith("-elim") else 2, dtype=np.int64)
+    # every admitted user's allocation is the amount rounded up to the ledger's unit, known now:
+    # check the per-round parts (too small to split, outside the wrappers' ranges) before any
+    # reservation, so such parameters never touch the ledger
+    checks = dict(kind=kind, method=method, rounds=int(rounds), split=split, beta=beta,
+                  unit=unit, scale_max=p.scale_max)  # fmt: skip
+    check_method_parts(_ledger_allocation(lu, amount), **checks)
     if method == "pt":
         with session.reserve(keys, amount, notion="metric", query="kde",
                              params={**params, "n_points": len(q_m)}) as r:  # fmt: skip
             alloc = _alloc_fractions(r, lu)
+            _check_reserved(r, alloc, checks)
             out = _k.kde_points_pt(p.xy, q_m, bandwidth_m=b, kind=kind, amount=alloc,
                                    beta=beta, unit=unit, scale_max=p.scale_max,
                                    rng=rng)  # fmt: skip
@@ -373,6 +406,7 @@ def kde(
             with session.reserve(keys, amount, notion="metric", query="kde",
                                  params={**params, "q_m": q_m[j].tolist()}) as r:  # fmt: skip
                 alloc = _alloc_fractions(r, lu)
+                _check_reserved(r, alloc, checks)
                 out1 = _k.kde_point(p.xy, q_m[j], bandwidth_m=b, kind=kind, amount=alloc,
                                     method=method, rounds=int(rounds), split=split, beta=beta,
                                     nu_m=nu_m, unit=unit, scale_max=p.scale_max,
@@ -511,6 +545,7 @@ def kde_raster(
     0.0001
     """
     session = bound.session
+    rng = _resolve_rng(rng)
     h = _k._positive_finite(bandwidth_m, "bandwidth_m")
     c = _k._positive_finite(cell_m, "cell_m")
     kind, amount = _check_amount(session, rho, eps)
@@ -541,10 +576,29 @@ def kde_raster(
     # amount, never a Fraction per user; the amount is in the filter's own units (kind=None)
     alloc_units, too_big = led.units_for("metric", amount, np.ones(users.size, np.int64))
     alloc_units[too_big] = _UNITS_MAX  # cannot be admitted
+    # the allocation every admitted user will hold is known now: check its single part (and the
+    # bias correction's bandwidth) before reserving
+    checks = dict(kind=kind, method="pt", rounds=1, split="even", beta=0.5,  # beta: unused
+                  unit=Fraction(1) / lu.scale, scale_max=p.scale_max)  # fmt: skip
+    if users.size and not too_big.all():
+        a0 = lu.to_fraction(int(alloc_units[~too_big][0]))
+        check_method_parts(a0, **checks)
+        if correct:
+            _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, a0, scale_max=float(p.scale_max)))
     with session.reserve(keys, alloc_units, notion="metric", query="kde_raster", params=params,
                          units=True) as r:  # fmt: skip
         adm = np.asarray(r.admitted, dtype=bool) & ~too_big
         codes, values, uvals = _alloc_groups(np.where(adm, r.allocation_units, 0), lu)
+        try:  # the same checks on the allocations reserved: no noise yet, so cancel on refusal
+            for a in values:
+                check_method_parts(a, **checks)
+                if correct:
+                    _k.corrected_bandwidth(
+                        h, _k.bandwidth_limit(kind, a, scale_max=float(p.scale_max))
+                    )
+        except InvalidInputError:
+            r.cancel()
+            raise
         out = _k.kde_raster_arrays(
             p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=values, codes=codes,
             correct=correct, unit=Fraction(1) / lu.scale, scale_max=p.scale_max, rng=rng,

@@ -161,6 +161,13 @@ def _point_m(point: Any, projected: Any) -> np.ndarray:
     return q
 
 
+def _resolve_rng(rng: Any) -> Any:
+    """Resolve ``rng`` before reserving: a seeded (outside tests) or foreign rng is refused."""
+    from gpframe.mechanisms.noise.bits import resolve_rng
+
+    return resolve_rng(rng)
+
+
 def _codes(projected: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     codes, uniques = pd.factorize(pd.Series(projected.users), sort=False)
     counts = np.bincount(codes, minlength=len(uniques)).astype(np.int64)
@@ -241,6 +248,7 @@ def knn(
     """
     from gpframe.queries import knn as _k
 
+    rng = _resolve_rng(rng)
     kind, amount, _ = _amount(bound.session, rho, eps, "knn")
     kk = _k.check_k(k)
     b = _beta(beta)
@@ -374,6 +382,7 @@ def convex_hull(
     from gpframe.geo import project_geometry
     from gpframe.queries import hull as _h
 
+    rng = _resolve_rng(rng)
     kind, amount, _ = _amount(bound.session, rho, eps, "convex_hull")
     b = _beta(beta)
     p = bound.projected
@@ -494,6 +503,7 @@ def nearest_users(
     from gpframe.queries.nearest import METHODS, nearest_users_arrays
     from gpframe.queries.range_count_frame import select_component
 
+    rng = _resolve_rng(rng)
     fk = _filter_kind(bound.session)
     kind, amount, _ = _amount(bound.session, rho, eps, "nearest_users")
     if kind != fk:
@@ -527,10 +537,13 @@ def nearest_users(
     led = bound.session.ledger
     lu = led.units["metric"]
     unit = Fraction(1) / lu.scale
-    from gpframe.queries.elimination import prepare_parts
+    from gpframe.queries.elimination import check_method_parts
 
-    prepare_parts(amount, 1, split_fractions(split, rounds if method.endswith("elim") else 1),
-                  unit=unit)  # fmt: skip
+    # every admitted user's parts come from ``amount`` at the ledger's unit, known now: check
+    # them (too small to split, outside the wrappers' ranges) before reserving
+    checks = dict(kind=kind, method=method, rounds=rounds, split=split, beta=b, unit=unit,
+                  scale_max=p.scale_max)  # fmt: skip
+    check_method_parts(amount, **checks)
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
               "point_m": q.tolist(), "crs_m": p.crs_m.to_string()}  # fmt: skip
     from gpframe.accessor import ledger_keys
@@ -546,6 +559,11 @@ def nearest_users(
             )
         alloc = np.empty(users.size, dtype=object)
         alloc[:] = [amount if a else Fraction(0) for a in adm.tolist()]
+        try:  # backstop on the allocations used; no noise was drawn yet, so cancel on refusal
+            check_method_parts(alloc, **checks)
+        except InvalidInputError:
+            r.cancel()
+            raise
         out = nearest_users_arrays(p.xy[pos], q, kk, kind=kind, amount=alloc, method=method,
                                    rounds=rounds, split=split, beta=b, unit=unit,
                                    scale_max=p.scale_max, rng=rng)  # fmt: skip

@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
+import pandas as pd
 import shapely
 from numpy.typing import NDArray
 
@@ -417,6 +418,42 @@ def range_count_arrays(
 # the ledger driver
 
 
+def _ledger_allocations(lu: Any, amt: Any, n: int) -> Any:
+    """Each user's allocation as :meth:`Session.reserve` will hold it: rounded up to the unit.
+
+    One exact conversion per distinct value (vectorised over users). Allocations that cannot be
+    stored are never admitted, so they count as 0 here.
+    """
+    from gpframe.accounting.amounts import LedgerUnits, nonnegative
+
+    def conv(v: Any) -> Fraction:
+        u = lu.up(nonnegative(v, "allocations"))
+        return lu.to_fraction(u) if u <= LedgerUnits.MAX else Fraction(0)
+
+    if isinstance(amt, pd.Series | pd.Index):
+        amt = amt.to_numpy()
+    if np.ndim(amt) == 0:
+        return conv(amt)
+    arr = np.asarray(amt, dtype=object)
+    if arr.ndim != 1 or arr.size != n:
+        return amt  # a shape error: reserve() reports it before writing anything
+    codes, uniq = pd.factorize(arr, use_na_sentinel=False)
+    vals = np.empty(len(uniq), dtype=object)
+    vals[:] = [conv(v) for v in np.asarray(uniq, dtype=object)]
+    return vals[codes]
+
+
+def _check_parts_for(
+    alloc: Any, kind: str, method: str, rounds: int, split: str, beta: Any, unit: Fraction,
+    scale_max: Any,
+) -> None:  # fmt: skip
+    """Run the elimination's parameter checks as :func:`range_count_arrays` will; no noise."""
+    from gpframe.queries.elimination import check_method_parts
+
+    check_method_parts(alloc, kind=kind, method=method, rounds=rounds, split=split, beta=beta,
+                       unit=unit, scale_max=scale_max)  # fmt: skip
+
+
 def run_range_count(
     session: Any,
     projected: Any,
@@ -463,8 +500,12 @@ def run_range_count(
     is built (pitfall 3).
     """
     from gpframe.geo import project_geometry
+    from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.results import Result
 
+    # refuse an insecure or foreign rng before the reservation (it would otherwise only fail in
+    # the sampler, after the users were reserved and so charged in full)
+    rng = resolve_rng(rng)
     led = session.ledger
     if "metric" not in led.kind:
         raise InvalidInputError(
@@ -503,6 +544,11 @@ def run_range_count(
               "region_wkt": region_m.wkt[:200]}  # fmt: skip
     lu = led.units["metric"]
     unit = Fraction(1) / lu.scale
+    # The per-round parts are fixed by the allocations rounded to the ledger's unit, which are
+    # known before reserving: check them (too small to split, outside the wrappers' ranges) now,
+    # as if every user were admitted, so bad parameters never touch the ledger.
+    _check_parts_for(_ledger_allocations(lu, amt, users.size), kind, method, rounds, split, beta,
+                     unit, projected.scale_max)  # fmt: skip
     with session.reserve(users, amt, notion="metric", query=query, params=params) as r:
         adm = np.asarray(r.admitted, dtype=bool)
         units = np.where(adm, r.allocation_units, 0)
@@ -510,13 +556,19 @@ def run_range_count(
         uniq, inv = np.unique(units, return_inverse=True)
         fr = np.array([lu.to_fraction(int(u)) for u in uniq], dtype=object)
         alloc = fr[inv]
+        try:
+            # Backstop with the allocations actually reserved (the admitted subset may group
+            # differently): this draws no noise, so a refusal here may release the reservation.
+            _check_parts_for(alloc, kind, method, rounds, split, beta, unit, projected.scale_max)
+        except InvalidInputError:
+            r.cancel()
+            raise
         out = range_count_arrays(
             projected.xy, users, region_m, kind=kind, amount=alloc, method=method,
             rounds=rounds, split=split, beta=beta, shift=shift, unit=unit,
             scale_max=projected.scale_max, rng=rng,
         )  # fmt: skip
         r.charge(out.charges)
-    import pandas as pd
 
     idx = pd.Index(users[adm])
     return Result(

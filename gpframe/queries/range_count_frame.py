@@ -523,9 +523,11 @@ def range_count(
     >>> res.rounds_histogram.tolist()                   # doctest: +SKIP
     [0, 0, 0, 1, 2, 0, 0, 0, 0, 0, 0]
     """
+    from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries.plan_api import SessionPlan
 
     session = bound.session
+    rng = resolve_rng(rng)  # before any reservation: a refused rng must not charge anyone
     _check_options(method, rounds, split, beta)
     plan = allocations if isinstance(allocations, SessionPlan) else None
     _check_amount(session, rho, eps, allocations)
