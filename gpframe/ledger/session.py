@@ -513,18 +513,15 @@ class Ledger:
         with self._lock, self._write():
             prior = self.store.charge(cid)
             if prior is not None:
-                if prior.notion != notion:
-                    raise ChargeConflictError(
-                        f"charge id {cid!r} was committed on the {prior.notion} filter, not "
-                        f"{notion}. Use a fresh charge_id. Nothing more was charged."
-                    )
-                idx = self._lookup(keys)
-                admitted = np.isin(idx, prior.idx) & (idx >= 0)
-                alloc = np.where(admitted, alloc, 0)
-                return Reservation(
-                    self, rid, notion, kind_s, prior.query_id, cid, keys, idx, admitted, alloc,
-                    replay=True,
-                )  # fmt: skip
+                return self._replay(prior, keys, alloc, too_big, notion, kind_s, rid)
+            if charge_id is not None and any(r.charge_id == cid for r in self.store.reservations()):
+                # two open reservations under one id could both draw noise and only one of
+                # them would be charged (the other's commit would look like a replay)
+                raise ChargeConflictError(
+                    f"charge_id={cid!r} belongs to a reservation that is still open; it is "
+                    "charged when that block ends (or in full when its process is gone). Retry "
+                    "after it is committed, or use a fresh charge_id. Nothing was charged."
+                )
             idx = self._ensure(keys)
             spent, budget = self._gather(notion, idx)
             held = self._held(notion, idx)
@@ -551,16 +548,84 @@ class Ledger:
             )  # fmt: skip
         return Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, alloc)
 
+    def _replay(
+        self,
+        prior: ChargeRow,
+        keys: np.ndarray,
+        alloc: np.ndarray,
+        too_big: np.ndarray,
+        notion: str,
+        kind_s: str,
+        rid: str,
+    ) -> Reservation:
+        """Build the reservation of a committed ``charge_id``: one that admits nobody.
+
+        The request must repeat the committed one (its charged users, with the allocations
+        they were reserved with), else :class:`ChargeConflictError`; nothing is written either
+        way, so a replay can neither draw noise nor debit anything.
+        """
+        cid = prior.charge_id
+        if prior.notion != notion:
+            raise ChargeConflictError(
+                f"charge_id={cid!r} was committed on the {prior.notion} filter, not {notion}. "
+                "Use a fresh charge_id. Nothing more was charged."
+            )
+        idx = self._lookup(keys)
+        mine = np.isin(idx, prior.idx) & (idx >= 0)
+        order = np.argsort(idx[mine], kind="stable")
+        if int(mine.sum()) != prior.idx.size:
+            raise ChargeConflictError(
+                f"charge_id={cid!r} was committed for {prior.idx.size} users, and "
+                f"{prior.idx.size - int(mine.sum())} of them are missing from this request; a "
+                "replay must repeat the committed request (the same users and allocations). "
+                "Use a fresh charge_id for a new query. Nothing more was charged."
+            )
+        new = np.flatnonzero(idx < 0)
+        if new.size:
+            u = keys[new[0] : new[0] + 1].tolist()[0]
+            raise ChargeConflictError(
+                f"charge_id={cid!r} was committed before user {u!r} was ever seen "
+                f"({new.size} such users); a replay must repeat the committed request. Use a "
+                "fresh charge_id for a new query. Nothing more was charged."
+            )
+        mine_alloc = alloc[mine][order]
+        if prior.alloc is not None:
+            differ = (mine_alloc != prior.alloc) | too_big[mine][order]
+        else:  # charged before allocations were recorded: the allocation must cover the charge
+            differ = (mine_alloc < prior.amount) | too_big[mine][order]
+        if differ.any():
+            i = int(np.flatnonzero(mine)[order][int(np.flatnonzero(differ)[0])])
+            u = keys[i : i + 1].tolist()[0]
+            raise ChargeConflictError(
+                f"charge_id={cid!r} was committed with other allocations (user {u!r} and "
+                f"{int(differ.sum()) - 1} more differ); a replay must repeat the committed "
+                "request. Use a fresh charge_id for a new query. Nothing more was charged."
+            )
+        charged = np.zeros(keys.size, dtype=np.int64)
+        charged[np.flatnonzero(mine)[order]] = prior.amount
+        return Reservation(
+            self, rid, notion, kind_s, prior.query_id, cid, keys, idx,
+            np.zeros(keys.size, dtype=bool), np.zeros(keys.size, dtype=np.int64),
+            replay=True, prior=(mine, charged, prior.digest),
+        )  # fmt: skip
+
     def _commit(self, res: Reservation, used: np.ndarray, op: str) -> bool:
-        """Commit ``used`` units for the admitted users; False when it was a replay."""
+        """Commit the admitted users' ``used`` units; False if this reservation already did."""
         a_idx = res._idx[res.admitted]
         order = np.argsort(a_idx, kind="stable")
         c_idx, c_amt = a_idx[order], used[res.admitted][order]
+        c_alloc = res.allocation_units[res.admitted][order]
         digest = _digest(res.notion, c_idx, c_amt)
         with self._lock, self._write():
             prior = self.store.charge(res.charge_id)
             if prior is not None:
-                if prior.digest != digest or prior.notion != res.notion:
+                # only this reservation's own earlier commit may stand in for this one: any
+                # other reservation held budget and may have drawn noise, so it must pay
+                if (
+                    prior.digest != digest
+                    or prior.notion != res.notion
+                    or prior.reservation_id != res.id
+                ):
                     raise ChargeConflictError(
                         f"charge id {res.charge_id!r} was already committed with other users or "
                         "amounts; a replay must repeat the same charge. Nothing more was charged "
@@ -582,7 +647,7 @@ class Ledger:
             self.store.add_charge(
                 ChargeRow(
                     res.charge_id, res.id, res.query_id, res.notion, res.kind, created,
-                    c_idx, c_amt, digest,
+                    c_idx, c_amt, digest, c_alloc,
                 )
             )  # fmt: skip
             self.store.delete_reservation(res.id)
@@ -612,7 +677,7 @@ class Ledger:
             digest = _digest(r.notion, c_idx, c_amt)
             cid = r.charge_id
             prior = self.store.charge(cid)
-            if prior is not None and prior.digest == digest:
+            if prior is not None and prior.reservation_id == r.id and prior.digest == digest:
                 self.store.delete_reservation(r.id)
                 self._audit("release", {"reservation": r.id, "charge_id": cid})
                 continue
@@ -622,7 +687,9 @@ class Ledger:
             if nz.any():
                 self._update(r.notion, c_idx[nz], c_amt[nz], None)
             self.store.add_charge(
-                ChargeRow(cid, r.id, r.query_id, r.notion, r.kind, _now(), c_idx, c_amt, digest)
+                ChargeRow(
+                    cid, r.id, r.query_id, r.notion, r.kind, _now(), c_idx, c_amt, digest, c_amt
+                )
             )
             self.store.delete_reservation(r.id)
             self._audit(
@@ -770,9 +837,18 @@ class Reservation:
     ----------
     admitted : numpy.ndarray of bool
         Aligned with the users passed to ``reserve``; refused users output ⊥ and cost nothing.
+        All False for a replay.
     allocation_units : numpy.ndarray of int64
-        Reserved ledger units per user (0 for refused users).
+        Reserved ledger units per user (0 for refused users, and for every user of a replay).
     query_id, charge_id, notion, kind : str
+        For a replay, ``query_id`` is the committed charge's query id.
+    replay : bool
+        True when ``charge_id`` had already been committed: the reservation holds nothing and
+        admits nobody, so no noise may be drawn under it (see :meth:`Session.reserve`).
+    prior_admitted : numpy.ndarray of bool or None
+        For a replay, the users who were admitted by the committed charge (None otherwise).
+    prior_charge_units : numpy.ndarray of int64 or None
+        For a replay, the committed charge per user in ledger units (None otherwise).
     """
 
     def __init__(
@@ -789,6 +865,7 @@ class Reservation:
         alloc: np.ndarray,
         *,
         replay: bool = False,
+        prior: tuple[np.ndarray, np.ndarray, str] | None = None,
     ) -> None:
         self._ledger, self.id, self.notion, self.kind = ledger, rid, notion, kind
         self.query_id, self.charge_id = query_id, charge_id
@@ -798,6 +875,13 @@ class Reservation:
         self.admitted.setflags(write=False)
         self.allocation_units = alloc
         self.replay = replay
+        self.prior_admitted: np.ndarray | None = None
+        self.prior_charge_units: np.ndarray | None = None
+        self._prior_digest = ""
+        if prior is not None:
+            self.prior_admitted, self.prior_charge_units, self._prior_digest = prior
+            self.prior_admitted.setflags(write=False)
+            self.prior_charge_units.setflags(write=False)
         self.state = "open"
 
     @property
@@ -811,6 +895,21 @@ class Reservation:
         return int(self.admitted.size - self.admitted.sum())
 
     @property
+    def prior_query_id(self) -> str | None:
+        """For a replay, the query id of the committed charge (None otherwise)."""
+        return self.query_id if self.replay else None
+
+    @property
+    def prior_charges(self) -> np.ndarray | None:
+        """For a replay, the committed charge per user in the filter's units, as ``Fraction``."""
+        if self.prior_charge_units is None:
+            return None
+        lu = self._ledger.units[self.notion]
+        return np.array(
+            [lu.to_fraction(u) for u in self.prior_charge_units.tolist()], dtype=object
+        ).reshape(-1)
+
+    @property
     def allocations(self) -> np.ndarray:
         """Reserved amounts in the filter's units, as exact ``Fraction`` objects (0 if refused)."""
         lu = self._ledger.units[self.notion]
@@ -822,9 +921,13 @@ class Reservation:
         """Charge the actual amounts (in the reservation's ``kind`` units, like the allocations).
 
         ``actual`` is a scalar or one amount per user, ``0 <= actual <= allocation``; entries of
-        refused users are ignored. The charge is committed durably before this returns; a
-        replay of the same ``charge_id`` with the same amounts debits nothing (returns False),
-        with other amounts it raises :class:`~gpframe.errors.ChargeConflictError`.
+        refused users are ignored. The charge is committed durably before this returns and
+        then returns True; charging the same reservation again with the same amounts returns
+        False, with other amounts it raises :class:`~gpframe.errors.ChargeConflictError`.
+
+        On a replay (see :meth:`Session.reserve`) ``actual`` is compared with the committed
+        charge (entries of users it did not admit are ignored): the same amounts debit nothing
+        and return False; other amounts raise :class:`~gpframe.errors.ChargeConflictError`.
         With ``units=True``, ``actual`` is int64 ledger units of the filter (no conversion).
         """
         if self.state == "cancelled":
@@ -837,6 +940,19 @@ class Reservation:
         else:
             kind = None if self.kind == led.kind[self.notion] else self.kind
             amounts, big = led._to_units(self.notion, actual, self.admitted.size, kind, "actual")
+        if self.replay:
+            # charges are never rewritten, so the digest kept from reserve() is still current
+            mine = self.prior_admitted
+            order = np.argsort(self._idx[mine], kind="stable")
+            digest = _digest(self.notion, self._idx[mine][order], amounts[mine][order])
+            if big[mine].any() or digest != self._prior_digest:
+                raise ChargeConflictError(
+                    f"charge_id={self.charge_id!r} was committed with other amounts; a replay "
+                    "may only repeat the committed charge (see prior_charges). Nothing more was "
+                    "charged."
+                )
+            self.state = "charged"
+            return False
         over = self.admitted & (big | (amounts > self.allocation_units))
         if over.any():
             i = int(np.flatnonzero(over)[0])
@@ -982,10 +1098,18 @@ class Session:
         params : dict, optional
             Query parameters recorded in the ledger (JSON).
         charge_id : str, optional
-            A stable id for this query's charge. If a charge with this id was already
-            committed, the reservation is a *replay*: it holds nothing, admits the users of the
-            first charge, and its ``charge`` debits nothing (or raises
-            :class:`~gpframe.errors.ChargeConflictError` if the amounts differ).
+            A stable id for this query's charge, for retrying a commit whose acknowledgement
+            was lost (the process died, or the caller lost track, after ``charge()`` may have
+            returned). If a charge with this id was already committed, the reservation is a
+            *replay*: it holds nothing and admits **nobody** (``admitted`` all False,
+            ``replay=True``), so nothing may be released under it; ``prior_charges`` (filter
+            units), ``prior_admitted`` and ``query_id`` describe the committed charge, and
+            ``charge()`` with the same amounts debits nothing and returns False. A replay is
+            never a way to re-run a release: new noise needs a fresh ``charge_id`` and pays
+            again. A request that differs from the committed one (its charged users must all
+            be there, with the same allocations), a replay on the other notion, or an id whose
+            reservation is still open raises :class:`~gpframe.errors.ChargeConflictError`
+            before anything is written.
         units : bool
             Fast path: ``allocations`` are already int64 ledger units of the notion's filter
             (rounded up, e.g. from :meth:`Ledger.units_for`), so no per-user ``Fraction`` is
@@ -1004,6 +1128,23 @@ class Session:
         ------
         InvalidInputError
             Bad users or amounts, unknown or unconfigured notion; nothing is written.
+        ChargeConflictError
+            ``charge_id`` conflicts with a committed charge or an open reservation (see
+            above); nothing is written.
+
+        Examples
+        --------
+        >>> import gpframe as gp
+        >>> s = gp.Session(budget=gp.GP(eps=1.0))
+        >>> with s.reserve([1, 2], 0.5, charge_id="job-1") as r:
+        ...     _ = r.charge([0.25, 0.5])
+        >>> with s.reserve([1, 2], 0.5, charge_id="job-1") as r:  # retry after a lost ack
+        ...     print(r.replay, r.admitted.tolist(), r.prior_charges.tolist())
+        ...     print(r.charge([0.25, 0.5]))
+        True [False, False] [Fraction(1, 4), Fraction(1, 2)]
+        False
+        >>> s.spent_exact().tolist()
+        [Fraction(1, 4), Fraction(1, 2)]
         """
         if self._closed:
             raise LedgerError("this Session is closed; open a new one. Nothing was charged.")

@@ -14,7 +14,10 @@ database can back it later. Layout (schema version 1):
     A charge of 10**6 users rewrites about 250 blobs instead of upserting 10**6 rows.
 ``reservations``, ``charges``
     One row per open reservation / per committed charge, the users' indices and amounts as
-    int64 BLOBs. ``held`` of a user is the sum over the (few) open reservations.
+    int64 BLOBs. ``held`` of a user is the sum over the (few) open reservations. A charge also
+    keeps the allocations it was reserved with (``alloc``, aligned with ``idx``), so a replay
+    of its ``charge_id`` can be checked against the original request; the column is added in
+    place to files written before it existed, whose charges have ``alloc`` NULL.
 ``queries``, ``audit``, ``meta``
     One row per query; the hash-chained audit log (one row per reserve, charge, cancel,
     settlement and budget change); the schema tag, version and each notion's filter kind,
@@ -63,7 +66,8 @@ _TABLES = {
     "charges": (
         "CREATE TABLE charges(charge_id TEXT PRIMARY KEY, reservation_id TEXT NOT NULL,"
         " query_id TEXT NOT NULL, notion TEXT NOT NULL, kind TEXT NOT NULL, created TEXT NOT"
-        " NULL, idx BLOB NOT NULL, amount BLOB NOT NULL, digest TEXT NOT NULL) STRICT"
+        " NULL, idx BLOB NOT NULL, amount BLOB NOT NULL, digest TEXT NOT NULL, alloc BLOB)"
+        " STRICT"
     ),
     "audit": (
         "CREATE TABLE audit(seq INTEGER PRIMARY KEY, created TEXT NOT NULL, op TEXT NOT NULL,"
@@ -91,7 +95,11 @@ class ReservationRow:
 
 @dataclass(frozen=True)
 class ChargeRow:
-    """A committed charge: the charged users' indices and amounts (units), and their digest."""
+    """A committed charge: the charged users' indices and amounts (units), and their digest.
+
+    ``alloc`` holds the reserved allocations aligned with ``idx`` (None for charges written
+    before the ledger recorded them).
+    """
 
     charge_id: str
     reservation_id: str
@@ -102,6 +110,7 @@ class ChargeRow:
     idx: np.ndarray
     amount: np.ndarray
     digest: str
+    alloc: np.ndarray | None = None
 
 
 class Store(Protocol):
@@ -236,6 +245,12 @@ class SqliteStore:
                 f"{meta.get('version')!r}; this gpframe reads {SCHEMA!r} version {VERSION!r}. "
                 "Open it with the gpframe version that wrote it. Nothing was charged."
             )
+        cols = {r[1] for r in self.con.execute("PRAGMA table_info(charges)").fetchall()}
+        if "alloc" not in cols:
+            # files from before charges recorded their allocations: add the (nullable) column;
+            # readers without it name their columns explicitly, so they keep working
+            with self.write():
+                self.con.execute("ALTER TABLE charges ADD COLUMN alloc BLOB")
 
     # -- transactions ---------------------------------------------------------------------
     @contextlib.contextmanager
@@ -404,11 +419,13 @@ class SqliteStore:
         """Query id -> query name."""
         return dict(self.con.execute("SELECT id, name FROM queries").fetchall())
 
-    _CCOLS = "charge_id, reservation_id, query_id, notion, kind, created, idx, amount, digest"
+    _CCOLS = (
+        "charge_id, reservation_id, query_id, notion, kind, created, idx, amount, digest, alloc"
+    )
 
     @staticmethod
     def _crow(r: tuple) -> ChargeRow:
-        return ChargeRow(*r[:6], _arr(r[6]), _arr(r[7]), r[8])
+        return ChargeRow(*r[:6], _arr(r[6]), _arr(r[7]), r[8], None if r[9] is None else _arr(r[9]))
 
     def charge(self, charge_id: str) -> ChargeRow | None:
         """Return a committed charge by id, or None."""
@@ -420,10 +437,11 @@ class SqliteStore:
     def add_charge(self, row: ChargeRow) -> None:
         """Store a committed charge."""
         self.con.execute(
-            f"INSERT INTO charges({self._CCOLS}) VALUES (?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO charges({self._CCOLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
             (
                 row.charge_id, row.reservation_id, row.query_id, row.notion, row.kind,
                 row.created, _blob(row.idx), _blob(row.amount), row.digest,
+                None if row.alloc is None else _blob(row.alloc),
             ),
         )  # fmt: skip
 

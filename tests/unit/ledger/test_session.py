@@ -216,21 +216,121 @@ def test_million_user_path_is_vectorised_in_memory():
 # ---- idempotent charges -----------------------------------------------------------------------
 def test_replayed_charge_id_does_not_debit_twice():
     with Session(budget=gp.GP(eps=1)) as s:
-        for _ in range(1000):
+        for i in range(1000):
             with s.reserve([1, 2], 0.5, charge_id="job-7") as r:
-                r.charge([0.25, 0.5])
+                assert r.replay == (i > 0) and r.admitted.tolist() == [i == 0] * 2
+                assert r.charge([0.25, 0.5]) == (i == 0)
         assert s.spent_exact([1, 2]).tolist() == [Fraction(1, 4), Fraction(1, 2)]
         assert s.ledger.verify()["charges"] == 1
 
 
-def test_replay_with_other_amounts_raises_charge_conflict():
+def test_replay_admits_nobody_and_reports_the_committed_charge():
     with Session(budget=gp.GP(eps=1)) as s:
-        _commit(s, [1], 0.25, charge_id="c1")
-        r = s.reserve([1], 0.5, charge_id="c1")
-        assert r.replay and r.admitted.tolist() == [True]
-        with pytest.raises(gp.ChargeConflictError):
+        with s.reserve([1, 2], 0.5, charge_id="c1") as first:
+            first.charge([0.25, 0.5])
+        before = s.ledger.snapshot()
+        with s.reserve([2, 1], [0.5, 0.5], charge_id="c1") as r:  # order does not matter
+            assert r.replay and r.admitted.tolist() == [False, False] and r.n_admitted == 0
+            assert r.allocation_units.tolist() == [0, 0]
+            assert r.prior_charges.tolist() == [Fraction(1, 2), Fraction(1, 4)]
+            assert r.prior_admitted.tolist() == [True, True]
+            assert r.query_id == r.prior_query_id == first.query_id
+            with pytest.raises(gp.ChargeConflictError, match="charge_id"):
+                r.charge([0.25, 0.5])  # the users' amounts swapped: not the committed charge
+            assert r.charge([0.5, 0.25]) is False
+            assert r.charge([0.5, 0.25]) is False
+        with s.reserve([1, 2], 0.5, charge_id="c1") as r:
+            pass  # left without charge(): a replay reserved nothing, so nothing to settle
+        assert s.ledger.snapshot() == before
+        fresh = s.reserve([1, 2], 0.5, charge_id="c2")
+        assert fresh.prior_charges is None and fresh.prior_query_id is None
+        fresh.cancel()
+        assert first.replay is False and first.prior_admitted is None
+
+
+def test_replay_cannot_draw_noise_for_an_exhausted_user():
+    """The review's r03 scenario: an exhausted user is never admitted under a replayed id."""
+    with Session(budget=gp.CGP(rho=1e-4)) as s:
+        _commit(s, [1], 1e-4, query="q", charge_id="job-1")
+        assert s.remaining().tolist() == [0.0]
+        before = s.ledger.snapshot()
+        with pytest.raises(gp.ChargeConflictError, match="other allocations"):
+            s.reserve([1], 1.0, query="q", charge_id="job-1")  # 10^4 x the budget
+        for _ in range(3):
+            with s.reserve([1], 1e-4, query="q", charge_id="job-1") as r:
+                assert r.admitted.tolist() == [False]
+                with pytest.raises(gp.ChargeConflictError):
+                    r.charge(5e-5)
+        assert s.ledger.snapshot() == before
+        with s.reserve([1], 1e-4, query="q", charge_id="job-2") as r:  # a new release: refused
+            assert r.admitted.tolist() == [False]
+        assert s.spent_exact([1])[1] == Fraction(1, 10_000)
+
+
+def test_replay_must_repeat_the_committed_request():
+    with Session(budget=gp.GP(eps=1), central=gp.DP(epsilon=1)) as s:
+        _commit(s, [9], 1.0)  # user 9 has nothing left
+        with s.reserve([1, 9], 0.5, charge_id="c1") as r:
+            assert r.admitted.tolist() == [True, False]
             r.charge(0.5)
-        assert s.spent_exact([1])[1] == Fraction(1, 4)
+        before = s.ledger.snapshot()
+        bad = [
+            ([1, 9], [0.25, 0.5]),  # lower allocation
+            ([1, 9], [1.0, 0.5]),  # higher allocation
+            ([9], 0.5),  # a charged user missing
+            ([1, 9, "new"], 0.5),  # a user the ledger never saw
+        ]
+        for users, alloc in bad:
+            with pytest.raises(gp.ChargeConflictError, match="charge_id='c1'"):
+                s.reserve(users, alloc, charge_id="c1")
+        with pytest.raises(gp.ChargeConflictError, match="metric filter"):
+            s.reserve([1, 9], 0.5, notion="central", charge_id="c1")
+        assert s.ledger.snapshot() == before
+        r = s.reserve([1, 9], [0.5, 0.75], charge_id="c1")  # the refused user's entry is free
+        assert r.replay and r.prior_admitted.tolist() == [True, False]
+        assert r.prior_charges.tolist() == [Fraction(1, 2), 0]
+        assert r.charge([0.5, 0.3]) is False  # entries of users the charge left out are ignored
+
+
+def test_charge_id_of_an_open_reservation_cannot_be_reserved_again():
+    with Session(budget=gp.GP(eps=1)) as s:
+        r = s.reserve([1], 0.5, charge_id="c1")
+        with pytest.raises(gp.ChargeConflictError, match="still open"):
+            s.reserve([1], 0.5, charge_id="c1")  # both could draw noise, one would pay
+        assert r.charge(0.5) is True
+        assert s.reserve([1], 0.5, charge_id="c1").replay
+        assert s.spent_exact([1])[1] == Fraction(1, 2)
+
+
+def test_settled_crash_is_replayed_not_rerun(path):
+    """A reservation settled in full after a crash makes its retry a replay that admits nobody."""
+    s = Session(path, budget=gp.GP(eps=1))
+    s.reserve([1, 2], 0.25, charge_id="job")  # noise drawn, then the process "dies"
+    s.close()  # settles in full
+    with Session(path) as s2:
+        with s2.reserve([1, 2], 0.25, charge_id="job") as r:
+            assert r.replay and not r.admitted.any()
+            assert r.prior_charges.tolist() == [Fraction(1, 4)] * 2
+        assert s2.spent_exact([1, 2]).tolist() == [Fraction(1, 4)] * 2
+        assert s2.ledger.verify()["charges"] == 1
+
+
+def test_ledger_without_recorded_allocations_is_migrated(path):
+    with Session(path, budget=gp.GP(eps=1)) as s:
+        _commit(s, [1], 0.25, charge_id="old")
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE charges DROP COLUMN alloc")  # a file from before the column
+    con.close()
+    with Session(path) as s:
+        assert s.ledger.store.charge("old").alloc is None
+        with pytest.raises(gp.ChargeConflictError):
+            s.reserve([1], 0.125, charge_id="old")  # cannot have covered the charge
+        r = s.reserve([1], 0.5, charge_id="old")
+        assert r.replay and not r.admitted.any() and r.charge(0.25) is False
+        _commit(s, [1], 0.25, charge_id="new")
+        units = s.ledger.units["metric"].up(Fraction(1, 4))
+        assert s.ledger.store.charge("new").alloc.tolist() == [units]
+        assert s.ledger.verify()["charges"] == 2
 
 
 def test_charging_same_reservation_twice_is_idempotent():
