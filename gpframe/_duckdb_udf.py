@@ -83,6 +83,17 @@ def check_session(session: Any, hint: str = "; pass gp.Session(budget=...)") -> 
         )
 
 
+def checked_rng(rng: Any) -> Any:
+    """Resolve ``rng`` at registration, so a test-only or foreign source fails before any charge.
+
+    Inside a UDF the batch is reserved before the sampler runs; a source refused there would
+    settle the batch's reservation at its full allocation.
+    """
+    from gpframe.mechanisms.noise.bits import resolve_rng
+
+    return resolve_rng(rng)
+
+
 def reuse(registry: Registry, con: Any, session: Any, rng: Any) -> Any:
     """Return the registration of ``con`` pointed at ``session`` and ``rng``, or None if new."""
     reg = registry.get(con)

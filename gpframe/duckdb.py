@@ -15,10 +15,14 @@ Both are SQL macros over Arrow UDFs (``gp_privatize_udf_int`` / ``_str`` and
 Integer ids (up to BIGINT) are charged as integers, anything else as ``CAST(user_id AS VARCHAR)``,
 exactly as the Python accessor keys the same column.
 
-Units: **metres in, metres out.** The functions never project. Give them coordinates of a
-projected metre CRS (pre-projected columns, or DuckDB spatial's ``ST_Transform``); a row in
-degrees would be protected at ε per degree, i.e. almost not at all. The Python accessor
-(``df.geopriv``) projects for you.
+Units: **ground metres in, metres out.** The functions never project and take the coordinates'
+units as ground metres. Give them a projected metre CRS whose scale is close to 1 over your data
+(e.g. its UTM zone: up to 0.1 % stronger noise is then needed for the stated guarantee, which the
+Python accessor applies and these functions do not). Units *smaller* than a metre weaken the
+guarantee silently: US survey feet (EPSG:2263) make a rho release about 10.8x weaker per ground
+square metre, Web Mercator (EPSG:3857) metres are 1/cos(latitude) too short (4x weaker rho at
+60°). Degrees are the opposite error (enormous noise). The Python accessor (``df.geopriv``)
+projects and applies the scale factor for you.
 
 Semantics of a row (``per="point"`` in Python terms): each row is one point of its user, released
 at the row's amount; a user with m rows in a query is charged m × amount. The same rows through
@@ -138,6 +142,7 @@ def register(con: Any, session: Any, *, rng: Any = None) -> Registration:
     from duckdb.sqltypes import DOUBLE
 
     _u.check_session(session)
+    rng = _u.checked_rng(rng)
     reg = _u.reuse(_REGISTRY, con, session, rng)
     if reg is not None:
         _register_operations(con, session, rng)

@@ -83,6 +83,7 @@ def register_grid(con: Any, session: Any, *, rng: Any = None) -> GridRegistratio
     from duckdb.sqltypes import BIGINT, DOUBLE
 
     _u.check_session(session, hint="")
+    rng = _u.checked_rng(rng)
     reg = _u.reuse(_REGISTRY, con, session, rng)
     if reg is not None:
         return reg

@@ -84,6 +84,7 @@ def register_kde(con: Any, session: Any, *, rng: Any = None) -> KdeRegistration:
     from duckdb.sqltypes import BIGINT, DOUBLE, INTEGER
 
     _u.check_session(session)
+    rng = _u.checked_rng(rng)
     reg = _u.reuse(_REGISTRY, con, session, rng)
     if reg is not None:
         return reg

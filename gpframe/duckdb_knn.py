@@ -95,6 +95,7 @@ def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
     from duckdb.sqltypes import BIGINT, BLOB, DOUBLE
 
     _u.check_session(session)
+    rng = _u.checked_rng(rng)
     reg = _u.reuse(_REGISTRY, con, session, rng)
     if reg is not None:
         return reg

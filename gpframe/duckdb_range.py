@@ -102,6 +102,7 @@ def register_range_count(con: Any, session: Any, *, rng: Any = None) -> RangeReg
     from duckdb.sqltypes import BIGINT, BLOB, BOOLEAN, DOUBLE, INTEGER
 
     _u.check_session(session)
+    rng = _u.checked_rng(rng)
     reg = _u.reuse(_REGISTRY, con, session, rng)
     if reg is not None:
         return reg
