@@ -113,6 +113,11 @@ class MonitorLedgerMachine(RuleBasedStateMachine):
     )
     def monitor_crashes_in_first_run(self, mode, outputs, t_max, crash_at, kind):
         before = self._spent()
+        if min(BUDGETS[u] - before[u] for u in USERS) < Fraction(at_run_reservation(P, t_max)):
+            # with less than the run's worst case left, mode S may stop the run on the budget and
+            # start another, so "the crash happens in the first run" would not hold; budget stops
+            # are covered by monitor_completes
+            return
         crash_at = min(crash_at, t_max)
         calls = self._script(outputs, crash_at, kind)
         crashed = False
