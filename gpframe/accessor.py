@@ -472,16 +472,13 @@ def _preflight(mode: str, amount: Fraction, per: str, counts: np.ndarray, scale_
     The calibration raises ``InvalidInputError`` for amounts outside the supported ranges
     (secure-noise.md §9.4); doing it here keeps the ledger untouched on such input.
     """
-    from gpframe.mechanisms.calibration import cgp_gaussian, gp_laplace
-
     k = Fraction(scale_max)
     distinct = {1} if per == "point" else {int(n) for n in counts if n > 0}
     for n in distinct:
         part = amount / n
-        if mode == "gp":
-            gp_laplace(part / k, d=2)
-        else:
-            cgp_gaussian(part / (k * k), d=2)
+        # the wrapper's full check (range, calibration, largest noise scale), not only the
+        # calibration: anything it would refuse after reserve() must be refused here
+        _pv.check_point_amount(mode, part / k if mode == "gp" else part / (k * k))
 
 
 def _build_output(frame: pd.DataFrame, p: Any, xy_m: np.ndarray, released: np.ndarray) -> Any:

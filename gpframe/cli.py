@@ -105,12 +105,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpframe.errors import GpframeError
         from gpframe.ledger import Session
 
+        # read-only: a report never writes the file (no schema, no WAL switch, no migration,
+        # no settlement of abandoned reservations), whatever state the file is in
         try:
-            session = Session(path=args.path, create=False)
+            session = Session(path=args.path, create=False, readonly=True)
         except GpframeError as exc:
             print(f"gpframe: {exc}", file=sys.stderr)
             return 1
-        _print_report(session.report())
+        try:
+            report = session.report()
+        except GpframeError as exc:
+            print(f"gpframe: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            session.close()
+        _print_report(report)
         return 0
     parser.print_help()
     return 2

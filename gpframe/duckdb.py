@@ -376,9 +376,7 @@ def _amount(value: float, param: str) -> Fraction:
 
 
 def _preflight_one(mode: str, a: Fraction) -> None:
-    from gpframe.mechanisms.calibration import cgp_gaussian, gp_laplace
-
-    if mode == "gp":
-        gp_laplace(a, d=2)
-    else:
-        cgp_gaussian(a, d=2)
+    # the wrapper's full parameter check (eps range of §9.4, calibration, largest noise
+    # scale): the calibration alone accepts eps below 2**-40, which planar_laplace then refuses
+    # after reserve() has charged the user
+    _pv.check_point_amount(mode, a)

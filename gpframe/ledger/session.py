@@ -65,6 +65,16 @@ def _digest(notion: str, idx: np.ndarray, amount: np.ndarray) -> str:
     return h.hexdigest()
 
 
+def _brepr(b: object) -> str:
+    """``repr`` of a budget for messages; one too large for a float is shown by magnitude."""
+    try:
+        return repr(b)
+    except OverflowError:
+        amount = getattr(b, "amount", None)
+        digits = len(str(int(amount))) if amount is not None else "?"
+        return f"{type(b).__name__}({getattr(b, 'param', 'amount')}=<{digits}-digit number>)"
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -80,7 +90,14 @@ def _pid_alive(pid: int) -> bool:
 # ---------------------------------------------------------------------------------------------
 def _user_keys(users: object, name: str = "users") -> np.ndarray:
     """User ids as an int64 array or an object array of ``int``/``str``; unique."""
-    if users is None or isinstance(users, (str, bytes)) or np.ndim(users) == 0:
+    try:
+        ndim = None if users is None or isinstance(users, (str, bytes)) else np.ndim(users)
+    except ValueError as exc:  # ragged nesting, e.g. [0, (1,)]: numpy cannot shape it
+        raise InvalidInputError(
+            f"{name} must be a flat list or array of int or str user ids; it holds nested "
+            "sequences. Nothing was charged."
+        ) from exc
+    if ndim is None or ndim == 0:
         raise InvalidInputError(
             f"{name} must be a list or array of user ids, got {type(users).__name__}; wrap a "
             f"single id as [{users!r}]. Nothing was charged."
@@ -176,7 +193,8 @@ class Ledger:
 
     # -- configuration ------------------------------------------------------------------
     def _configure(self, budgets: dict[str, Budget | None]) -> None:
-        with self._lock, self._write():
+        readonly = bool(getattr(self.store, "readonly", False))
+        with self._lock, self._read() if readonly else self._write():
             meta = self.store.meta()
             new: dict[str, str] = {}
             for notion in NOTIONS:
@@ -188,10 +206,16 @@ class Ledger:
                     if b is not None and (b.kind != kind or units.down(b.amount) != default):
                         raise InvalidInputError(
                             f"this ledger's {notion} budget is {kind} "
-                            f"{float(units.to_fraction(default)):.6g}, not {b!r}. Open it "
+                            f"{float(units.to_fraction(default)):.6g}, not {_brepr(b)}. Open it "
                             f"with the stored budget (pass None for it), or use "
                             "session.set_budget(users, ...) for overrides. Nothing was charged."
                         )
+                elif b is not None and readonly:
+                    raise LedgerError(
+                        f"this ledger has no {notion} budget and was opened read-only, so "
+                        f"{_brepr(b)} cannot be stored; open it with Session(path, ...) to add "
+                        "one. Nothing was changed."
+                    )
                 elif b is not None:
                     kind, units = b.kind, LedgerUnits.for_budget(b.amount)
                     default = units.down(b.amount)
@@ -352,10 +376,17 @@ class Ledger:
             conv(0)  # a mechanism the filter can never admit fails here, before any write
         if isinstance(values, (pd.Series, pd.Index)):
             values = values.to_numpy()
-        if np.ndim(values) == 0:
+        try:
+            scalar = np.ndim(values) == 0
+            arr = None if scalar else np.asarray(values)
+        except ValueError as exc:  # ragged nesting, e.g. [nan, [0.1]]: numpy cannot shape it
+            raise InvalidInputError(
+                f"{name} must be a scalar or a flat list of amounts, one per user; it holds "
+                "nested sequences. Nothing was charged."
+            ) from exc
+        if scalar:
             u = conv(values)
             return (np.full(n, min(u, MAX), dtype=np.int64), np.full(n, u > MAX))
-        arr = np.asarray(values)
         if arr.ndim != 1 or arr.size != n:
             raise InvalidInputError(
                 f"{name} has shape {arr.shape} but there are {n} users; pass one amount per "
@@ -387,9 +418,13 @@ class Ledger:
 
     def _units_array(self, values: object, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
         """Validate amounts given directly as ledger units (the ``units=True`` fast path)."""
-        if np.ndim(values) == 0:
-            values = np.full(n, values)
-        arr = np.asarray(values)
+        try:
+            arr = np.full(n, values) if np.ndim(values) == 0 else np.asarray(values)
+        except ValueError as exc:  # ragged nesting: numpy cannot shape it
+            raise InvalidInputError(
+                f"{name} must be a scalar or a flat array of int64 ledger units, one per "
+                "user. Nothing was charged."
+            ) from exc
         if arr.ndim != 1 or arr.size != n:
             raise InvalidInputError(
                 f"{name} has shape {arr.shape} but there are {n} users; pass one amount per "
@@ -1013,7 +1048,12 @@ class Session:
     create : bool
         With ``False``, a missing file raises :class:`~gpframe.errors.LedgerCorruptError`.
     timeout : float
-        Seconds to wait for another process's write lock.
+        Seconds to wait for another process's write lock; finite and > 0.
+    readonly : bool
+        Open an existing ledger file for inspection only (``remaining``, ``spent``,
+        ``report``, ``history``, ``ledger.verify``): the file is never written, abandoned
+        reservations are not settled, and reserving or changing budgets raises
+        :class:`~gpframe.errors.LedgerError`. Implies ``create=False``.
 
     Examples
     --------
@@ -1038,6 +1078,7 @@ class Session:
         *,
         create: bool = True,
         timeout: float = 60.0,
+        readonly: bool = False,
     ) -> None:
         for arg, b, want in (("budget", budget, "metric"), ("central", central, "central")):
             if b is not None and (not isinstance(b, Budget) or b.notion != want):
@@ -1046,9 +1087,10 @@ class Session:
                     if want == "metric"
                     else ("gp.DP(epsilon=...) or gp.zCDP(rho=...)")
                 )
-                raise InvalidInputError(f"{arg}={b!r} must be {hint}. Nothing was charged.")
+                raise InvalidInputError(f"{arg}={_brepr(b)} must be {hint}. Nothing was charged.")
         self.path = path
-        store = SqliteStore(path, create=create, timeout=timeout)
+        self.readonly = bool(readonly)
+        store = SqliteStore(path, create=create, timeout=timeout, readonly=self.readonly)
         try:
             self.ledger = Ledger(store, {"metric": budget, "central": central})
             if not self.ledger.kind:
@@ -1062,7 +1104,7 @@ class Session:
         _LIVE.add(self.ledger.token)
         weakref.finalize(self, _LIVE.discard, self.ledger.token)
         self._closed = False
-        if path is not None:
+        if path is not None and not self.readonly:
             self.ledger.settle_stale()
 
     # -- the low-level API ------------------------------------------------------------------
@@ -1161,21 +1203,22 @@ class Session:
         """
         if not isinstance(budget, Budget):
             raise InvalidInputError(
-                f"budget={budget!r} must be gp.GP/CGP/DP/zCDP. Nothing was changed."
+                f"budget={_brepr(budget)} must be gp.GP/CGP/DP/zCDP. Nothing was changed."
             )
         led = self.ledger
         notion = led._notion(budget.notion)
         if budget.kind != led.kind[notion]:
             raise InvalidInputError(
-                f"budget={budget!r} is {budget.kind} but this ledger's {notion} filters are "
+                f"budget={_brepr(budget)} is {budget.kind} but this ledger's {notion} filters are "
                 f"{led.kind[notion]}; one filter kind per notion. Nothing was changed."
             )
         units = led.units[notion].down(budget.amount)
         if units > MAX:
             limit = float(led.units[notion].to_fraction(MAX))
             raise InvalidInputError(
-                f"budget={budget!r} does not fit the ledger's {notion} units (at most {limit:.6g} "
-                "with this ledger's default); use a smaller budget. Nothing was changed."
+                f"budget={_brepr(budget)} does not fit the ledger's {notion} units (at most "
+                f"{limit:.6g} with this ledger's default); use a smaller budget. Nothing was "
+                "changed."
             )
         keys = _user_keys(users)
         with led._lock, led._write():
@@ -1308,7 +1351,8 @@ class Session:
         if self._closed:
             return
         try:
-            self.ledger._settle_own()
+            if not self.readonly:
+                self.ledger._settle_own()
         finally:
             self._closed = True
             _LIVE.discard(self.ledger.token)

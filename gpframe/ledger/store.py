@@ -28,15 +28,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import sqlite3
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from gpframe.errors import LedgerCorruptError, LedgerError
+from gpframe.errors import InvalidInputError, LedgerCorruptError, LedgerError
 
 __all__ = ["CHUNK", "ChargeRow", "ReservationRow", "SqliteStore", "Store"]
 
@@ -151,6 +154,40 @@ class Store(Protocol):
     def close(self) -> None: ...  # noqa: D102
 
 
+def _check_path(path: object) -> str | None:
+    """Return the ledger path as a str (None: in memory); refuse what is not a file path."""
+    if path is None:
+        return None
+    if isinstance(path, str) or (isinstance(path, os.PathLike) and not isinstance(path, bytes)):
+        p = os.fspath(path)
+        if isinstance(p, str) and p and "\x00" not in p:
+            return p
+    raise InvalidInputError(
+        f"path={path!r} must be a non-empty str or os.PathLike naming the ledger file, or None "
+        "for an in-memory ledger. Nothing was charged."
+    )
+
+
+def _check_timeout(timeout: object) -> float:
+    """Return the lock timeout in seconds; refuse what is not a finite number > 0."""
+    ok = isinstance(timeout, (int, float, np.integer, np.floating)) and not isinstance(
+        timeout, (bool, np.bool_)
+    )
+    if ok:
+        try:
+            t = float(timeout)  # type: ignore[arg-type]
+        except OverflowError:
+            ok = False
+        else:
+            ok = math.isfinite(t) and t > 0
+    if not ok:
+        raise InvalidInputError(
+            f"timeout={timeout!r} must be a finite number of seconds > 0 (e.g. 60.0). Nothing "
+            "was charged."
+        )
+    return t
+
+
 def _arr(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype="<i8")
 
@@ -173,39 +210,66 @@ class SqliteStore:
         file raises :class:`~gpframe.errors.LedgerCorruptError` instead of starting afresh.
     timeout : float
         Seconds to wait for another process's write lock before raising
-        :class:`~gpframe.errors.LedgerError`.
+        :class:`~gpframe.errors.LedgerError`; finite and > 0.
+    readonly : bool
+        Open an existing ledger for reading only: nothing is ever written to the file (no
+        schema, no WAL switch, no column migration) and :meth:`write` raises
+        :class:`~gpframe.errors.LedgerError`. A missing, empty or foreign file raises
+        :class:`~gpframe.errors.LedgerCorruptError`.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | None, *, create: bool = True, timeout: float = 60.0
+        self,
+        path: str | os.PathLike[str] | None,
+        *,
+        create: bool = True,
+        timeout: float = 60.0,
+        readonly: bool = False,
     ) -> None:
-        self.path = None if path is None else os.fspath(path)
-        if self.path is not None and not os.path.exists(self.path) and not create:
+        self.path = _check_path(path)
+        self.timeout = _check_timeout(timeout)
+        self.readonly = bool(readonly)
+        #: the charges columns to select; a read-only view of a file from before ``alloc``
+        #: existed cannot add the column, so it reads NULL in its place
+        self._ccols = self._CCOLS
+        if self.path is not None and not os.path.exists(self.path) and (not create or readonly):
             raise LedgerCorruptError(
                 f"ledger file {self.path!r} does not exist and create=False. Check the path, or "
                 "pass create=True to start a new ledger with fresh budgets. Nothing was charged."
             )
         try:
-            self.con = sqlite3.connect(
-                ":memory:" if self.path is None else self.path,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=timeout,
-            )
-        except sqlite3.Error as exc:
+            if self.readonly and self.path is not None:
+                self.con = self._connect_readonly(self.path, self.timeout)
+            else:
+                self.con = sqlite3.connect(
+                    ":memory:" if self.path is None else self.path,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    timeout=self.timeout,
+                )
+        except (sqlite3.Error, OSError) as exc:
             raise LedgerCorruptError(
                 f"cannot open ledger file {self.path!r}: {exc}. Nothing was charged."
             ) from exc
         try:
-            self.con.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
-            if self.path is not None:
+            self.con.execute(f"PRAGMA busy_timeout={int(min(self.timeout, 2**31 / 1000) * 1000)}")
+            # look before writing anything: a file without tables is only made a ledger when
+            # the caller asked for a new one (create=True, not read-only)
+            if self.path is not None and not self._tables() and (not create or self.readonly):
+                raise LedgerCorruptError(
+                    f"ledger file {self.path!r} is empty or not a gpframe ledger (no tables) "
+                    "and create=False (or read-only); it was left untouched. Check the path. "
+                    "Nothing was charged."
+                )
+            if self.path is not None and not self.readonly:
                 mode = self.con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise LedgerError(
                         f"ledger file {self.path!r} cannot use WAL journaling (got {mode!r}); "
                         "put it on a local file system. Nothing was charged."
                     )
-            self.con.execute("PRAGMA synchronous=FULL")
+            if not self.readonly:
+                self.con.execute("PRAGMA synchronous=FULL")
             self._check_or_create()
         except sqlite3.DatabaseError as exc:
             self.con.close()
@@ -217,6 +281,45 @@ class SqliteStore:
             self.con.close()
             raise
 
+    @staticmethod
+    def _connect_readonly(path: str, timeout: float) -> sqlite3.Connection:
+        """Open ``path`` for reading without creating or changing any file.
+
+        SQLite's ``mode=ro`` still creates the ``-wal``/``-shm`` files of a WAL database when
+        they are missing. So with no ``-wal`` (every commit is in the main file) the file is
+        read into memory, and kept only if nothing touched it meanwhile (a checkpoint needs a
+        ``-wal``, and changes the file's size or mtime); with a ``-wal`` (a writer may be
+        active, or a crash left commits there) ``mode=ro`` reads both without writing them.
+        """
+        wal = f"{path}-wal"
+        for _ in range(5):
+            if os.path.exists(wal):
+                break
+            before = os.stat(path)
+            data = bytearray(Path(path).read_bytes())
+            after = os.stat(path)
+            if os.path.exists(wal) or (before.st_mtime_ns, before.st_size) != (
+                after.st_mtime_ns,
+                after.st_size,
+            ):
+                continue
+            con = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            if data:
+                if len(data) >= 20 and data[18] == 2 and data[19] == 2:
+                    # an in-memory database cannot be in WAL mode: mark the copy legacy
+                    # (rollback-journal) so SQLite reads it; the file itself is untouched
+                    data[18] = data[19] = 1
+                try:
+                    con.deserialize(bytes(data))
+                except BaseException:
+                    con.close()
+                    raise
+            return con
+        uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+        return sqlite3.connect(
+            uri, uri=True, isolation_level=None, check_same_thread=False, timeout=timeout
+        )
+
     # -- schema ---------------------------------------------------------------------------
     def _tables(self) -> set[str]:
         rows = self.con.execute(
@@ -225,7 +328,7 @@ class SqliteStore:
         return {r[0] for r in rows}
 
     def _check_or_create(self) -> None:
-        with self.write():
+        with self.read() if self.readonly else self.write():
             tables = self._tables()
             if not tables:
                 for ddl in _TABLES.values():
@@ -246,7 +349,9 @@ class SqliteStore:
                 "Open it with the gpframe version that wrote it. Nothing was charged."
             )
         cols = {r[1] for r in self.con.execute("PRAGMA table_info(charges)").fetchall()}
-        if "alloc" not in cols:
+        if "alloc" not in cols and self.readonly:
+            self._ccols = self._CCOLS.replace("alloc", "NULL AS alloc")
+        elif "alloc" not in cols:
             # files from before charges recorded their allocations: add the (nullable) column;
             # readers without it name their columns explicitly, so they keep working
             with self.write():
@@ -291,6 +396,11 @@ class SqliteStore:
 
     def write(self) -> contextlib.AbstractContextManager[None]:
         """Exclusive write transaction across threads and processes (``BEGIN IMMEDIATE``)."""
+        if self.readonly:
+            raise LedgerError(
+                f"the ledger {self.path or ':memory:'!r} was opened read-only; open it with "
+                "Session(path) to reserve, charge or change budgets. Nothing was charged."
+            )
         return self._txn("BEGIN IMMEDIATE")
 
     def read(self) -> contextlib.AbstractContextManager[None]:
@@ -430,7 +540,7 @@ class SqliteStore:
     def charge(self, charge_id: str) -> ChargeRow | None:
         """Return a committed charge by id, or None."""
         r = self.con.execute(
-            f"SELECT {self._CCOLS} FROM charges WHERE charge_id = ?", (charge_id,)
+            f"SELECT {self._ccols} FROM charges WHERE charge_id = ?", (charge_id,)
         ).fetchone()
         return None if r is None else self._crow(r)
 
@@ -448,10 +558,10 @@ class SqliteStore:
     def charges(self, notion: str | None = None) -> Iterator[ChargeRow]:
         """All committed charges (of one notion, or all), oldest first."""
         if notion is None:
-            cur = self.con.execute(f"SELECT {self._CCOLS} FROM charges ORDER BY rowid")
+            cur = self.con.execute(f"SELECT {self._ccols} FROM charges ORDER BY rowid")
         else:
             cur = self.con.execute(
-                f"SELECT {self._CCOLS} FROM charges WHERE notion = ? ORDER BY rowid", (notion,)
+                f"SELECT {self._ccols} FROM charges WHERE notion = ? ORDER BY rowid", (notion,)
             )
         for r in cur.fetchall():
             yield self._crow(r)

@@ -70,6 +70,17 @@ LOC_SCALE_MAX = Fraction(2**24)
 D_MAX = 4
 #: fractional bits of the upper bounds of square roots (§8: "a ceiling of √2 at 2⁻⁶⁰")
 SQRT_BITS = 60
+#: magnitudes every positive parameter (ε, ρ, K, r_min, sensitivities, draw_scale) must lie in:
+#: far outside any meaningful use, and keeps exact arithmetic and float messages in range
+PARAM_RANGE = (Fraction(1, 2**256), Fraction(2**256))
+
+
+def _fmt(x: Fraction) -> str:
+    """Format ``x`` for a message without ever overflowing a float."""
+    try:
+        return f"{float(x):.6g}"
+    except OverflowError:
+        return f"about 10**{len(str(int(x))) - 1}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,6 +122,22 @@ def _exact_sqrt(x: Fraction) -> Fraction | None:
     return Fraction(p, q) if p * p == x.numerator and q * q == x.denominator else None
 
 
+#: most significant bits a square-root bound may ask for (the sampler needs 60; more only costs)
+SQRT_BITS_MAX = 4096
+
+
+def _sqrt_args(x: object, bits: object, fn: str) -> Fraction:
+    """Check the arguments of :func:`sqrt_down` / :func:`sqrt_up`; return x exactly."""
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= SQRT_BITS_MAX:
+        raise InvalidInputError(
+            f"{fn}: bits={bits!r} must be an int in [1, {SQRT_BITS_MAX}] (default {SQRT_BITS})."
+        )
+    v = x if type(x) is Fraction else Fraction(x) if type(x) is int else exact(x, "x")
+    if v < 0:
+        raise InvalidInputError(f"{fn} needs x >= 0, got x={_fmt(v)}.")
+    return v
+
+
 def sqrt_down(x: Fraction | int, bits: int = SQRT_BITS) -> Fraction:
     """Return a dyadic lower bound of √x with ``bits`` significant bits (exact for squares).
 
@@ -119,9 +146,7 @@ def sqrt_down(x: Fraction | int, bits: int = SQRT_BITS) -> Fraction:
     >>> sqrt_down(Fraction(9, 4))
     Fraction(3, 2)
     """
-    x = Fraction(x)
-    if x < 0:
-        raise InvalidInputError(f"sqrt_down needs x >= 0, got {x}.")
+    x = _sqrt_args(x, bits, "sqrt_down")
     exact_root = _exact_sqrt(x)
     if exact_root is not None:
         return exact_root
@@ -135,9 +160,7 @@ def sqrt_up(x: Fraction | int, bits: int = SQRT_BITS) -> Fraction:
     >>> sqrt_up(2) >= Fraction(14142135623730950488, 10**19), sqrt_up(4)
     (True, Fraction(2, 1))
     """
-    x = Fraction(x)
-    if x < 0:
-        raise InvalidInputError(f"sqrt_up needs x >= 0, got {x}.")
+    x = _sqrt_args(x, bits, "sqrt_up")
     exact_root = _exact_sqrt(x)
     if exact_root is not None:
         return exact_root
@@ -186,7 +209,7 @@ def eps_from_rho(rho: Fraction) -> Fraction:
     >>> e = eps_from_rho(Fraction(1, 10**6)); e * e / 2 <= Fraction(1, 10**6)
     True
     """
-    return sqrt_down(2 * Fraction(rho))
+    return sqrt_down(2 * check_rho(rho, "rho"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,6 +225,12 @@ def check_positive(value: object, name: str) -> Fraction:
     x = exact(value, name)
     if x <= 0:
         raise InvalidInputError(f"{name}={value!r} must be > 0. Nothing was charged.")
+    lo, hi = PARAM_RANGE
+    if not lo <= x <= hi:
+        raise InvalidInputError(
+            f"{name}={_fmt(x)} is outside the supported magnitudes [2**-256, 2**256]. "
+            "Pass a value in that range. Nothing was charged."
+        )
     return x
 
 
@@ -215,7 +244,7 @@ def check_eps(value: object, name: str) -> Fraction:
     lo, hi = EPS_RANGE
     if not lo <= x <= hi:
         raise InvalidInputError(
-            f"{name}={value!r} is outside the supported range [2**-40, 100] "
+            f"{name}={_fmt(x)} is outside the supported range [2**-40, 100] "
             "(secure-noise.md §9.4). "
             f"Pass a value in that range. Nothing was charged."
         )
@@ -311,7 +340,7 @@ def central_laplace(
         lo, hi = LAM_RANGE
         if not lo <= lam <= hi:
             raise InvalidInputError(
-                f"epsilon/sensitivity = {float(lam):.3g} is outside the discrete Laplace range "
+                f"epsilon/sensitivity = {_fmt(lam)} is outside the discrete Laplace range "
                 f"[2**-40, 2**10] (secure-noise.md §5.6); change epsilon or sensitivity. "
                 f"Nothing was charged."
             )
@@ -325,7 +354,7 @@ def central_laplace(
             break
         g *= 2  # only at epsilon below ~2**-20: a coarser lattice restores the sampler's range
     if lam > LAM_RANGE[1]:  # pragma: no cover - epsilon <= 100 and width >= 2**20
-        raise InvalidInputError(f"epsilon={float(epsilon)} is too large. Nothing was charged.")
+        raise InvalidInputError(f"epsilon={_fmt(epsilon)} is too large. Nothing was charged.")
     return CentralCalibration(g, lam, width, g / g0)
 
 
@@ -352,8 +381,8 @@ def central_gaussian(
     lo, hi = SIGMA_G_RANGE
     if not lo * lo <= s2 <= hi * hi:
         raise InvalidInputError(
-            f"rho={float(rho):.6g} with l2_sensitivity={float(l2_sensitivity):.6g} gives a lattice "
-            f"sigma of {math.sqrt(float(s2)):.3g} steps, outside [2**-4, 2**24] "
+            f"rho={_fmt(rho)} with l2_sensitivity={_fmt(l2_sensitivity)} gives a lattice "
+            f"sigma of {_fmt(sqrt_up(s2, 8))} steps, outside [2**-4, 2**24] "
             "(secure-noise.md §6.3). "
             f"Change rho (or use integer=False for real statistics). Nothing was charged."
         )
@@ -421,7 +450,7 @@ def _location(
         if lattice_exact:
             name = "rho" if kind == "sigma2" else "eps"
             raise InvalidInputError(
-                f"{name}={float(amount):.6g} needs noise above 2**24 lattice steps of "
+                f"{name}={_fmt(amount)} needs noise above 2**24 lattice steps of "
                 f"g={float(g):g} m; lattice-exact inputs cannot be moved to a coarser lattice "
                 "(secure-noise.md §9.1). Pass lattice_exact=False or a coarser g. "
                 "Nothing was charged."
@@ -438,7 +467,7 @@ def _location(
         name, rng = "eps", f"rate <= {hi} per lattice step"
     if not ok:
         raise InvalidInputError(
-            f"{name}={float(amount):.6g} asks for noise finer than the lattice g={float(g):g} m "
+            f"{name}={_fmt(amount)} asks for noise finer than the lattice g={_fmt(g)} m "
             f"allows ({rng}, secure-noise.md §9.4). Lower {name} or pass a finer g. "
             "Nothing was charged."
         )

@@ -29,6 +29,7 @@ from gpframe.mechanisms.released import (
     _as_array,
     _cal_key,
     _cal_store,
+    _check_central_range,
     _check_on_lattice,
     _noise_fn,
 )
@@ -104,6 +105,7 @@ def gaussian_zcdp(
         cal = central_gaussian(rho_f, delta, integer=bool(integer), m=m)
         hit = _cal_store(key2, (cal, sqrt_up(cal.param) * cal.g))
     cal, scale = hit
+    _check_central_range(x, cal.g, "l2_sensitivity and rho")
     bits = _noise_fn("resolve_rng")(rng)
     u = _noise_fn("snap")(x.reshape(-1), cal.g, "values")
     k = _sample("discrete_gaussian", cal.param, u.size, bits)

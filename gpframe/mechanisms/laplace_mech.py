@@ -32,6 +32,7 @@ from gpframe.mechanisms.released import (
     _as_array,
     _cal_key,
     _cal_store,
+    _check_central_range,
     _check_on_lattice,
     _noise_fn,
 )
@@ -165,6 +166,7 @@ def laplace_dp(
     cal = _CAL_CACHE.get(key2) if key2 is not None else None
     if cal is None:
         cal = _cal_store(key2, central_laplace(eps_f, delta, integer=bool(integer), m=m, s=s))
+    _check_central_range(x, cal.g, "sensitivity and epsilon")
     bits = _noise_fn("resolve_rng")(rng)
     u = _noise_fn("snap")(x.reshape(-1), cal.g, "values")
     k = _sample("discrete_laplace", cal.param, u.size, bits)

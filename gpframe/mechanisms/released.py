@@ -160,8 +160,19 @@ def _as_array(values: Any, name: str, *, min_ndim: int, max_ndim: int) -> np.nda
     """``values`` as a finite float64 array of 0..2 dimensions, or ``InvalidInputError``."""
     from gpframe.errors import InvalidInputError
 
+    # complex input would be cast with only a ComplexWarning, silently dropping the
+    # imaginary part: refuse it. One C-level conversion, no per-element Python.
     try:
-        x = np.asarray(values, dtype=np.float64)
+        pre = values if isinstance(values, np.ndarray) else np.asarray(values)
+    except (TypeError, ValueError):
+        pre = values  # ragged or odd input: the float conversion below reports it
+    if isinstance(pre, np.ndarray) and np.issubdtype(pre.dtype, np.complexfloating):
+        raise InvalidInputError(
+            f"{name} has complex entries; pass real numbers (e.g. np.real({name}) if the "
+            "imaginary parts are 0). Nothing was charged."
+        )
+    try:
+        x = np.asarray(pre, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(
             f"{name} must be numeric (an array of numbers), got {type(values).__name__}. "
@@ -182,6 +193,25 @@ def _as_array(values: Any, name: str, *, min_ndim: int, max_ndim: int) -> np.nda
             "Drop or fill them first. Nothing was charged."
         )
     return x
+
+
+def _check_central_range(x: np.ndarray, g: Fraction, params: str) -> None:
+    """Refuse values too large for the lattice step a central wrapper derived from ``params``.
+
+    Central wrappers choose g from the noise scale (secure-noise.md §9.1), so the caller cannot
+    pass a coarser g: the message names the parameters that set it, not g.
+    """
+    from gpframe.errors import InvalidInputError
+
+    lim = float(g) * 2.0**52
+    big = np.abs(x) >= lim
+    if big.any():
+        raise InvalidInputError(
+            f"values has {int(big.sum())} entries at or above {lim:.3g}, too large for the noise "
+            f"that {params} ask for: the lattice step g={float(g):.3g} follows from them "
+            "(secure-noise.md §9.1) and |values / g| must stay below 2**52. Raise the "
+            "sensitivity, lower the privacy amount, or recentre the data. Nothing was charged."
+        )
 
 
 def _check_on_lattice(x: np.ndarray, g: Fraction, name: str) -> None:

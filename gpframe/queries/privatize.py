@@ -45,6 +45,7 @@ __all__ = [
     "PrivatizeArrays",
     "allocations",
     "check_amount",
+    "check_point_amount",
     "group_rows",
     "make_privatize_result",
     "per_point_amounts",
@@ -63,6 +64,18 @@ EPS_MAX = Fraction(100)
 #: coordinates must satisfy |x / g| < 2**52 for exact snapping (secure-noise.md §9.2); with
 #: g <= 2**-10 m that is |x| < 2**42 m. We refuse far earlier: no projected CRS goes near 2**40 m.
 COORD_MAX_M = float(2**40)
+#: largest noise scale privatize releases at, metres (GP 1/ε, CGP σ per coordinate): about
+#: the size of the Earth. Beyond it the released point carries no location information and,
+#: far enough out (ε ≲ 1e-100), cannot even be mapped back to the input CRS (inf coordinates).
+NOISE_SCALE_MAX_M = Fraction(2 * 10**7)
+
+
+def _fmt(x: Fraction) -> str:
+    """``x`` for a message; never overflows (10**400 stays readable)."""
+    try:
+        return f"{float(x):g}"
+    except OverflowError:
+        return f"about 10**{len(str(int(x))) - 1}"
 
 
 def check_amount(mode: str, per: str, amount: Fraction) -> None:
@@ -87,8 +100,52 @@ def check_amount(mode: str, per: str, amount: Fraction) -> None:
         raise InvalidInputError(f"{name}={amount!r} must be > 0. Nothing was charged.")
     if mode == "gp" and amount > EPS_MAX:
         raise InvalidInputError(
-            f"eps={float(amount):g} per metre is above the supported maximum {int(EPS_MAX)} "
+            f"eps={_fmt(amount)} per metre is above the supported maximum {int(EPS_MAX)} "
             "(noise below 2 cm). Lower eps. Nothing was charged."
+        )
+
+
+def check_point_amount(mode: str, part: Fraction, *, name: str | None = None) -> None:
+    """Run the wrapper's full parameter check for one per-point amount, before any reservation.
+
+    ``part`` is in the mechanism's units (ε per projected metre for GP, ρ per m² for CGP), i.e.
+    after the per-user split and the projection scale. It checks exactly what
+    :func:`~gpframe.mechanisms.planar_laplace` (``check_eps``: ε in [2⁻⁴⁰, 100], secure-noise.md
+    §9.4) or :func:`~gpframe.mechanisms.gaussian_cgp` would check, runs the §9.3 calibration,
+    and refuses a noise scale above :data:`NOISE_SCALE_MAX_M` (GP 1/ε, CGP σ per coordinate).
+    A failure here leaves the ledger untouched.
+
+    >>> check_point_amount("cgp", Fraction(1, 10**4))
+    >>> check_point_amount("cgp", Fraction(1, 10**20))
+    Traceback (most recent call last):
+    ...
+    gpframe.errors.InvalidInputError: rho=1e-20 per point gives noise of 7.08e+09 m, ...
+    """
+    from gpframe.mechanisms.calibration import (
+        cgp_gaussian,
+        check_eps,
+        check_rho,
+        gp_laplace,
+        sqrt_up,
+    )
+
+    label = name or ("eps" if mode == "gp" else "rho")
+    if mode == "gp":
+        # the wrapper's own range check: the calibration alone coarsens the lattice without
+        # bound, so an ε below 2**-40 would pass it and only fail inside planar_laplace
+        check_eps(part, label)
+        cal = gp_laplace(part, d=2)
+        scale = cal.g / cal.param
+    else:
+        check_rho(part, label)
+        cal = cgp_gaussian(part, d=2)
+        scale = sqrt_up(cal.param) * cal.g
+    if scale > NOISE_SCALE_MAX_M:
+        raise InvalidInputError(
+            f"{label}={_fmt(part)} per point gives noise of {float(scale):.3g} m, above the "
+            f"supported maximum {float(NOISE_SCALE_MAX_M):g} m (the size of the Earth): the "
+            f"released points would carry no location at all. Raise {label} (or, with "
+            "per='user', split the amount over fewer points). Nothing was charged."
         )
 
 
@@ -369,6 +426,9 @@ def privatize_points(
         users_arr = np.flatnonzero(members)
         rows = order[members[sorted_codes]]
         part = amount / int(key) if per == "user" else amount
+        # callers preflight this before reserving; repeated here so that a direct call never
+        # draws noise that cannot be released
+        check_point_amount(mode, part / k if mode == "gp" else part / (k * k))
         if mode == "gp":
             rel = planar_laplace(xy[rows], eps=part / k, rng=rng)
             to_ground = k

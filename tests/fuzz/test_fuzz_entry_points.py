@@ -254,21 +254,11 @@ def test_accessor_bad_frames_slow(session, frame, pkw):
     _accessor(session, df, kw, pkw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: privatize(rho=1e-20) (or eps<=~1e-8) releases and charges rows whose output "
-    "coordinates are inf (noise ~1e150 m cannot be mapped back to the input CRS)",
-)
 def test_privatize_tiny_amount_gives_finite_output(session):
     bound = GOOD.geopriv(session, user="uid", lon="lon", lat="lat", crs="EPSG:4326")
     _privatize(session, bound)({"rho": 1e-20})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: privatize(eps=10**400) raises OverflowError from check_amount's message "
-    "(float(amount) in gpframe/queries/privatize.py) instead of InvalidInputError",
-)
 def test_privatize_huge_int_eps_is_refused_cleanly(session):
     bound = GOOD.geopriv(session, user="uid", lon="lon", lat="lat", crs="EPSG:4326")
     _privatize(session, bound)({"eps": 10**400})
@@ -357,12 +347,6 @@ def test_duckdb_udf_bad_rows(session, con, fn, data):
     _udf(session, con, fn, rows)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: gp_privatize_gp(1, 0.0, 0.0, 5e-324) raises InvalidInputError '... Nothing was "
-    "charged.' but a reservation was made and the user's full allocation (1e-12 on a CGP filter) "
-    "was charged: eps below 2**-40 passes _exact_amount's preflight and fails after reserve()",
-)
 def test_duckdb_gp_tiny_eps_rejected_without_charge(session, con):
     _udf(session, con, "gp_privatize_gp", [(1, 0.0, 0.0, 5e-324)])
 
@@ -564,11 +548,6 @@ def test_session_set_budget(session, users, budget):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: session.reserve(users, [nan, [0.1]]) raises numpy ValueError (ragged array) "
-    "instead of InvalidInputError naming allocations",
-)
 def test_reserve_ragged_allocations_refused(session):
     attempt(
         "session.reserve",
@@ -580,21 +559,10 @@ def test_reserve_ragged_allocations_refused(session):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: session.reserve([0, (1,)], ...) raises numpy ValueError (inhomogeneous shape) "
-    "instead of InvalidInputError naming users",
-)
 def test_reserve_tuple_user_id_refused(session):
     attempt("session.reserve", ("users",), session.reserve, [0, (1,)], 0.1, ledger=session.path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Session(path_of_empty_file, create=False) writes a ledger schema into the "
-    "0-byte file (-> 57,344 bytes) and then raises 'a new ledger needs a budget'; a rejected call "
-    "changed the file (and create=False should refuse a file that is not a ledger)",
-)
 def test_session_on_empty_file_does_not_write(ledger_dir):
     p = Path(tempfile.mkdtemp(dir=ledger_dir)) / "empty.sqlite"
     p.write_bytes(b"")
@@ -608,10 +576,6 @@ def test_session_on_empty_file_does_not_write(ledger_dir):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: `gpframe ledger report EMPTY_FILE` (read-only) writes a schema into an empty file",
-)
 def test_cli_report_on_empty_file_does_not_write(ledger_dir):
     p = Path(tempfile.mkdtemp(dir=ledger_dir)) / "empty.sqlite"
     p.write_bytes(b"")
@@ -621,31 +585,16 @@ def test_cli_report_on_empty_file_does_not_write(ledger_dir):
     assert ledger_hash(p) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: gp.Session(path, budget=..., timeout=None | nan | inf) raises TypeError / "
-    "ValueError / OverflowError from sqlite instead of InvalidInputError naming timeout",
-)
 @pytest.mark.parametrize("timeout", [None, _nan, _inf])
 def test_session_bad_timeout_refused(ledger_dir, timeout):
     p = Path(tempfile.mkdtemp(dir=ledger_dir)) / "l.sqlite"
     attempt("gp.Session", ("timeout",), gp.Session, str(p), budget=gp.GP(eps=1.0), timeout=timeout)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: gp.Session(5, budget=...) raises TypeError from sqlite instead of "
-    "InvalidInputError naming path",
-)
 def test_session_non_path_refused():
     attempt("gp.Session", ("path",), gp.Session, 5, budget=gp.GP(eps=1.0))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: session.set_budget(users, gp.GP(eps=10**400)) raises OverflowError instead of "
-    "InvalidInputError naming budget",
-)
 def test_set_budget_huge_int_refused_cleanly(session):
     attempt(
         "session.set_budget",
@@ -657,11 +606,6 @@ def test_set_budget_huge_int_refused_cleanly(session):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: `gpframe ledger report T` on a truncated ledger (first 3,000 bytes of a real one) "
-    "modifies the file; a read-only command must leave it byte-identical",
-)
 def test_cli_report_on_truncated_file_does_not_write(session, ledger_dir):
     p = Path(tempfile.mkdtemp(dir=ledger_dir)) / "t.sqlite"
     p.write_bytes(Path(session.path).read_bytes()[:3000])
