@@ -32,6 +32,73 @@ __all__ = [
 ]
 
 
+#: argument checks shared by every public helper here (utility statements still refuse nonsense)
+_POSITIVE = ("rho", "eps", "K", "scale", "sigma", "g")
+_COUNTS = {"n": 10**15, "d": 4}
+_RANGE = (2.0**-256, 2.0**256)
+
+
+def _check_args(fn: Any) -> Any:
+    """Validate the helper's arguments by name and refuse a non-finite result.
+
+    Every message names the argument (``InvalidInputError``), so a bad value never surfaces as a
+    ``ZeroDivisionError``, an ``OverflowError`` or a NaN bound.
+    """
+    import functools
+    import inspect
+
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> float:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidInputError(f"{fn.__name__}: {exc}.") from exc
+        bound.apply_defaults()
+        for name, value in bound.arguments.items():
+            if name in _COUNTS and (value is not None or sig.parameters[name].default is not None):
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, int | Fraction)
+                    or (isinstance(value, Fraction) and value.denominator != 1)
+                ):
+                    raise InvalidInputError(f"{name}={value!r} must be a positive integer.")
+                if not 1 <= int(value) <= _COUNTS[name]:
+                    raise InvalidInputError(
+                        f"{name}={value!r} must be between 1 and {_COUNTS[name]}."
+                    )
+            elif name in _POSITIVE:
+                x = positive(value, name)
+                if not _RANGE[0] <= x <= _RANGE[1]:
+                    raise InvalidInputError(f"{name}={value!r} is outside [2**-256, 2**256].")
+            elif name == "beta":
+                b = exact(value, "beta")
+                if not 0 < b < 1:
+                    raise InvalidInputError(f"beta={value!r} must be in (0, 1), e.g. beta=0.05.")
+            elif name == "released" and not hasattr(value, "noise"):
+                raise InvalidInputError(
+                    f"released={value!r} is not a Released (the output of a gpframe mechanism)."
+                )
+        try:
+            out = fn(*bound.args, **bound.kwargs)
+        except (OverflowError, ZeroDivisionError, ValueError) as exc:
+            if isinstance(exc, InvalidInputError):
+                raise
+            raise InvalidInputError(
+                f"{fn.__name__}{tuple(bound.arguments.items())!r} has no finite value ({exc}); "
+                "check beta, n and the scale arguments."
+            ) from exc
+        if not math.isfinite(out):
+            raise InvalidInputError(
+                f"{fn.__name__} gives {out!r} for {dict(bound.arguments)!r}: beta, n or the scale "
+                "arguments are too extreme for a finite bound."
+            )
+        return out
+
+    return checked
+
+
 def _beta(beta: object, n: int) -> float:
     b = float(exact(beta, "beta"))
     if not 0 < b < 1:
@@ -45,6 +112,7 @@ def _beta(beta: object, n: int) -> float:
 # nominal scales (continuous laws; the oracle tables' numbers)
 
 
+@_check_args
 def cgp_sigma(rho: object, n: int = 1, K: object = 1) -> float:
     """Nominal CGP standard deviation σ = K·√(n/(2ρ)) m per coordinate (before the lattice term).
 
@@ -59,6 +127,7 @@ def cgp_sigma(rho: object, n: int = 1, K: object = 1) -> float:
     return math.sqrt(v)
 
 
+@_check_args
 def gp_scale(eps: object, n: int = 1, K: object = 1) -> float:
     """Nominal GP Laplace scale n·K/ε metres (the mean planar radius is twice this).
 
@@ -68,6 +137,7 @@ def gp_scale(eps: object, n: int = 1, K: object = 1) -> float:
     return float(Fraction(int(n)) * exact(K, "K") / positive(eps, "eps"))
 
 
+@_check_args
 def gp_to_rate(eps: object, n: int = 1, K: object = 1) -> float:
     """Nominal per-point Laplace rate ε' = ε/(n·K) in m⁻¹ (concentrated-geo-privacy.md §4.3, §6.1).
 
@@ -77,6 +147,7 @@ def gp_to_rate(eps: object, n: int = 1, K: object = 1) -> float:
     return float(positive(eps, "eps") / (int(n) * exact(K, "K")))
 
 
+@_check_args
 def gaussian_radius_nominal(rho: object, beta: object, n: int = 1) -> float:
     """Continuous 2-D Gaussian radius quantile r_β = √(ln(1/β)/ρ), σ = 1/√(2ρ) (Lem. 4.7).
 
@@ -99,6 +170,7 @@ def _w_minus1(z: float) -> float:
     return float(lambertw(z, k=-1).real)
 
 
+@_check_args
 def planar_quantile(beta: object, scale: object, n: int = 1) -> float:
     """Continuous planar Laplace radius (1 − β)-quantile: scale·(−W₋₁(−β/e) − 1).
 
@@ -111,6 +183,7 @@ def planar_quantile(beta: object, scale: object, n: int = 1) -> float:
     return float(scale) * (-_w_minus1(-b / math.e) - 1)
 
 
+@_check_args
 def lem45_bound(beta: object, scale: object, n: int = 1) -> float:
     """Return the closed-form planar bound of Lem. 4.5: scale·(√(2 ln(1/β)) + ln(1/β)).
 
@@ -121,6 +194,7 @@ def lem45_bound(beta: object, scale: object, n: int = 1) -> float:
     return float(scale) * (math.sqrt(2 * L) + L)
 
 
+@_check_args
 def planar_bound(beta: object, scale: object, g: object, *, d: int = 2, n: int = 1) -> float:
     """Proven (1 − β) bound on ||y − x|| for lattice Laplace noise of scale g/a plus snapping.
 
@@ -182,6 +256,7 @@ def _cell_tail_2d(R: float, s: float) -> float:
     return num / den if den > 0 else math.inf
 
 
+@_check_args
 def gaussian_radius_bound(
     beta: object, sigma: object, g: object, *, d: int = 2, n: int = 1
 ) -> float:
@@ -214,6 +289,7 @@ def gaussian_radius_bound(
     return r + math.sqrt(d) * gf / 2
 
 
+@_check_args
 def laplace_bound(beta: object, scale: object, g: object, *, n: int = 1) -> float:
     """Proven (1 − β) bound on |y − x| for 1-D lattice Laplace noise (λ = g/scale) plus snapping.
 
@@ -229,6 +305,7 @@ def laplace_bound(beta: object, scale: object, g: object, *, n: int = 1) -> floa
     return s * math.log(2 / (b * (1 + math.exp(-lam)))) + gf / 2
 
 
+@_check_args
 def gaussian_bound(beta: object, sigma: object, g: object, *, n: int = 1) -> float:
     """Proven (1 − β) bound on |y − x| for 1-D lattice Gaussian noise: σ√(2 ln(2/β)) + g/2.
 
@@ -238,6 +315,7 @@ def gaussian_bound(beta: object, sigma: object, g: object, *, n: int = 1) -> flo
     return gaussian_radius_bound(beta, sigma, g, d=1, n=n)
 
 
+@_check_args
 def error_bound(released: Any, beta: object, *, n: int | None = None) -> float:
     """Return the proven (1 − β) error bound of a :class:`Released`, simultaneously for its n rows.
 

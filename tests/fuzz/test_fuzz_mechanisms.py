@@ -257,22 +257,7 @@ def test_release_wrapper_bad_inputs_slow(fname, data):
     _run(fname, data)
 
 
-_HELPER_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the error-bound/calibration helpers exported in gpframe.mechanisms.__all__ "
-    "(cgp_sigma, gp_scale, gp_to_rate, *_bound, *_quantile, error_bound, eps_from_rho, "
-    "sqrt_down/up) do not validate their arguments (sqrt_down/up(bits=10**9) hang): "
-    "TypeError/ValueError/ZeroDivisionError/OverflowError/AttributeError, or NaN/inf results, "
-    "instead of InvalidInputError",
-)
-#: helpers that validate their arguments (the xfail above is fixed for them)
-_HELPERS_FIXED = ("eps_from_rho", "sqrt_down", "sqrt_up")
-
-
-@pytest.mark.parametrize(
-    "fname",
-    [pytest.param(f, marks=() if f in _HELPERS_FIXED else _HELPER_BUG) for f in HELPERS],
-)
+@pytest.mark.parametrize("fname", HELPERS)
 def test_helper_bad_inputs(fname):
     """Deterministic sweep (no hypothesis: a failing @given inside an xfail crashes pytest's
     report hook here): every hand-picked bad value for every argument, one at a time."""
@@ -339,8 +324,8 @@ def _run_one(fname, arg, pos, kw):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="BUG: laplace_dp(draw_scale=1e300) runs for minutes")
 def test_laplace_dp_huge_draw_scale_returns_promptly():
+    """laplace_dp(draw_scale=1e300) used to run for minutes; it is now refused at once."""
     code = (
         "import gpframe.mechanisms as M\n"
         "try:\n    M.laplace_dp([1.0], sensitivity=1.0, epsilon=1.0, draw_scale=1e300)\n"
