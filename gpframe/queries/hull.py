@@ -247,7 +247,7 @@ def private_hulls(
 
     Examples
     --------
-    >>> rng0 = np.random.default_rng(0)
+    >>> rng0 = np.random.default_rng(0)  # test-only: example data, never noise
     >>> xy = rng0.uniform(0, 1000, (200, 2))
     >>> out = private_hulls(xy, np.zeros(200, np.int64), kind="cgp", amount=1e-2)
     >>> int(out.k[0]), out.hulls[0].geom_type, [float(v) for v in out.spend.values()]

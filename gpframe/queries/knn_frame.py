@@ -369,7 +369,7 @@ def convex_hull(
     --------
     >>> import gpframe as gp
     >>> from gpframe.ledger import Session
-    >>> rs = np.random.default_rng(1)
+    >>> rs = np.random.default_rng(1)  # test-only: example data, never noise
     >>> df = pd.DataFrame({"u": np.repeat([1, 2], 300), "x": 500_000 + rs.uniform(0, 2000, 600),
     ...                    "y": 4_500_000 + rs.uniform(0, 2000, 600)})
     >>> s = Session(budget=gp.CGP(rho=1e-2))

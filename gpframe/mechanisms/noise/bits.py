@@ -149,7 +149,7 @@ def resolve_rng(rng: Any = None) -> BitSource:
     InsecureRandomnessError
         A seeded source while seeded sources are not enabled.
     InvalidInputError
-        Anything that is not a BitSource, such as a ``numpy.random.Generator``.
+        Anything that is not a BitSource, such as a numpy ``Generator``.
     """
     if rng is None:
         return _DEFAULT
