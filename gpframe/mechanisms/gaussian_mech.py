@@ -21,17 +21,19 @@ from gpframe.mechanisms.calibration import (
     check_rho,
     sqrt_up,
 )
-from gpframe.mechanisms.laplace_mech import _sample, _scale_warns, _warn_location_scale
+from gpframe.mechanisms.laplace_mech import (
+    _lattice_release,
+    _location_calibration,
+    _warn_location_scale,
+)
 from gpframe.mechanisms.released import (
-    _CAL_CACHE,
     Guarantee,
     Released,
     _as_array,
+    _cached,
     _cal_key,
-    _cal_store,
     _check_central_range,
     _check_on_lattice,
-    _noise_fn,
 )
 
 __all__ = ["gaussian_cgp", "gaussian_zcdp"]
@@ -86,12 +88,9 @@ def gaussian_zcdp(
     array([...])
     """
     key = _cal_key("gaussian_zcdp", rho, l2_sensitivity)
-    hit = _CAL_CACHE.get(key) if key is not None else None
-    if hit is None:
-        hit = _cal_store(
-            key, (check_rho(rho, "rho"), check_positive(l2_sensitivity, "l2_sensitivity"))
-        )
-    rho_f, delta = hit
+    rho_f, delta = _cached(
+        key, lambda: (check_rho(rho, "rho"), check_positive(l2_sensitivity, "l2_sensitivity"))
+    )
     x = _as_array(values, "values", min_ndim=0, max_ndim=2)
     m = x.shape[1] if x.ndim == 2 else 1
     if integer and not (x == x.round()).all():
@@ -100,16 +99,14 @@ def gaussian_zcdp(
             "statistics. Nothing was charged."
         )
     key2 = None if key is None else (*key, (bool, bool(integer)), (int, m))
-    hit = _CAL_CACHE.get(key2) if key2 is not None else None
-    if hit is None:
+
+    def calibrate() -> tuple[Any, Fraction]:
         cal = central_gaussian(rho_f, delta, integer=bool(integer), m=m)
-        hit = _cal_store(key2, (cal, sqrt_up(cal.param) * cal.g))
-    cal, scale = hit
+        return cal, sqrt_up(cal.param) * cal.g
+
+    cal, scale = _cached(key2, calibrate)
     _check_central_range(x, cal.g, "l2_sensitivity and rho")
-    bits = _noise_fn("resolve_rng")(rng)
-    u = _noise_fn("snap")(x.reshape(-1), cal.g, "values")
-    k = _sample("discrete_gaussian", cal.param, u.size, bits)
-    y = _noise_fn("release")(u, k, cal.g).reshape(x.shape)
+    y = _lattice_release(x, cal.g, cal.param, "discrete_gaussian", rng, "values", None)
     row = "integer" if integer else f"real {m}-vector"
     return Released(
         y,
@@ -183,18 +180,15 @@ def gaussian_cgp(
     array([[...]])
     """
     key = _cal_key("gaussian_cgp", rho, K, g, r_min)
-    hit = _CAL_CACHE.get(key) if key is not None else None
-    if hit is None:
-        hit = _cal_store(
-            key,
-            (
-                check_rho(rho, "rho"),
-                check_positive(K, "K"),
-                G_LOC if g is None else check_g(g, "g"),
-                check_positive(r_min, "r_min"),
-            ),
-        )
-    rho_f, k_f, g_f, r_f = hit
+    rho_f, k_f, g_f, r_f = _cached(
+        key,
+        lambda: (
+            check_rho(rho, "rho"),
+            check_positive(K, "K"),
+            G_LOC if g is None else check_g(g, "g"),
+            check_positive(r_min, "r_min"),
+        ),
+    )
     x = _as_array(points, "points", min_ndim=1, max_ndim=2)
     d = 1 if x.ndim == 1 else x.shape[1]
     if not 1 <= d <= D_MAX:
@@ -203,23 +197,20 @@ def gaussian_cgp(
             "(secure-noise.md §8). Nothing was charged."
         )
     key2 = None if key is None else (*key, (bool, bool(lattice_exact)), (int, d))
-    hit = _CAL_CACHE.get(key2) if key2 is not None else None
-    if hit is None:
+
+    def calibrate() -> tuple[Any, Fraction, bool]:
         cal = cgp_gaussian(rho_f, K=k_f, d=d, g=g_f, r_min=r_f, lattice_exact=lattice_exact)
-        scale = sqrt_up(cal.param) * cal.g
-        hit = _cal_store(key2, (cal, scale, _scale_warns(scale)))
-    cal, scale, warns = hit
+        return _location_calibration(cal, sqrt_up(cal.param) * cal.g)
+
+    cal, scale, warns = _cached(key2, calibrate)
     if lattice_exact:
         _check_on_lattice(x, cal.g, "points")
     if warns:
         _warn_location_scale(scale, "Gaussian")
-    bits = _noise_fn("resolve_rng")(rng)
-    u = _noise_fn("snap")(x, cal.g, "points")
-    if d == 1:
-        k = _sample("discrete_gaussian", cal.param, len(x), bits)
+    if d == 1:  # one value per row: x is 1-D
+        y = _lattice_release(x, cal.g, cal.param, "discrete_gaussian", rng, "points", None)
     else:
-        k = _sample("discrete_gaussian_nd", cal.param, len(x), bits, d=d)
-    y = _noise_fn("release")(u, k, cal.g)
+        y = _lattice_release(x, cal.g, cal.param, "discrete_gaussian_nd", rng, "points", d)
     noise = {"sigma2": cal.param, "scale": scale, "coarsen": cal.coarsen}
     if cal.r_min is not None:
         noise["r_min"] = cal.r_min

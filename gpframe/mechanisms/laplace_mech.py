@@ -26,12 +26,11 @@ from gpframe.mechanisms.calibration import (
     gp_laplace,
 )
 from gpframe.mechanisms.released import (
-    _CAL_CACHE,
     Guarantee,
     Released,
     _as_array,
+    _cached,
     _cal_key,
-    _cal_store,
     _check_central_range,
     _check_on_lattice,
     _noise_fn,
@@ -62,6 +61,11 @@ def _warn_location_scale(scale: Fraction, what: str) -> None:
         )
 
 
+def _location_calibration(cal: Any, scale: Fraction) -> tuple[Any, Fraction, bool]:
+    """Return what a location wrapper caches: calibration, noise scale, whether it warns."""
+    return cal, scale, _scale_warns(scale)
+
+
 def _scale_warns(scale: Fraction) -> bool:
     """Whether :func:`_warn_location_scale` would warn (cached with the calibration)."""
     return scale < SCALE_WARN_LOW or scale > SCALE_WARN_HIGH
@@ -70,10 +74,7 @@ def _scale_warns(scale: Fraction) -> bool:
 def _cached_inputs(tag: str, eps: Any, K: Any, g: Any, r_min: Any, draw_scale: Any) -> tuple:
     """``_location_inputs`` through the calibration cache; returns ``(key, checked values)``."""
     key = _cal_key(tag, eps, K, g, r_min, draw_scale)
-    hit = _CAL_CACHE.get(key) if key is not None else None
-    if hit is None:
-        hit = _cal_store(key, _location_inputs(eps, K, g, r_min, draw_scale))
-    return key, hit
+    return key, _cached(key, lambda: _location_inputs(eps, K, g, r_min, draw_scale))
 
 
 def _location_inputs(
@@ -144,17 +145,14 @@ def laplace_dp(
     (Fraction(1, 1048576), True)
     """
     key = _cal_key("laplace_dp", epsilon, sensitivity, draw_scale)
-    hit = _CAL_CACHE.get(key) if key is not None else None
-    if hit is None:
-        hit = _cal_store(
-            key,
-            (
-                check_eps(epsilon, "epsilon"),
-                check_positive(sensitivity, "sensitivity"),
-                check_draw_scale(draw_scale),
-            ),
-        )
-    eps_f, delta, s = hit
+    eps_f, delta, s = _cached(
+        key,
+        lambda: (
+            check_eps(epsilon, "epsilon"),
+            check_positive(sensitivity, "sensitivity"),
+            check_draw_scale(draw_scale),
+        ),
+    )
     x = _as_array(values, "values", min_ndim=0, max_ndim=2)
     m = x.shape[1] if x.ndim == 2 else 1
     if integer and not np.array_equal(x, np.rint(x)):
@@ -163,14 +161,9 @@ def laplace_dp(
             "statistics. Nothing was charged."
         )
     key2 = None if key is None else (*key, (bool, bool(integer)), (int, m))
-    cal = _CAL_CACHE.get(key2) if key2 is not None else None
-    if cal is None:
-        cal = _cal_store(key2, central_laplace(eps_f, delta, integer=bool(integer), m=m, s=s))
+    cal = _cached(key2, lambda: central_laplace(eps_f, delta, integer=bool(integer), m=m, s=s))
     _check_central_range(x, cal.g, "sensitivity and epsilon")
-    bits = _noise_fn("resolve_rng")(rng)
-    u = _noise_fn("snap")(x.reshape(-1), cal.g, "values")
-    k = _sample("discrete_laplace", cal.param, u.size, bits)
-    y = _noise_fn("release")(u, k, cal.g).reshape(x.shape)
+    y = _lattice_release(x, cal.g, cal.param, "discrete_laplace", rng, "values", None)
     row = "integer statistic" if integer else "real statistic"
     return Released(
         y,
@@ -192,6 +185,24 @@ def _sample(name: str, param: Fraction, n: int, bits: Any, d: int | None = None)
         return np.zeros((0,) if d is None else (0, d), dtype=np.int64)
     fn = _noise_fn(name)
     return fn(param, n, bits) if d is None else fn(param, d, n, bits)
+
+
+def _lattice_release(
+    x: np.ndarray, g: Fraction, param: Fraction, sampler: str, rng: Any, name: str, d: int | None
+) -> np.ndarray:
+    """Snap ``x`` to g·Z, add one sampler call of lattice noise and release (secure-noise §9.2).
+
+    ``d`` None: scalar noise per entry (any shape); otherwise ``x`` is (n, d) rows of points.
+    The order of the calls (source, snap, sample, release) is what seeded outputs pin.
+    """
+    bits = _noise_fn("resolve_rng")(rng)
+    if d is None:
+        u = _noise_fn("snap")(x.reshape(-1), g, name)
+        k = _sample(sampler, param, u.size, bits)
+        return _noise_fn("release")(u, k, g).reshape(x.shape)
+    u = _noise_fn("snap")(x, g, name)
+    k = _sample(sampler, param, len(x), bits, d=d)
+    return _noise_fn("release")(u, k, g)
 
 
 def laplace_gp(
@@ -256,20 +267,17 @@ def laplace_gp(
     key, (eps_f, k_f, g_f, r_f, s) = _cached_inputs("laplace_gp", eps, K, g, r_min, draw_scale)
     x = _as_array(values, "values", min_ndim=0, max_ndim=1)
     key2 = None if key is None else (*key, (bool, bool(lattice_exact)))
-    hit = _CAL_CACHE.get(key2) if key2 is not None else None
-    if hit is None:
+
+    def calibrate() -> tuple[Any, Fraction, bool]:
         cal = gp_laplace(eps_f, K=k_f, d=1, g=g_f, r_min=r_f, lattice_exact=lattice_exact, s=s)
-        scale = cal.g / cal.param
-        hit = _cal_store(key2, (cal, scale, _scale_warns(scale)))
-    cal, scale, warns = hit
+        return _location_calibration(cal, cal.g / cal.param)
+
+    cal, scale, warns = _cached(key2, calibrate)
     if lattice_exact:
         _check_on_lattice(x, cal.g, "values")
     if warns:
         _warn_location_scale(scale, "1-D Laplace")
-    bits = _noise_fn("resolve_rng")(rng)
-    u = _noise_fn("snap")(x.reshape(-1), cal.g, "values")
-    k = _sample("discrete_laplace", cal.param, u.size, bits)
-    y = _noise_fn("release")(u, k, cal.g).reshape(x.shape)
+    y = _lattice_release(x, cal.g, cal.param, "discrete_laplace", rng, "values", None)
     noise = {"lam": cal.param, "scale": scale, "draw_scale": s, "coarsen": cal.coarsen}
     if cal.r_min is not None:
         noise["r_min"] = cal.r_min
@@ -346,20 +354,17 @@ def planar_laplace(
             "(use laplace_gp for one value per row). Nothing was charged."
         )
     key2 = None if key is None else (*key, (bool, bool(lattice_exact)), (int, d))
-    hit = _CAL_CACHE.get(key2) if key2 is not None else None
-    if hit is None:
+
+    def calibrate() -> tuple[Any, Fraction, bool]:
         cal = gp_laplace(eps_f, K=k_f, d=d, g=g_f, r_min=r_f, lattice_exact=lattice_exact)
-        scale = cal.g / cal.param
-        hit = _cal_store(key2, (cal, scale, _scale_warns(scale)))
-    cal, scale, warns = hit
+        return _location_calibration(cal, cal.g / cal.param)
+
+    cal, scale, warns = _cached(key2, calibrate)
     if lattice_exact:
         _check_on_lattice(x, cal.g, "points")
     if warns:
         _warn_location_scale(scale, "planar Laplace")
-    bits = _noise_fn("resolve_rng")(rng)
-    u = _noise_fn("snap")(x, cal.g, "points")
-    k = _sample("lattice_laplace", cal.param, len(x), bits, d=d)
-    y = _noise_fn("release")(u, k, cal.g)
+    y = _lattice_release(x, cal.g, cal.param, "lattice_laplace", rng, "points", d)
     noise = {"a": cal.param, "scale": scale, "coarsen": cal.coarsen}
     if cal.r_min is not None:
         noise["r_min"] = cal.r_min

@@ -148,6 +148,12 @@ def _cal_key(*args: Any) -> tuple | None:
     return key
 
 
+def _cached(key: tuple | None, compute: Any) -> Any:
+    """Return the calibration cached under ``key``; on a miss (or ``key`` None) compute it."""
+    hit = _CAL_CACHE.get(key) if key is not None else None
+    return _cal_store(key, compute()) if hit is None else hit
+
+
 def _cal_store(key: tuple | None, value: Any) -> Any:
     if key is not None:
         if len(_CAL_CACHE) >= _CAL_CACHE_MAX:
