@@ -56,6 +56,9 @@ _NOTHING = "Nothing was charged."
 #: (doubling keeps the discarded tail of the last block below the visits made, on average ~⅓ of
 #: them; the pool below makes the extra blocks cheap)
 BLOCK_FIRST = 64
+#: draws of the first step over all runs: few runs start with bigger blocks, since a step's fixed
+#: cost (a few dozen numpy calls) equals that of ~1,000 draws
+FIRST_STEP_DRAWS = 2048
 BLOCK_GROWTH = 2
 BLOCK_MAX = 1 << 16
 #: largest number of draws tested in one vectorised step (memory bound)
@@ -183,7 +186,7 @@ def scan(
     cap: NDArray[np.int64],
     pool: LaplacePool,
     *,
-    block: int = BLOCK_FIRST,
+    block: int | None = None,
 ) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
     """Run R independent "below" SVT scans at once; return (position, capped) per run.
 
@@ -193,7 +196,9 @@ def scan(
     first t with ``answer + V_t <= threshold[r]`` (integers, lattice units; ``threshold`` already
     holds T + W). The returned position is ``t mod length[r]`` (−1 when the cap was reached: the
     all-⊥ transcript). Each step tests a block of B visits of every still-running run with one
-    ``pool.take``; the block's draws past the first pass are discarded (§5.3).
+    ``pool.take``; the block's draws past the first pass are discarded (§5.3). The first block
+    is ``block`` visits (default: ``FIRST_STEP_DRAWS`` shared by the runs, at least
+    ``BLOCK_FIRST``); blocks then double. Block sizes depend on R only, never on the data.
     """
     R = int(start.size)
     if callable(values):
@@ -209,7 +214,7 @@ def scan(
     done = np.zeros(R, dtype=np.int64)  # visits made so far
     active = np.flatnonzero(cap > 0)
     capped[cap <= 0] = True
-    B = max(1, int(block))
+    B = max(BLOCK_FIRST, FIRST_STEP_DRAWS // max(R, 1)) if block is None else max(1, int(block))
     while active.size:
         b = max(1, min(B, STEP_DRAWS // active.size))
         t = done[active, None] + np.arange(b, dtype=np.int64)[None, :]

@@ -873,7 +873,7 @@ def _finish(
     saving = Fraction(0)
     for kk in np.flatnonzero(counts):
         saving += int(counts[kk]) * (parts.allocations[kk // (c + 1)] - flat[kk])
-    idx = np.flatnonzero(queried)
+    idx = np.flatnonzero(queried & (r > 0))  # users never measured have no std or width (NaN)
     est = est_all.copy()
     std = np.full(n, np.nan)
     if idx.size:
@@ -1054,7 +1054,9 @@ def eliminate_interactive(
     n, c = x.shape[0], len(pi)
     queried = parts.codes >= 0
     nq = int(queried.sum())
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= max(nq, 1):
+    if nq == 0:
+        raise InvalidInputError(f"there are no queried users to choose from. {_NOTHING}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= nq:
         raise InvalidInputError(
             f"k={k!r} must be an integer in 1..{nq} (the queried users). {_NOTHING}"
         )
@@ -1077,6 +1079,7 @@ def eliminate_interactive(
         keep = interactive_step(est, acc.width(active, beta1), int(k))
         state[active[~keep]] = 2
         active = active[keep]
-    if active.size and np.isnan(est_all[active]).any():  # stopped before any round ran
+    if n_calls and active.size and np.isnan(est_all[active]).any():
         est_all[active] = acc.estimate(active)
+    # no round ran (k >= the queried users): nothing was measured, the estimates stay NaN
     return _finish(parts, acc, state, charge_tab, c, n_calls, guarantees, pi, est_all)

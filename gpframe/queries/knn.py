@@ -30,7 +30,15 @@ from numpy.typing import NDArray
 from gpframe.accounting.amounts import exact
 from gpframe.errors import InvalidInputError
 from gpframe.mechanisms.calibration import check_eps, eps_from_rho
-from gpframe.mechanisms.svt import MAX_CYCLES, LaplacePool, SVTCalibration, calibrate_draws, scan
+from gpframe.mechanisms.svt import (
+    BLOCK_FIRST,
+    FIRST_STEP_DRAWS,
+    MAX_CYCLES,
+    LaplacePool,
+    SVTCalibration,
+    calibrate_draws,
+    scan,
+)
 
 __all__ = [
     "COMPAT",
@@ -117,28 +125,28 @@ def knn_error_bound(n: int, k: int, beta: float, b: float, gamma0_b: float = 0.0
 # the engine: one PNN call for many users at once, and k-PNN on top of it
 
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-#: rounds of the swap-or-not shuffle (more rounds: closer to a uniform permutation, slower)
-SHUFFLE_ROUNDS = 12
-
-
 class ScanOrder:
-    """A data-independent scan order per run, evaluated lazily at the visited positions only.
+    """A uniform random scan order per run, drawn lazily: only the visited prefix is ever made.
 
     ``ScanOrder(length, "input")`` is the identity (the reference's input order, R6).
-    ``ScanOrder(length, "random", bits)`` is a keyed pseudo-random permutation of 0..n_r−1 per
-    run r: a swap-or-not shuffle (Hoang–Morris–Rogaway) of ``SHUFFLE_ROUNDS`` rounds, round i
-    pairing x with (K_i − x) mod n_r and swapping when the top bit of the multiply-shift hash
-    a_i·max(x, K_i − x) + c_i (mod 2⁶⁴, a_i odd) is set.
-    Each round is an involution-based bijection of 0..n_r−1 for any n_r (no cycle walking). The
-    round keys K_i and the bit keys are drawn from the query's randomness, nothing else: the order
-    never depends on the data (P-S4), and the SVT's output law given the order is unchanged. It
-    is not a uniform draw over all n! orders (privacy needs none; it only spreads the scan's bias
-    toward early positions over the points). Evaluating a position costs O(rounds), so a scan that
-    stops after a few hundred visits never pays for a full sort of n random keys.
-    :meth:`materialize` instead draws a uniform permutation whole (k-PNN with k > 2 and PCH,
-    whose k scans over the same order amortise the sort).
+    ``ScanOrder(length, "random", bits)`` is a uniform random permutation of 0..n_r−1 per run r,
+    built front to back as the scan asks for positions: the distinct values of i.i.d. uniform
+    draws on 0..n_r−1, in order of first appearance, form a uniformly random ordered sample
+    without replacement (each new value is uniform over those not yet seen), so extending the
+    prefix block by block gives the first positions of a uniform permutation. Once a run needs
+    more than half of its positions the rest are appended at once, in the order of fresh random
+    keys (the conditional law of a uniform permutation given its prefix), which avoids the
+    coupon-collector tail. (Draws of 32 bits are reduced mod n_r: a bias below n_r/2³², on the
+    order only; 64-bit draws beyond 2³¹ points.)
+
+    Every bit comes from the query's randomness ``bits`` and nothing else: the order never
+    depends on the data (P-S4) and is independent of the SVT's noise, so the SVT's output law
+    given the order is unchanged. A scan that stops after a few hundred visits pays for a few
+    hundred positions, never for a sort of all n_r keys; the k calls of k-PNN and PCH extend
+    one shared prefix. :meth:`materialize` completes every run up front.
+
+    Why by hand: numpy's permutations use its own (non-CSPRNG) generators, and a full argsort
+    of n random keys costs more than a short scan.
 
     >>> from gpframe.testing import seeded_rng
     >>> o = ScanOrder(np.array([5, 1000]), "random", seeded_rng(0))
@@ -153,68 +161,130 @@ class ScanOrder:
         self.identity = order == "input"
         if self.identity:
             return
-        R = SHUFFLE_ROUNDS
-        raw = bits.arr(self.n.size * 2 * R, np.uint64).reshape(self.n.size, 2, R)
-        n64 = np.maximum(self.n, 1).astype(np.uint64)[:, None]
-        self.offset = (raw[:, 0, :] % n64).astype(np.int64)  # K_i (modulo bias: utility only)
-        self.mul = raw[:, 1, :] | np.uint64(1)
-        self.add = _mix_keys(raw[:, 1, :])
-        self.table: NDArray[np.int64] | None = None
+        self.bits = bits
         self.start = _starts(self.n)
+        total = int(self.n.sum())
+        # table[start[r] + p] is the local index visited at position p of run r (p < filled[r])
+        self.table = np.empty(total, dtype=np.int64)
+        self.seen = np.zeros(total, dtype=bool)
+        self.filled = np.zeros(self.n.size, dtype=np.int64)
+        self.slot: NDArray[np.int64] | None = None  # scratch for _once
+        # 32-bit draws when every run fits (half the random bytes; bias < n_r/2³², order only)
+        self.word = np.uint32 if total == 0 or int(self.n.max()) < 2**31 else np.uint64
 
-    def materialize(self, bits: Any) -> None:
-        """Switch to a fully drawn order (worth it when many calls scan the same order).
-
-        The table is a uniform permutation per run: a sort of fresh random keys from ``bits``
-        (ties, rare, are broken by position, never by a data value). Call it before the first
-        lookup: one query uses one order.
-        """
-        if self.identity or self.table is not None:
+    def materialize(self, bits: Any = None) -> None:
+        """Complete every run's order now (worth it when many calls scan the same order)."""
+        if self.identity:
             return
-        runs = np.repeat(np.arange(self.n.size, dtype=np.int64), self.n)
-        keys = bits.arr(runs.size, np.uint64) >> np.uint64(24)
-        if self.n.size == 1:
-            perm = np.argsort(keys, kind="stable")
-        else:
-            perm = np.lexsort((keys, runs))
-        self.table = (perm - self.start[runs]).astype(np.int64)
+        if bits is not None:
+            self.bits = bits
+        todo = np.flatnonzero(self.filled < self.n)
+        if todo.size:
+            self._complete(todo)
 
     def __call__(self, runs: NDArray[np.int64], t: NDArray[np.int64]) -> NDArray[np.int64]:
         """Local index (0..n_r−1) of the row visited at scan position ``t`` (shape (R, b))."""
         if self.identity:
             return t
-        if self.table is not None:
-            return self.table[self.start[runs][:, None] + t]
-        return self._eval(runs[:, None] if runs.ndim == 1 else runs, t)
+        runs = np.asarray(runs, dtype=np.int64)
+        if runs.size == 1:
+            r = int(runs[0])
+            need = int(t.max()) + 1
+            if need > self.filled[r]:
+                self._grow(runs, np.array([need], dtype=np.int64))
+        else:
+            need = np.zeros(self.n.size, dtype=np.int64)
+            np.maximum.at(need, runs, t.max(axis=1) + 1)
+            short = np.flatnonzero(need > self.filled)
+            if short.size:
+                self._grow(short, need[short])
+        return self.table[self.start[runs][:, None] + t]
 
-    def _eval(self, rr: NDArray[np.int64], t: NDArray[np.int64]) -> NDArray[np.int64]:
-        r = rr[:, 0]
-        x = t.astype(np.int64, copy=True)
-        if r.size == 1 or bool((r == r[0]).all()):
-            u = int(r[0])  # one run: scalar keys, no gathers
-            n, off, mul, add = int(self.n[u]), self.offset[u], self.mul[u], self.add[u]
-            for i in range(SHUFFLE_ROUNDS):
-                partner = int(off[i]) - x
-                partner[partner < 0] += n
-                top = np.maximum(x, partner).view(np.uint64)
-                flip = ((top * mul[i] + add[i]) >> np.uint64(63)).view(np.int64)
-                x += flip * (partner - x)
-            return x
-        n = self.n[r][:, None]
-        for i in range(SHUFFLE_ROUNDS):
-            partner = self.offset[r, i][:, None] - x
-            partner += n * (partner < 0)
-            top = np.maximum(x, partner).view(np.uint64)
-            flip = (top * self.mul[r, i][:, None] + self.add[r, i][:, None]) >> np.uint64(63)
-            x += flip.view(np.int64) * (partner - x)
-        return x
+    def _grow(self, runs: NDArray[np.int64], need: NDArray[np.int64]) -> None:
+        """Extend the prefix of each run in ``runs`` (distinct) to at least ``need`` positions."""
+        while runs.size:
+            n_r = self.n[runs]
+            half = need * 2 > n_r
+            if half.any():
+                self._complete(runs[half])
+                runs, need = runs[~half], need[~half]
+                if not runs.size:
+                    return
+                n_r = self.n[runs]
+            filled = self.filled[runs]
+            # expected draws for d new values with u unseen: n·ln(u/(u−d)) (≤ 1.39·n·d/u, as
+            # u − d ≥ n/2); 10 % more and a few spare, and loop in the rare case of a shortfall
+            u = (n_r - filled).astype(np.float64)
+            c = (1.1 * n_r * np.log(u / (u - (need - filled))) + 8).astype(np.int64)
+            if runs.size == 1:
+                self._grow_one(int(runs[0]), int(c[0]))
+            else:
+                self._grow_many(runs, n_r, filled, c)
+            more = self.filled[runs] < need
+            runs, need = runs[more], need[more]
 
+    def _grow_one(self, r: int, c: int) -> None:
+        # one run: the same steps as _grow_many without the per-run bookkeeping
+        s, f = int(self.start[r]), int(self.filled[r])
+        local = (self.bits.arr(c, self.word) % self.word(self.n[r])).astype(np.int64)
+        local = local[~self.seen[s + local]]
+        new = local[self._once(s + local)]
+        self.table[s + f : s + f + new.size] = new
+        self.seen[s + new] = True
+        self.filled[r] = f + new.size
 
-def _mix_keys(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    # splitmix64 finaliser: derives the additive hash keys from the multiplier words
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+    def _grow_many(
+        self,
+        runs: NDArray[np.int64],
+        n_r: NDArray[np.int64],
+        filled: NDArray[np.int64],
+        c: NDArray[np.int64],
+    ) -> None:
+        own = np.repeat(np.arange(runs.size, dtype=np.int64), c)
+        words = self.bits.arr(int(c.sum()), self.word)
+        local = (words % n_r[own].astype(self.word)).astype(np.int64)
+        key = self.start[runs][own] + local
+        fresh = ~self.seen[key]
+        key, own, local = key[fresh], own[fresh], local[fresh]
+        once = self._once(key)  # runs stay grouped, in draw order
+        key, own, local = key[once], own[once], local[once]
+        cnt = np.bincount(own, minlength=runs.size)
+        rank = np.arange(own.size, dtype=np.int64) - _starts(cnt)[own]
+        self.table[self.start[runs][own] + filled[own] + rank] = local
+        self.seen[key] = True
+        self.filled[runs] += cnt
+
+    def _once(self, key: NDArray[np.int64]) -> NDArray[np.bool_]:
+        """Mask keeping one occurrence of each repeated key (no sort: one scatter, one gather).
+
+        numpy writes repeated indices in order, so the last occurrence is kept. The distinct
+        values ordered by last appearance in an i.i.d. block are, by time reversal, as uniform
+        an ordered sample as by first appearance; whichever occurrence won, the choice depends
+        on the draws only, never on the data.
+        """
+        if self.slot is None:
+            self.slot = np.empty(self.table.size, dtype=np.int64)
+        idx = np.arange(key.size, dtype=np.int64)
+        self.slot[key] = idx
+        return self.slot[key] == idx
+
+    def _complete(self, runs: NDArray[np.int64]) -> None:
+        """Append each run's unseen values in the order of fresh random keys (ties by value)."""
+        n_r = self.n[runs]
+        own = np.repeat(np.arange(runs.size, dtype=np.int64), n_r)
+        local = np.arange(own.size, dtype=np.int64) - _starts(n_r)[own]
+        key = self.start[runs][own] + local
+        unseen = ~self.seen[key]
+        own, local = own[unseen], local[unseen]
+        rk = self.bits.arr(own.size, np.uint64)
+        perm = np.lexsort((rk, own)) if runs.size > 1 else np.argsort(rk, kind="stable")
+        own, local = own[perm], local[perm]
+        cnt = np.bincount(own, minlength=runs.size)
+        rank = np.arange(own.size, dtype=np.int64) - _starts(cnt)[own]
+        filled = self.filled[runs]
+        self.table[self.start[runs][own] + filled[own] + rank] = local
+        self.seen[self.start[runs][own] + local] = True
+        self.filled[runs] = n_r
 
 
 def group_rows(codes: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -222,24 +292,6 @@ def group_rows(codes: NDArray[np.int64]) -> NDArray[np.int64]:
     if codes.size < 2 or bool((codes[1:] >= codes[:-1]).all()):
         return np.arange(codes.size, dtype=np.int64)
     return np.argsort(codes, kind="stable").astype(np.int64)
-
-
-def scan_permutation(codes: NDArray[np.int64], order: str, bits: Any) -> NDArray[np.int64]:
-    """Row positions grouped by user, in each user's scan order (materialised :class:`ScanOrder`).
-
-    Kept for callers that want the whole order; the engine evaluates it lazily instead.
-    """
-    rows = group_rows(codes)
-    if order == "input" or codes.size == 0:
-        return rows
-    counts = np.bincount(codes).astype(np.int64)
-    so = ScanOrder(counts, "random", bits)
-    start = _starts(counts)
-    out = np.empty_like(rows)
-    for u in np.flatnonzero(counts).tolist():
-        loc = so(np.array([u]), np.arange(counts[u], dtype=np.int64)[None, :])[0]
-        out[start[u] : start[u] + counts[u]] = rows[start[u] + loc]
-    return out
 
 
 @lru_cache(maxsize=256)
@@ -291,8 +343,9 @@ def k_pnn(
     start = _starts(length)
     owner = np.repeat(np.arange(U, dtype=np.int64), length)
     so = order if order is not None else ScanOrder(length, "input")
-    if k > 2:
-        so.materialize(bits)  # many calls scan the same order: draw it whole once
+    # first block per run: one call (k <= 2) tends to scan ~10³ positions before its ⊤, each of k
+    # calls over a shrinking list far fewer (public: k and U only, never the data)
+    block = max(BLOCK_FIRST, (FIRST_STEP_DRAWS if k <= 2 else FIRST_STEP_DRAWS // 4) // U)
     all_runs = np.arange(U, dtype=np.int64)
     # γ₀ is public: a multiple of the call's nominal b = 3/ε (P-S7), in whole lattice steps
     gamma_int = round(Fraction(gamma0_b) * 3 / (cal.eps * cal.g))
@@ -328,7 +381,7 @@ def k_pnn(
 
         noise = zw.take(2 * U).reshape(U, 2)  # (Z, W): fresh for every call (P-S1)
         thr = h + noise[:, 0] + gamma_int + noise[:, 1]
-        rank, capped = scan(u, start, m_rem, thr, m_rem * max_cycles, vpool)
+        rank, capped = scan(u, start, m_rem, thr, m_rem * max_cycles, vpool, block=block)
         if capped.any():
             # all-⊥ transcript: a uniform remaining index from the query's randomness (§7.3)
             r = bits.arr(int(capped.sum()), np.uint64)
@@ -465,6 +518,7 @@ def check_k(k: Any) -> int:
     return int(k)
 
 
+@lru_cache(maxsize=256)  # exact square roots of Fractions are slow; the result is immutable
 def call_eps(kind: str, amount: Fraction, k: int, scale_max: Fraction) -> Fraction:
     """GP amount of one of k PNN calls, per metric-CRS metre (spec §7.3, P-B1, secure-noise §7.4f).
 

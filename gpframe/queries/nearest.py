@@ -158,7 +158,12 @@ def nearest_users_arrays(
     S = np.flatnonzero(out.state == 0)
     queried = int((out.state >= 0).sum())
     est = out.estimate[S]
-    if elim and S.size == k:
+    if S.size and not np.asarray(out.rounds_run).any():
+        # k >= the users: every user is among the k nearest, known without a look at the data;
+        # listed in a random order of the query (no estimates exist to rank them)
+        sel = S[np.argsort(bits.arr(S.size, np.uint64), kind="stable")]
+        exact_out, err = True, 0.0
+    elif elim and S.size == k:
         sel = S[np.argsort(est, kind="stable")] if np.isfinite(est).all() else S
         exact_out, err = True, 0.0
     else:
