@@ -10,8 +10,15 @@
     The row's point plus planar lattice Laplace noise at ``eps`` (GP, per m): mean radius
     2·(1 + √2·g)/ε metres (secure-noise.md §7, §9.3). Charged ``eps`` (ε²/2 on a CGP budget).
 
-Both are SQL macros over Arrow UDFs (``gp_privatize_udf_int`` / ``_str`` and
-``gp_privatize_gp_udf_int`` / ``_str``); the macro picks the UDF from the type of ``user_id``.
+Per-user operations (issue 8; :mod:`gpframe.duckdb_knn`, ``sql/knn.sql``,
+``sql/convex_hull.sql``, ``sql/nearest_users.sql``): the SQL functions ``gp_knn`` /
+``gp_knn_gp`` and ``gp_convex_hull`` / ``gp_convex_hull_gp``, the table macros ``gp_knn_rows``,
+``gp_convex_hulls`` (and ``_gp``), and the relation helpers :func:`knn`, :func:`convex_hulls`
+and :func:`nearest_users`, which take a SQL string or a relation and return a relation.
+
+``gp_privatize`` and ``gp_privatize_gp`` are SQL macros over Arrow UDFs
+(``gp_privatize_udf_int`` / ``_str`` and ``gp_privatize_gp_udf_int`` / ``_str``); the macro
+picks the UDF from the type of ``user_id``.
 Integer ids (up to BIGINT) are charged as integers, anything else as ``CAST(user_id AS VARCHAR)``,
 exactly as the Python accessor keys the same column.
 
@@ -77,10 +84,21 @@ from typing import Any
 import numpy as np
 
 from gpframe import _duckdb_udf as _u
+
+# relation helpers of the per-user operations (issue 8): run a query once through the
+# registered UDFs (nearest_users in Python) and hand back a DuckDBPyRelation
+from gpframe.duckdb_knn import convex_hulls, knn, nearest_users
 from gpframe.errors import InvalidInputError
 from gpframe.queries import privatize as _pv
 
-__all__ = ["Registration", "clip_user", "register"]
+__all__ = [
+    "Registration",
+    "clip_user",
+    "convex_hulls",
+    "knn",
+    "nearest_users",
+    "register",
+]
 
 #: the UDFs and macros register() creates: (udf name, macro name, mode, amount keyword); each
 #: macro dispatches to an integer-id UDF or a text-id UDF, so user 7 is the same ledger user in

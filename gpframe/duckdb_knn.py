@@ -1,6 +1,6 @@
 """DuckDB SQL functions for k-PNN and the private convex hull (STYLE.md §9; spec §7, §8).
 
-``register_knn(con, session)`` adds, on the connection ``con``:
+``register_knn(con, session)`` (run by ``gp.duckdb.register``) adds, on the connection ``con``:
 
 ``gp_knn(user_id, xs, ys, px, py, k, rho) -> LIST<BIGINT>``
     The 1-based positions, in rank order, of the user's k private nearest neighbours of the public
@@ -8,25 +8,45 @@
     concentrated-geo-privacy.md §7.3: k PNN calls at ε = √(2ρ/k) each, random scan order,
     γ₀ = 0). A list shorter than k gives all its positions ranked. ``list_extract(xs, pos)`` or
     an ``UNNEST`` joins them back to the rows. The user is charged ``rho`` for the row.
-``gp_convex_hull(user_id, xs, ys, rho) -> BLOB``
-    The user's private convex hull as WKB (PCH, §8.1: reference split, α = 0.92, β = 0.1, k from
-    the noisy radius by the reference rule clamped to [16, 128]); a Point or LineString when the
-    noisy anchors are degenerate. ``ST_GeomFromWKB`` (spatial extension) or ``shapely.from_wkb``
-    reads it. The user is charged ``rho`` for the row.
+``gp_knn_gp(user_id, xs, ys, px, py, k, eps) -> LIST<BIGINT>``
+    The same under GP (ε per m): k PNN calls at ε/k each. Charged ``eps`` on a GP budget, ε²/2
+    on a CGP budget (as the Python ``eps=`` path).
+``gp_convex_hull(user_id, xs, ys, rho [, beta := 0.1, k := 0]) -> BLOB``
+    The user's private convex hull as WKB (PCH, §8.1: reference split, α = 0.92; ``beta`` the
+    failure probability of the radius enlargement; ``k`` anchors, 0 = from the noisy radius by
+    the reference rule clamped to [16, 128]); a Point or LineString when the noisy anchors are
+    degenerate. ``ST_GeomFromWKB`` (spatial extension) or ``shapely.from_wkb`` reads it. The
+    user is charged ``rho`` for the row.
+``gp_convex_hull_gp(user_id, xs, ys, eps [, beta := 0.1, k := 0]) -> BLOB``
+    The same under GP (Laplace phases). Charged ``eps`` (ε²/2 on a CGP budget).
 
-Both take **one row per user** holding the user's whole tuple, e.g.
+All four take **one row per user** holding the user's whole tuple, e.g.
 ``SELECT user_id, list(x ORDER BY ts) AS xs, list(y ORDER BY ts) AS ys FROM pings GROUP BY
 user_id``: the tuple is the privacy unit (§0.2), so the function must see all of a user's points at
 once. Units are **metres of one projected CRS** for the points and the query point (the functions
 never project, P-U1..P-U4); the WKB is in that CRS.
 
+Table macros (SQL sugar, ``TEMP``): ``gp_knn_rows(q, px, py, k, rho)`` (and ``gp_knn_rows_gp``
+with ``eps``) returns the selected rows of the query string ``q`` plus ``knn_rank``;
+``gp_convex_hulls(q, rho [, beta := 0.1, k := 0])`` (and ``gp_convex_hulls_gp``) returns
+``(user_id, hull)``. ``q`` must have the columns ``user_id``, ``x`` and ``y`` (alias them, e.g.
+``'SELECT vessel AS user_id, x, y FROM pings'``); the macros do the ``GROUP BY``. Nearest users is
+multi-round (Algorithm 8), so it has no SQL function: use :func:`nearest_users`.
+
+Relation helpers (re-exported as ``gp.duckdb.knn``, ``gp.duckdb.convex_hulls`` and
+``gp.duckdb.nearest_users``): take a SQL string or a ``DuckDBPyRelation`` made on ``con``, check
+the column names and rows before anything is charged, run the query **once**, and return a
+relation over the fetched result (reading it again draws and charges nothing).
+
 Semantics shared with :mod:`gpframe.duckdb` and :mod:`gpframe.duckdb_range`: NULL in any argument
 gives NULL and no charge; a user whose remaining budget cannot pay gets NULL and no charge; one
 ``session.reserve`` and one ``charge`` per Arrow batch under the process-wide ledger lock, through
 the Session's own store; every evaluated row is charged (a user appearing in two rows is charged
-twice; re-evaluation over-charges, never under-charges). CGP sessions only (Gaussian steps, and
-a ρ amount); use the Python API for GP. With the same rows, order and seeded rng, the charges
-equal those of ``df.geopriv(...).knn(point, k, rho=...)`` and ``.convex_hull(rho=...)``.
+twice; re-evaluation over-charges, never under-charges). The ``rho`` functions need a CGP session
+(a Gaussian step is never admitted by a pure-GP filter); the ``_gp`` functions run on GP or CGP
+sessions. Each row's amount is converted to the filter's units before the per-user sum. With the
+same rows, order and seeded rng, the charges equal those of ``df.geopriv(...).knn(point, k,
+rho=...)`` / ``eps=...`` and ``.convex_hull(rho=...)`` / ``eps=...``.
 
 Examples
 --------
@@ -55,7 +75,7 @@ import numpy as np
 from gpframe import _duckdb_udf as _u
 from gpframe.errors import InvalidInputError
 
-__all__ = ["KnnRegistration", "register_knn"]
+__all__ = ["KnnRegistration", "convex_hulls", "knn", "nearest_users", "register_knn"]
 
 _KNN, _HULL = "gp_knn", "gp_convex_hull"
 _NOTHING = "Nothing was charged for this batch."
@@ -101,20 +121,54 @@ def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
         return reg
     reg = KnnRegistration(session=session, rng=rng)
     dlist = duckdb.list_type(DOUBLE)
-    knn_udf, hull_udf = _make_knn_udf(reg), _make_hull_udf(reg)  # one function for _int and _str
-    _u.create_id_udfs(
-        con, _KNN, lambda _ints: knn_udf, "xs, ys, px, py, k, rho",
-        "CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST(px AS DOUBLE), CAST(py AS DOUBLE), "
-        "CAST(k AS BIGINT), CAST(rho AS DOUBLE)",
-        [dlist, dlist, DOUBLE, DOUBLE, BIGINT, DOUBLE], duckdb.list_type(BIGINT),
-    )  # fmt: skip
-    _u.create_id_udfs(
-        con, _HULL, lambda _ints: hull_udf, "xs, ys, rho",
-        "CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST(rho AS DOUBLE)",
-        [dlist, dlist, DOUBLE], BLOB,
-    )  # fmt: skip
+    for kind, param in (("cgp", "rho"), ("gp", "eps")):
+        sfx = "" if kind == "cgp" else "_gp"
+        knn_udf, hull_udf = _make_knn_udf(reg, kind), _make_hull_udf(reg, kind)  # _int and _str
+        _u.create_id_udfs(
+            con, _KNN + sfx, lambda _ints, f=knn_udf: f, f"xs, ys, px, py, k, {param}",
+            "CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST(px AS DOUBLE), CAST(py AS DOUBLE), "
+            f"CAST(k AS BIGINT), CAST({param} AS DOUBLE)",
+            [dlist, dlist, DOUBLE, DOUBLE, BIGINT, DOUBLE], duckdb.list_type(BIGINT),
+        )  # fmt: skip
+        # beta and k are optional named arguments (k := 0 picks k per user, spec §8.2)
+        _u.create_id_udfs(
+            con, _HULL + sfx, lambda _ints, f=hull_udf: f, f"xs, ys, {param}, beta := 0.1, k := 0",
+            f"CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST({param} AS DOUBLE), "
+            "CAST(beta AS DOUBLE), CAST(k AS BIGINT)",
+            [dlist, dlist, DOUBLE, DOUBLE, BIGINT], BLOB,
+        )  # fmt: skip
+        for sql in _table_macros(sfx, param):
+            con.execute(sql)
     _REGISTRY.put(con, reg)
     return reg
+
+
+def _table_macros(sfx: str, param: str) -> list[str]:
+    """Return the ``TEMP`` table macros ``gp_knn_rows{sfx}``, ``gp_convex_hulls{sfx}`` (STYLE §9).
+
+    Both read a query string through ``query(q)`` whose result has the columns ``user_id``,
+    ``x`` and ``y`` (alias them in the query) and aggregate one row per user before calling the
+    per-user UDF, so each user is charged once per call of the macro.
+    """
+    knn = (
+        f"CREATE OR REPLACE TEMP MACRO gp_knn_rows{sfx}(q, px, py, k, {param}) AS TABLE "
+        "WITH __gp_t AS (SELECT user_id AS __gp_u, list(__gp_s) AS __gp_recs "
+        "FROM query(q) __gp_s GROUP BY user_id), "
+        "__gp_p AS (SELECT __gp_recs, "
+        f"{_KNN}{sfx}(__gp_u, list_transform(__gp_recs, lambda r: r.x), "
+        f"list_transform(__gp_recs, lambda r: r.y), px, py, k, {param}) AS __gp_pos FROM __gp_t) "
+        "SELECT UNNEST(list_transform(__gp_pos, "
+        "lambda p, i: struct_insert(__gp_recs[p], knn_rank := i)), max_depth := 2) FROM __gp_p"
+    )
+    hull = (
+        f"CREATE OR REPLACE TEMP MACRO gp_convex_hulls{sfx}(q, {param}, beta := 0.1, k := 0) "
+        "AS TABLE WITH __gp_t AS (SELECT user_id, list(struct_pack(x := x, y := y)) AS __gp_xy "
+        "FROM query(q) GROUP BY user_id) "
+        f"SELECT user_id, {_HULL}{sfx}(user_id, list_transform(__gp_xy, lambda r: r.x), "
+        f"list_transform(__gp_xy, lambda r: r.y), {param}, beta := beta, k := k) AS hull "
+        "FROM __gp_t"
+    )
+    return [knn, hull]
 
 
 # --------------------------------------------------------------------------------- Arrow helpers
@@ -166,31 +220,41 @@ def _lists(xs: Any, ys: Any, rows: np.ndarray, fname: str) -> tuple[np.ndarray, 
     return xy, lx
 
 
-def _rho(rhos: np.ndarray, fname: str) -> dict[float, Fraction]:
+_PARAM = {"cgp": "rho", "gp": "eps"}
+_UNIT = {"cgp": "CGP, per m²", "gp": "GP, per m"}
+
+
+def _amounts(vals: np.ndarray, fname: str, kind: str) -> dict[float, Fraction]:
+    """Exact amount of every distinct float argument (finite and > 0, else nothing is charged)."""
     from gpframe.accounting.amounts import positive
 
-    bad = ~np.isfinite(rhos) | (rhos <= 0)
+    param = _PARAM[kind]
+    bad = ~np.isfinite(vals) | (vals <= 0)
     if bad.any():
         raise InvalidInputError(
-            f"{fname}: rho={rhos[bad][0]!r} must be finite and > 0 (CGP, per m²). {_NOTHING}"
+            f"{fname}: {param}={vals[bad][0]!r} must be finite and > 0 ({_UNIT[kind]}). {_NOTHING}"
         )
-    return {f: positive(f, "rho") for f in np.unique(rhos).tolist()}
+    return {f: positive(f, param) for f in np.unique(vals).tolist()}
 
 
-def _check_session(session: Any, fname: str) -> None:
+def _check_session(session: Any, fname: str, kind: str) -> str:
+    """Return the filter kind; a CGP (rho) function refuses a pure-GP filter before any write."""
     from gpframe.accessor import filter_kind
 
-    if filter_kind(session) != "cgp":
+    fk = filter_kind(session)
+    if kind == "cgp" and fk != "cgp":
         raise InvalidInputError(
             f"{fname} releases under CGP (rho=): the session's filters must be CGP (a Gaussian "
-            f"step is never admitted by a pure-GP filter). Use the Python API with eps= for GP "
+            f"step is never admitted by a pure-GP filter). Use {fname}_gp(..., eps) on GP "
             f"sessions. {_NOTHING}"
         )
+    return fk
 
 
 def _run(
     reg: KnnRegistration,
     fname: str,
+    kind: str,
     users: np.ndarray,
     amounts: list[Fraction],
     params: dict[str, Any],
@@ -198,12 +262,15 @@ def _run(
 ) -> np.ndarray:
     """Reserve each row's user, run ``work(admitted_rows)``, charge; returns admitted per row.
 
-    A user with several rows in the batch is reserved (and charged) the sum of their amounts.
+    ``amounts`` are each row's amount in the mechanism's units (``kind``). Each is converted to
+    the filter's units first (ε on a GP filter; ρ, or ε²/2 for a GP release, on a CGP filter:
+    the charge of the Python ``eps=`` / ``rho=`` path), then summed per user: a user with several
+    rows in the batch is reserved (and charged) the sum of their rows' charges.
     """
     from gpframe.accessor import ledger_keys
+    from gpframe.accounting.filters import charge_for
 
     codes, uniques = _u.factorize_objects(users)
-    alloc = _u.per_user_sum(codes, len(uniques), amounts)
 
     def work_and_charge(adm_u: np.ndarray) -> list[Fraction]:
         admitted = adm_u[codes]
@@ -213,10 +280,14 @@ def _run(
 
     with _u.LEDGER_LOCK:
         session = reg.session
-        _check_session(session, fname)
+        fk = _check_session(session, fname, kind)
+        conv = {a: charge_for(fk, kind, a) for a in set(amounts)}
+        alloc = _u.per_user_sum(codes, len(uniques), [conv[a] for a in amounts])
         admitted = _u.charge_batch(
             session, ledger_keys(uniques), alloc, work_and_charge, query=fname,
-            params={**params, "source": "duckdb"}, kind="cgp",
+            params={**params, _PARAM[kind]: sorted({float(a) for a in amounts})[:16],
+                    "source": "duckdb"},
+            kind=None,
         )[codes]  # fmt: skip
         _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
     return admitted
@@ -225,30 +296,35 @@ def _run(
 # --------------------------------------------------------------------------------------- gp_knn
 
 
-def _make_knn_udf(reg: KnnRegistration) -> Any:
-    def udf(user_id: Any, xs: Any, ys: Any, px: Any, py: Any, k: Any, rho: Any) -> Any:
+def _make_knn_udf(reg: KnnRegistration, kind: str) -> Any:
+    fname = _KNN if kind == "cgp" else _KNN + "_gp"
+
+    def udf(user_id: Any, xs: Any, ys: Any, px: Any, py: Any, k: Any, amount: Any) -> Any:
         import pyarrow as pa
 
         n = len(user_id)
         null = _nulls(user_id) | _nulls(xs) | _nulls(ys) | _nulls(px) | _nulls(py)
-        null |= _nulls(k) | _nulls(rho)
+        null |= _nulls(k) | _nulls(amount)
         out: list[Any] = [None] * n
         rows = np.flatnonzero(~null)
         if rows.size:
             res = _knn_batch(
-                reg, _objects(user_id)[rows], xs, ys, rows, _np(px, np.float64)[rows],
-                _np(py, np.float64)[rows], _np(k, np.float64)[rows], _np(rho, np.float64)[rows],
+                reg, fname, kind, _objects(user_id)[rows], xs, ys, rows,
+                _np(px, np.float64)[rows], _np(py, np.float64)[rows], _np(k, np.float64)[rows],
+                _np(amount, np.float64)[rows],
             )  # fmt: skip
             for i, r in enumerate(rows.tolist()):
                 out[r] = res[i]
         return pa.array(out, type=pa.list_(pa.int64()))
 
-    udf.__name__ = "gp_knn_udf"
+    udf.__name__ = f"{fname}_udf"
     return udf
 
 
 def _knn_batch(
     reg: KnnRegistration,
+    fname: str,
+    kind: str,
     users: np.ndarray,
     xs: Any,
     ys: Any,
@@ -256,29 +332,29 @@ def _knn_batch(
     px: np.ndarray,
     py: np.ndarray,
     ks: np.ndarray,
-    rhos: np.ndarray,
+    amts: np.ndarray,
 ) -> list[Any]:
     import pandas as pd
 
     from gpframe.queries import knn as _k
 
-    xy, lens = _lists(xs, ys, rows, _KNN)
+    xy, lens = _lists(xs, ys, rows, fname)
     if not (np.isfinite(px).all() and np.isfinite(py).all()):
-        raise InvalidInputError(f"{_KNN}: the query point (px, py) must be finite. {_NOTHING}")
+        raise InvalidInputError(f"{fname}: the query point (px, py) must be finite. {_NOTHING}")
     if (ks < 1).any() or (ks != np.floor(ks)).any():
-        raise InvalidInputError(f"{_KNN}: k={ks[ks < 1][0] if (ks < 1).any() else ks[0]!r} must "
-                                f"be an integer >= 1. {_NOTHING}")  # fmt: skip
-    exact_rho = _rho(rhos, _KNN)
+        raise InvalidInputError(f"{fname}: k={ks[ks < 1][0] if (ks < 1).any() else ks[0]!r} "
+                                f"must be an integer >= 1. {_NOTHING}")  # fmt: skip
+    exact = _amounts(amts, fname, kind)
     ks = ks.astype(np.int64)
-    # calibrate every (rho, k) before the ledger is touched (bad amounts charge nothing)
-    for f, kk, m in zip(rhos.tolist(), ks.tolist(), lens.tolist(), strict=True):
-        _k.pnn_calibration(_k.call_eps("cgp", exact_rho[f], min(int(kk), int(m)), Fraction(1)))
+    # calibrate every (amount, k) before the ledger is touched (bad amounts charge nothing)
+    for f, kk, m in zip(amts.tolist(), ks.tolist(), lens.tolist(), strict=True):
+        _k.pnn_calibration(_k.call_eps(kind, exact[f], min(int(kk), int(m)), Fraction(1)))
     _k._check_extent(xy, np.column_stack([px, py]))
     start = np.zeros(rows.size + 1, dtype=np.int64)
     np.cumsum(lens, out=start[1:])
     result: list[Any] = [None] * rows.size
-    # rows sharing (point, k, rho) run as one k-PNN over several users, in batch order
-    key = pd.DataFrame({"x": px, "y": py, "k": ks, "r": rhos})
+    # rows sharing (point, k, amount) run as one k-PNN over several users, in batch order
+    key = pd.DataFrame({"x": px, "y": py, "k": ks, "a": amts})
     gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
 
     def work(adm: np.ndarray) -> None:
@@ -289,69 +365,655 @@ def _knn_batch(
             pts = np.concatenate([xy[start[i] : start[i + 1]] for i in sel.tolist()])
             codes = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
             i0 = int(sel[0])
-            out = _k.knn_indices(pts, codes, (px[i0], py[i0]), int(ks[i0]), kind="cgp",
-                                 amount=exact_rho[float(rhos[i0])], rng=reg.rng)  # fmt: skip
+            out = _k.knn_indices(pts, codes, (px[i0], py[i0]), int(ks[i0]), kind=kind,
+                                 amount=exact[float(amts[i0])], rng=reg.rng)  # fmt: skip
             off = np.zeros(sel.size, dtype=np.int64)
             np.cumsum(lens[sel][:-1], out=off[1:])
             for j, i in enumerate(sel.tolist()):
                 result[i] = (out.rows[j] - off[j] + 1).tolist()  # 1-based list positions
 
-    amounts = [exact_rho[f] for f in rhos.tolist()]
+    amounts = [exact[f] for f in amts.tolist()]
     params = {"rows": int(rows.size), "k": sorted({int(v) for v in ks.tolist()})[:16]}
-    _run(reg, _KNN, users, amounts, params, work)
+    _run(reg, fname, kind, users, amounts, params, work)
     return result
 
 
 # ------------------------------------------------------------------------------ gp_convex_hull
 
 
-def _make_hull_udf(reg: KnnRegistration) -> Any:
-    def udf(user_id: Any, xs: Any, ys: Any, rho: Any) -> Any:
+def _make_hull_udf(reg: KnnRegistration, kind: str) -> Any:
+    fname = _HULL if kind == "cgp" else _HULL + "_gp"
+
+    def udf(user_id: Any, xs: Any, ys: Any, amount: Any, beta: Any, k: Any) -> Any:
         import pyarrow as pa
 
         n = len(user_id)
-        null = _nulls(user_id) | _nulls(xs) | _nulls(ys) | _nulls(rho)
+        null = _nulls(user_id) | _nulls(xs) | _nulls(ys) | _nulls(amount)
+        null |= _nulls(beta) | _nulls(k)
         out: list[Any] = [None] * n
         rows = np.flatnonzero(~null)
         if rows.size:
-            res = _hull_batch(reg, _objects(user_id)[rows], xs, ys, rows,
-                              _np(rho, np.float64)[rows])  # fmt: skip
+            res = _hull_batch(
+                reg, fname, kind, _objects(user_id)[rows], xs, ys, rows,
+                _np(amount, np.float64)[rows], _np(beta, np.float64)[rows],
+                _np(k, np.float64)[rows],
+            )  # fmt: skip
             for i, r in enumerate(rows.tolist()):
                 out[r] = res[i]
         return pa.array(out, type=pa.binary())
 
-    udf.__name__ = "gp_convex_hull_udf"
+    udf.__name__ = f"{fname}_udf"
     return udf
 
 
 def _hull_batch(
-    reg: KnnRegistration, users: np.ndarray, xs: Any, ys: Any, rows: np.ndarray, rhos: np.ndarray
+    reg: KnnRegistration,
+    fname: str,
+    kind: str,
+    users: np.ndarray,
+    xs: Any,
+    ys: Any,
+    rows: np.ndarray,
+    amts: np.ndarray,
+    betas: np.ndarray,
+    ks: np.ndarray,
 ) -> list[Any]:
+    import pandas as pd
     import shapely
 
     from gpframe.queries import hull as _h
 
-    xy, lens = _lists(xs, ys, rows, _HULL)
-    exact_rho = _rho(rhos, _HULL)
-    for a in exact_rho.values():  # every check of PCH before the ledger is touched
-        _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind="cgp", amount=a,
-                         admitted=np.zeros(1, bool))  # fmt: skip
+    xy, lens = _lists(xs, ys, rows, fname)
+    exact = _amounts(amts, fname, kind)
+    bad = ~np.isfinite(betas) | (betas <= 0) | (betas >= 1)
+    if bad.any():
+        raise InvalidInputError(
+            f"{fname}: beta={betas[bad][0]!r} must be a probability in (0, 1). {_NOTHING}"
+        )
+    bad = (ks < 0) | (ks != np.floor(ks))
+    if bad.any():
+        raise InvalidInputError(
+            f"{fname}: k={ks[bad][0]!r} must be 0 (k per user from the noisy radius, spec §8.2) "
+            f"or an integer >= 1. {_NOTHING}"
+        )
+    ks = ks.astype(np.int64)
+    key = pd.DataFrame({"a": amts, "b": betas, "k": ks})
+    gcode, groups = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
+    groups = [(exact[float(a)], float(b), int(k) or None) for a, b, k in groups.tolist()]
+    for a, b, k in groups:  # every check of PCH before the ledger is touched
+        _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=a, beta=b,
+                         k=k, admitted=np.zeros(1, bool))  # fmt: skip
     start = np.zeros(rows.size + 1, dtype=np.int64)
     np.cumsum(lens, out=start[1:])
     result: list[Any] = [None] * rows.size
 
     def work(adm: np.ndarray) -> None:
-        for f, a in exact_rho.items():
-            sel = adm[rhos[adm] == f]
+        for g, (a, b, k) in enumerate(groups):
+            sel = adm[gcode[adm] == g]
             if sel.size == 0:
                 continue
             pts = np.concatenate([xy[start[i] : start[i + 1]] for i in sel.tolist()])
             codes = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
-            out = _h.private_hulls(pts, codes, kind="cgp", amount=a, rng=reg.rng)
+            out = _h.private_hulls(pts, codes, kind=kind, amount=a, beta=b, k=k, rng=reg.rng)
             wkb = shapely.to_wkb(out.hulls)
             for j, i in enumerate(sel.tolist()):
                 result[i] = bytes(wkb[j])
 
-    amounts = [exact_rho[f] for f in rhos.tolist()]
-    _run(reg, _HULL, users, amounts, {"rows": int(rows.size)}, work)
+    amounts = [exact[f] for f in amts.tolist()]
+    _run(reg, fname, kind, users, amounts, {"rows": int(rows.size)}, work)
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# relation helpers: gp.duckdb.knn / convex_hulls / nearest_users (issue 8, STYLE.md §9)
+
+_SRC = "__gp_src"
+_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+            "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL")  # fmt: skip
+_NOT_CHARGED = "Nothing was charged."
+
+
+def _registration(con: Any, fname: str) -> KnnRegistration:
+    reg = _REGISTRY.get(con)
+    if reg is None:
+        raise InvalidInputError(
+            f"{fname} needs the gpframe functions on this connection: call "
+            f"gp.duckdb.register(con, session) first. {_NOT_CHARGED}"
+        )
+    return reg
+
+
+def _quote(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"{what}={name!r} must be a non-empty column name. {_NOT_CHARGED}")
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(v: float) -> str:
+    """Write a float as an exact DOUBLE literal (repr round-trips; DuckDB rounds correctly)."""
+    return f"CAST('{float(v)!r}' AS DOUBLE)"
+
+
+def _source(con: Any, query_or_relation: Any, fname: str) -> Any:
+    """Return the input as a relation of ``con``: a SQL string, or a relation made on ``con``."""
+    import uuid
+
+    import duckdb
+
+    if isinstance(query_or_relation, str):
+        try:
+            rel = con.sql(query_or_relation)
+        except duckdb.Error as exc:
+            raise InvalidInputError(
+                f"{fname}: query_or_relation is not a valid query on this connection ({exc}). "
+                f"{_NOT_CHARGED}"
+            ) from None
+        if rel is None:
+            raise InvalidInputError(
+                f"{fname}: query_or_relation must be a SELECT query (it returned no rows). "
+                f"{_NOT_CHARGED}"
+            )
+        return rel
+    if not isinstance(query_or_relation, duckdb.DuckDBPyRelation):
+        raise InvalidInputError(
+            f"{fname}: query_or_relation must be a SQL string or a DuckDBPyRelation, got "
+            f"{type(query_or_relation).__name__}. {_NOT_CHARGED}"
+        )
+    # the relation must run on ``con`` (its UDFs charge con's session): a TEMP macro of con is
+    # visible to it only if it was made on con
+    marker = f"__gp_con_{uuid.uuid4().hex}"
+    con.execute(f"CREATE TEMP MACRO {marker}() AS 1")
+    try:
+        query_or_relation.query(_SRC, f"SELECT {marker}()").fetchall()
+    except duckdb.Error:
+        raise InvalidInputError(
+            f"{fname}: the relation was made on another connection than con; build it with "
+            f"con.sql(...) or con.table(...) on the registered connection. {_NOT_CHARGED}"
+        ) from None
+    finally:
+        con.execute(f"DROP MACRO IF EXISTS temp.{marker}")
+    return query_or_relation
+
+
+def _check_input(
+    rel: Any, fname: str, columns: dict[str, str | None], reserved: tuple[str, ...] = ()
+) -> tuple[str, str, str]:
+    """Check the columns (names, numeric x/y) and the rows (NULL, NaN/inf, ±2**40 m) of ``rel``.
+
+    Returns the quoted (user, x, y). All checks read public facts about the input only.
+    """
+    from gpframe.queries.knn import COORD_MAX_M
+
+    cols = list(rel.columns)
+    types = dict(zip(cols, (str(t) for t in rel.types), strict=True))
+    for what, name in columns.items():
+        if name is None:
+            continue
+        _quote(name, what)
+        if name not in types:
+            raise InvalidInputError(
+                f"{fname}: {what}={name!r} is not a column of the input (columns: {cols}). "
+                f"{_NOT_CHARGED}"
+            )
+    for name in reserved:
+        if name in types and name not in columns.values():
+            raise InvalidInputError(
+                f"{fname}: the input already has a column {name!r}, which the output adds; "
+                f"rename it in the query. {_NOT_CHARGED}"
+            )
+    for what in ("x", "y"):
+        t = types[columns[what]]  # type: ignore[index]
+        if not t.startswith(_NUMERIC):
+            raise InvalidInputError(
+                f"{fname}: column {columns[what]!r} ({what}) has type {t}; x and y must be "
+                f"numeric metres of a projected CRS. {_NOT_CHARGED}"
+            )
+    u, x, y = (_quote(columns[w], w) for w in ("user", "x", "y"))
+    n, nu, nx, ny, big = rel.query(
+        _SRC,
+        f"SELECT count(*), count(*) FILTER ({u} IS NULL), "
+        f"count(*) FILTER ({x} IS NULL OR NOT isfinite(CAST({x} AS DOUBLE))), "
+        f"count(*) FILTER ({y} IS NULL OR NOT isfinite(CAST({y} AS DOUBLE))), "
+        f"max(greatest(abs(CAST({x} AS DOUBLE)), abs(CAST({y} AS DOUBLE)))) FROM {_SRC}",
+    ).fetchall()[0]
+    if n == 0:
+        raise InvalidInputError(f"{fname}: the input has no rows: nobody to ask. {_NOT_CHARGED}")
+    if nu:
+        raise InvalidInputError(
+            f"{fname}: column {columns['user']!r} has {nu} NULL value(s); filter them first "
+            f"(WHERE {u} IS NOT NULL). {_NOT_CHARGED}"
+        )
+    for what, bad in (("x", nx), ("y", ny)):
+        if bad:
+            c = _quote(columns[what], what)
+            raise InvalidInputError(
+                f"{fname}: column {columns[what]!r} has {bad} NULL, NaN or infinite value(s); "
+                f"filter them first (WHERE isfinite({c})). {_NOT_CHARGED}"
+            )
+    if big is not None and not float(big) < COORD_MAX_M:
+        raise InvalidInputError(
+            f"{fname}: a coordinate is beyond ±2**40 m; x and y must be metres of a projected "
+            f"CRS. {_NOT_CHARGED}"
+        )
+    return u, x, y
+
+
+def _kind_amount(session: Any, rho: Any, eps: Any, fname: str) -> tuple[str, Fraction, float]:
+    """(mechanism kind, exact amount, float amount), as the accessor's ``rho=`` / ``eps=``."""
+    import math
+
+    from gpframe.accessor import filter_kind
+    from gpframe.accounting.amounts import positive
+
+    fk = filter_kind(session)
+    if (rho is None) == (eps is None):
+        raise InvalidInputError(
+            f"{fname}: pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got "
+            f"rho={rho!r}, eps={eps!r}. {_NOT_CHARGED}"
+        )
+    if rho is not None and fk == "gp":
+        raise InvalidInputError(
+            f"{fname}: this session's filters are pure GP: pass eps=... (a CGP charge is never "
+            f"admitted by a pure-GP filter). {_NOT_CHARGED}"
+        )
+    kind, param, amt = ("cgp", "rho", rho) if rho is not None else ("gp", "eps", eps)
+    if isinstance(amt, bool) or not isinstance(amt, (int, float, np.integer, np.floating)):
+        raise InvalidInputError(f"{fname}: {param}={amt!r} must be a number. {_NOT_CHARGED}")
+    if not math.isfinite(float(amt)) or float(amt) <= 0:
+        raise InvalidInputError(
+            f"{fname}: {param}={amt!r} must be finite and > 0 ({_UNIT[kind]}). {_NOT_CHARGED}"
+        )
+    return kind, positive(float(amt), param), float(amt)
+
+
+def _query_point(point: Any, fname: str) -> tuple[float, float]:
+    import shapely
+
+    if isinstance(point, shapely.Point):
+        point = (point.x, point.y) if not point.is_empty else (np.nan, np.nan)
+    try:
+        px, py = (float(v) for v in point)
+    except (TypeError, ValueError):
+        raise InvalidInputError(
+            f"{fname}: point must be (x, y) or a shapely Point in the data's metres, got "
+            f"{point!r}. {_NOT_CHARGED}"
+        ) from None
+    if not (np.isfinite(px) and np.isfinite(py)):
+        raise InvalidInputError(f"{fname}: point {point!r} must be finite. {_NOT_CHARGED}")
+    return px, py
+
+
+def knn(
+    con: Any,
+    query_or_relation: Any,
+    *,
+    user: str,
+    x: str,
+    y: str,
+    point: Any,
+    k: int,
+    rho: float | None = None,
+    eps: float | None = None,
+    order_by: str | None = None,
+) -> Any:
+    """Each user's k private nearest rows to a public point, as a relation (k-PNN, spec §7.3).
+
+    Runs ``gp_knn`` (``rho=``) or ``gp_knn_gp`` (``eps=``) once per user over the input's rows
+    grouped by ``user``, executes the query once, and hands back the result.
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+        A connection on which ``gp.duckdb.register(con, session)`` ran (its session is charged).
+    query_or_relation : str or duckdb.DuckDBPyRelation
+        A SELECT query on ``con`` or a relation made on ``con``; one row per point.
+    user, x, y : str
+        Columns: user id, and coordinates in metres of one projected CRS (never projected here).
+    point : (x, y) or shapely Point
+        The public query point, same CRS.
+    k : int
+        Neighbours per user (a user with fewer rows gets all of them, ranked).
+    rho, eps : float
+        Exactly one: CGP ρ per m² (k PNN calls at ε = √(2ρ/k)) or GP ε per m (calls at ε/k).
+    order_by : str, optional
+        Column ordering each user's rows in the list the UDF sees (default: input order).
+
+    Returns
+    -------
+    duckdb.DuckDBPyRelation
+        The selected rows (all input columns) plus ``knn_rank`` (1 = first selected), sorted by
+        user (first appearance) then rank. Users refused for lack of budget are absent (and
+        charged nothing). The relation holds the fetched result: reading it again draws and
+        charges nothing.
+
+    Notes
+    -----
+    Noise per PNN call: discrete Laplace of scale 3K'/ε_call (Z, W) and 6K'/ε_call (V), K' = 1 +
+    g/r_min (secure-noise.md §9.3). Charge per user: ρ (or ε; ε²/2 on a CGP filter) once, as
+    ``df.geopriv(...).knn(point, k, rho=...)`` on the same rows.
+
+    Examples
+    --------
+    >>> import duckdb, gpframe as gp
+    >>> from gpframe.ledger import Session
+    >>> con = duckdb.connect()
+    >>> session = Session(budget=gp.CGP(rho=1e-3))
+    >>> _ = gp.duckdb.register(con, session)
+    >>> q = "SELECT * FROM (VALUES (1, 0.0, 0.0), (1, 50.0, 0.0), (2, 9.0, 0.0)) t(boat, x, y)"
+    >>> rel = knn(con, q, user="boat", x="x", y="y", point=(0.0, 0.0), k=2, rho=1e-4)
+    >>> rel.columns, len(rel.fetchall()), session.spent().tolist()
+    (['boat', 'x', 'y', 'knn_rank'], 3, [0.0001, 0.0001])
+    """
+    from gpframe.queries import knn as _k
+
+    fname = "gp.duckdb.knn"
+    reg = _registration(con, fname)
+    kind, amount, f_amt = _kind_amount(reg.session, rho, eps, fname)
+    kk = _k.check_k(k)
+    px, py = _query_point(point, fname)
+    rel = _source(con, query_or_relation, fname)
+    cols = {"user": user, "x": x, "y": y, "order_by": order_by}
+    u, _, _ = _check_input(rel, fname, cols, reserved=("knn_rank",))
+    if not max(abs(px), abs(py)) < _k.COORD_MAX_M:
+        raise InvalidInputError(f"{fname}: point is beyond ±2**40 m. {_NOT_CHARGED}")
+    # calibrate every per-user k before anything runs (the UDF checks again per batch)
+    sizes = rel.query(
+        _SRC, f"SELECT DISTINCT least(count(*), {kk}) FROM {_SRC} GROUP BY {u}"
+    ).fetchall()
+    for (n_k,) in sizes:
+        _k.pnn_calibration(_k.call_eps(kind, amount, int(n_k), Fraction(1)))
+    ob = f"{_quote(order_by, 'order_by')}, " if order_by is not None else ""
+    fx, fy = (f"'{c.replace(chr(39), chr(39) * 2)}'" for c in (x, y))
+    fn = _KNN if kind == "cgp" else _KNN + "_gp"
+    sql = f"""
+        WITH __gp_s AS MATERIALIZED (SELECT *, row_number() OVER () AS __gp_row FROM {_SRC}),
+        __gp_t AS (
+            SELECT {u} AS __gp_u, min(__gp_row) AS __gp_first,
+                   list(__gp_s ORDER BY {ob}__gp_row) AS __gp_recs
+            FROM __gp_s GROUP BY {u} ORDER BY __gp_first),
+        __gp_p AS (
+            SELECT __gp_first, __gp_recs, {fn}(__gp_u,
+                list_transform(__gp_recs, lambda r: CAST(struct_extract(r, {fx}) AS DOUBLE)),
+                list_transform(__gp_recs, lambda r: CAST(struct_extract(r, {fy}) AS DOUBLE)),
+                {_literal(px)}, {_literal(py)}, {kk}, {_literal(f_amt)}) AS __gp_pos
+            FROM __gp_t),
+        __gp_o AS (
+            SELECT __gp_first, UNNEST(list_transform(__gp_pos,
+                lambda p, i: struct_insert(__gp_recs[p], knn_rank := i)), max_depth := 2)
+            FROM __gp_p WHERE __gp_pos IS NOT NULL)
+        SELECT * EXCLUDE (__gp_first, __gp_row) FROM __gp_o ORDER BY __gp_first, knn_rank
+    """
+    return con.from_arrow(rel.query(_SRC, sql).to_arrow_table())
+
+
+def convex_hulls(
+    con: Any,
+    query_or_relation: Any,
+    *,
+    user: str,
+    x: str,
+    y: str,
+    rho: float | None = None,
+    eps: float | None = None,
+    beta: float = 0.1,
+    k: int | None = None,
+    geometry: str = "wkb",
+) -> Any:
+    """One private convex hull per user, as a relation (PCH, concentrated-geo-privacy.md §8).
+
+    Runs ``gp_convex_hull`` (``rho=``) or ``gp_convex_hull_gp`` (``eps=``) once per user over the
+    input's rows grouped by ``user``, executes the query once, and hands back the result.
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+        A connection on which ``gp.duckdb.register(con, session)`` ran (its session is charged).
+    query_or_relation : str or duckdb.DuckDBPyRelation
+        A SELECT query on ``con`` or a relation made on ``con``; one row per point.
+    user, x, y : str
+        Columns: user id, and coordinates in metres of one projected CRS (never projected here).
+    rho, eps : float
+        Exactly one: CGP ρ per m² (Gaussian phases) or GP ε per m (Laplace phases).
+    beta : float
+        Failure probability of the radius enlargement (default 0.1).
+    k : int, optional
+        Anchors per user; None picks k from the noisy radius (reference rule, clamped to
+        [16, 128], spec §8.2).
+    geometry : {"wkb", "wkt"}
+        Type of the ``hull`` column: WKB (BLOB; ``ST_GeomFromWKB``) or WKT (VARCHAR).
+
+    Returns
+    -------
+    duckdb.DuckDBPyRelation
+        Columns ``user`` (named as the input column) and ``hull`` (same CRS as x/y; a Point or
+        LineString when the noisy anchors are degenerate; NULL for a user refused for lack of
+        budget, who was charged nothing), one row per user in order of first appearance. The
+        relation holds the fetched result: reading it again draws and charges nothing.
+
+    Notes
+    -----
+    Noise: as :func:`gpframe.queries.hull.private_hulls` (budget split ρ/20 centre and radius,
+    0.92·ρ₁ PNN anchors, 0.08·ρ₁ anchor release). Charge per user: ρ (or ε; ε²/2 on a CGP
+    filter) once, as ``df.geopriv(...).convex_hull(rho=...)`` on the same rows.
+
+    Examples
+    --------
+    >>> import duckdb, gpframe as gp
+    >>> from gpframe.ledger import Session
+    >>> con = duckdb.connect()
+    >>> session = Session(budget=gp.CGP(rho=1e-2))
+    >>> _ = gp.duckdb.register(con, session)
+    >>> q = "SELECT i % 2 AS boat, (i * 37) % 900 AS x, (i * 91) % 700 AS y FROM range(60) t(i)"
+    >>> rel = convex_hulls(con, q, user="boat", x="x", y="y", rho=1e-3, geometry="wkt")
+    >>> rel.columns, rel.types, session.spent().tolist()
+    (['boat', 'hull'], [BIGINT, VARCHAR], [0.001, 0.001])
+    """
+    import pyarrow as pa
+    import shapely
+
+    from gpframe.queries import hull as _h
+
+    fname = "gp.duckdb.convex_hulls"
+    reg = _registration(con, fname)
+    kind, amount, f_amt = _kind_amount(reg.session, rho, eps, fname)
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
+        raise InvalidInputError(
+            f"{fname}: beta={beta!r} must be a probability in (0, 1). {_NOT_CHARGED}"
+        )
+    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+        raise InvalidInputError(f"{fname}: k={k!r} must be None or an integer >= 1. {_NOT_CHARGED}")
+    if geometry not in ("wkb", "wkt"):
+        raise InvalidInputError(
+            f"{fname}: geometry={geometry!r} is not one of 'wkb', 'wkt'. {_NOT_CHARGED}"
+        )
+    rel = _source(con, query_or_relation, fname)
+    if user == "hull":
+        raise InvalidInputError(
+            f"{fname}: user='hull' clashes with the output column; rename it. {_NOT_CHARGED}"
+        )
+    u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
+    # every check of PCH before anything runs (the UDF checks again per batch)
+    _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=amount,
+                     beta=float(beta), k=k, admitted=np.zeros(1, bool))  # fmt: skip
+    fn = _HULL if kind == "cgp" else _HULL + "_gp"
+    sql = f"""
+        WITH __gp_s AS MATERIALIZED (
+            SELECT {u} AS __gp_u, CAST({qx} AS DOUBLE) AS __gp_x, CAST({qy} AS DOUBLE) AS __gp_y,
+                   row_number() OVER () AS __gp_row FROM {_SRC})
+        SELECT __gp_u AS {u}, {fn}(__gp_u, list(__gp_x ORDER BY __gp_row),
+               list(__gp_y ORDER BY __gp_row), {_literal(f_amt)}, beta := {_literal(beta)},
+               k := {int(k or 0)}) AS hull
+        FROM __gp_s GROUP BY __gp_u ORDER BY min(__gp_row)
+    """
+    tbl = rel.query(_SRC, sql).to_arrow_table()
+    if geometry == "wkt":
+        wkb = np.asarray(tbl.column("hull").to_pylist(), dtype=object)
+        wkt = shapely.to_wkt(shapely.from_wkb(wkb))
+        tbl = tbl.set_column(1, "hull", pa.array(wkt.tolist(), type=pa.string()))
+    return con.from_arrow(tbl)
+
+
+def nearest_users(
+    con: Any,
+    query_or_relation: Any,
+    *,
+    user: str,
+    x: str,
+    y: str,
+    point: Any,
+    k: int,
+    rho: float | None = None,
+    eps: float | None = None,
+    method: str = "dist-elim",
+    rounds: int = 10,
+    split: str = "doubling",
+    beta: float = 0.1,
+) -> Any:
+    """Find the k users nearest to a public point, one point per user, as a relation (Alg. 8).
+
+    Spec: adaptive-budgeting.md §5.3 (nearest users), §4.5 (interactive elimination), §5.5
+    (charges). Multi-round, so it runs in Python (STYLE.md §9): the input is read once, the
+    rounds run as :func:`gpframe.queries.nearest.nearest_users_arrays`, and the result comes
+    back as a relation. There is no SQL function or table macro for it.
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+        A connection on which ``gp.duckdb.register(con, session)`` ran (its session and rng).
+    query_or_relation : str or duckdb.DuckDBPyRelation
+        A SELECT query on ``con`` or a relation made on ``con`` with **one row per user** (pick
+        it in SQL, e.g. ``SELECT boat, arg_max(x, ts) AS x, arg_max(y, ts) AS y ... GROUP BY
+        boat``).
+    user, x, y : str
+        Columns: user id, and coordinates in metres of one projected CRS (never projected here).
+    point : (x, y) or shapely Point
+        The public query point, same CRS.
+    k : int
+        Users to return (at most the number of users).
+    rho, eps : float
+        Allocation per user: ``rho`` on a CGP session, ``eps`` on a GP session.
+    method, rounds, split, beta
+        As ``df.geopriv(...).nearest_users``: ``"pt"``, ``"dist"``, ``"pt-elim"`` or
+        ``"dist-elim"``; c rounds of split π (``"doubling"`` or ``"even"``); β/2 eliminations,
+        β/2 final selection.
+
+    Returns
+    -------
+    duckdb.DuckDBPyRelation
+        k rows: ``user`` (named as the input column; integer ids as BIGINT, others as VARCHAR,
+        as the SQL functions key them), ``nearest_rank`` (1 = nearest) and ``error_m`` (the
+        distance error bound of every rank at confidence 1 − β; 0 when elimination isolated
+        exactly k users).
+
+    Notes
+    -----
+    Noise: round j releases ||x_i − q|| (``dist``; lattice Gaussian σ = (1 + g/r_min)/√(2ρ_j) or
+    Laplace scale (1 + g/r_min)/ε_j) or x_i (``pt``) for the users still in play. Charge: the
+    baselines the allocation; ``*-elim`` a_i·Σ_{j ≤ r_i} π_j for a user dropped at round r_i —
+    the same charges as ``df.geopriv(...).nearest_users(...)`` on the same rows.
+
+    Examples
+    --------
+    >>> import duckdb, gpframe as gp
+    >>> from gpframe.ledger import Session
+    >>> con = duckdb.connect()
+    >>> session = Session(budget=gp.CGP(rho=1e-2))
+    >>> _ = gp.duckdb.register(con, session)
+    >>> q = "SELECT * FROM (VALUES (1, 0.0), (2, 10.0), (3, 30000.0), (4, 60000.0)) t(boat, x)"
+    >>> rel = nearest_users(con, f"SELECT boat, x, 0.0 AS y FROM ({q})", user="boat", x="x",
+    ...                     y="y", point=(0.0, 0.0), k=2, rho=1e-3)
+    >>> rel.columns, sorted(u for u, _r, _e in rel.fetchall())
+    (['boat', 'nearest_rank', 'error_m'], [1, 2])
+    >>> bool(session.spent().loc[3] < 1e-3)      # far users are dropped early and pay less
+    True
+    """
+    import pyarrow as pa
+
+    from gpframe.accessor import filter_kind, ledger_keys
+    from gpframe.queries.elimination import check_method_parts, split_fractions
+    from gpframe.queries.knn import check_k
+    from gpframe.queries.nearest import METHODS, nearest_users_arrays
+
+    fname = "gp.duckdb.nearest_users"
+    reg = _registration(con, fname)
+    session = reg.session
+    fk = filter_kind(session)
+    kind, amount, _ = _kind_amount(session, rho, eps, fname)
+    if kind != fk:
+        raise InvalidInputError(
+            f"{fname}: this session's filters are {fk.upper()}: pass "
+            f"{'rho' if fk == 'cgp' else 'eps'}=... for nearest_users. {_NOT_CHARGED}"
+        )
+    if method not in METHODS:
+        raise InvalidInputError(
+            f"{fname}: method={method!r} is not one of {', '.join(map(repr, METHODS))}. "
+            f"{_NOT_CHARGED}"
+        )
+    split_fractions(split, rounds)
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
+        raise InvalidInputError(
+            f"{fname}: beta={beta!r} must be a probability in (0, 1). {_NOT_CHARGED}"
+        )
+    b = float(beta)
+    kk = check_k(k)
+    q = np.array(_query_point(point, fname))
+    rel = _source(con, query_or_relation, fname)
+    if user in ("nearest_rank", "error_m"):
+        raise InvalidInputError(
+            f"{fname}: user={user!r} clashes with an output column; rename it. {_NOT_CHARGED}"
+        )
+    u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
+    utype = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))[user]
+    ucast = "BIGINT" if f"'{utype}'" in _u.INT_TYPES else "VARCHAR"
+    tbl = rel.query(
+        _SRC,
+        f"SELECT CAST({u} AS {ucast}) AS u, CAST({qx} AS DOUBLE) AS x, "
+        f"CAST({qy} AS DOUBLE) AS y FROM {_SRC}",
+    ).to_arrow_table()
+    users = np.empty(tbl.num_rows, dtype=object)
+    users[:] = tbl.column("u").to_pylist()
+    xy = np.column_stack([tbl.column(c).to_numpy() for c in ("x", "y")]).astype(np.float64)
+    if len(set(users.tolist())) != users.size:
+        raise InvalidInputError(
+            f"{fname}: several rows per user: nearest_users reads one point per user; pick it in "
+            f"SQL, e.g. SELECT {u}, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM ... GROUP BY "
+            f"{u} (adaptive-budgeting.md §1.6). {_NOT_CHARGED}"
+        )
+    if kk > users.size:
+        raise InvalidInputError(f"{fname}: k={k!r} exceeds the {users.size} users. {_NOT_CHARGED}")
+    if not np.abs(q).max() < 2.0**40:
+        raise InvalidInputError(f"{fname}: point is beyond ±2**40 m. {_NOT_CHARGED}")
+    unit = Fraction(1) / session.ledger.units["metric"].scale
+    checks = dict(kind=kind, method=method, rounds=rounds, split=split, beta=b, unit=unit,
+                  scale_max=1)  # fmt: skip
+    check_method_parts(amount, **checks)  # before reserving: nothing charged on refusal
+    params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
+              "point_m": q.tolist(), "source": "duckdb"}  # fmt: skip
+    with _u.LEDGER_LOCK, session.reserve(ledger_keys(users), amount, notion="metric",
+                                         query="nearest_users", params=params) as r:  # fmt: skip
+        adm = np.asarray(r.admitted, dtype=bool)
+        if adm.sum() < kk:
+            r.cancel()
+            raise InvalidInputError(
+                f"{fname}: only {int(adm.sum())} users can afford the allocation, fewer than "
+                f"k={kk}. {_NOT_CHARGED}"
+            )
+        alloc = np.empty(users.size, dtype=object)
+        alloc[:] = [amount if a else Fraction(0) for a in adm.tolist()]
+        try:  # backstop on the allocations used; no noise was drawn yet, so cancel on refusal
+            check_method_parts(alloc, **checks)
+        except InvalidInputError:
+            r.cancel()
+            raise
+        out = nearest_users_arrays(xy, q, kk, kind=kind, amount=alloc, method=method,
+                                   rounds=rounds, split=split, beta=b, unit=unit, scale_max=1,
+                                   rng=reg.rng)  # fmt: skip
+        r.charge(out.charges)
+    res = pa.table(
+        {
+            user: pa.array(users[out.selected].tolist(), type=tbl.schema.field("u").type),
+            "nearest_rank": pa.array(np.arange(1, kk + 1, dtype=np.int64)),
+            "error_m": pa.array(np.full(kk, float(out.error))),
+        }
+    )
+    return con.from_arrow(res)

@@ -1,12 +1,11 @@
--- Private k nearest neighbours per user in DuckDB with gp_knn (concentrated-geo-privacy.md §7;
--- issue 8).
+-- Private k nearest neighbours per user in DuckDB with gp_knn / gp_knn_gp
+-- (concentrated-geo-privacy.md §7; issue 8).
 --
 -- Setup (Python):
 --     import duckdb, gpframe as gp
---     from gpframe.duckdb_knn import register_knn
 --     con = duckdb.connect()
 --     session = gp.Session("ledger.sqlite", budget=gp.CGP(rho=1e-3))
---     register_knn(con, session)
+--     gp.duckdb.register(con, session)      # or gpframe.duckdb_knn.register_knn(con, session)
 -- and a table in one projected metre CRS (e.g. UTM 18N, EPSG:32618):
 --     pings(user_id, ts, x, y)   one row per fix
 --
@@ -15,6 +14,15 @@
 -- order. Each call charges the user rho once (k PNN calls at rho/k each). Only positions are
 -- released: the coordinates joined back below are the user's own true rows, so show them only to
 -- the data holder, or release them with gp_privatize (extra budget).
+--
+-- GP: gp_knn_gp(user_id, xs, ys, px, py, k, eps) runs the k PNN calls at eps/k each (eps per
+-- metre) and charges eps on a GP budget, eps^2/2 on a CGP budget, as df.geopriv(...).knn(...,
+-- eps=...) does.
+--
+-- The same from Python, as a relation (the query runs once; reading the relation again charges
+-- nothing):
+--     rel = gp.duckdb.knn(con, "SELECT * FROM pings", user="user_id", x="x", y="y",
+--                         point=(500000.0, 4500000.0), k=3, rho=1e-4, order_by="ts")
 
 -- 1. Each user's 3 private nearest fixes to a public point, as positions and timestamps.
 WITH tuples AS (
@@ -44,3 +52,25 @@ SELECT user_id, UNNEST(range(1, len(pos) + 1)) AS knn_rank, UNNEST(pos) AS posit
 FROM (SELECT user_id, gp_knn(user_id, xs, ys, 500000.0, 4500000.0, 2, 1e-4) AS pos FROM tuples)
 WHERE pos IS NOT NULL
 ORDER BY user_id, knn_rank;
+
+-- 3. The GP version: eps = 0.01 per metre for the whole query (each of the 2 calls at 0.005).
+WITH tuples AS (
+    SELECT user_id, list(x ORDER BY ts) AS xs, list(y ORDER BY ts) AS ys
+    FROM pings GROUP BY user_id
+)
+SELECT user_id, gp_knn_gp(user_id, xs, ys, 500000.0, 4500000.0, 2, 0.01) AS pos
+FROM tuples
+ORDER BY user_id;
+
+-- 4. SQL sugar: the table macro gp_knn_rows(query, px, py, k, rho) does the GROUP BY and returns
+--    the selected rows of the query plus knn_rank. The query must have the columns user_id, x
+--    and y (alias them: 'SELECT vessel AS user_id, ...'). gp_knn_rows_gp takes eps.
+SELECT *
+FROM gp_knn_rows('SELECT user_id, ts, x, y FROM pings', 500000.0, 4500000.0, 2, 1e-4)
+ORDER BY user_id, knn_rank;
+
+-- 5. Post-processing of released values only: the median timestamp of each user's GP picks.
+SELECT user_id, median(ts) AS median_picked_ts, count(*) AS n_picked
+FROM gp_knn_rows_gp('SELECT user_id, ts, x, y FROM pings', 500000.0, 4500000.0, 2, 0.01)
+GROUP BY user_id
+ORDER BY user_id;
