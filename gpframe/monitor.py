@@ -353,6 +353,8 @@ def _laplace_monitor(
         monotone=monotone, integer=integer, rng=rng,
     )  # fmt: skip
     before = _spent(session, ulist)
+    # the public number of queries the run may ask (selection.md §2.3 "at most k queries")
+    cap = min((x for x in (max_steps, stream.remaining()) if x is not None), default=None)
     params = {"noise": "laplace", "epsilon": float(epsilon), "sensitivity": float(sensitivity),
               "threshold": float(threshold), "c": c, "monotone": bool(monotone)}  # fmt: skip
     with session.reserve(
@@ -381,15 +383,10 @@ def _laplace_monitor(
         qid = r.query_id
     ans = np.array(run.answers, dtype=bool)
     charges = _spent(session, ulist) - before
-    k = max(1, ans.size)
-    err = laplace_at_accuracy(float(run.epsilon), sensitivity=float(sensitivity), k=k, beta=beta)
-    if c > 1 or monotone:
-        # all k + 1 draws within scale·ln((k+1)/β): α = (b_t + b_q)·ln((k+1)/β)
-        bt, bq = (float(x) for x in run.scales)
-        err = (bt + bq) * math.log((k + 1) / beta)
+    err = _laplace_margin(run, sensitivity, beta, ans.size, cap)
     eps = float(run.epsilon)
     return MonitorResult(
-        value=ans, error=err + float(run.g), error_kind="threshold margin α (query units)",
+        value=ans, error=err, error_kind="threshold margin α (query units)",
         confidence=1 - beta, mechanism="laplace_above_threshold", params=params, kind="dp"
         if session.ledger.kind["central"] == "dp" else "zcdp", metric="hamming",
         charges=charges, query_id=qid, spec="selection §2.1-2.4",
@@ -398,6 +395,31 @@ def _laplace_monitor(
                "reserved": eps, "charged": eps}],
         epsilon_realized=eps, epsilon_worst=eps, epsilon_exante=eps, stopped=stopped,
     )  # fmt: skip
+
+
+def _laplace_margin(run: LaplaceSVTRun, sensitivity: float, beta: float, asked: int,
+                    cap: int | None) -> float:  # fmt: skip
+    """Return the threshold margin α of selection.md §2.3 at confidence 1 − β, in query units.
+
+    With a public cap k (``max_steps`` or a sized stream) every one of the ≤ k + 1 draws stays
+    within its scale × ln((k + 1)/β) (union bound), so α = (b_t + b_q)·ln((k + 1)/β), and for
+    c = 1 at least the spec's (8Δ/ε)·ln((k + 1)/β). k must be the cap, not the number of queries
+    the run happened to ask: that number depends on the draws, and a union bound over a random
+    k does not hold at 1 − β. Without a cap the i-th query draw gets β/(2i(i + 1)) and the
+    threshold draw β/2 (Σ = β over any length), so α = b_t ln(2/β) + b_q ln(2K(K + 1)/β) with K
+    the queries asked. One lattice step g covers the discrete noise's tail excess (≤ e^(g/b)).
+    """
+    bt, bq = (float(x) for x in run.scales)
+    if cap is not None:
+        k = max(1, cap)
+        err = (bt + bq) * math.log((k + 1) / beta)
+        if run.c == 1:
+            eps = float(run.epsilon)
+            err = max(err, laplace_at_accuracy(eps, sensitivity=float(sensitivity), k=k, beta=beta))
+    else:
+        k = max(1, asked)
+        err = bt * math.log(2 / beta) + bq * math.log(2 * k * (k + 1) / beta)
+    return err + float(run.g)
 
 
 def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng) -> MonitorResult:

@@ -340,3 +340,70 @@ def test_bad_parameters_raise():
     with pytest.raises(InvalidInputError, match="d="):
         eps_rnm(0.3, sensitivity=0.01, bounds=(0, 1), d=0)
     assert np.isfinite(eps_rnm(0.3, sensitivity=5, bounds=(0, 1), d=3))  # Δ clamped to c
+
+
+# third-order bracket vs the second-order one it replaced (§4.3, §5.6) ---------------------------
+
+AGREE = [
+    ((9, 1.0, -1 / 0.3),),  # RNM d = 10
+    ((999, 1.0, -(1 - 0.02) / 0.1),),  # RNM d = 1000, sharp
+    ((9, 1 / SQ3, (0.75 - 1 + 1e-3) / (0.3 * SQ3)), (1, -1 / SQ3, (0 - 0.75 + 1e-3) / (0.3 * SQ3))),
+    ((199, 1 / SQ3, (0.5 - 1) / (0.1 * SQ3)),),  # ε_⊥(200) denominator
+    ((1, 1.0, 0.0),),
+]
+
+
+@pytest.mark.parametrize(
+    "terms",
+    [t if i == 0 else pytest.param(t, marks=pytest.mark.slow) for i, t in enumerate(AGREE)],
+    ids=[str(i) for i in range(len(AGREE))],
+)
+def test_third_order_bracket_agrees_with_the_tangent_bracket(terms):
+    """Both brackets hold ln J; at tol = 1e-9 they overlap and each upper end is ≥ the 30-digit
+    reference (the new one is never below the true value, and within tol of it)."""
+    from gpframe.mechanisms.selection.certified import _log_integral_bracket_tangent
+
+    lo, up = log_integral_bracket(terms, 1e-9)
+    lo0, up0 = _log_integral_bracket_tangent(terms, 1e-9)
+    ref = _mp_log_integral(terms)
+    assert lo - 1e-12 <= float(ref) <= up + 1e-12
+    assert mp.mpf(up) + 1e-13 >= ref and up - float(ref) <= 1e-9
+    assert max(lo, lo0) <= min(up, up0) + 1e-12  # the two brackets overlap
+    assert abs(up - up0) <= 2e-9
+
+
+def test_third_order_cell_integral_matches_mpmath():
+    """_log_gauss_cell (closed form, both branches: narrow Gauss–Legendre and wide log_ndtr)."""
+    from gpframe.mechanisms.selection.certified import _log_gauss_cell
+
+    cases = [(0.3, 1.0, 1e-4), (-2.0, 3.0, 0.01), (25.0, 1.2, 0.4), (-40.0, 50.0, 0.02),
+             (0.0, 1.0, 2.0), (8.0, 1.0, 1e-6), (-0.5, 400.0, 0.003)]  # fmt: skip
+    s, k, r = (np.array(v, dtype=float) for v in zip(*cases, strict=True))
+    got = _log_gauss_cell(s, k, r)
+    with mp.workdps(40):
+        for (si, ki, ri), g in zip(cases, got, strict=True):
+            si, ki, ri = mp.mpf(si), mp.mpf(ki), mp.mpf(ri)
+            ref = mp.log(mp.quad(lambda u, si=si, ki=ki: mp.exp(si * u - ki * u * u / 2),
+                                 [-ri, 0, ri]))  # fmt: skip
+            assert abs(g - float(ref)) <= 1e-12 * max(1.0, abs(float(ref))), (si, ki, ri)
+
+
+def test_curvature_range_contains_the_true_second_derivative():
+    """Sampford's monotonicity: ℓ″ on a cell lies within the range read off its edges."""
+    from gpframe.mechanisms.selection.certified import _Integrand3
+
+    f = _Integrand3(AGREE[2])
+    edges = np.linspace(-6, 6, 49)
+    g, pad = f.curvature_terms(edges)
+    k_lo = 1 - (np.maximum(g[:, :-1], g[:, 1:]) + np.maximum(pad[:, :-1], pad[:, 1:])).sum(0)
+    k_hi = 1 - (np.minimum(g[:, :-1], g[:, 1:]) - np.maximum(pad[:, :-1], pad[:, 1:])).sum(0)
+    with mp.workdps(30):
+        for j in range(edges.size - 1):
+            for frac in (0.1, 0.5, 0.9):
+                x = mp.mpf(edges[j]) + frac * (mp.mpf(edges[j + 1]) - mp.mpf(edges[j]))
+                kap = 1
+                for w, s_, c in AGREE[2]:
+                    u = s_ * x + c
+                    lam = mp.npdf(u) / mp.ncdf(u)
+                    kap += w * s_ * s_ * lam * (u + lam)
+                assert k_lo[j] - 1e-12 <= kap <= k_hi[j] + 1e-12
