@@ -124,3 +124,83 @@ def nearest_case(mode: str, amount: float, d: float, *, tiers=SLOW) -> Case:
 
 
 nearest_case("gp", 0.2, 10.0, tiers=FAST)
+
+
+# ------------------------------------------------------------------------------------------
+# issue 8 item 9: events on the released hull itself, and k-PNN on the released index *set*
+
+
+def _hull_outputs(t, n, rng, mode, amount, what):
+    from gpframe.queries.hull import private_hulls
+
+    out = _quiet(private_hulls, np.tile(t, (n, 1)), np.repeat(np.arange(n), len(t)), kind=mode,
+                 amount=amount, k=3, radius_floor_m=1.0, rng=rng)  # fmt: skip
+    if what == "vertex":  # the first released vertex (selection order), a point of the hull
+        return np.array([a[0] for a in out.anchors])
+    if what == "area":
+        return np.array([h.area for h in out.hulls])
+    return np.array([[h.centroid.x, h.centroid.y] for h in out.hulls])  # centroid
+
+
+def hull_output_case(mode: str, amount: float, d: float, what: str, *, tiers=SLOW) -> Case:
+    """PCH (k = 3 anchors: a polygon) on a 4-point tuple; the output event is on the released
+    hull: its first released vertex, its area or its centroid (featurizer bins chosen on the
+    selection sample). The neighbour moves one point outward by d (``area``: dist_∞ = d, true area
+    changes) or shifts every point by d (``vertex``, ``centroid``)."""
+    x = np.array([[0.0, 0.0], [40.0, 0.0], [0.0, 40.0], [30.0, 30.0]])
+    if what == "area":
+        xp = x.copy()
+        xp[3] += d / np.sqrt(2.0)
+        centers = (float(shapely_area(x)), float(shapely_area(xp)))
+    else:
+        xp = x + np.array([d, 0.0])
+        centers = (x.mean(axis=0), xp.mean(axis=0))
+
+    def run(t, n, rng):
+        return _hull_outputs(t, n, rng, mode, amount, what)
+
+    claim = Claim.gp(amount, d) if mode == "gp" else Claim.cgp(amount, d)
+    return register(Case(name=f"hull-{what}/{mode}/{amount:g}/d{d:g}",
+                         covers=("gpframe.queries.hull.private_hulls",), run=run,
+                         inputs=(x, xp), centers=centers, claim=claim, tiers=tiers,
+                         n_fast=10_000, n_slow=200_000))  # fmt: skip
+
+
+def shapely_area(pts: np.ndarray) -> float:
+    import shapely
+
+    return float(shapely.convex_hull(shapely.multipoints(pts)).area)
+
+
+hull_output_case("cgp", 0.02, 10.0, "vertex", tiers=FAST)
+hull_output_case("gp", 2.0, 0.5, "area", tiers=FAST)
+hull_output_case("gp", 0.2, 5.0, "vertex")
+hull_output_case("cgp", 0.02, 10.0, "area")
+hull_output_case("cgp", 0.02, 10.0, "centroid")
+hull_output_case("gp", 0.2, 5.0, "centroid")
+
+
+def knn_set_case(mode: str, amount: float, d: float, k: int = 2, *, tiers=SLOW) -> Case:
+    """k-PNN (random scan order) on a 4-point tuple; the output is the released index *set*
+    (order dropped); the neighbour moves the nearest point away by d (dist_∞ = d)."""
+    from gpframe.queries.knn import knn_indices
+
+    x = np.array([[1.0, 0.0], [0.0, 2.0], [-3.0, 0.0], [0.0, -4.5]])
+    xp = x.copy()
+    xp[0, 0] += d
+
+    def run(t, n, rng):
+        out = knn_indices(np.tile(t, (n, 1)), np.repeat(np.arange(n), 4), (0.0, 0.0), k,
+                          kind=mode, amount=amount, rng=rng)  # fmt: skip
+        return np.array([int((1 << (r % 4)).sum()) for r in out.rows])  # bitmask of the set
+
+    claim = Claim.gp(amount, d) if mode == "gp" else Claim.cgp(amount, d)
+    return register(Case(name=f"knn-set/{mode}/{amount:g}/d{d:g}/k{k}",
+                         covers=("gpframe.queries.knn.knn_indices",), run=run, inputs=(x, xp),
+                         claim=claim, featurizers=(discrete_featurizer(lambda o: np.asarray(
+                             o, dtype=np.int64)),), tiers=tiers, n_fast=20_000,
+                         n_slow=400_000))  # fmt: skip
+
+
+knn_set_case("gp", 2.0, 0.5, tiers=FAST)
+knn_set_case("cgp", 0.25, 2.0)
