@@ -92,26 +92,32 @@ def choose_k(
 
 
 def hull_error(
-    kind: str, amount: float, n: int, k: int, R: float, *, beta: float = 0.1, alpha: float = 0.92
-) -> tuple[float, float, float]:
+    kind: str, amount: float, n: Any, k: Any, R: Any, *, beta: float = 0.1, alpha: float = 0.92
+) -> tuple[Any, Any, Any]:
     """Return the paper's (as stated) hull error components γ₁, γ₂, γ₃ in metres (spec §8.4).
+
+    ``n``, ``k`` and ``R`` may be arrays (one entry per user); the components are then arrays.
 
     >>> [round(v, 3) for v in hull_error("cgp", 5e-4, 5000, 16, 7250.0)]
     [35535.574, 2847.068, 1649.43]
     >>> round(sum(hull_error("gp", 0.2282765162, 5000, 16, 7250.0)), 2)
     33183.76
     """
-    L1 = math.log(4 * k * (4 * n + 2) / beta)
-    core = 15 * L1 + 3 * math.sqrt(2 * L1)
+    # arrays (one entry per user) go through numpy, scalars through math (plain floats out)
+    m: Any = np if np.ndim(n) or np.ndim(k) or np.ndim(R) else math
+    if m is np:
+        n, k, R = (np.asarray(v, dtype=np.float64) for v in (n, k, R))
+    L1 = m.log(4 * k * (4 * n + 2) / beta)
+    core = 15 * L1 + 3 * m.sqrt(2 * L1)
     g2 = 2 * math.pi * R / k
     a1 = 0.95 * amount
     if kind == "cgp":
-        g1 = math.sqrt(k) * core / math.sqrt(2 * alpha * a1)
-        g3 = math.sqrt(k * math.log(4 * k / beta) / ((1 - alpha) * a1))
+        g1 = m.sqrt(k) * core / math.sqrt(2 * alpha * a1)
+        g3 = m.sqrt(k * m.log(4 * k / beta) / ((1 - alpha) * a1))
     else:
         g1 = k * core / (alpha * a1)
-        u = math.log(4 * k / beta)
-        g3 = k / ((1 - alpha) * a1) * (math.sqrt(2 * u) + u)
+        u = m.log(4 * k / beta)
+        g3 = k / ((1 - alpha) * a1) * (m.sqrt(2 * u) + u)
     return g1, g2, g3
 
 
@@ -393,9 +399,8 @@ def private_hulls(
         y = np.asarray(rel).reshape(grp.size, k_u, 2)
         for i, u in enumerate(grp.tolist()):
             anchors[u] = y[i]
-    for u in users.tolist():
-        err[u] = sum(hull_error(kind, float(amt), int(counts[u]), int(kk[u]), float(radius[u]),
-                                beta=b, alpha=float(al)))  # fmt: skip
+    err[users] = sum(hull_error(kind, float(amt), counts[users], kk[users], radius[users], beta=b,
+                                alpha=float(al)))  # fmt: skip
     owner = np.repeat(users, [len(anchors[u]) for u in users.tolist()])
     allpts = np.concatenate([anchors[u] for u in users.tolist()])
     mp = shapely.multipoints(allpts, indices=np.searchsorted(users, owner))

@@ -100,17 +100,29 @@ def expected_visits(gamma0_b: float) -> float:
     return float(integrate.quad(f, -200, 200, points=pts, limit=400, epsabs=1e-12)[0])
 
 
-def knn_error_bound(n: int, k: int, beta: float, b: float, gamma0_b: float = 0.0) -> float:
+def knn_error_bound(n: Any, k: int, beta: float, b: float, gamma0_b: float = 0.0) -> Any:
     """Distance error of every rank at once, metres, with probability ≥ 1 − β (spec §7.2–§7.3).
 
-    ``b`` is the threshold noise scale of one call (3/ε_call nominally; gpframe passes the scale
-    actually sampled). γ₀ = 0: Thm. 4.12 for all ranks, b(5L + √(2L)) with L = ln((4n+2)k/β).
+    ``n`` may be an array (one bound per user). ``b`` is the threshold noise scale of one call
+    (3/ε_call nominally; gpframe passes the scale actually sampled). γ₀ = 0: Thm. 4.12 for all
+    ranks, b(5L + √(2L)) with L = ln((4n+2)k/β).
     Other γ₀: the derived form of §7.2 per rank at β/k (β/(3k) to each term):
     γ₁ + γ₂ + γ₀ with γ₁ = b(√(2 ln 1/β₁) + ln 1/β₁), γ₂ = 2b ln(E[R] n/(β₂β₃)).
 
     >>> round(knn_error_bound(20000, 1, 0.1, 3 / math.sqrt(1e-3), -2.0), 3)   # §7 oracle row
     3981.202
+    >>> knn_error_bound(np.array([20000, 20000]), 1, 0.1, 3 / math.sqrt(1e-3), -2.0).round(3)
+    array([3981.202, 3981.202])
     """
+    if np.ndim(n):  # one bound per user at once (same k, β, b, γ₀)
+        nn = np.asarray(n, dtype=np.float64)
+        if gamma0_b == 0.0:
+            L = np.log((4 * nn + 2) * k / beta)
+            return b * (5 * L + np.sqrt(2 * L))
+        b1 = beta / (3 * k)
+        l1 = math.log(1 / b1)
+        g2 = 2 * b * np.log(expected_visits(gamma0_b) * nn / (b1 * b1))
+        return b * (math.sqrt(2 * l1) + l1) + g2 + gamma0_b * b
     if gamma0_b == 0.0:
         L = math.log((4 * n + 2) * k / beta)
         return b * (5 * L + math.sqrt(2 * L))
@@ -664,7 +676,7 @@ def knn_indices(
         eps_call[grp] = float(cal.eps)
         bsc = float(cal.scale["threshold"])
         n_u = counts[grp]
-        err[grp] = [knn_error_bound(int(n), kk, b, bsc, g0) + 5 * float(cal.g) for n in n_u]
+        err[grp] = knn_error_bound(n_u, kk, b, bsc, g0) + 5 * float(cal.g)
         r_min = max(r_min, float(cal.r_min))
         calls += 2
     charges = np.empty(U, dtype=object)
