@@ -22,7 +22,7 @@ from gpframe.queries.hull import choose_k, private_hulls
 from gpframe.queries.knn import knn_indices
 
 REPS = 7
-SEEDS = 5  # gpframe runs per instance (its noise from os.urandom; the baseline runs once)
+SEEDS = 5  # runs per instance of each side (gpframe's noise from os.urandom)
 N = 20_000
 RHO = 5e-4
 #: the peer's own code on its machine (spec §9.3, §9.4), medians at n = 20,000, ρ = 5e-4
@@ -82,7 +82,7 @@ def ref_knn(xy, p, k, rho, rng, gamma_b=-2.0):
     return out
 
 
-def ref_hull(xy, rho, rng, beta=0.1, alpha=0.92):
+def ref_hull(xy, rho, rng, beta=0.1, alpha=0.92, k=None):
     r0 = rho / 20
     r1 = rho - r0
     lo, hi = xy.min(0), xy.max(0)
@@ -90,7 +90,8 @@ def ref_hull(xy, rho, rng, beta=0.1, alpha=0.92):
     R = max(math.hypot(x - c[0], y - c[1]) for x, y in xy.tolist())
     R += rng.normal(0, math.sqrt(3 / (2 * r0))) + math.sqrt(3 * math.log(2 / beta) / r0)
     R = max(R, 10.0)
-    k = int(choose_k("cgp", rho, [len(xy)], [R], beta=beta, alpha=alpha)[1][0])
+    if k is None:  # the reference's rule (clamped), else the fixed k of the run
+        k = int(choose_k("cgp", rho, [len(xy)], [R], beta=beta, alpha=alpha)[1][0])
     eps = math.sqrt(2 * alpha * r1 / k)
     cand, anchors, lst = list(range(len(xy))), [], xy.tolist()
     for j in range(k):
@@ -120,16 +121,16 @@ def main() -> None:
         for compat in ("reference", None):
             tg, tr, ug, ur = [], [], [], []
             for xy, q in zip(data, queries, strict=True):
-                for _ in range(SEEDS):  # the default source (os.urandom), as users run it
-                    t = time.perf_counter()
+                lst = xy.tolist()
+                for _ in range(SEEDS):  # interleaved, so load hits both alike
+                    t = time.perf_counter()  # gpframe on the default source (os.urandom)
                     out = knn_indices(xy, codes, q, k, kind="cgp", amount=RHO, compat=compat)
                     tg.append(time.perf_counter() - t)
                     ug.append(ratio(xy, q, out.rows[0], k))
-                lst = xy.tolist()
-                t = time.perf_counter()
-                rows = ref_knn(lst, q, k, RHO, nrng)
-                tr.append(time.perf_counter() - t)
-                ur.append(ratio(xy, q, rows, k))
+                    t = time.perf_counter()
+                    rows = ref_knn(lst, q, k, RHO, nrng)
+                    tr.append(time.perf_counter() - t)
+                    ur.append(ratio(xy, q, rows, k))
             a, b = np.median(tg) * 1e3, np.median(tr) * 1e3
             print(
                 f"knn k={k} compat={compat} vs per-point loop: n={N}, {a:.2f} ms vs {b:.1f} ms, "
@@ -145,10 +146,10 @@ def main() -> None:
                 h = private_hulls(xy, codes, kind="cgp", amount=RHO, k=kfix).hulls[0]
                 tg.append(time.perf_counter() - t)
                 jg.append(h.intersection(true).area / h.union(true).area)
-            t = time.perf_counter()
-            hr = ref_hull(xy, RHO, nrng)
-            tr.append(time.perf_counter() - t)
-            jr.append(hr.intersection(true).area / hr.union(true).area)
+                t = time.perf_counter()
+                hr = ref_hull(xy, RHO, nrng, k=kfix)
+                tr.append(time.perf_counter() - t)
+                jr.append(hr.intersection(true).area / hr.union(true).area)
         a, b = np.median(tg) * 1e3, np.median(tr) * 1e3
         print(
             f"convex_hull k={kfix or 'rule'} vs per-point loop: n={N}, {a:.1f} ms vs {b:.1f} ms,"
