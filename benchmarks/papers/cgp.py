@@ -7,7 +7,7 @@ numbers), §6 (identity errors: CGP ℓ2 = n/√ρ, GP/CGP gap ≈ √n).
 Data:
 
 * synthetic, spec §9.3 generator (10 km box, downtown Gaussian, Gamma steps, jitter, permuted;
-  ``benchmarks/bench_knn.synthetic``); query points of independent walks snapped to 1 m cells.
+  ``benchmarks/bench_neighbours.synthetic``); query points of independent walks snapped to 1 m cells.
 * AIS New York Harbor (``ais_nyharbor_tracks``): each vessel (``mmsi``) is one user, its fixes the
   tuple, projected to UTM by gpframe; vessels with ≥ 200 fixes. Query points: the World Port Index
   ports within the harbour box (public points).
@@ -34,7 +34,7 @@ import shapely
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from bench_knn import synthetic
+from bench_neighbours import synthetic
 
 from gpframe import mechanisms as mech
 from gpframe.queries.hull import private_hulls
