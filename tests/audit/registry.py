@@ -32,16 +32,101 @@ __all__ = [
     "AUDITED_MODULES",
     "CASES",
     "NOT_MECHANISMS",
+    "THIN_WRAPPERS",
     "by_tier",
     "register",
     "utm_pair",
 ]
 
 #: modules whose public randomised functions must all be in the registry
-AUDITED_MODULES = ["gpframe.mechanisms", "gpframe.queries", "gpframe.queries.privatize"]
+AUDITED_MODULES = [
+    "gpframe.mechanisms",
+    "gpframe.queries",
+    "gpframe.queries.privatize",
+    # where the release wrappers are defined (test_registry matches functions by identity, so
+    # the cases' gpframe.mechanisms.<name> covers them here too)
+    "gpframe.mechanisms.laplace_mech",
+    "gpframe.mechanisms.gaussian_mech",
+    "gpframe.mechanisms.svt",
+    "gpframe.mechanisms.selection.above_threshold",
+    "gpframe.mechanisms.selection.gaussian_at",
+    "gpframe.mechanisms.selection.rnm",
+    "gpframe.mechanisms.selection.subsample",
+    "gpframe.mechanisms.selection.normal_exact",
+    "gpframe.queries.kde_frame",
+]
 
 #: public names of audited modules that take ``rng`` but release nothing private (with reasons)
 NOT_MECHANISMS: dict[str, str] = {}
+
+#: modules that draw noise or charge a ledger but are not audited here, each with the reason:
+#: they only pass an allocation the ledger reserved (or the noise of a function that *is*
+#: audited) through, and where their part is tested instead. ``test_registry`` finds every
+#: module of ``gpframe/`` that takes ``rng``, resolves a randomness source, or reserves / charges
+#: a Session, and fails unless it is in ``AUDITED_MODULES`` or here.
+_UDF = (
+    "a DuckDB UDF registration: each Arrow batch reserves, runs {fn} (audited) on the admitted "
+    "users with the reserved allocation and charges its returned amounts; charges equal the "
+    "Python path's (tests/integration/{test}) and the charging path is tortured in "
+    "tests/integration/test_charging_torture_ops.py"
+)
+THIN_WRAPPERS: dict[str, str] = {
+    "gpframe.accessor": (
+        "GeoPriv.privatize reserves and calls gpframe.queries.privatize.privatize_points "
+        "(audited) with the reserved amount and the projection's scale_max; the query methods "
+        "delegate to the *_frame modules. Charging: test_accessor.py, test_charging_torture.py"
+    ),
+    "gpframe._duckdb_udf": (
+        "plumbing of the DuckDB UDFs (checked_rng, charge_batch: reserve, run, charge under one "
+        "lock); draws nothing itself. Tortured in test_charging_torture*.py"
+    ),
+    "gpframe.duckdb": _UDF.format(
+        fn="privatize_points (gp_privatize) and registers the other modules' UDFs",
+        test="test_duckdb.py",
+    ),
+    "gpframe.duckdb_range": _UDF.format(
+        fn="range_count_arrays (gp_in_region)", test="test_duckdb_range.py"
+    ),
+    "gpframe.duckdb_kde": _UDF.format(
+        fn="kde_point (gp_kde_contribution)", test="test_kde_frame.py"
+    ),
+    "gpframe.duckdb_knn": _UDF.format(
+        fn="knn_indices / private_hulls (gp_knn, gp_convex_hull)", test="test_duckdb_knn.py"
+    ),
+    "gpframe.duckdb_grid": _UDF.format(
+        fn="grid_stats.release_cells (gp_grid_release; clip_user plans, free)",
+        test="test_duckdb_grid.py",
+    ),
+    "gpframe.queries.knn_frame": (
+        "knn / convex_hull / nearest_users reserve the user's allocation and pass it, with the "
+        "projection's scale_max, to knn_indices / private_hulls / nearest_users_arrays "
+        "(audited in cases_knn); charges and scale handling: test_knn_frame.py, torture"
+    ),
+    "gpframe.monitor": (
+        "charges the central ledger, then runs the audited selection mechanisms "
+        "(LaplaceSVTRun behind laplace_above_threshold, GaussianATRun behind "
+        "gaussian_above_threshold, *_report_noisy_max; cases_selection) and laplace_dp / "
+        "gaussian_zcdp (audited) with the charged parts; tests/unit/test_monitor.py, "
+        "tests/properties/test_monitor_ledger.py"
+    ),
+    "gpframe.ledger.session": (
+        "the ledger itself: reserves and charges, never draws noise; tests/unit/ledger, "
+        "tests/properties/test_ledger_state_machine.py, the torture tests"
+    ),
+    "gpframe.mechanisms.noise.bits": (
+        "the randomness sources (OsRandom, AesCtrRandom, resolve_rng refuses seeded sources "
+        "outside tests); tests/unit/mechanisms/noise/test_noise_bits.py"
+    ),
+    "gpframe.mechanisms.noise.laplace": (
+        "exact lattice samplers behind the audited release wrappers; their laws are tested "
+        "exactly (pmf, goodness of fit, pinned streams) in tests/unit/mechanisms/noise"
+    ),
+    "gpframe.mechanisms.noise.gaussian": (
+        "exact lattice samplers behind the audited release wrappers; their laws are tested "
+        "exactly (pmf, goodness of fit, pinned streams) in tests/unit/mechanisms/noise"
+    ),
+    "gpframe.mechanisms.noise": "re-exports the samplers of gpframe.mechanisms.noise.*",
+}
 
 CASES: list[Case] = []
 
@@ -376,3 +461,98 @@ def _load_case_modules() -> None:
 
 
 _load_case_modules()
+
+
+# --------------------------------------------------------------------------------------------
+# frame layers whose operation module registers only array-level cases
+# --------------------------------------------------------------------------------------------
+
+NOT_MECHANISMS["gpframe.mechanisms.selection.normal_exact.normals"] = (
+    "the exact N(0, 1) sampler behind gaussian_report_noisy_max / gaussian_above_threshold "
+    "(audited); releases nothing itself; its law is tested in "
+    "tests/unit/mechanisms/test_mech_selection_mechanisms.py"
+)
+
+
+def kde_frame_case(kind: str, what: str, *, method: str = "pt-elim", tiers=SLOW, n_fast=10_000,
+                   n_slow=100_000) -> Case:  # fmt: skip
+    """kde / kde_raster on frames (``gpframe.queries.kde_frame``): a fresh Session per batch.
+
+    As ``cases_range_count.frame_case``: n users at the same location in a UTM frame (the
+    projection factor is applied by the frame layer), the pair that user at two points whose
+    ground distance is the claim's d; the audited output is the user's release transcript,
+    recovered with ``ReleaseTap`` and the per-user rounds read from the charged amounts.
+    """
+    import pandas as pd
+    import shapely
+
+    from .cases_kde import BANDWIDTH
+    from .cases_kde import PAIRS as KDE_PAIRS
+    from .cases_range_count import (
+        _FRAME_CRS,
+        _FRAME_X0,
+        _FRAME_Y0,
+        AMOUNT,
+        ReleaseTap,
+        _ground_distance,
+        llr_featurizer,
+        rounds_featurizer,
+        rounds_from_charges,
+        transcript,
+    )
+
+    a = AMOUNT[kind]
+    d0, d1 = KDE_PAIRS[(kind, "near")]
+    x0 = np.array([_FRAME_X0 + d0, _FRAME_Y0])
+    x1 = np.array([_FRAME_X0 + d1, _FRAME_Y0])
+    d_ground = _ground_distance(x0, x1)
+    elim = what == "kde" and method.endswith("-elim")
+    rounds = 4 if elim else 1
+    dim = 1 if method.startswith("dist") and what == "kde" else 2
+    m0, m1 = (d0, d1) if dim == 1 else (x0, x1)
+    q = shapely.Point(_FRAME_X0, _FRAME_Y0)
+    box = (_FRAME_X0 - 500, _FRAME_Y0 - 500, _FRAME_X0 + 500, _FRAME_Y0 + 500)
+
+    def run(x, n, rng):
+        import gpframe as gp
+        from gpframe.ledger import Session
+        from gpframe.queries.kde_frame import kde, kde_raster
+
+        df = pd.DataFrame({"u": np.arange(n), "x": np.full(n, x[0]), "y": np.full(n, x[1])})
+        budget = gp.CGP(rho=2 * a) if kind == "cgp" else gp.GP(eps=2 * a)
+        amt = {"rho": a} if kind == "cgp" else {"eps": a}
+        with Session(budget=budget) as s, ReleaseTap() as tap:
+            bound = df.geopriv(s, user="u", x="x", y="y", crs=_FRAME_CRS)
+            k = float(bound.projected.scale_max)
+            if what == "kde":
+                res = _quiet(kde, bound, q, bandwidth_m=BANDWIDTH, method=method, rounds=rounds,
+                             rng=rng, **amt)  # fmt: skip
+            else:
+                res = _quiet(kde_raster, bound, bandwidth_m=BANDWIDTH, cell_m=50.0, bounds=box,
+                             rng=rng, **amt)  # fmt: skip
+        ch = res.charges.reindex(np.arange(n)).to_numpy(dtype=np.float64)
+        r = rounds_from_charges(ch, tap.records, k * k if kind == "cgp" else k)
+        return transcript(tap.records, r, dim, rounds)
+
+    name = f"kde_frame/{what}/{kind}" + (f"/{method}/c{rounds}" if what == "kde" else "")
+    return register(
+        Case(
+            name=name,
+            covers=(f"gpframe.queries.kde_frame.{what}",),
+            run=run,
+            inputs=(x0, x1),
+            centers=(np.atleast_1d(m0), np.atleast_1d(m1)),
+            featurizers=(llr_featurizer(kind, dim, m0, m1), rounds_featurizer),
+            claim=Claim.gp(a, d_ground) if kind == "gp" else Claim.cgp(a, d_ground),
+            tiers=tiers,
+            n_fast=n_fast,
+            n_slow=n_slow,
+        )
+    )
+
+
+kde_frame_case("cgp", "kde", tiers=FAST)
+kde_frame_case("gp", "kde_raster", tiers=FAST)
+kde_frame_case("gp", "kde", method="dist-elim")
+kde_frame_case("cgp", "kde", method="pt")
+kde_frame_case("cgp", "kde_raster")
