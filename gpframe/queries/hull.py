@@ -324,16 +324,22 @@ def private_hulls(
                           charges, r_min)  # fmt: skip
 
     srt = group_rows(c)
+    # sorted codes (e.g. one user): group_rows is the identity, so skip the gathers of n rows
+    ident = c.size < 2 or bool((c[1:] >= c[:-1]).all())
     start = np.zeros(U, dtype=np.int64)
     np.cumsum(counts[:-1], out=start[1:])
-    ps = p[srt]
+    ps = p if ident else p[srt]
     lo = np.minimum.reduceat(ps, start, axis=0)
     hi = np.maximum.reduceat(ps, start, axis=0)
     # step 2: centre, √2-Lipschitz (P-N6), at 2ρ₀/3
     rel_c = _release_points(kind, ((lo + hi) / 2)[users], spend["centre"], ks, sqrt_up(2), bits)
     centre[users] = np.asarray(rel_c)
     # step 3: max distance to the *released* centre, 1-Lipschitz, at ρ₀/3
-    d_c = np.hypot(ps[:, 0] - centre[c[srt], 0], ps[:, 1] - centre[c[srt], 1])
+    if U == 1:
+        d_c = np.hypot(ps[:, 0] - centre[0, 0], ps[:, 1] - centre[0, 1])
+    else:
+        cs = c if ident else c[srt]
+        d_c = np.hypot(ps[:, 0] - centre[cs, 0], ps[:, 1] - centre[cs, 1])
     rmax = np.maximum.reduceat(np.nan_to_num(d_c, nan=0.0), start)
     from gpframe import mechanisms as mech
 
@@ -383,7 +389,8 @@ def private_hulls(
         theta = 2 * np.pi * np.arange(k_u) / k_u
         cg, rg = centre[grp], radius[grp]
 
-        gx, gy = px[rem], py[rem]  # gathered once: the k calls only change P_j
+        # gathered once (not at all when already in order): the k calls only change P_j
+        gx, gy = (px, py) if ident and grp.size == U else (px[rem], py[rem])
 
         def values(j: int, r: Any, owner: Any, cg=cg, rg=rg, theta=theta, gx=gx, gy=gy) -> Any:
             P = cg + rg[:, None] * np.array([math.cos(theta[j]), math.sin(theta[j])])
