@@ -15,7 +15,6 @@ through unchanged.
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -316,7 +315,7 @@ class GeoPriv:
         mode, amount = _one_amount(eps, rho)
         _pv.check_amount(mode, per, amount)
         if isinstance(beta, bool) or not (
-            isinstance(beta, (int, float)) and math.isfinite(beta) and 0.0 < beta < 1.0
+            isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
         ):
             raise InvalidInputError(
                 f"beta={beta!r} must be a probability in (0, 1), e.g. beta=0.05. "

@@ -197,15 +197,18 @@ def clip_user(
     L, U = float(lo), float(hi)
     bad = con.execute(
         f"SELECT count(*) FILTER ({u} IS NULL OR {c} IS NULL), "
-        f"count(*) FILTER ({v} IS NULL OR NOT isfinite(CAST({v} AS DOUBLE))), "
-        f"count(*) FILTER (CAST({v} AS DOUBLE) < ? OR CAST({v} AS DOUBLE) > ?) FROM {t}",
+        # TRY_CAST: a text column must be refused by name, not by DuckDB's ConversionException
+        f"count(*) FILTER (TRY_CAST({v} AS DOUBLE) IS NULL OR NOT isfinite(TRY_CAST({v} AS "
+        f"DOUBLE))), count(*) FILTER (TRY_CAST({v} AS DOUBLE) < ? OR TRY_CAST({v} AS DOUBLE) > ?) "
+        f"FROM {t}",
         [L, U],
-    ).fetchone()
+    ).fetchall()[0]  # fetchall: fetchone() leaves the result pending on the caller's connection
     if bad[0]:
         raise InvalidInputError(f"{bad[0]} row(s) have a NULL {user!r} or {cell!r}. {_NOTHING}")
     if bad[1]:
         raise InvalidInputError(
-            f"column {value!r} has {bad[1]} NULL/NaN/inf value(s); filter them out first "
+            f"column {value!r} has {bad[1]} NULL/NaN/inf or non-numeric value(s); filter them out "
+            "first "
             f"(clip-user.md P15: validate before fixing the occupancy). {_NOTHING}"
         )
     if bad[2] and not clamp:

@@ -112,7 +112,8 @@ def _make_udf(reg: KdeRegistration) -> Any:
         out = np.zeros(n)
         if (~null).any():
             rows = np.flatnonzero(~null)
-            nu_f = np.nan_to_num(_np(n_users, np.float64), nan=-1)
+            # clipped: BIGINT values near 2**63 overflow int64 after the float round trip
+            nu_f = np.clip(np.nan_to_num(_np(n_users, np.float64), nan=-1), -1, 2.0**62)
             nus = np.where(_nulls(n_users), -1, nu_f).astype(np.int64)
             f = {k: _np(v, np.float64)[rows] for k, v in
                  dict(x=x, y=y, qx=qx, qy=qy, bw=bw, rho=rho, c=rounds).items()}  # fmt: skip
@@ -150,6 +151,12 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
                 f"gp_kde_contribution: {label}={f[name][bad][0]!r} must be finite and > 0. "
                 "Nothing was charged for this batch."
             )
+    bw = f["bw"]
+    if ((bw < 2.0**-10) | (bw > 2.0**40)).any():  # tiny ones divided by zero in the kernel
+        raise InvalidInputError(
+            f"gp_kde_contribution: bandwidth_m={bw[(bw < 2.0**-10) | (bw > 2.0**40)][0]!r} must be "
+            "between 2**-10 and 2**40 metres. Nothing was charged for this batch."
+        )
     rounds = f["c"].astype(np.int64)
     if ((rounds < 1) | (rounds > _MAX_ROUNDS)).any():
         raise InvalidInputError(
@@ -177,6 +184,14 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
                      for v in np.unique(f["rho"])}  # fmt: skip
         per_row = np.empty(len(rounds), dtype=object)
         per_row[:] = [row_alloc[v] for v in f["rho"].tolist()]
+        # each (allocation, rounds) pair's round parts, checked before the reservation: a part
+        # too small to split (rho=5e-324) was refused inside it, so the batch was charged
+        from gpframe.queries.elimination import check_method_parts
+
+        for a, c in {(row_alloc[v], int(c)) for v, c in zip(f["rho"].tolist(), rounds.tolist(),
+                                                            strict=True)}:  # fmt: skip
+            check_method_parts(a, kind="cgp", method=METHOD, rounds=c, split=SPLIT, beta=BETA,
+                               unit=Fraction(1) / lu.scale, scale_max=1)  # fmt: skip
         params = {"method": METHOD, "split": SPLIT, "beta": BETA, "rows": len(rounds),
                   "source": "duckdb"}  # fmt: skip
 

@@ -128,7 +128,10 @@ def _make_udf(reg: RangeRegistration) -> Any:
         if (~null).any():
             rows = np.flatnonzero(~null)
             nu = _nulls(n_users)
-            nus = np.where(nu, -1, np.nan_to_num(_np(n_users, np.float64), nan=-1)).astype(np.int64)
+            # clipped: a BIGINT near 2**63 is no int64 after the float round trip (a larger n
+            # only widens the union bound, so 2**62 is as safe as the value asked for)
+            nu_f = np.clip(np.nan_to_num(_np(n_users, np.float64), nan=-1), -1, 2.0**62)
+            nus = np.where(nu, -1, nu_f).astype(np.int64)
             wk = _objects(wkb)[rows]
             inside, done = _batch(
                 reg, _objects(user_id)[rows], _np(x, np.float64)[rows],
@@ -184,6 +187,15 @@ def _region(wkb: bytes, cache: dict[bytes, Any]) -> Any:
                 f"gp_in_region: region_wkb is not valid WKB ({exc}). Pass ST_AsWKB(geom) or "
                 "shapely.to_wkb(polygon). Nothing was charged for this batch."
             ) from None
+        from gpframe.queries.privatize import COORD_MAX_M
+
+        xy = shapely.get_coordinates(geom)
+        if xy.size and not (np.abs(xy) < COORD_MAX_M).all():  # NaN fails too
+            # the signed distance overflowed inside the reservation (a RuntimeWarning)
+            raise InvalidInputError(
+                "gp_in_region: region_wkb has coordinates beyond ±2**40 m (or NaN); it must be "
+                "in the metres of the points' projected CRS. Nothing was charged for this batch."
+            )
         try:
             cache[wkb] = _check_region(geom, name="gp_in_region: region_wkb")
         except InvalidInputError as exc:
@@ -234,6 +246,14 @@ def _batch(
         row_alloc = {f: lu.to_fraction(lu.up(positive(float(f), "rho"))) for f in np.unique(rhos)}
         per_row = np.empty(len(rhos), dtype=object)
         per_row[:] = [row_alloc[f] for f in rhos.tolist()]
+        # each (allocation, rounds) pair's round parts, checked before the reservation: a part
+        # too small to split (rho=5e-324) was refused inside it, so the batch was charged
+        from gpframe.queries.elimination import check_method_parts
+
+        for a, c in {(row_alloc[v], int(c)) for v, c in zip(rhos.tolist(), rounds.tolist(),
+                                                            strict=True)}:  # fmt: skip
+            check_method_parts(a, kind="cgp", method=METHOD, rounds=c, split=SPLIT, beta=BETA,
+                               unit=Fraction(1) / lu.scale, scale_max=1)  # fmt: skip
         params = {
             "method": METHOD,
             "split": SPLIT,

@@ -1012,7 +1012,9 @@ def validate_polygons(geoms: Any, name: str = "region") -> None:
         )
 
 
-def project_geometry(geom_or_series: Any, crs_in: Any, crs_m: Any) -> Any:
+def project_geometry(
+    geom_or_series: Any, crs_in: Any, crs_m: Any, *, name: str | None = None
+) -> Any:
     """Project geometries (regions, query points) into the metric CRS, vertex by vertex, vectorised.
 
     Parameters
@@ -1022,6 +1024,8 @@ def project_geometry(geom_or_series: Any, crs_in: Any, crs_m: Any) -> Any:
         data and regions). A GeoSeries/GeoDataFrame with its own CRS is projected from that CRS.
     crs_in, crs_m : CRS-like
         Source and target CRS.
+    name : str, optional
+        The caller's argument name (``"region"``, ``"point"``, ...), put in error messages.
 
     Returns
     -------
@@ -1062,9 +1066,11 @@ def project_geometry(geom_or_series: Any, crs_in: Any, crs_m: Any) -> Any:
         bad[which[~np.isfinite(coords).all(axis=1)]] = True
         if bad.any():
             n, rows = _rows(bad, labels)
+            what = f"{name}: " if name else ""
             raise CRSError(
-                f"{_plural(n, 'geometry')} could not be projected from {_describe(src)} to "
-                f"{_describe(dst)} {rows}: they lie outside its valid area. {_NOTHING}"
+                f"{what}{_plural(n, 'geometry')} could not be projected from {_describe(src)} to "
+                f"{_describe(dst)} {rows}: they lie outside its valid area. Check the CRS the "
+                f"geometry is given in (set it on a GeoSeries). {_NOTHING}"
             )
     if isinstance(geom_or_series, pd.Series):
         import geopandas as gpd

@@ -89,6 +89,12 @@ class GridStatsResult(Result):
         return ax
 
 
+#: largest |L|, |U| accepted: W² and the Laplace scales stay far inside float range
+_BOUND_MAX = Fraction(10**18)
+#: smallest U − L accepted: W² (the variance's sensitivity) stays above the samplers' 2**-256
+_WIDTH_MIN = Fraction(1, 2**64)
+
+
 def _finite_pair(bounds: Any) -> tuple[Fraction, Fraction]:
     from gpframe.accounting.amounts import exact
 
@@ -99,9 +105,21 @@ def _finite_pair(bounds: Any) -> tuple[Fraction, Fraction]:
             f"bounds={bounds!r} must be a pair (L, U), e.g. bounds=(0, 65). {_NOTHING}"
         ) from None
     lo_f, hi_f = exact(lo, "bounds[0]"), exact(hi, "bounds[1]")
+    if max(abs(lo_f), abs(hi_f)) > _BOUND_MAX:
+        # 10**400 overflowed float(); 1e300 overflowed the plan's error arithmetic (IndexError)
+        raise InvalidInputError(
+            f"bounds=({lo!r}, {hi!r}) must lie within ±1e18 (value units); rescale the value "
+            f"column. {_NOTHING}"
+        )
     if not hi_f > lo_f:
         raise InvalidInputError(
             f"bounds=({lo!r}, {hi!r}) needs L < U; pass e.g. bounds=(0, 65). {_NOTHING}"
+        )
+    if hi_f - lo_f < _WIDTH_MIN:
+        # (0, 1e-300): the sensitivities fell below the samplers' 2**-256 inside the reservation
+        raise InvalidInputError(
+            f"bounds=({lo!r}, {hi!r}) are narrower than 2**-64; rescale the value column. "
+            f"{_NOTHING}"
         )
     return lo_f, hi_f
 
@@ -336,6 +354,8 @@ def grid_stats(
         )
     if isinstance(beta, bool) or not (isinstance(beta, (int, float)) and 0 < beta < 1):
         raise InvalidInputError(f"beta={beta!r} must be in (0, 1), e.g. 0.05. {_NOTHING}")
+    if isinstance(epsilon, (bool, np.bool_)):  # check_eps takes np.True_ as 1
+        raise InvalidInputError(f"epsilon={epsilon!r} must be a number > 0. {_NOTHING}")
     eps = check_eps(epsilon, "epsilon")
     lo, hi = _finite_pair(bounds)
     x = _value_column(frame, value)

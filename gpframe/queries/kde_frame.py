@@ -127,7 +127,8 @@ def _query_points(at: Any, projected: Any) -> tuple[np.ndarray, Any, bool]:
             arr = np.asarray(at, dtype=np.float64)
         except (TypeError, ValueError):
             arr = None
-        if arr is None or arr.size == 0 or arr.ndim > 2 or arr.shape[-1] != 2:
+        # ndim 0 first: at=None is a 0-d NaN array, whose shape[-1] raised IndexError
+        if arr is None or arr.ndim not in (1, 2) or arr.size == 0 or arr.shape[-1] != 2:
             raise InvalidInputError(
                 f"at={at!r} is not a shapely Point, a GeoSeries / GeoDataFrame of points or an "
                 f"(m, 2) array of (x, y) (lon, lat for degrees) in the data's CRS. {_NOTHING}"
@@ -143,7 +144,7 @@ def _query_points(at: Any, projected: Any) -> tuple[np.ndarray, Any, bool]:
         raise InvalidInputError(f"at must contain only non-empty Points. {_NOTHING}")
     if series.crs is None:
         series = series.set_crs(projected.crs_in)
-    m = project_geometry(series, projected.crs_in, projected.crs_m)
+    m = project_geometry(series, projected.crs_in, projected.crs_m, name="at")
     xy = shapely.get_coordinates(np.asarray(m.array, dtype=object))
     from gpframe.queries.privatize import COORD_MAX_M
 
@@ -175,6 +176,26 @@ def _component(bound: Any, component: Any, reduce: Any) -> Any:
     return dataclasses.replace(p, xy=xy, users=users_all[pos], index=p.index[pos])
 
 
+#: the range of a length argument (bandwidth, ν, cell side): below the 2⁻¹⁰ m lattice step a
+#: length means nothing, and beyond 2⁴⁰ m (the coordinate limit) its square overflows the kernel
+#: and error formulas (b = 1e300 gave a ZeroDivisionError after the reservation, so a charge)
+_LENGTH_MIN_M, _LENGTH_MAX_M = 2.0**-10, 2.0**40
+
+
+def _length(v: Any, name: str) -> float:
+    """``v`` as metres in [2⁻¹⁰, 2⁴⁰], else ``InvalidInputError`` (before any reservation)."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > _LENGTH_MAX_M:
+        f = math.inf  # float(10**400) raises OverflowError inside _positive_finite
+    else:
+        f = _k._positive_finite(v, name)
+    if not _LENGTH_MIN_M <= f <= _LENGTH_MAX_M:
+        raise InvalidInputError(
+            f"{name}={v!r} must be between 2**-10 m (the noise lattice step) and 2**40 m "
+            f"(metres on the ground), e.g. {name}=500. {_NOTHING}"
+        )
+    return f
+
+
 def _check_options(method: str, rounds: Any, split: str, beta: Any) -> None:
     from gpframe.queries.elimination import split_fractions
 
@@ -184,7 +205,7 @@ def _check_options(method: str, rounds: Any, split: str, beta: Any) -> None:
         )
     split_fractions(split, rounds)
     if isinstance(beta, bool) or not (
-        isinstance(beta, (int, float)) and math.isfinite(beta) and 0.0 < beta < 1.0
+        isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
     ):
         raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
 
@@ -341,9 +362,9 @@ def kde(
     session = bound.session
     rng = _resolve_rng(rng)
     _check_options(method, rounds, split, beta)
-    b = _k._positive_finite(bandwidth_m, "bandwidth_m")
+    b = _length(bandwidth_m, "bandwidth_m")
     if nu_m is not None:
-        _k._positive_finite(nu_m, "nu_m")
+        nu_m = _length(nu_m, "nu_m")
     kind, amount = _check_amount(session, rho, eps)
     p = _component(bound, component, reduce)
     q_m, q_series, many = _query_points(at, p)
@@ -464,9 +485,15 @@ def _bounds_m(bounds: Any, projected: Any) -> tuple[float, float, float, float]:
         raise InvalidInputError(
             f"bounds={bounds!r} must be finite with xmax > xmin and ymax > ymin. {_NOTHING}"
         )
+    if max(abs(x0), abs(y0), abs(x1), abs(y1)) >= _LENGTH_MAX_M:
+        # GEOS refuses to segmentize such a box; no CRS has coordinates this large
+        raise InvalidInputError(
+            f"bounds={bounds!r} are beyond ±2**40 in the data's CRS; give them in that CRS "
+            f"(degrees for lon/lat data). {_NOTHING}"
+        )
     box = shapely.box(x0, y0, x1, y1)
     box = shapely.segmentize(box, max(x1 - x0, y1 - y0) / 32)  # curved edges after projecting
-    m = project_geometry(box, projected.crs_in, projected.crs_m)
+    m = project_geometry(box, projected.crs_in, projected.crs_m, name="bounds")
     bx = m.bounds
     if not all(map(math.isfinite, bx)):
         raise InvalidInputError(f"bounds={bounds!r} do not project to finite metres. {_NOTHING}")
@@ -546,8 +573,8 @@ def kde_raster(
     """
     session = bound.session
     rng = _resolve_rng(rng)
-    h = _k._positive_finite(bandwidth_m, "bandwidth_m")
-    c = _k._positive_finite(cell_m, "cell_m")
+    h = _length(bandwidth_m, "bandwidth_m")
+    c = _length(cell_m, "cell_m")
     kind, amount = _check_amount(session, rho, eps)
     p = _component(bound, component, reduce)
     users = np.asarray(p.users)
@@ -558,7 +585,17 @@ def kde_raster(
         )
     bm = _bounds_m(bounds, p) if bounds is not None else None
     if bm is not None:
-        _k.grid_for_bounds(bm, c)
+        ny, nx, _tr = _k.grid_for_bounds(bm, c)
+        # the smoothing pads the grid by the kernel's reach (about 5h/cell cells a side): a
+        # bandwidth of 630 km on 100 m cells asked for a 30 GiB array (MemoryError). The bound
+        # is what the bounds=None path can reach (its cell grows with the extent + 6h).
+        reach = math.ceil(5.0 * h / c) + 1
+        if max(ny, nx) + 2 * reach > 3 * _k.MAX_CELLS_SIDE:
+            raise InvalidInputError(
+                f"bandwidth_m={bandwidth_m!r} spans about {reach} cells of cell_m={c:g}; the "
+                f"smoothed raster would exceed {3 * _k.MAX_CELLS_SIDE} cells a side. Use a larger "
+                f"cell_m (e.g. cell_m={math.ceil(h / 400)}) or a smaller bandwidth. {_NOTHING}"
+            )
     _preflight(kind, amount, float(p.scale_max), "pt")
     if correct:
         _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, amount, scale_max=float(p.scale_max)))

@@ -128,7 +128,7 @@ def _amount(session: Any, rho: Any, eps: Any, what: str) -> tuple[str, Fraction,
 
 def _beta(beta: Any) -> float:
     if isinstance(beta, bool) or not (
-        isinstance(beta, (int, float)) and math.isfinite(beta) and 0.0 < beta < 1.0
+        isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
     ):
         raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
     return float(beta)
@@ -143,7 +143,14 @@ def _point_m(point: Any, projected: Any) -> np.ndarray:
     if isinstance(point, pd.Series):
         if len(point) != 1:
             raise InvalidInputError(f"point has {len(point)} geometries; pass one. {_NOTHING}")
-        geom = project_geometry(point, point.crs or projected.crs_in, projected.crs_m).iloc[0]
+        g0 = point.iloc[0]
+        # a None / polygon entry has no .x: refuse it by name (was an AttributeError)
+        if not isinstance(g0, shapely.Point) or g0.is_empty:
+            raise InvalidInputError(
+                f"point must hold one non-empty shapely Point, got {g0!r}. {_NOTHING}"
+            )
+        crs = getattr(point, "crs", None) or projected.crs_in
+        geom = project_geometry(point, crs, projected.crs_m, name="point").iloc[0]
     else:
         if not isinstance(point, shapely.Point):
             try:
@@ -154,7 +161,7 @@ def _point_m(point: Any, projected: Any) -> np.ndarray:
                     f"{_NOTHING}"
                 ) from None
             point = shapely.Point(x, y)
-        geom = project_geometry(point, projected.crs_in, projected.crs_m)
+        geom = project_geometry(point, projected.crs_in, projected.crs_m, name="point")
     q = np.array([geom.x, geom.y], dtype=np.float64) if not geom.is_empty else np.full(2, np.nan)
     if not np.isfinite(q).all():
         raise InvalidInputError(f"point {point!r} is empty or not finite. {_NOTHING}")
@@ -250,8 +257,20 @@ def knn(
 
     rng = _resolve_rng(rng)
     kind, amount, _ = _amount(bound.session, rho, eps, "knn")
-    kk = _k.check_k(k)
+    # a k above the number of rows answers the same (each user gets all of theirs, ranked);
+    # clamping keeps a k like 2**70 out of int64 arithmetic (it raised OverflowError)
+    kk = min(_k.check_k(k), max(len(bound.projected.xy), 1))
     b = _beta(beta)
+    if gamma0 is not None and (
+        isinstance(gamma0, (bool, np.bool_)) or not isinstance(gamma0, (int, float, np.number))
+    ):  # resolve_compat's float() would raise ValueError / TypeError on a str or an object
+        raise InvalidInputError(
+            f"gamma0={gamma0!r} must be a number in [-20, 20] (units of each call's b). {_NOTHING}"
+        )
+    if gamma0 is not None and not -20 <= gamma0 <= 20:  # before float(): 10**400 overflows
+        raise InvalidInputError(
+            f"gamma0={gamma0!r} must be a finite public shift in [-20, 20]. {_NOTHING}"
+        )
     g0, order = _k.resolve_compat(compat, gamma0, scan_order)
     if isinstance(max_cycles, bool) or not isinstance(max_cycles, (int, np.integer)):
         raise InvalidInputError(f"max_cycles={max_cycles!r} must be an integer >= 1. {_NOTHING}")
@@ -379,7 +398,6 @@ def convex_hull(
     """
     import geopandas as gpd
 
-    from gpframe.geo import project_geometry
     from gpframe.queries import hull as _h
 
     rng = _resolve_rng(rng)
@@ -403,6 +421,7 @@ def convex_hull(
         radius_floor_m=radius_floor_m,
         scale_max=Fraction(float(p.scale_max)),
     )
+    _hull_preflight(kind, amount, b, alpha, k, radius_floor_m, _counts, float(p.scale_max))
     from gpframe.queries.knn import _check_extent
 
     _check_extent(p.xy)
@@ -419,7 +438,8 @@ def convex_hull(
         qid = r.query_id
     idx = np.flatnonzero(adm)
     geoms = gpd.GeoSeries(out.hulls[idx], crs=p.crs_m)
-    geoms = project_geometry(geoms, p.crs_m, p.crs_in) if not p.crs_m.equals(p.crs_in) else geoms
+    if not p.crs_m.equals(p.crs_in):
+        geoms = _hulls_to_input_crs(geoms, p.crs_m, p.crs_in)
     table = pd.DataFrame(
         {bound.user: uniques[idx], "k": out.k[idx], "radius_m": out.radius[idx],
          "error_m": out.error[idx], "fallback": out.fallback[idx]},
@@ -442,6 +462,83 @@ def convex_hull(
     )
     gdf.attrs["geopriv"] = res.to_attr()
     return gdf
+
+
+def _hulls_to_input_crs(geoms: Any, crs_m: Any, crs_in: Any) -> Any:
+    """Project the released hulls back to the input CRS; a hull that cannot be is None.
+
+    The users were charged already (noise was drawn), so a hull whose noisy anchors fall outside
+    the input CRS's valid area (small amounts on lon/lat data) must not turn into an error
+    that discards every answer: it is returned as None, with a warning.
+    """
+    import warnings
+
+    from gpframe.errors import CRSError, GpframeWarning
+    from gpframe.geo import project_geometry
+
+    try:
+        return project_geometry(geoms, crs_m, crs_in)
+    except CRSError:
+        pass
+    out = []
+    for g in geoms.array:  # rare path: one geometry at a time to find the failures
+        try:
+            out.append(project_geometry(g, crs_m, crs_in))
+        except CRSError:
+            out.append(None)
+    n_bad = sum(g is None for g in out)
+    warnings.warn(
+        f"{n_bad} private hull(s) lie outside the valid area of the input CRS and are returned "
+        "as None (their users were charged); use a larger amount, or to_crs= a metric CRS.",
+        GpframeWarning,
+        stacklevel=3,
+    )
+    import geopandas as gpd
+
+    return gpd.GeoSeries(out, index=geoms.index, crs=crs_in)
+
+
+def _hull_preflight(kind: str, amount: Fraction, beta: float, alpha: Any, k: Any,
+                    radius_floor_m: Any, counts: np.ndarray, scale_max: float) -> None:  # fmt: skip
+    """Run the checks PCH makes only after its first draws, before the reservation.
+
+    :func:`gpframe.queries.hull.private_hulls`' dry run (no admitted user) stops after the centre
+    and radius phases, so a k-dependent phase it refuses (a PNN call or an anchor release below
+    the supported amounts) used to be refused inside the reservation, charging everybody. k is
+    public (given, or clamped to [16, 128]) and the fallback releases the n points of a user
+    with n <= k, so every part can be checked now: each is smallest at the largest k or n.
+    """
+    from gpframe.mechanisms import calibration as cal
+    from gpframe.mechanisms.calibration import check_eps, eps_from_rho
+    from gpframe.queries import hull as _h
+    from gpframe.queries.knn import pnn_calibration
+    from gpframe.queries.privatize import COORD_MAX_M
+
+    if beta < 1e-300:  # ln(2/β) must be finite in choose_k (β = 5e-324 gave NaN there)
+        raise InvalidInputError(f"beta={beta!r} must be at least 1e-300. {_NOTHING}")
+    r = radius_floor_m
+    if not (isinstance(r, (int, float)) and not isinstance(r, bool) and -COORD_MAX_M < r
+            < COORD_MAX_M / 2):  # fmt: skip
+        raise InvalidInputError(
+            f"radius_floor_m={r!r} must be a finite number of metres below 2**39 (the anchors "
+            f"lie within it of the centre). {_NOTHING}"
+        )
+    spend = _h._split(kind, amount, Fraction(alpha) if not isinstance(alpha, Fraction) else alpha)
+    ks = Fraction(scale_max)
+    k_hi = int(k) if k is not None else 128
+    n_hi = int(min(int(counts.max()), k_hi)) if counts.size else 1
+    for kk in {k_hi, 1 if k is not None else 16}:
+        if kind == "cgp":
+            pnn_calibration(check_eps(eps_from_rho(spend["pnn"] / (kk * ks * ks)), "sqrt(2*rho/k)"))
+            cal.cgp_gaussian(spend["release"] / (kk * ks * ks), d=2)
+        else:
+            pnn_calibration(check_eps(spend["pnn"] / (kk * ks), "eps (one PCH anchor call)"))
+            cal.gp_laplace(check_eps(spend["release"] / (kk * ks), "eps (PCH release)"), d=2)
+    part = (spend["pnn"] + spend["release"]) / n_hi  # the fallback's smallest per-point part
+    if kind == "cgp":
+        cal.cgp_gaussian(part / (ks * ks), d=2)
+    else:
+        cal.gp_laplace(check_eps(part / ks, "eps (PCH fallback release)"), d=2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -524,6 +621,10 @@ def nearest_users(
     if pos.size == 0:
         raise InvalidInputError(f"the selected component has no rows. {_NOTHING}")
     users = users_all[pos]
+    from gpframe.queries.knn import _check_extent
+
+    # a query point beyond ±2**40 m was refused by the sampler inside the reservation (charged)
+    _check_extent(p.xy[pos], q[None, :])
     if len(pd.unique(users)) != users.size:
         raise InvalidInputError(
             "several rows per user: nearest_users reads one point per user; select it with "
@@ -544,6 +645,16 @@ def nearest_users(
     checks = dict(kind=kind, method=method, rounds=rounds, split=split, beta=b, unit=unit,
                   scale_max=p.scale_max)  # fmt: skip
     check_method_parts(amount, **checks)
+    # fewer than k users able to pay: refuse before reserving (read-only), as the reserve-then-
+    # cancel below writes to the ledger file; that check stays as the backstop for a race
+    need = lu.to_fraction(lu.up(amount))
+    from gpframe.accessor import ledger_keys as _keys
+
+    can = int(sum(1 for v in bound.session.remaining_exact(_keys(users)).tolist() if v >= need))
+    if can < kk:
+        raise InvalidInputError(
+            f"only {can} users can afford the allocation, fewer than k={kk}. {_NOTHING}"
+        )
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
               "point_m": q.tolist(), "crs_m": p.crs_m.to_string()}  # fmt: skip
     from gpframe.accessor import ledger_keys

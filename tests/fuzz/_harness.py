@@ -169,3 +169,42 @@ def is_number(v: Any) -> bool:
         return math.isfinite(float(v))
     except (OverflowError, TypeError, ValueError):
         return isinstance(v, int)
+
+
+def assert_budgets(entry: str, session: Any) -> None:
+    """No user has been charged past their budget (any notion), and the audit chain holds."""
+    rep = session.report()
+    if len(rep):
+        over = rep["spent"].to_numpy(np.float64) > rep["budget"].to_numpy(np.float64)
+        assert not over.any(), f"{entry}: charged past the budget:\n{rep[over]}"
+    assert session.ledger.verify()
+
+
+def sql_call(
+    entry: str, con: Any, query: str, params: Any, names: tuple[str, ...], ledger: Any
+) -> list[Any] | None:
+    """Run one SQL query under the fuzz contract; return its rows, or None if it was refused.
+
+    A refusal raised inside a gpframe UDF ("Python exception occurred") must carry a gpframe
+    error class name and one of ``names``; a refusal by DuckDB itself (a cast, before gpframe
+    ran) is allowed. Either way the ledger file must be byte-identical afterwards.
+    """
+    import duckdb
+
+    COUNTS[entry] += 1
+    before = ledger_hash(ledger)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", gp.GpframeWarning)  # an answer, not an error
+            return con.execute(query, params).fetchall()
+    except duckdb.Error as exc:
+        msg = str(exc)
+        try:  # DuckDB 2.0 keeps a result that failed mid-fetch pending on the connection
+            con.abort()
+        except duckdb.Error:
+            pass
+        if "Python exception occurred" in msg:
+            assert any(f"{n}:" in msg for n in GP_ERROR_NAMES), f"{entry}: {msg}"
+            assert any(n in msg for n in names), f"{entry}: names none of {names}: {msg}"
+        assert ledger_hash(ledger) == before, f"{entry}: rejected SQL changed the ledger: {msg}"
+        return None
