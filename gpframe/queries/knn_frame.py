@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from gpframe.errors import InvalidInputError
+from gpframe.errors import BudgetExceededError, InvalidInputError
 from gpframe.results import Result
 
 __all__ = ["HullResult", "KnnResult", "NearestResult", "convex_hull", "knn", "nearest_users"]
@@ -651,9 +651,10 @@ def nearest_users(
     from gpframe.accessor import ledger_keys as _keys
 
     can = int(sum(1 for v in bound.session.remaining_exact(_keys(users)).tolist() if v >= need))
-    if can < kk:
-        raise InvalidInputError(
-            f"only {can} users can afford the allocation, fewer than k={kk}. {_NOTHING}"
+    if can < kk:  # a budget refusal (STYLE.md §5), checked read-only before reserving
+        raise BudgetExceededError(
+            f"only {can} users can afford the allocation, fewer than k={kk}; lower rho/eps or "
+            f"k. {_NOTHING}"
         )
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
               "point_m": q.tolist(), "crs_m": p.crs_m.to_string()}  # fmt: skip
@@ -664,9 +665,9 @@ def nearest_users(
         adm = np.asarray(r.admitted, dtype=bool)
         if adm.sum() < kk:
             r.cancel()
-            raise InvalidInputError(
-                f"only {int(adm.sum())} users can afford the allocation, fewer than k={kk}. "
-                f"{_NOTHING}"
+            raise BudgetExceededError(
+                f"only {int(adm.sum())} users can afford the allocation, fewer than k={kk}; "
+                f"lower rho/eps or k. {_NOTHING}"
             )
         alloc = np.empty(users.size, dtype=object)
         alloc[:] = [amount if a else Fraction(0) for a in adm.tolist()]

@@ -473,12 +473,6 @@ def test_replaying_an_operations_committed_charge_admits_nobody(tmp_path, op):
         s.ledger.verify()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (knn_frame.nearest_users): fewer than k users able to pay is reported as "
-    "InvalidInputError, not BudgetExceededError (STYLE.md §5: 'no user can afford ...'); "
-    "callers that catch budget refusals miss it. Nothing is charged either way.",
-)
 def test_nearest_users_refuses_an_unaffordable_k_with_budget_exceeded():
     import pandas as pd
 
