@@ -193,18 +193,21 @@ def _lists(xs: Any, ys: Any, rows: np.ndarray, fname: str) -> tuple[np.ndarray, 
             f"with WHERE len(xs) > 0). {_NOTHING}"
         )
     vx, vy = xs.values, ys.values
+    # positions in each backing array of the answered rows' elements: xs and ys have their own
+    # offsets (a NULL or skipped row elsewhere in the batch shifts one and not the other), so
+    # ys must never be indexed with xs's offsets (that raised ArrowIndexError)
+    idx = np.concatenate([np.arange(ox[r], ox[r + 1]) for r in rows.tolist()])
+    idy = np.concatenate([np.arange(oy[r], oy[r + 1]) for r in rows.tolist()])
     if vx.null_count or vy.null_count:
-        # checked over the whole backing arrays: a NULL coordinate anywhere in the batch
-        idx = np.concatenate([np.arange(ox[r], ox[r + 1]) for r in rows.tolist()])
-        if _nulls(vx.take(idx)).any() or _nulls(vy.take(idx)).any():
+        # only the answered rows' elements count: a NULL element in a NULL-out row is ignored;
+        # one in an answered row is bad input, refused before the ledger is touched
+        if _nulls(vx.take(idx)).any() or _nulls(vy.take(idy)).any():
             raise InvalidInputError(
-                f"{fname}: a point list holds NULL coordinates; aggregate with "
+                f"{fname}: a point list (xs or ys) holds NULL coordinates; aggregate with "
                 f"list(x) FILTER (WHERE x IS NOT NULL AND y IS NOT NULL). {_NOTHING}"
             )
     ax = np.asarray(vx.to_numpy(zero_copy_only=False), dtype=np.float64)
     ay = np.asarray(vy.to_numpy(zero_copy_only=False), dtype=np.float64)
-    idx = np.concatenate([np.arange(ox[r], ox[r + 1]) for r in rows.tolist()])
-    idy = np.concatenate([np.arange(oy[r], oy[r + 1]) for r in rows.tolist()])
     xy = np.column_stack([ax[idx], ay[idy]])
     if not np.isfinite(xy).all():
         raise InvalidInputError(
@@ -422,6 +425,7 @@ def _hull_batch(
     import shapely
 
     from gpframe.queries import hull as _h
+    from gpframe.queries.knn_frame import _hull_preflight
 
     xy, lens = _lists(xs, ys, rows, fname)
     exact = _amounts(amts, fname, kind)
@@ -440,11 +444,22 @@ def _hull_batch(
     key = pd.DataFrame({"a": amts, "b": betas, "k": ks})
     gcode, groups = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
     groups = [(exact[float(a)], float(b), int(k) or None) for a, b, k in groups.tolist()]
-    for a, b, k in groups:  # every check of PCH before the ledger is touched
-        _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=a, beta=b,
-                         k=k, admitted=np.zeros(1, bool))  # fmt: skip
     start = np.zeros(rows.size + 1, dtype=np.int64)
     np.cumsum(lens, out=start[1:])
+    # every check of PCH before the ledger is touched. The dry run on one dummy point covers
+    # the centre and radius phases only, so the k-dependent ones (PNN calls and anchor
+    # releases at the largest k / n) are calibrated on each group's own point counts: without
+    # them rho=5e-324 was refused inside the reservation and the batch charged. The accessor's
+    # preflight keeps the same rows refused in SQL as in Python.
+    try:
+        for g, (a, b, k) in enumerate(groups):
+            n_g = lens[gcode == g]
+            _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=a,
+                             beta=b, k=k, admitted=np.zeros(1, bool))  # fmt: skip
+            _hull_preflight(kind, a, b, _h.ALPHA, k, 10.0, n_g, 1.0)
+            _h._check_k_phases(kind, _h._split(kind, a, _h.ALPHA), Fraction(1), n_g, k, 16, 128)
+    except InvalidInputError as exc:  # name the SQL function (the checks are shared with Python)
+        raise InvalidInputError(f"{fname} ({_PARAM[kind]}={float(a)!r}): {exc}") from None
     result: list[Any] = [None] * rows.size
 
     def work(adm: np.ndarray) -> None:
@@ -812,6 +827,7 @@ def convex_hulls(
     import shapely
 
     from gpframe.queries import hull as _h
+    from gpframe.queries.knn_frame import _hull_preflight
 
     fname = "gp.duckdb.convex_hulls"
     reg = _registration(con, fname)
@@ -835,6 +851,13 @@ def convex_hulls(
     # every check of PCH before anything runs (the UDF checks again per batch)
     _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=amount,
                      beta=float(beta), k=k, admitted=np.zeros(1, bool))  # fmt: skip
+    # ... including the k-dependent phases on the users' point counts: the UDF would refuse
+    # them per batch, after earlier batches were charged
+    sizes = rel.query(_SRC, f"SELECT DISTINCT count(*) FROM {_SRC} GROUP BY {u}").fetchall()
+    counts = np.array([n for (n,) in sizes], dtype=np.int64)
+    kk = None if k is None else int(k)
+    _hull_preflight(kind, amount, float(beta), _h.ALPHA, kk, 10.0, counts, 1.0)
+    _h._check_k_phases(kind, _h._split(kind, amount, _h.ALPHA), Fraction(1), counts, kk, 16, 128)
     fn = _HULL if kind == "cgp" else _HULL + "_gp"
     sql = f"""
         WITH __gp_s AS MATERIALIZED (

@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 from gpframe.accounting.amounts import exact
 from gpframe.errors import InvalidInputError
 
@@ -222,6 +224,13 @@ def check_positive(value: object, name: str) -> Fraction:
     >>> check_positive(1.5, "K")
     Fraction(3, 2)
     """
+    # a bool is never an amount: `exact` refuses Python's bool, but numpy's (np.True_, or a
+    # 0-d bool array) would read as 1. Refused here for every check built on this one.
+    if isinstance(value, (bool, np.bool_)) or getattr(value, "dtype", None) == np.bool_:
+        raise InvalidInputError(
+            f"{name}={value!r} is a bool; pass a positive number (e.g. {name}=0.5). "
+            "Nothing was charged."
+        )
     x = exact(value, name)
     if x <= 0:
         raise InvalidInputError(f"{name}={value!r} must be > 0. Nothing was charged.")

@@ -29,6 +29,7 @@ from gpframe.errors import GpframeWarning, InvalidInputError
 from gpframe.mechanisms.calibration import check_eps, eps_from_rho, sqrt_up
 from gpframe.mechanisms.svt import MAX_CYCLES
 from gpframe.queries.knn import (
+    COORD_MAX_M,
     ScanOrder,
     _check_common,
     _check_extent,
@@ -189,6 +190,51 @@ def _release_points(
     return _quiet(mech.planar_laplace, pts, eps=part / ks, K=K, rng=bits)
 
 
+def _check_k_phases(
+    kind: str,
+    spend: dict[str, Fraction],
+    ks: Fraction,
+    counts: NDArray[np.int64],
+    k: int | None,
+    k_min: int,
+    k_max: int,
+) -> None:
+    """Calibrate every PNN and release group PCH may run, before any bit is drawn (R8).
+
+    k per user is drawn from R̃ (a noisy quantity), but it is public that it lies in
+    [k_min, k_max] (or equals the fixed ``k``), and that a user with n ≤ k takes the fallback
+    (all n points at ρ₁/n; Remark 1). Each part shrinks as k (or n) grows and every calibration
+    accepts an interval of amounts, so calibrating the smallest and largest k (and n) that any
+    user can reach covers every group the run can form. ``counts`` are the public n per user.
+    """
+    from gpframe.mechanisms import calibration as cal
+
+    n = np.asarray(counts, dtype=np.int64)
+    if n.size == 0:
+        return
+    k_lo, k_hi = (int(k), int(k)) if k is not None else (k_min, k_max)
+    pnn_n = n[n > k_lo]  # users that can run the PNN phase (k_u < n_u for some allowed k_u)
+    pnn_ks = {k_lo, min(k_hi, int(pnn_n.max()) - 1)} if pnn_n.size else set()
+    fb_n = n[n <= k_hi]  # users that can take the fallback (k_u >= n_u for some allowed k_u)
+    fb_ns = {int(fb_n.min()), int(fb_n.max())} if fb_n.size else set()
+    for kk in sorted(pnn_ks):
+        if kind == "cgp":
+            pnn_calibration(check_eps(eps_from_rho(spend["pnn"] / (kk * ks * ks)),
+                                      "sqrt(2*rho/k) (one PCH anchor call)"))  # fmt: skip
+            cal.cgp_gaussian(cal.check_rho(spend["release"] / (kk * ks * ks),
+                                           "rho (PCH anchor release)"), d=2)  # fmt: skip
+        else:
+            pnn_calibration(check_eps(spend["pnn"] / (kk * ks), "eps (one PCH anchor call)"))
+            cal.gp_laplace(check_eps(spend["release"] / (kk * ks), "eps (PCH anchor release)"),
+                           d=2)  # fmt: skip
+    for n_u in sorted(fb_ns):
+        part = (spend["pnn"] + spend["release"]) / n_u
+        if kind == "cgp":
+            cal.cgp_gaussian(cal.check_rho(part / (ks * ks), "rho (PCH fallback release)"), d=2)
+        else:
+            cal.gp_laplace(check_eps(part / ks, "eps (PCH fallback release)"), d=2)
+
+
 def private_hulls(
     xy_m: Any,
     codes: Any,
@@ -274,6 +320,11 @@ def private_hulls(
     b = float(exact(beta, "beta"))
     if not 0 < b < 1:
         raise InvalidInputError(f"beta={beta!r} must be in (0, 1). {_NOTHING}")
+    if b < 1e-300:  # ln(2/β) must stay finite: β = 5e-324 made R̃ infinite and k NaN in choose_k
+        raise InvalidInputError(
+            f"beta={beta!r} must be at least 1e-300 (the radius enlargement uses ln(2/beta)). "
+            f"{_NOTHING}"
+        )
     ks = exact(scale_max, "scale_max")
     if ks < 1:
         raise InvalidInputError(f"scale_max={scale_max!r} must be >= 1. {_NOTHING}")
@@ -290,6 +341,12 @@ def private_hulls(
         )
     if not (isinstance(radius_floor_m, (int, float)) and math.isfinite(radius_floor_m)):
         raise InvalidInputError(f"radius_floor_m={radius_floor_m!r} must be finite. {_NOTHING}")
+    if not -COORD_MAX_M < radius_floor_m < COORD_MAX_M / 2:  # else the anchors (within R̃ of
+        # c̃) are refused by the extent check after the centre and radius were drawn
+        raise InvalidInputError(
+            f"radius_floor_m={radius_floor_m!r} must be below 2**39 m (the anchors lie within "
+            f"it of the centre). {_NOTHING}"
+        )
     _, order = resolve_compat(None, None, scan_order)
     adm = np.ones(U, dtype=bool) if admitted is None else np.asarray(admitted, dtype=bool)
     if adm.shape != (U,):
@@ -306,6 +363,8 @@ def private_hulls(
     else:
         cal_.gp_laplace(check_eps(spend["centre"] / ks, "eps (centre)"), K=sqrt_up(2), d=2)
         cal_.gp_laplace(check_eps(spend["radius"] / ks, "eps (radius)"), d=1)
+    # ... and the k-dependent phases too (R8): k depends on R̃, but only within public bounds
+    _check_k_phases(kind, spend, ks, counts, k, int(k_min), int(k_max))
     bits = resolve_rng(rng)
 
     users = np.flatnonzero(adm)
@@ -361,8 +420,16 @@ def private_hulls(
     fallback[users] = kk[users] >= counts[users]
     grouped = srt
     px, py = np.ascontiguousarray(p[:, 0]), np.ascontiguousarray(p[:, 1])
-    # the anchors P_j lie within R̃ of c̃: bound them like the data (exact snapping)
-    _check_extent(p, centre[users] + radius[users, None], centre[users] - radius[users, None])
+    # the anchors P_j lie within R̃ of c̃: bound them like the data (exact snapping). R̃ is noisy,
+    # so this can only be checked now, after the centre and radius draws: the query is spent
+    try:
+        _check_extent(centre[users] + radius[users, None], centre[users] - radius[users, None])
+    except InvalidInputError:
+        raise InvalidInputError(
+            "the released hull centre and radius put the anchors beyond ±2**40 m (the budget is "
+            "far too small for this extent); the query's draws were made and it is charged. "
+            "Use a larger rho/eps."
+        ) from None
     # Remark 1: k >= n, release all n points at ρ₁ (per point ρ₁/n), grouped by n
     fb_users = users[fallback[users]]
     for n_u in np.unique(counts[fb_users]).tolist():

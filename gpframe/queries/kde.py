@@ -490,6 +490,12 @@ def _positive_finite(v: Any, name: str) -> float:
         raise InvalidInputError(
             f"{name}={v!r} must be a number of metres > 0. {_NOTHING}"
         ) from None
+    except OverflowError:  # an int beyond the float range (10**400): refused, not a crash
+        # (no repr of v: an int of more than 4300 digits cannot be printed)
+        raise InvalidInputError(
+            f"{name} is beyond the float range; it must be finite and > 0 (metres), e.g. "
+            f"{name}=500. {_NOTHING}"
+        ) from None
     if not (math.isfinite(f) and f > 0):
         raise InvalidInputError(
             f"{name}={v!r} must be finite and > 0 (metres), e.g. {name}=500. {_NOTHING}"

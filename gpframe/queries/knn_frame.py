@@ -506,12 +506,9 @@ def _hull_preflight(kind: str, amount: Fraction, beta: float, alpha: Any, k: Any
     and radius phases, so a k-dependent phase it refuses (a PNN call or an anchor release below
     the supported amounts) used to be refused inside the reservation, charging everybody. k is
     public (given, or clamped to [16, 128]) and the fallback releases the n points of a user
-    with n <= k, so every part can be checked now: each is smallest at the largest k or n.
+    with n <= k, so every group the run can form is checked now (both ends of k and n).
     """
-    from gpframe.mechanisms import calibration as cal
-    from gpframe.mechanisms.calibration import check_eps, eps_from_rho
     from gpframe.queries import hull as _h
-    from gpframe.queries.knn import pnn_calibration
     from gpframe.queries.privatize import COORD_MAX_M
 
     if beta < 1e-300:  # ln(2/β) must be finite in choose_k (β = 5e-324 gave NaN there)
@@ -524,21 +521,9 @@ def _hull_preflight(kind: str, amount: Fraction, beta: float, alpha: Any, k: Any
             f"lie within it of the centre). {_NOTHING}"
         )
     spend = _h._split(kind, amount, Fraction(alpha) if not isinstance(alpha, Fraction) else alpha)
-    ks = Fraction(scale_max)
-    k_hi = int(k) if k is not None else 128
-    n_hi = int(min(int(counts.max()), k_hi)) if counts.size else 1
-    for kk in {k_hi, 1 if k is not None else 16}:
-        if kind == "cgp":
-            pnn_calibration(check_eps(eps_from_rho(spend["pnn"] / (kk * ks * ks)), "sqrt(2*rho/k)"))
-            cal.cgp_gaussian(spend["release"] / (kk * ks * ks), d=2)
-        else:
-            pnn_calibration(check_eps(spend["pnn"] / (kk * ks), "eps (one PCH anchor call)"))
-            cal.gp_laplace(check_eps(spend["release"] / (kk * ks), "eps (PCH release)"), d=2)
-    part = (spend["pnn"] + spend["release"]) / n_hi  # the fallback's smallest per-point part
-    if kind == "cgp":
-        cal.cgp_gaussian(part / (ks * ks), d=2)
-    else:
-        cal.gp_laplace(check_eps(part / ks, "eps (PCH fallback release)"), d=2)
+    # the PNN and release groups any user can reach (k in the clamp or fixed, the fallback's n)
+    _h._check_k_phases(kind, spend, Fraction(scale_max), counts, None if k is None else int(k),
+                       16, 128)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

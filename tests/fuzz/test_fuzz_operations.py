@@ -916,13 +916,28 @@ def test_knn_bad_gamma0_refused(bounds_cache, g0):
         {"rho": 3e-301},
         {"rho": 1.0, "radius_floor_m": 1e300},
         {"rho": 1.0, "beta": 5e-324},
-        {"rho": 1.0, "alpha": 1e-300},
     ],
 )
 def test_convex_hull_late_refusals_now_early(bounds_cache, kw):
     # were refused (or warned) after the reservation, inside private_hulls: everybody charged
     b = _bound(bounds_cache, "cgp", "utm")
     _refused("accessor.convex_hull", b, b.convex_hull, **kw)
+
+
+def test_convex_hull_tiny_alpha_refused_only_where_the_pnn_phase_runs(sessions):
+    """alpha=1e-300 leaves the anchor calls (spend ∝ alpha) below the supported amounts: refused
+    before reserving when users have more points than the smallest k (16), so the calls would
+    run; users with at most 16 points take the fallback (all points at the whole ρ₁), which
+    never runs a call, so the same query is answered."""
+    session = sessions["cgp"]
+    big = pd.DataFrame({"u": np.repeat([0, 1], 40), "x": 500_000.0 + np.arange(80) * 37.0,
+                        "y": 4_500_000.0 + (np.arange(80) * 53) % 900})  # fmt: skip
+    b = big.geopriv(session, user="u", x="x", y="y", crs=32618)
+    _refused("accessor.convex_hull", b, b.convex_hull, rho=1.0, alpha=1e-300)
+    small = big.groupby("u").head(4)
+    s = small.geopriv(session, user="u", x="x", y="y", crs=32618)
+    out = s.convex_hull(rho=1.0, alpha=1e-300)
+    assert out["fallback"].all() and len(out) == 2
 
 
 def test_nearest_users_unaffordable_k_leaves_file_untouched(bounds_cache):

@@ -265,12 +265,12 @@ def list_lit(vals) -> str:
     return "[" + ", ".join(lit(v) for v in vals) + "]::DOUBLE[]"
 
 
-#: no NULL lists: a NULL list next to a non-NULL one in a batch is a known bug in
-#: gpframe/duckdb_knn.py (test_knn_null_list_row_refused_cleanly, xfail)
+#: lists mixing good and bad coordinates, NULL elements and whole NULL lists (a NULL list gives
+#: NULL and no charge; a NULL element in an answered row is refused before charging)
 lists = st.one_of(
     st.lists(st.floats(0.0, 20_000.0), min_size=1, max_size=6),
-    # NULL elements excluded as well: same known bug when an earlier row of the batch is NULL
-    st.lists(coord.filter(lambda v: v is not None), min_size=0, max_size=4),
+    st.lists(coord, min_size=0, max_size=4),
+    st.none(),
 )
 ks_sql = st.one_of(st.integers(1, 6), st.sampled_from([0, -1, 10**6, None, "1.5", "'x'", 2**40]))
 
@@ -285,8 +285,7 @@ def knn_queries(draw, hull: bool):
         same = draw(st.booleans()) and xs is not None
         ys = [v if v is None else v + 1.0 for v in xs] if same else draw(lists)
         if hull:
-            # rho below ~1e-300: known bug in duckdb_knn.py (test_hull_tiny_rho_not_charged)
-            r = draw(num_amount.filter(lambda v: v is None or not 0 < v < 1e-290))
+            r = draw(num_amount)
             rows.append(f"({us[i]}, {list_lit(xs)}, {list_lit(ys)}, {lit(r)})")
         else:
             rows.append(
@@ -546,14 +545,9 @@ def test_kde_tiny_bandwidth_refused(con, session):
     )
 
 
-# known bugs in gpframe/duckdb_knn.py (another engineer's file): reproducers, strict xfail
+# fuzz-found bugs of gpframe/duckdb_knn.py, fixed: their reproducers stay as regression tests
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="duckdb_knn._lists indexes the batch's list offsets with "
-    "the non-NULL rows' positions incorrectly: ArrowIndexError, not a gpframe error",
-)
 def test_knn_null_list_row_refused_cleanly(con, session):
     nan = "CAST('nan' AS DOUBLE)"
     q = (
@@ -566,11 +560,6 @@ def test_knn_null_list_row_refused_cleanly(con, session):
     sql_call("duckdb.gp_knn", con, q, None, KNN_NAMES, session.path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="duckdb_knn._lists: a NULL element in a list after a "
-    "skipped (NULL user) row gives ArrowIndexError, not a gpframe error",
-)
 def test_knn_null_element_after_null_row_refused_cleanly(con, session):
     q = (
         "SELECT gp_knn(u, xs, ys, 0.0, 0.0, 1, 1e-3) FROM (VALUES (NULL, [0.0, 0.0]::DOUBLE[], "
@@ -579,11 +568,6 @@ def test_knn_null_element_after_null_row_refused_cleanly(con, session):
     sql_call("duckdb.gp_knn", con, q, None, KNN_NAMES, session.path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="duckdb_knn._hull_batch's dry run skips PCH's k-dependent "
-    "phases, so rho=5e-324 is refused inside the reservation (batch charged)",
-)
 def test_hull_tiny_rho_not_charged(con, session):
     q = (
         "SELECT gp_convex_hull(u, xs, ys, r) FROM (VALUES (0, [0.0]::DOUBLE[], [1.0]::DOUBLE[], "

@@ -403,3 +403,65 @@ def test_nearest_users_sql_example_runs():
     out = [con.execute(q).fetchall() for q in rest]
     assert [r[0] for r in out[-1]] == [1, 2]
     assert sorted(s.spent().index) == [1, 2, 3, 4, 5]
+
+
+# regressions: refusals of PCH's k-dependent phases must come before the ledger reservation
+
+
+@pytest.mark.parametrize(("budget", "amount"), [("cgp", {"rho": 1e-30}), ("gp", {"eps": 1e-10}),
+                                                ("cgp", {"rho": 6e5})])  # fmt: skip
+def test_convex_hulls_relation_refuses_k_phase_amounts_and_charges_nothing(budget, amount):
+    # the centre and radius phases calibrate at these amounts; the PNN calls or the anchor
+    # release at a reachable k (16..128) do not: once refused inside the reservation (charged)
+    df = _pings(n_users=3, n_pts=200, seed=5)
+    s = Session(budget=gp.CGP(rho=1e6) if budget == "cgp" else gp.GP(eps=1.0))
+    con = _con(s, 40, df)
+    before = s.ledger.snapshot()
+    with pytest.raises(gp.InvalidInputError, match=r"PCH anchor|sqrt\(2\*rho/k\)") as info:
+        gp.duckdb.convex_hulls(con, "SELECT * FROM pings", user="user_id", x="x", y="y",
+                               **amount)  # fmt: skip
+    assert "Nothing was charged" in str(info.value)
+    assert s.ledger.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT gp_convex_hull(u, xs, ys, 1e-30) FROM tuples t(u, xs, ys)",
+        "SELECT gp_convex_hull(u, xs, ys, 1e6, k := 20) FROM tuples t(u, xs, ys)",
+        "SELECT gp_convex_hull_gp(u, xs, ys, 1e-10) FROM tuples t(u, xs, ys)",
+        # Remark 1 fallback (n = 1 <= k): all of rho_1 on one point, finer than the lattice
+        "SELECT gp_convex_hull(1, [0.0], [1.0], 1e9)",
+        # ln(2/beta) overflows: R̃ infinite, k NaN
+        "SELECT gp_convex_hull(1, [0.0, 5.0], [1.0, 2.0], 1e-3, beta := 5e-324)",
+    ],
+)
+def test_hull_udfs_refuse_k_phase_amounts_and_charge_nothing(sql):
+    s = Session(budget=gp.CGP(rho=1e10))
+    con = _con(s, 41, _pings(n_users=3, n_pts=200, seed=6))
+    before = s.ledger.snapshot()
+    with pytest.raises(duckdb.Error, match=r"InvalidInputError: gp_convex_hull.*Nothing was"):
+        con.execute(sql).fetchall()
+    assert s.ledger.snapshot() == before
+
+
+def test_knn_null_lists_give_null_and_null_elements_are_refused_per_answered_row():
+    # regression: xs's offsets indexed ys's values (ArrowIndexError) once a row of the batch
+    # was skipped or a list was NULL
+    s = Session(budget=gp.CGP(rho=1e-2))
+    con = _con(s, 42)
+    rows = con.execute(
+        "SELECT gp_knn(u, xs, ys, 0.0, 0.0, 1, 1e-3) FROM (VALUES "
+        "(NULL, [0.0, 0.0], [0.0]), (1, [0.0], [5.0]), (2, NULL, [1.0]), (3, [1.0, NULL], NULL), "
+        "(4, [1.0, 2.0], [3.0, 4.0])) t(u, xs, ys)"
+    ).fetchall()
+    assert rows == [(None,), ([1],), (None,), (None,), ([1],)]
+    assert sorted(s.spent().index) == [1, 4]
+    before = s.ledger.snapshot()
+    for values in ("(NULL, [0.0, 0.0], [0.0]), (0, [0.0], [NULL])",
+                   "(1, [0.0], NULL), (2, [0.0, NULL], [1.0, 2.0])"):  # fmt: skip
+        with pytest.raises(duckdb.Error, match=r"InvalidInputError: gp_knn: .*NULL coordinates"):
+            con.execute(
+                f"SELECT gp_knn(u, xs, ys, 0.0, 0.0, 1, 1e-3) FROM (VALUES {values}) t(u, xs, ys)"
+            ).fetchall()
+        assert s.ledger.snapshot() == before, values

@@ -4,6 +4,7 @@
 from decimal import Decimal, getcontext
 from fractions import Fraction
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -336,3 +337,12 @@ def test_central_laplace_never_smaller_than_paid(eps, delta, m, s):
     c = central_laplace(eps, delta, integer=False, m=m, s=F(s))
     # snapped ℓ1 difference ≤ ⌊Δ/g⌋ + m steps; rate × that ≤ ε/s
     assert c.width >= delta // c.g + m and c.param * c.width * s <= eps
+
+
+@pytest.mark.parametrize("fn", [cal.check_eps, cal.check_rho, cal.check_positive, cal.check_g,
+                                lambda v, name: cal.check_draw_scale(v)])  # fmt: skip
+@pytest.mark.parametrize("value", [True, False, np.True_, np.False_, np.array(True)])
+def test_checks_refuse_bools(fn, value):
+    # regression: np.True_ passed `exact` as 1 and was accepted as eps = rho = 1
+    with pytest.raises(InvalidInputError, match=r"is a bool; pass a positive number.*Nothing was"):
+        fn(value, "draw_scale")

@@ -106,3 +106,56 @@ def test_fixed_k_and_admitted_mask():
 def test_bad_inputs_raise(kw, match):
     with pytest.raises(InvalidInputError, match=match):
         private_hulls(np.zeros((3, 2)), [0, 0, 0], kind="cgp", amount=1e-3, **kw)
+
+
+# R8: every check of private_hulls runs before its first draw. A refusal after the centre and
+# radius were drawn is a refusal inside the caller's reservation: the batch is charged.
+
+
+def _undrawn(rng):
+    return rng._counter == 0  # the seeded source counts the blocks it handed out
+
+
+@pytest.mark.parametrize("beta", [5e-324, 1e-310])
+def test_tiny_beta_refused_before_any_draw(beta):
+    # regression: ln(2/beta) = inf made R̃ infinite and choose_k's k NaN (then a cast to int64)
+    rng = seeded_rng(11)
+    with pytest.raises(InvalidInputError, match=r"beta=.*at least 1e-300.*Nothing was charged"):
+        private_hulls(_blob(50, 1), np.zeros(50, np.int64), kind="cgp", amount=1e-3, beta=beta,
+                      rng=rng)  # fmt: skip
+    assert _undrawn(rng)
+
+
+@pytest.mark.parametrize(
+    ("n", "kw", "match"),
+    [
+        # PNN calls at the smallest reachable k (16) above eps = 100, though k = 128 would pass
+        (200, {"kind": "cgp", "amount": 6e5}, r"sqrt\(2\*rho/k\)"),
+        # PNN calls at the largest k below eps = 2**-40 (centre and radius still calibrate)
+        (200, {"kind": "cgp", "amount": 1e-30}, r"sqrt\(2\*rho/k\)"),
+        (200, {"kind": "gp", "amount": 1e-10}, r"eps \(PCH anchor release\)"),
+        # a fixed k: its PNN calls, whatever the radius
+        (200, {"kind": "cgp", "amount": 1e6, "k": 20}, r"sqrt\(2\*rho/k\)"),
+        # Remark 1 fallback (n <= k): all n points at rho_1 / n, finer than the lattice allows
+        (3, {"kind": "cgp", "amount": 1e9}, r"rho=.*finer than the lattice"),
+    ],
+)
+def test_k_dependent_phases_refused_before_any_draw(n, kw, match):
+    # regression: the dry run stopped after the centre and radius phases, so these were refused
+    # only after both had been drawn
+    rng = seeded_rng(12)
+    with pytest.raises(InvalidInputError, match=match) as info:
+        private_hulls(_blob(n, 2), np.zeros(n, np.int64), rng=rng, **kw)
+    assert "Nothing was charged" in str(info.value)
+    assert _undrawn(rng)
+
+
+def test_k_phase_checks_accept_what_runs():
+    # the same amounts one notch inside the limits still run (the checks are not stricter than
+    # the phases they calibrate)
+    out = private_hulls(_blob(200, 3), np.zeros(200, np.int64), kind="cgp", amount=5e4,
+                        rng=seeded_rng(13))  # fmt: skip
+    assert out.hulls[0] is not None and 16 <= out.k[0] <= 128
+    out = private_hulls(_blob(3, 4), np.zeros(3, np.int64), kind="cgp", amount=1e8,
+                        rng=seeded_rng(14))  # fmt: skip
+    assert out.fallback[0] and out.k[0] == 3

@@ -273,3 +273,17 @@ def test_point_bad_inputs(kw, match):
     args.update(kw)
     with pytest.raises(InvalidInputError, match=match):
         K.kde_point(np.zeros((3, 2)), q, rng=seeded_rng(1), **args)
+
+
+@pytest.mark.parametrize("big", [10**400, 10**5000], ids=["1e400", "1e5000"])
+@pytest.mark.parametrize("name", ["bandwidth_m", "nu_m"])
+def test_positive_finite_huge_int_is_refused_not_overflow(name, big):
+    # regression: float(10**400) raised OverflowError instead of an InvalidInputError
+    with pytest.raises(
+        InvalidInputError, match=rf"{name} is beyond the float range.*> 0.*Nothing was charged"
+    ):
+        K._positive_finite(big, name)
+    args = dict(bandwidth_m=500.0, amount=1e-4)
+    args[name] = big
+    with pytest.raises(InvalidInputError, match=name):
+        K.kde_point(np.zeros((3, 2)), [0, 0], rng=seeded_rng(1), **args)
