@@ -34,6 +34,7 @@ from gpframe.mechanisms.released import (
     _cal_key,
     _check_central_range,
     _check_on_lattice,
+    _location_released,
 )
 
 __all__ = ["gaussian_cgp", "gaussian_zcdp"]
@@ -211,13 +212,8 @@ def gaussian_cgp(
         y = _lattice_release(x, cal.g, cal.param, "discrete_gaussian", rng, "points", None)
     else:
         y = _lattice_release(x, cal.g, cal.param, "discrete_gaussian_nd", rng, "points", d)
-    noise = {"sigma2": cal.param, "scale": scale, "coarsen": cal.coarsen}
-    if cal.r_min is not None:
-        noise["r_min"] = cal.r_min
+    noise = {"sigma2": cal.param, "scale": scale}
     where = "§8 (lattice inputs)" if lattice_exact else "§8"
-    return Released(
-        y,
-        cal.g,
-        noise,
-        Guarantee("cgp", rho_f, cal.metric, f"secure-noise {where}, §9.3 (CGP {d}-dim)"),
+    return _location_released(
+        y, cal, noise, "cgp", rho_f, f"secure-noise {where}, §9.3 (CGP {d}-dim)"
     )

@@ -33,6 +33,7 @@ from gpframe.mechanisms.released import (
     _cal_key,
     _check_central_range,
     _check_on_lattice,
+    _location_released,
     _noise_fn,
 )
 
@@ -278,13 +279,9 @@ def laplace_gp(
     if warns:
         _warn_location_scale(scale, "1-D Laplace")
     y = _lattice_release(x, cal.g, cal.param, "discrete_laplace", rng, "values", None)
-    noise = {"lam": cal.param, "scale": scale, "draw_scale": s, "coarsen": cal.coarsen}
-    if cal.r_min is not None:
-        noise["r_min"] = cal.r_min
+    noise = {"lam": cal.param, "scale": scale, "draw_scale": s}
     where = "§7.4(d)" if lattice_exact else "§7.4(c2)"
-    return Released(
-        y, cal.g, noise, Guarantee("gp", eps_f, cal.metric, f"secure-noise {where}, §9.3 (GP 1-D)")
-    )
+    return _location_released(y, cal, noise, "gp", eps_f, f"secure-noise {where}, §9.3 (GP 1-D)")
 
 
 def planar_laplace(
@@ -365,13 +362,8 @@ def planar_laplace(
     if warns:
         _warn_location_scale(scale, "planar Laplace")
     y = _lattice_release(x, cal.g, cal.param, "lattice_laplace", rng, "points", d)
-    noise = {"a": cal.param, "scale": scale, "coarsen": cal.coarsen}
-    if cal.r_min is not None:
-        noise["r_min"] = cal.r_min
+    noise = {"a": cal.param, "scale": scale}
     where = "§7.4(d)" if lattice_exact else "§7.4(c2), §7.4(e)"
-    return Released(
-        y,
-        cal.g,
-        noise,
-        Guarantee("gp", eps_f, cal.metric, f"secure-noise {where}, §9.3 (GP {d}-dim)"),
+    return _location_released(
+        y, cal, noise, "gp", eps_f, f"secure-noise {where}, §9.3 (GP {d}-dim)"
     )

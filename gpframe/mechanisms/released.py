@@ -162,6 +162,21 @@ def _cal_store(key: tuple | None, value: Any) -> Any:
     return value
 
 
+def _location_released(
+    y: np.ndarray, cal: Any, noise: dict[str, Fraction], kind: str, amount: Fraction, spec: str
+) -> Released:
+    """Build what a location wrapper returns (``laplace_gp``, ``planar_laplace``, ``gaussian_cgp``).
+
+    ``noise`` holds the mechanism's own entries (sampler parameter, ``scale``, ...); this appends
+    the location calibration's ``coarsen`` and, unless the inputs were lattice-exact, its effective
+    ``r_min`` (secure-noise.md §9.1), and states the guarantee w.r.t. ``cal.metric``.
+    """
+    noise = {**noise, "coarsen": cal.coarsen}
+    if cal.r_min is not None:
+        noise["r_min"] = cal.r_min
+    return Released(y, cal.g, noise, Guarantee(kind, amount, cal.metric, spec))
+
+
 def _as_array(values: Any, name: str, *, min_ndim: int, max_ndim: int) -> np.ndarray:
     """``values`` as a finite float64 array of 0..2 dimensions, or ``InvalidInputError``."""
     from gpframe.errors import InvalidInputError
