@@ -53,7 +53,6 @@ AUDITED_MODULES = [
     "gpframe.mechanisms.selection.rnm",
     "gpframe.mechanisms.selection.subsample",
     "gpframe.mechanisms.selection.normal_exact",
-    "gpframe.queries.kde_frame",
 ]
 
 #: public names of audited modules that take ``rng`` but release nothing private (with reasons)
@@ -96,11 +95,6 @@ THIN_WRAPPERS: dict[str, str] = {
     "gpframe.duckdb_grid": _UDF.format(
         fn="grid_stats.release_cells (gp_grid_release; clip_user plans, free)",
         test="test_duckdb_grid.py",
-    ),
-    "gpframe.queries.knn_frame": (
-        "knn / convex_hull / nearest_users reserve the user's allocation and pass it, with the "
-        "projection's scale_max, to knn_indices / private_hulls / nearest_users_arrays "
-        "(audited in cases_knn); charges and scale handling: test_knn_frame.py, torture"
     ),
     "gpframe.monitor": (
         "charges the central ledger, then runs the audited selection mechanisms "
@@ -464,7 +458,7 @@ _load_case_modules()
 
 
 # --------------------------------------------------------------------------------------------
-# frame layers whose operation module registers only array-level cases
+# public names of audited modules that release nothing themselves
 # --------------------------------------------------------------------------------------------
 
 NOT_MECHANISMS["gpframe.mechanisms.selection.normal_exact.normals"] = (
@@ -472,87 +466,3 @@ NOT_MECHANISMS["gpframe.mechanisms.selection.normal_exact.normals"] = (
     "(audited); releases nothing itself; its law is tested in "
     "tests/unit/mechanisms/test_mech_selection_mechanisms.py"
 )
-
-
-def kde_frame_case(kind: str, what: str, *, method: str = "pt-elim", tiers=SLOW, n_fast=10_000,
-                   n_slow=100_000) -> Case:  # fmt: skip
-    """kde / kde_raster on frames (``gpframe.queries.kde_frame``): a fresh Session per batch.
-
-    As ``cases_range_count.frame_case``: n users at the same location in a UTM frame (the
-    projection factor is applied by the frame layer), the pair that user at two points whose
-    ground distance is the claim's d; the audited output is the user's release transcript,
-    recovered with ``ReleaseTap`` and the per-user rounds read from the charged amounts.
-    """
-    import pandas as pd
-    import shapely
-
-    from .cases_kde import BANDWIDTH
-    from .cases_kde import PAIRS as KDE_PAIRS
-    from .cases_range_count import (
-        _FRAME_CRS,
-        _FRAME_X0,
-        _FRAME_Y0,
-        AMOUNT,
-        ReleaseTap,
-        _ground_distance,
-        llr_featurizer,
-        rounds_featurizer,
-        rounds_from_charges,
-        transcript,
-    )
-
-    a = AMOUNT[kind]
-    d0, d1 = KDE_PAIRS[(kind, "near")]
-    x0 = np.array([_FRAME_X0 + d0, _FRAME_Y0])
-    x1 = np.array([_FRAME_X0 + d1, _FRAME_Y0])
-    d_ground = _ground_distance(x0, x1)
-    elim = what == "kde" and method.endswith("-elim")
-    rounds = 4 if elim else 1
-    dim = 1 if method.startswith("dist") and what == "kde" else 2
-    m0, m1 = (d0, d1) if dim == 1 else (x0, x1)
-    q = shapely.Point(_FRAME_X0, _FRAME_Y0)
-    box = (_FRAME_X0 - 500, _FRAME_Y0 - 500, _FRAME_X0 + 500, _FRAME_Y0 + 500)
-
-    def run(x, n, rng):
-        import gpframe as gp
-        from gpframe.ledger import Session
-        from gpframe.queries.kde_frame import kde, kde_raster
-
-        df = pd.DataFrame({"u": np.arange(n), "x": np.full(n, x[0]), "y": np.full(n, x[1])})
-        budget = gp.CGP(rho=2 * a) if kind == "cgp" else gp.GP(eps=2 * a)
-        amt = {"rho": a} if kind == "cgp" else {"eps": a}
-        with Session(budget=budget) as s, ReleaseTap() as tap:
-            bound = df.geopriv(s, user="u", x="x", y="y", crs=_FRAME_CRS)
-            k = float(bound.projected.scale_max)
-            if what == "kde":
-                res = _quiet(kde, bound, q, bandwidth_m=BANDWIDTH, method=method, rounds=rounds,
-                             rng=rng, **amt)  # fmt: skip
-            else:
-                res = _quiet(kde_raster, bound, bandwidth_m=BANDWIDTH, cell_m=50.0, bounds=box,
-                             rng=rng, **amt)  # fmt: skip
-        ch = res.charges.reindex(np.arange(n)).to_numpy(dtype=np.float64)
-        r = rounds_from_charges(ch, tap.records, k * k if kind == "cgp" else k)
-        return transcript(tap.records, r, dim, rounds)
-
-    name = f"kde_frame/{what}/{kind}" + (f"/{method}/c{rounds}" if what == "kde" else "")
-    return register(
-        Case(
-            name=name,
-            covers=(f"gpframe.queries.kde_frame.{what}",),
-            run=run,
-            inputs=(x0, x1),
-            centers=(np.atleast_1d(m0), np.atleast_1d(m1)),
-            featurizers=(llr_featurizer(kind, dim, m0, m1), rounds_featurizer),
-            claim=Claim.gp(a, d_ground) if kind == "gp" else Claim.cgp(a, d_ground),
-            tiers=tiers,
-            n_fast=n_fast,
-            n_slow=n_slow,
-        )
-    )
-
-
-kde_frame_case("cgp", "kde", tiers=FAST)
-kde_frame_case("gp", "kde_raster", tiers=FAST)
-kde_frame_case("gp", "kde", method="dist-elim")
-kde_frame_case("cgp", "kde", method="pt")
-kde_frame_case("cgp", "kde_raster")

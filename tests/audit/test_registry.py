@@ -55,7 +55,7 @@ def test_every_randomised_public_function_is_registered():
     missing = sorted(n for n, o in found.items() if n not in covered and id(o) not in covered_ids)
     assert not missing, (
         f"public randomised functions without an audit case: {missing}; add a register(Case(...)) "
-        "entry in tests/audit/registry.py"
+        "entry in the matching tests/audit/cases_*.py module"
     )
 
 
@@ -110,7 +110,8 @@ def test_every_module_that_draws_or_charges_is_audited_or_a_declared_wrapper():
     assert not unaccounted, (
         f"modules that draw noise or charge but are neither in AUDITED_MODULES nor in "
         f"THIN_WRAPPERS (tests/audit/registry.py): {unaccounted}. Register audit cases for their "
-        "public functions, or list the module in THIN_WRAPPERS with the reason."
+        "public functions (tests/audit/cases_*.py), or list the module in THIN_WRAPPERS with "
+        "the reason."
     )
 
 
