@@ -296,6 +296,25 @@ def _run(
     return admitted
 
 
+def _per_row(cols: tuple[Any, ...], batch: Any, typ: Any) -> Any:
+    """Answer one Arrow batch of a list-valued UDF.
+
+    Rows with a NULL argument give NULL and draw nothing (STYLE.md §9); ``batch(rows)`` answers
+    the others, in order.
+    """
+    import pyarrow as pa
+
+    null = np.zeros(len(cols[0]), dtype=bool)
+    for c in cols:
+        null |= _nulls(c)
+    out: list[Any] = [None] * null.size
+    rows = np.flatnonzero(~null)
+    if rows.size:
+        for r, v in zip(rows.tolist(), batch(rows), strict=True):
+            out[r] = v
+    return pa.array(out, type=typ)
+
+
 # --------------------------------------------------------------------------------------- gp_knn
 
 
@@ -305,20 +324,15 @@ def _make_knn_udf(reg: KnnRegistration, kind: str) -> Any:
     def udf(user_id: Any, xs: Any, ys: Any, px: Any, py: Any, k: Any, amount: Any) -> Any:
         import pyarrow as pa
 
-        n = len(user_id)
-        null = _nulls(user_id) | _nulls(xs) | _nulls(ys) | _nulls(px) | _nulls(py)
-        null |= _nulls(k) | _nulls(amount)
-        out: list[Any] = [None] * n
-        rows = np.flatnonzero(~null)
-        if rows.size:
-            res = _knn_batch(
+        def batch(rows: np.ndarray) -> list[Any]:
+            return _knn_batch(
                 reg, fname, kind, _objects(user_id)[rows], xs, ys, rows,
                 _np(px, np.float64)[rows], _np(py, np.float64)[rows], _np(k, np.float64)[rows],
                 _np(amount, np.float64)[rows],
             )  # fmt: skip
-            for i, r in enumerate(rows.tolist()):
-                out[r] = res[i]
-        return pa.array(out, type=pa.list_(pa.int64()))
+
+        cols = (user_id, xs, ys, px, py, k, amount)
+        return _per_row(cols, batch, pa.list_(pa.int64()))
 
     udf.__name__ = f"{fname}_udf"
     return udf
@@ -390,20 +404,14 @@ def _make_hull_udf(reg: KnnRegistration, kind: str) -> Any:
     def udf(user_id: Any, xs: Any, ys: Any, amount: Any, beta: Any, k: Any) -> Any:
         import pyarrow as pa
 
-        n = len(user_id)
-        null = _nulls(user_id) | _nulls(xs) | _nulls(ys) | _nulls(amount)
-        null |= _nulls(beta) | _nulls(k)
-        out: list[Any] = [None] * n
-        rows = np.flatnonzero(~null)
-        if rows.size:
-            res = _hull_batch(
+        def batch(rows: np.ndarray) -> list[Any]:
+            return _hull_batch(
                 reg, fname, kind, _objects(user_id)[rows], xs, ys, rows,
                 _np(amount, np.float64)[rows], _np(beta, np.float64)[rows],
                 _np(k, np.float64)[rows],
             )  # fmt: skip
-            for i, r in enumerate(rows.tolist()):
-                out[r] = res[i]
-        return pa.array(out, type=pa.binary())
+
+        return _per_row((user_id, xs, ys, amount, beta, k), batch, pa.binary())
 
     udf.__name__ = f"{fname}_udf"
     return udf
