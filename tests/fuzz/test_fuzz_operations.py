@@ -309,27 +309,24 @@ def _range_count(bounds_cache, skind, fkind, region_key, amt, kw):
         assert (out.charges <= out.allocations.reindex(out.charges.index) + 1e-12).all()
 
 
-@settings(max_examples=100, **SETTINGS)
-@given(
+_RANGE_COUNT_ARGS = dict(
     skind=session_kinds,
     fkind=frame_kinds,
     region=st.sampled_from(REGION_KEYS),
     amt=amount_kw,
     kw=range_kw,
 )
+
+
+@settings(max_examples=100, **SETTINGS)
+@given(**_RANGE_COUNT_ARGS)
 def test_range_count(bounds_cache, skind, fkind, region, amt, kw):
     _range_count(bounds_cache, skind, fkind, region, amt, kw)
 
 
 @pytest.mark.slow
 @settings(max_examples=1500, **SETTINGS)
-@given(
-    skind=session_kinds,
-    fkind=frame_kinds,
-    region=st.sampled_from(REGION_KEYS),
-    amt=amount_kw,
-    kw=range_kw,
-)
+@given(**_RANGE_COUNT_ARGS)
 def test_range_count_slow(bounds_cache, skind, fkind, region, amt, kw):
     _range_count(bounds_cache, skind, fkind, region, amt, kw)
 
@@ -412,27 +409,24 @@ def _kde(bounds_cache, skind, fkind, qkey, amt, kw):
         assert all(0.0 <= float(a) <= 1.0 for a in v), out
 
 
-@settings(max_examples=80, **SETTINGS)
-@given(
+_KDE_ARGS = dict(
     skind=session_kinds,
     fkind=frame_kinds,
     qkey=st.sampled_from(QUERY_KEYS),
     amt=amount_kw,
     kw=kde_kw,
 )
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(**_KDE_ARGS)
 def test_kde(bounds_cache, skind, fkind, qkey, amt, kw):
     _kde(bounds_cache, skind, fkind, qkey, amt, kw)
 
 
 @pytest.mark.slow
 @settings(max_examples=1200, **SETTINGS)
-@given(
-    skind=session_kinds,
-    fkind=frame_kinds,
-    qkey=st.sampled_from(QUERY_KEYS),
-    amt=amount_kw,
-    kw=kde_kw,
-)
+@given(**_KDE_ARGS)
 def test_kde_slow(bounds_cache, skind, fkind, qkey, amt, kw):
     _kde(bounds_cache, skind, fkind, qkey, amt, kw)
 
@@ -563,8 +557,7 @@ def _knn(bounds_cache, skind, fkind, qkey, k, amt, kw):
         assert res is not None
 
 
-@settings(max_examples=80, **SETTINGS)
-@given(
+_KNN_ARGS = dict(
     skind=session_kinds,
     fkind=frame_kinds,
     qkey=st.sampled_from(QUERY_KEYS),
@@ -572,20 +565,17 @@ def _knn(bounds_cache, skind, fkind, qkey, k, amt, kw):
     amt=amount_kw,
     kw=knn_kw,
 )
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(**_KNN_ARGS)
 def test_knn(bounds_cache, skind, fkind, qkey, k, amt, kw):
     _knn(bounds_cache, skind, fkind, qkey, k, amt, kw)
 
 
 @pytest.mark.slow
 @settings(max_examples=1200, **SETTINGS)
-@given(
-    skind=session_kinds,
-    fkind=frame_kinds,
-    qkey=st.sampled_from(QUERY_KEYS),
-    k=ks,
-    amt=amount_kw,
-    kw=knn_kw,
-)
+@given(**_KNN_ARGS)
 def test_knn_slow(bounds_cache, skind, fkind, qkey, k, amt, kw):
     _knn(bounds_cache, skind, fkind, qkey, k, amt, kw)
 
@@ -674,8 +664,7 @@ def _nearest(bounds_cache, skind, fkind, qkey, k, amt, kw):
         assert len(out.value) == int(k) and len(set(out.value)) == len(out.value)
 
 
-@settings(max_examples=80, **SETTINGS)
-@given(
+_NEAREST_USERS_ARGS = dict(
     skind=session_kinds,
     fkind=frame_kinds,
     qkey=st.sampled_from(QUERY_KEYS),
@@ -683,20 +672,17 @@ def _nearest(bounds_cache, skind, fkind, qkey, k, amt, kw):
     amt=amount_kw,
     kw=nearest_kw,
 )
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(**_NEAREST_USERS_ARGS)
 def test_nearest_users(bounds_cache, skind, fkind, qkey, k, amt, kw):
     _nearest(bounds_cache, skind, fkind, qkey, k, amt, kw)
 
 
 @pytest.mark.slow
 @settings(max_examples=1200, **SETTINGS)
-@given(
-    skind=session_kinds,
-    fkind=frame_kinds,
-    qkey=st.sampled_from(QUERY_KEYS),
-    k=ks,
-    amt=amount_kw,
-    kw=nearest_kw,
-)
+@given(**_NEAREST_USERS_ARGS)
 def test_nearest_users_slow(bounds_cache, skind, fkind, qkey, k, amt, kw):
     _nearest(bounds_cache, skind, fkind, qkey, k, amt, kw)
 
