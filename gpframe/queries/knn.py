@@ -114,23 +114,17 @@ def knn_error_bound(n: Any, k: int, beta: float, b: float, gamma0_b: float = 0.0
     >>> knn_error_bound(np.array([20000, 20000]), 1, 0.1, 3 / math.sqrt(1e-3), -2.0).round(3)
     array([3981.202, 3981.202])
     """
-    if np.ndim(n):  # one bound per user at once (same k, β, b, γ₀)
-        nn = np.asarray(n, dtype=np.float64)
-        if gamma0_b == 0.0:
-            L = np.log((4 * nn + 2) * k / beta)
-            return b * (5 * L + np.sqrt(2 * L))
+    nn = np.asarray(n, dtype=np.float64)  # an array gives one bound per user
+    if gamma0_b == 0.0:
+        L = np.log((4 * nn + 2) * k / beta)
+        out = b * (5 * L + np.sqrt(2 * L))
+    else:
         b1 = beta / (3 * k)
         l1 = math.log(1 / b1)
+        g1 = b * (math.sqrt(2 * l1) + l1)
         g2 = 2 * b * np.log(expected_visits(gamma0_b) * nn / (b1 * b1))
-        return b * (math.sqrt(2 * l1) + l1) + g2 + gamma0_b * b
-    if gamma0_b == 0.0:
-        L = math.log((4 * n + 2) * k / beta)
-        return b * (5 * L + math.sqrt(2 * L))
-    b1 = beta / (3 * k)
-    l1 = math.log(1 / b1)
-    g1 = b * (math.sqrt(2 * l1) + l1)
-    g2 = 2 * b * math.log(expected_visits(gamma0_b) * n / (b1 * b1))
-    return g1 + g2 + gamma0_b * b
+        out = g1 + g2 + gamma0_b * b
+    return out if np.ndim(n) else float(out)
 
 
 # ---------------------------------------------------------------------------------------------
