@@ -464,8 +464,7 @@ def _hull_batch(
             n_g = lens[gcode == g]
             _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=a,
                              beta=b, k=k, admitted=np.zeros(1, bool))  # fmt: skip
-            _hull_preflight(kind, a, b, _h.ALPHA, k, 10.0, n_g, 1.0)
-            _h._check_k_phases(kind, _h._split(kind, a, _h.ALPHA), Fraction(1), n_g, k, 16, 128)
+            _hull_preflight(kind, a, b, _h.ALPHA, k, 10.0, n_g, 1.0)  # incl. every k phase
     except InvalidInputError as exc:  # name the SQL function (the checks are shared with Python)
         raise InvalidInputError(f"{fname} ({_PARAM[kind]}={float(a)!r}): {exc}") from None
     result: list[Any] = [None] * rows.size
@@ -864,8 +863,7 @@ def convex_hulls(
     sizes = rel.query(_SRC, f"SELECT DISTINCT count(*) FROM {_SRC} GROUP BY {u}").fetchall()
     counts = np.array([n for (n,) in sizes], dtype=np.int64)
     kk = None if k is None else int(k)
-    _hull_preflight(kind, amount, float(beta), _h.ALPHA, kk, 10.0, counts, 1.0)
-    _h._check_k_phases(kind, _h._split(kind, amount, _h.ALPHA), Fraction(1), counts, kk, 16, 128)
+    _hull_preflight(kind, amount, float(beta), _h.ALPHA, kk, 10.0, counts, 1.0)  # every k phase
     fn = _HULL if kind == "cgp" else _HULL + "_gp"
     sql = f"""
         WITH __gp_s AS MATERIALIZED (
