@@ -190,6 +190,30 @@ def _release_points(
     return _quiet(mech.planar_laplace, pts, eps=part / ks, K=K, rng=bits)
 
 
+def check_beta_and_floor(beta: float, radius_floor_m: Any) -> None:
+    """Refuse a β or radius floor that PCH could only reject after its first draws.
+
+    Shared with the accessor and SQL preflights, which run it before reserving.
+    """
+    if not beta >= 1e-300:  # ln(2/β) must stay finite: β = 5e-324 made R̃ infinite, k NaN
+        raise InvalidInputError(
+            f"beta={beta!r} must be at least 1e-300 (the radius enlargement uses ln(2/beta)). "
+            f"{_NOTHING}"
+        )
+    r = radius_floor_m
+    # comparisons, not math.isfinite (which overflows on huge ints); NaN and ±inf fail them.
+    # Beyond 2**39 m the anchors (within R̃ of c̃) would fail the extent check after the draws.
+    if (
+        isinstance(r, bool)
+        or not isinstance(r, (int, float))
+        or not -COORD_MAX_M < r < COORD_MAX_M / 2
+    ):
+        raise InvalidInputError(
+            f"radius_floor_m={r!r} must be a finite number of metres below 2**39 (the anchors "
+            f"lie within it of the centre). {_NOTHING}"
+        )
+
+
 def _check_k_phases(
     kind: str,
     spend: dict[str, Fraction],
@@ -320,11 +344,7 @@ def private_hulls(
     b = float(exact(beta, "beta"))
     if not 0 < b < 1:
         raise InvalidInputError(f"beta={beta!r} must be in (0, 1). {_NOTHING}")
-    if b < 1e-300:  # ln(2/β) must stay finite: β = 5e-324 made R̃ infinite and k NaN in choose_k
-        raise InvalidInputError(
-            f"beta={beta!r} must be at least 1e-300 (the radius enlargement uses ln(2/beta)). "
-            f"{_NOTHING}"
-        )
+    check_beta_and_floor(b, radius_floor_m)
     ks = exact(scale_max, "scale_max")
     if ks < 1:
         raise InvalidInputError(f"scale_max={scale_max!r} must be >= 1. {_NOTHING}")
@@ -338,14 +358,6 @@ def private_hulls(
     if k_rule not in K_RULES:
         raise InvalidInputError(
             f"k_rule={k_rule!r} is not one of 'reference', 'consistent'. {_NOTHING}"
-        )
-    if not (isinstance(radius_floor_m, (int, float)) and math.isfinite(radius_floor_m)):
-        raise InvalidInputError(f"radius_floor_m={radius_floor_m!r} must be finite. {_NOTHING}")
-    if not -COORD_MAX_M < radius_floor_m < COORD_MAX_M / 2:  # else the anchors (within R̃ of
-        # c̃) are refused by the extent check after the centre and radius were drawn
-        raise InvalidInputError(
-            f"radius_floor_m={radius_floor_m!r} must be below 2**39 m (the anchors lie within "
-            f"it of the centre). {_NOTHING}"
         )
     _, order = resolve_compat(None, None, scan_order)
     adm = np.ones(U, dtype=bool) if admitted is None else np.asarray(admitted, dtype=bool)

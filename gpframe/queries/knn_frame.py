@@ -509,18 +509,12 @@ def _hull_preflight(kind: str, amount: Fraction, beta: float, alpha: Any, k: Any
     with n <= k, so every group the run can form is checked now (both ends of k and n).
     """
     from gpframe.queries import hull as _h
-    from gpframe.queries.privatize import COORD_MAX_M
 
-    if beta < 1e-300:  # ln(2/β) must be finite in choose_k (β = 5e-324 gave NaN there)
-        raise InvalidInputError(f"beta={beta!r} must be at least 1e-300. {_NOTHING}")
-    r = radius_floor_m
-    if not (isinstance(r, (int, float)) and not isinstance(r, bool) and -COORD_MAX_M < r
-            < COORD_MAX_M / 2):  # fmt: skip
-        raise InvalidInputError(
-            f"radius_floor_m={r!r} must be a finite number of metres below 2**39 (the anchors "
-            f"lie within it of the centre). {_NOTHING}"
-        )
-    spend = _h._split(kind, amount, Fraction(alpha) if not isinstance(alpha, Fraction) else alpha)
+    _h.check_beta_and_floor(beta, radius_floor_m)
+    from gpframe.accounting.amounts import exact
+
+    # exact() as in private_hulls (accepts what its dry run accepted, e.g. a 0-d array)
+    spend = _h._split(kind, amount, exact(alpha, "alpha"))
     # the PNN and release groups any user can reach (k in the clamp or fixed, the fallback's n)
     _h._check_k_phases(kind, spend, Fraction(scale_max), counts, None if k is None else int(k),
                        16, 128)  # fmt: skip

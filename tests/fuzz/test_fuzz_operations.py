@@ -1001,3 +1001,11 @@ def test_grid_stats_extreme_bounds_refused(bounds_cache, kw):
         **kw,
     }
     _refused("accessor.grid_stats", b, b.grid_stats, **args)
+
+
+def test_convex_hull_alpha_as_a_0d_array_is_accepted(bounds_cache):
+    # was: TypeError from Fraction(array(0.1)) in the accessor's preflight (private_hulls
+    # itself reads alpha with exact(), which takes a 0-d array)
+    b = _bound(bounds_cache, "cgp", "utm")
+    out = b.convex_hull(rho=1.0, alpha=np.array(0.1))
+    assert 1 <= len(out) <= 6  # users with too small a budget are excluded, not failed
