@@ -49,12 +49,15 @@ def test_repr_is_one_line(res):
 
 
 def test_repr_without_error_or_allocations():
-    r = Result(value=None, kind="dp", charges={"a": Fraction(1, 2)})
+    r = Result(value=None, kind="gp", charges={"a": Fraction(1, 2)})
     assert repr(r) == (
-        "Result(value=None, charged=1 users, excluded=0, spent_max=epsilon=0.5, query_id=-)"
+        "Result(value=None, charged=1 users, excluded=0, spent_max=eps=0.5 m⁻¹, query_id=-)"
     )
-    assert r.r_min is None  # central notions have no metric floor
     assert r.saved == 0.0
+    # a central result states the public bound only (the per-user view is in the ledger)
+    c = Result(value=None, kind="dp", charges={"a": Fraction(1, 2)}, spent_at_most=0.5)
+    assert repr(c) == "Result(value=None, spent_at_most=epsilon=0.5, query_id=-)"
+    assert c.r_min is None  # central notions have no metric floor
 
 
 def test_error_label_follows_confidence():
