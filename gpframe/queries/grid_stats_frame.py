@@ -328,7 +328,10 @@ def grid_stats(
         One row per cell (index: H3 cell as a string), hexagons in the input CRS, with ``mean``,
         ``variance`` (1/r), ``variance_unbiased`` (1/(r−1)), ``mean_error``, ``variance_error``,
         ``n_samples``, ``n_kept``, ``n_suppressed``, ``users``, ``users_kept``, ``m_ub``,
-        ``released``. ``attrs["geopriv"]`` holds the :class:`GridStatsResult`.
+        ``released``. ``attrs["geopriv"]`` holds the :class:`GridStatsResult`, a published view:
+        it states the public per-user bound ``spent_at_most`` and names no user; the per-user
+        charges and the users left out for lack of budget are the curator's, read from the
+        ledger with ``session.report(query_id=result.query_id)``.
 
     Notes
     -----
