@@ -211,7 +211,7 @@ def _sql_grid(df: pd.DataFrame) -> pd.DataFrame:
     register_grid(con, s, rng=seeded_rng(23))
     clip_user(con, "pings", user="vessel", cell="cell", value="speed", bounds=(0, 30),
               epsilon=0.5, occupancy="public")  # fmt: skip
-    return con.sql(sql).df()
+    return s, con.sql(sql).df()
 
 
 def test_duckdb_grid_changing_one_users_values_changes_only_noisy_values():
@@ -225,11 +225,18 @@ def test_duckdb_grid_changing_one_users_values_changes_only_noisy_values():
     df2 = df.copy()
     mine = df2["vessel"] == IDS[5]
     df2.loc[mine, "speed"] = 30.0 - df2.loc[mine, "speed"]
-    o1, o2 = _sql_grid(df), _sql_grid(df2)
+    (s1, o1), (_s2, o2) = _sql_grid(df), _sql_grid(df2)
     public_cols = ["cell", "n_kept", "mean_error", "variance_error"]
     pd.testing.assert_frame_equal(o1[public_cols], o2[public_cols])
     text = o1.to_csv() + o2.to_csv()
     assert not any(u in text for u in IDS)
+    # the curator's view of each charged batch lists the user left out for lack of budget
+    assert s1.history(IDS[0]).empty
+    qids = s1.history(IDS[1])["query_id"].tolist()
+    assert qids
+    for q in qids:
+        rep = s1.report(query_id=q)
+        assert rep.loc[rep["status"] == "excluded", "user"].tolist() == [IDS[0]]
 
 
 # ------------------------------------------------------------------------------------------
