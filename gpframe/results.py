@@ -9,12 +9,13 @@ the ledger before the result was built. Operations subclass it (``PrivatizeResul
 
 Published view and curator's view. Everything a Result shows (``repr``, ``_repr_html_``,
 ``summary()``, ``to_dict()``, the ``attrs`` entry and the GeoParquet metadata written from it) is
-the *published view*. For the metric notions (GP, CGP: the local model) it lists the per-user
-charges as before. For the central notions (``kind`` "dp", "zcdp", "dp_expost") a Result holds no
-per-user charges, no user ids, no exclusions and no count or total that depends on the data except
-through noise: under central DP who is in the data is itself protected. It states the public bound
-``spent_at_most`` instead. The per-user charges, exclusions and counts of a central query are the
-*curator's view*, read from the ledger with ``session.report(query_id=result.query_id)``
+the *published view*. For the metric notions (GP, CGP: the local model, which protects where
+users are, not whether they are in the data) it lists the per-user charges and exclusions. For
+the central notions (``kind`` "dp", "zcdp", "dp_expost") a Result holds no per-user charges, no
+user ids, no exclusions and no count or total that depends on the data except through noise:
+under central DP who is in the data is itself protected. It states the public bound
+``spent_at_most`` instead. The per-user charges, exclusions and counts of a central query are
+the *curator's view*, read from the ledger with ``session.report(query_id=result.query_id)``
 (SECURITY.md, "What a published result contains").
 """
 
