@@ -36,6 +36,9 @@ every user kept in each of the batch's cells, before the values leave the UDF. O
 user pays ``epsilon × 2 × |G′_ℓ|``, the Python charge. Every evaluation is charged (DuckDB may
 evaluate a row twice; over-charging is allowed, under-charging never). A batch whose exact count
 differs from the plan (the table changed after planning) raises and charges nothing (P15).
+The SQL output names no user; the per-user charges of each batch, and the users the plan left
+out for lack of budget, are the curator's view: ``session.report(query_id=...)`` (the batches'
+query ids are in ``session.history(user)``).
 
 Only the **values** are protected: Clip-User needs a public occupancy (clip-user.md §10), so
 ``occupancy="public"`` (or a public table, checked against the data) must be passed.
@@ -54,6 +57,7 @@ import pandas as pd
 
 from gpframe import _duckdb_udf as _u
 from gpframe.errors import InvalidInputError
+from gpframe.ledger.session import EXCLUDED_KEY
 
 __all__ = ["GridRegistration", "clip_user", "register_grid"]
 
@@ -385,7 +389,9 @@ def _release_batch(
 
     _u.charge_batch(
         session, occ.users[payers].tolist(), units, work, query="gp_grid_release",
-        params={"plan_id": plan.params["plan_id"], "cells": int(cells.size), "source": "duckdb"},
+        params={"plan_id": plan.params["plan_id"], "cells": int(cells.size), "source": "duckdb",
+                # the curator's record of who the plan left out for lack of budget
+                EXCLUDED_KEY: occ.users[plan.excluded].tolist()},
         notion="central", kind="dp", units=True,
         all_or_none="gp_grid_release: a kept user's budget no longer covers the plan (spent "
         f"since gp.duckdb.clip_user); re-plan. {_NOTHING}",

@@ -6,6 +6,11 @@ Spec: selection.md §2 (Laplace AboveThreshold / sparse vector), §4 (Gaussian R
 answer is released (DESIGN §3: charge first, release second) and returns a
 :class:`MonitorResult` with the realized ε beside the worst case and the ex-ante comparison.
 
+Published view. A :class:`MonitorResult` is central-DP, so it holds no user ids, per-user
+charges or user counts (who is in ``users`` is what DP protects): every user pays the same
+amount, a function of the released answers only, stated as ``spent_at_most``. The curator reads
+the per-user charges from the ledger: ``session.report(query_id=result.query_id)``.
+
 Users and queries. ``users`` are the ids of everyone whose data the queries read; each pays the
 charge. The queries are precomputed values or zero-argument callables over data the caller
 holds, so a user cannot be removed from them: a run starts only if **every** user is admitted,
@@ -72,6 +77,13 @@ class MonitorResult(Result):
         ZW20's ex-ante (ε, δ = 10⁻⁵) bound summed over runs, for comparison only (Gaussian).
     stopped : str
         Why monitoring ended: ``"c_tops"``, ``"end"``, ``"max_steps"`` or ``"budget"``.
+    spent_at_most : float
+        What each user paid, in the central filter's units (every user pays the same amount, a
+        function of the released answers). Per-user charges are the curator's view, in the
+        ledger: ``session.report(query_id=q)`` for each ``q`` in ``query_ids``.
+    query_ids : tuple of str
+        The ledger queries this result was charged under (a Gaussian monitor reserves once per
+        run, or once per step in mode S; ``query_id`` is the last of them).
     """
 
     tops: tuple[int, ...] = ()
@@ -80,6 +92,12 @@ class MonitorResult(Result):
     epsilon_worst: float = 0.0
     epsilon_exante: float | None = None
     stopped: str = ""
+    query_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.query_ids and self.query_id:
+            object.__setattr__(self, "query_ids", (self.query_id,))
 
     def _value_summary(self) -> str:
         v = self.value
@@ -203,8 +221,15 @@ def _check_rounds(kind: str, parts: list[Fraction]) -> None:
             central_gaussian(check_rho(part, "rho (one round's part)"), Fraction(1), integer=True)
 
 
-def _spent(session: Any, users: list[Any]) -> pd.Series:
-    return session.spent(users, notion="central")
+def _units(session: Any, kind: str, amount: Any) -> int:
+    """Ledger units one user pays for ``amount`` of ``kind``, rounded up as the ledger charges."""
+    u, _big = session.ledger.units_for("central", Fraction(amount), kind=kind)
+    return int(u[0])
+
+
+def _per_user(session: Any, units: int) -> float:
+    """``units`` of the central filter as a float amount (what each user paid)."""
+    return units / 10.0 ** session.ledger.units["central"].exponent
 
 
 # --------------------------------------------------------------------------------------------
@@ -279,7 +304,9 @@ def above_threshold(
     -------
     MonitorResult
         ``value``: the ⊥/⊤ answers (bool array, one per asked query); ``tops``; per-run records;
-        ``epsilon_realized`` vs ``epsilon_worst`` and ``epsilon_exante``; ``charges`` per user.
+        ``epsilon_realized`` vs ``epsilon_worst`` and ``epsilon_exante``; ``spent_at_most``, what
+        each user paid (per-user charges: ``session.report(query_id=q)`` for ``q`` in
+        ``query_ids``).
 
     Raises
     ------
@@ -294,8 +321,8 @@ def above_threshold(
     >>> s = gp.Session(central=gp.DP(epsilon=1.0))
     >>> res = above_threshold(s, [3, 8, 40, 90], 50, users=["a", "b"], sensitivity=1,
     ...                       epsilon=0.5, integer=True)
-    >>> res.epsilon_realized, res.kind, res.n_charged
-    (0.5, 'dp', 2)
+    >>> res.epsilon_realized, res.kind, res.spent_at_most
+    (0.5, 'dp', 0.5)
     >>> res.value                                  # doctest: +ELLIPSIS
     array([...])
     """
@@ -352,7 +379,6 @@ def _laplace_monitor(
         threshold=threshold, epsilon=epsilon, sensitivity=sensitivity, c=c,
         monotone=monotone, integer=integer, rng=rng,
     )  # fmt: skip
-    before = _spent(session, ulist)
     # the public number of queries the run may ask (selection.md §2.3 "at most k queries")
     cap = min((x for x in (max_steps, stream.remaining()) if x is not None), default=None)
     params = {"noise": "laplace", "epsilon": float(epsilon), "sensitivity": float(sensitivity),
@@ -382,14 +408,14 @@ def _laplace_monitor(
         r.charge(run.epsilon)
         qid = r.query_id
     ans = np.array(run.answers, dtype=bool)
-    charges = _spent(session, ulist) - before
     err = _laplace_margin(run, sensitivity, beta, ans.size, cap)
     eps = float(run.epsilon)
     return MonitorResult(
         value=ans, error=err, error_kind="threshold margin α (query units)",
         confidence=1 - beta, mechanism="laplace_above_threshold", params=params, kind="dp"
         if session.ledger.kind["central"] == "dp" else "zcdp", metric="hamming",
-        charges=charges, query_id=qid, spec="selection §2.1-2.4",
+        query_id=qid, spec="selection §2.1-2.4",
+        spent_at_most=_per_user(session, _units(session, "dp", run.epsilon)),
         tops=tuple(int(i) for i in np.flatnonzero(ans)),
         runs=[{"start": 0, "steps": int(ans.size), "output": "top" if ans.any() else "bottom",
                "reserved": eps, "charged": eps}],
@@ -423,7 +449,8 @@ def _laplace_margin(run: LaplaceSVTRun, sensitivity: float, beta: float, asked: 
 
 
 def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng) -> MonitorResult:
-    before = _spent(session, ulist)
+    paid = 0  # ledger units each user paid over all runs (the same for every user)
+    all_qids: list[str] = []
     answers: list[bool] = []
     tops: list[int] = []
     runs: list[dict[str, Any]] = []
@@ -452,7 +479,10 @@ def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng)
                 )
             stopped = "budget"
             break
-        ans, reserved, charged, qid, budget_stop = out
+        ans, reserved, charged, qids, budget_stop, units = out
+        paid += units
+        qid = qids[-1]
+        all_qids += qids
         runs.append({"start": start, "steps": len(ans), "output": "top" if ans and ans[-1]
                      else "bottom", "reserved": reserved, "charged": charged})  # fmt: skip
         for i, a in enumerate(ans):
@@ -464,14 +494,14 @@ def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng)
         if len(tops) >= c:
             stopped = "c_tops"
         # a run that hit its cap without ⊤ is followed by a fresh run (selection.md §6.5)
-    charges = _spent(session, ulist) - before
     real = float(sum(rn["charged"] for rn in runs))
     worst = float(sum(rn["reserved"] for rn in runs))
     ans_arr = np.array(answers, dtype=bool)
     return MonitorResult(
         value=ans_arr, mechanism="gaussian_above_threshold", params=params,
-        kind="dp_expost" if fkind == "dp" else "zcdp", metric="hamming", charges=charges,
-        query_id=qid, spec="selection §5.3-5.4, §5.9 (A), §6.3 mode " + mode,
+        kind="dp_expost" if fkind == "dp" else "zcdp", metric="hamming",
+        spent_at_most=_per_user(session, paid), query_id=qid, query_ids=tuple(all_qids),
+        spec="selection §5.3-5.4, §5.9 (A), §6.3 mode " + mode,
         tops=tuple(tops), runs=runs, epsilon_realized=real, epsilon_worst=worst,
         epsilon_exante=None if exante is None else exante * len(runs), stopped=stopped,
     )  # fmt: skip
@@ -503,15 +533,16 @@ def _run_mode_r(session, stream, p, ulist, t_max, fkind, rng, params):
                 break
         used = run.epsilon() if fkind == "dp" else R
         r.charge(Fraction(used))
-        return list(run.answers), R, used, r.query_id, False
+        return list(run.answers), R, used, [r.query_id], False, _units(session, kind, used)
 
 
 def _run_mode_s(session, stream, p, ulist, t_max, rng, params):
     """Mode S: before step t hold need_t − (already charged); charge the realized increment."""
     needs = at_step_needs(p, t_max)
     charged = Fraction(0)  # this run's cumulative charge (the provisional ε_⊥ of its prefix)
+    units = 0  # what each user paid for this run, in ledger units (per step, rounded up)
     run: GaussianATRun | None = None
-    qid = ""
+    qids: list[str] = []
     budget_stop = False
     for t in range(1, t_max + 1):
         if not stream.has_next():
@@ -533,13 +564,15 @@ def _run_mode_s(session, stream, p, ulist, t_max, rng, params):
             top = run.step(stream.next_value())
             realized = Fraction(run.epsilon())
             r.charge(max(Fraction(0), realized - charged))
+            units += _units(session, "dp_expost", max(Fraction(0), realized - charged))
             charged = max(charged, realized)
-            qid = r.query_id
+            qids.append(r.query_id)
         if top:
             break
     if run is None:
         return None
-    return list(run.answers), float(max(max(n) for n in needs)), float(charged), qid, budget_stop
+    worst = float(max(max(n) for n in needs))
+    return list(run.answers), worst, float(charged), qids, budget_stop, units
 
 
 # --------------------------------------------------------------------------------------------
@@ -598,7 +631,6 @@ def report_noisy_max(
 
         eps = check_eps(epsilon, "epsilon")
         check_positive(sensitivity, "sensitivity")
-    before = _spent(session, ulist)
     params = {"noise": noise, "sigma": sigma, "epsilon": float(eps), "bounds": bounds,
               "sensitivity": float(sensitivity), "d": int(x.size)}  # fmt: skip
     with session.reserve(
@@ -620,12 +652,12 @@ def report_noisy_max(
             )
         r.charge(rel.epsilon)
         qid = r.query_id
-    charges = _spent(session, ulist) - before
     classical = rel.noise.get("epsilon_classical")
     return MonitorResult(
         value=int(rel.index), mechanism=f"{noise}_report_noisy_max", params=params,
         kind="dp" if session.ledger.kind["central"] == "dp" else "zcdp", metric="hamming",
-        charges=charges, query_id=qid, spec=rel.guarantee.spec,
+        spent_at_most=_per_user(session, _units(session, "dp", rel.epsilon)), query_id=qid,
+        spec=rel.guarantee.spec,
         runs=[{"start": 0, "steps": int(x.size), "output": int(rel.index),
                "reserved": float(rel.epsilon), "charged": float(rel.epsilon)}],
         epsilon_realized=float(rel.epsilon), epsilon_worst=float(rel.epsilon),
@@ -713,7 +745,6 @@ def threshold_query(
     pis = [Fraction(2 ** (j - 1), den) for j in range(1, c + 1)]
     _check_rounds(kind, [p * total for p in pis])  # every round's calibration, before reserving
     beta1 = beta / c
-    before = _spent(session, ulist)
     outs: list[float] = []
     wts: list[Fraction] = []
     answer = None
@@ -758,13 +789,13 @@ def threshold_query(
             answer = bool(cbar >= tau)
         r.charge(used)
         qid = r.query_id
-    charges = _spent(session, ulist) - before
     return MonitorResult(
         value=bool(answer), error=wid, error_kind="count margin (users)", confidence=1 - beta,
         mechanism="threshold_query", params=params, kind=fkind, metric="hamming",
-        charges=charges, allocations=pd.Series({u: float(total) for u in ulist}), query_id=qid,
+        spent_at_most=_per_user(session, _units(session, kind, used)), query_id=qid,
         spec="adaptive-budgeting §5.4", runs=[{"start": 0, "steps": len(outs), "output": answer,
-        "reserved": float(total), "charged": float(used)}], epsilon_realized=float(used),
+        "reserved": float(total), "charged": float(used)}],
+        epsilon_realized=float(used),
         epsilon_worst=float(total), stopped="decided" if len(outs) < c else "end",
     )  # fmt: skip
 
@@ -904,8 +935,10 @@ def zone_above_threshold(
     >>> s = gp.Session(central=gp.DP(epsilon=1.0))
     >>> res = zone_above_threshold(s, df, shapely.box(0, 0, 1, 1), 50, user="id", time="t",
     ...                            start="2020-01-01", end="2020-01-01 04:00", epsilon=0.5)
-    >>> res.n_charged, res.epsilon_realized
-    (3, 0.5)
+    >>> res.spent_at_most, res.epsilon_realized
+    (0.5, 0.5)
+    >>> s.report(query_id=res.query_id)["user"].tolist()  # the curator's view, in the ledger
+    [1, 2, 3]
     """
     counts = zone_counts(
         data, region, user=user, time=time, start=start, end=end, freq=freq, lon=lon, lat=lat

@@ -6,6 +6,17 @@ adaptive-budgeting.md §7 pitfall 19), the mechanism and its parameters, the gua
 metric and the r_min floor of secure-noise.md §7.4(c2)), and the per-user charges committed to
 the ledger before the result was built. Operations subclass it (``PrivatizeResult`` here;
 ``RangeCountResult``, ``KdeResult``... elsewhere) and override :meth:`Result._value_summary`.
+
+Published view and curator's view. Everything a Result shows (``repr``, ``_repr_html_``,
+``summary()``, ``to_dict()``, the ``attrs`` entry and the GeoParquet metadata written from it) is
+the *published view*. For the metric notions (GP, CGP: the local model, which protects where
+users are, not whether they are in the data) it lists the per-user charges and exclusions. For
+the central notions (``kind`` "dp", "zcdp", "dp_expost") a Result holds no per-user charges, no
+user ids, no exclusions and no count or total that depends on the data except through noise:
+under central DP who is in the data is itself protected. It states the public bound
+``spent_at_most`` instead. The per-user charges, exclusions and counts of a central query are
+the *curator's view*, read from the ledger with ``session.report(query_id=result.query_id)``
+(SECURITY.md, "What a published result contains").
 """
 
 from __future__ import annotations
@@ -21,9 +32,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpframe.errors import InvalidInputError
+from gpframe.errors import GpframeError, InvalidInputError
 
-__all__ = ["PrivatizeResult", "Result", "ResultAttr"]
+__all__ = ["CuratorViewError", "PrivatizeResult", "Result", "ResultAttr"]
 
 # parameter name and unit of each notion, as users type them (STYLE.md §2)
 _PARAM = {"gp": "eps", "cgp": "rho", "dp": "epsilon", "zcdp": "rho", "dp_expost": "epsilon"}
@@ -42,6 +53,19 @@ _NAME = {
     "zcdp": "user-level zero-concentrated DP (zCDP)",
     "dp_expost": "user-level ex-post differential privacy",
 }
+
+
+class CuratorViewError(GpframeError, AttributeError):
+    """A per-user quantity was asked of a central-DP result; it lives in the ledger only."""
+
+
+def _curator_only(name: str, query_id: str) -> CuratorViewError:
+    qid = repr(query_id) if query_id else "result.query_id"
+    return CuratorViewError(
+        f"{name} is not part of a central-DP result: per-user charges, exclusions and user counts "
+        "depend on who is in the data, so the published result does not hold them. The curator "
+        f"reads them from the ledger: session.report(query_id={qid})."
+    )
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
@@ -123,18 +147,27 @@ class Result:
     r_min : float or None
         The lattice floor in metres (secure-noise.md §7.4(c2)); None for central notions.
     charges : Series or mapping
-        Amount committed per admitted user (index: user id), in the filter's units.
+        Amount committed per admitted user (index: user id), in the filter's units. Metric
+        notions only: a central result drops it (it is ``None``; see ``query_id``).
     allocations : Series, mapping or None
         Amount reserved per admitted user; ``saved`` is allocation − charge. None: no savings.
+        Dropped (``None``) for central notions.
     excluded : sequence
         Ids of users left out because their budget could not cover the allocation (charged 0).
+        Dropped (``None``) for central notions.
     query_id : str
-        The id of the query in the ledger's audit log.
+        The id of the query in the ledger. For a central result, the curator's per-user view
+        (charges, allocations, exclusions) is ``session.report(query_id=result.query_id)``.
     spec : str
         The spec sections the operation implements.
     approx : tuple or None
         Optional (δ, A) to add, for information only, the approximate-GP reading of a CGP
         charge ("≈ (ε, δ, A)-GP via Lem. 3.7", concentrated-geo-privacy.md §3.6).
+    spent_at_most : float or None
+        Central notions: what any one user can have been charged by this query, in the filter's
+        units, computed from public parameters (e.g. 3·ε per cell × ``max_cells``) or from
+        released values only. It is what the published view states in place of the realised
+        per-user charges. None: not stated.
 
     Examples
     --------
@@ -147,6 +180,15 @@ class Result:
            spent_max=eps=0.01 m⁻¹, query_id=q-1)
     >>> r.n_charged, r.spent_total
     (2, 0.02)
+
+    A central-DP result publishes the public bound only; the per-user view is in the ledger:
+
+    >>> c = Result(value=7.0, kind="dp", charges={"a": 0.5}, excluded=["b"], query_id="q-2",
+    ...            spent_at_most=0.5)
+    >>> c
+    Result(value=7, spent_at_most=epsilon=0.5, query_id=q-2)
+    >>> c.charges is None, "excluded" in c.to_dict()
+    (True, False)
     """
 
     value: Any
@@ -164,21 +206,30 @@ class Result:
     query_id: str = ""
     spec: str = ""
     approx: tuple[float, float] | None = None
+    spent_at_most: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in _PARAM:
             raise InvalidInputError(
                 f"kind={self.kind!r} is not one of {', '.join(map(repr, _PARAM))}."
             )
+        object.__setattr__(self, "params", dict(self.params))
+        if self.spent_at_most is not None:
+            object.__setattr__(self, "spent_at_most", float(self.spent_at_most))
+        if _NOTION[self.kind] == "central":
+            # Published view: who was charged, how much and who was left out depend on who is
+            # in the data. They are dropped here, at the one constructor every central result
+            # goes through, so no output form (repr, to_dict, attrs, pickle) can carry them.
+            object.__setattr__(self, "r_min", None)
+            for name in ("charges", "allocations", "excluded"):
+                object.__setattr__(self, name, None)
+            return
         charges = _series(self.charges, "charge")
         object.__setattr__(self, "charges", charges)
         if self.allocations is not None:
             alloc = _series(self.allocations, "allocation").reindex(charges.index)
             object.__setattr__(self, "allocations", alloc)
         object.__setattr__(self, "excluded", tuple(self.excluded))
-        object.__setattr__(self, "params", dict(self.params))
-        if _NOTION[self.kind] == "central":
-            object.__setattr__(self, "r_min", None)
 
     # ---------------------------------------------------------------- counts and spend
 
@@ -188,38 +239,64 @@ class Result:
         return _NOTION[self.kind]
 
     @property
+    def published_only(self) -> bool:
+        """True for central notions: the result holds the published view only (no per-user data)."""
+        return self.notion == "central"
+
+    def _per_user(self, name: str) -> None:
+        if self.published_only:
+            raise _curator_only(name, self.query_id)
+
+    @property
     def n_charged(self) -> int:
-        """Number of users admitted (and charged, possibly less than their allocation)."""
+        """Number of users admitted (and charged, possibly less than their allocation).
+
+        Metric notions only; central results raise :class:`CuratorViewError` (the count depends
+        on who is in the data): read ``session.report(query_id=result.query_id)``.
+        """
+        self._per_user("n_charged")
         return len(self.charges)
 
     @property
     def n_excluded(self) -> int:
-        """Number of users left out for lack of budget (charged nothing)."""
+        """Number of users left out for lack of budget (charged nothing). Metric notions only."""
+        self._per_user("n_excluded")
         return len(self.excluded)
 
     @property
     def n_users(self) -> int:
-        """Number of users the query was asked of: charged + excluded."""
+        """Number of users the query was asked of: charged + excluded. Metric notions only."""
         return self.n_charged + self.n_excluded
 
     @property
     def spent_total(self) -> float:
-        """Sum of the charges over users, in the filter's units."""
+        """Sum of the charges over users, in the filter's units. Metric notions only."""
+        self._per_user("spent_total")
         return float(math.fsum(self.charges.to_numpy())) if self.n_charged else 0.0
 
     @property
     def spent_max(self) -> float:
-        """Largest per-user charge: the privacy loss of the worst-off user for this query."""
+        """Largest per-user charge: the privacy loss of the worst-off user for this query.
+
+        Central notions: the public bound :attr:`spent_at_most` (0 when not stated), never the
+        realised maximum, which would depend on the data.
+        """
+        if self.published_only:
+            return 0.0 if self.spent_at_most is None else self.spent_at_most
         return float(self.charges.max()) if self.n_charged else 0.0
 
     @property
     def spent_mean(self) -> float:
-        """Mean per-user charge over charged users (0 when nobody was charged)."""
+        """Mean per-user charge over charged users (0 when nobody was charged). Metric only."""
         return self.spent_total / self.n_charged if self.n_charged else 0.0
 
     @property
     def saved(self) -> float:
-        """Total saving: allocations minus charges, summed over users (adaptive-budgeting §4.6)."""
+        """Total saving: allocations minus charges, summed over users (adaptive-budgeting §4.6).
+
+        Metric notions only (a central saving is summed over the data's users).
+        """
+        self._per_user("saved")
         if self.allocations is None or not self.n_charged:
             return 0.0
         return float(math.fsum((self.allocations - self.charges).to_numpy()))
@@ -240,7 +317,7 @@ class Result:
         return {
             "kind": self.kind,
             "notion": self.notion,
-            "amount": self.spent_max,
+            "amount": self.spent_at_most if self.published_only else self.spent_max,
             "param": _PARAM[self.kind],
             "unit": _UNIT[self.kind].strip(),
             "metric": self.metric,
@@ -294,7 +371,15 @@ class Result:
                 f" Distances are read as max(r, r_min): protection below r_min = "
                 f"{_fmt(self.r_min)} m equals that at {_fmt(self.r_min)} m."
             )
-        if self.n_excluded:
+        if self.published_only:
+            if self.spent_at_most is None:
+                core += " (The per-user amount of this query is not stated.)"
+            core += (
+                " Who was charged, how much and who was left out for lack of budget are not part "
+                "of this published result (they depend on who is in the data); the curator reads "
+                "them from the ledger: session.report(query_id=...)."
+            )
+        elif self.n_excluded:
             core += (
                 f" {self.n_excluded} user(s) were excluded for lack of budget; they were charged "
                 "nothing and are not in the output."
@@ -338,15 +423,23 @@ class Result:
         parts = [f"value={self._value_summary()}"]
         if self.error is not None and self.confidence is not None:
             parts.append(f"{self._error_label()}={self._error_text()}")
-        parts += [
-            f"charged={self.n_charged} users",
-            f"excluded={self.n_excluded}",
-            f"spent_max={self._amount(self.spent_max)}",
-        ]
-        if self.allocations is not None:
-            parts.append(f"saved={_fmt(self.saved)}")
+        if self.published_only:
+            parts.append(f"spent_at_most={self._bound_text()}")
+        else:
+            parts += [
+                f"charged={self.n_charged} users",
+                f"excluded={self.n_excluded}",
+                f"spent_max={self._amount(self.spent_max)}",
+            ]
+            if self.allocations is not None:
+                parts.append(f"saved={_fmt(self.saved)}")
         parts.append(f"query_id={self.query_id or '-'}")
         return f"{type(self).__name__}({', '.join(parts)})"
+
+    def _bound_text(self) -> str:
+        if self.spent_at_most is None:
+            return "n/a"
+        return self._amount(self.spent_at_most)
 
     def _rows(self) -> list[tuple[str, str]]:
         conf = "" if self.confidence is None else f" (confidence {_fmt(self.confidence)})"
@@ -355,13 +448,25 @@ class Result:
             (self.error_kind or "error", self._error_text() + conf),
             ("mechanism", self.mechanism or "-"),
             ("parameters", ", ".join(f"{k}={v}" for k, v in self.params.items()) or "-"),
-            ("users charged / excluded", f"{self.n_charged} / {self.n_excluded}"),
-            (
-                "spent total / max / mean",
-                " / ".join(_fmt(x) for x in (self.spent_total, self.spent_max, self.spent_mean))
-                + f" ({_PARAM[self.kind]}{_UNIT[self.kind]})",
-            ),
-            ("saved", _fmt(self.saved)),
+        ]
+        if self.published_only:
+            rows += [
+                ("spent per user, at most", self._bound_text()),
+                ("per-user view", "session.report(query_id=...) (ledger, curator only)"),
+            ]
+        else:
+            rows += [
+                ("users charged / excluded", f"{self.n_charged} / {self.n_excluded}"),
+                (
+                    "spent total / max / mean",
+                    " / ".join(
+                        _fmt(x) for x in (self.spent_total, self.spent_max, self.spent_mean)
+                    )
+                    + f" ({_PARAM[self.kind]}{_UNIT[self.kind]})",
+                ),
+                ("saved", _fmt(self.saved)),
+            ]
+        rows += [
             ("guarantee", self.privacy_statement()),
             ("query id", self.query_id or "-"),
         ]
@@ -393,8 +498,11 @@ class Result:
     def to_frame(self) -> pd.DataFrame:
         """Per-user table: status (charged / excluded), allocation, charge and saving.
 
-        Excluded users appear with charge 0 and no allocation.
+        Excluded users appear with charge 0 and no allocation. Metric notions only: for a
+        central result this table is the curator's view and comes from the ledger,
+        ``session.report(query_id=result.query_id)`` (:class:`CuratorViewError` here).
         """
+        self._per_user("to_frame()")
         charged = pd.DataFrame(
             {
                 "status": "charged",
@@ -424,7 +532,14 @@ class Result:
 
         ``per_user=False`` leaves out the per-user charges and ``value=False`` the released value,
         for a compact summary (what a DataFrame's ``attrs`` and a GeoParquet file keep).
+
+        A central result (kind dp, zcdp, dp_expost) gives its published view whatever the
+        arguments: no user counts, charges, exclusions or spend totals, but ``spent_at_most``
+        (the public per-user bound) and ``view="published"``; the curator's per-user view is
+        ``session.report(query_id=...)``.
         """
+        if self.published_only:
+            return self._published_dict(value)
         return {
             "type": type(self).__name__,
             "value": _jsonable(self.value) if value else None,
@@ -433,11 +548,7 @@ class Result:
             "confidence": _jsonable(self.confidence),
             "mechanism": self.mechanism,
             "params": _jsonable(self.params),
-            "guarantee": _jsonable(
-                {**self.guarantee, "metric": list(self.metric)}
-                if isinstance(self.metric, tuple)
-                else self.guarantee
-            ),
+            "guarantee": self._guarantee_json(),
             "n_users": self.n_users,
             "n_charged": self.n_charged,
             "n_excluded": self.n_excluded,
@@ -455,6 +566,28 @@ class Result:
             "spec": self.spec,
         }
 
+    def _guarantee_json(self) -> Any:
+        g = self.guarantee
+        metric = list(self.metric) if isinstance(self.metric, tuple) else self.metric
+        return _jsonable({**g, "metric": metric})
+
+    def _published_dict(self, value: bool) -> dict[str, Any]:
+        """Return the central published view: released values and public parameters only."""
+        return {
+            "type": type(self).__name__,
+            "view": "published",
+            "value": _jsonable(self.value) if value else None,
+            "error": _jsonable(self.error),
+            "error_kind": self.error_kind,
+            "confidence": _jsonable(self.confidence),
+            "mechanism": self.mechanism,
+            "params": _jsonable(self.params),
+            "guarantee": self._guarantee_json(),
+            "spent_at_most": _jsonable(self.spent_at_most),
+            "query_id": self.query_id,
+            "spec": self.spec,
+        }
+
     def to_attr(self) -> ResultAttr:
         """Return the form this result takes in ``DataFrame.attrs`` (see :class:`ResultAttr`)."""
         return ResultAttr(self)
@@ -466,7 +599,9 @@ class ResultAttr(dict):
     It is the result's compact JSON summary (a plain ``dict`` to ``json.dumps``, so geopandas'
     ``to_parquet`` can store it) that also behaves like the result: attribute access, ``repr``
     and the notebook view go to the :class:`Result` itself, kept in ``.result``. pandas deep-copies
-    ``attrs`` on every operation; a result is immutable, so copies share it instead.
+    ``attrs`` on every operation; a result is immutable, so copies share it instead. For a
+    central-DP result the dict is the published view (:meth:`Result.to_dict`): no user ids,
+    per-user charges or data-dependent counts.
 
     Examples
     --------

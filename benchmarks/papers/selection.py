@@ -186,7 +186,7 @@ def online(reps: int) -> tuple[pd.DataFrame, pd.DataFrame]:
                 s, q, rho, users=users, sensitivity=1 / n_cap, noise="gaussian", sigma=sx,
                 bounds=(0, 1), max_steps=t_max, c=10**6, rng=RNG,
             )  # fmt: skip
-            charged = float(res.charges.max())
+            charged = float(s.spent(notion="central").max())  # the curator's ledger view
             assert abs(charged - res.epsilon_realized) < 1e-6, (charged, res.epsilon_realized)
             nr = len(res.runs)
             base = {"sigma_x": sx, "rep": r, "runs": nr}
@@ -212,7 +212,7 @@ def online(reps: int) -> tuple[pd.DataFrame, pd.DataFrame]:
                 epsilon=budget, c=c_sv, integer=True, rng=RNG,
             )  # fmt: skip
             l_rows.append({"sigma_x": sx, "rep": r, "runs": 1, "method": "laplace_sv",
-                           "spent": float(res.charges.max()), "c": c_sv,
+                           "spent": res.spent_at_most, "c": c_sv,
                            **quality(res.tops, truth)})  # fmt: skip
             # (ii) the Gaussian's protocol with Laplace AT runs on a filter of budget B
             s = gp.Session(central=gp.DP(epsilon=budget))

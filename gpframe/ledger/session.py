@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
 import threading
@@ -45,6 +46,9 @@ from gpframe.ledger.store import CHUNK, ChargeRow, ReservationRow, SqliteStore, 
 __all__ = ["Ledger", "Reservation", "Session"]
 
 NOTIONS = ("metric", "central")
+#: key of a reservation's ``params`` under which a query records the ids of the users it left
+#: out for lack of budget (not in the reservation, charged nothing); read by report(query_id=)
+EXCLUDED_KEY = "excluded_users"
 MAX = LedgerUnits.MAX
 _SHIFT = CHUNK.bit_length() - 1
 _HOST = socket.gethostname()
@@ -1298,12 +1302,38 @@ class Session:
         """Like :meth:`spent`, as exact ``Fraction`` values."""
         return self._exact("spent", users, notion)
 
-    def report(self) -> pd.DataFrame:
-        """Return one row per user and configured notion.
+    def report(self, query_id: str | None = None) -> pd.DataFrame:
+        """Return one row per user and configured notion, or the per-user view of one query.
 
         Columns: user, notion, kind, budget, spent, held, remaining (floats) and n_queries
         (charges that admitted the user).
+
+        With ``query_id`` (a result's ``query_id``): the curator's view of that query, one row
+        per user it concerned, with columns user, status (``"charged"`` or ``"excluded"``: left
+        out for lack of budget, charged nothing), allocation, charge and saved (floats, in the
+        filter's units; an excluded user's allocation is NaN), notion and kind. This is where
+        the per-user charges and exclusions of a central-DP query are read: its published
+        result holds none of them (SECURITY.md, "What a published result contains"). It names
+        users: it is for the curator, not for publication.
+
+        Raises
+        ------
+        InvalidInputError
+            ``query_id`` is not a query of this ledger.
+
+        Examples
+        --------
+        >>> import gpframe as gp
+        >>> s = gp.Session(central=gp.DP(epsilon=1.0))
+        >>> with s.reserve(["ann", "bob"], 0.5, notion="central", query="count") as r:
+        ...     _ = r.charge([0.5, 0.25])
+        >>> s.report(query_id=r.query_id)[["user", "status", "allocation", "charge", "saved"]]
+          user   status  allocation  charge  saved
+        0  ann  charged         0.5    0.50   0.00
+        1  bob  charged         0.5    0.25   0.25
         """
+        if query_id is not None:
+            return self._query_report(query_id)
         frames = []
         for notion in NOTIONS:
             if notion not in self.ledger.kind:
@@ -1322,6 +1352,49 @@ class Session:
                 "held": st["held"] / scale, "remaining": rem / scale, "n_queries": counts,
             }))  # fmt: skip
         return pd.concat(frames, ignore_index=True)
+
+    def _query_report(self, query_id: object) -> pd.DataFrame:
+        led = self.ledger
+        if not isinstance(query_id, str) or not query_id:
+            raise InvalidInputError(
+                f"query_id={query_id!r} must be a result's query_id (a non-empty str)."
+            )
+        with led._lock, led._read():
+            led._refresh()
+            ptext = led.store.query_params(query_id)
+            rows = [c for c in led.store.charges() if c.query_id == query_id]
+            index = led._index
+        if ptext is None and not rows:
+            raise InvalidInputError(
+                f"query_id={query_id!r} is not a query of this ledger; pass the query_id of a "
+                "result charged on this Session's ledger."
+            )
+        cols: dict[str, list[Any]] = {k: [] for k in ("user", "status", "allocation", "charge",
+                                                      "notion", "kind")}  # fmt: skip
+        for c in rows:
+            scale = 10.0 ** led.units[c.notion].exponent
+            alloc = c.alloc if c.alloc is not None else c.amount
+            cols["user"] += index[c.idx].tolist()
+            cols["status"] += ["charged"] * c.idx.size
+            cols["allocation"] += (alloc / scale).tolist()
+            cols["charge"] += (c.amount / scale).tolist()
+            cols["notion"] += [c.notion] * c.idx.size
+            cols["kind"] += [c.kind] * c.idx.size
+        params = json.loads(ptext) if ptext else {}
+        excluded = params.get(EXCLUDED_KEY, []) if isinstance(params, dict) else []
+        notion = rows[0].notion if rows else ""
+        kind = rows[0].kind if rows else ""
+        cols["user"] += list(excluded)
+        cols["status"] += ["excluded"] * len(excluded)
+        cols["allocation"] += [math.nan] * len(excluded)
+        cols["charge"] += [0.0] * len(excluded)
+        cols["notion"] += [notion] * len(excluded)
+        cols["kind"] += [kind] * len(excluded)
+        out = pd.DataFrame(cols)
+        out["allocation"] = out["allocation"].astype(np.float64)
+        out["charge"] = out["charge"].astype(np.float64)
+        out.insert(4, "saved", (out["allocation"] - out["charge"]).fillna(0.0))
+        return out
 
     def history(self, user: object) -> pd.DataFrame:
         """Return the user's charges, oldest first.

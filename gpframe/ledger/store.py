@@ -143,6 +143,7 @@ class Store(Protocol):
         self, qid: str, name: str, notion: str, kind: str, params: str, created: str
     ) -> None: ...
     def queries(self) -> dict[str, str]: ...  # noqa: D102
+    def query_params(self, qid: str) -> str | None: ...  # noqa: D102
     def charge(self, charge_id: str) -> ChargeRow | None: ...  # noqa: D102
     def add_charge(self, row: ChargeRow) -> None: ...  # noqa: D102
     def charges(self, notion: str | None = None) -> Iterator[ChargeRow]: ...  # noqa: D102
@@ -528,6 +529,11 @@ class SqliteStore:
     def queries(self) -> dict[str, str]:
         """Query id -> query name."""
         return dict(self.con.execute("SELECT id, name FROM queries").fetchall())
+
+    def query_params(self, qid: str) -> str | None:
+        """Return the recorded parameters (JSON text) of query ``qid``, or None if unknown."""
+        r = self.con.execute("SELECT params FROM queries WHERE id = ?", (qid,)).fetchone()
+        return None if r is None else str(r[0])
 
     _CCOLS = (
         "charge_id, reservation_id, query_id, notion, kind, created, idx, amount, digest, alloc"

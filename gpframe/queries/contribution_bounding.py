@@ -65,6 +65,7 @@ import numpy as np
 
 from gpframe.accounting.amounts import exact
 from gpframe.errors import GpframeInternalError, InvalidInputError, LedgerError
+from gpframe.ledger.session import EXCLUDED_KEY
 
 __all__ = [
     "DEFAULT_SALT",
@@ -491,6 +492,8 @@ def run_private_grid_stats(
             "max_cells": b.max_cells,
             "max_per_cell": b.max_per_cell,
             "cells": int(b.cells.size),
+            # the curator's record of who was left out (session.report(query_id=...))
+            EXCLUDED_KEY: sorted(b.users[over].tolist()) if over.any() else [],
         },
         units=True,
     )

@@ -33,6 +33,7 @@ import numpy as np
 
 from gpframe.accounting.amounts import exact
 from gpframe.errors import GpframeInternalError, InvalidInputError, LedgerError
+from gpframe.ledger.session import EXCLUDED_KEY
 from gpframe.queries.clip_user import ClipUserPlan, Occupancy, clip_user_plan, h_exact
 
 __all__ = [
@@ -418,6 +419,8 @@ def run_grid_stats(
                 "clip": clip,
                 "Gamma": plan.Gamma,
                 "Gamma_prime": plan.Gamma_prime,
+                # the curator's record of who was left out (session.report(query_id=...))
+                EXCLUDED_KEY: sorted(excluded, key=_sort_key),
             },
             units=True,
         )

@@ -50,10 +50,13 @@ _OCC_HELP = (
 
 @dataclass(frozen=True, eq=False, repr=False)
 class GridStatsResult(Result):
-    """Result of ``grid_stats``: a GeoDataFrame of cells plus Γ, Γ′ and per-user central charges.
+    """Result of ``grid_stats``: a GeoDataFrame of cells plus Γ, Γ′ and the per-user bound.
 
     ``error`` is the largest per-cell mean error bound; the per-cell bounds are the columns
-    ``mean_error`` and ``variance_error`` of ``value``.
+    ``mean_error`` and ``variance_error`` of ``value``. Like every central-DP result it is a
+    published view: ``spent_at_most`` is the public bound ε × statistics × Γ′ (occupancy
+    "private": 3 × ε × ``max_cells``); who was charged how much, and who was left out for lack
+    of budget, are read from the ledger with ``session.report(query_id=result.query_id)``.
     """
 
     error_kind: str = "max mean error (value units)"
@@ -66,8 +69,6 @@ class GridStatsResult(Result):
     E_star: float = math.nan
     E_new: float = math.nan
     n_suppressed_pairs: int = 0
-    n_budget_excluded: int = 0
-    plan: Any = None
 
     def _value_summary(self) -> str:
         n = 0 if self.value is None else len(self.value)
@@ -327,7 +328,10 @@ def grid_stats(
         One row per cell (index: H3 cell as a string), hexagons in the input CRS, with ``mean``,
         ``variance`` (1/r), ``variance_unbiased`` (1/(r−1)), ``mean_error``, ``variance_error``,
         ``n_samples``, ``n_kept``, ``n_suppressed``, ``users``, ``users_kept``, ``m_ub``,
-        ``released``. ``attrs["geopriv"]`` holds the :class:`GridStatsResult`.
+        ``released``. ``attrs["geopriv"]`` holds the :class:`GridStatsResult`, a published view:
+        it states the public per-user bound ``spent_at_most`` and names no user; the per-user
+        charges and the users left out for lack of budget are the curator's, read from the
+        ledger with ``session.report(query_id=result.query_id)``.
 
     Notes
     -----
@@ -424,21 +428,33 @@ def grid_stats(
             "worst_case_epsilon": float(run.plan.worst_case_loss),
         },
         kind=run.fkind,
-        charges=pd.Series(run.charges, index=pd.Index(run.users, name="user")),
-        allocations=pd.Series(run.allocations, index=pd.Index(run.users, name="user")),
-        excluded=run.excluded,
         query_id=run.query_id,
+        spent_at_most=_bound(session, [run.plan.eps_cell * x for x in run.plan.split],
+                             run.plan.Gamma_prime),
         Gamma=run.plan.Gamma,
         Gamma_prime=run.plan.Gamma_prime,
         E_star=run.plan.E_star,
         E_new=run.plan.E_new,
         n_suppressed_pairs=int(((run.plan.r == 0) & ~run.plan.excluded[occ.u]).sum()),
-        n_budget_excluded=len(run.excluded),
-        plan=run.plan,
     )
     # ResultAttr: pandas deep-copies attrs, and the result holds this very frame as its value
     out.attrs["geopriv"] = result.to_attr()
     return out
+
+
+def _bound(session: Any, amounts: Any, cells: int) -> float:
+    """Return the public per-user bound: one ε-DP draw per amount in each of ``cells`` cells.
+
+    In the central filter's units, rounded up exactly as the ledger charges, so no user's
+    charge exceeds it; it depends on public parameters only (Γ′ is a function of the declared
+    public occupancy, ``max_cells`` a public cap).
+    """
+    ledger = session.ledger
+    units = 0
+    for amt in amounts:
+        u, _big = ledger.units_for("central", amt, np.array([int(cells)]), kind="dp")
+        units += int(u[0])
+    return units / 10.0 ** ledger.units["central"].exponent
 
 
 def _build_frame(plan: ClipUserPlan, rel: Any, crs_in: Any) -> Any:
@@ -526,7 +542,11 @@ def _private(
     import geopandas as gpd
     import h3
 
-    from gpframe.queries.contribution_bounding import DEFAULT_SALT, run_private_grid_stats
+    from gpframe.queries.contribution_bounding import (
+        DEFAULT_SALT,
+        STATISTICS_PRIVATE,
+        run_private_grid_stats,
+    )
 
     p = bound.projected
     if max_cells is None or max_per_cell is None:
@@ -572,13 +592,12 @@ def _private(
             "worst_case_epsilon": float(eps) * 3 * b.max_cells,
         },
         kind=run.fkind,
-        charges=pd.Series(run.charges, index=pd.Index(run.users, name="user")),
-        allocations=pd.Series(run.allocations, index=pd.Index(run.users, name="user")),
-        excluded=run.excluded,
         query_id=run.query_id,
+        # the public bound (3 draws per cell, at most max_cells cells), never the realised
+        # charges: those count each user's occupied cells, which this mode protects
+        spent_at_most=_bound(bound.session, (eps,) * STATISTICS_PRIVATE, b.max_cells),
         Gamma=b.max_cells,
         Gamma_prime=b.max_cells,
-        n_budget_excluded=len(run.excluded),
     )
     out.attrs["geopriv"] = result.to_attr()
     return out

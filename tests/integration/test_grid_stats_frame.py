@@ -53,9 +53,14 @@ def test_grid_stats_returns_one_row_per_cell_with_result(pings, session):
     assert out["n_samples"].sum() == len(pings)
     assert (out["n_kept"] + out["n_suppressed"] == out["n_samples"]).all()
     assert res.Gamma_prime <= res.Gamma
-    kept = res.plan.cells_kept
-    assert np.allclose(res.charges.sort_index().to_numpy(), (0.5 * 2 * kept)[kept > 0])
-    assert res.spent_max == pytest.approx(res.Gamma_prime * 1.0)
+    # the published result states the public bound; the per-user charges are in the ledger
+    assert res.spent_at_most == res.spent_max == pytest.approx(res.Gamma_prime * 1.0)
+    rep = session.report(query_id=res.query_id)
+    charged = rep[rep["status"] == "charged"]
+    kept = charged["charge"].to_numpy() / (0.5 * 2)  # epsilon x 2 statistics per kept cell
+    assert np.allclose(kept, np.round(kept)) and kept.min() >= 1
+    assert kept.max() == pytest.approx(res.Gamma_prime)
+    assert round(kept.sum()) == out["users_kept"].sum()  # one charge per kept (user, cell)
     assert out.loc[out["released"], "mean"].between(0, 30).all()
 
 
@@ -187,5 +192,6 @@ def test_private_occupancy_releases_every_public_cell_and_no_counts(pings, sessi
     assert sorted(out.index) == cover and out["released"].all()
     assert "n_samples" not in out.columns  # true counts are private in this mode
     res = out.attrs["geopriv"].result
-    assert res.charges.max() <= 0.5 * 3 * 2 + 1e-12
+    assert res.spent_at_most == pytest.approx(0.5 * 3 * 2)  # public: 3 draws x max_cells
+    assert session.report(query_id=res.query_id)["charge"].max() <= 0.5 * 3 * 2 + 1e-12
     assert res.params["worst_case_epsilon"] == pytest.approx(3.0)

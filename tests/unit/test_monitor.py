@@ -74,7 +74,11 @@ def test_gaussian_no_crossing_is_charged_eps_bottom_p4():
     p = ATParams.make(sigma_x=0.01, threshold=0.999, bounds=(0, 1), sensitivity=1e-3)
     assert res.value.tolist() == [False] * 4
     assert res.runs[0]["charged"] == eps_at_bottom(p, 4) > 0
-    assert (res.charges >= res.runs[0]["charged"]).all()
+    # published: what each user paid; the per-user charges are the curator's, in the ledger
+    assert res.spent_at_most >= res.runs[0]["charged"]
+    rep = s.report(query_id=res.query_id)
+    assert sorted(rep["user"]) == [1, 2] and (rep["charge"] >= res.runs[0]["charged"]).all()
+    assert (rep["charge"] == res.spent_at_most).all()
 
 
 def test_zcdp_session_pays_r_squared_over_two_p13():

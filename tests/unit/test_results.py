@@ -49,12 +49,15 @@ def test_repr_is_one_line(res):
 
 
 def test_repr_without_error_or_allocations():
-    r = Result(value=None, kind="dp", charges={"a": Fraction(1, 2)})
+    r = Result(value=None, kind="gp", charges={"a": Fraction(1, 2)})
     assert repr(r) == (
-        "Result(value=None, charged=1 users, excluded=0, spent_max=epsilon=0.5, query_id=-)"
+        "Result(value=None, charged=1 users, excluded=0, spent_max=eps=0.5 m⁻¹, query_id=-)"
     )
-    assert r.r_min is None  # central notions have no metric floor
     assert r.saved == 0.0
+    # a central result states the public bound only (the per-user view is in the ledger)
+    c = Result(value=None, kind="dp", charges={"a": Fraction(1, 2)}, spent_at_most=0.5)
+    assert repr(c) == "Result(value=None, spent_at_most=epsilon=0.5, query_id=-)"
+    assert c.r_min is None  # central notions have no metric floor
 
 
 def test_error_label_follows_confidence():
@@ -194,3 +197,45 @@ def test_result_attr_is_json_and_survives_pandas_operations_without_copying():
     assert loaded["geopriv"]["query_id"] == "q-9"
     assert loaded["geopriv"]["charges"] is None  # per-user detail stays out of file metadata
     assert pickle.loads(pickle.dumps(attr)).query_id == "q-9"
+
+
+@pytest.mark.parametrize("kind", ["dp", "zcdp", "dp_expost"])
+def test_central_result_holds_and_shows_only_the_published_view(kind):
+    """Central DP: no user id, per-user charge, exclusion or user count in any output form."""
+    import json
+    import pickle
+
+    from gpframe.results import CuratorViewError
+
+    users = {"alice-zq": 0.5, "bob-zq": 0.25}
+    r = Result(value=3.0, error=1.0, confidence=0.95, kind=kind, charges=users,
+               allocations={"alice-zq": 0.5, "bob-zq": 0.5}, excluded=["carol-zq"],
+               query_id="q-c", spent_at_most=0.5)  # fmt: skip
+    forms = [repr(r), r._repr_html_(), r.summary(), r.privacy_statement(),
+             json.dumps(r.to_dict()), json.dumps(r.to_dict(per_user=True)),
+             json.dumps(dict(r.to_attr())), repr(r.to_attr()), repr(pickle.dumps(r))]  # fmt: skip
+    for text in forms:
+        assert "-zq" not in text and "excluded for lack of budget;" not in text
+    d = r.to_dict()
+    assert d["view"] == "published" and d["spent_at_most"] == 0.5
+    assert d["guarantee"]["amount"] == 0.5 and d["query_id"] == "q-c"
+    for key in ("n_users", "n_charged", "n_excluded", "excluded", "charges", "spent_total",
+                "spent_mean", "saved"):  # fmt: skip
+        assert key not in d
+    assert r.charges is None and r.allocations is None and r.excluded is None
+    assert r.spent_max == 0.5  # the public bound, not the realised maximum
+    for name in ("n_users", "n_charged", "n_excluded", "spent_total", "spent_mean", "saved"):
+        with pytest.raises(CuratorViewError, match=r"session\.report\(query_id='q-c'\)"):
+            getattr(r, name)
+        with pytest.raises(AttributeError):  # through the attrs entry too
+            getattr(r.to_attr(), name)
+    with pytest.raises(CuratorViewError):
+        r.to_frame()
+    assert "spent per user, at most" in r.summary() and "session.report" in r.summary()
+
+
+def test_central_result_without_a_stated_bound_says_so():
+    r = Result(value=1.0, kind="dp", charges={"a": 0.3})
+    assert "spent_at_most=n/a" in repr(r)
+    assert r.to_dict()["spent_at_most"] is None and r.guarantee["amount"] is None
+    assert "not stated" in r.privacy_statement()

@@ -487,3 +487,28 @@ def test_close_settles_open_reservations(path):
         assert s2.spent_exact([1])[1] == Fraction(1, 4)
     with pytest.raises(gp.LedgerError):
         r.charge(0.1)
+
+
+def test_report_of_one_query_is_the_curators_per_user_view(tmp_path):
+    from gpframe.ledger.session import EXCLUDED_KEY
+
+    path = tmp_path / "l.sqlite"
+    with Session(path, central=gp.DP(epsilon=1.0)) as s:
+        with s.reserve([7, 8], [0.5, 0.5], notion="central", query="other") as r0:
+            r0.charge([0.5, 0.5])
+        with s.reserve(["ann", 7], [0.5, 0.25], notion="central", query="q",
+                       params={EXCLUDED_KEY: ["bob"]}) as r:  # fmt: skip
+            r.charge([0.25, 0.25])
+        qid = r.query_id
+        rep = s.report(query_id=qid)
+    assert list(rep.columns) == ["user", "status", "allocation", "charge", "saved", "notion",
+                                 "kind"]  # fmt: skip
+    assert rep["user"].tolist() == [7, "ann", "bob"]  # charged in ledger order, then excluded
+    assert rep["status"].tolist() == ["charged", "charged", "excluded"]
+    assert rep["charge"].tolist() == [0.25, 0.25, 0.0]
+    assert rep["allocation"].tolist()[:2] == [0.25, 0.5] and np.isnan(rep["allocation"].iloc[2])
+    assert rep["saved"].tolist() == [0.0, 0.25, 0.0]
+    assert set(rep["notion"]) == {"central"} and set(rep["kind"]) == {"dp"}
+    # another process (read-only) sees the same view
+    with Session(path, readonly=True) as ro:
+        pd.testing.assert_frame_equal(ro.report(query_id=qid), rep)
