@@ -64,6 +64,8 @@ hundred) changes k by far less than 10⁻⁶.
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -97,6 +99,7 @@ _NOTHING = "Nothing was charged."
 _SHOW = 5  # how many bad row labels a message lists
 _GRID = 17  # lon/lat grid side on which the scale factor is evaluated
 _PSEUDO_MERCATOR = "popular visualisation pseudo mercator"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # gpframe/, for warnings
 
 
 # --------------------------------------------------------------------------------------------------
@@ -839,8 +842,21 @@ def _warn_coarse_extent(box: Box, crs_m: pyproj.CRS) -> None:
         f"scale_max). For a release, pass {fix} or a public domain=(lon_min, lat_min, lon_max, "
         "lat_max) fixed without looking at the data.",
         GpframeWarning,
-        stacklevel=5,  # _project, resolve_points, df.geopriv, then the caller's line
+        stacklevel=_stacklevel_outside_gpframe(),
     )
+
+
+def _stacklevel_outside_gpframe() -> int:
+    """Return the ``stacklevel`` of the first frame outside gpframe, for the caller's warn().
+
+    The warning then points at the user's line whichever entry point they called.
+    """
+    frame = sys._getframe(2)  # the caller of the function that will call warn()
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _project(

@@ -285,6 +285,9 @@ def test_convenience_path_warns_once_per_accessor_call_and_public_paths_do_not()
     assert "to_crs='EPSG:32618'" in msg and "domain=" in msg
     assert "72.31" not in msg and "40.75" not in msg
     assert rec[0].filename == __file__  # points at the caller's line
+    with pytest.warns(GpframeWarning) as rec:
+        geo.resolve_points(df, user="u", lon="lon", lat="lat", crs=4326)
+    assert len(rec) == 1 and rec[0].filename == __file__  # from any entry point
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         df.geopriv(s, user="u", lon="lon", lat="lat", crs="EPSG:4326", to_crs=32618)
