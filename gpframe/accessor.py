@@ -296,7 +296,8 @@ class GeoPriv:
         >>> pings = pd.DataFrame({"taxi": [1, 1, 2], "lon": [-37.05, -37.06, -37.07],
         ...                       "lat": [-10.91, -10.92, -10.93]})
         >>> session = Session(budget=gp.CGP(rho=1e-4))
-        >>> bound = pings.geopriv(session, user="taxi", lon="lon", lat="lat", crs="EPSG:4326")
+        >>> bound = pings.geopriv(session, user="taxi", lon="lon", lat="lat", crs="EPSG:4326",
+        ...                       to_crs="EPSG:32724")   # named metric CRS: depends on no data
         >>> out = bound.privatize(
         ...     rho=1e-5)
         >>> out.crs.to_epsg(), list(out.index)

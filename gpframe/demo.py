@@ -19,6 +19,7 @@ from typing import Any
 
 __all__ = [
     "BUDGET_RHO",
+    "DEMO_CRS",
     "DEMO_FILES",
     "RHO_PY",
     "RHO_SQL",
@@ -33,6 +34,8 @@ RHO_PY = 1e-4
 RHO_SQL = 1e-6
 #: every user's CGP budget in the demo ledger
 BUDGET_RHO = 1e-3
+#: the metric CRS the demo names (UTM zone 24S, WGS 84), so the projection depends on no data
+DEMO_CRS = "EPSG:32724"
 #: files the demo writes (and removes before a rerun)
 DEMO_FILES = (
     "ledger.sqlite",
@@ -126,7 +129,9 @@ def run_demo(
     steps.update()
 
     steps.set_postfix_str("privatize (Python)")
-    bound = pts.geopriv(session, user="user_id")
+    # Name the metric CRS (Aracaju is in UTM zone 24S): the CRS and scale_max then come from the
+    # zone's published area of use, not from the data, so they reveal nothing about any user.
+    bound = pts.geopriv(session, user="user_id", to_crs=DEMO_CRS)
     private = bound.privatize(rho=RHO_PY, per="user", progress=False)
     result = private.attrs["geopriv"]
     # the result's JSON summary travels in the file's metadata

@@ -31,10 +31,13 @@ looking at the data) if given, else the CRS's published area of use
    The box is
 
    a. ``domain=`` when given: public, ``crs_choice="domain"``;
-   b. otherwise the bounding box of the data: ``crs_choice="data extent (public)"``. This
-      convenience path makes the data's extent part of the output (its UTM zone or TM centre and
-      the k_max over it are functions of the extreme points, which belong to individual users), so
-      it is for exploration, not for releases.
+   b. otherwise the bounding box of the data **rounded outward to whole degrees**:
+      ``crs_choice="data extent (public)"``. This convenience path makes that coarse extent part
+      of the output (the UTM zone or TM centre and the k_max over the box are functions of the
+      1° cells the extreme points fall in, which belong to individual users), and says so with a
+      :class:`~gpframe.errors.GpframeWarning`. Nothing finer than the whole-degree cover can be
+      read back: moving the extreme points within their cells changes neither the CRS nor
+      ``scale_max`` (bit for bit). It is for exploration, not for releases.
 
 In the public cases (1, 2, 3a) rows outside the public extent are refused, naming them, before
 anything is charged: moving one user inside the extent cannot change the CRS or ``scale_max``.
@@ -47,20 +50,23 @@ antimeridian is centred correctly (longitudes are unwrapped before the centre is
 
 The scale factor and the privacy guarantee
 ------------------------------------------
-secure-noise.md §7.4(f); concentrated-geo-privacy.md §10 P-U3. A projection with point scale
-factor ``k`` stretches ground distances by up to ``k_max`` over an extent, so a mechanism
-calibrated per projected metre is only ``eps * k_max``-GP per ground metre.
-:attr:`Projected.scale_max` is the largest Tissot semi-major axis (the largest scale in any
-direction, so it is right for non-conformal CRSs too) on a 17 × 17 lon/lat grid spanning
-:attr:`Projected.extent` (the public extent, or the data's bounding box on the convenience path),
-clamped below at 1 so that dividing by it never *raises* eps. Mechanisms pass ``eps / scale_max``
-(CGP: ``rho / scale_max**2``). The ground-metre statement holds for pairs of locations inside
-that extent. Area-of-use bounds are published in WGS 84 degrees and compared with the data's own
-datum; the offset (metres, rarely more than a few hundred) changes k by far less than 10⁻⁶.
+secure-noise.md §7.4(f); concentrated-geo-privacy.md §10 P-U3. A projection with point scale factor
+``k`` stretches ground distances by up to ``k_max`` over an extent, so a mechanism calibrated per
+projected metre is only ``eps * k_max``-GP per ground metre. :attr:`Projected.scale_max` is the
+largest Tissot semi-major axis (the largest scale in any direction, so it is right for non-conformal
+CRSs too) on a 17 × 17 lon/lat grid spanning :attr:`Projected.extent` (the public extent, or the
+data's whole-degree cover on the convenience path), clamped below at 1 so that dividing by it never
+*raises* eps. Mechanisms pass ``eps / scale_max`` (CGP: ``rho / scale_max**2``). The ground-metre
+statement holds for pairs of locations inside that extent. Area-of-use bounds are published in WGS
+84 degrees and compared with the data's own datum; the offset (metres, rarely more than a few
+hundred) changes k by far less than 10⁻⁶.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,7 +78,7 @@ import shapely
 from pyproj.crs import ProjectedCRS
 from pyproj.crs.coordinate_operation import TransverseMercatorConversion, UTMConversion
 
-from gpframe.errors import CRSError, InvalidInputError
+from gpframe.errors import CRSError, GpframeWarning, InvalidInputError
 
 __all__ = [
     "MAX_SCALE_ERROR",
@@ -93,6 +99,7 @@ _NOTHING = "Nothing was charged."
 _SHOW = 5  # how many bad row labels a message lists
 _GRID = 17  # lon/lat grid side on which the scale factor is evaluated
 _PSEUDO_MERCATOR = "popular visualisation pseudo mercator"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # gpframe/, for warnings
 
 
 # --------------------------------------------------------------------------------------------------
@@ -125,12 +132,13 @@ class Projected:
     crs_choice : str
         How :attr:`crs_m` and :attr:`scale_max` were chosen: ``"to_crs"`` (named by the user),
         ``"input"`` (the input CRS as is), ``"domain"`` (automatic, from the public ``domain=``)
-        or ``"data extent (public)"`` (automatic, from the data's bounding box, which the output
-        then reveals in part; see the module docstring). The first three depend on no data.
+        or ``"data extent (public)"`` (automatic, from the data's bounding box rounded outward to
+        whole degrees, which the output then reveals; see the module docstring). The first three
+        depend on no data.
     extent : tuple of float or None
         ``(lon_min, lat_min, lon_max, lat_max)`` in degrees over which :attr:`scale_max` holds
         (``lon_max`` may exceed 180 across the antimeridian): ``domain=``, the CRS's area of use,
-        or the data's bounding box.
+        or the data's bounding box rounded outward to whole degrees.
     """
 
     xy: np.ndarray
@@ -493,10 +501,11 @@ def resolve_points(
     For a release, name the metric CRS (``to_crs=``, or input already in a projected metre CRS)
     or a public ``domain=``: the metric CRS and ``scale_max`` (which sets the noise scale) are
     then fixed from public information only, and moving one user inside that extent cannot change
-    them. Without either, for lon/lat input, they are chosen from the data's bounding box and the
-    output reveals them: the UTM zone of the box's centre (or the centre longitude of a local
-    transverse Mercator, to 10⁻⁶°) and k_max over the box, both functions of the extreme points of
-    individual users. That path is recorded as ``crs_choice="data extent (public)"``.
+    them. Without either, for lon/lat input, they are chosen from the data's bounding box rounded
+    outward to whole degrees, and the output reveals that coarse box: the UTM zone of its centre
+    (or a local transverse Mercator centred on it) and k_max over it, functions of the 1° cells
+    the extreme points of individual users fall in. That path is recorded as
+    ``crs_choice="data extent (public)"`` and warns (:class:`~gpframe.errors.GpframeWarning`).
 
     Parameters
     ----------
@@ -543,9 +552,14 @@ def resolve_points(
     --------
     >>> df = pd.DataFrame({"uid": [1, 1, 2], "lon": [-74.0, -73.99, -73.98],
     ...                    "lat": [40.7, 40.71, 40.72]})
-    >>> p = resolve_points(df, user="uid", lon="lon", lat="lat", crs="EPSG:4326")
-    >>> p.crs_m.to_epsg(), p.xy.shape, p.scale_max, p.crs_choice
-    (32618, (3, 2), 1.0, 'data extent (public)')
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:   # the convenience path warns
+    ...     warnings.simplefilter("always")
+    ...     p = resolve_points(df, user="uid", lon="lon", lat="lat", crs="EPSG:4326")
+    >>> print(caught[0].message)                              # doctest: +ELLIPSIS
+    no to_crs= or domain= given: ... (lon -74..-73, lat 40..41), and that coarse extent ...
+    >>> p.crs_m.to_epsg(), p.xy.shape, p.scale_max, p.crs_choice, p.extent
+    (32618, (3, 2), 1.0, 'data extent (public)', (-74.0, 40.0, -73.0, 41.0))
     >>> q = resolve_points(df, user="uid", lon="lon", lat="lat", crs="EPSG:4326",
     ...                    to_crs="EPSG:32618")          # public: zone 18N's area of use
     >>> q.crs_choice, round(q.scale_max, 6), q.extent
@@ -714,10 +728,10 @@ def _area_box(crs: pyproj.CRS) -> Box | None:
     return (w, s, e + 360.0 if e < w else e, n)
 
 
-def _box_text(box: Box) -> str:
+def _box_text(box: Box, digits: int = 4) -> str:
     return (
-        f"lon {float(_wrap(box[0])):.4f}..{float(_wrap(box[2])):.4f}, "
-        f"lat {box[1]:.4f}..{box[3]:.4f}"
+        f"lon {float(_wrap(box[0])):.{digits}f}..{float(_wrap(box[2])):.{digits}f}, "
+        f"lat {box[1]:.{digits}f}..{box[3]:.{digits}f}"
     )
 
 
@@ -793,6 +807,56 @@ def _data_box(
         )
     # transform_bounds reports a box across the antimeridian as east < west: unwrap it.
     return (b[0], b[1], b[2] + 360.0 if b[2] < b[0] else b[2], b[3])
+
+
+def _coarse_box(box: Box) -> Box:
+    """Round a lon/lat box outward to whole degrees (the convenience path's public extent).
+
+    Every point of a 1° cell maps to the same box, so two datasets whose extreme points differ
+    only inside their cells get the same CRS and bit-identical ``scale_max``: at most the
+    whole-degree cover of the data (about 111 km north-south) can be read back from the output.
+    Whole degrees rather than UTM zone boundaries because the box then grows by less than 1° on
+    each side, which keeps k_max at or close to 1 (the clamp hides it completely for data near a
+    central meridian), whereas a whole 6° zone always includes its edges (k_max up to 1.00098,
+    0.1 % more noise for everyone) and data straddling two zones would need a 12° box, too wide
+    for any single transverse Mercator.
+    """
+    w, s, e, n = box
+    # Half-open 1° cells [k, k+1): a point exactly on a whole degree opens the next cell, so the
+    # box is never empty and depends on the cells the extreme points fall in, nothing more.
+    w_c, e_c = float(np.floor(w)), float(np.floor(e)) + 1.0
+    s_c = float(min(np.floor(s), 89.0))
+    n_c = float(min(np.floor(n) + 1.0, 90.0))
+    if w_c >= 180.0:  # the unwrapped box starts east of 180: report it in [-180, 180)
+        w_c, e_c = w_c - 360.0, e_c - 360.0
+    return (w_c, s_c, e_c, n_c)
+
+
+def _warn_coarse_extent(box: Box, crs_m: pyproj.CRS) -> None:
+    epsg = crs_m.to_epsg()
+    fix = f"to_crs='EPSG:{epsg}'" if epsg is not None else "to_crs= (a projected CRS in metres)"
+    warnings.warn(
+        "no to_crs= or domain= given: the metric CRS and scale_max were chosen from the data's "
+        f"extent rounded outward to whole degrees ({_box_text(box, digits=0)}), and that coarse "
+        "extent becomes public (it can be read back from the released coordinates and "
+        f"scale_max). For a release, pass {fix} or a public domain=(lon_min, lat_min, lon_max, "
+        "lat_max) fixed without looking at the data.",
+        GpframeWarning,
+        stacklevel=_stacklevel_outside_gpframe(),
+    )
+
+
+def _stacklevel_outside_gpframe() -> int:
+    """Return the ``stacklevel`` of the first frame outside gpframe, for the caller's warn().
+
+    The warning then points at the user's line whichever entry point they called.
+    """
+    frame = sys._getframe(2)  # the caller of the function that will call warn()
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _project(
@@ -886,10 +950,17 @@ def _project(
             )
             choice, source = _CHOICE_DOMAIN, "domain="
         if crs_m is None:
-            # The convenience path: the box, hence crs_m and scale_max, come from the data.
-            ext = _data_box(xs, ys, crs_in, geod, cols)
-            crs_m, rng = metric_crs_for(*ext, geodetic=geod, max_scale_error=tol)
+            # The convenience path: the box, hence crs_m and scale_max, come from the data, but
+            # only through its whole-degree cover: nothing finer than a degree can be read back.
+            ext = _coarse_box(_data_box(xs, ys, crs_in, geod, cols))
+            crs_m, rng = metric_crs_for(
+                *ext,
+                geodetic=geod,
+                max_scale_error=tol,
+                label="the data's extent rounded outward to whole degrees",
+            )
             choice = _CHOICE_DATA
+            _warn_coarse_extent(ext, crs_m)
 
     if choice != _CHOICE_DATA:
         lon, lat = _lonlat_of(xs, ys, crs_in, geod, cols, index)

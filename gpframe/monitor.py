@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpframe.accounting.amounts import positive
 from gpframe.errors import BudgetExceededError, InvalidInputError
 from gpframe.mechanisms.selection import (
     ATParams,
@@ -737,9 +738,9 @@ def threshold_query(
         raise InvalidInputError(f"count={v!r} must be an integer count. Nothing was charged.")
     if not (0 < beta < 1):
         raise InvalidInputError(f"beta={beta!r} must be in (0, 1). Nothing was charged.")
-    total = Fraction(epsilon if epsilon is not None else rho)  # type: ignore[arg-type]
-    if total <= 0:
-        raise InvalidInputError("the budget must be > 0. Nothing was charged.")
+    # Read exactly (0.1 is 1/10): Fraction(0.1) would be the binary double 0.1000000000000000055...,
+    # which the ledger rounds up, so three queries at 0.1 would not fit a budget of 0.3.
+    total = positive(*((epsilon, "epsilon") if epsilon is not None else (rho, "rho")))
     kind = "dp" if epsilon is not None else "zcdp"
     den = 2**c - 1
     pis = [Fraction(2 ** (j - 1), den) for j in range(1, c + 1)]

@@ -27,8 +27,15 @@ def exact(value: object, name: str) -> Fraction:
     True
     >>> exact(0.10000000000000002, "eps") > Fraction(1, 10)
     True
+    >>> import numpy as np
+    >>> exact(np.True_, "eps")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    gpframe.errors.InvalidInputError: eps=...True... is a bool; pass a number. Nothing was charged.
     """
-    if isinstance(value, bool):
+    # A bool is never an amount. numpy's (np.True_, a 0-d bool array) is not a Python bool but
+    # converts through float() to 1.0, so it is recognised by its dtype.
+    if isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", None) == "b":
         raise InvalidInputError(f"{name}={value!r} is a bool; pass a number. Nothing was charged.")
     if isinstance(value, Fraction):
         return value

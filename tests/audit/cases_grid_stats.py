@@ -153,7 +153,9 @@ def grid_stats_frame_case(*, tiers=FAST, n_fast=2_000):
         df = pd.DataFrame(
             {"u": users, "cell": _h3_cells(n)[cells], "v": vals, "lon": -74.0, "lat": 40.7}
         )
-        b = df.geopriv(_session(), user="u", lon="lon", lat="lat", crs="EPSG:4326")
+        b = df.geopriv(
+            _session(), user="u", lon="lon", lat="lat", crs="EPSG:4326", to_crs="EPSG:32618"
+        )
         out = grid_stats(
             b, value="v", bounds=(L, U), epsilon=EPS, cells="cell", occupancy="public", rng=rng
         )

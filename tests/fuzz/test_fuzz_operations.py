@@ -107,7 +107,9 @@ def bounds_cache(sessions):
         for fkind, make in FRAMES.items():
             df = make()
             if fkind == "lonlat":
-                cache[skind, fkind] = df.geopriv(s, user="u", lon="lon", lat="lat", crs=4326)
+                cache[skind, fkind] = df.geopriv(
+                    s, user="u", lon="lon", lat="lat", crs=4326, to_crs="EPSG:32618"
+                )
             else:
                 cache[skind, fkind] = df.geopriv(s, user="u", x="x", y="y", crs="EPSG:32618")
     return cache

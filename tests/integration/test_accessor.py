@@ -14,6 +14,7 @@ from gpframe.testing import seeded_rng
 
 G = 2.0**-10
 LATTICE = 1 + np.sqrt(2) * G  # secure-noise.md §9.3 calibration factor (r_min = 1 m)
+UTM24S = "EPSG:32724"  # the pings are in Aracaju: a named metric CRS keeps the projection public
 
 
 def _file_hash(path: Path) -> str:
@@ -46,9 +47,8 @@ def file_session(tmp_path):
 
 def test_round_trip_lonlat_dataframe_keeps_index_crs_and_columns(pings):
     s = Session(budget=gp.CGP(rho=1e-3))
-    out = pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs="EPSG:4326").privatize(
-        rho=1e-4, rng=seeded_rng(1)
-    )
+    bound = pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs="EPSG:4326", to_crs=UTM24S)
+    out = bound.privatize(rho=1e-4, rng=seeded_rng(1))
     assert isinstance(out, gpd.GeoDataFrame)
     assert out.crs.to_epsg() == 4326
     assert out.index.equals(pings.index)
@@ -77,7 +77,7 @@ def test_round_trip_projected_geodataframe(pings):
 def test_output_writes_to_geoparquet_with_its_result_summary(pings, tmp_path):
     """geopandas json-dumps attrs into GeoParquet; the result must not break to_parquet."""
     s = Session(budget=gp.CGP(rho=1e-3))
-    bound = pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs="EPSG:4326")
+    bound = pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs="EPSG:4326", to_crs=UTM24S)
     out = bound.privatize(rho=1e-4, rng=seeded_rng(3))
     res = out.attrs["geopriv"]
     assert list(res.max_error_m.index) == [1, 2, 3]  # each user's own bound, metres
@@ -91,7 +91,7 @@ def test_output_writes_to_geoparquet_with_its_result_summary(pings, tmp_path):
 
 def test_gp_on_cgp_ledger_charges_eps_squared_over_two(pings):
     s = Session(budget=gp.CGP(rho=1e-2))
-    b = pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs=4326)
+    b = pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs=4326, to_crs=UTM24S)
     b.privatize(eps=0.01, rng=seeded_rng(3))
     assert s.spent().tolist() == pytest.approx([0.01**2 / 2] * 3)
     b.privatize(eps=0.01, per="point", rng=seeded_rng(4))  # n eps²/2 by CGP composition
@@ -101,7 +101,7 @@ def test_gp_on_cgp_ledger_charges_eps_squared_over_two(pings):
 def test_exhausted_user_is_excluded_and_reported(pings):
     s = Session(budget=gp.CGP(rho=1e-3))
     s.set_budget([2], gp.CGP(rho=1e-6))
-    out = pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs=4326).privatize(
+    out = pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs=4326, to_crs=UTM24S).privatize(
         rho=1e-4, rng=seeded_rng(5)
     )
     res = out.attrs["geopriv"]
@@ -128,7 +128,7 @@ BAD_CALLS = [
 @pytest.mark.parametrize(("match", "bind", "call"), BAD_CALLS)
 def test_bad_input_raises_and_leaves_ledger_file_identical(pings, file_session, match, bind, call):
     s, path = file_session
-    pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs=4326).privatize(
+    pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs=4326, to_crs=UTM24S).privatize(
         rho=1e-5, rng=seeded_rng(9)
     )
     before, snap = _file_hash(path), s.ledger.snapshot()
@@ -136,9 +136,9 @@ def test_bad_input_raises_and_leaves_ledger_file_identical(pings, file_session, 
     if bind.get("nan"):
         df.loc[df.index[0], "lat"] = np.nan
     with pytest.raises(gp.InvalidInputError, match=match):
-        df.geopriv(s, user=bind.get("user", "taxi"), lon="lon", lat="lat", crs=4326).privatize(
-            **call
-        )
+        df.geopriv(
+            s, user=bind.get("user", "taxi"), lon="lon", lat="lat", crs=4326, to_crs=UTM24S
+        ).privatize(**call)
     assert _file_hash(path) == before
     assert s.ledger.snapshot() == snap
 
@@ -148,7 +148,8 @@ def test_gaussian_on_gp_ledger_is_refused_before_anything_is_written(pings, tmp_
     s = Session(path=str(path), budget=gp.GP(eps=1.0))
     before = _file_hash(path)
     with pytest.raises(gp.BudgetExceededError, match="Nothing was charged"):
-        pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs=4326).privatize(rho=1e-4)
+        bound = pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs=4326, to_crs=UTM24S)
+        bound.privatize(rho=1e-4)
     assert _file_hash(path) == before
 
 
@@ -163,7 +164,9 @@ def _ground_mean_radius(lat0, *, eps=None, rho=None, n=150_000, seed=0):
         }
     )
     s = Session(budget=gp.GP(eps=100.0) if eps else gp.CGP(rho=100.0))
-    out = df.geopriv(s, user="u", lon="lon", lat="lat", crs=4326).privatize(
+    # a public box around the points: the projection (and scale_max) depend on no data
+    dom = (9.0, lat0 - 1.0, 11.0, lat0 + 1.0)
+    out = df.geopriv(s, user="u", lon="lon", lat="lat", crs=4326, domain=dom).privatize(
         eps=eps, rho=rho, per="point", rng=seeded_rng(seed + 17), progress=False
     )
     _, _, dist = pyproj.Geod(ellps="WGS84").inv(
@@ -205,7 +208,7 @@ def test_units_check_catches_a_degree_or_split_mutant():
         {"u": np.zeros(300, int), "lon": np.full(300, 10.0), "lat": np.full(300, 45.0)}
     )
     s = Session(budget=gp.GP(eps=100.0))
-    out = df.geopriv(s, user="u", lon="lon", lat="lat", crs=4326).privatize(
+    out = df.geopriv(s, user="u", lon="lon", lat="lat", crs=4326, to_crs=32632).privatize(
         eps=0.02, rng=seeded_rng(1)
     )
     _, _, dist = pyproj.Geod(ellps="WGS84").inv(df.lon, df.lat, out.lon, out.lat)

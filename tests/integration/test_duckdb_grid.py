@@ -45,7 +45,7 @@ def pings():
 
 def _python(df, clip, **kw):
     s = Session(central=gp.DP(epsilon=1000.0))
-    b = df.geopriv(s, user="vessel", lon="lon", lat="lat", crs="EPSG:4326")
+    b = df.geopriv(s, user="vessel", lon="lon", lat="lat", crs="EPSG:4326", to_crs="EPSG:32618")
     out = grid_stats(
         b, value="speed", bounds=(0, 30), epsilon=0.5, cells="cell", clip=clip,
         occupancy="public", rng=seeded_rng(3), **kw,

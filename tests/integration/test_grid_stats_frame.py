@@ -34,7 +34,9 @@ def session():
 
 
 def _bound(df, session):
-    return df.geopriv(session, user="vessel", lon="lon", lat="lat", crs="EPSG:4326")
+    return df.geopriv(
+        session, user="vessel", lon="lon", lat="lat", crs="EPSG:4326", to_crs="EPSG:32618"
+    )
 
 
 def test_grid_stats_returns_one_row_per_cell_with_result(pings, session):

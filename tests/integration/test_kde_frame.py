@@ -90,7 +90,7 @@ def test_units_lonlat_bandwidth_is_ground_metres():
     lon2, lat2, _ = Geod(ellps="WGS84").fwd(-74.0, 40.7, 90, 1000.0)
     df = pd.DataFrame({"u": [1, 2], "lon": [-74.0, lon2], "lat": [40.7, lat2]})
     session = Session(budget=gp.CGP(rho=100.0))
-    bound = df.geopriv(session, user="u", lon="lon", lat="lat", crs="EPSG:4326")
+    bound = df.geopriv(session, user="u", lon="lon", lat="lat", crs="EPSG:4326", to_crs=CRS)
     res = kde(
         bound,
         shapely.Point(-74.0, 40.7),
@@ -147,7 +147,7 @@ def test_kde_raster_lonlat_bounds_in_degrees():
         }
     )
     session = Session(budget=gp.CGP(rho=1e-3))
-    bound = df.geopriv(session, user="u", lon="lon", lat="lat", crs="EPSG:4326")
+    bound = df.geopriv(session, user="u", lon="lon", lat="lat", crs="EPSG:4326", to_crs=CRS)
     r = kde_raster(
         bound,
         bandwidth_m=1000,

@@ -78,7 +78,7 @@ def test_region_whose_crs_cannot_be_matched_raises_crs_error_and_leaves_ledger_u
     )
     deg = pd.DataFrame({"boat": df.boat, "lon": lon, "lat": lat})
     s = Session(budget=gp.CGP(rho=1e-3))
-    b = deg.geopriv(s, user="boat", lon="lon", lat="lat", crs="EPSG:4326")
+    b = deg.geopriv(s, user="boat", lon="lon", lat="lat", crs="EPSG:4326", to_crs=CRS)
     before = s.ledger.snapshot()
     with pytest.raises(gp.CRSError, match="degree"):
         range_count(b, BOX, rho=1e-4)  # metres passed as the degree data's CRS

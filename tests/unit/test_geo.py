@@ -13,7 +13,7 @@ import pytest
 import shapely
 
 from gpframe import geo
-from gpframe.errors import CRSError, InvalidInputError
+from gpframe.errors import CRSError, GpframeWarning, InvalidInputError
 
 DATA = Path("/work/shared/data")
 GOTRACK = DATA / "gotrack_aracaju" / "gotrack_points.parquet"
@@ -28,6 +28,14 @@ def lonlat_frame(lon, lat, users=None, index=None) -> pd.DataFrame:
     lat = np.asarray(lat, dtype=float)
     users = np.arange(lon.size) % 3 if users is None else users
     return pd.DataFrame({"uid": users, "lon": lon, "lat": lat}, index=index)
+
+
+def resolve_auto(df, **kw) -> geo.Projected:
+    """resolve_points on the convenience path (no to_crs=/domain=): it must warn exactly once."""
+    with pytest.warns(GpframeWarning, match="coarse extent becomes public") as rec:
+        p = geo.resolve_points(df, **kw)
+    assert len(rec) == 1
+    return p
 
 
 def grid(lon0, lat0, dlon, dlat, n=5):
@@ -54,7 +62,7 @@ def pair_ratios(p: geo.Projected, lon, lat):
 )
 def test_resolve_lonlat_round_trip_utm_within_1e9_degrees(lon0, lat0, epsg):
     lon, lat = grid(lon0 - 0.2, lat0 - 0.2, 0.4, 0.4, n=7)
-    p = geo.resolve_points(lonlat_frame(lon, lat), user="uid", lon="lon", lat="lat", crs=4326)
+    p = resolve_auto(lonlat_frame(lon, lat), user="uid", lon="lon", lat="lat", crs=4326)
     assert p.crs_m.to_epsg() == epsg
     assert p.reprojected and p.xy.dtype == np.float64 and p.xy.shape == (49, 2)
     back_lon, back_lat = p.to_input_crs(p.xy)
@@ -85,7 +93,7 @@ def test_resolve_geodataframe_point_geometry_and_to_frame_keeps_index_and_crs():
         crs="EPSG:4326",
         index=pd.Index(list("abcdefghi"), name="row"),
     ).rename_geometry("geom")
-    p = geo.resolve_points(gdf, user="uid")
+    p = geo.resolve_points(gdf, user="uid", to_crs="EPSG:32618")
     assert p.coords == ("geom",) and p.crs_m.to_epsg() == 32618
     out = p.to_frame(p.xy, like=gdf)
     assert isinstance(out, gpd.GeoDataFrame)
@@ -96,7 +104,7 @@ def test_resolve_geodataframe_point_geometry_and_to_frame_keeps_index_and_crs():
 
 def test_points_frame_plain_dataframe_in_dataframe_out():
     df = lonlat_frame([-74.0, -73.9], [40.7, 40.8], index=[10, 20])
-    p = geo.resolve_points(df, user="uid", lon="lon", lat="lat", crs=4326)
+    p = geo.resolve_points(df, user="uid", lon="lon", lat="lat", crs=4326, to_crs=32618)
     out = p.to_frame(p.xy + 100.0, like=df)
     assert type(out) is pd.DataFrame and list(out.columns) == ["uid", "lon", "lat"]
     assert list(out.index) == [10, 20] and not np.allclose(out["lon"], df["lon"])
@@ -116,7 +124,7 @@ def test_resolve_1000m_on_ground_is_1000m_projected_within_0_1_percent(lat0, azi
     # lon 11.4 is 2.4 degrees from zone 32's central meridian: near the zone edge, the worst case.
     lon_a, lat_a = 11.4, lat0
     lon_b, lat_b, _ = WGS84.fwd(lon_a, lat_a, azimuth, 1000.0)
-    p = geo.resolve_points(
+    p = resolve_auto(
         lonlat_frame([lon_a, lon_b], [lat_a, lat_b]), user="uid", lon="lon", lat="lat", crs=4326
     )
     assert p.crs_m.is_projected and p.crs_m.axis_info[0].unit_name == "metre"
@@ -131,7 +139,7 @@ def test_resolve_web_mercator_input_is_reprojected_to_ground_metres():
     to_wm = pyproj.Transformer.from_crs(4326, 3857, always_xy=True)
     x, y = to_wm.transform([-74.0, lon_b], [lat0, lat_b])
     df = pd.DataFrame({"uid": [1, 2], "x": x, "y": y})
-    p = geo.resolve_points(df, user="uid", x="x", y="y", crs="EPSG:3857")
+    p = resolve_auto(df, user="uid", x="x", y="y", crs="EPSG:3857")
     assert p.crs_in.to_epsg() == 3857 and p.crs_m.to_epsg() == 32618
     d = float(np.hypot(*(p.xy[1] - p.xy[0])))
     assert abs(d - 1000.0) <= 1.0
@@ -147,9 +155,7 @@ def test_resolve_web_mercator_at_equator_still_reprojected():
     x, y = pyproj.Transformer.from_crs(4326, 3857, always_xy=True).transform(
         [9.0, 9.01], [0.0, 0.0]
     )
-    p = geo.resolve_points(
-        pd.DataFrame({"u": [1, 1], "x": x, "y": y}), user="u", x="x", y="y", crs=3857
-    )
+    p = resolve_auto(pd.DataFrame({"u": [1, 1], "x": x, "y": y}), user="u", x="x", y="y", crs=3857)
     assert p.crs_m.to_epsg() == 32632
 
 
@@ -160,7 +166,7 @@ def test_resolve_us_survey_feet_state_plane_is_converted_to_metres():
     )
     assert np.hypot(x[1] - x[0], y[1] - y[0]) > 3000  # the input really is in feet
     df = pd.DataFrame({"u": [1, 2], "x_ft": x, "y_ft": y})
-    p = geo.resolve_points(df, user="u", x="x_ft", y="y_ft", crs="EPSG:2263")
+    p = resolve_auto(df, user="u", x="x_ft", y="y_ft", crs="EPSG:2263")
     assert p.crs_m.name == "NAD83 / UTM zone 18N" and p.crs_m.axis_info[0].unit_name == "metre"
     assert abs(float(np.hypot(*(p.xy[1] - p.xy[0]))) - 1000.0) <= 1.0
     bx, _ = p.to_input_crs(p.xy)
@@ -190,7 +196,7 @@ def test_resolve_data_straddling_zone_boundary_uses_local_tm_with_bounded_scale(
     # Zones 17 and 18 (boundary at -78): lon -79.4 is 4.4 degrees from zone 18's central meridian,
     # so UTM 18N would stretch by 1.0017 there; a TM on -78 keeps it to 1.0002.
     lon, lat = grid(-79.4, 39.5, 2.8, 1.0, n=6)
-    p = geo.resolve_points(lonlat_frame(lon, lat), user="uid", lon="lon", lat="lat", crs=4326)
+    p = resolve_auto(lonlat_frame(lon, lat), user="uid", lon="lon", lat="lat", crs=4326)
     assert p.crs_m.name.startswith("gpframe local transverse Mercator")
     assert p.crs_m.to_epsg() is None
     assert 1.0 <= p.scale_max <= 1.001 and p.scale_min >= 0.999
@@ -202,7 +208,7 @@ def test_resolve_data_straddling_zone_boundary_uses_local_tm_with_bounded_scale(
 def test_resolve_zone_edge_at_equator_falls_back_from_utm_to_local_tm():
     # The centre (6.0) is in zone 32 (CM 9): lon 5.5 is 3.5 degrees off, k = 1.0015 > 1.001.
     lon, lat = grid(5.5, -0.5, 1.0, 1.0, n=5)
-    p = geo.resolve_points(lonlat_frame(lon, lat), user="uid", lon="lon", lat="lat", crs=4326)
+    p = resolve_auto(lonlat_frame(lon, lat), user="uid", lon="lon", lat="lat", crs=4326)
     assert p.crs_m.to_epsg() is None and "lon_0=6.0" in p.crs_m.name
     assert np.all(np.abs(pair_ratios(p, lon, lat) - 1) < 1e-3)
 
@@ -224,9 +230,11 @@ def test_resolve_too_wide_extent_refused_with_to_crs_hint_then_accepted_with_sca
 def test_resolve_antimeridian_data_is_centred_on_180():
     lon = np.array([179.6, 179.9, -179.9, -179.6, 179.8])
     lat = np.array([-17.0, -17.2, -17.1, -16.9, -17.05])
-    p = geo.resolve_points(lonlat_frame(lon, lat), user="uid", lon="lon", lat="lat", crs=4326)
-    # The centre is 180; UTM zone 1 is 3.4 degrees off at the west end, so a TM on 180 is used.
-    assert "lon_0=-180.0" in p.crs_m.name and p.scale_max < 1.0001
+    p = resolve_auto(lonlat_frame(lon, lat), user="uid", lon="lon", lat="lat", crs=4326)
+    # The whole-degree cover is lon 179..181: its centre is 180, and UTM zone 1 is 4 degrees off
+    # at its west end, so a TM on 180 is used; k_max over the cover is 1 + (1° cos 16°)² / 2.
+    assert p.extent == (179.0, -18.0, 181.0, -16.0)
+    assert "lon_0=-180.0" in p.crs_m.name and p.scale_max < 1.00015
     assert np.all(np.abs(pair_ratios(p, lon, lat) - 1) < 1e-3)
     back_lon, _ = p.to_input_crs(p.xy)
     np.testing.assert_allclose(geo._wrap(back_lon), lon, atol=1e-9, rtol=0)
@@ -289,7 +297,7 @@ def test_resolve_geodataframe_without_crs_raises_and_crs_argument_fills_it():
     gdf = gpd.GeoDataFrame({"uid": [1]}, geometry=[shapely.Point(-74.0, 40.7)])
     with pytest.raises(CRSError, match="GeoDataFrame has no CRS"):
         geo.resolve_points(gdf, user="uid")
-    p = geo.resolve_points(gdf, user="uid", crs="EPSG:4326")
+    p = geo.resolve_points(gdf, user="uid", crs="EPSG:4326", to_crs=32618)
     assert p.crs_m.to_epsg() == 32618
 
 
@@ -297,7 +305,8 @@ def test_resolve_contradicting_crs_raises():
     gdf = gpd.GeoDataFrame({"uid": [1]}, geometry=[shapely.Point(-74.0, 40.7)], crs=4326)
     with pytest.raises(CRSError, match="contradicts"):
         geo.resolve_points(gdf, user="uid", crs="EPSG:32618")
-    geo.resolve_points(gdf, user="uid", crs="OGC:CRS84")  # same CRS up to axis order: accepted
+    # the same CRS up to axis order: accepted
+    geo.resolve_points(gdf, user="uid", crs="OGC:CRS84", to_crs=32618)
 
 
 def test_resolve_lon_lat_with_projected_crs_raises():
@@ -464,7 +473,7 @@ def test_project_geometry_ntas_area_matches_utm_area_column():
 
 def test_project_geometry_regions_share_the_data_metric_crs():
     df = lonlat_frame([-74.0, -73.95], [40.7, 40.75])
-    p = geo.resolve_points(df, user="uid", lon="lon", lat="lat", crs=4326)
+    p = geo.resolve_points(df, user="uid", lon="lon", lat="lat", crs=4326, to_crs=32618)
     region = geo.project_geometry(shapely.box(-74.01, 40.69, -73.99, 40.71), p.crs_in, p.crs_m)
     inside = shapely.contains_xy(region, p.xy[:, 0], p.xy[:, 1])
     assert inside.tolist() == [True, False]
@@ -498,7 +507,7 @@ def test_real_gotrack_refused_whole_then_accepted_with_to_crs_and_local_box():
     )
     assert len(p) == len(gps) and 1.005 < p.scale_max < 1.03 and p.crs_choice == "to_crs"
     box = gps[gps.lat.between(-11.2, -10.7) & gps.lon.between(-37.3, -36.9)]
-    p = geo.resolve_points(box, user="user_id", lon="lon", lat="lat", crs="EPSG:4326")
+    p = resolve_auto(box, user="user_id", lon="lon", lat="lat", crs="EPSG:4326")
     assert p.crs_m.to_epsg() == 32724 and 1.0 <= p.scale_max < 1.001
     assert p.index.equals(box.index) and set(p.users) <= set(range(28))
     lon, _ = p.to_input_crs(p.xy)
@@ -507,7 +516,7 @@ def test_real_gotrack_refused_whole_then_accepted_with_to_crs_and_local_box():
 
 def test_real_ais_1h_resolves_to_utm_18n_and_step_lengths_match_geodesic():
     ais = pd.read_parquet(AIS_1H)
-    p = geo.resolve_points(ais, user="mmsi", lon="lon", lat="lat", crs="EPSG:4326")
+    p = resolve_auto(ais, user="mmsi", lon="lon", lat="lat", crs="EPSG:4326")
     assert p.crs_m.to_epsg() == 32618 and len(p) == len(ais) == 8689
     assert p.scale_max == 1.0 and p.scale_min > 0.9995
     lon, lat = ais["lon"].to_numpy(), ais["lat"].to_numpy()
@@ -533,9 +542,10 @@ def test_resolve_one_million_points_under_two_seconds():
             "lat": 40.5 + 0.4 * ((k * 0.414214) % 1),
         }
     )
-    geo.resolve_points(df.iloc[:1000], user="uid", lon="lon", lat="lat", crs=4326)  # warm-up
+    dom = (-75.0, 40.0, -73.0, 41.0)
+    geo.resolve_points(df.iloc[:1000], user="uid", lon="lon", lat="lat", crs=4326, domain=dom)
     t0 = time.perf_counter()
-    p = geo.resolve_points(df, user="uid", lon="lon", lat="lat", crs=4326)
+    p = geo.resolve_points(df, user="uid", lon="lon", lat="lat", crs=4326, domain=dom)
     elapsed = time.perf_counter() - t0
     assert len(p) == n
     assert elapsed < 2.0, elapsed

@@ -37,8 +37,10 @@ def _lonlat_frames():
     df = pd.DataFrame({"v": np.repeat([1, 2], 20), "lon": lon, "lat": lat})
     x, y = Transformer.from_crs("EPSG:4326", "EPSG:3857", always_xy=True).transform(lon, lat)
     dm = pd.DataFrame({"v": df.v, "x": x, "y": y})
-    return ((df, {"lon": "lon", "lat": "lat", "crs": "EPSG:4326"}, (-74.0, 40.7)),
-            (dm, {"x": "x", "y": "y", "crs": "EPSG:3857"}, (x[0], y[0])))  # fmt: skip
+    # a public domain= (around New York): the automatic UTM choice then depends on no data
+    ll = {"lon": "lon", "lat": "lat", "crs": "EPSG:4326", "domain": (-75.0, 40.0, -73.0, 41.0)}
+    wm = {"x": "x", "y": "y", "crs": "EPSG:3857", "domain": ll["domain"]}
+    return (df, ll, (-74.0, 40.7)), (dm, wm, (x[0], y[0]))
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["lonlat", "web-mercator"])

@@ -272,9 +272,10 @@ def test_web_mercator_and_lonlat_input_run_in_ground_metres_p_u1_p_u3():
     df = pd.DataFrame({"v": np.repeat([1, 2], 15), "lon": lon, "lat": lat})
     x, y = Transformer.from_crs("EPSG:4326", "EPSG:3857", always_xy=True).transform(lon, lat)
     dm = pd.DataFrame({"v": df.v, "x": x, "y": y})
+    NYC = (-75.0, 40.0, -73.0, 41.0)  # a public domain=: the UTM choice depends on no data
     for frame, kw, pt in (
-        (df, {"lon": "lon", "lat": "lat", "crs": "EPSG:4326"}, (-74.0, 40.7)),
-        (dm, {"x": "x", "y": "y", "crs": "EPSG:3857"}, (x[0], y[0])),
+        (df, {"lon": "lon", "lat": "lat", "crs": "EPSG:4326", "domain": NYC}, (-74.0, 40.7)),
+        (dm, {"x": "x", "y": "y", "crs": "EPSG:3857", "domain": NYC}, (x[0], y[0])),
     ):
         s = Session(budget=gp.CGP(rho=1e-2))
         out = frame.geopriv(s, user="v", **kw).knn(pt, 2, rho=1e-3, rng=seeded_rng(2))
