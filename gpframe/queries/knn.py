@@ -115,14 +115,16 @@ def knn_error_bound(n: Any, k: int, beta: float, b: float, gamma0_b: float = 0.0
     array([3981.202, 3981.202])
     """
     nn = np.asarray(n, dtype=np.float64)  # an array gives one bound per user
+    # Logs of quotients are taken as differences of logs: beta may be as small as the smallest
+    # double, where k/beta or beta² over- or underflow and the bound would come out inf.
+    log_beta = math.log(beta)
     if gamma0_b == 0.0:
-        L = np.log((4 * nn + 2) * k / beta)
+        L = np.log((4 * nn + 2) * k) - log_beta
         out = b * (5 * L + np.sqrt(2 * L))
     else:
-        b1 = beta / (3 * k)
-        l1 = math.log(1 / b1)
+        l1 = math.log(3 * k) - log_beta  # ln(1/β₁), β₁ = β/(3k)
         g1 = b * (math.sqrt(2 * l1) + l1)
-        g2 = 2 * b * np.log(expected_visits(gamma0_b) * nn / (b1 * b1))
+        g2 = 2 * b * (np.log(expected_visits(gamma0_b) * nn) + 2 * l1)
         out = g1 + g2 + gamma0_b * b
     return out if np.ndim(n) else float(out)
 

@@ -353,3 +353,28 @@ def test_parity_mode_median_inside_reference_iqr(k):
     assert lo <= np.median(ours) <= hi, (np.median(ours), lo, hi)
     if k == 1:
         assert not lo <= np.median(mutant) <= hi, (np.median(mutant), lo, hi)
+
+
+@pytest.mark.parametrize("gamma0_b", [0.0, -2.0])
+@pytest.mark.parametrize("beta", [2.2250738585072014e-308, 5e-324])
+def test_knn_error_bound_stays_finite_at_the_smallest_beta(beta, gamma0_b):
+    """A beta near the smallest double must give a finite bound, not inf from k/beta or beta²."""
+    from fractions import Fraction
+
+    import mpmath
+
+    from gpframe.queries.knn import expected_visits, knn_error_bound
+
+    got = knn_error_bound(20000, 3, beta, 100.0, gamma0_b)
+    mb, k, n = mpmath.mpf(Fraction(beta).numerator) / Fraction(beta).denominator, 3, 20000
+    if gamma0_b == 0.0:
+        L = mpmath.log((4 * n + 2) * k / mb)
+        want = 100.0 * (5 * L + mpmath.sqrt(2 * L))
+    else:
+        b1 = mb / (3 * k)
+        l1 = mpmath.log(1 / b1)
+        want = 100.0 * (mpmath.sqrt(2 * l1) + l1) + 200.0 * mpmath.log(
+            expected_visits(gamma0_b) * n / (b1 * b1)
+        ) + gamma0_b * 100.0
+    assert np.isfinite(got)
+    assert got == pytest.approx(float(want), rel=1e-9)
