@@ -74,7 +74,8 @@ def _parquet_forms(frame: pd.DataFrame) -> dict[str, Any]:
     frame.to_parquet(buf)
     raw = buf.getvalue()
     table = pq.read_table(io.BytesIO(raw))
-    meta = {k.decode(): v.decode("utf-8", "replace") for k, v in (table.schema.metadata or {}).items()}
+    raw_meta = table.schema.metadata or {}
+    meta = {k.decode(): v.decode("utf-8", "replace") for k, v in raw_meta.items()}
     out = {}
     # DataFrame.attrs in the file (the Result's view): geopandas writes PANDAS_ATTRS, pandas
     # keeps them in its own "pandas" metadata
