@@ -49,14 +49,14 @@ class Ctx:
         return f.geopriv(self.session, user="uid", **kw)
 
 
-def make_ctx(data: Dataset, seed: int) -> Ctx:
+def make_ctx(data: Dataset, seed: int, path: Any = None) -> Ctx:
     import duckdb
 
     import gpframe as gp
     from gpframe.testing import enable_seeded, seeded_rng
 
     enable_seeded()
-    session = gp.Session(budget=gp.CGP(rho=100.0), central=gp.DP(epsilon=1e5))
+    session = gp.Session(path, budget=gp.CGP(rho=100.0), central=gp.DP(epsilon=1e5))
     con = duckdb.connect()
     con.execute("SET threads=1")  # one thread: the same batches, so the same draws, every run
     plain = pd.DataFrame(data.frame.drop(columns="geometry"))
@@ -126,6 +126,15 @@ def _privatize_lonlat(ctx: Ctx) -> Any:
     # the issue's leak 1 as a user writes it: lon/lat columns beside points_from_xy geometry
     b = ctx.data.lonlat.geopriv(ctx.session, user="uid", to_crs=CRS_M)
     return b.privatize(rho=1e-8, rng=ctx.rng(2))
+
+
+@case(name="privatize/accessor/lonlat-auto-projection", frontend="accessor",
+      covers=("accessor.privatize",), modules=(ACC, QF + "privatize", "gpframe.geo"))  # fmt: skip
+def _privatize_auto(ctx: Ctx) -> Any:
+    # the README quick start: no to_crs= / domain=, so the library picks the projection (issue
+    # leak 5: what it publishes about that choice must not depend on the exact extreme points)
+    d = ctx.data.lonlat.drop(columns=["lon", "lat"])
+    return d.geopriv(ctx.session, user="uid").privatize(rho=1e-8, rng=ctx.rng(5))
 
 
 @case(name="privatize/accessor/gp-per-point", frontend="accessor",

@@ -23,8 +23,8 @@ USERS = {
 EXTRA_USER = ("uidZebu8812", 19)
 
 #: public query objects, round numbers far from every canary digit
-POINT = (432000.0, 4813000.0)
-REGION = (430000.0, 4811000.0, 434000.0, 4815000.0)
+POINT = (302000.0, 4813000.0)
+REGION = (300000.0, 4811000.0, 304000.0, 4815000.0)
 H3_RES = 8
 T0 = pd.Timestamp("2021-03-04 05:00")
 
@@ -42,8 +42,18 @@ class Dataset:
         return list(pd.unique(self.frame["uid"]))
 
 
-def make_dataset(*, extra_user: bool = False) -> Dataset:
-    """The canary dataset (seeded: the same values on every run); D or D + one user."""
+#: the metric neighbour moves the dataset's westmost point this far west (metres): the data lie
+#: west of UTM 31N's central meridian (3°E), so that point sets any scale factor, extent or
+#: bounding box computed from the exact data
+MOVE_M = 3.0
+
+
+def make_dataset(*, extra_user: bool = False, move_west: bool = False) -> Dataset:
+    """The canary dataset (seeded: the same values on every run).
+
+    D; D + one user (``extra_user``, the central neighbour); or D with its westmost point moved
+    ``MOVE_M`` metres west (``move_west``, a metric neighbour: GP/CGP protect exactly this).
+    """
     import geopandas as gpd
     import h3.api.numpy_int as h3n
     import pyproj
@@ -61,10 +71,14 @@ def make_dataset(*, extra_user: bool = False) -> Dataset:
             rows += [(u, x + 0.0371, y - 0.0529) for _, x, y in first]
             continue
         # each user around their own centre, all of them within a few km of POINT
-        cx, cy = 430600.0 + rs.uniform(0, 2800), 4811600.0 + rs.uniform(0, 2800)
+        # ~200 km west of the central meridian: the UTM scale factor there exceeds 1, so a
+        # scale_max taken over the exact data would follow the westmost point (leak 5)
+        cx, cy = 300600.0 + rs.uniform(0, 2800), 4811600.0 + rs.uniform(0, 2800)
         for _ in range(n):
             rows.append((u, cx + rs.uniform(-350, 350), cy + rs.uniform(-350, 350)))
     df = pd.DataFrame(rows, columns=["uid", "x", "y"])
+    if move_west:
+        df.loc[df["x"].idxmin(), "x"] -= MOVE_M
     n = len(df)
     i = np.arange(n)
     # location-derived and private columns: values that nothing else could produce
@@ -72,6 +86,9 @@ def make_dataset(*, extra_user: bool = False) -> Dataset:
     df["speed_mps"] = 12.3456789 + i * 0.0007317
     df["val"] = 17.357913 + i * 0.0517131  # in (0, 40): grid_stats' bounds, D and D'
     df["ts"] = T0 + pd.to_timedelta(i * 7 + 3, unit="min")
+    # the added user's rows are before the monitored window: the monitors' statistics are the
+    # same on D and D', so what differs between them is the membership alone
+    df.loc[df["uid"] == EXTRA_USER[0], "ts"] = T0 - pd.Timedelta("2D")
     tr = pyproj.Transformer.from_crs(CRS_M, "EPSG:4326", always_xy=True)
     lon, lat = tr.transform(df["x"].to_numpy(), df["y"].to_numpy())
     df["cell"] = np.array(

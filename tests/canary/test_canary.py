@@ -17,7 +17,7 @@ import pytest
 
 from .canaries import Hit, atoms, scan
 from .cases import CASES, Case, Ctx, make_ctx
-from .data import make_dataset
+from .data import MOVE_M, make_dataset
 from .forms import forms
 
 #: the ledger's view: ids, charges, exact counts (and the cells of a declared-public occupancy),
@@ -56,8 +56,9 @@ def execute(c: Case, ctx: Ctx) -> Run:
 
 
 @pytest.fixture(scope="module")
-def ctx() -> Ctx:
-    return make_ctx(make_dataset(), seed=1)
+def ctx(tmp_path_factory: pytest.TempPathFactory) -> Ctx:
+    # a ledger file: the curator's store is scanned too (test_curator_...)
+    return make_ctx(make_dataset(), seed=1, path=tmp_path_factory.mktemp("canary") / "l.sqlite")
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +119,30 @@ def test_curator_report_shows_ids_and_charges_but_no_location(ctx: Ctx, runs: di
             h = s.history(u)
             f[f"session.history({u!r})"] = h
             f[f"session.history({u!r}) repr"] = repr(h)
+    f.update(_ledger_file(s))
     hits = [h for n, o in f.items() for h in scan(n, o, ctx.data.canaries, public=CURATOR,
                                                      check_counts=False)]  # fmt: skip
     assert not hits, "\n".join(map(str, hits[:25]))
     assert set(ctx.data.users) <= set(f["session.report()"]["user"]), "every user was charged"
+
+
+def _ledger_file(session: Any) -> dict[str, Any]:
+    """Every row of every table of the ledger file (query params, audit log, meta)."""
+    import sqlite3
+
+    path = getattr(session, "path", None)
+    assert path, "the canary session has a ledger file"
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        out = {}
+        for t in tables:
+            rows = con.execute(f'SELECT * FROM "{t}"').fetchall()
+            # text cells only: the binary state columns are per-user amounts (curator data)
+            out[f"ledger file table {t}"] = [[v for v in r if isinstance(v, str)] for r in rows]
+        return out
+    finally:
+        con.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,32 +183,59 @@ def _is_result_form(name: str) -> bool:
 
 
 _CENTRAL = [c for c in CASES if c.neighbour]
+_LOCAL = [c for c in CASES if not c.central and not c.expect_error]
 
 
-@pytest.mark.parametrize("c", _CENTRAL, ids=lambda c: c.name)
-def test_neighbouring_dataset_changes_nothing_but_noise(c: Case) -> None:
-    d, d1 = make_dataset(), make_dataset(extra_user=True)
+def _deterministic_changes(c: Case, d: Any, d1: Any, which: str) -> list[str]:
+    """Fields of the published forms that are equal on ``d`` for two seeds but differ on ``d1``
+    with the first seed: a deterministic function of what distinguishes the datasets."""
     r_a, r_b, r_n = (execute(c, make_ctx(ds, seed)) for ds, seed in ((d, 7), (d, 8), (d1, 7)))
     for r in (r_a, r_b, r_n):
         if r.error is not None:
             pytest.fail(f"{c.name} raised: {type(r.error).__name__}: {r.error}")
-    (na, ta), (nb, tb), (nn, tn) = (_fields(r, c.neighbour, c.noisy) for r in (r_a, r_b, r_n))
+    (na, ta), (nb, tb), (nn, tn) = (_fields(r, which, c.noisy) for r in (r_a, r_b, r_n))
     changed = []
     for path, v in na.items():
         stable = path in nb and np.array_equal(v, nb[path])
         if stable and (path not in nn or not np.array_equal(v, nn[path])):
             after = nn.get(path, "<absent>")
-            changed.append(f"{path}: {_short(v)} on D, {_short(after)} on D + one user")
-    if set(na) == set(nb):  # a field that only appears when a user is added
-        changed += [f"{p}: new field {_short(nn[p])} on D + one user" for p in set(nn) - set(na)]
+            changed.append(f"{path}: {_short(v)} on D, {_short(after)} on the neighbour")
+    if set(na) == set(nb):  # a field that only appears on the neighbour
+        changed += [f"{p}: new field {_short(nn[p])} on the neighbour" for p in set(nn) - set(na)]
     for path, t in ta.items():
         stable = t & tb.get(path, frozenset())
         gone = stable - tn.get(path, frozenset())
         if gone:
-            changed.append(f"{path}: text {sorted(gone)[:6]} on D is different on D + one user")
+            changed.append(f"{path}: text {sorted(gone)[:6]} on D is different on the neighbour")
+    return changed
+
+
+@pytest.mark.parametrize("c", _CENTRAL, ids=lambda c: c.name)
+def test_neighbouring_dataset_changes_nothing_but_noise(c: Case) -> None:
+    """Central DP: D vs D + one user (issue 14, leak 3)."""
+    reason = c.missing()
+    if reason:
+        pytest.skip(reason)
+    changed = _deterministic_changes(c, make_dataset(), make_dataset(extra_user=True),
+                                     c.neighbour or "all")  # fmt: skip
     assert not changed, (
         f"{c.name} (frontend {c.frontend}): published fields that change deterministically when "
         f"one user is added ({len(changed)}):\n  - " + "\n  - ".join(changed[:25])
+    )
+
+
+@pytest.mark.parametrize("c", _LOCAL, ids=lambda c: c.name)
+def test_moving_one_point_changes_nothing_but_noise(c: Case) -> None:
+    """GP / CGP: D vs D with its westmost point moved a few metres. A published field that
+    follows the move for every seed reads the protected coordinate without noise (issue 14,
+    leak 5: a projection, extent or bounding box derived from the exact data)."""
+    reason = c.missing()
+    if reason:
+        pytest.skip(reason)
+    changed = _deterministic_changes(c, make_dataset(), make_dataset(move_west=True), "all")
+    assert not changed, (
+        f"{c.name} (frontend {c.frontend}): published fields that change deterministically when "
+        f"one point moves {MOVE_M:g} m ({len(changed)}):\n  - " + "\n  - ".join(changed[:25])
     )
 
 
