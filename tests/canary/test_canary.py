@@ -146,10 +146,10 @@ def _ledger_file(session: Any) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# neighbouring datasets: D vs D + one user, same seed; nothing published that is not noisy may
-# change. A field is noisy if it differs between two seeds on D; a field that is the same for
-# both seeds on D but differs on D' is a deterministic function of the data: a leak under
-# central DP (issue 14, leak 3).
+# neighbouring datasets, same seed: D vs D + one user (central notions) and D vs D with one
+# point moved (GP/CGP). A field is noisy if it differs between two seeds on D; a field that is
+# the same for both seeds on D but differs on the neighbour is a deterministic function of what
+# the notion protects: a leak (issue 14, leaks 3 and 5).
 
 
 def _fields(run: Run, which: str, exempt: tuple[str, ...] = ()
@@ -158,7 +158,7 @@ def _fields(run: Run, which: str, exempt: tuple[str, ...] = ()
     toks: dict[str, frozenset[str]] = {}
     for name, obj in run.forms.items():
         if which == "result" and (not _is_result_form(name) or name.endswith("to_dict() json")):
-            continue  # (the JSON twin of to_dict() holds the value, see below)
+            continue  # (the JSON twin of to_dict() also holds the value, left out here)
         if "file bytes" in name or name.endswith(("frame.repr", "sql.repr")):
             continue  # binary, or the printed form of a frame whose values are compared as such
         a = atoms(obj, name)
