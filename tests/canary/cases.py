@@ -1,0 +1,488 @@
+"""The canary table: one case per operation × frontend, with what is public for it.
+
+A case runs one operation on the canary dataset through one frontend and returns what the
+caller receives. ``covers`` names the operations it exercises, in the names discovery uses
+(``accessor.<method>``, ``monitor.<function>``, ``duckdb.<function>``, ``sql.<gp_function>``);
+``modules`` the gpframe modules its path runs through (linked to the audit registry's module
+lists). ``public`` is the set of canary classes the operation's declaration makes public:
+
+* local notions (GP, CGP: privatize, range_count, kde, kde_raster, knn, convex_hull,
+  nearest_users): the user ids and each user's number of points are public (the model protects
+  the coordinates only, concentrated-geo-privacy.md §0.2); nothing location-derived is;
+* central notions (DP, zCDP, ex-post DP: grid_stats, monitor): nothing is public, except the
+  occupancy (who has how many points in which cell) when the caller passes
+  ``occupancy="public"``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .data import CRS_M, H3_RES, POINT, REGION, T0, Dataset
+
+LOCAL = frozenset({"user_id", "count"})
+NOTHING: frozenset[str] = frozenset()
+
+
+@dataclass
+class Ctx:
+    """One dataset, one Session, one DuckDB connection (with the table ``pings``), one seed."""
+
+    data: Dataset
+    session: Any
+    con: Any
+    seed: int
+
+    def rng(self, k: int) -> Any:
+        from gpframe.testing import seeded_rng
+
+        return seeded_rng(self.seed * 1000 + k)
+
+    def bound(self, frame: pd.DataFrame | None = None, **kw: Any) -> Any:
+        f = self.data.frame if frame is None else frame
+        return f.geopriv(self.session, user="uid", **kw)
+
+
+def make_ctx(data: Dataset, seed: int, path: Any = None) -> Ctx:
+    import duckdb
+
+    import gpframe as gp
+    from gpframe.testing import enable_seeded, seeded_rng
+
+    enable_seeded()
+    session = gp.Session(path, budget=gp.CGP(rho=100.0), central=gp.DP(epsilon=1e5))
+    con = duckdb.connect()
+    con.execute("SET threads=1")  # one thread: the same batches, so the same draws, every run
+    plain = pd.DataFrame(data.frame.drop(columns="geometry"))
+    con.register("pings_df", plain)
+    con.execute("CREATE TABLE pings AS SELECT * FROM pings_df")
+    con.unregister("pings_df")
+    import shapely
+
+    con.execute("CREATE TABLE zones AS SELECT 'zone' AS name, ?::BLOB AS wkb",
+                [shapely.to_wkb(shapely.box(*REGION))])  # fmt: skip
+    gp.duckdb.register(con, session, rng=seeded_rng(seed * 1000 + 999))
+    return Ctx(data=data, session=session, con=con, seed=seed)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One operation through one frontend."""
+
+    name: str
+    frontend: str  # accessor | monitor | sql-udf | sql-macro | sql-table-macro | sql-relation
+    covers: tuple[str, ...]
+    modules: tuple[str, ...]
+    run: Callable[[Ctx], Any]
+    public: frozenset[str] = LOCAL
+    central: bool = False
+    expect_error: bool = False
+    #: neighbouring check: "result" (the Result's published view only: the frame rows follow a
+    #: public occupancy) or "all" forms
+    neighbour: str | None = None
+    #: fields, by name, that the neighbouring checks leave out: released (noisy) values (one
+    #: clamped to a bound can be equal for two seeds on D and differ on D' through the noise)
+    #: and values computed from what the caller declared public (a public occupancy)
+    exempt: tuple[str, ...] = ()
+    #: skip reason when the operation does not exist on this branch (discovery still sees it)
+    missing: Callable[[], str | None] = field(default=lambda: None)
+
+
+CASES: list[Case] = []
+
+
+def case(**kw: Any) -> Callable[[Callable[[Ctx], Any]], Callable[[Ctx], Any]]:
+    def deco(fn: Callable[[Ctx], Any]) -> Callable[[Ctx], Any]:
+        c = Case(run=fn, **kw)
+        assert all(c.name != o.name for o in CASES), c.name
+        CASES.append(c)
+        return fn
+
+    return deco
+
+
+ACC = "gpframe.accessor"
+QF = "gpframe.queries."
+
+# --------------------------------------------------------------------------------------------
+# accessor (df.geopriv)
+
+
+@case(name="privatize/accessor/xy", frontend="accessor", covers=("accessor.privatize",),
+      modules=(ACC, QF + "privatize"))  # fmt: skip
+def _privatize_xy(ctx: Ctx) -> Any:
+    # rho = 1e-8 per user: sigma ~ 7 km per coordinate at the largest user's 41 points
+    return ctx.bound().privatize(rho=1e-8, rng=ctx.rng(1))
+
+
+@case(name="privatize/accessor/lonlat-columns", frontend="accessor",
+      covers=("accessor.privatize",), modules=(ACC, QF + "privatize"))  # fmt: skip
+def _privatize_lonlat(ctx: Ctx) -> Any:
+    # the issue's leak 1 as a user writes it: lon/lat columns beside points_from_xy geometry
+    b = ctx.data.lonlat.geopriv(ctx.session, user="uid", to_crs=CRS_M)
+    return b.privatize(rho=1e-8, rng=ctx.rng(2))
+
+
+@case(name="privatize/accessor/lonlat-auto-projection", frontend="accessor",
+      covers=("accessor.privatize",), modules=(ACC, QF + "privatize", "gpframe.geo"))  # fmt: skip
+def _privatize_auto(ctx: Ctx) -> Any:
+    # the README quick start: no to_crs= / domain=, so the library picks the projection (issue
+    # leak 5: what it publishes about that choice must not depend on the exact extreme points)
+    d = ctx.data.lonlat.drop(columns=["lon", "lat"])
+    return d.geopriv(ctx.session, user="uid").privatize(rho=1e-8, rng=ctx.rng(5))
+
+
+@case(name="privatize/accessor/gp-per-point", frontend="accessor",
+      covers=("accessor.privatize",), modules=(ACC, QF + "privatize"))  # fmt: skip
+def _privatize_gp(ctx: Ctx) -> Any:
+    return ctx.bound().privatize(eps=2e-4, per="point", rng=ctx.rng(3))
+
+
+@case(name="privatize/accessor/public-step_m", frontend="accessor",
+      covers=("accessor.privatize",), modules=(ACC, QF + "privatize"),
+      public=LOCAL | {"step_m"})  # fmt: skip
+def _privatize_public(ctx: Ctx) -> Any:
+    # the keep path of the contract's public=[...]: step_m declared public, nothing else kept
+    out = ctx.data.frame.geopriv(ctx.session, user="uid", public=["step_m"]).privatize(
+        rho=1e-8, rng=ctx.rng(4)
+    )
+    assert "step_m" in out.columns, "a declared-public column must be kept"
+    return out
+
+
+@case(name="range_count/accessor", frontend="accessor", covers=("accessor.range_count",),
+      modules=(ACC, QF + "range_count_frame", QF + "range_count"))  # fmt: skip
+def _range_count(ctx: Ctx) -> Any:
+    import shapely
+
+    return ctx.bound().range_count(shapely.box(*REGION), rho=1e-6, reduce="last",
+                                   rng=ctx.rng(5))  # fmt: skip
+
+
+@case(name="kde/accessor", frontend="accessor", covers=("accessor.kde",),
+      modules=(ACC, QF + "kde_frame", QF + "kde"))  # fmt: skip
+def _kde(ctx: Ctx) -> Any:
+    return ctx.bound().kde(POINT, bandwidth_m=500.0, rho=1e-6, reduce="last", rng=ctx.rng(7))
+
+
+@case(name="kde_raster/accessor", frontend="accessor", covers=("accessor.kde_raster",),
+      modules=(ACC, QF + "kde_frame"))  # fmt: skip
+def _kde_raster(ctx: Ctx) -> Any:
+    # bounds=None: the grid's extent is chosen by the library (it must not be the data's box)
+    return ctx.bound().kde_raster(bandwidth_m=2000.0, cell_m=500.0, rho=1e-6, reduce="last",
+                                  rng=ctx.rng(8))  # fmt: skip
+
+
+@case(name="knn/accessor", frontend="accessor", covers=("accessor.knn",),
+      modules=(ACC, QF + "knn_frame", QF + "knn"))  # fmt: skip
+def _knn(ctx: Ctx) -> Any:
+    return ctx.bound().knn(POINT, 3, rho=1e-4, rng=ctx.rng(9))
+
+
+@case(name="convex_hull/accessor", frontend="accessor", covers=("accessor.convex_hull",),
+      modules=(ACC, QF + "knn_frame", QF + "hull"))  # fmt: skip
+def _hull(ctx: Ctx) -> Any:
+    return ctx.bound().convex_hull(rho=1e-4, rng=ctx.rng(10))
+
+
+@case(name="nearest_users/accessor", frontend="accessor", covers=("accessor.nearest_users",),
+      modules=(ACC, QF + "knn_frame", QF + "nearest"))  # fmt: skip
+def _nearest(ctx: Ctx) -> Any:
+    return ctx.bound().nearest_users(POINT, 2, rho=1e-6, reduce="last", rng=ctx.rng(11))
+
+
+_GRID = dict(value="val", bounds=(0.0, 40.0), epsilon=0.5, cells=H3_RES)
+
+
+@case(name="grid_stats/accessor/public-occupancy", frontend="accessor",
+      covers=("accessor.grid_stats",),
+      modules=(ACC, QF + "grid_stats_frame", QF + "grid_stats"),
+      public=frozenset({"count", "cell"}), central=True, neighbour="result",
+      exempt=("error",))  # fmt: skip (the largest cell error: from the public occupancy)
+def _grid_public(ctx: Ctx) -> Any:
+    return ctx.bound().grid_stats(**_GRID, occupancy="public", rng=ctx.rng(12))
+
+
+@case(name="grid_stats/accessor/private-occupancy", frontend="accessor",
+      covers=("accessor.grid_stats",),
+      modules=(ACC, QF + "grid_stats_frame", QF + "contribution_bounding"),
+      public=frozenset({"cell"}), central=True, neighbour="all",
+      exempt=("mean", "variance", "variance_unbiased", "count"))  # fmt: skip
+def _grid_private(ctx: Ctx) -> Any:
+    return ctx.bound().grid_stats(**_GRID, occupancy="private", max_cells=3, max_per_cell=5,
+                                  public_cells=public_cells(), rng=ctx.rng(13))  # fmt: skip
+
+
+def public_cells() -> list[int]:
+    """Every H3 cell of a public box around REGION (chosen without the data)."""
+    import h3.api.numpy_int as h3n
+    import pyproj
+
+    tr = pyproj.Transformer.from_crs(CRS_M, "EPSG:4326", always_xy=True)
+    xs, ys = np.meshgrid(np.arange(REGION[0] - 1000, REGION[2] + 1000, 150.0),
+                         np.arange(REGION[1] - 1000, REGION[3] + 1000, 150.0))  # fmt: skip
+    lon, lat = tr.transform(xs.ravel(), ys.ravel())
+    return sorted({int(h3n.latlng_to_cell(b, a, H3_RES)) for a, b in zip(lon, lat, strict=True)})
+
+
+@case(name="grid_stats/accessor/error-value-out-of-bounds", frontend="accessor",
+      covers=("accessor.grid_stats",), modules=(ACC, QF + "grid_stats_frame"),
+      public=frozenset({"count", "cell"}), central=True, expect_error=True)  # fmt: skip
+def _grid_error(ctx: Ctx) -> Any:
+    # values above 20 exist: the refusal must not quote one of them (they are the protected data)
+    return ctx.bound().grid_stats(value="val", bounds=(0.0, 20.0), epsilon=0.5, cells=H3_RES,
+                                  occupancy="public", rng=ctx.rng(14))  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# gpframe.monitor (central DP)
+
+MON = "gpframe.monitor"
+
+
+def _hourly(ctx: Ctx) -> pd.Series:
+    from gpframe.monitor import zone_counts
+
+    d = ctx.data.lonlat
+    lon, lat = d["lon"], d["lat"]
+    box = (lon.min() - 0.01, lat.min() - 0.01, lon.max() + 0.01, lat.max() + 0.01)
+    import shapely
+
+    # a public zone (whole 0.05-degree cells containing the data)
+    box = tuple(np.round(np.array(box) * 20) / 20 + np.array([-0.05, -0.05, 0.05, 0.05]))
+    return zone_counts(d, shapely.box(*box), user="uid", time="ts", start=T0,
+                       end=T0 + pd.Timedelta("24h"), freq="2h")  # fmt: skip
+
+
+@case(name="above_threshold/monitor", frontend="monitor", covers=("monitor.above_threshold",),
+      modules=(MON,), public=NOTHING, central=True, neighbour="all")  # fmt: skip
+def _above(ctx: Ctx) -> Any:
+    from gpframe.monitor import above_threshold
+
+    return above_threshold(ctx.session, _hourly(ctx).to_numpy(), 3, users=ctx.data.users,
+                           sensitivity=1, epsilon=1.0, integer=True, rng=ctx.rng(20))  # fmt: skip
+
+
+@case(name="above_threshold/monitor/gaussian", frontend="monitor",
+      covers=("monitor.above_threshold",), modules=(MON,), public=NOTHING, central=True,
+      neighbour="all")  # fmt: skip
+def _above_gauss(ctx: Ctx) -> Any:
+    from gpframe.monitor import above_threshold
+
+    shares = _hourly(ctx).to_numpy() / 100.0
+    return above_threshold(ctx.session, shares, 0.03, users=ctx.data.users, sensitivity=0.01,
+                           noise="gaussian", sigma=0.02, bounds=(0.0, 1.0), max_steps=12,
+                           rng=ctx.rng(21))  # fmt: skip
+
+
+@case(name="report_noisy_max/monitor", frontend="monitor", covers=("monitor.report_noisy_max",),
+      modules=(MON,), public=NOTHING, central=True, neighbour="all")  # fmt: skip
+def _rnm(ctx: Ctx) -> Any:
+    from gpframe.monitor import report_noisy_max
+
+    shares = _hourly(ctx).to_numpy()[:6] / 100.0
+    return report_noisy_max(ctx.session, shares, users=ctx.data.users, sensitivity=0.01,
+                            sigma=0.05, bounds=(0.0, 1.0), rng=ctx.rng(22))  # fmt: skip
+
+
+@case(name="threshold_query/monitor", frontend="monitor", covers=("monitor.threshold_query",),
+      modules=(MON,), public=NOTHING, central=True, neighbour="all")  # fmt: skip
+def _threshold(ctx: Ctx) -> Any:
+    from gpframe.monitor import threshold_query
+
+    n_in = int(_hourly(ctx).max())
+    return threshold_query(ctx.session, n_in, tau=50, users=ctx.data.users, epsilon=0.5,
+                           rng=ctx.rng(23))  # fmt: skip
+
+
+@case(name="zone_above_threshold/monitor", frontend="monitor",
+      covers=("monitor.zone_above_threshold", "monitor.zone_counts"), modules=(MON,),
+      public=NOTHING, central=True, neighbour="all")  # fmt: skip
+def _zone(ctx: Ctx) -> Any:
+    import shapely
+
+    from gpframe.monitor import zone_above_threshold
+
+    return zone_above_threshold(ctx.session, ctx.data.lonlat, shapely.box(0.0, 43.0, 4.0, 44.0),
+                                3, user="uid", time="ts", start=T0,
+                                end=T0 + pd.Timedelta("24h"), freq="2h", epsilon=1.0,
+                                rng=ctx.rng(24))  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# DuckDB: SQL functions, macros, table macros, relation helpers
+
+DDB = "gpframe.duckdb"
+
+
+def _sql(ctx: Ctx, q: str, params: list | None = None) -> Any:
+    return ctx.con.execute(q, params or []).df()
+
+
+@case(name="privatize/sql-udf", frontend="sql-macro",
+      covers=("sql.gp_privatize",), modules=(DDB, "gpframe._duckdb_udf"))  # fmt: skip
+def _sql_privatize(ctx: Ctx) -> Any:
+    return _sql(ctx, "SELECT uid, gp_privatize(uid, x, y, 1e-8) AS p FROM pings")
+
+
+@case(name="privatize_gp/sql-udf", frontend="sql-macro", covers=("sql.gp_privatize_gp",),
+      modules=(DDB,))  # fmt: skip
+def _sql_privatize_gp(ctx: Ctx) -> Any:
+    return _sql(ctx, "SELECT uid, gp_privatize_gp(uid, x, y, 2e-4) AS p FROM pings")
+
+
+@case(name="range_count/sql-udf", frontend="sql-macro", covers=("sql.gp_in_region",),
+      modules=("gpframe.duckdb_range",))  # fmt: skip
+def _sql_range(ctx: Ctx) -> Any:
+    return _sql(ctx, "SELECT sum(CAST(gp_in_region(p.uid, p.x, p.y, z.wkb, 1e-5, 10) AS INT)) "
+                     "AS n FROM pings AS p, zones AS z")  # fmt: skip
+
+
+@case(name="kde/sql-udf", frontend="sql-macro", covers=("sql.gp_kde_contribution",),
+      modules=("gpframe.duckdb_kde",))  # fmt: skip
+def _sql_kde(ctx: Ctx) -> Any:
+    qx, qy = POINT
+    return _sql(ctx, f"SELECT avg(gp_kde_contribution(uid, x, y, {qx}, {qy}, 500.0, 1e-5, 10)) "
+                     "AS kde FROM pings")  # fmt: skip
+
+
+_TUPLES = "SELECT uid, list(x ORDER BY ts) AS xs, list(y ORDER BY ts) AS ys FROM pings GROUP BY uid"
+
+
+@case(name="knn/sql-udf", frontend="sql-macro", covers=("sql.gp_knn",),
+      modules=("gpframe.duckdb_knn",))  # fmt: skip
+def _sql_knn(ctx: Ctx) -> Any:
+    qx, qy = POINT
+    return _sql(ctx, f"SELECT uid, gp_knn(uid, xs, ys, {qx}, {qy}, 3, 1e-4) AS pos "
+                     f"FROM ({_TUPLES})")  # fmt: skip
+
+
+@case(name="knn_gp/sql-udf", frontend="sql-macro", covers=("sql.gp_knn_gp",),
+      modules=("gpframe.duckdb_knn",))  # fmt: skip
+def _sql_knn_gp(ctx: Ctx) -> Any:
+    qx, qy = POINT
+    return _sql(ctx, f"SELECT uid, gp_knn_gp(uid, xs, ys, {qx}, {qy}, 3, 0.01) AS pos "
+                     f"FROM ({_TUPLES})")  # fmt: skip
+
+
+_ROWS = "SELECT uid AS user_id, ts, x, y FROM pings"
+
+
+@case(name="knn/sql-table-macro", frontend="sql-table-macro", covers=("sql.gp_knn_rows",),
+      modules=("gpframe.duckdb_knn",))  # fmt: skip
+def _sql_knn_rows(ctx: Ctx) -> Any:
+    qx, qy = POINT
+    return _sql(ctx, f"SELECT * FROM gp_knn_rows('{_ROWS}', {qx}, {qy}, 3, 1e-4)")
+
+
+@case(name="knn_gp/sql-table-macro", frontend="sql-table-macro", covers=("sql.gp_knn_rows_gp",),
+      modules=("gpframe.duckdb_knn",))  # fmt: skip
+def _sql_knn_rows_gp(ctx: Ctx) -> Any:
+    qx, qy = POINT
+    return _sql(ctx, f"SELECT * FROM gp_knn_rows_gp('{_ROWS}', {qx}, {qy}, 3, 0.01)")
+
+
+@case(name="convex_hull/sql-udf", frontend="sql-macro", covers=("sql.gp_convex_hull",),
+      modules=("gpframe.duckdb_knn",))  # fmt: skip
+def _sql_hull(ctx: Ctx) -> Any:
+    return _sql(ctx, "SELECT uid, gp_convex_hull(uid, list(x ORDER BY ts), list(y ORDER BY ts), "
+                     "1e-4) AS hull FROM pings GROUP BY uid")  # fmt: skip
+
+
+@case(name="convex_hull_gp/sql-udf", frontend="sql-macro", covers=("sql.gp_convex_hull_gp",),
+      modules=("gpframe.duckdb_knn",))  # fmt: skip
+def _sql_hull_gp(ctx: Ctx) -> Any:
+    return _sql(ctx, "SELECT uid, gp_convex_hull_gp(uid, list(x ORDER BY ts), "
+                     "list(y ORDER BY ts), 0.05, beta := 0.1, k := 24) AS hull "
+                     "FROM pings GROUP BY uid")  # fmt: skip
+
+
+@case(name="convex_hull/sql-table-macro", frontend="sql-table-macro",
+      covers=("sql.gp_convex_hulls",), modules=("gpframe.duckdb_knn",))  # fmt: skip
+def _sql_hulls(ctx: Ctx) -> Any:
+    return _sql(ctx, "SELECT * FROM gp_convex_hulls('SELECT uid AS user_id, x, y FROM pings', "
+                     "1e-4)")  # fmt: skip
+
+
+@case(name="convex_hull_gp/sql-table-macro", frontend="sql-table-macro",
+      covers=("sql.gp_convex_hulls_gp",), modules=("gpframe.duckdb_knn",))  # fmt: skip
+def _sql_hulls_gp(ctx: Ctx) -> Any:
+    return _sql(ctx, "SELECT * FROM gp_convex_hulls_gp('SELECT uid AS user_id, x, y FROM pings', "
+                     "0.05)")  # fmt: skip
+
+
+def _grid_sql() -> str:
+    from pathlib import Path
+
+    import gpframe
+
+    return (Path(gpframe.__file__).parent / "sql" / "grid_stats.sql").read_text()
+
+
+@case(name="grid_stats/sql-relation+udf", frontend="sql-relation",
+      covers=("duckdb.clip_user", "sql.gp_grid_release"),
+      modules=(DDB, "gpframe.duckdb_grid"), public=frozenset({"count", "cell"}), central=True,
+      neighbour="all", exempt=("mean", "variance", "variance_unbiased", "mean_error",
+                               "variance_error", "n_kept"))  # fmt: skip
+def _sql_grid(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    plan = gp.duckdb.clip_user(ctx.con, "pings", user="uid", cell="cell", value="val",
+                               bounds=(0.0, 40.0), epsilon=0.5, occupancy="public")  # fmt: skip
+    # the plan is the curator's object (it lists users); what is published is the query's rows
+    return _sql(ctx, _grid_sql()), plan
+
+
+@case(name="knn/duckdb-relation", frontend="sql-relation", covers=("duckdb.knn",),
+      modules=(DDB, "gpframe.duckdb_knn"))  # fmt: skip
+def _rel_knn(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    return gp.duckdb.knn(ctx.con, "SELECT * FROM pings", user="uid", x="x", y="y", point=POINT,
+                         k=3, rho=1e-4)  # fmt: skip
+
+
+@case(name="convex_hulls/duckdb-relation", frontend="sql-relation", covers=("duckdb.convex_hulls",),
+      modules=(DDB, "gpframe.duckdb_knn"))  # fmt: skip
+def _rel_hulls(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    return gp.duckdb.convex_hulls(ctx.con, "SELECT * FROM pings", user="uid", x="x", y="y",
+                                  rho=1e-4)  # fmt: skip
+
+
+@case(name="nearest_users/duckdb-relation", frontend="sql-relation",
+      covers=("duckdb.nearest_users",), modules=(DDB, "gpframe.duckdb_knn"))  # fmt: skip
+def _rel_nearest(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    last = "SELECT uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM pings GROUP BY uid"
+    return gp.duckdb.nearest_users(ctx.con, last, user="uid", x="x", y="y", point=POINT, k=2,
+                                   rho=1e-6)  # fmt: skip
+
+
+def _privatize_helper_missing() -> str | None:
+    import gpframe as gp
+
+    if getattr(gp.duckdb, "privatize", None) is None:
+        return "gp.duckdb.privatize (the relation helper of issue 14) is not on this branch"
+    return None
+
+
+@case(name="privatize/duckdb-relation", frontend="sql-relation", covers=("duckdb.privatize",),
+      modules=(DDB,), missing=_privatize_helper_missing)  # fmt: skip
+def _rel_privatize(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    fn = gp.duckdb.privatize
+    kw = dict(user="uid", x="x", y="y", rho=1e-8)
+    params = inspect.signature(fn).parameters
+    unknown = [k for k in kw if k not in params]
+    assert not unknown, f"gp.duckdb.privatize has no keyword(s) {unknown}: update the canary case"
+    return fn(ctx.con, "SELECT * FROM pings", **kw)

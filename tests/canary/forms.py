@@ -1,0 +1,135 @@
+"""Every form in which an operation's output can be published, as objects the scanner walks.
+
+``forms(out)`` maps a form name (what a failure message shows) to an object: the returned
+frame's columns, index and values, its printed repr, ``attrs`` and their JSON, the attached
+Result's ``to_dict()`` / JSON / ``repr`` / ``_repr_html_`` / ``summary()``, the ``to_parquet``
+file (read back: schema metadata and every column, geometry as WKB), a Raster's exports, a
+DuckDB relation's rows and printed form. Optional writers (xarray, rasterio) are exercised when
+installed; the README lists them as unreachable otherwise.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pandas as pd
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, default=str, ensure_ascii=False)
+
+
+def result_forms(r: Any, prefix: str = "result") -> dict[str, Any]:
+    """The published forms of a Result (and its subclasses: Raster, MonitorResult, ...)."""
+    out: dict[str, Any] = {}
+    d = r.to_dict()
+    out[f"{prefix}.to_dict()"] = d
+    out[f"{prefix}.to_dict() json"] = _json(d)
+    out[f"{prefix}.repr"] = repr(r)
+    out[f"{prefix}._repr_html_"] = r._repr_html_()
+    out[f"{prefix}.summary()"] = r.summary()
+    value = getattr(r, "value", None)
+    if not isinstance(value, pd.DataFrame):  # a frame value is scanned as the frame itself
+        out[f"{prefix}.value"] = value
+    for name in ("transform", "crs", "bounds"):  # Raster georeferencing
+        if hasattr(type(r), name) or name in getattr(r, "__dataclass_fields__", {}):
+            try:
+                out[f"{prefix}.{name}"] = getattr(r, name)
+            except Exception as exc:  # a property that cannot be computed publishes nothing
+                out[f"{prefix}.{name}"] = f"<{type(exc).__name__}>"
+    if hasattr(r, "to_xarray"):
+        try:
+            da = r.to_xarray()
+        except ImportError:
+            pass
+        else:
+            out[f"{prefix}.to_xarray()"] = {
+                "attrs": dict(da.attrs), "x": da["x"].to_numpy(), "y": da["y"].to_numpy(),
+            }  # fmt: skip
+    if hasattr(r, "to_geotiff"):
+        try:
+            import rasterio
+        except ImportError:
+            pass
+        else:
+            import tempfile
+            from pathlib import Path
+
+            with tempfile.TemporaryDirectory() as tmp:
+                p = Path(tmp) / "r.tif"
+                r.to_geotiff(p)
+                with rasterio.open(p) as src:
+                    out[f"{prefix}.to_geotiff() tags"] = dict(src.tags())
+                    out[f"{prefix}.to_geotiff() transform"] = tuple(src.transform)
+                out[f"{prefix}.to_geotiff() bytes"] = p.read_bytes().decode("latin-1")
+    return out
+
+
+def _parquet_forms(frame: pd.DataFrame) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    frame.to_parquet(buf)
+    raw = buf.getvalue()
+    table = pq.read_table(io.BytesIO(raw))
+    raw_meta = table.schema.metadata or {}
+    meta = {k.decode(): v.decode("utf-8", "replace") for k, v in raw_meta.items()}
+    out = {}
+    # DataFrame.attrs in the file (the Result's view): geopandas writes PANDAS_ATTRS, pandas
+    # keeps them in its own "pandas" metadata
+    if "PANDAS_ATTRS" in meta:
+        out["to_parquet attrs"] = json.loads(meta["PANDAS_ATTRS"])
+    elif json.loads(meta.get("pandas", "{}") or "{}").get("attrs"):
+        out["to_parquet attrs"] = json.loads(meta["pandas"])["attrs"]
+    return out | {
+        "to_parquet schema metadata": meta,
+        "to_parquet columns": {n: table.column(n).to_pylist() for n in table.column_names},
+        "to_parquet file bytes": raw.decode("latin-1"),
+    }
+
+
+def frame_forms(frame: pd.DataFrame, *, parquet: bool = True) -> dict[str, Any]:
+    """The published forms of a returned (Geo)DataFrame."""
+    out: dict[str, Any] = {
+        "frame.columns": [str(c) for c in frame.columns],
+        "frame.index": frame.index,
+        "frame.values": pd.DataFrame(frame),
+    }
+    with pd.option_context("display.max_columns", None, "display.width", 100_000):
+        out["frame.repr"] = repr(frame)
+    if frame.attrs:
+        out["attrs"] = dict(frame.attrs)
+        out["attrs json"] = _json(frame.attrs)
+        for key, val in frame.attrs.items():
+            r = getattr(val, "result", None)
+            if r is not None:
+                out.update(result_forms(r, prefix=f"attrs[{key!r}].result"))
+    if parquet:
+        out.update(_parquet_forms(frame))
+    return out
+
+
+def relation_forms(rel: Any) -> dict[str, Any]:
+    """A DuckDB relation (or a query's rows): its columns and every row, and its printed form."""
+    df = rel.df()
+    out = {"sql.columns": list(map(str, rel.columns)), "sql.rows": df}
+    out["sql.repr"] = str(rel)
+    return out
+
+
+def forms(out: Any) -> dict[str, Any]:
+    """The published forms of whatever an operation returned."""
+    from gpframe.results import Result
+
+    if isinstance(out, pd.DataFrame):
+        return frame_forms(out)
+    if isinstance(out, Result):
+        f = result_forms(out)
+        if isinstance(getattr(out, "value", None), pd.DataFrame):
+            f.update({f"result.value {k}": v for k, v in frame_forms(out.value).items()})
+        return f
+    if hasattr(out, "df") and hasattr(out, "columns"):  # duckdb relation
+        return relation_forms(out)
+    return {"returned object": out, "returned repr": repr(out)}
