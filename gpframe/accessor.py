@@ -183,7 +183,7 @@ def public_columns(frame: pd.DataFrame, *, user: str, x: Any = None, y: Any = No
     from gpframe.release import check_public
 
     prot = protected_columns(frame, (*coords, x, y, lon, lat))
-    return check_public(frame, public, user=user, protected=prot)
+    return check_public(frame.columns, public, user=user, protected=prot)
 
 
 class GeoPriv:

@@ -34,14 +34,14 @@ _NOTHING = "Nothing was charged."
 
 
 def check_public(
-    frame: pd.DataFrame, public: Any, *, user: Hashable, protected: Iterable[Hashable]
+    columns: Sequence[Hashable], public: Any, *, user: Hashable, protected: Iterable[Hashable]
 ) -> tuple[Hashable, ...]:
     """Validate ``public=`` and return the declared-public columns (user column first).
 
     Parameters
     ----------
-    frame : DataFrame
-        The input frame.
+    columns : sequence of column names
+        The input's columns (``frame.columns``, or a DuckDB relation's ``columns``).
     public : None, a column name, or a list of column names
         Columns that do not depend on the locations. None: only ``user``.
     user : column name
@@ -52,9 +52,9 @@ def check_public(
     Examples
     --------
     >>> df = pd.DataFrame({"u": [1], "t": [0], "x": [0.0], "y": [0.0]})
-    >>> check_public(df, ["t"], user="u", protected=("x", "y"))
+    >>> check_public(df.columns, ["t"], user="u", protected=("x", "y"))
     ('u', 't')
-    >>> check_public(df, None, user="u", protected=("x", "y"))
+    >>> check_public(df.columns, None, user="u", protected=("x", "y"))
     ('u',)
     """
     if public is None:
@@ -63,10 +63,10 @@ def check_public(
         names = [public]  # one column name (a str is iterable, but it names one column)
     else:
         names = list(public)
-    cols = list(frame.columns)
+    cols = list(columns)
     for name in names:
         try:
-            known = name in frame.columns
+            known = name in columns
         except TypeError:  # an unhashable entry (a list inside the list)
             known = False
         if not known:
