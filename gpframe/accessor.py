@@ -541,9 +541,9 @@ def _build_output(
 ) -> Any:
     """Build the output from nothing: noisy points in the input CRS, index, public columns.
 
-    Unreleased rows get empty geometry (and NaN coordinates). A DataFrame input gets its x/y (or
-    lon/lat) columns back holding the noisy coordinates; a GeoDataFrame input its geometry
-    column. Nothing else of the input is copied (:func:`gpframe.release.release_frame`).
+    Unreleased rows get empty geometry (and NaN coordinates). An input bound by x=/y= (or
+    lon=/lat=) gets those columns back holding the noisy coordinates; a GeoDataFrame input its
+    geometry column. Nothing else of the input is copied (:func:`gpframe.release.release_frame`).
     """
     import geopandas as gpd
 
@@ -559,8 +559,8 @@ def _build_output(
     gname = getattr(frame, "_geometry_column_name", None)
     is_geo = isinstance(frame, gpd.GeoDataFrame) and gname in frame.columns
     cols: dict[Any, Any] = {}
-    if not is_geo and len(p.coords) == 2:
-        cols = {p.coords[0]: xs, p.coords[1]: ys}  # the released coordinates, noisy
+    if len(p.coords) == 2:  # bound by x=/y= (lon=/lat=): those columns come back, noisy
+        cols = {p.coords[0]: xs, p.coords[1]: ys}
     return release_frame(
         frame,
         public=(() if public is None else tuple(public)),
