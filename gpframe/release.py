@@ -184,7 +184,11 @@ def release_frame(
     if geometry is not None:
         import geopandas as gpd
 
-        geo = gpd.GeoSeries(np.asarray(geometry, dtype=object), index=index, crs=crs)
+        if isinstance(geometry, gpd.GeoSeries):
+            geometry = geometry.array  # its own index is not the output's
+        if not isinstance(geometry, gpd.array.GeometryArray):
+            geometry = np.asarray(geometry, dtype=object)
+        geo = gpd.GeoSeries(geometry, index=index, crs=crs)
         out = gpd.GeoDataFrame(out, geometry=geo.rename(geometry_name), crs=crs)
     keep = set(map(_key, public)) | set(map(_key, released))
     if geometry is not None:
