@@ -164,6 +164,7 @@ class GeoPrivAccessor:
         )
         cols = public_columns(self._obj, user=user, x=x, y=y, lon=lon, lat=lat, public=public,
                               coords=projected.coords)  # fmt: skip
+        _refuse_coordinate_copies(self._obj, cols[1:], projected)
         return GeoPriv(self._obj, session, projected, user=user, public=cols)
 
 
@@ -184,6 +185,37 @@ def public_columns(frame: pd.DataFrame, *, user: str, x: Any = None, y: Any = No
 
     prot = protected_columns(frame, (*coords, x, y, lon, lat))
     return check_public(frame.columns, public, user=user, protected=prot)
+
+
+def _refuse_coordinate_copies(frame: pd.DataFrame, public: Any, projected: Any) -> None:
+    """Refuse a declared-public column that is a copy of the x or y coordinates.
+
+    A safety net for the commonest mistake: a GeoDataFrame built with
+    ``points_from_xy(df.lon, df.lat)`` still holds ``lon``/``lat``, and declaring them public
+    would release the true points. A column equal (to 1e-9, relative) on every row to the input
+    or projected x or y is such a copy. Columns computed from the points in other ways cannot be
+    recognised: only the caller knows what is public.
+    """
+    if not len(public) or not len(projected):
+        return
+    refs = [projected.xy[:, 0], projected.xy[:, 1]]
+    if len(projected.coords) == 2:
+        refs += [frame[c].to_numpy(dtype=np.float64) for c in projected.coords]
+    else:
+        refs += list(frame.geometry.get_coordinates().to_numpy(dtype=np.float64).T)
+    for name in public:
+        col = frame[name]
+        if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
+            continue
+        v = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        for r in refs:
+            same = v.shape == r.shape and np.all(np.abs(v - r) <= 1e-9 * np.maximum(1, np.abs(r)))
+            if same:
+                raise InvalidInputError(
+                    f"public=[..., {name!r}, ...]: column {name!r} holds the point coordinates "
+                    "(it equals x or y on every row), so it cannot be public. Remove it from "
+                    "public=. Nothing was charged."
+                )
 
 
 class GeoPriv:

@@ -160,6 +160,21 @@ def test_bad_public_is_refused_before_anything_is_charged(geo, public, match):
     assert s.ledger.snapshot() == snap
 
 
+def test_public_copy_of_the_coordinates_is_refused_uncharged():
+    """A GeoDataFrame from points_from_xy(df.lon, df.lat) still holds lon/lat: not public."""
+    df = _pings()
+    s = Session(budget=gp.CGP(rho=1e-3))
+    snap = s.ledger.snapshot()
+    with pytest.raises(gp.InvalidInputError, match="column 'lat' holds the point coordinates"):
+        _geo(df).geopriv(s, user="taxi", to_crs=UTM, public=["time", "lat"])
+    # a projected copy (x_m, as the demo hands DuckDB) is caught too
+    g = _geo(df)
+    g["x_m"] = g.to_crs(UTM).geometry.x
+    with pytest.raises(gp.InvalidInputError, match="column 'x_m' holds the point coordinates"):
+        g.geopriv(s, user="taxi", to_crs=UTM, public=["x_m"])
+    assert s.ledger.snapshot() == snap
+
+
 # ------------------------------------------------------------------------------------------ knn
 
 
