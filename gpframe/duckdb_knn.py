@@ -794,7 +794,29 @@ def _public(
     except InvalidInputError as exc:
         raise InvalidInputError(f"{fname}: {exc}") from None
     check_reserved(keep, reserved, fname)
+    _refuse_coordinate_copies(rel, keep[1:], coords, fname)
     return tuple(str(c) for c in keep)
+
+
+def _refuse_coordinate_copies(
+    rel: Any, public: tuple, coords: tuple[str, ...], fname: str
+) -> None:
+    """Refuse a public column equal to x or y on every row (as ``df.geopriv`` does)."""
+    types = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
+    for name in public:
+        if not types.get(name, "").startswith(_NUMERIC):
+            continue
+        c = f"CAST({_quote(name, 'public')} AS DOUBLE)"
+        tests = ", ".join(
+            f"bool_and(abs({c} - CAST({_quote(v, 'x')} AS DOUBLE)) <= "
+            f"1e-9 * greatest(1, abs(CAST({_quote(v, 'x')} AS DOUBLE))))"
+            for v in coords
+        )
+        if any(rel.query(_SRC, f"SELECT {tests} FROM {_SRC}").fetchall()[0]):
+            raise InvalidInputError(
+                f"{fname}: public column {name!r} holds the point coordinates (it equals x or y "
+                f"on every row), so it cannot be public. Remove it from public=. {_NOT_CHARGED}"
+            )
 
 
 def _warn_dropped(rel: Any, keep: tuple[str, ...], coords: tuple[str, ...], fname: str) -> None:

@@ -282,6 +282,19 @@ def test_duckdb_knn_refuses_coordinates_as_public_uncharged():
     assert s.ledger.snapshot() == snap
 
 
+def test_duckdb_public_copy_of_the_coordinates_is_refused_uncharged():
+    s = Session(budget=gp.CGP(rho=1e-3))
+    con, _ = _con(s, _pings())
+    snap = s.ledger.snapshot()
+    q = "SELECT *, y AS northing FROM pings"
+    with pytest.raises(gp.InvalidInputError, match="'northing' holds the point coordinates"):
+        gp.duckdb.knn(con, q, user="user_id", x="x", y="y", point=(0.0, 0.0), k=2, rho=1e-4,
+                      public=["ts", "northing"])  # fmt: skip
+    with pytest.raises(gp.InvalidInputError, match="'northing' holds the point coordinates"):
+        gp.duckdb.privatize(con, q, user="user_id", x="x", y="y", rho=1e-4, public=["northing"])
+    assert s.ledger.snapshot() == snap
+
+
 def test_duckdb_privatize_runs_once_and_releases_noisy_points_only():
     df = _pings()
     s = Session(budget=gp.CGP(rho=1e-2))
