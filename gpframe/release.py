@@ -1,4 +1,4 @@
-"""The release boundary: the one builder of every frame an operation returns (DESIGN.md §8).
+"""The release boundary: the one builder of every frame an operation returns (SECURITY.md).
 
 An output frame is never a copy of the input with some columns overwritten: copying lets through
 whatever the caller's frame happened to hold (the exact ``lon``/``lat`` beside a noisy geometry,
