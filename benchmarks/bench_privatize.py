@@ -111,7 +111,7 @@ def breakdown(df: pd.DataFrame) -> dict[str, float]:
     out["privatize_points (sampler+grouping+bounds)"] = (t4 := time.perf_counter()) - t3
     r.charge(units, units=True)
     out["ledger charge"] = (t5 := time.perf_counter()) - t4
-    _build_output(b.frame, p, res.xy, res.released)
+    _build_output(b.frame, p, res.xy, res.released, b.public)
     out["output GeoDataFrame (shapely points)"] = time.perf_counter() - t5
     return out
 

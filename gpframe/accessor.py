@@ -9,8 +9,10 @@ queries::
     pings.geopriv(session, user="taxi_id").privatize(rho=1e-4)
 
 What the model protects (concentrated-geo-privacy.md §0.2): the coordinates of a user's points.
-The number of a user's points, their order, timestamps and the other columns are public and pass
-through unchanged.
+The number of a user's points and their order are public. Other columns leave only when the
+caller declares them public (``public=[...]``): a column computed from the locations (a step
+length, a speed) would carry them out, so every output is built by :mod:`gpframe.release` from
+the released values, the index and the declared-public columns, and nothing else.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class GeoPrivAccessor:
         crs: Any = None,
         to_crs: Any = None,
         domain: Any = None,
+        public: Any = None,
     ) -> GeoPriv:
         """Validate the columns and points, project them to metres and bind ``session``.
 
@@ -129,6 +132,12 @@ class GeoPrivAccessor:
             ``domain=`` the metric CRS and its scale factor depend on public information only;
             without either, lon/lat input is projected around the data's own bounding box, which
             then becomes public (SECURITY.md, "What is public").
+        public : list of str, optional
+            Columns that do not depend on the locations (an id, a timestamp, a category), kept
+            in the outputs built from input rows (``privatize``, ``knn``). Default: only the
+            ``user`` column. The index is always kept. Every other column is dropped from the
+            outputs, with a warning naming it. The coordinate columns (``x``/``y``,
+            ``lon``/``lat``, the active geometry) cannot be public.
 
         Returns
         -------
@@ -153,17 +162,82 @@ class GeoPrivAccessor:
             to_crs=to_crs,
             domain=domain,
         )
-        return GeoPriv(self._obj, session, projected, user=user)
+        cols = public_columns(self._obj, user=user, x=x, y=y, lon=lon, lat=lat, public=public,
+                              coords=projected.coords)  # fmt: skip
+        _refuse_coordinate_copies(self._obj, cols[1:], projected)
+        return GeoPriv(self._obj, session, projected, user=user, public=cols)
+
+
+def protected_columns(frame: pd.DataFrame, coords: Any = ()) -> tuple[Any, ...]:
+    """Return the columns holding the protected coordinates: ``coords``, the active geometry."""
+    out = [c for c in coords if c is not None]
+    name = getattr(frame, "_geometry_column_name", None)
+    if name is not None and name in frame.columns and name not in out:
+        out.append(name)  # a GeoDataFrame's points, even when x=/y= named other columns
+    return tuple(out)
+
+
+def public_columns(frame: pd.DataFrame, *, user: str, x: Any = None, y: Any = None,
+                   lon: Any = None, lat: Any = None, public: Any = None,
+                   coords: Any = ()) -> tuple[Any, ...]:  # fmt: skip
+    """Validate ``public=`` against the frame (see :func:`gpframe.release.check_public`)."""
+    from gpframe.release import check_public
+
+    prot = protected_columns(frame, (*coords, x, y, lon, lat))
+    return check_public(frame.columns, public, user=user, protected=prot)
+
+
+def _refuse_coordinate_copies(frame: pd.DataFrame, public: Any, projected: Any) -> None:
+    """Refuse a declared-public column that is a copy of the x or y coordinates.
+
+    A safety net for the commonest mistake: a GeoDataFrame built with
+    ``points_from_xy(df.lon, df.lat)`` still holds ``lon``/``lat``, and declaring them public
+    would release the true points. A column equal (to 1e-9, relative) on every row to the input
+    or projected x or y is such a copy. Columns computed from the points in other ways cannot be
+    recognised: only the caller knows what is public.
+    """
+    if not len(public) or not len(projected):
+        return
+    refs = [projected.xy[:, 0], projected.xy[:, 1]]
+    if len(projected.coords) == 2:
+        refs += [frame[c].to_numpy(dtype=np.float64) for c in projected.coords]
+    else:
+        refs += list(frame.geometry.get_coordinates().to_numpy(dtype=np.float64).T)
+    for name in public:
+        col = frame[name]
+        if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
+            continue
+        v = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        for r in refs:
+            same = v.shape == r.shape and np.all(np.abs(v - r) <= 1e-9 * np.maximum(1, np.abs(r)))
+            if same:
+                raise InvalidInputError(
+                    f"public=[..., {name!r}, ...]: column {name!r} holds the point coordinates "
+                    "(it equals x or y on every row), so it cannot be public. Remove it from "
+                    "public=. Nothing was charged."
+                )
 
 
 class GeoPriv:
     """A frame bound to a session and its column roles; its methods run private queries."""
 
-    def __init__(self, frame: pd.DataFrame, session: Any, projected: Any, *, user: str) -> None:
+    def __init__(
+        self,
+        frame: pd.DataFrame,
+        session: Any,
+        projected: Any,
+        *,
+        user: str,
+        public: tuple[Any, ...] | None = None,
+    ) -> None:
         self.frame = frame
         self.session = session
         self.projected = projected
         self.user = user
+        #: the declared-public columns (user first) that outputs keep; see gpframe.release
+        self.public = (user,) if public is None else tuple(public)
+        #: the columns holding the protected coordinates (never in an output)
+        self.protected = protected_columns(frame, getattr(projected, "coords", ()))
 
     def __repr__(self) -> str:
         p = self.projected
@@ -270,9 +344,13 @@ class GeoPriv:
         Returns
         -------
         geopandas.GeoDataFrame
-            The input rows with noisy points, in the input CRS, same index and other columns
-            (coordinate columns of a DataFrame input are replaced as well). Rows of users whose
-            budget could not pay have empty geometry (and NaN coordinates).
+            One row per input row, same index, in the input CRS, holding only: the noisy
+            points (the geometry; a DataFrame input also gets its x/y or lon/lat columns back
+            with the noisy coordinates) and the declared-public columns (``public=`` of
+            ``df.geopriv``, by default the user column). Every other column is dropped, with a
+            ``GpframeWarning`` naming them: a column computed from the true points (a speed, a
+            step length, a copy of lon/lat) would reveal them. Rows of users whose budget
+            could not pay have empty geometry (and NaN coordinates).
             ``attrs["geopriv"]`` holds the :class:`~gpframe.results.PrivatizeResult` (as a
             :class:`~gpframe.results.ResultAttr`: it behaves like the result, and is also its
             JSON summary, which ``to_parquet`` stores in the file). Each user's own error bound
@@ -327,6 +405,10 @@ class GeoPriv:
         n_users = len(uniques)
         counts = np.bincount(codes, minlength=n_users).astype(np.int64)
         _check_coordinates(p.xy)
+        if "geometry" not in self.protected:  # a DataFrame input gets a new geometry column
+            from gpframe.release import check_reserved
+
+            check_reserved(self.public, ["geometry"], "privatize")
         _preflight(mode, amount, per, counts, float(p.scale_max))
 
         fkind = filter_kind(self.session)
@@ -378,7 +460,7 @@ class GeoPriv:
             r.charge(actual_units, units=True)
             query_id = r.query_id
         alloc_f = _unit_floats(ledger, alloc_units)
-        frame = _build_output(self.frame, p, out.xy, out.released)
+        frame = _build_output(self.frame, p, out.xy, out.released, self.public)
         result = _make_result(
             mode=mode,
             amount=amount,
@@ -481,9 +563,24 @@ def _preflight(mode: str, amount: Fraction, per: str, counts: np.ndarray, scale_
         _pv.check_point_amount(mode, part / k if mode == "gp" else part / (k * k))
 
 
-def _build_output(frame: pd.DataFrame, p: Any, xy_m: np.ndarray, released: np.ndarray) -> Any:
-    """Build the output: noisy points in the input CRS; unreleased rows get empty geometry."""
+def _build_output(
+    frame: pd.DataFrame,
+    p: Any,
+    xy_m: np.ndarray,
+    released: np.ndarray,
+    public: Any = None,
+    *,
+    stacklevel: int = 4,
+) -> Any:
+    """Build the output from nothing: noisy points in the input CRS, index, public columns.
+
+    Unreleased rows get empty geometry (and NaN coordinates). An input bound by x=/y= (or
+    lon=/lat=) gets those columns back holding the noisy coordinates; a GeoDataFrame input its
+    geometry column. Nothing else of the input is copied (:func:`gpframe.release.release_frame`).
+    """
     import geopandas as gpd
+
+    from gpframe.release import release_frame
 
     xs = np.full(len(p), np.nan)
     ys = np.full(len(p), np.nan)
@@ -492,17 +589,22 @@ def _build_output(frame: pd.DataFrame, p: Any, xy_m: np.ndarray, released: np.nd
         xs[released], ys[released] = bx, by
     geom = gpd.points_from_xy(xs, ys, crs=p.crs_in)
     geom[~released] = None
-    if isinstance(frame, gpd.GeoDataFrame) and frame._geometry_column_name in frame.columns:
-        out = frame.copy()
-        out = out.set_geometry(gpd.GeoSeries(geom, index=frame.index, crs=p.crs_in))
-        if out.crs is None or not out.crs.equals(p.crs_in):
-            out = out.set_crs(p.crs_in, allow_override=True)
-        return out
-    data = pd.DataFrame(frame).copy()
-    if len(p.coords) == 2:
-        data[p.coords[0]] = xs
-        data[p.coords[1]] = ys
-    return gpd.GeoDataFrame(data, geometry=gpd.GeoSeries(geom, index=frame.index), crs=p.crs_in)
+    gname = getattr(frame, "_geometry_column_name", None)
+    is_geo = isinstance(frame, gpd.GeoDataFrame) and gname in frame.columns
+    cols: dict[Any, Any] = {}
+    if len(p.coords) == 2:  # bound by x=/y= (lon=/lat=): those columns come back, noisy
+        cols = {p.coords[0]: xs, p.coords[1]: ys}
+    return release_frame(
+        frame,
+        public=(() if public is None else tuple(public)),
+        protected=protected_columns(frame, p.coords),
+        released=cols,
+        geometry=geom,
+        geometry_name=gname if is_geo else "geometry",
+        crs=p.crs_in,
+        what="privatize",
+        stacklevel=stacklevel,
+    )
 
 
 def _make_result(**kw: Any) -> Any:

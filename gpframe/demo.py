@@ -5,7 +5,8 @@ The data is a 3,338-fix subset of the Go!Track GPS trajectories of 25 people in 
 
 ``ledger.sqlite``            the file-backed privacy ledger (every charge of the demo)
 ``gpframe_demo.duckdb``      an embedded DuckDB database: true points (projected) and private ones
-``private_points.parquet``   the Python-privatized points as GeoParquet (input CRS, EPSG:4326)
+``private_points.parquet``   the Python-privatized points as GeoParquet (input CRS, EPSG:4326):
+                             the noisy geometry, user/track/point ids and times, nothing else
 ``private_points.png``       a map of true vs private points, with the privacy statement
 
 A rerun starts from a fresh ledger and database (it deletes only those demo files).
@@ -131,7 +132,13 @@ def run_demo(
     steps.set_postfix_str("privatize (Python)")
     # Name the metric CRS (Aracaju is in UTM zone 24S): the CRS and scale_max then come from the
     # zone's published area of use, not from the data, so they reveal nothing about any user.
-    bound = pts.geopriv(session, user="user_id", to_crs=DEMO_CRS)
+    # ids and timestamps are public in the model; lon/lat (the true points) and speed_mps
+    # (computed from them) are not: privatize would drop them with a warning, so the demo
+    # binds the frame without them. The private file holds the noisy geometry and these ids.
+    bound = pts.drop(columns=["lon", "lat", "speed_mps"]).geopriv(
+        session, user="user_id", public=["track_id", "point_id", "time"],
+        to_crs=DEMO_CRS,
+    )
     private = bound.privatize(rho=RHO_PY, per="user", progress=False)
     result = private.attrs["geopriv"]
     # the result's JSON summary travels in the file's metadata

@@ -38,6 +38,11 @@ at the row's amount; a user with m rows in a query is charged m × amount. The s
 NULL in any argument gives NULL and no charge. A user whose remaining budget cannot pay for the
 batch's rows gets NULL for those rows and no charge.
 
+Run a release once and keep it: ``con.sql("SELECT ... gp_privatize(...) ...")`` is a lazy
+relation, and every display or fetch runs it again (fresh noise, charged again). Write it to a
+table (``CREATE TABLE private AS SELECT ...``), fetch it once (``.df()``), or use
+:func:`privatize`, which runs the query once and returns a relation over the fetched rows.
+
 Charging, and why it may over-charge
 ------------------------------------
 DuckDB calls an Arrow UDF once per batch of up to 2,048 rows, from several threads. Each call
@@ -88,6 +93,7 @@ from gpframe import _duckdb_udf as _u
 # relation helpers of the per-user operations (issue 8): run a query once through the
 # registered UDFs (nearest_users in Python) and hand back a DuckDBPyRelation
 from gpframe.duckdb_knn import convex_hulls, knn, nearest_users
+from gpframe.duckdb_privatize import privatize
 from gpframe.errors import InvalidInputError
 from gpframe.queries import privatize as _pv
 
@@ -97,6 +103,7 @@ __all__ = [
     "convex_hulls",
     "knn",
     "nearest_users",
+    "privatize",
     "register",
 ]
 

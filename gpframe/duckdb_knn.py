@@ -27,7 +27,10 @@ once. Units are **metres of one projected CRS** for the points and the query poi
 never project, P-U1..P-U4); the WKB is in that CRS.
 
 Table macros (SQL sugar, ``TEMP``): ``gp_knn_rows(q, px, py, k, rho)`` (and ``gp_knn_rows_gp``
-with ``eps``) returns the selected rows of the query string ``q`` plus ``knn_rank``;
+with ``eps``) returns the selected rows of the query string ``q`` without ``x`` and ``y``, plus
+``knn_rank``: the columns of ``q`` other than ``x`` and ``y`` are its declaration of what is
+public, so select there only ids and columns that do not depend on the locations (a timestamp,
+a row id), never one computed from them;
 ``gp_convex_hulls(q, rho [, beta := 0.1, k := 0])`` (and ``gp_convex_hulls_gp``) returns
 ``(user_id, hull)``. ``q`` must have the columns ``user_id``, ``x`` and ``y`` (alias them, e.g.
 ``'SELECT vessel AS user_id, x, y FROM pings'``); the macros do the ``GROUP BY``. Nearest users is
@@ -157,8 +160,9 @@ def _table_macros(sfx: str, param: str) -> list[str]:
         "__gp_p AS (SELECT __gp_recs, "
         f"{_KNN}{sfx}(__gp_u, list_transform(__gp_recs, lambda r: r.x), "
         f"list_transform(__gp_recs, lambda r: r.y), px, py, k, {param}) AS __gp_pos FROM __gp_t) "
-        "SELECT UNNEST(list_transform(__gp_pos, "
-        "lambda p, i: struct_insert(__gp_recs[p], knn_rank := i)), max_depth := 2) FROM __gp_p"
+        # k-PNN releases which rows were picked, never where they are: x and y stay out
+        "SELECT * EXCLUDE (x, y) FROM (SELECT UNNEST(list_transform(__gp_pos, "
+        "lambda p, i: struct_insert(__gp_recs[p], knn_rank := i)), max_depth := 2) FROM __gp_p)"
     )
     hull = (
         f"CREATE OR REPLACE TEMP MACRO gp_convex_hulls{sfx}(q, {param}, beta := 0.1, k := 0) "
@@ -677,6 +681,7 @@ def knn(
     rho: float | None = None,
     eps: float | None = None,
     order_by: str | None = None,
+    public: Any = None,
 ) -> Any:
     """Each user's k private nearest rows to a public point, as a relation (k-PNN, spec §7.3).
 
@@ -699,14 +704,20 @@ def knn(
         Exactly one: CGP ρ per m² (k PNN calls at ε = √(2ρ/k)) or GP ε per m (calls at ε/k).
     order_by : str, optional
         Column ordering each user's rows in the list the UDF sees (default: input order).
+    public : list of str, optional
+        Columns that do not depend on the locations (a row id, a timestamp), kept in the
+        output to identify the selected rows. Default: none besides ``user``. ``x`` and ``y``
+        cannot be public.
 
     Returns
     -------
     duckdb.DuckDBPyRelation
-        The selected rows (all input columns) plus ``knn_rank`` (1 = first selected), sorted by
-        user (first appearance) then rank. Users refused for lack of budget are absent (and
-        charged nothing). The relation holds the fetched result: reading it again draws and
-        charges nothing.
+        One row per selected row: ``user``, the ``public`` columns and ``knn_rank`` (1 = first
+        selected), sorted by user (first appearance) then rank. k-PNN releases which rows were
+        selected, never their coordinates: x, y and every column not declared public are left
+        out (a ``GpframeWarning`` names the dropped ones). Users refused for lack of budget are
+        absent (and charged nothing). The relation holds the fetched result: reading it again
+        draws and charges nothing.
 
     Notes
     -----
@@ -724,7 +735,7 @@ def knn(
     >>> q = "SELECT * FROM (VALUES (1, 0.0, 0.0), (1, 50.0, 0.0), (2, 9.0, 0.0)) t(boat, x, y)"
     >>> rel = knn(con, q, user="boat", x="x", y="y", point=(0.0, 0.0), k=2, rho=1e-4)
     >>> rel.columns, len(rel.fetchall()), session.spent().tolist()
-    (['boat', 'x', 'y', 'knn_rank'], 3, [0.0001, 0.0001])
+    (['boat', 'knn_rank'], 3, [0.0001, 0.0001])
     """
     from gpframe.queries import knn as _k
 
@@ -736,6 +747,7 @@ def knn(
     rel = _source(con, query_or_relation, fname)
     cols = {"user": user, "x": x, "y": y, "order_by": order_by}
     u, _, _ = _check_input(rel, fname, cols, reserved=("knn_rank",))
+    keep = _public(rel, public, user, (x, y), fname, reserved=("knn_rank",))
     if not max(abs(px), abs(py)) < _k.COORD_MAX_M:
         raise InvalidInputError(f"{fname}: point is beyond ±2**40 m. {_NOT_CHARGED}")
     # calibrate every per-user k before anything runs (the UDF checks again per batch)
@@ -763,9 +775,55 @@ def knn(
             SELECT __gp_first, UNNEST(list_transform(__gp_pos,
                 lambda p, i: struct_insert(__gp_recs[p], knn_rank := i)), max_depth := 2)
             FROM __gp_p WHERE __gp_pos IS NOT NULL)
-        SELECT * EXCLUDE (__gp_first, __gp_row) FROM __gp_o ORDER BY __gp_first, knn_rank
+        SELECT {", ".join(_quote(c, "public") for c in keep)}, knn_rank
+        FROM __gp_o ORDER BY __gp_first, knn_rank
     """
-    return con.from_arrow(rel.query(_SRC, sql).to_arrow_table())
+    out = con.from_arrow(rel.query(_SRC, sql).to_arrow_table())
+    _warn_dropped(rel, keep, (x, y), fname)
+    return out
+
+
+def _public(
+    rel: Any, public: Any, user: str, coords: tuple[str, ...], fname: str, reserved: tuple = ()
+) -> tuple[str, ...]:
+    """Validate ``public=`` on a relation: the kept columns, ``user`` first (gpframe.release)."""
+    from gpframe.release import check_public, check_reserved
+
+    try:
+        keep = check_public(list(rel.columns), public, user=user, protected=coords)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{fname}: {exc}") from None
+    check_reserved(keep, reserved, fname)
+    _refuse_coordinate_copies(rel, keep[1:], coords, fname)
+    return tuple(str(c) for c in keep)
+
+
+def _refuse_coordinate_copies(
+    rel: Any, public: tuple, coords: tuple[str, ...], fname: str
+) -> None:
+    """Refuse a public column equal to x or y on every row (as ``df.geopriv`` does)."""
+    types = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
+    for name in public:
+        if not types.get(name, "").startswith(_NUMERIC):
+            continue
+        c = f"CAST({_quote(name, 'public')} AS DOUBLE)"
+        tests = ", ".join(
+            f"bool_and(abs({c} - CAST({_quote(v, 'x')} AS DOUBLE)) <= "
+            f"1e-9 * greatest(1, abs(CAST({_quote(v, 'x')} AS DOUBLE))))"
+            for v in coords
+        )
+        if any(rel.query(_SRC, f"SELECT {tests} FROM {_SRC}").fetchall()[0]):
+            raise InvalidInputError(
+                f"{fname}: public column {name!r} holds the point coordinates (it equals x or y "
+                f"on every row), so it cannot be public. Remove it from public=. {_NOT_CHARGED}"
+            )
+
+
+def _warn_dropped(rel: Any, keep: tuple[str, ...], coords: tuple[str, ...], fname: str) -> None:
+    from gpframe.release import warn_dropped
+
+    dropped = [c for c in rel.columns if c not in keep and c not in coords]
+    warn_dropped(dropped, fname, stacklevel=3)
 
 
 def convex_hulls(

@@ -231,10 +231,13 @@ def knn(
 
     Returns
     -------
-    geopandas.GeoDataFrame
-        The selected rows (input CRS, index and columns kept) with a ``knn_rank`` column (1 =
-        first selected), sorted by user then rank; ``attrs["geopriv"]`` is the
-        :class:`KnnResult` (charges, per-user error bounds).
+    pandas.DataFrame
+        One row per selected row, sorted by user then rank: the index holds the selected rows'
+        labels (what k-PNN releases), then the declared-public columns (``public=`` of
+        ``df.geopriv``; by default the user column) and ``knn_rank`` (1 = first selected). No
+        coordinate or geometry of a true point: join the labels back to your own frame only
+        as the data holder. Other columns are dropped with a ``GpframeWarning`` naming them.
+        ``attrs["geopriv"]`` is the :class:`KnnResult` (charges, per-user error bounds).
 
     Notes
     -----
@@ -250,8 +253,8 @@ def knn(
     >>> s = Session(budget=gp.CGP(rho=1e-3))
     >>> out = knn(df.geopriv(s, user="boat", x="x", y="y", crs="EPSG:32618"),
     ...           (500_000.0, 4_500_000.0), 2, rho=1e-4)
-    >>> out["knn_rank"].tolist(), s.spent().tolist()
-    ([1, 2, 1], [0.0001, 0.0001])
+    >>> out["knn_rank"].tolist(), list(out.columns), s.spent().tolist()
+    ([1, 2, 1], ['boat', 'knn_rank'], [0.0001, 0.0001])
     """
     from gpframe.queries import knn as _k
 
@@ -276,6 +279,9 @@ def knn(
         raise InvalidInputError(f"max_cycles={max_cycles!r} must be an integer >= 1. {_NOTHING}")
     if max_cycles < 1:
         raise InvalidInputError(f"max_cycles={max_cycles!r} must be an integer >= 1. {_NOTHING}")
+    from gpframe.release import check_reserved
+
+    check_reserved(getattr(bound, "public", (bound.user,)), ["knn_rank"], "knn")
     p = bound.projected
     q = _point_m(point, p)
     _k._check_extent(p.xy, q)
@@ -298,8 +304,7 @@ def knn(
     pos = np.concatenate([out.rows[u] for u in np.flatnonzero(adm)] or [np.empty(0, np.int64)])
     ranks = np.concatenate([np.arange(1, out.k[u] + 1) for u in np.flatnonzero(adm)]
                            or [np.empty(0, np.int64)])  # fmt: skip
-    frame = _subset_frame(bound, pos)
-    frame["knn_rank"] = ranks
+    frame = _knn_output(bound, pos, ranks)
     value = {uniques[u]: list(bound.frame.index[out.rows[u]]) for u in np.flatnonzero(adm)}
     errs = pd.Series(out.error[adm], index=pd.Index(uniques[adm], name="user"))
     res = KnnResult(
@@ -331,15 +336,29 @@ def _filter_units(bound: Any, kind: str, amount: Fraction, users: np.ndarray) ->
     return pd.Series(np.full(len(users), c), index=pd.Index(users, name="user"))
 
 
-def _subset_frame(bound: Any, pos: np.ndarray) -> Any:
-    import geopandas as gpd
+def _knn_output(bound: Any, pos: np.ndarray, ranks: np.ndarray) -> pd.DataFrame:
+    """Build the selected rows as k-PNN releases them: row labels (index), public columns, rank.
 
-    f = bound.frame.iloc[pos].copy()
-    if isinstance(f, gpd.GeoDataFrame) and f._geometry_column_name in f.columns:
-        return f
-    p = bound.projected
-    x, y = p.to_input_crs(p.xy[pos]) if len(pos) else (np.empty(0), np.empty(0))
-    return gpd.GeoDataFrame(f, geometry=gpd.points_from_xy(x, y), crs=p.crs_in)
+    k-PNN releases indices only: the selected rows' true coordinates (and anything computed
+    from them) stay out; :func:`gpframe.release.release_frame` builds the frame from nothing.
+    """
+    from gpframe.release import release_frame
+
+    return release_frame(
+        bound.frame,
+        public=getattr(bound, "public", (bound.user,)),
+        protected=_protected(bound),
+        rows=pos,
+        released={"knn_rank": np.asarray(ranks, dtype=np.int64)},
+        what="knn",
+        stacklevel=4,
+    )
+
+
+def _protected(bound: Any) -> tuple[Any, ...]:
+    from gpframe.accessor import protected_columns
+
+    return protected_columns(bound.frame, getattr(bound.projected, "coords", ()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,12 +459,19 @@ def convex_hull(
     geoms = gpd.GeoSeries(out.hulls[idx], crs=p.crs_m)
     if not p.crs_m.equals(p.crs_in):
         geoms = _hulls_to_input_crs(geoms, p.crs_m, p.crs_in)
-    table = pd.DataFrame(
-        {bound.user: uniques[idx], "k": out.k[idx], "radius_m": out.radius[idx],
-         "error_m": out.error[idx], "fallback": out.fallback[idx]},
-        index=pd.Index(uniques[idx], name="user"),
+    from gpframe.release import release_frame
+
+    # one row per user, from nothing: the user id (public) and the released hull and numbers
+    users = pd.DataFrame({bound.user: uniques[idx]}, index=pd.Index(uniques[idx], name="user"))
+    gdf = release_frame(
+        users,
+        public=(bound.user,),
+        released={"k": out.k[idx], "radius_m": out.radius[idx], "error_m": out.error[idx],
+                  "fallback": out.fallback[idx]},
+        geometry=np.asarray(geoms.array),
+        crs=p.crs_in,
+        what="convex_hull",
     )  # fmt: skip
-    gdf = gpd.GeoDataFrame(table, geometry=np.asarray(geoms.array), crs=p.crs_in)
     spend = {name: float(v) for name, v in out.spend.items()}
     res = HullResult(
         value=gdf,

@@ -22,7 +22,8 @@
 -- The same from Python, as a relation (the query runs once; reading the relation again charges
 -- nothing):
 --     rel = gp.duckdb.knn(con, "SELECT * FROM pings", user="user_id", x="x", y="y",
---                         point=(500000.0, 4500000.0), k=3, rho=1e-4, order_by="ts")
+--                         point=(500000.0, 4500000.0), k=3, rho=1e-4, order_by="ts",
+--                         public=["ts"])     # columns (user_id, ts, knn_rank): no x, no y
 
 -- 1. Each user's 3 private nearest fixes to a public point, as positions and timestamps.
 WITH tuples AS (
@@ -63,8 +64,11 @@ FROM tuples
 ORDER BY user_id;
 
 -- 4. SQL sugar: the table macro gp_knn_rows(query, px, py, k, rho) does the GROUP BY and returns
---    the selected rows of the query plus knn_rank. The query must have the columns user_id, x
---    and y (alias them: 'SELECT vessel AS user_id, ...'). gp_knn_rows_gp takes eps.
+--    the selected rows of the query WITHOUT x and y, plus knn_rank: k-PNN releases which rows
+--    were picked, not where they are. The query must have the columns user_id, x and y (alias
+--    them: 'SELECT vessel AS user_id, ...'); its other columns come out as they are, so select
+--    only public ones there (ids, timestamps), never a column computed from the locations.
+--    gp_knn_rows_gp takes eps.
 SELECT *
 FROM gp_knn_rows('SELECT user_id, ts, x, y FROM pings', 500000.0, 4500000.0, 2, 1e-4)
 ORDER BY user_id, knn_rank;

@@ -31,6 +31,10 @@
 --   * NULL in any argument gives NULL and no charge.
 --   * Never wrap the function in a scalar subquery: (SELECT gp_privatize(...)) runs once.
 --   * Aggregates over the private points are post-processing: they cost nothing more.
+--   * Release once, then read the table: a lazy relation (con.sql("SELECT ... gp_privatize(...)")
+--     in Python) runs again, with fresh noise and fresh charges, every time it is displayed or
+--     fetched. Materialise it (CREATE TABLE ... AS, step 2 below; or .df() once), or call
+--     gp.duckdb.privatize(con, query, user=..., x=..., y=..., rho=...), which runs it once.
 
 -- 1. The points, projected to metres.
 CREATE OR REPLACE TEMP TABLE points AS

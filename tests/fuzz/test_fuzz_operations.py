@@ -106,12 +106,14 @@ def bounds_cache(sessions):
     for skind, s in sessions.items():
         for fkind, make in FRAMES.items():
             df = make()
+            pub = ["t", "hour", "v", "s"]  # public by construction (the docstrings above)
             if fkind == "lonlat":
-                cache[skind, fkind] = df.geopriv(
-                    s, user="u", lon="lon", lat="lat", crs=4326, to_crs="EPSG:32618"
-                )
+                cache[skind, fkind] = df.geopriv(s, user="u", lon="lon", lat="lat", crs=4326,
+                                                 to_crs="EPSG:32618",
+                                                 public=pub)  # fmt: skip
             else:
-                cache[skind, fkind] = df.geopriv(s, user="u", x="x", y="y", crs="EPSG:32618")
+                cache[skind, fkind] = df.geopriv(s, user="u", x="x", y="y", crs="EPSG:32618",
+                                                 public=pub)  # fmt: skip
     return cache
 
 
@@ -550,9 +552,11 @@ def _knn(bounds_cache, skind, fkind, qkey, k, amt, kw):
         bound,
         ok,
         out,
-        lambda o: np.column_stack([o.geometry.x.to_numpy(), o.geometry.y.to_numpy()]),
+        # k-PNN releases row labels and ranks, never a coordinate
+        lambda o: o["knn_rank"].to_numpy(dtype=np.float64),
     )
     if ok:
+        assert not {"x", "y", "lon", "lat", "geometry"} & set(out.columns)
         res = out.attrs["geopriv"]
         kk = int(k)
         assert (out.groupby(bound.user)["knn_rank"].max() <= kk).all()

@@ -33,7 +33,6 @@ def pings():
             "taxi": np.repeat([1, 2, 3], n // 3),
             "lon": -37.05 + rng.uniform(-0.02, 0.02, n),
             "lat": -10.92 + rng.uniform(-0.02, 0.02, n),
-            "speed": np.arange(n, dtype=float),
         },
         index=pd.Index(np.arange(100, 100 + n), name="row"),
     )
@@ -47,12 +46,17 @@ def file_session(tmp_path):
 
 def test_round_trip_lonlat_dataframe_keeps_index_crs_and_columns(pings):
     s = Session(budget=gp.CGP(rho=1e-3))
-    bound = pings.geopriv(s, user="taxi", lon="lon", lat="lat", crs="EPSG:4326", to_crs=UTM24S)
-    out = bound.privatize(rho=1e-4, rng=seeded_rng(1))
+    # ping: a public id; speed: computed from the locations, so it must not pass through
+    df = pings.assign(ping=np.arange(len(pings)), speed=np.arange(len(pings), dtype=float))
+    bound = df.geopriv(s, user="taxi", lon="lon", lat="lat", crs="EPSG:4326", to_crs=UTM24S,
+                     public=["ping"])
+    with pytest.warns(gp.GpframeWarning, match=r"^dropped columns \['speed'\]"):
+        out = bound.privatize(rho=1e-4, rng=seeded_rng(1))
     assert isinstance(out, gpd.GeoDataFrame)
     assert out.crs.to_epsg() == 4326
     assert out.index.equals(pings.index)
-    assert out["speed"].tolist() == pings["speed"].tolist()
+    assert list(out.columns) == ["taxi", "ping", "lon", "lat", "geometry"]
+    assert out["ping"].tolist() == df["ping"].tolist()
     assert out["taxi"].tolist() == pings["taxi"].tolist()
     assert np.allclose(out["lon"], out.geometry.x) and np.allclose(out["lat"], out.geometry.y)
     assert not np.allclose(out["lon"], pings["lon"])
@@ -65,10 +69,12 @@ def test_round_trip_projected_geodataframe(pings):
     g = gpd.GeoDataFrame(pings, geometry=gpd.points_from_xy(pings.lon, pings.lat), crs=4326)
     g = g.to_crs(32724)
     s = Session(budget=gp.GP(eps=1.0))
-    out = g.geopriv(s, user="taxi").privatize(eps=0.05, per="point", rng=seeded_rng(2))
+    # the exact lon/lat columns beside the geometry are the true points: dropped, named
+    with pytest.warns(gp.GpframeWarning, match=r"^dropped columns \['lon', 'lat'\]"):
+        out = g.geopriv(s, user="taxi").privatize(eps=0.05, per="point", rng=seeded_rng(2))
     assert out.crs.to_epsg() == 32724
     assert out.index.equals(g.index)
-    assert out["speed"].tolist() == g["speed"].tolist()
+    assert list(out.columns) == ["taxi", "geometry"]
     d = out.geometry.distance(g.geometry)
     assert d.median() < 200  # noise around 2/eps = 40 m
     assert s.spent().tolist() == pytest.approx([0.05 * 20] * 3)

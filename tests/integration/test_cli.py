@@ -26,9 +26,28 @@ def test_demo_writes_its_files_and_ledger_report_prints(tmp_path, capsys):
         assert (out_dir / name).stat().st_size > 0, name
     printed = capsys.readouterr().out
     assert "PrivatizeResult" in printed and "remaining" in printed
+    _assert_no_true_coordinate(out_dir / "private_points.parquet")
     assert main(["ledger", "report", str(out_dir / "ledger.sqlite")]) == 0
     report = capsys.readouterr().out
     assert "spent" in report and "cgp" in report
+
+
+def _assert_no_true_coordinate(path):
+    """The demo's private file: noisy geometry and public ids only (it held the exact lon/lat)."""
+    import geopandas as gpd
+    import numpy as np
+
+    from gpframe.demo import load_sample
+
+    true = load_sample()
+    back = gpd.read_parquet(path)
+    assert list(back.columns) == ["user_id", "track_id", "point_id", "time", "geometry"]
+    assert back.index.equals(true.index)
+    # row by row: no released point equals its own true one (the old file held them exactly)
+    dx = np.abs(back.geometry.x.to_numpy() - true["lon"].to_numpy())
+    dy = np.abs(back.geometry.y.to_numpy() - true["lat"].to_numpy())
+    d = np.maximum(dx, dy)
+    assert (d[np.isfinite(d)] > 1e-6).all()
 
 
 def test_ledger_report_on_missing_file_fails_cleanly(tmp_path, capsys):

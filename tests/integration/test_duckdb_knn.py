@@ -74,8 +74,8 @@ def test_knn_sql_matches_arrays_and_python_charges():
         assert pos == (want - (u - 1) * 40 + 1).tolist()
         assert len(set(pos)) == 3
     # Python accessor on the same rows: identical charges per user
-    df.geopriv(s_py, user="user_id", x="x", y="y", crs=CRS).knn(POINT, 3, rho=1e-4,
-                                                               rng=seeded_rng(11))  # fmt: skip
+    df.geopriv(s_py, user="user_id", x="x", y="y", crs=CRS, public=["ts"]).knn(
+        POINT, 3, rho=1e-4, rng=seeded_rng(11))  # fmt: skip
     pd.testing.assert_series_equal(s_py.spent().sort_index(), s_sql.spent().sort_index())
     assert s_sql.spent().tolist() == [1e-4] * 6
 

@@ -52,7 +52,7 @@ def _con(session, seed, df=None):
 
 
 def _bound(df, session):
-    return df.geopriv(session, user="user_id", x="x", y="y", crs=CRS)
+    return df.geopriv(session, user="user_id", x="x", y="y", crs=CRS, public=["ts"])
 
 
 def _same_spent(a, b):
@@ -184,7 +184,8 @@ def test_table_macros_charge_like_the_accessor():
         "SELECT * FROM gp_knn_rows('SELECT user_id AS user_id, ts, x, y FROM pings', "
         "500000.0, 4500000.0, 2, 1e-4) ORDER BY user_id, knn_rank"
     ).df()
-    assert list(rows.columns) == ["user_id", "ts", "x", "y", "knn_rank"]
+    # the macro releases which rows were picked, never their x/y
+    assert list(rows.columns) == ["user_id", "ts", "knn_rank"]
     assert rows.groupby("user_id")["knn_rank"].apply(list).tolist() == [[1, 2]] * 5
     hulls = con.execute(
         "SELECT user_id, hull FROM gp_convex_hulls_gp('FROM pings', 0.05, k := 20) ORDER BY user_id"
@@ -207,10 +208,10 @@ def test_knn_relation_charges_equal_the_accessor(budget, amount):
     s_sql, s_py = Session(budget=BUDGETS[budget]()), Session(budget=BUDGETS[budget]())
     con = _con(s_sql, 31, df)
     rel = gp.duckdb.knn(con, "SELECT * FROM pings", user="user_id", x="x", y="y", point=POINT,
-                        k=3, order_by="ts", **amount)  # fmt: skip
+                        k=3, order_by="ts", public=["ts"], **amount)  # fmt: skip
     assert isinstance(rel, duckdb.DuckDBPyRelation)
     got = rel.df()
-    assert list(got.columns) == ["user_id", "ts", "x", "y", "knn_rank"]
+    assert list(got.columns) == ["user_id", "ts", "knn_rank"]
     assert got["knn_rank"].tolist() == [1, 2, 3] * 5
     assert got["user_id"].tolist() == np.repeat([1, 2, 3, 4, 5], 3).tolist()
     _bound(df, s_py).knn(POINT, 3, rng=seeded_rng(31), **amount)
@@ -226,12 +227,13 @@ def test_knn_relation_selects_the_rows_of_the_array_path():
     s = Session(budget=gp.CGP(rho=1e-2))
     con = _con(s, 32, df)
     got = gp.duckdb.knn(con, con.table("pings"), user="user_id", x="x", y="y", point=POINT,
-                        k=3, rho=1e-4, order_by="ts").df()  # fmt: skip
+                        k=3, rho=1e-4, order_by="ts", public=["ts"]).df()  # fmt: skip
     ref = knn_indices(df[["x", "y"]].to_numpy(), df["user_id"].to_numpy() - 1, POINT, 3,
                       kind="cgp", amount=Fraction(1, 10_000), rng=seeded_rng(32))  # fmt: skip
     want = np.concatenate(ref.rows)
     assert got["ts"].tolist() == df["ts"].to_numpy()[want].tolist()
-    assert got["x"].tolist() == df["x"].to_numpy()[want].tolist()
+    assert got["user_id"].tolist() == df["user_id"].to_numpy()[want].tolist()
+    assert "x" not in got.columns and "y" not in got.columns  # k-PNN releases rows, not points
 
 
 @pytest.mark.parametrize(("budget", "amount"), [("cgp", {"rho": 1e-3}), ("gp", {"eps": 0.05}),

@@ -38,10 +38,13 @@ def test_knn_rows_ranks_and_charges(pings):
     s = Session(budget=CGP(rho=1e-3))
     out = kf.knn(_bound(pings, s), (501_500.0, 4_501_500.0), 4, rho=1e-4, rng=seeded_rng(1))
     assert out.groupby("boat")["knn_rank"].apply(list).tolist() == [[1, 2, 3, 4]] * 3
-    assert out.crs.to_epsg() == 32618 and set(out.index) <= set(pings.index)
+    # k-PNN releases row labels: no coordinate, no geometry (the true points stay home)
+    assert list(out.columns) == ["boat", "knn_rank"] and not hasattr(out, "crs")
+    assert set(out.index) <= set(pings.index)
     assert s.spent().tolist() == [1e-4] * 3
     res = out.attrs["geopriv"]
     assert res.n_charged == 3 and res.error > 0
+    assert [lab for u in (1, 2, 3) for lab in res.value[u]] == out.index.tolist()
 
 
 def test_knn_gp_on_cgp_budget_costs_eps_squared_over_2(pings):

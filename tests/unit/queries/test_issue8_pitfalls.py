@@ -177,12 +177,11 @@ def test_nothing_but_the_answer_is_released_p_s3_p_o1():
         }
     )
     s = Session(budget=CGP(rho=1e-2))
-    b = df.geopriv(s, user="v", x="x", y="y", crs="EPSG:32618")
+    b = df.geopriv(s, user="v", x="x", y="y", crs="EPSG:32618", public=["tag"])
     out = kf.knn(b, (501_500.0, 4_501_500.0), 3, rho=1e-3, rng=seeded_rng(14))
-    assert set(out.columns) == {"v", "x", "y", "tag", "knn_rank", "geometry"}
-    assert (
-        out[["x", "y", "tag"]].to_numpy() == df.loc[out.index, ["x", "y", "tag"]].to_numpy()
-    ).all()  # fmt: skip  (the rows as given: no distance, no noise)
+    # row ids (index), the user, the declared-public tag and the rank: never the rows' x/y
+    assert set(out.columns) == {"v", "tag", "knn_rank"}
+    assert (out["tag"].to_numpy() == df.loc[out.index, "tag"].to_numpy()).all()  # as given
     forbidden = {"T", "W", "Z", "V", "threshold", "visits", "h", "noise", "distances"}
     assert not forbidden & set(out.attrs["geopriv"]["params"])
     g = kf.convex_hull(b, rho=1e-3, rng=seeded_rng(15))

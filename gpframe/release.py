@@ -1,0 +1,211 @@
+"""The release boundary: the one builder of every frame an operation returns (SECURITY.md).
+
+An output frame is never a copy of the input with some columns overwritten: copying lets through
+whatever the caller's frame happened to hold (the exact ``lon``/``lat`` beside a noisy geometry,
+a ``step_m`` or ``speed_mps`` computed from the true points). :func:`release_frame` starts from an
+empty frame and adds only
+
+(a) what the mechanism released (noisy geometry or x/y, selected row labels, ranks, ...),
+(b) the columns the caller declared public (``df.geopriv(..., public=[...])``; by default only
+    the user column), read from the input rows the output stands for, and
+(c) public parameters, which the operations put in ``attrs`` (the Result), not in columns.
+
+The index of the output is the input's index (or the labels of the selected rows): it identifies
+rows and is public. Every other input column is dropped, and one :class:`gpframe.GpframeWarning`
+per call names the dropped columns (names only, never values). The columns that hold the
+protected coordinates (``x``/``y``, ``lon``/``lat``, the active geometry) can never be declared
+public; they are dropped without a warning, as there is nothing the caller could do to keep them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpframe.errors import GpframeWarning, InvalidInputError
+
+__all__ = ["check_public", "check_reserved", "release_frame", "warn_dropped"]
+
+_NOTHING = "Nothing was charged."
+
+
+def check_public(
+    columns: Sequence[Hashable], public: Any, *, user: Hashable, protected: Iterable[Hashable]
+) -> tuple[Hashable, ...]:
+    """Validate ``public=`` and return the declared-public columns (user column first).
+
+    Parameters
+    ----------
+    columns : sequence of column names
+        The input's columns (``frame.columns``, or a DuckDB relation's ``columns``).
+    public : None, a column name, or a list of column names
+        Columns that do not depend on the locations. None: only ``user``.
+    user : column name
+        The user column, always public (the privacy unit is known to be in the data).
+    protected : column names
+        The columns holding the protected coordinates; declaring one public is an error.
+
+    Examples
+    --------
+    >>> df = pd.DataFrame({"u": [1], "t": [0], "x": [0.0], "y": [0.0]})
+    >>> check_public(df.columns, ["t"], user="u", protected=("x", "y"))
+    ('u', 't')
+    >>> check_public(df.columns, None, user="u", protected=("x", "y"))
+    ('u',)
+    """
+    if public is None:
+        names: list[Any] = []
+    elif isinstance(public, (str, bytes)) or not isinstance(public, Iterable):
+        names = [public]  # one column name (a str is iterable, but it names one column)
+    else:
+        names = list(public)
+    cols = list(columns)
+    for name in names:
+        try:
+            known = name in columns
+        except TypeError:  # an unhashable entry (a list inside the list)
+            known = False
+        if not known:
+            shown = ", ".join(map(repr, cols[:12])) + (", ..." if len(cols) > 12 else "")
+            raise InvalidInputError(
+                f"public={public!r}: column {name!r} is not in the frame (columns: {shown}). "
+                f"Pass the names of columns that do not depend on the locations. {_NOTHING}"
+            )
+    coords = [c for c in protected if c is not None]
+    bad = [n for n in names if n in coords]
+    if bad:
+        raise InvalidInputError(
+            f"public={public!r}: {', '.join(map(repr, bad))} cannot be public: they are the "
+            "protected coordinates (the operation releases them only with noise, or not at "
+            f"all). Remove them from public=. {_NOTHING}"
+        )
+    out: list[Hashable] = [user]
+    for n in names:
+        if n not in out:
+            out.append(n)
+    return tuple(out)
+
+
+def check_reserved(public: Sequence[Hashable], reserved: Iterable[Hashable], what: str) -> None:
+    """Refuse a declared-public column whose name the output uses for a released value.
+
+    Called before anything is charged, so the clash cannot cost the caller anything.
+    """
+    clash = [n for n in reserved if n in public]
+    if clash:
+        raise InvalidInputError(
+            f"{what}: the output adds the column(s) {', '.join(map(repr, clash))}, which the "
+            f"frame also has and declares public; rename them in the frame first. {_NOTHING}"
+        )
+
+
+def warn_dropped(dropped: Sequence[Hashable], what: str, *, stacklevel: int = 3) -> None:
+    """Warn once, naming the dropped columns, when there are any (names only, never values)."""
+    if not dropped:
+        return
+    warnings.warn(
+        f"dropped columns {list(dropped)!r}: {what} returns only released values, the index "
+        "and the columns declared public. Pass public=[...] to keep columns that do not depend "
+        "on the locations (e.g. df.geopriv(session, user=..., public=['time'])); a column "
+        "computed from the coordinates must stay out of the output.",
+        GpframeWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
+def release_frame(
+    source: pd.DataFrame,
+    *,
+    public: Sequence[Hashable],
+    protected: Iterable[Hashable] = (),
+    rows: np.ndarray | None = None,
+    released: Mapping[Hashable, Any] | None = None,
+    geometry: Any = None,
+    geometry_name: str = "geometry",
+    crs: Any = None,
+    what: str,
+    stacklevel: int = 3,
+) -> pd.DataFrame:
+    """Build an operation's output frame from nothing (the one builder; module docstring).
+
+    Parameters
+    ----------
+    source : DataFrame
+        The input frame. Only its index and its ``public`` columns are read.
+    public : sequence of column names
+        Declared-public columns (from :func:`check_public`), kept in this order.
+    protected : column names
+        The coordinate columns: dropped without a warning.
+    rows : int array, optional
+        Positions of the output rows in ``source`` (None: every row, in order).
+    released : mapping, optional
+        Released columns (name -> values aligned with the output rows), added after the public
+        ones. A released name equal to a coordinate column replaces it (noisy x/y).
+    geometry : array-like of shapely geometries, optional
+        Released geometry; the output is then a GeoDataFrame in ``crs``.
+    geometry_name : str
+        Name of the geometry column.
+    crs : CRS-like, optional
+        CRS of ``geometry``.
+    what : str
+        The operation's name, for the warning.
+    stacklevel : int
+        Frames between the caller of the operation and this function's caller.
+
+    Returns
+    -------
+    DataFrame or GeoDataFrame
+        Index: ``source``'s index at ``rows``; columns: public, then released, then geometry.
+
+    Examples
+    --------
+    >>> df = pd.DataFrame({"u": [1, 2], "x": [0.0, 1.0], "y": [5.0, 6.0], "t": [3, 4]})
+    >>> out = release_frame(df, public=("u", "t"), protected=("x", "y"), rows=np.array([1]),
+    ...                     released={"rank": [1]}, what="demo")
+    >>> out
+       u  t  rank
+    1  2  4     1
+    """
+    released = dict(released or {})
+    pos = np.arange(len(source)) if rows is None else np.asarray(rows, dtype=np.int64)
+    index = source.index[pos]
+    data: dict[Hashable, Any] = {}
+    for name in public:
+        # .array keeps the column's dtype (categoricals, tz-aware times, nullable ints)
+        data[name] = source[name].iloc[pos].array.copy()
+    for name, values in released.items():
+        data[name] = values
+    # from nothing: a fresh frame of only the columns above, never a copy of ``source``
+    out = pd.DataFrame({k: _values(v) for k, v in data.items()}, index=index)
+    if geometry is not None:
+        import geopandas as gpd
+
+        if isinstance(geometry, gpd.GeoSeries):
+            geometry = geometry.array  # its own index is not the output's
+        if not isinstance(geometry, gpd.array.GeometryArray):
+            geometry = np.asarray(geometry, dtype=object)
+        geo = gpd.GeoSeries(geometry, index=index, crs=crs)
+        out = gpd.GeoDataFrame(out, geometry=geo.rename(geometry_name), crs=crs)
+    keep = set(map(_key, public)) | set(map(_key, released))
+    if geometry is not None:
+        keep.add(_key(geometry_name))
+    skip = set(map(_key, protected))
+    dropped = [c for c in source.columns if _key(c) not in keep and _key(c) not in skip]
+    warn_dropped(dropped, what, stacklevel=stacklevel)
+    return out
+
+
+def _values(v: Any) -> Any:
+    """Values without their own index (the output's index is set once, from ``source``)."""
+    if isinstance(v, (pd.Series, pd.Index)):
+        return v.to_numpy()
+    return v
+
+
+def _key(name: Any) -> Any:
+    """Return a hashable key for a column name (names are hashable in pandas; be safe with NaN)."""
+    return ("nan",) if isinstance(name, float) and name != name else name
