@@ -241,3 +241,76 @@ def test_relation_helpers_refuse_float_ids_by_column_name():
         with pytest.raises(gp.InvalidInputError, match="column 'boat' holds float values"):
             fn(con, q, user="boat", x="x", y="y", rho=RHO, **kw)
     assert s.ledger.snapshot() == before
+
+
+# every SQL function that keys users, called on one row of the id ``u`` (one point per list)
+MACROS = {
+    "gp_privatize": f"gp_privatize(u, 1.0, 2.0, {RHO})",
+    "gp_privatize_gp": "gp_privatize_gp(u, 1.0, 2.0, 0.03)",
+    "gp_in_region": f"gp_in_region(u, 1.0, 2.0, ST_AsWKB_placeholder, {RHO}, 2)",
+    "gp_kde_contribution": f"gp_kde_contribution(u, 1.0, 2.0, 0.0, 0.0, 300.0, {RHO}, 2)",
+    "gp_knn": f"gp_knn(u, [1.0, 5.0], [2.0, 2.0], 0.0, 0.0, 1, {RHO})",
+    "gp_knn_gp": "gp_knn_gp(u, [1.0, 5.0], [2.0, 2.0], 0.0, 0.0, 1, 0.03)",
+    "gp_convex_hull": f"gp_convex_hull(u, [1.0, 500.0, 9.0], [2.0, 9.0, 700.0], {RHO})",
+    "gp_convex_hull_gp": "gp_convex_hull_gp(u, [1.0, 500.0, 9.0], [2.0, 9.0, 700.0], 0.03)",
+}
+
+
+def _call(con, name, sql_type, literal):
+    import shapely
+
+    wkb = shapely.to_wkb(shapely.box(-10.0, -10.0, 10.0, 10.0))
+    expr = MACROS[name].replace("ST_AsWKB_placeholder", "$w")
+    params = {"w": wkb} if "$w" in expr else {}
+    return con.execute(
+        f"SELECT {expr} FROM (SELECT CAST({literal} AS {sql_type}) AS u)", params
+    ).fetchall()
+
+
+@pytest.mark.parametrize("name", sorted(MACROS))
+def test_every_sql_function_keys_a_big_ubigint_as_the_accessor_does(name):
+    s = Session(budget=gp.CGP(rho=1.0))
+    con = duckdb.connect()
+    gp.duckdb.register(con, s)
+    _call(con, name, "UBIGINT", str(BIG))
+    assert s.spent().index.tolist() == [BIG]  # the int, not the text '18446744073709551615'
+    before = s.ledger.snapshot()
+    for sql_type, literal in (("DOUBLE", "7"), ("DECIMAL(10,2)", "7"), ("BOOLEAN", "true")):
+        with pytest.raises(duckdb.Error, match=r"column 'user_id' holds .* values, which are not"):
+            _call(con, name, sql_type, literal)
+    assert s.ledger.snapshot() == before
+
+
+def test_clip_user_keys_ubigint_and_uuid_users_like_the_accessor():
+    import pathlib
+
+    import h3
+
+    from gpframe.duckdb_grid import clip_user, register_grid
+
+    sql = (pathlib.Path(__file__).parents[2] / "sql" / "grid_stats.sql").read_text()
+    cell = h3.str_to_int(h3.latlng_to_cell(40.7, -74.0, 8))
+    s = Session(central=gp.DP(epsilon=1000.0))
+    con = duckdb.connect()
+    register_grid(con, s)
+    for typ, a, b in (("UBIGINT", str(BIG), "7"), ("UUID", f"'{UID}'", f"'{UID[:-1]}e'")):
+        con.execute(
+            f"CREATE OR REPLACE TABLE pings AS SELECT CAST(CASE WHEN i % 2 = 0 THEN {a} ELSE {b} "
+            f"END AS {typ}) AS vessel, CAST({cell} AS UBIGINT) AS cell, CAST(i % 30 AS DOUBLE) "
+            "AS speed FROM range(40) t(i)"
+        )
+        clip_user(con, "pings", user="vessel", cell="cell", value="speed", bounds=(0, 30),
+                  epsilon=0.5, occupancy="public")  # fmt: skip
+        con.sql(sql).fetchall()
+    spent = s.spent(notion="central")
+    assert sorted(map(str, spent.index.tolist())) == sorted(
+        [str(BIG), "7", UID, UID[:-1] + "e"]
+    )
+    assert all(type(k) is int for k in spent.index.tolist() if str(k).isdigit())
+    before = s.ledger.snapshot()
+    con.execute("CREATE OR REPLACE TABLE pings AS SELECT 7.0::DOUBLE AS vessel, "
+                f"CAST({cell} AS UBIGINT) AS cell, 1.0 AS speed")  # fmt: skip
+    with pytest.raises(gp.InvalidInputError, match="column 'vessel' holds float values"):
+        clip_user(con, "pings", user="vessel", cell="cell", value="speed", bounds=(0, 30),
+                  epsilon=0.5, occupancy="public")  # fmt: skip
+    assert s.ledger.snapshot() == before
