@@ -314,3 +314,19 @@ def test_clip_user_keys_ubigint_and_uuid_users_like_the_accessor():
         clip_user(con, "pings", user="vessel", cell="cell", value="speed", bounds=(0, 30),
                   epsilon=0.5, occupancy="public")  # fmt: skip
     assert s.ledger.snapshot() == before
+
+
+def test_monitor_users_are_the_accessor_and_sql_ledger_users():
+    from gpframe.monitor import threshold_query
+
+    s = Session(central=gp.DP(epsilon=10.0))
+    threshold_query(s, 900, tau=500, users=np.array([7, BIG], dtype=np.uint64), epsilon=0.5)
+    first = s.spent(notion="central")
+    assert sorted(first.index.tolist()) == [7, BIG]
+    threshold_query(s, 900, tau=500, users=pd.Series([7], dtype="Int8"), epsilon=0.5)
+    second = s.spent(notion="central")
+    assert sorted(second.index.tolist()) == [7, BIG] and second[7] > first[7]
+    before = s.ledger.snapshot()
+    with pytest.raises(gp.InvalidInputError, match="'users' holds float values"):
+        threshold_query(s, 900, tau=500, users=[7.0], epsilon=0.5)
+    assert s.ledger.snapshot() == before
