@@ -311,9 +311,10 @@ def canonical(values: Any, column: str = "user") -> list[Any]:
 
 
 def check_users(values: Any, column: str) -> None:
-    """Refuse a user-id column that cannot give ledger keys (checks the dtype, not the rows).
+    """Refuse a user-id column that cannot give ledger keys, before anything is charged.
 
-    Object columns are checked by :func:`user_keys` when their keys are made.
+    Integer and text dtypes are checked by their dtype (and missing values) alone; an object
+    column value by value (:func:`user_keys`), since only its values tell 7 from 7.0 or True.
 
     >>> check_users(np.array([True]), "uid")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -322,9 +323,16 @@ def check_users(values: Any, column: str) -> None:
     """
     import pandas as pd
 
-    if isinstance(values, (pd.Series, pd.Index)) or pd.api.types.is_extension_array_dtype(
-        getattr(values, "dtype", None)
-    ):
+    dtype = getattr(values, "dtype", None)
+    if dtype is not None and not isinstance(dtype, np.dtype):  # a pandas extension dtype
+        typed = pd.api.types.is_integer_dtype(dtype) or (
+            pd.api.types.is_string_dtype(dtype) and not isinstance(dtype, pd.CategoricalDtype)
+        )
+        if typed:  # every value is an int (or a str): no per-row conversion needed
+            n_na = int(np.asarray(pd.isna(values)).sum())
+            if n_na:
+                raise _missing(column, n_na)
+            return
         arr = _pandas_array(values, column)
     else:
         arr = np.asarray(values)
