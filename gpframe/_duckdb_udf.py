@@ -246,7 +246,7 @@ def nulls(a: Any) -> np.ndarray:
 
 
 def objects(a: Any) -> np.ndarray:
-    """Python objects (int ids, str ids, WKB bytes): the ledger keys the accessor uses too."""
+    """Python objects, one per row (e.g. WKB bytes); user ids go through :func:`user_objects`."""
     a = arrow(a)
     out = np.empty(len(a), dtype=object)
     out[:] = a.to_pylist()

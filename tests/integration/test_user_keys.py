@@ -330,3 +330,35 @@ def test_monitor_users_are_the_accessor_and_sql_ledger_users():
     with pytest.raises(gp.InvalidInputError, match="'users' holds float values"):
         threshold_query(s, 900, tau=500, users=[7.0], epsilon=0.5)
     assert s.ledger.snapshot() == before
+
+
+ACCESSOR_CALLS = {
+    "privatize": lambda b: b.privatize(rho=RHO),
+    "knn": lambda b: b.knn((500_000.0, 8_800_000.0), 1, rho=RHO),
+    "convex_hull": lambda b: b.convex_hull(rho=RHO),
+    "nearest_users": lambda b: b.nearest_users((500_000.0, 8_800_000.0), 1, rho=RHO,
+                                               reduce="last"),
+    "range_count": lambda b: b.range_count(
+        __import__("shapely").box(499_000.0, 8_799_000.0, 501_000.0, 8_801_000.0), rho=RHO,
+        reduce="last",
+    ),
+    "kde": lambda b: b.kde([(500_000.0, 8_800_000.0)], bandwidth_m=500.0, rho=RHO,
+                          reduce="last"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(ACCESSOR_CALLS))
+def test_every_accessor_operation_charges_the_canonical_keys(op):
+    """Big uint64 ids and UUID objects reach the ledger as the keys SQL uses for them."""
+    rs = np.random.default_rng(0)  # true points only
+    n = 12
+    xy = {"x": 500_000.0 + rs.uniform(-300, 300, n), "y": 8_800_000.0 + rs.uniform(-300, 300, n)}
+    for ids, keys in (
+        (np.array([7, BIG] * (n // 2), dtype=np.uint64), [7, BIG]),
+        (np.array([uuid.UUID(UID), uuid.UUID(int=3)] * (n // 2), dtype=object),
+         sorted([UID, str(uuid.UUID(int=3))])),
+    ):  # fmt: skip
+        s = Session(budget=gp.CGP(rho=1.0))
+        df = pd.DataFrame({"user_id": ids, **xy})
+        ACCESSOR_CALLS[op](df.geopriv(s, user="user_id", x="x", y="y", crs=32724))
+        assert sorted(s.spent().index.tolist()) == keys
