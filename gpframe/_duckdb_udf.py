@@ -6,9 +6,11 @@ that reserve and charge a Session once per Arrow batch. What they share lives he
 
 * registration: :class:`Registry` (one registration per connection, so ``register_*`` is
   idempotent), :func:`check_session`, :func:`reuse`, :func:`create_udf` and
-  :func:`create_id_udfs` (the ``_int`` / ``_str`` UDF pair and the ``TEMP MACRO`` that picks one
-  from the type of ``user_id``, so user 7 is the same ledger user in SQL and in Python);
-* Arrow columns: :func:`to_numpy`, :func:`nulls`, :func:`objects`, :func:`factorize_ids`;
+  :func:`create_id_udfs` (the ``_int`` / ``_uint`` / ``_str`` UDFs and the ``TEMP MACRO`` that
+  picks one from the type of ``user_id``, so user 7 is the same ledger user in SQL and in
+  Python, and refuses float, decimal and boolean ids as the accessor does);
+* Arrow columns: :func:`to_numpy`, :func:`nulls`, :func:`objects`, :func:`factorize_ids`,
+  :func:`user_objects`;
 * charging: :data:`LEDGER_LOCK` and :func:`charge_batch` (reserve, compute for the admitted
   users, charge, all under the lock; an error after the reservation charges the full
   allocation), :func:`tally` for the per-registration counters.
@@ -29,7 +31,8 @@ import numpy as np
 
 from gpframe.errors import InvalidInputError, LedgerError
 
-#: DuckDB types whose values are charged as Python ints (typeof() is folded when planning)
+#: DuckDB types whose values are charged as Python ints through BIGINT (typeof() is folded when
+#: planning); UBIGINT has its own path (gpframe.ledger.keys)
 INT_TYPES = "'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'UTINYINT', 'USMALLINT', 'UINTEGER'"
 
 # One lock for every gpframe UDF in the process: DuckDB runs UDF calls on several threads, and
@@ -139,34 +142,80 @@ def create_udf(
 def create_id_udfs(
     con: Any,
     macro: str,
-    make_udf: Callable[[bool], Any],
+    make_udf: Callable[[str], Any],
     params: str,
     casts: str,
     arg_types: list[Any],
     return_type: Any,
 ) -> None:
-    """Create ``{macro}_udf_int`` / ``_str`` and the ``TEMP MACRO {macro}(user_id, {params})``.
+    """Create ``{macro}_udf_int`` / ``_uint`` / ``_str`` and ``TEMP MACRO {macro}(user_id, ...)``.
 
-    ``make_udf(ints)`` gives the Python function of each UDF; ``arg_types`` are the DuckDB types
-    after ``user_id`` (BIGINT for ``_int``, VARCHAR for ``_str``) and ``casts`` the macro's
-    arguments cast to them. Integer ids (up to BIGINT) go to ``_int`` and are charged as ints,
-    anything else as ``CAST(user_id AS VARCHAR)``, as the Python accessor keys the same column.
-    The macro is TEMP: UDFs are not persisted, so a stored macro would break in the next process.
+    One canonical ledger key per user (:mod:`gpframe.ledger.keys`), as the Python accessor
+    keys the same column: integer ids up to BIGINT (and the unsigned types that fit) go to
+    ``_int`` as BIGINT, UBIGINT to ``_uint`` (both charged as the Python int of the value, so
+    UBIGINT 7 is user 7), HUGEINT / UHUGEINT to the same UDFs when the value fits (an error
+    otherwise), VARCHAR and UUID to ``_str`` as text (a UUID's text is its canonical form).
+    Any other type (FLOAT, DOUBLE, DECIMAL, BOOLEAN, ...) raises the error of
+    :func:`gpframe.ledger.keys.refusal` before any UDF runs: nothing is charged.
+    ``make_udf(id_type)`` gives the Python function of each UDF (``id_type`` is the DuckDB
+    type of its first argument); ``arg_types`` are the DuckDB types after ``user_id`` and
+    ``casts`` the macro's arguments cast to them. The macro is TEMP: UDFs are not persisted,
+    so a stored macro would break in the next process.
     """
-    from duckdb.sqltypes import BIGINT, VARCHAR
+    from duckdb.sqltypes import BIGINT, UBIGINT, VARCHAR
 
     udf = f"{macro}_udf"
-    existing = _existing(con, (udf + "_int", udf + "_str"))
-    for suffix, utype in (("_int", BIGINT), ("_str", VARCHAR)):
+    paths = (
+        ("_int", "BIGINT", BIGINT), ("_uint", "UBIGINT", UBIGINT), ("_str", "VARCHAR", VARCHAR)
+    )  # fmt: skip
+    existing = _existing(con, [udf + suffix for suffix, _, _ in paths])
+    for suffix, tname, utype in paths:
         create_udf(
-            con, udf + suffix, make_udf(suffix == "_int"), [utype, *arg_types], return_type,
-            existing,
+            con, udf + suffix, make_udf(tname), [utype, *arg_types], return_type, existing,
         )  # fmt: skip
-    con.execute(
-        f"CREATE OR REPLACE TEMP MACRO {macro}(user_id, {params}) AS "
-        f"CASE WHEN typeof(user_id) IN ({INT_TYPES}) "
+    body = _dispatch(udf, casts)
+    con.execute(f"CREATE OR REPLACE TEMP MACRO {macro}(user_id, {params}) AS {body}")
+
+
+def _sql_text(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _dispatch(udf: str, casts: str) -> str:
+    """Return the macro body: pick the UDF (or the refusal) from ``typeof(user_id)``.
+
+    TRY_CAST in the integer branches: a constant id of another type is folded in the branches
+    not taken and must not fail there; in the branch taken every value fits.
+    """
+    from gpframe.ledger import keys
+
+    signed = ", ".join(map(_sql_text, keys.SQL_SIGNED))
+    head, tail = str(keys.refusal("user_id", "\x00")).split("\x00")
+    what = (
+        "CASE WHEN typeof(user_id) IN ('FLOAT', 'DOUBLE') THEN 'float' "
+        "WHEN typeof(user_id) LIKE 'DECIMAL%' THEN 'decimal' "
+        "WHEN typeof(user_id) = 'BOOLEAN' THEN 'boolean' ELSE typeof(user_id) END"
+    )
+    big = _sql_text(
+        "user_id holds a HUGEINT / UHUGEINT id that does not fit BIGINT / UBIGINT; cast the "
+        "column to UBIGINT, BIGINT or VARCHAR. Nothing was charged."
+    )
+
+    def wide(target: str) -> str:
+        return (
+            f"coalesce(TRY_CAST(user_id AS {target}), "
+            f"CASE WHEN user_id IS NOT NULL THEN error({big}) END)"
+        )
+
+    return (
+        f"CASE WHEN typeof(user_id) IN ({signed}) "
         f"THEN {udf}_int(TRY_CAST(user_id AS BIGINT), {casts}) "
-        f"ELSE {udf}_str(CAST(user_id AS VARCHAR), {casts}) END"
+        f"WHEN typeof(user_id) = 'UBIGINT' THEN {udf}_uint(TRY_CAST(user_id AS UBIGINT), {casts}) "
+        f"WHEN typeof(user_id) IN ('VARCHAR', 'UUID', '\"NULL\"') "  # NULL literal: NULL out
+        f"THEN {udf}_str(CAST(user_id AS VARCHAR), {casts}) "
+        f"WHEN typeof(user_id) = 'HUGEINT' THEN {udf}_int({wide('BIGINT')}, {casts}) "
+        f"WHEN typeof(user_id) = 'UHUGEINT' THEN {udf}_uint({wide('UBIGINT')}, {casts}) "
+        f"ELSE error({_sql_text(head)} || {what} || {_sql_text(tail)}) END"
     )
 
 
@@ -197,32 +246,46 @@ def nulls(a: Any) -> np.ndarray:
 
 
 def objects(a: Any) -> np.ndarray:
-    """Python objects (int ids, str ids, WKB bytes): the ledger keys the accessor uses too."""
+    """Python objects, one per row (e.g. WKB bytes); user ids go through :func:`user_objects`."""
     a = arrow(a)
     out = np.empty(len(a), dtype=object)
     out[:] = a.to_pylist()
     return out
 
 
-def factorize_ids(a: Any, rows: np.ndarray, ints: bool) -> tuple[np.ndarray, Any]:
-    """(codes of the non-NULL ``rows``, unique ids) without a Python object per row.
+def factorize_ids(a: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes of the non-NULL ``rows``, canonical ledger key of each code).
 
-    Integer ids stay int64 (the ledger keys them as ints, like the accessor does with an int
-    column); text ids are dictionary-encoded by Arrow, so only the distinct ids become Python
-    strings.
+    The keys are those the accessor uses for the same ids (:mod:`gpframe.ledger.keys`): an
+    int64 array when every id is an integer that fits, else an object array of Python ints
+    and strs. Arrow factorizes first, so only the distinct ids become Python objects.
     """
-    import pandas as pd
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    a = arrow(a)
-    if ints:
-        ids = np.asarray(pc.fill_null(a, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        codes, uniques = pd.factorize(ids[rows], sort=False)
-        return codes.astype(np.int64), np.asarray(uniques, dtype=np.int64)
-    enc = pc.dictionary_encode(a.take(pa.array(rows)))
-    codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    return codes, np.array(enc.dictionary.to_pylist(), dtype=object)
+    from gpframe.ledger.keys import user_keys
+
+    codes, keys = user_keys(arrow(a).take(pa.array(rows, type=pa.int64())), "user_id")
+    return codes, key_array(keys)
+
+
+def key_array(keys: list[Any]) -> np.ndarray:
+    """Canonical keys as int64 when they all are ints that fit, else as an object array."""
+    if keys and all(type(k) is int for k in keys) and -(2**63) <= min(keys) <= max(keys) < 2**63:
+        return np.asarray(keys, dtype=np.int64)
+    out = np.empty(len(keys), dtype=object)
+    out[:] = keys
+    return out
+
+
+def user_objects(a: Any, rows: np.ndarray) -> np.ndarray:
+    """Return the canonical ledger key of each of the non-NULL ``rows`` (object array).
+
+    Only the distinct ids are converted; the per-row array is filled by numpy indexing.
+    """
+    codes, keys = factorize_ids(a, rows)
+    table = np.empty(len(keys), dtype=object)
+    table[:] = keys.tolist()
+    return table[codes]
 
 
 def factorize_objects(users: np.ndarray) -> tuple[np.ndarray, Any]:

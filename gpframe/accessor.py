@@ -81,13 +81,19 @@ def filter_charges(
     return out
 
 
-def ledger_keys(uniques: Any) -> list[Any]:
-    """User ids as plain Python values (numpy int64 -> int): the same keys from every path.
+def ledger_keys(uniques: Any, column: str = "user") -> list[Any]:
+    """Return the canonical ledger key of each user id (:func:`gpframe.ledger.keys.canonical`).
 
-    >>> ledger_keys(np.array([7, 8]))
+    The same key from every frontend and dtype: ``uint8`` 7, ``int64`` 7 and DuckDB
+    ``UBIGINT`` 7 are the int 7, a UUID is its lowercase hyphenated text; floats, decimals,
+    bools and mixed types are refused. Pass the distinct ids (each is converted once).
+
+    >>> ledger_keys(np.array([7, 8], dtype=np.uint64))
     [7, 8]
     """
-    return list(np.asarray(uniques, dtype=object).tolist()) if len(uniques) else []
+    from gpframe.ledger.keys import canonical
+
+    return canonical(uniques, column) if len(uniques) else []
 
 
 class GeoPrivAccessor:

@@ -176,7 +176,7 @@ def register(con: Any, session: Any, *, rng: Any = None) -> Registration:
     rtype = duckdb.struct_type({"x": DOUBLE, "y": DOUBLE})
     for _udf, macro, mode, param in FUNCTIONS:  # create_id_udfs names the pair f"{macro}_udf_*"
         _u.create_id_udfs(
-            con, macro, lambda ints, mode=mode: _make_udf(reg, mode, ints=ints),
+            con, macro, lambda _id_type, mode=mode: _make_udf(reg, mode),
             f"x, y, {param}", f"CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST({param} AS DOUBLE)",
             [DOUBLE, DOUBLE, DOUBLE], rtype,
         )  # fmt: skip
@@ -217,7 +217,7 @@ _nulls = _u.nulls
 _factorize_ids = _u.factorize_ids
 
 
-def _make_udf(reg: Registration, mode: str, ints: bool = True) -> Any:
+def _make_udf(reg: Registration, mode: str) -> Any:
     param = "rho" if mode == "cgp" else "eps"
 
     def udf(user_id: Any, x: Any, y: Any, amount: Any) -> Any:
@@ -238,7 +238,7 @@ def _make_udf(reg: Registration, mode: str, ints: bool = True) -> Any:
             # slower with the lock held only around reserve/charge); DuckDB's own scan and
             # conversion still run in parallel outside the lock.
             with _LEDGER_LOCK:
-                codes, uniques = _factorize_ids(user_id, rows, ints)
+                codes, uniques = _factorize_ids(user_id, rows)
                 released, xy = _privatize_batch(reg, mode, param, codes, uniques, xs, ys, amts)
             out_x[rows] = xy[:, 0]
             out_y[rows] = xy[:, 1]

@@ -160,6 +160,7 @@ def clip_user(
         With ``params["plan_id"]``, the id ``gp_grid_params`` holds.
     """
     from gpframe.accounting.amounts import exact
+    from gpframe.ledger.keys import sql_user_expr
     from gpframe.mechanisms.calibration import check_eps
     from gpframe.queries.clip_user import occupancy_from_records
     from gpframe.queries.grid_stats import STATISTICS, _admission, central_kind, value_step
@@ -187,7 +188,9 @@ def clip_user(
     t, u, c, v = (_ident(table, "table"), _ident(user, "user"), _ident(cell, "cell"),
                   _ident(value, "value"))  # fmt: skip
     try:
-        cols = set(con.table(table).columns)
+        rel = con.table(table)
+        cols = set(rel.columns)
+        types = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
     except Exception:  # duckdb.CatalogException and friends
         raise InvalidInputError(
             f"table={table!r} does not exist on this connection. {_NOTHING}"
@@ -198,6 +201,8 @@ def clip_user(
                 f"{what}={name!r} is not a column of {table!r} (columns: {sorted(cols)}). "
                 f"{_NOTHING}"
             )
+    # the accessor's ledger keys for the same ids; float/bool ids: the one refusal
+    uk = sql_user_expr(types[user], u, user)
     L, U = float(lo), float(hi)
     bad = con.execute(
         f"SELECT count(*) FILTER ({u} IS NULL OR {c} IS NULL), "
@@ -221,7 +226,7 @@ def clip_user(
             f"or pass clamp=True (clip-user.md P4). {_NOTHING}"
         )
     occ_df = con.execute(
-        f"SELECT {u} AS user, {c} AS cell, count(*) AS count FROM {t} GROUP BY ALL"
+        f"SELECT {uk} AS user, {c} AS cell, count(*) AS count FROM {t} GROUP BY ALL"
     ).df()
     data_occ = occupancy_from_records(
         occ_df["user"].to_numpy(), occ_df["cell"].to_numpy(), occ_df["count"].to_numpy()
@@ -266,7 +271,7 @@ def clip_user(
     with _LEDGER_LOCK:
         reg.plans[plan_id] = plan
     con.execute(
-        f"CREATE OR REPLACE TEMP VIEW gp_grid_input AS SELECT {u} AS user_id, {c} AS cell, "
+        f"CREATE OR REPLACE TEMP VIEW gp_grid_input AS SELECT {uk} AS user_id, {c} AS cell, "
         f"{val} AS value, {ord_expr} AS ord, rowid AS rid FROM {t}"
     )
     occ_out = pd.DataFrame({"user_id": occ.users[occ.u], "cell": occ.cells[occ.j], "m": occ.m})

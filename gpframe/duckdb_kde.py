@@ -117,7 +117,7 @@ def _make_udf(reg: KdeRegistration) -> Any:
             nus = np.where(_nulls(n_users), -1, nu_f).astype(np.int64)
             f = {k: _np(v, np.float64)[rows] for k, v in
                  dict(x=x, y=y, qx=qx, qy=qy, bw=bw, rho=rho, c=rounds).items()}  # fmt: skip
-            val, done = _batch(reg, _objects(user_id)[rows], f, nus[rows])
+            val, done = _batch(reg, _u.user_objects(user_id, rows), f, nus[rows])
             out[rows] = val
             null[rows[~done]] = True
         return pa.array(out, mask=null, type=pa.float64())

@@ -330,7 +330,7 @@ def _make_knn_udf(reg: KnnRegistration, kind: str) -> Any:
 
         def batch(rows: np.ndarray) -> list[Any]:
             return _knn_batch(
-                reg, fname, kind, _objects(user_id)[rows], xs, ys, rows,
+                reg, fname, kind, _u.user_objects(user_id, rows), xs, ys, rows,
                 _np(px, np.float64)[rows], _np(py, np.float64)[rows], _np(k, np.float64)[rows],
                 _np(amount, np.float64)[rows],
             )  # fmt: skip
@@ -410,7 +410,7 @@ def _make_hull_udf(reg: KnnRegistration, kind: str) -> Any:
 
         def batch(rows: np.ndarray) -> list[Any]:
             return _hull_batch(
-                reg, fname, kind, _objects(user_id)[rows], xs, ys, rows,
+                reg, fname, kind, _u.user_objects(user_id, rows), xs, ys, rows,
                 _np(amount, np.float64)[rows], _np(beta, np.float64)[rows],
                 _np(k, np.float64)[rows],
             )  # fmt: skip
@@ -568,6 +568,7 @@ def _check_input(
 
     Returns the quoted (user, x, y). All checks read public facts about the input only.
     """
+    from gpframe.ledger.keys import sql_user_expr
     from gpframe.queries.knn import COORD_MAX_M
 
     cols = list(rel.columns)
@@ -595,6 +596,7 @@ def _check_input(
                 f"numeric metres of a projected CRS. {_NOT_CHARGED}"
             )
     u, x, y = (_quote(columns[w], w) for w in ("user", "x", "y"))
+    sql_user_expr(types[columns["user"]], u, columns["user"])  # float/bool ids: the one refusal
     n, nu, nx, ny, big = rel.query(
         _SRC,
         f"SELECT count(*), count(*) FILTER ({u} IS NULL), "
@@ -987,10 +989,10 @@ def nearest_users(
     Returns
     -------
     duckdb.DuckDBPyRelation
-        k rows: ``user`` (named as the input column; integer ids as BIGINT, others as VARCHAR,
-        as the SQL functions key them), ``nearest_rank`` (1 = nearest) and ``error_m`` (the
-        distance error bound of every rank at confidence 1 − β; 0 when elimination isolated
-        exactly k users).
+        k rows: ``user`` (named as the input column; integer ids as BIGINT or UBIGINT, others
+        as VARCHAR, as the SQL functions key them), ``nearest_rank`` (1 = nearest) and
+        ``error_m`` (the distance error bound of every rank at confidence 1 − β; 0 when
+        elimination isolated exactly k users).
 
     Notes
     -----
@@ -1017,6 +1019,7 @@ def nearest_users(
     import pyarrow as pa
 
     from gpframe.accessor import filter_kind, ledger_keys
+    from gpframe.ledger.keys import sql_user_expr, user_keys
     from gpframe.queries.elimination import check_method_parts, split_fractions
     from gpframe.queries.knn import check_k
     from gpframe.queries.nearest import METHODS, nearest_users_arrays
@@ -1051,16 +1054,15 @@ def nearest_users(
         )
     u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
     utype = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))[user]
-    ucast = "BIGINT" if f"'{utype}'" in _u.INT_TYPES else "VARCHAR"
     tbl = rel.query(
         _SRC,
-        f"SELECT CAST({u} AS {ucast}) AS u, CAST({qx} AS DOUBLE) AS x, "
+        f"SELECT {sql_user_expr(utype, u, user)} AS u, CAST({qx} AS DOUBLE) AS x, "
         f"CAST({qy} AS DOUBLE) AS y FROM {_SRC}",
     ).to_arrow_table()
-    users = np.empty(tbl.num_rows, dtype=object)
-    users[:] = tbl.column("u").to_pylist()
+    ucodes, ukeys = user_keys(tbl.column("u"), user)  # the accessor's keys for the same ids
+    users = _u.key_array(ukeys)[ucodes]
     xy = np.column_stack([tbl.column(c).to_numpy() for c in ("x", "y")]).astype(np.float64)
-    if len(set(users.tolist())) != users.size:
+    if len(ukeys) != users.size:
         raise InvalidInputError(
             f"{fname}: several rows per user: nearest_users reads one point per user; pick it in "
             f"SQL, e.g. SELECT {u}, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM ... GROUP BY "
@@ -1098,7 +1100,7 @@ def nearest_users(
         r.charge(out.charges)
     res = pa.table(
         {
-            user: pa.array(users[out.selected].tolist(), type=tbl.schema.field("u").type),
+            user: tbl.column("u").take(pa.array(np.asarray(out.selected, dtype=np.int64))),
             "nearest_rank": pa.array(np.arange(1, kk + 1, dtype=np.int64)),
             "error_m": pa.array(np.full(kk, float(out.error))),
         }

@@ -134,7 +134,7 @@ def _make_udf(reg: RangeRegistration) -> Any:
             nus = np.where(nu, -1, nu_f).astype(np.int64)
             wk = _objects(wkb)[rows]
             inside, done = _batch(
-                reg, _objects(user_id)[rows], _np(x, np.float64)[rows],
+                reg, _u.user_objects(user_id, rows), _np(x, np.float64)[rows],
                 _np(y, np.float64)[rows], wk, _np(rho, np.float64)[rows],
                 _np(rounds, np.float64)[rows].astype(np.int64), nus[rows],
             )  # fmt: skip

@@ -598,6 +598,9 @@ def resolve_points(
             f"column {user!r} has {n} missing user {'id' if n == 1 else 'ids'} {rows}. Every row "
             f"must belong to a user: df = df.dropna(subset=[{user!r}]). {_NOTHING}"
         )
+    from gpframe.ledger.keys import check_users
+
+    check_users(users_s, user)  # floats, bools, mixed types: refused as in SQL
     users = users_s.to_numpy()
 
     # -- coordinates

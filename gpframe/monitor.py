@@ -127,7 +127,10 @@ def _users(users: object) -> list[Any]:
         )
     if isinstance(users, (str, bytes)):
         users = [users]
-    out = list(pd.Index(users))
+    from gpframe.ledger.keys import canonical
+
+    # the ledger keys of every frontend: uint8 7 and int64 7 are one user, a UUID its text
+    out = canonical(users if hasattr(users, "dtype") else list(users), "users")
     if not out:
         raise InvalidInputError("users is empty. Nothing was charged.")
     if len(set(out)) != len(out):

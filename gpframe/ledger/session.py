@@ -41,6 +41,7 @@ from gpframe.errors import (
     LedgerCorruptError,
     LedgerError,
 )
+from gpframe.ledger.keys import KEY_MAX, KEY_MIN, _numpy_what, canonical, refusal
 from gpframe.ledger.store import CHUNK, ChargeRow, ReservationRow, SqliteStore, Store
 
 __all__ = ["Ledger", "Reservation", "Session"]
@@ -120,11 +121,8 @@ def _user_keys(users: object, name: str = "users") -> np.ndarray:
     if kind == "i":
         keys = arr.astype(np.int64, copy=False)
     elif kind == "u":
-        if arr.size and int(arr.max()) > MAX:
-            raise InvalidInputError(
-                f"{name} holds ids above 2**63 - 1; use str ids. Nothing was charged."
-            )
-        keys = arr.astype(np.int64)
+        # uint64 ids above 2**63 - 1 stay exact Python ints (gpframe.ledger.keys)
+        keys = arr.astype(np.int64) if not arr.size or int(arr.max()) <= MAX else _big(arr)
     elif kind == "U":
         keys = arr.astype(object)
     elif kind == "O":
@@ -132,10 +130,8 @@ def _user_keys(users: object, name: str = "users") -> np.ndarray:
         if inferred == "integer":
             try:
                 keys = arr.astype(np.int64)
-            except OverflowError as exc:
-                raise InvalidInputError(
-                    f"{name} holds ints outside int64; use str ids. Nothing was charged."
-                ) from exc
+            except OverflowError:
+                keys = _big(arr, name)
         elif inferred in ("string", "empty"):
             keys = arr
         elif inferred == "mixed-integer":
@@ -146,22 +142,17 @@ def _user_keys(users: object, name: str = "users") -> np.ndarray:
                         f"{name}[{i}]={u!r} is a {type(u).__name__}; user ids must be int or "
                         "str. Nothing was charged."
                     )
-                if isinstance(u, int) and not -MAX - 1 <= u <= MAX:
+                if isinstance(u, int) and not KEY_MIN <= u <= KEY_MAX:
                     raise InvalidInputError(
-                        f"{name}[{i}]={u!r} is outside int64; use a str id. Nothing was charged."
+                        f"{name}[{i}]={u!r} is outside -2**63 .. 2**64 - 1; use a str id. "
+                        "Nothing was charged."
                     )
-                out[i] = u
+                out[i] = int(u) if isinstance(u, int) else u  # np.int64 -> int
             keys = out
-        else:
-            raise InvalidInputError(
-                f"{name} holds {inferred} values; user ids must be int or str (floats and "
-                "bools are ambiguous). Nothing was charged."
-            )
+        else:  # UUIDs become their canonical text; floats, bools... the one refusal
+            keys = np.array(canonical(arr, name), dtype=object)
     else:
-        raise InvalidInputError(
-            f"{name} has dtype {arr.dtype}; user ids must be int or str (floats and bools are "
-            "ambiguous). Nothing was charged."
-        )
+        raise refusal(name, _numpy_what(arr.dtype) or str(arr.dtype))
     index = pd.Index(keys, dtype=keys.dtype if keys.dtype != object else object)
     if not index.is_unique:
         dup = index[index.duplicated()].unique()[:5].tolist()
@@ -172,10 +163,31 @@ def _user_keys(users: object, name: str = "users") -> np.ndarray:
     return keys
 
 
+def _big(arr: np.ndarray, name: str = "users") -> np.ndarray:
+    """Integer ids some of which do not fit int64: an object array of exact Python ints."""
+    out = np.empty(arr.size, dtype=object)
+    out[:] = [int(u) for u in arr.tolist()]
+    if out.size and not (KEY_MIN <= min(out) and max(out) <= KEY_MAX):
+        raise InvalidInputError(
+            f"{name} holds ints outside -2**63 .. 2**64 - 1; use str ids. Nothing was charged."
+        )
+    return out
+
+
 def _make_index(uids: list[Any]) -> pd.Index:
     if uids and pd.api.types.infer_dtype(uids, skipna=False) == "integer":
-        return pd.Index(np.asarray(uids, dtype=np.int64))
+        try:
+            return pd.Index(np.asarray(uids, dtype=np.int64))
+        except OverflowError:  # uint64 ids above 2**63 - 1
+            pass
     return pd.Index(np.fromiter(uids, dtype=object, count=len(uids)), dtype=object)
+
+
+def _append(index: pd.Index, new: pd.Index) -> pd.Index:
+    """``index`` then ``new``, never through a float or unsigned dtype that could merge ids."""
+    if index.dtype == new.dtype or len(index) == 0:
+        return index.append(new) if len(index) else new
+    return pd.Index(np.concatenate([index.to_numpy(object), new.to_numpy(object)]), dtype=object)
 
 
 class Ledger:
@@ -263,7 +275,7 @@ class Ledger:
     def _refresh(self) -> None:
         new = self.store.users_from(len(self._index))
         if new:
-            self._index = self._index.append(_make_index(new))
+            self._index = _append(self._index, _make_index(new))
 
     def _lookup(self, keys: np.ndarray) -> np.ndarray:
         """Dense indices of ``keys``; -1 for users the ledger has never seen."""
@@ -281,7 +293,7 @@ class Ledger:
             fresh = keys[new]
             self.store.add_users(start, fresh.tolist())
             idx[new] = start + np.arange(fresh.size, dtype=np.int64)
-            self._index = self._index.append(_make_index(fresh.tolist()))
+            self._index = _append(self._index, _make_index(fresh.tolist()))
         return idx
 
     def _audit(self, op: str, content: dict[str, Any]) -> None:

@@ -7,7 +7,9 @@ database can back it later. Layout (schema version 1):
     Every user ever seen, with a dense integer index ``idx`` (0, 1, 2, ... in order of first
     sight; never reused). ``uid`` is stored with its own type: SQLite keeps an INTEGER and a
     TEXT value apart, so the storage class is the type tag and user ``1`` and user ``"1"`` are
-    two users. A store without typed columns keeps ``(tag, canonical text)`` instead.
+    two users. A store without typed columns keeps ``(tag, canonical text)`` instead. A
+    ``uint64`` id above ``2**63 - 1`` (no SQLite INTEGER) is the BLOB ``b"u64:<digits>"``
+    (:mod:`gpframe.ledger.keys`), read back as the same Python int.
 ``chunks(notion, chunk, spent, budget)``
     Per-user ``spent`` (and budget overrides, ``-1`` = the default) as int64 ledger units,
     for the ``CHUNK`` users ``chunk * CHUNK ... chunk * CHUNK + CHUNK - 1``, as one BLOB each.
@@ -40,6 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gpframe.errors import InvalidInputError, LedgerCorruptError, LedgerError
+from gpframe.ledger.keys import from_sql, to_sql
 
 __all__ = ["CHUNK", "ChargeRow", "ReservationRow", "SqliteStore", "Store"]
 
@@ -431,13 +434,13 @@ class SqliteStore:
                 "the ledger's user index has gaps; run session.ledger.verify() and restore "
                 "the file from a backup. Nothing was charged."
             )
-        return [r[1] for r in rows]
+        return [from_sql(r[1]) for r in rows]
 
     def add_users(self, start: int, uids: Sequence[Any]) -> None:
         """Append users with indices ``start, start + 1, ...``."""
         self.con.executemany(
             "INSERT INTO users(idx, uid) VALUES (?, ?)",
-            zip(range(start, start + len(uids)), uids, strict=True),
+            zip(range(start, start + len(uids)), map(to_sql, uids), strict=True),
         )
 
     # -- chunks ---------------------------------------------------------------------------
