@@ -287,8 +287,8 @@ def discovered_operations(con: Any) -> set[str]:
             if callable(obj) and not inspect.isclass(obj) and own:
                 found.add(f"{prefix}.{n}")
     for fn in _sql_functions(con):
-        # the Arrow UDFs behind a macro (gp_x_udf_int / _str) are reached through the macro
-        m = re.fullmatch(r"(gp_\w+?)_udf_(int|str)", fn)
+        # the Arrow UDFs behind a macro (gp_x_udf_int / _uint / _str) are reached through the macro
+        m = re.fullmatch(r"(gp_\w+?)_udf_(int|uint|str)", fn)
         found.add(f"sql.{m.group(1)}" if m else f"sql.{fn}")
     return found
 
@@ -310,7 +310,7 @@ def test_discovery_sees_every_frontend(ctx: Ctx) -> None:
     for name in ("accessor.privatize", "accessor.grid_stats", "monitor.threshold_query",
                  "duckdb.knn", "sql.gp_privatize", "sql.gp_knn_rows", "sql.gp_grid_release"):
         assert name in found, name  # fmt: skip
-    assert not any(n.endswith(("_udf_int", "_udf_str")) for n in found)
+    assert not any(n.endswith(("_udf_int", "_udf_uint", "_udf_str")) for n in found)
 
 
 def test_case_names_are_real_operations(ctx: Ctx) -> None:
