@@ -76,6 +76,13 @@ _ROLLBACK = (
 )
 
 
+# audit ops whose transaction does not move the anchor (one anchor update per query, not two):
+# losing such a row to a rollback costs no privacy. A reservation lost with it was never
+# charged, so its query can no longer commit, and it releases nothing unless it commits; a
+# cancel lost with it leaves the budget held, which only refuses more.
+_UNANCHORED = frozenset({"reserve", "cancel"})
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
@@ -388,7 +395,9 @@ class Ledger:
         state = self._next_state(before)
         text = json.dumps({"op": op, "time": created, **content, "state": state}, sort_keys=True)
         h = self.chain.link(prev, text)
-        self._head = (self.store.add_audit(created, op, text, h), h)
+        seq = self.store.add_audit(created, op, text, h)
+        if op not in _UNANCHORED:
+            self._head = (seq, h)
 
     # -- the ledger's state summary (see gpframe.ledger.integrity) ------------------------------
     def _scan(self, notion: str) -> tuple[int, str]:
