@@ -415,41 +415,59 @@ class Ledger:
         return total, overrides_digest(dense)
 
     def _state_now(self) -> dict[str, Any]:
-        """Compute the ledger's state summary from the file (reads every chunk)."""
+        """Compute the ledger's state summary from the file (reads every chunk and the meta).
+
+        The budgets are the stored ones (what a later open would use), for every notion the
+        file configures, including those another process added after this one opened.
+        """
         self._refresh()
+        meta = self.store.meta()
+        budgets = {
+            n: f"{meta[f'{n}.kind']}:{meta.get(f'{n}.exponent')}:{meta.get(f'{n}.default')}"
+            for n in NOTIONS
+            if f"{n}.kind" in meta
+        }
         spent, over = {}, {}
-        for notion in self.kind:
+        for notion in budgets:
             total, digest = self._scan(notion)
             spent[notion], over[notion] = str(total), digest
-        return self._with_config(
-            {"charges": self.store.n_charges(), "spent": spent, "overrides": over}
-        )
+        return self._with_users(
+            {"charges": self.store.n_charges(), "spent": spent, "overrides": over,
+             "budgets": budgets}
+        )  # fmt: skip
 
-    def _with_config(self, state: dict[str, Any]) -> dict[str, Any]:
+    def _with_users(self, state: dict[str, Any]) -> dict[str, Any]:
         state["users"] = len(self._index)
         state["users_sha"] = self._uhash.hexdigest()
-        state["budgets"] = {
-            n: f"{self.kind[n]}:{self.units[n].exponent}:{self.default[n]}" for n in self.kind
-        }
         return state
 
     def _next_state(self, before: dict[str, Any] | None) -> dict[str, Any]:
-        """Return the state after this audit row: the last row's plus this transaction's."""
+        """Return the state after this audit row: the last row's plus this transaction's.
+
+        The budgets are this Session's (as read when it opened, so that a budget changed in
+        the file meanwhile is not written into the log as if gpframe had set it), and the
+        last row's for notions another process added since.
+        """
         if before is None:  # the first row, or a file from before rows carried a state
             state = self._state_now()
         else:
             self._refresh()
-            spent = {
-                n: str(int(before["spent"].get(n, "0")) + self._d_spent.get(n, 0))
-                for n in self.kind
-            }
-            none = overrides_digest(np.empty(0, dtype=np.int64))
-            over = {n: before["overrides"].get(n, none) for n in self.kind}
+            budgets = dict(before["budgets"])
+            spent = {n: int(v) for n, v in before["spent"].items()}
+            over = dict(before["overrides"])
+            for n, d in self._d_spent.items():
+                spent[n] = spent.get(n, 0) + d
             for n in self._d_overrides:
                 over[n] = self._scan(n)[1]
-            state = self._with_config(
-                {"charges": before["charges"] + self._d_charges, "spent": spent, "overrides": over}
-            )
+            state = self._with_users(
+                {"charges": before["charges"] + self._d_charges, "budgets": budgets,
+                 "spent": {n: str(v) for n, v in spent.items()}, "overrides": over}
+            )  # fmt: skip
+        none = overrides_digest(np.empty(0, dtype=np.int64))
+        for n in self.kind:
+            state["budgets"][n] = f"{self.kind[n]}:{self.units[n].exponent}:{self.default[n]}"
+            state["spent"].setdefault(n, "0")
+            state["overrides"].setdefault(n, none)
         self._d_spent, self._d_charges, self._d_overrides = {}, 0, set()
         return state
 

@@ -347,3 +347,33 @@ def test_copy_of_the_main_file_alone_holds_every_acknowledged_charge(path, tmp_p
             assert c.ledger.verify()["charges"] == 5
     finally:
         s._simulate_crash()
+
+
+# ---- files written before the audit rows recorded the state -------------------------------------
+def test_ledger_from_before_the_state_is_checked_from_its_next_write(path):
+    _ledger(path)
+    # what an older gpframe wrote: no state in the audit rows, no chain kind, no anchor
+    _rebuild_chain(path, lambda c: c.pop("state"))
+    _sql(path, ("DELETE FROM meta WHERE key LIKE 'audit.%'",))
+    _drop_anchor(path)
+    with Session(path) as s:
+        assert s.ledger.verify()["charges"] == 4
+        _charge(s, ["bob"], 0.25)  # the first write records the state (and anchors it)
+    assert Path(f"{path}.anchor").exists()
+    _drop_anchor(path)
+    _raise_default(path)
+    with pytest.raises(LedgerCorruptError, match="stored metric budget"):
+        Session(path)
+
+
+def test_a_notion_added_by_another_session_is_kept_in_the_state(path):
+    """A Session opened before another one added the central budget keeps it in the log."""
+    s1 = Session(path, budget=gp.GP(eps=1))
+    s2 = Session(path, central=gp.DP(epsilon=1))
+    _charge(s2, ["ann"], 0.5, notion="central")
+    _charge(s1, ["ann"], 0.25)  # s1 does not know the central notion
+    s1.close()
+    s2.close()
+    with Session(path) as s:
+        assert s.ledger.verify()["charges"] == 2
+        assert s.spent_exact(["ann"], notion="central").iloc[0] == Fraction(1, 2)
