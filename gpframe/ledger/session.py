@@ -52,7 +52,15 @@ from gpframe.ledger.integrity import (
     overrides_digest,
     uid_bytes,
 )
-from gpframe.ledger.store import CHUNK, GENESIS, ChargeRow, ReservationRow, SqliteStore, Store
+from gpframe.ledger.store import (
+    CHUNK,
+    GENESIS,
+    ChargeRow,
+    ReservationRow,
+    SqliteStore,
+    Store,
+    _check_path,
+)
 
 __all__ = ["Ledger", "Reservation", "Session"]
 
@@ -1029,7 +1037,7 @@ class Ledger:
                     f"the audit log names {len(audited)} charges but the ledger holds {n_charges}."
                 )
             open_res = len(self.store.reservations())
-            self._check_head()
+            self._check_head(reread_users=True)
         return {"users": n, "charges": n_charges, "audit_rows": n_audit, "reservations": open_res}
 
     def check(self) -> None:
@@ -1049,7 +1057,12 @@ class Ledger:
         with self._lock, self._read():
             self._check_head()
 
-    def _check_head(self) -> None:
+    def _check_head(self, reread_users: bool = False) -> None:
+        """Check the last audit link, the recorded state and the anchor.
+
+        ``reread_users`` hashes the user table afresh instead of the ids this Session loaded
+        (a rename after they were loaded is then found too).
+        """
         tail = self.store.audit_tail()
         if tail:
             seq, content, h = tail[0]
@@ -1062,9 +1075,20 @@ class Ledger:
                     f"it{' under this ledger_key' if self.chain.key else ''}: the audit log was "
                     f"altered. {_RESTORE}"
                 )
-            state = json.loads(content).get("state")
-            if state is not None:
-                self._compare(state, self._state_now())
+            try:
+                state = json.loads(content).get("state")
+                if state is not None:
+                    now = self._state_now()
+                    if reread_users:
+                        now["users_sha"] = hashlib.sha256(
+                            uid_bytes(self.store.users_from(0))
+                        ).hexdigest()
+                    self._compare(state, now)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise LedgerCorruptError(
+                    f"the ledger's last audit row ({seq}) is malformed ({exc!r}): the audit log "
+                    f"was altered. {_RESTORE}"
+                ) from exc
         self._check_anchor(tail[0][0] if tail else 0)
 
     def _compare(self, rec: dict[str, Any], now: dict[str, Any]) -> None:
@@ -1423,9 +1447,10 @@ class Session:
         self.path = path
         self.readonly = bool(readonly)
         key = load_key(ledger_key)
-        where = anchor_path(None if path is None else os.fspath(path), anchor)
-        if where is not None and not self.readonly:
-            _refuse_missing_anchored(os.fspath(path), where)  # type: ignore[arg-type]
+        file = _check_path(path)
+        where = anchor_path(file, anchor)
+        if where is not None and file is not None and not self.readonly:
+            _refuse_missing_anchored(file, where)
         store = SqliteStore(path, create=create, timeout=timeout, readonly=self.readonly)
         try:
             self.ledger = Ledger(

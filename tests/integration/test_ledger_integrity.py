@@ -377,3 +377,19 @@ def test_a_notion_added_by_another_session_is_kept_in_the_state(path):
     with Session(path) as s:
         assert s.ledger.verify()["charges"] == 2
         assert s.spent_exact(["ann"], notion="central").iloc[0] == Fraction(1, 2)
+
+
+def test_verify_rereads_the_users_of_an_open_session(path):
+    _ledger(path)
+    with Session(path) as s:
+        _sql(path, ("UPDATE users SET uid = 'ann2' WHERE uid = 'ann'",))
+        with pytest.raises(LedgerCorruptError, match="user id was changed"):
+            s.ledger.verify()
+
+
+def test_malformed_state_in_a_rebuilt_log_is_refused(path):
+    _ledger(path)
+    _drop_anchor(path)
+    _rebuild_chain(path, lambda c: c.update(state={"users": "many"}))
+    with pytest.raises(LedgerCorruptError, match="malformed"):
+        Session(path)
