@@ -32,7 +32,7 @@ try:  # POSIX: serialise anchor updates between processes
 except ImportError:  # pragma: no cover - Windows: updates stay monotonic but may race
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Anchor", "Chain", "anchor_path", "load_key", "uid_bytes"]
+__all__ = ["Anchor", "Chain", "anchor_path", "compare_state", "load_key", "uid_bytes"]
 
 ANCHOR_SCHEMA = "gpframe-ledger-anchor"
 #: meta values naming the audit chain's link function
@@ -136,6 +136,39 @@ def overrides_digest(dense: np.ndarray) -> str:
     h.update(b"\x00")
     h.update(np.ascontiguousarray(dense[at], dtype="<i8").tobytes())
     return h.hexdigest()
+
+
+def compare_state(rec: dict[str, Any], now: dict[str, Any], advice: str) -> None:
+    """Raise :class:`LedgerCorruptError` listing how the file differs from the recorded state."""
+    problems = []
+    if (rec["users"], rec["users_sha"]) != (now["users"], now["users_sha"]):
+        problems.append(
+            f"the user table holds {now['users']} users but the audit log records "
+            f"{rec['users']}" if rec["users"] != now["users"] else
+            "a user id was changed (the user table's hash differs from the audit log's)"
+        )  # fmt: skip
+    if rec["charges"] != now["charges"]:
+        problems.append(
+            f"the file holds {now['charges']} charges but the audit log records {rec['charges']}"
+        )
+    for n in sorted(set(rec["budgets"]) | set(now["budgets"])):
+        if rec["budgets"].get(n) != now["budgets"].get(n):
+            problems.append(
+                f"the stored {n} budget is {now['budgets'].get(n)!r} (kind:exponent:default "
+                f"units) but the audit log records {rec['budgets'].get(n)!r}"
+            )
+        if rec["spent"].get(n, "0") != now["spent"].get(n, "0"):
+            problems.append(
+                f"the users' {n} spent adds up to {now['spent'].get(n, '0')} units but the "
+                f"committed charges add up to {rec['spent'].get(n, '0')}"
+            )
+        if n in now["overrides"] and rec["overrides"].get(n) != now["overrides"][n]:
+            problems.append(f"the per-user {n} budget overrides differ from the audit log's")
+    if problems:
+        raise LedgerCorruptError(
+            "the ledger file does not match its audit log: " + "; ".join(problems) + ". It "
+            f"was changed outside gpframe. {advice}"
+        )
 
 
 def anchor_path(path: str | None, anchor: object) -> str | None:

@@ -48,6 +48,7 @@ from gpframe.ledger.integrity import (
     Anchor,
     Chain,
     anchor_path,
+    compare_state,
     load_key,
     overrides_digest,
     uid_bytes,
@@ -1083,46 +1084,13 @@ class Ledger:
                         now["users_sha"] = hashlib.sha256(
                             uid_bytes(self.store.users_from(0))
                         ).hexdigest()
-                    self._compare(state, now)
+                    compare_state(state, now, _RESTORE)
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise LedgerCorruptError(
                     f"the ledger's last audit row ({seq}) is malformed ({exc!r}): the audit log "
                     f"was altered. {_RESTORE}"
                 ) from exc
         self._check_anchor(tail[0][0] if tail else 0)
-
-    def _compare(self, rec: dict[str, Any], now: dict[str, Any]) -> None:
-        """Raise on the first difference between the recorded and the actual state."""
-        problems = []
-        if (rec["users"], rec["users_sha"]) != (now["users"], now["users_sha"]):
-            problems.append(
-                f"the user table holds {now['users']} users but the audit log records "
-                f"{rec['users']}" if rec["users"] != now["users"] else
-                "a user id was changed (the user table's hash differs from the audit log's)"
-            )  # fmt: skip
-        if rec["charges"] != now["charges"]:
-            problems.append(
-                f"the file holds {now['charges']} charges but the audit log records "
-                f"{rec['charges']}"
-            )
-        for n in sorted(set(rec["budgets"]) | set(now["budgets"])):
-            if rec["budgets"].get(n) != now["budgets"].get(n):
-                problems.append(
-                    f"the stored {n} budget is {now['budgets'].get(n)!r} (kind:exponent:default "
-                    f"units) but the audit log records {rec['budgets'].get(n)!r}"
-                )
-            if rec["spent"].get(n, "0") != now["spent"].get(n, "0"):
-                problems.append(
-                    f"the users' {n} spent adds up to {now['spent'].get(n, '0')} units but the "
-                    f"committed charges add up to {rec['spent'].get(n, '0')}"
-                )
-            if n in now["overrides"] and rec["overrides"].get(n) != now["overrides"][n]:
-                problems.append(f"the per-user {n} budget overrides differ from the audit log's")
-        if problems:
-            raise LedgerCorruptError(
-                "the ledger file does not match its audit log: " + "; ".join(problems) + ". It "
-                f"was changed outside gpframe. {_RESTORE}"
-            )
 
     def _check_anchor(self, head: int) -> None:
         if self.anchor is None:
