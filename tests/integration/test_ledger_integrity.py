@@ -238,6 +238,7 @@ def test_key_from_a_file_and_key_mismatches(path, tmp_path):
     _ledger(path, ledger_key=key_file)
     with Session(path, ledger_key=KEY) as s:  # the same bytes, given directly
         assert s.ledger.verify()["charges"] == 4
+    before = _files(path)
     with pytest.raises(InvalidInputError, match="not the key this ledger was created with"):
         Session(path, ledger_key=bytes(32))
     with pytest.raises(LedgerError, match="keyed"):
@@ -246,10 +247,18 @@ def test_key_from_a_file_and_key_mismatches(path, tmp_path):
         Session(path, ledger_key=b"short")
     with pytest.raises(InvalidInputError, match="cannot be read"):
         Session(path, ledger_key=tmp_path / "missing.key")
+    assert _files(path) == before  # refused opens leave the ledger and its anchor as they were
     other = str(tmp_path / "plain.sqlite")
     _ledger(other)
+    before = _files(other)
     with pytest.raises(LedgerCorruptError, match="created without a key"):
         Session(other, ledger_key=KEY)
+    assert _files(other) == before
+
+
+def _files(path: str) -> dict[str, str]:
+    """sha256 of the ledger file and its anchor."""
+    return {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in (path, f"{path}.anchor")}
 
 
 # ---- rollbacks: an older copy put back ---------------------------------------------------------
@@ -261,10 +270,12 @@ def test_older_copy_put_back_is_refused(path, tmp_path):
     with Session(path) as s:
         _charge(s, ["ann"], 0.5)  # ann's budget is used up
     shutil.copyfile(backup, path)  # the older copy, in which ann has 0.5 left
+    before = _files(path)
     with pytest.raises(LedgerCorruptError, match="older copy of the file was put back"):
         Session(path)
     with pytest.raises(LedgerCorruptError, match="older copy"):
         Session(path, readonly=True)
+    assert _files(path) == before  # nothing was settled, charged or anchored
     # the way out the message names: accept the restored state by moving the anchor away
     os.replace(f"{path}.anchor", tmp_path / "old.anchor")
     with Session(path) as s:
