@@ -243,7 +243,6 @@ class Ledger:
         self.anchor = None if anchor is None else Anchor(anchor)
         self._begin()
         self._configure(budgets)
-        self.check()
 
     def _begin(self) -> None:
         """Reset what one write transaction accumulates for its audit rows' ``state``."""
@@ -258,6 +257,9 @@ class Ledger:
         with self._lock, self._read() if readonly else self._write():
             meta = self.store.meta()
             new: dict[str, str] = self._check_chain(meta)
+            # the check on open, before this open writes anything (a budget row written over a
+            # tampered file would record the tampered state as its own)
+            self._check_head()
             fresh: list[str] = []
             for notion in NOTIONS:
                 b = budgets.get(notion)

@@ -91,6 +91,17 @@ def test_raised_default_budget_is_refused_on_open(path):
         Session(path)
 
 
+def test_tampered_ledger_is_refused_before_an_open_writes_to_it(path):
+    """Adding a notion on open writes a budget row: the check must come first."""
+    _ledger(path)
+    _drop_anchor(path)
+    _raise_default(path)
+    with pytest.raises(LedgerCorruptError, match="stored metric budget"):
+        Session(path, central=gp.DP(epsilon=1))
+    with pytest.raises(LedgerCorruptError, match="stored metric budget"):
+        Session(path)
+
+
 def test_raised_budget_override_is_refused_on_open(path):
     with Session(path, budget=gp.GP(eps=1)) as s:
         s.set_budget(["ann"], gp.GP(eps=0.5))
