@@ -447,6 +447,23 @@ class Ledger:
              "budgets": budgets}
         )  # fmt: skip
 
+    def _check_overrides(self, notion: str) -> None:
+        """Before a write records the overrides afresh, check them against the last record.
+
+        Without it, overrides changed in the file while this Session is open would be written
+        into the log as if gpframe had set them.
+        """
+        tail = self.store.audit_tail()
+        state = json.loads(tail[0][1]).get("state") if tail else None
+        if state is None or notion not in state.get("overrides", {}):
+            return
+        if state["overrides"][notion] != self._scan(notion)[1]:
+            raise LedgerCorruptError(
+                f"the ledger file does not match its audit log: the per-user {notion} budget "
+                f"overrides differ from the audit log's. It was changed outside gpframe. "
+                f"{_RESTORE}"
+            )
+
     def _with_users(self, state: dict[str, Any]) -> dict[str, Any]:
         state["users"] = len(self._index)
         state["users_sha"] = self._uhash.hexdigest()
@@ -1557,6 +1574,7 @@ class Session:
         with led._lock, led._write():
             idx = led._ensure(keys)
             if idx.size:
+                led._check_overrides(notion)
                 led._update(notion, idx, None, units)
                 led._d_overrides.add(notion)
             led._audit(

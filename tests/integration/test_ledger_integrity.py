@@ -117,6 +117,21 @@ def test_raised_budget_override_is_refused_on_open(path):
         Session(path)
 
 
+def test_override_changed_under_an_open_session_is_not_recorded_as_its_own(path):
+    with Session(path, budget=gp.GP(eps=1)) as s:
+        s.set_budget(["ann"], gp.GP(eps=0.5))
+        con = sqlite3.connect(path)
+        b = np.frombuffer(con.execute("SELECT budget FROM chunks").fetchone()[0], "<i8").copy()
+        b[0] *= 10
+        con.execute("UPDATE chunks SET budget = ?", (b.tobytes(),))
+        con.commit()
+        con.close()
+        before = s.ledger.snapshot()
+        with pytest.raises(LedgerCorruptError, match="budget overrides differ"):
+            s.set_budget(["bob"], gp.GP(eps=0.5))
+        assert s.ledger.snapshot() == before
+
+
 def test_renamed_user_is_refused_on_open(path):
     _ledger(path)
     _drop_anchor(path)
