@@ -42,6 +42,7 @@ DEMO_FILES = (
     "ledger.sqlite",
     "ledger.sqlite-wal",
     "ledger.sqlite-shm",
+    "ledger.sqlite.anchor",
     "gpframe_demo.duckdb",
     "gpframe_demo.duckdb.wal",
     "private_points.parquet",

@@ -24,6 +24,7 @@ import os
 import socket
 import threading
 import uuid
+import warnings
 import weakref
 from datetime import datetime, timezone
 from typing import Any
@@ -37,12 +38,32 @@ from gpframe.accounting.filters import charge_for
 from gpframe.errors import (
     ChargeConflictError,
     GpframeInternalError,
+    GpframeWarning,
     InvalidInputError,
     LedgerCorruptError,
     LedgerError,
 )
+from gpframe.ledger.integrity import (
+    HMAC,
+    SHA256,
+    Anchor,
+    Chain,
+    anchor_path,
+    compare_state,
+    load_key,
+    overrides_digest,
+    uid_bytes,
+)
 from gpframe.ledger.keys import KEY_MAX, KEY_MIN, _numpy_what, canonical, refusal
-from gpframe.ledger.store import CHUNK, ChargeRow, ReservationRow, SqliteStore, Store
+from gpframe.ledger.store import (
+    CHUNK,
+    GENESIS,
+    ChargeRow,
+    ReservationRow,
+    SqliteStore,
+    Store,
+    _check_path,
+)
 
 __all__ = ["Ledger", "Reservation", "Session"]
 
@@ -56,6 +77,24 @@ _HOST = socket.gethostname()
 # tokens of Sessions alive in this process: a reservation whose process is alive but whose
 # Session is gone was abandoned (a crash inside the process) and may be settled.
 _LIVE: set[str] = set()
+
+
+_RESTORE = (
+    "Restore the newest copy of the ledger file (with its -wal, if any) from a backup, then "
+    "run session.ledger.verify(). Nothing was charged."
+)
+_ROLLBACK = (
+    "Restore the newest copy of the ledger (with its -wal, if any). If you put this copy back on "
+    "purpose and accept that the budget spent after it is forgotten, move {where!r} away; the "
+    "next write anchors this ledger. Nothing was charged."
+)
+
+
+# audit ops whose transaction does not move the anchor (one anchor update per query, not two):
+# losing such a row to a rollback costs no privacy. A reservation lost with it was never
+# charged, so its query can no longer commit, and it releases nothing unless it commits; a
+# cancel lost with it leaves the budget held, which only refuses more.
+_UNANCHORED = frozenset({"reserve", "cancel"})
 
 
 def _now() -> str:
@@ -194,25 +233,50 @@ class Ledger:
     """The filters of one store: admission, reservations, charges, audit, inspection.
 
     Reached as ``session.ledger``; its public methods are :meth:`snapshot`, :meth:`verify`
-    and :meth:`settle_stale`.
+    and :meth:`settle_stale`. ``key`` keys the audit chain (HMAC-SHA-256); ``anchor`` is the
+    path of the anchor file (see :mod:`gpframe.ledger.integrity`). Opening checks the file
+    against the audit log's head (:meth:`check`).
     """
 
-    def __init__(self, store: Store, budgets: dict[str, Budget | None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        budgets: dict[str, Budget | None],
+        *,
+        key: bytes | None = None,
+        anchor: str | None = None,
+    ) -> None:
         self.store = store
         self._lock = threading.RLock()
         self._index = pd.Index(np.empty(0, dtype=np.int64))
+        #: SHA-256 over every user id in index order (uid_bytes): the users' part of ``state``
+        self._uhash = hashlib.sha256()
         self.kind: dict[str, str] = {}
         self.units: dict[str, LedgerUnits] = {}
         self.default: dict[str, int] = {}
         self.token = uuid.uuid4().hex
+        self.chain = Chain(key)
+        self.anchor = None if anchor is None else Anchor(anchor)
+        self._begin()
         self._configure(budgets)
+
+    def _begin(self) -> None:
+        """Reset what one write transaction accumulates for its audit rows' ``state``."""
+        self._d_spent: dict[str, int] = {}
+        self._d_charges = 0
+        self._d_overrides: set[str] = set()
+        self._head: tuple[int, str] | None = None
 
     # -- configuration ------------------------------------------------------------------
     def _configure(self, budgets: dict[str, Budget | None]) -> None:
         readonly = bool(getattr(self.store, "readonly", False))
         with self._lock, self._read() if readonly else self._write():
             meta = self.store.meta()
-            new: dict[str, str] = {}
+            new: dict[str, str] = self._check_chain(meta)
+            # the check on open, before this open writes anything (a budget row written over a
+            # tampered file would record the tampered state as its own)
+            self._check_head()
+            fresh: list[str] = []
             for notion in NOTIONS:
                 b = budgets.get(notion)
                 if f"{notion}.kind" in meta:
@@ -240,16 +304,58 @@ class Ledger:
                         f"{notion}.exponent": str(units.exponent),
                         f"{notion}.default": str(default),
                     }
-                    self._audit(
-                        "budget",
-                        {"notion": notion, "kind": kind, "default": default, "users": None},
-                    )
+                    fresh.append(notion)
                 else:
                     continue
                 self.kind[notion], self.units[notion] = kind, units
                 self.default[notion] = default
             if new:
                 self.store.set_meta(new)
+            for notion in fresh:  # after the configuration: their ``state`` records it
+                self._audit(
+                    "budget",
+                    {
+                        "notion": notion, "kind": self.kind[notion], "users": None,
+                        "default": self.default[notion],
+                        "exponent": self.units[notion].exponent,
+                    },
+                )  # fmt: skip
+
+    def _check_chain(self, meta: dict[str, str]) -> dict[str, str]:
+        """Match the audit chain's kind with the key; return meta to store for a new ledger."""
+        chain = meta.get("audit.chain")
+        if chain is None and self.store.audit_head()[0] == 0:
+            if getattr(self.store, "readonly", False):
+                return {}
+            new = {"audit.chain": self.chain.kind}
+            if self.chain.key is not None:
+                new["audit.key_id"] = self.chain.key_id()
+            return new
+        chain = chain or SHA256  # files written before keyed chains existed
+        if chain == HMAC and self.chain.key is None:
+            raise LedgerError(
+                "this ledger's audit log is keyed (created with ledger_key=...); open it with "
+                "the same key: Session(path, ledger_key=key bytes or key file). Nothing was "
+                "charged."
+            )
+        if chain == SHA256 and self.chain.key is not None:
+            raise LedgerCorruptError(
+                "ledger_key was given but this ledger's audit log is not keyed. Either the "
+                "ledger was created without a key (open it without ledger_key; a key can only "
+                "be set when a ledger is created), or its log was rebuilt without the key "
+                "(restore the file from a backup). Nothing was charged."
+            )
+        if chain not in (SHA256, HMAC):
+            raise LedgerCorruptError(
+                f"this ledger's audit chain kind {chain!r} is unknown; restore the file from "
+                "a backup. Nothing was charged."
+            )
+        if chain == HMAC and meta.get("audit.key_id") != self.chain.key_id():
+            raise InvalidInputError(
+                "ledger_key is not the key this ledger was created with; pass that key. "
+                "Nothing was charged."
+            )
+        return {}
 
     def _notion(self, notion: object) -> str:
         if notion not in NOTIONS:
@@ -272,10 +378,15 @@ class Ledger:
     def _read(self) -> Any:
         return _Txn(self, self.store.read())
 
+    def _append_users(self, uids: list[Any]) -> None:
+        ix = _make_index(uids)
+        self._index = _append(self._index, ix)
+        self._uhash.update(uid_bytes(ix.to_numpy() if ix.dtype.kind == "i" else uids))
+
     def _refresh(self) -> None:
         new = self.store.users_from(len(self._index))
         if new:
-            self._index = _append(self._index, _make_index(new))
+            self._append_users(new)
 
     def _lookup(self, keys: np.ndarray) -> np.ndarray:
         """Dense indices of ``keys``; -1 for users the ledger has never seen."""
@@ -293,15 +404,116 @@ class Ledger:
             fresh = keys[new]
             self.store.add_users(start, fresh.tolist())
             idx[new] = start + np.arange(fresh.size, dtype=np.int64)
-            self._index = _append(self._index, _make_index(fresh.tolist()))
+            self._append_users(fresh.tolist())
         return idx
+
+    def _add_charge(self, row: ChargeRow) -> None:
+        """Store a charge and count it into the next audit row's ``state``."""
+        self.store.add_charge(row)
+        total = sum(row.amount.tolist())
+        self._d_spent[row.notion] = self._d_spent.get(row.notion, 0) + total
+        self._d_charges += 1
 
     def _audit(self, op: str, content: dict[str, Any]) -> None:
         created = _now()
-        text = json.dumps({"op": op, "time": created, **content}, sort_keys=True)
-        _, prev = self.store.audit_head()
-        h = hashlib.sha256(bytes.fromhex(prev) + text.encode()).hexdigest()
-        self.store.add_audit(created, op, text, h)
+        tail = self.store.audit_tail()
+        prev = tail[0][2] if tail else GENESIS
+        before = json.loads(tail[0][1]).get("state") if tail else None
+        state = self._next_state(before)
+        text = json.dumps({"op": op, "time": created, **content, "state": state}, sort_keys=True)
+        h = self.chain.link(prev, text)
+        seq = self.store.add_audit(created, op, text, h)
+        if op not in _UNANCHORED:
+            self._head = (seq, h)
+
+    # -- the ledger's state summary (see gpframe.ledger.integrity) ------------------------------
+    def _scan(self, notion: str) -> tuple[int, str]:
+        """(total spent in units, overrides digest) of a notion, from its chunks."""
+        chunks = self.store.all_chunks(notion)
+        total = 0
+        for s, _ in chunks.values():
+            # two 32-bit halves: a sum of int64 spent values may not fit int64
+            total += (int((s >> 32).sum()) << 32) + int((s & 0xFFFFFFFF).sum())
+        top = max(chunks, default=-1) + 1
+        dense = np.full(top * CHUNK, -1, dtype=np.int64)
+        for c, (_, b) in chunks.items():
+            if b is not None:
+                dense[c * CHUNK : (c + 1) * CHUNK] = b
+        return total, overrides_digest(dense)
+
+    def _state_now(self) -> dict[str, Any]:
+        """Compute the ledger's state summary from the file (reads every chunk and the meta).
+
+        The budgets are the stored ones (what a later open would use), for every notion the
+        file configures, including those another process added after this one opened.
+        """
+        self._refresh()
+        meta = self.store.meta()
+        budgets = {
+            n: f"{meta[f'{n}.kind']}:{meta.get(f'{n}.exponent')}:{meta.get(f'{n}.default')}"
+            for n in NOTIONS
+            if f"{n}.kind" in meta
+        }
+        spent, over = {}, {}
+        for notion in budgets:
+            total, digest = self._scan(notion)
+            spent[notion], over[notion] = str(total), digest
+        return self._with_users(
+            {"charges": self.store.n_charges(), "spent": spent, "overrides": over,
+             "budgets": budgets}
+        )  # fmt: skip
+
+    def _check_overrides(self, notion: str) -> None:
+        """Before a write records the overrides afresh, check them against the last record.
+
+        Without it, overrides changed in the file while this Session is open would be written
+        into the log as if gpframe had set them.
+        """
+        tail = self.store.audit_tail()
+        state = json.loads(tail[0][1]).get("state") if tail else None
+        if state is None or notion not in state.get("overrides", {}):
+            return
+        if state["overrides"][notion] != self._scan(notion)[1]:
+            raise LedgerCorruptError(
+                f"the ledger file does not match its audit log: the per-user {notion} budget "
+                f"overrides differ from the audit log's. It was changed outside gpframe. "
+                f"{_RESTORE}"
+            )
+
+    def _with_users(self, state: dict[str, Any]) -> dict[str, Any]:
+        state["users"] = len(self._index)
+        state["users_sha"] = self._uhash.hexdigest()
+        return state
+
+    def _next_state(self, before: dict[str, Any] | None) -> dict[str, Any]:
+        """Return the state after this audit row: the last row's plus this transaction's.
+
+        The budgets are this Session's (as read when it opened, so that a budget changed in
+        the file meanwhile is not written into the log as if gpframe had set it), and the
+        last row's for notions another process added since.
+        """
+        if before is None:  # the first row, or a file from before rows carried a state
+            state = self._state_now()
+        else:
+            self._refresh()
+            budgets = dict(before["budgets"])
+            spent = {n: int(v) for n, v in before["spent"].items()}
+            over = dict(before["overrides"])
+            for n, d in self._d_spent.items():
+                spent[n] = spent.get(n, 0) + d
+            for n in self._d_overrides:
+                over[n] = self._scan(n)[1]
+            state = self._with_users(
+                {"charges": before["charges"] + self._d_charges, "budgets": budgets,
+                 "spent": {n: str(v) for n, v in spent.items()}, "overrides": over}
+            )  # fmt: skip
+        none = overrides_digest(np.empty(0, dtype=np.int64))
+        for n in self.kind:
+            state["budgets"][n] = f"{self.kind[n]}:{self.units[n].exponent}:{self.default[n]}"
+            state["spent"].setdefault(n, "0")
+            state["overrides"].setdefault(n, none)
+        self._d_spent, self._d_charges, self._d_overrides = {}, 0, set()
+        return state
 
     # -- per-user state ---------------------------------------------------------------------
     def _gather(self, notion: str, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -695,7 +907,7 @@ class Ledger:
             if nz.any():
                 self._update(res.notion, c_idx[nz], c_amt[nz], None)
             created = _now()
-            self.store.add_charge(
+            self._add_charge(
                 ChargeRow(
                     res.charge_id, res.id, res.query_id, res.notion, res.kind, created,
                     c_idx, c_amt, digest, c_alloc,
@@ -737,7 +949,7 @@ class Ledger:
             nz = c_amt > 0
             if nz.any():
                 self._update(r.notion, c_idx[nz], c_amt[nz], None)
-            self.store.add_charge(
+            self._add_charge(
                 ChargeRow(
                     cid, r.id, r.query_id, r.notion, r.kind, _now(), c_idx, c_amt, digest, c_amt
                 )
@@ -821,12 +1033,13 @@ class Ledger:
             ok = self.store.integrity()
             if ok != "ok":
                 raise LedgerCorruptError(f"SQLite integrity check failed: {ok}.")
-            prev, n_audit, audited = "0" * 64, 0, {}
+            prev, n_audit, audited = GENESIS, 0, {}
             for seq, _created, op, content, h in self.store.audit():
-                want = hashlib.sha256(bytes.fromhex(prev) + content.encode()).hexdigest()
-                if want != h:
+                if seq != n_audit + 1 or self.chain.link(prev, content) != h:
+                    keyed = " (keyed: the key holder did not write it)" if self.chain.key else ""
                     raise LedgerCorruptError(
-                        f"the audit hash chain breaks at row {seq} ({op}): the log was altered."
+                        f"the audit hash chain breaks at row {seq} ({op}): the log was "
+                        f"altered{keyed}."
                     )
                 c = json.loads(content)
                 if op in ("charge", "settle"):
@@ -860,25 +1073,123 @@ class Ledger:
                     f"the audit log names {len(audited)} charges but the ledger holds {n_charges}."
                 )
             open_res = len(self.store.reservations())
+            self._check_head(reread_users=True)
         return {"users": n, "charges": n_charges, "audit_rows": n_audit, "reservations": open_res}
+
+    def check(self) -> None:
+        """Run the cheap integrity check of a Session's open (full checks: :meth:`verify`).
+
+        Checks the audit log's last link (with the key, if the chain is keyed), compares the
+        file with the ``state`` the last audit row recorded (number of users and a hash of
+        their ids, number of charges, each notion's total spent over all users, the stored
+        budgets and a hash of the per-user overrides), and checks that the ledger still holds
+        the anchored audit row. Reads the users and the spent/budget chunks, not the charges.
+
+        Raises
+        ------
+        LedgerCorruptError
+            Saying what differs and what to do.
+        """
+        with self._lock, self._read():
+            self._check_head()
+
+    def _check_head(self, reread_users: bool = False) -> None:
+        """Check the last audit link, the recorded state and the anchor.
+
+        ``reread_users`` hashes the user table afresh instead of the ids this Session loaded
+        (a rename after they were loaded is then found too).
+        """
+        tail = self.store.audit_tail()
+        if tail:
+            seq, content, h = tail[0]
+            prev = tail[1][2] if len(tail) > 1 else GENESIS
+            if (tail[1][0] if len(tail) > 1 else 0) != seq - 1 or self.chain.link(
+                prev, content
+            ) != h:
+                raise LedgerCorruptError(
+                    f"the ledger's last audit row ({seq}) does not follow from the one before "
+                    f"it{' under this ledger_key' if self.chain.key else ''}: the audit log was "
+                    f"altered. {_RESTORE}"
+                )
+            try:
+                state = json.loads(content).get("state")
+                if state is not None:
+                    now = self._state_now()
+                    if reread_users:
+                        now["users_sha"] = hashlib.sha256(
+                            uid_bytes(self.store.users_from(0))
+                        ).hexdigest()
+                    compare_state(state, now, _RESTORE)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise LedgerCorruptError(
+                    f"the ledger's last audit row ({seq}) is malformed ({exc!r}): the audit log "
+                    f"was altered. {_RESTORE}"
+                ) from exc
+        self._check_anchor(tail[0][0] if tail else 0)
+
+    def _check_anchor(self, head: int) -> None:
+        if self.anchor is None:
+            return
+        a = self.anchor.read()
+        if a is None:
+            return
+        seq, where = a["seq"], self.anchor.path
+        if seq > head:
+            raise LedgerCorruptError(
+                f"this ledger is older than its anchor: its audit log ends at row {head}, but "
+                f"the anchor {where!r} records row {seq}. An older copy of the file was put back "
+                "(or its last rows were deleted), so charges made since are missing and users "
+                f"could spend their budget twice. {_ROLLBACK.format(where=where)}"
+            )
+        if self.store.audit_hash(seq) != a["hash"]:
+            raise LedgerCorruptError(
+                f"this ledger's audit row {seq} differs from the one its anchor {where!r} "
+                "records: the audit log was rewritten (its hash chain recomputed), or the file "
+                f"was replaced by another ledger. {_ROLLBACK.format(where=where)}"
+            )
 
 
 class _Txn:
-    """A store transaction that also restores the user-index cache if it rolls back."""
+    """A store transaction that restores the user-index cache if it rolls back.
+
+    Once it has committed, it advances the anchor to the audit row it wrote.
+    """
 
     def __init__(self, ledger: Ledger, inner: Any) -> None:
         self.ledger, self.inner = ledger, inner
 
     def __enter__(self) -> None:
-        self.n0 = len(self.ledger._index)
+        led = self.ledger
+        self.n0, self.h0 = len(led._index), led._uhash.copy()
+        led._begin()
         self.inner.__enter__()
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
+        led = self.ledger
         try:
-            return bool(self.inner.__exit__(et, ev, tb))
-        finally:
-            if et is not None:
-                self.ledger._index = self.ledger._index[: self.n0]
+            out = bool(self.inner.__exit__(et, ev, tb))
+        except BaseException:
+            led._index, led._uhash = led._index[: self.n0], self.h0
+            led._begin()
+            raise
+        if et is not None:
+            led._index, led._uhash = led._index[: self.n0], self.h0
+            led._begin()
+            return out
+        head, led._head = led._head, None
+        if head is not None and led.anchor is not None:
+            try:
+                led.anchor.advance(head[0], head[1], led.chain.kind)
+            except OSError as exc:
+                # the commit stands; an anchor left behind is still a valid (weaker) anchor
+                warnings.warn(
+                    f"the ledger committed, but its anchor {led.anchor.path!r} could not be "
+                    f"updated ({exc}); rollbacks past its last update go unnoticed until a "
+                    "write succeeds. Check the anchor's directory.",
+                    GpframeWarning,
+                    stacklevel=3,
+                )
+        return out
 
 
 class Reservation:
@@ -1049,6 +1360,20 @@ class Reservation:
         )
 
 
+def _refuse_missing_anchored(path: str, where: str) -> None:
+    """Refuse to start a fresh ledger where an anchor records one that existed."""
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        return
+    a = Anchor(where).read()
+    if a is not None:
+        raise LedgerCorruptError(
+            f"the ledger file {path!r} is missing or empty, but its anchor {where!r} records a "
+            f"ledger with {a['seq']} audit rows: it was deleted or moved, and a fresh ledger "
+            "would give every user a fresh budget. Restore the file (with its -wal, if any). To "
+            "really start over, move the anchor away too. Nothing was charged."
+        )
+
+
 class Session:
     """Per-user privacy budgets and their ledger (DESIGN.md §4; adaptive-budgeting.md §2.6).
 
@@ -1070,6 +1395,22 @@ class Session:
         ``report``, ``history``, ``ledger.verify``): the file is never written, abandoned
         reservations are not settled, and reserving or changing budgets raises
         :class:`~gpframe.errors.LedgerError`. Implies ``create=False``.
+    ledger_key : bytes or str or os.PathLike, optional
+        Key the audit chain with HMAC-SHA-256: the key's bytes (at least 16), or the path of a
+        file holding them. Keep the key outside the ledger's directory (and away from whoever
+        can write the ledger): without it nobody can rewrite the audit log undetected. Chosen
+        when the ledger is created; a keyed ledger must be opened with the same key, and an
+        unkeyed one without a key.
+    anchor : None or False or str or os.PathLike
+        The anchor file, which records the audit log's head after every write so that an
+        older copy of the ledger, or a rebuilt audit log, is refused on open. ``None`` (the
+        default): ``<path>.anchor`` next to the ledger file; a path: that file (put it where
+        whoever can replace the ledger cannot, to detect a rollback of both); ``False``: no
+        anchor. A ledger behind its anchor raises :class:`~gpframe.errors.LedgerCorruptError`
+        (see SECURITY.md, "Ledger integrity: what is detected").
+
+    Opening checks the file against its audit log cheaply (:meth:`Ledger.check`): a ledger
+    altered outside gpframe raises :class:`~gpframe.errors.LedgerCorruptError`.
 
     Examples
     --------
@@ -1095,6 +1436,8 @@ class Session:
         create: bool = True,
         timeout: float = 60.0,
         readonly: bool = False,
+        ledger_key: bytes | str | os.PathLike[str] | None = None,
+        anchor: bool | str | os.PathLike[str] | None = None,
     ) -> None:
         for arg, b, want in (("budget", budget, "metric"), ("central", central, "central")):
             if b is not None and (not isinstance(b, Budget) or b.notion != want):
@@ -1106,9 +1449,16 @@ class Session:
                 raise InvalidInputError(f"{arg}={_brepr(b)} must be {hint}. Nothing was charged.")
         self.path = path
         self.readonly = bool(readonly)
+        key = load_key(ledger_key)
+        file = _check_path(path)
+        where = anchor_path(file, anchor)
+        if where is not None and file is not None and not self.readonly:
+            _refuse_missing_anchored(file, where)
         store = SqliteStore(path, create=create, timeout=timeout, readonly=self.readonly)
         try:
-            self.ledger = Ledger(store, {"metric": budget, "central": central})
+            self.ledger = Ledger(
+                store, {"metric": budget, "central": central}, key=key, anchor=where
+            )
             if not self.ledger.kind:
                 raise InvalidInputError(
                     "a new ledger needs a budget: Session(budget=gp.CGP(rho=...)) and/or "
@@ -1240,7 +1590,9 @@ class Session:
         with led._lock, led._write():
             idx = led._ensure(keys)
             if idx.size:
+                led._check_overrides(notion)
                 led._update(notion, idx, None, units)
+                led._d_overrides.add(notion)
             led._audit(
                 "budget",
                 {

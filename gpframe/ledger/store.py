@@ -151,8 +151,14 @@ class Store(Protocol):
     def add_charge(self, row: ChargeRow) -> None: ...  # noqa: D102
     def charges(self, notion: str | None = None) -> Iterator[ChargeRow]: ...  # noqa: D102
     def audit_head(self) -> tuple[int, str]: ...  # noqa: D102
-    def add_audit(self, created: str, op: str, content: str, digest: str) -> None: ...  # noqa: D102
+    def add_audit(self, created: str, op: str, content: str, digest: str) -> int: ...  # noqa: D102
     def audit(self) -> Iterator[tuple[int, str, str, str, str]]: ...  # noqa: D102
+    def audit_tail(self) -> list[tuple[int, str, str]]: ...  # noqa: D102
+    def audit_hash(self, seq: int) -> str | None: ...  # noqa: D102
+    def n_charges(self) -> int: ...  # noqa: D102
+    def all_chunks(  # noqa: D102
+        self, notion: str
+    ) -> dict[int, tuple[np.ndarray, np.ndarray | None]]: ...
     def digest(self) -> str: ...  # noqa: D102
     def integrity(self) -> str: ...  # noqa: D102
     def close(self) -> None: ...  # noqa: D102
@@ -203,7 +209,10 @@ def _blob(a: np.ndarray) -> bytes:
 class SqliteStore:
     """:class:`Store` on an embedded SQLite file, or in memory with ``path=None``.
 
-    The file uses WAL journaling, ``synchronous=FULL`` and ``BEGIN IMMEDIATE`` writes.
+    The file uses WAL journaling, ``synchronous=FULL`` and ``BEGIN IMMEDIATE`` writes, and
+    every write transaction is followed by ``PRAGMA wal_checkpoint(FULL)``: once a write has
+    returned, the main file alone holds it, so a copy of the file without its ``-wal`` (a
+    backup, or what is left after a crash) loses nothing acknowledged.
 
     Parameters
     ----------
@@ -233,6 +242,11 @@ class SqliteStore:
         self.path = _check_path(path)
         self.timeout = _check_timeout(timeout)
         self.readonly = bool(readonly)
+        #: checkpoint mode run after each write transaction (None: leave it to SQLite's
+        #: automatic checkpoints, the policy before every commit reached the main file)
+        self.checkpoint: str | None = "FULL"
+        #: True when this open created the schema (a new, empty ledger)
+        self.created = False
         #: the charges columns to select; a read-only view of a file from before ``alloc``
         #: existed cannot add the column, so it reads NULL in its place
         self._ccols = self._CCOLS
@@ -338,6 +352,7 @@ class SqliteStore:
                 for ddl in _TABLES.values():
                     self.con.execute(ddl)
                 self.set_meta({"schema": SCHEMA, "version": VERSION})
+                self.created = True
                 return
         if tables != set(_TABLES):
             raise LedgerCorruptError(
@@ -363,7 +378,7 @@ class SqliteStore:
 
     # -- transactions ---------------------------------------------------------------------
     @contextlib.contextmanager
-    def _txn(self, begin: str) -> Iterator[None]:
+    def _txn(self, begin: str, write: bool = False) -> Iterator[None]:
         try:
             self.con.execute(begin)
         except sqlite3.ProgrammingError as exc:
@@ -397,6 +412,19 @@ class SqliteStore:
             if self.con.in_transaction:
                 self.con.execute("ROLLBACK")
             raise LedgerError(f"the ledger could not commit ({exc}). Nothing was charged.") from exc
+        if write and self.checkpoint and self.path is not None:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Copy the committed WAL frames into the main file and fsync it.
+
+        FULL waits (up to the busy timeout) for readers of older snapshots. Should one outlast
+        it, the commit stays durable in the ``-wal`` and the next write's checkpoint copies it.
+        """
+        try:
+            self.con.execute(f"PRAGMA wal_checkpoint({self.checkpoint})").fetchall()
+        except sqlite3.OperationalError:
+            pass  # busy: see above; the commit itself succeeded
 
     def write(self) -> contextlib.AbstractContextManager[None]:
         """Exclusive write transaction across threads and processes (``BEGIN IMMEDIATE``)."""
@@ -405,7 +433,7 @@ class SqliteStore:
                 f"the ledger {self.path or ':memory:'!r} was opened read-only; open it with "
                 "Session(path) to reserve, charge or change budgets. Nothing was charged."
             )
-        return self._txn("BEGIN IMMEDIATE")
+        return self._txn("BEGIN IMMEDIATE", write=True)
 
     def read(self) -> contextlib.AbstractContextManager[None]:
         """Open a consistent read snapshot (deferred transaction)."""
@@ -581,12 +609,28 @@ class SqliteStore:
         r = self.con.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
         return (0, GENESIS) if r is None else (r[0], r[1])
 
-    def add_audit(self, created: str, op: str, content: str, digest: str) -> None:
-        """Append an audit row (the caller computed its chained hash)."""
-        self.con.execute(
+    def add_audit(self, created: str, op: str, content: str, digest: str) -> int:
+        """Append an audit row (the caller computed its chained hash); return its seq."""
+        cur = self.con.execute(
             "INSERT INTO audit(created, op, content, hash) VALUES (?, ?, ?, ?)",
             (created, op, content, digest),
         )
+        return int(cur.lastrowid)
+
+    def audit_tail(self) -> list[tuple[int, str, str]]:
+        """Return the last two audit rows, newest first: (seq, content, hash)."""
+        return self.con.execute(
+            "SELECT seq, content, hash FROM audit ORDER BY seq DESC LIMIT 2"
+        ).fetchall()
+
+    def audit_hash(self, seq: int) -> str | None:
+        """Return the hash of audit row ``seq``, or None when there is no such row."""
+        r = self.con.execute("SELECT hash FROM audit WHERE seq = ?", (seq,)).fetchone()
+        return None if r is None else str(r[0])
+
+    def n_charges(self) -> int:
+        """How many charges are committed (counts the primary-key index, not the blobs)."""
+        return int(self.con.execute("SELECT count(*) FROM charges").fetchone()[0])
 
     def audit(self) -> Iterator[tuple[int, str, str, str, str]]:
         """Audit rows in order: (seq, created, op, content, hash)."""

@@ -30,6 +30,9 @@ def test_demo_writes_its_files_and_ledger_report_prints(tmp_path, capsys):
     assert main(["ledger", "report", str(out_dir / "ledger.sqlite")]) == 0
     report = capsys.readouterr().out
     assert "spent" in report and "cgp" in report
+    # a rerun starts from a fresh ledger: it removes the ledger's anchor file with the ledger
+    assert (out_dir / "ledger.sqlite.anchor").exists()
+    assert main(["demo", "--out", str(out_dir), "--no-progress"]) == 0
 
 
 def _assert_no_true_coordinate(path):

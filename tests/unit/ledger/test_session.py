@@ -453,21 +453,27 @@ def test_schema_version_mismatch_raises_corrupt(path):
 
 
 def test_verify_detects_tampered_spent_and_audit(path):
+    # tampered while a Session is open (a new open would refuse the file: see
+    # test_ledger_integrity.py), so that verify() itself must find it
     with Session(path, budget=gp.GP(eps=1)) as s:
         _commit(s, [1, 2], 0.25)
         assert s.ledger.verify()["charges"] == 1
-    con = sqlite3.connect(path)
-    blob = np.frombuffer(con.execute("SELECT spent FROM chunks").fetchone()[0], "<i8").copy()
-    blob[0] = 0
-    con.execute("UPDATE chunks SET spent = ?", (blob.tobytes(),))
-    con.commit()
-    with Session(path) as s, pytest.raises(gp.LedgerCorruptError, match="charges add up"):
-        s.ledger.verify()
-    con.execute("UPDATE audit SET content = replace(content, 'reserve', 'reserv') WHERE seq = 2")
-    con.commit()
-    con.close()
-    with Session(path) as s, pytest.raises(gp.LedgerCorruptError, match="hash chain"):
-        s.ledger.verify()
+        con = sqlite3.connect(path)
+        good = con.execute("SELECT spent FROM chunks").fetchone()[0]
+        blob = np.frombuffer(good, "<i8").copy()
+        blob[0] = 0
+        con.execute("UPDATE chunks SET spent = ?", (blob.tobytes(),))
+        con.commit()
+        with pytest.raises(gp.LedgerCorruptError, match="charges add up"):
+            s.ledger.verify()
+        con.execute("UPDATE chunks SET spent = ?", (good,))
+        con.execute(
+            "UPDATE audit SET content = replace(content, 'reserve', 'reserv') WHERE seq = 2"
+        )
+        con.commit()
+        con.close()
+        with pytest.raises(gp.LedgerCorruptError, match="hash chain"):
+            s.ledger.verify()
 
 
 def test_crashed_session_reservation_is_settled_in_full_on_reopen(path):
