@@ -77,3 +77,13 @@ def test_keyed_links_differ_from_unkeyed_and_between_keys():
     assert k1.key_id() != k2.key_id()
     with pytest.raises(InvalidInputError, match="bytes or the path"):
         load_key(12345)
+
+
+
+def test_uid_bytes_keeps_uint64_ids_above_int64_distinct():
+    """A uint64 id above 2**63 - 1 is hashed as itself, not refused or folded onto a signed id."""
+    from gpframe.ledger.integrity import uid_bytes
+
+    big = 2**64 - 1
+    assert uid_bytes([big]) != uid_bytes([-1])
+    assert uid_bytes([big, "a"]) == uid_bytes([big]) + uid_bytes(["a"])  # batching-independent
