@@ -541,14 +541,7 @@ class Result:
         if self.published_only:
             return self._published_dict(value)
         return {
-            "type": type(self).__name__,
-            "value": _jsonable(self.value) if value else None,
-            "error": _jsonable(self.error),
-            "error_kind": self.error_kind,
-            "confidence": _jsonable(self.confidence),
-            "mechanism": self.mechanism,
-            "params": _jsonable(self.params),
-            "guarantee": self._guarantee_json(),
+            **self._released_dict(value),
             "n_users": self.n_users,
             "n_charged": self.n_charged,
             "n_excluded": self.n_excluded,
@@ -566,6 +559,19 @@ class Result:
             "spec": self.spec,
         }
 
+    def _released_dict(self, value: bool) -> dict[str, Any]:
+        """Return the fields every view shares: the released value, its error, public parameters."""
+        return {
+            "type": type(self).__name__,
+            "value": _jsonable(self.value) if value else None,
+            "error": _jsonable(self.error),
+            "error_kind": self.error_kind,
+            "confidence": _jsonable(self.confidence),
+            "mechanism": self.mechanism,
+            "params": _jsonable(self.params),
+            "guarantee": self._guarantee_json(),
+        }
+
     def _guarantee_json(self) -> Any:
         g = self.guarantee
         metric = list(self.metric) if isinstance(self.metric, tuple) else self.metric
@@ -574,15 +580,8 @@ class Result:
     def _published_dict(self, value: bool) -> dict[str, Any]:
         """Return the central published view: released values and public parameters only."""
         return {
-            "type": type(self).__name__,
+            **self._released_dict(value),
             "view": "published",
-            "value": _jsonable(self.value) if value else None,
-            "error": _jsonable(self.error),
-            "error_kind": self.error_kind,
-            "confidence": _jsonable(self.confidence),
-            "mechanism": self.mechanism,
-            "params": _jsonable(self.params),
-            "guarantee": self._guarantee_json(),
             "spent_at_most": _jsonable(self.spent_at_most),
             "query_id": self.query_id,
             "spec": self.spec,
