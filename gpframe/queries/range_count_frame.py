@@ -79,7 +79,7 @@ def _time_column(frame: pd.DataFrame, column: str | None, what: str) -> str:
         found = ", ".join(map(repr, cands)) or "none"
         raise InvalidInputError(
             f"component={what!r} needs one time column; found {found}. Name it: "
-            f"component=gpframe.queries.range_count_frame.{what.title()}('time'). {_NOTHING}"
+            f"component=gp.{what.title()}('time'). {_NOTHING}"
         )
     return str(cands[0])
 
