@@ -639,7 +639,7 @@ class GeoPriv:
         """
         from gpframe.queries.grid_stats_frame import grid_stats
 
-        return grid_stats(  # type: ignore[no-any-return]
+        return grid_stats(
             self, value=value, bounds=bounds, epsilon=epsilon, cells=cells, clip=clip,
             occupancy=occupancy, clamp=clamp, beta=beta, order_by=order_by, rng=rng,
             public_cells=public_cells, max_cells=max_cells, max_per_cell=max_per_cell, salt=salt,
@@ -679,7 +679,8 @@ class GeoPriv:
         compat : {"reference"}, optional
             Reproduce the paper's reference implementation (input-order scan, its threshold).
         gamma0 : float, optional
-            Public threshold shift, in units of the noise scale.
+            Public shift of the scan's threshold, in units of the noise scale b = 3/ε of one
+            nearest-neighbour call (default 0; ``compat="reference"`` uses −2).
         scan_order : {"random", "input"}, optional
             Order in which a user's rows are scanned.
         max_cycles : int
@@ -717,7 +718,7 @@ class GeoPriv:
         """
         from gpframe.queries.knn_frame import knn
 
-        return knn(  # type: ignore[no-any-return]
+        return knn(
             self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
             scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng,
         )  # fmt: skip
@@ -753,7 +754,8 @@ class GeoPriv:
         alpha : float
             Share of the hull stage's budget spent on the anchors' nearest neighbours.
         k_rule : {"reference", "consistent"}
-            How k follows from the radius: the paper's rule, or one consistent with its bound.
+            How k follows from the noisy radius: as in the authors' code, or from the paper's
+            error bound with consistent exponents. k changes the accuracy only, never privacy.
         radius_floor_m : float
             Smallest radius used, in metres.
         rng : BitSource, optional
@@ -787,7 +789,7 @@ class GeoPriv:
         """
         from gpframe.queries.knn_frame import convex_hull
 
-        return convex_hull(  # type: ignore[no-any-return]
+        return convex_hull(
             self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,
             radius_floor_m=radius_floor_m, rng=rng,
         )  # fmt: skip
@@ -862,7 +864,7 @@ class GeoPriv:
         """
         from gpframe.queries.knn_frame import nearest_users
 
-        return nearest_users(  # type: ignore[no-any-return]
+        return nearest_users(
             self, point, k, rho=rho, eps=eps, method=method, rounds=rounds, split=split,
             beta=beta, component=component, reduce=reduce, rng=rng,
         )  # fmt: skip
