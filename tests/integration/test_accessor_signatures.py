@@ -189,3 +189,18 @@ def test_grid_stats_plan_options_still_reach_clip_user(monkeypatch: pytest.Monke
     with pytest.raises(TypeError):
         bound.grid_stats(**kw, user_order="key")
     assert s.ledger.snapshot() == snap
+
+
+def test_ambiguous_time_column_error_names_gp_last() -> None:
+    # the fix the message suggests must be spelled the way users import it
+    import shapely
+
+    t = pd.to_datetime(["2024-01-01 08:00", "2024-01-01 09:00"])
+    df = pd.DataFrame({"u": [1, 2], "t1": t, "t2": t, "x": [500_000.0, 500_100.0],
+                       "y": [4_500_000.0, 4_500_100.0]})  # fmt: skip
+    s = gp.Session(budget=gp.CGP(rho=1e-3))
+    bound = df.geopriv(s, user="u", x="x", y="y", crs="EPSG:32618")
+    snap = s.ledger.snapshot()
+    with pytest.raises(gp.InvalidInputError, match=r"component=gp\.Last\('time'\)"):
+        bound.range_count(shapely.box(0, 0, 1, 1), rho=1e-4, component="last")
+    assert s.ledger.snapshot() == snap
