@@ -72,7 +72,7 @@ def filter_kind(session: Any) -> str:
 
 
 def filter_charges(
-    fkind: str, mode: str, per_point: list[Fraction], counts: np.ndarray
+    fkind: str, kind: str, per_point: list[Fraction], counts: np.ndarray
 ) -> list[Fraction]:
     """Each user's charge in the filter's units when each of their n points costs ``per_point``.
 
@@ -99,7 +99,7 @@ def filter_charges(
         if v is None:
             c = conv.get(a)
             if c is None:
-                c = conv[a] = charge_for(fkind, mode, a)
+                c = conv[a] = charge_for(fkind, kind, a)
             v = prod[key] = c * int(n)
         out.append(v)
     return out
@@ -951,8 +951,8 @@ class GeoPriv:
         # refuse an insecure or foreign rng before the reservation: the sampler would only
         # refuse it after the users were reserved, and so charged in full
         rng = resolve_rng(rng)
-        mode, amount = _one_amount(eps, rho)
-        _pv.check_amount(mode, per, amount)
+        kind, amount = _one_amount(eps, rho)
+        _pv.check_amount(kind, per, amount)
         if isinstance(beta, bool) or not (
             isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
         ):
@@ -969,18 +969,18 @@ class GeoPriv:
             from gpframe.release import check_reserved
 
             check_reserved(self.public, ["geometry"], "privatize")
-        _preflight(mode, amount, per, counts, float(p.scale_max))
+        _preflight(kind, amount, per, counts, float(p.scale_max))
 
         fkind = filter_kind(self.session)
         ledger = self.session.ledger
         # Allocations straight in int64 ledger units: one exact conversion of the amount, then
         # ceil(n * units) vectorised (the same units reserve() computes from n x amount).
         alloc_units, too_big = ledger.units_for(
-            "metric", amount, np.ones(n_users, np.int64) if per == "user" else counts, kind=mode
+            "metric", amount, np.ones(n_users, np.int64) if per == "user" else counts, kind=kind
         )
         users = ledger_keys(uniques)
         params = {
-            mode_param(mode): float(amount),
+            amount_keyword(kind): float(amount),
             "per": per,
             "beta": float(beta),
             "n_points": len(p),
@@ -998,7 +998,7 @@ class GeoPriv:
                 p.xy,
                 codes,
                 n_users,
-                mode=mode,  # type: ignore[arg-type]
+                kind=kind,  # type: ignore[arg-type]
                 amount=amount,
                 per=per,
                 admitted=admitted,
@@ -1009,7 +1009,7 @@ class GeoPriv:
             )
             # Actual charges, in ledger units of the filter, from the mechanisms' guarantees:
             # one conversion per sampler call (per distinct amount), never per user.
-            actual_units, actual_f = _actual_units(ledger, fkind, mode, per, out, counts, n_users)
+            actual_units, actual_f = _actual_units(ledger, fkind, kind, per, out, counts, n_users)
             over = actual_units > np.where(admitted, r.allocation_units, 0)
             if over.any():
                 i = int(np.flatnonzero(over)[0])
@@ -1022,7 +1022,7 @@ class GeoPriv:
         alloc_f = _unit_floats(ledger, alloc_units)
         frame = _build_output(self.frame, p, out.xy, out.released, self.public)
         result = _make_result(
-            mode=mode,
+            kind=kind,
             amount=amount,
             per=per,
             beta=float(beta),
@@ -1045,7 +1045,7 @@ _UNITS_MAX = 2**63 - 1
 
 
 def _actual_units(
-    ledger: Any, fkind: str, mode: str, per: str, out: Any, counts: np.ndarray, n_users: int
+    ledger: Any, fkind: str, kind: str, per: str, out: Any, counts: np.ndarray, n_users: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each user's actual charge as (int64 ledger units, float in the filter's units).
 
@@ -1060,15 +1060,15 @@ def _actual_units(
     for users_arr, point_charge in out.charge_groups:
         n_u = counts[users_arr]
         if per == "point":
-            u, big = ledger.units_for("metric", point_charge, n_u, kind=mode)
-            c = charge_for(fkind, mode, point_charge)
+            u, big = ledger.units_for("metric", point_charge, n_u, kind=kind)
+            c = charge_for(fkind, kind, point_charge)
             for n in np.unique(n_u).tolist():
                 floats[users_arr[n_u == n]] = float(c * int(n))
         else:  # one group per distinct n
             n = int(n_u[0])
             u, big = ledger.units_for("metric", point_charge * n, np.ones(n_u.size, np.int64),
-                                      kind=mode)  # fmt: skip
-            floats[users_arr] = float(charge_for(fkind, mode, point_charge * n))
+                                      kind=kind)  # fmt: skip
+            floats[users_arr] = float(charge_for(fkind, kind, point_charge * n))
         if big.any():
             raise GpframeInternalError("a privatize charge does not fit the ledger's units.")
         units[users_arr] = u
@@ -1082,9 +1082,9 @@ def _unit_floats(ledger: Any, units: np.ndarray) -> np.ndarray:
     return np.array([float(lu.to_fraction(int(v))) for v in uniq.tolist()])[inv]
 
 
-def mode_param(mode: str) -> str:
-    """Return the keyword of a mode's amount: ``eps`` for GP, ``rho`` for CGP."""
-    return "eps" if mode == "gp" else "rho"
+def amount_keyword(kind: str) -> str:
+    """Return the keyword of a kind's amount: ``eps`` for GP, ``rho`` for CGP."""
+    return "eps" if kind == "gp" else "rho"
 
 
 def _one_amount(eps: object, rho: object) -> tuple[str, Fraction]:
@@ -1108,7 +1108,7 @@ def _check_coordinates(xy: np.ndarray) -> None:
         )
 
 
-def _preflight(mode: str, amount: Fraction, per: str, counts: np.ndarray, scale_max: float) -> None:
+def _preflight(kind: str, amount: Fraction, per: str, counts: np.ndarray, scale_max: float) -> None:
     """Run the mechanisms' exact calibration for every per-point amount before any reservation.
 
     The calibration raises ``InvalidInputError`` for amounts outside the supported ranges
@@ -1120,7 +1120,7 @@ def _preflight(mode: str, amount: Fraction, per: str, counts: np.ndarray, scale_
         part = amount / n
         # the wrapper's full check (range, calibration, largest noise scale), not only the
         # calibration: anything it would refuse after reserve() must be refused here
-        _pv.check_point_amount(mode, part / k if mode == "gp" else part / (k * k))
+        _pv.check_point_amount(kind, part / k if kind == "gp" else part / (k * k))
 
 
 def _build_output(
