@@ -204,3 +204,29 @@ def test_ambiguous_time_column_error_names_gp_last() -> None:
     with pytest.raises(gp.InvalidInputError, match=r"component=gp\.Last\('time'\)"):
         bound.range_count(shapely.box(0, 0, 1, 1), rho=1e-4, component="last")
     assert s.ledger.snapshot() == snap
+
+
+def test_one_word_for_the_guarantee_kind() -> None:
+    # vocabulary: notion= is the budget family ("metric" / "central"), kind= the guarantee
+    # ("gp", "cgp", "dp", "zcdp"). mode= meant the kind in privatize only; the one mode= left is
+    # the monitor's ledger mode ("R" / "S"), a different thing.
+    import importlib
+    import pkgutil
+
+    found = []
+    for info in pkgutil.walk_packages(gp.__path__, "gpframe."):
+        mod = importlib.import_module(info.name)
+        for name in getattr(mod, "__all__", ()):
+            obj = getattr(mod, name, None)
+            objs = [(name, obj)]
+            if inspect.isclass(obj):
+                objs += [(f"{name}.{k}", v) for k, v in vars(obj).items()
+                         if inspect.isfunction(v) and not k.startswith("_")]  # fmt: skip
+            for label, fn in objs:
+                try:
+                    params = inspect.signature(fn).parameters
+                except (TypeError, ValueError):
+                    continue
+                if "mode" in params:
+                    found.append(f"{info.name}.{label}")
+    assert sorted(set(found)) == ["gpframe.monitor.above_threshold"]
