@@ -105,7 +105,7 @@ def breakdown(df: pd.DataFrame) -> dict[str, float]:
     r = s.reserve(uniques, units, query="bench", units=True)
     out["ledger reserve"] = (t3 := time.perf_counter()) - t2
     res = pv.privatize_points(
-        p.xy, codes, len(uniques), mode="cgp", amount=amount, per="point",
+        p.xy, codes, len(uniques), kind="cgp", amount=amount, per="point",
         admitted=r.admitted, scale_max=float(p.scale_max),
     )  # fmt: skip
     out["privatize_points (sampler+grouping+bounds)"] = (t4 := time.perf_counter()) - t3

@@ -23,6 +23,7 @@ from gpframe.errors import (
     NoiseOverflowError,
 )
 from gpframe.ledger import Session
+from gpframe.queries.range_count_frame import First, Last
 
 __version__ = "0.1.0"
 
@@ -33,11 +34,13 @@ __all__ = [
     "BudgetExceededError",
     "CRSError",
     "ChargeConflictError",
+    "First",
     "GpframeError",
     "GpframeInternalError",
     "GpframeWarning",
     "InsecureRandomnessError",
     "InvalidInputError",
+    "Last",
     "LedgerCorruptError",
     "LedgerError",
     "NoiseOverflowError",

@@ -17,8 +17,9 @@ the released values, the index and the declared-public columns, and nothing else
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,29 @@ import pandas as pd
 from gpframe.accounting.amounts import positive
 from gpframe.errors import GpframeInternalError, InvalidInputError
 from gpframe.queries import privatize as _pv
+from gpframe.queries.clip_user import KAPPA
+
+if TYPE_CHECKING:  # the result classes' modules import this one: annotations only
+    import geopandas as gpd
+    import shapely
+
+    from gpframe.mechanisms.noise.bits import BitSource
+    from gpframe.queries.kde_frame import KdeResult
+    from gpframe.queries.knn_frame import NearestResult
+    from gpframe.queries.range_count_frame import First, Last, RangeCountResult
+    from gpframe.raster import Raster
+
+#: which row is each user's one point (see :meth:`GeoPriv.range_count`)
+Component: TypeAlias = (
+    "tuple[str, Any] | Callable[[pd.DataFrame], Any] | Literal['first', 'last'] | First | Last"
+    " | None"
+)
+#: a region: one polygon in the data's CRS, or a series of them in any CRS
+Region: TypeAlias = "shapely.Polygon | shapely.MultiPolygon | gpd.GeoSeries | gpd.GeoDataFrame"
+#: one public query point
+QueryPoint: TypeAlias = "shapely.Point | tuple[float, float] | gpd.GeoSeries"
+#: one or several public query points
+QueryPoints: TypeAlias = "shapely.Point | gpd.GeoSeries | gpd.GeoDataFrame | np.ndarray"
 
 __all__ = ["GeoPriv", "GeoPrivAccessor", "filter_charges", "filter_kind", "ledger_keys"]
 
@@ -48,7 +72,7 @@ def filter_kind(session: Any) -> str:
 
 
 def filter_charges(
-    fkind: str, mode: str, per_point: list[Fraction], counts: np.ndarray
+    fkind: str, kind: str, per_point: list[Fraction], counts: np.ndarray
 ) -> list[Fraction]:
     """Each user's charge in the filter's units when each of their n points costs ``per_point``.
 
@@ -75,7 +99,7 @@ def filter_charges(
         if v is None:
             c = conv.get(a)
             if c is None:
-                c = conv[a] = charge_for(fkind, mode, a)
+                c = conv[a] = charge_for(fkind, kind, a)
             v = prod[key] = c * int(n)
         out.append(v)
     return out
@@ -252,68 +276,598 @@ class GeoPriv:
             f"metric CRS {p.crs_m.to_string()}, user={self.user!r})"
         )
 
-    def range_count(self, region: Any, **kwargs: Any) -> Any:
-        """Private count of users inside ``region`` (adaptive-budgeting.md §5.1).
+    # Every query method below is a thin forwarder to its module in gpframe.queries (the
+    # *_frame functions); the signatures are spelled out so help() and tab completion show
+    # them. tests/integration/test_accessor_signatures.py keeps them equal to the
+    # implementations' keywords.
 
-        Parameters and examples: :func:`gpframe.queries.range_count_frame.range_count`.
+    def range_count(
+        self,
+        region: Region,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        method: Literal["pt", "dist", "pt-elim", "dist-elim"] = "dist-elim",
+        rounds: int = 10,
+        split: Literal["doubling", "even"] = "doubling",
+        beta: float = 0.05,
+        component: Component = None,
+        reduce: Literal["first", "last"] | None = None,
+        allocations: Any = None,
+        progress: bool | None = None,
+        rng: BitSource | None = None,
+    ) -> RangeCountResult:
+        """Count the users whose point lies inside ``region``, privately.
+
+        Each user contributes one point (see ``component``). The point is never released: the
+        users' signed distances to the region's boundary (``dist``) or their points (``pt``)
+        are privatized, and with ``*-elim`` the users clearly inside or outside are decided in
+        early rounds and pay only for the rounds they ran (Adaptive Privacy Budgeting, the
+        range-counting algorithm with iterative elimination).
+
+        Parameters
+        ----------
+        region : shapely Polygon / MultiPolygon, GeoSeries or GeoDataFrame
+            One polygon (holes and several parts allowed) in the data's CRS, or a series of
+            them in any CRS (reprojected; one result row per region). Each region is a query of
+            its own: K regions charge a user up to K times the allocation.
+        rho : float, optional
+            Allocation per user and region on a CGP session, in m⁻² (Gaussian noise).
+        eps : float, optional
+            Allocation per user and region on a GP session, in m⁻¹ (Laplace noise). Pass
+            exactly one of ``rho``, ``eps`` and ``allocations``.
+        method : {"dist-elim", "pt-elim", "dist", "pt"}
+            Privatize the distance to the boundary or the point, once or with elimination.
+        rounds : int
+            Elimination rounds (``*-elim`` only).
+        split : {"doubling", "even"}
+            How the allocation is divided between the rounds.
+        beta : float
+            Failure probability of the reported error bound, in (0, 1).
+        component : None, (column, value), callable, "first", "last", gp.First or gp.Last
+            Which row is each user's point. ``None``: every row (one per user required).
+            ``(column, value)``: the rows where ``frame[column] == value``. A callable
+            ``f(frame)`` returning a boolean mask over public columns (never the coordinates).
+            ``"first"`` / ``"last"`` or ``gp.First(col, after=t)`` / ``gp.Last(col, before=t)``:
+            each user's first / last row by a time column.
+        reduce : {"first", "last"}, optional
+            Keep the first / last row (row order) of a user with several rows in the component;
+            without it several rows are an error.
+        allocations : Series by user, array, scalar or plan, optional
+            Per-user allocations instead of ``rho`` / ``eps``; a plan from ``session.plan(...)``
+            gives each region its next allocation.
+        progress : bool, optional
+            Progress bar over regions (None: on in a terminal or notebook with several regions).
+        rng : BitSource, optional
+            Randomness source; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng(seed)``).
+
+        Returns
+        -------
+        RangeCountResult
+            ``value`` the noisy count (a Series by region for several regions), ``error`` its
+            bound at confidence 1 − β, the per-user charges and the rounds each user ran.
+
+        See Also
+        --------
+        gpframe.queries.range_count_frame.range_count : the implementation (noise, charges).
+
+        Examples
+        --------
+        >>> import gpframe as gp, pandas as pd, shapely
+        >>> df = pd.DataFrame({"boat": [1, 2, 3], "x": [500_100.0, 500_200.0, 530_000.0],
+        ...                    "y": [4_500_100.0, 4_500_300.0, 4_530_000.0]})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> bound = df.geopriv(session, user="boat", x="x", y="y", crs="EPSG:32618")
+        >>> res = bound.range_count(shapely.box(490_000, 4_490_000, 510_000, 4_510_000),
+        ...                         rho=1e-4)
+        >>> res.n_charged, res.n_excluded
+        (3, 0)
+        >>> print("users inside:", res.value)  # noisy, 2 here  # doctest: +ELLIPSIS
+        users inside: ...
         """
         from gpframe.queries.range_count_frame import range_count
 
-        return range_count(self, region, **kwargs)
+        return range_count(
+            self, region, rho=rho, eps=eps, method=method, rounds=rounds, split=split, beta=beta,
+            component=component, reduce=reduce, allocations=allocations, progress=progress,
+            rng=rng,
+        )  # fmt: skip
 
-    def kde(self, at: Any, **kwargs: Any) -> Any:
-        """Private Gaussian KDE at the points ``at`` (adaptive-budgeting.md §5.2, Algorithm 7).
+    def kde(
+        self,
+        at: QueryPoints,
+        *,
+        bandwidth_m: float,
+        rho: float | None = None,
+        eps: float | None = None,
+        method: Literal["pt", "dist", "pt-elim", "dist-elim"] = "pt-elim",
+        rounds: int = 10,
+        split: Literal["doubling", "even"] = "doubling",
+        beta: float = 0.05,
+        nu_m: float | None = None,
+        component: Component = None,
+        reduce: Literal["first", "last"] | None = None,
+        progress: bool | None = None,
+        rng: BitSource | None = None,
+    ) -> KdeResult:
+        """Estimate the Gaussian kernel density of the users' points at ``at``, privately.
 
-        Parameters and examples: :func:`gpframe.queries.kde_frame.kde`.
+        One point per user (see ``component``); the kernel is exp(−d²/(2b²)) with b =
+        ``bandwidth_m``. With ``*-elim`` the users far from a query point stop early and keep
+        most of their allocation (Adaptive Privacy Budgeting, the KDE algorithm).
+
+        Parameters
+        ----------
+        at : shapely Point, GeoSeries / GeoDataFrame of points, or array of shape (m, 2)
+            The public query points, in the data's CRS unless a GeoSeries carries its own.
+        bandwidth_m : float
+            Kernel bandwidth b, in ground metres.
+        rho : float, optional
+            Allocation per user (and per query point, except ``pt``) on a CGP session, m⁻².
+        eps : float, optional
+            The same on a GP session, m⁻¹. Pass exactly one of ``rho`` / ``eps``.
+        method : {"pt-elim", "dist-elim", "pt", "dist"}
+            ``pt`` privatizes each point once for all query points (one charge); the others
+            are one query per query point (charges add up).
+        rounds : int
+            Elimination rounds (``*-elim`` only).
+        split : {"doubling", "even"}
+            How the allocation is divided between the rounds.
+        beta : float
+            Failure probability of each query point's error bound, in (0, 1).
+        nu_m : float, optional
+            Elimination distance ν in metres (default 3 × ``bandwidth_m``).
+        component : None, (column, value), callable, "first", "last", gp.First or gp.Last
+            Which row is each user's point (as in :meth:`range_count`).
+        reduce : {"first", "last"}, optional
+            Keep the first / last row of a user with several rows in the component.
+        progress : bool, optional
+            Progress bar over query points (None: on in a terminal or notebook with several).
+        rng : BitSource, optional
+            Randomness source; None is the OS CSPRNG.
+
+        Returns
+        -------
+        KdeResult
+            ``value`` the density (a float for one point, a GeoDataFrame for several),
+            ``points`` the per-point table (``kde``, ``error``, ``n_far``...), the charges.
+
+        See Also
+        --------
+        gpframe.queries.kde_frame.kde : the implementation (noise, charges, error bound).
+
+        Examples
+        --------
+        >>> import gpframe as gp, pandas as pd, shapely
+        >>> df = pd.DataFrame({"boat": [1, 2, 3], "x": [500_100.0, 500_200.0, 540_000.0],
+        ...                    "y": [4_500_100.0, 4_500_300.0, 4_540_000.0]})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> bound = df.geopriv(session, user="boat", x="x", y="y", crs="EPSG:32618")
+        >>> res = bound.kde(shapely.Point(500_000, 4_500_000), bandwidth_m=2000, rho=1e-4)
+        >>> res.n_charged, int(res.points["n_far"].iloc[0])   # the far boat stops early
+        (3, 1)
+        >>> print("density:", res.value)  # noisy  # doctest: +ELLIPSIS
+        density: ...
         """
         from gpframe.queries.kde_frame import kde
 
-        return kde(self, at, **kwargs)
+        return kde(
+            self, at, bandwidth_m=bandwidth_m, rho=rho, eps=eps, method=method, rounds=rounds,
+            split=split, beta=beta, nu_m=nu_m, component=component, reduce=reduce,
+            progress=progress, rng=rng,
+        )  # fmt: skip
 
-    def kde_raster(self, **kwargs: Any) -> Any:
-        """Private, bias-corrected density raster (heatmap) of the users' points.
+    def kde_raster(
+        self,
+        *,
+        bandwidth_m: float,
+        cell_m: float = 100,
+        bounds: tuple[float, float, float, float] | None = None,
+        rho: float | None = None,
+        eps: float | None = None,
+        correct: bool = True,
+        component: Component = None,
+        reduce: Literal["first", "last"] | None = None,
+        progress: bool | None = None,
+        rng: BitSource | None = None,
+    ) -> Raster:
+        """Estimate the density of the users' points on a grid (a heatmap), privately.
 
-        Parameters and examples: :func:`gpframe.queries.kde_frame.kde_raster`.
+        Each user's point is privatized once (one charge however many cells), then the raster
+        is the Gaussian KDE of the released points with the noise's own smoothing removed
+        (``correct=True``), so it estimates the true points' KDE with bandwidth ``bandwidth_m``.
+
+        Parameters
+        ----------
+        bandwidth_m : float
+            Kernel bandwidth h, in ground metres.
+        cell_m : float
+            Cell side, in metres.
+        bounds : (xmin, ymin, xmax, ymax), optional
+            Public extent in the data's CRS (degrees for lon/lat input). None: the extent of
+            the released points (never the true ones), padded by 3h.
+        rho : float, optional
+            Allocation per user on a CGP session, m⁻² (Gaussian noise, exact correction).
+        eps : float, optional
+            Allocation per user on a GP session, m⁻¹ (planar Laplace). Exactly one of the two.
+        correct : bool
+            Remove the noise's extra smoothing. Impossible when the Gaussian noise's σ is at
+            least h: the call is refused before anything is charged.
+        component : None, (column, value), callable, "first", "last", gp.First or gp.Last
+            Which row is each user's point (as in :meth:`range_count`).
+        reduce : {"first", "last"}, optional
+            Keep the first / last row of a user with several rows in the component.
+        progress : bool, optional
+            Unused (one sampler call per distinct allocation); kept for a uniform signature.
+        rng : BitSource, optional
+            Randomness source; None is the OS CSPRNG.
+
+        Returns
+        -------
+        Raster
+            ``value`` the density per m² (ndarray (ny, nx), row 0 north) in the metric CRS,
+            with its ``transform`` and ``crs``; ``params`` carry σ and the bandwidth applied.
+
+        See Also
+        --------
+        gpframe.queries.kde_frame.kde_raster : the implementation (noise, bias correction).
+
+        Examples
+        --------
+        >>> import gpframe as gp, numpy as np, pandas as pd
+        >>> df = pd.DataFrame({"boat": range(200), "x": 500_000.0 + np.arange(200),
+        ...                    "y": 4_500_000.0 + np.arange(200)})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> bound = df.geopriv(session, user="boat", x="x", y="y", crs="EPSG:32618")
+        >>> r = bound.kde_raster(bandwidth_m=1000, cell_m=200, rho=1e-4,
+        ...                      bounds=(490_000, 4_490_000, 510_000, 4_510_000))
+        >>> r.shape, r.n_charged, float(session.spent().max())   # once per user
+        ((100, 100), 200, 0.0001)
+        >>> print("peak density per m²:", r.value.max())  # noisy  # doctest: +ELLIPSIS
+        peak density per m²: ...
         """
         from gpframe.queries.kde_frame import kde_raster
 
-        return kde_raster(self, **kwargs)
+        return kde_raster(
+            self, bandwidth_m=bandwidth_m, cell_m=cell_m, bounds=bounds, rho=rho, eps=eps,
+            correct=correct, component=component, reduce=reduce, progress=progress, rng=rng,
+        )  # fmt: skip
 
-    def grid_stats(self, **kwargs: Any) -> Any:
-        """Private per-cell mean and variance with Clip-User suppression (clip-user.md).
+    def grid_stats(
+        self,
+        *,
+        value: str,
+        bounds: tuple[float, float],
+        epsilon: float,
+        cells: int | str,
+        clip: Literal["clip-user", "pseudo-user", "none"] = "clip-user",
+        occupancy: Literal["public", "private"] | pd.DataFrame | None = None,
+        clamp: bool = False,
+        beta: float = 0.05,
+        order_by: str | None = None,
+        rng: BitSource | None = None,
+        public_cells: Any = None,
+        max_cells: int | None = None,
+        max_per_cell: int | None = None,
+        salt: str | None = None,
+        kappa: float = KAPPA,
+        split: tuple[float, float] = (0.5, 0.5),
+        error_cap: float | None = None,
+        protect_worst_grid: bool = True,
+        rollback_incomplete_stage: bool = False,
+    ) -> gpd.GeoDataFrame:
+        """Release the mean and variance of ``value`` per H3 cell, under user-level ε-DP.
 
-        Parameters and examples: :func:`gpframe.queries.grid_stats_frame.grid_stats`.
+        A central-DP query on the session's central budget: a user with many samples in a cell
+        would dominate its sensitivity, so Clip-User first drops some of the heaviest users'
+        cell contributions where that lowers the error, then each cell's mean and variance are
+        released with discrete Laplace noise ("On Improving the Composition Privacy Loss in
+        Differential Privacy for Fixed Estimation Error").
+
+        Parameters
+        ----------
+        value : str
+            Numeric column to summarise.
+        bounds : (L, U)
+            Public interval containing every value (chosen without looking at the data).
+        epsilon : float
+            Central ε per statistic per cell (the mean and the variance each get ε).
+        cells : int or str
+            H3 resolution, or the name of a column of H3 cells (str or int).
+        clip : {"clip-user", "pseudo-user", "none"}
+            Suppression before release.
+        occupancy : "public", "private" or DataFrame
+            Required. ``"public"`` acknowledges that who has samples in which cell is public;
+            a DataFrame (user, cell, count) is the public occupancy, checked against the data;
+            ``"private"`` bounds each user's contribution instead (needs ``max_cells`` and
+            ``max_per_cell``) and releases noisy counts too.
+        clamp : bool
+            Clamp values outside [L, U] (otherwise they are an error).
+        beta : float
+            Failure probability of each cell's error bounds, in (0, 1).
+        order_by : str, optional
+            Column giving each user's canonical sample order (default: row order).
+        rng : BitSource, optional
+            Randomness source; None is the OS CSPRNG.
+        public_cells : list of H3 cells or shapely geometry, optional
+            ``occupancy="private"`` only: the cells to release, or an area (input CRS) whose
+            covering cells at resolution ``cells`` are released.
+        max_cells : int, optional
+            ``occupancy="private"`` only: the cap on the cells one user contributes to.
+        max_per_cell : int, optional
+            ``occupancy="private"`` only: the cap on one user's samples per cell.
+        salt : str, optional
+            ``occupancy="private"`` only: key of the public cell-selection hash.
+        kappa : float
+            Weight of the noise in Clip-User's error metric (default √2); never affects privacy.
+        split : (float, float)
+            Shares of the per-cell ε for the mean and the variance.
+        error_cap : float, optional
+            Clip-User's acceptance cap on the error (default: the baseline's worst error).
+        protect_worst_grid : bool
+            Clip-User never makes the worst cell worse.
+        rollback_incomplete_stage : bool
+            Undo a Clip-User stage that did not finish.
+
+        Returns
+        -------
+        geopandas.GeoDataFrame
+            One row per cell (index: the H3 cell), hexagons in the input CRS, with ``mean``,
+            ``variance``, their error bounds and ``released``. ``attrs["geopriv"]`` is the
+            :class:`~gpframe.queries.grid_stats_frame.GridStatsResult` (a published view: no user
+            ids, no per-user charges; the curator reads those with ``session.report(...)``).
+
+        See Also
+        --------
+        gpframe.queries.grid_stats_frame.grid_stats : the implementation (noise, charges).
+
+        Examples
+        --------
+        >>> import gpframe as gp, numpy as np, pandas as pd
+        >>> df = pd.DataFrame({"u": np.repeat(np.arange(40), 3),
+        ...                    "x": 500_000.0 + np.tile([0.0, 10.0, 20.0], 40),
+        ...                    "y": 4_500_000.0 + np.arange(120.0),
+        ...                    "speed": np.tile([3.0, 5.0, 7.0], 40)})
+        >>> session = gp.Session(central=gp.DP(epsilon=10.0))
+        >>> bound = df.geopriv(session, user="u", x="x", y="y", crs="EPSG:32618")
+        >>> out = bound.grid_stats(value="speed", bounds=(0, 30), epsilon=1.0, cells=7,
+        ...                        occupancy="public")
+        >>> len(out), int(out["n_samples"].sum())
+        (1, 120)
+        >>> print("mean speed:", out["mean"].iloc[0])  # noisy: about 5  # doctest: +ELLIPSIS
+        mean speed: ...
         """
         from gpframe.queries.grid_stats_frame import grid_stats
 
-        return grid_stats(self, **kwargs)
+        return grid_stats(
+            self, value=value, bounds=bounds, epsilon=epsilon, cells=cells, clip=clip,
+            occupancy=occupancy, clamp=clamp, beta=beta, order_by=order_by, rng=rng,
+            public_cells=public_cells, max_cells=max_cells, max_per_cell=max_per_cell, salt=salt,
+            kappa=kappa, split=split, error_cap=error_cap, protect_worst_grid=protect_worst_grid,
+            rollback_incomplete_stage=rollback_incomplete_stage,
+        )  # fmt: skip
 
-    def knn(self, point: Any, k: int, **kwargs: Any) -> Any:
-        """Each user's k private nearest neighbours to ``point`` among their own points (k-PNN).
+    def knn(
+        self,
+        point: QueryPoint,
+        k: int,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        compat: Literal["reference"] | None = None,
+        gamma0: float | None = None,
+        scan_order: Literal["random", "input"] | None = None,
+        max_cycles: int = 1000,
+        beta: float = 0.05,
+        rng: BitSource | None = None,
+    ) -> pd.DataFrame:
+        """Select each user's k private nearest neighbours of ``point`` among the user's rows.
 
-        concentrated-geo-privacy.md §7. Parameters: :func:`gpframe.queries.knn_frame.knn`.
+        k-PNN ("Concentrated Geo-Privacy", private nearest neighbours): it releases which of a
+        user's rows are (approximately) nearest, never a coordinate.
+
+        Parameters
+        ----------
+        point : shapely Point, (x, y) or one-row GeoSeries
+            The public query point, in the data's CRS unless a GeoSeries brings its own.
+        k : int
+            Neighbours per user (a user with fewer rows gets all of them, ranked).
+        rho : float, optional
+            Each user's budget on a CGP session, m⁻².
+        eps : float, optional
+            Each user's budget on a GP session, m⁻¹. Exactly one of ``rho`` / ``eps``.
+        compat : {"reference"}, optional
+            Reproduce the paper's reference implementation (input-order scan, its threshold).
+        gamma0 : float, optional
+            Public shift of the scan's threshold, in units of the noise scale b = 3/ε of one
+            nearest-neighbour call (default 0; ``compat="reference"`` uses −2).
+        scan_order : {"random", "input"}, optional
+            Order in which a user's rows are scanned.
+        max_cycles : int
+            Cap on the scan cycles.
+        beta : float
+            Failure probability of the reported error bound, in (0, 1).
+        rng : BitSource, optional
+            Randomness source; None is the OS CSPRNG.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per selected row, sorted by user then rank: the index holds the selected
+            rows' labels, then the declared-public columns (``public=``; by default the user
+            column) and ``knn_rank`` (1 = first selected). No coordinate of a true point.
+            ``attrs["geopriv"]`` is the :class:`~gpframe.queries.knn_frame.KnnResult`.
+
+        See Also
+        --------
+        gpframe.queries.knn_frame.knn : the implementation (noise, charges).
+
+        Examples
+        --------
+        >>> import gpframe as gp, pandas as pd
+        >>> df = pd.DataFrame({"boat": [1, 1, 1, 2],
+        ...                    "x": [500_000.0, 500_050.0, 509_000.0, 500_010.0],
+        ...                    "y": [4_500_000.0] * 4})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> bound = df.geopriv(session, user="boat", x="x", y="y", crs="EPSG:32618")
+        >>> out = bound.knn((500_000.0, 4_500_000.0), 2, rho=1e-4)
+        >>> list(out.columns), out["knn_rank"].tolist(), session.spent().tolist()
+        (['boat', 'knn_rank'], [1, 2, 1], [0.0001, 0.0001])
+        >>> out.index.tolist()      # which rows: noisy  # doctest: +ELLIPSIS
+        [...]
         """
         from gpframe.queries.knn_frame import knn
 
-        return knn(self, point, k, **kwargs)
+        return knn(
+            self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
+            scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng,
+        )  # fmt: skip
 
-    def convex_hull(self, **kwargs: Any) -> Any:
-        """One private convex hull per user (PCH, concentrated-geo-privacy.md §8).
+    def convex_hull(
+        self,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        beta: float = 0.1,
+        k: int | None = None,
+        alpha: float = 0.92,
+        k_rule: Literal["reference", "consistent"] = "reference",
+        radius_floor_m: float = 10.0,
+        rng: BitSource | None = None,
+    ) -> gpd.GeoDataFrame:
+        """Release one private convex hull of each user's points.
 
-        Parameters: :func:`gpframe.queries.knn_frame.convex_hull`.
+        The private convex hull of "Concentrated Geo-Privacy": a noisy centre and radius, k
+        anchors on a circle around them, a private nearest neighbour for each anchor, and the
+        hull of those released points.
+
+        Parameters
+        ----------
+        rho : float, optional
+            Each user's budget on a CGP session, m⁻².
+        eps : float, optional
+            Each user's budget on a GP session, m⁻¹. Exactly one of ``rho`` / ``eps``.
+        beta : float
+            Failure probability of the radius enlargement and of the reported error.
+        k : int, optional
+            Anchors per user; None picks k from the noisy radius (``k_rule``, in [16, 128]).
+        alpha : float
+            Share of the hull stage's budget spent on the anchors' nearest neighbours.
+        k_rule : {"reference", "consistent"}
+            How k follows from the noisy radius: as in the authors' code, or from the paper's
+            error bound with consistent exponents. k changes the accuracy only, never privacy.
+        radius_floor_m : float
+            Smallest radius used, in metres.
+        rng : BitSource, optional
+            Randomness source; None is the OS CSPRNG.
+
+        Returns
+        -------
+        geopandas.GeoDataFrame
+            One row per admitted user (index: user id): ``geometry`` (the hull, input CRS),
+            ``k``, ``radius_m``, ``error_m``, ``fallback``; ``attrs["geopriv"]`` is the
+            :class:`~gpframe.queries.knn_frame.HullResult`.
+
+        See Also
+        --------
+        gpframe.queries.knn_frame.convex_hull : the implementation (budget split, charges).
+
+        Examples
+        --------
+        >>> import gpframe as gp, numpy as np, pandas as pd
+        >>> grid = np.arange(300.0)
+        >>> df = pd.DataFrame({"u": np.repeat([1, 2], 300),
+        ...                    "x": 500_000 + np.tile(grid * 7 % 2000, 2),
+        ...                    "y": 4_500_000 + np.tile(grid * 13 % 2000, 2)})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-2))
+        >>> bound = df.geopriv(session, user="u", x="x", y="y", crs="EPSG:32618")
+        >>> hulls = bound.convex_hull(rho=1e-3)
+        >>> hulls.index.tolist(), session.spent().tolist()
+        ([1, 2], [0.001, 0.001])
+        >>> hulls.geometry.iloc[0].wkt      # noisy  # doctest: +ELLIPSIS
+        'POLYGON ((...))'
         """
         from gpframe.queries.knn_frame import convex_hull
 
-        return convex_hull(self, **kwargs)
+        return convex_hull(
+            self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,
+            radius_floor_m=radius_floor_m, rng=rng,
+        )  # fmt: skip
 
-    def nearest_users(self, point: Any, k: int, **kwargs: Any) -> Any:
-        """Find the k users nearest to ``point`` (adaptive-budgeting.md §5.3, Algorithm 8).
+    def nearest_users(
+        self,
+        point: QueryPoint,
+        k: int,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        method: Literal["pt", "dist", "pt-elim", "dist-elim"] = "dist-elim",
+        rounds: int = 10,
+        split: Literal["doubling", "even"] = "doubling",
+        beta: float = 0.1,
+        component: Component = None,
+        reduce: Literal["first", "last"] | None = None,
+        rng: BitSource | None = None,
+    ) -> NearestResult:
+        """Find the k users nearest to ``point``, one point per user, privately.
 
-        Parameters: :func:`gpframe.queries.knn_frame.nearest_users`.
+        The users' distances to ``point`` are privatized; with ``*-elim`` the users clearly
+        among or clearly outside the k nearest are decided early and pay less (Adaptive
+        Privacy Budgeting, the k-nearest-users algorithm).
+
+        Parameters
+        ----------
+        point : shapely Point, (x, y) or one-row GeoSeries
+            The public query point, in the data's CRS unless a GeoSeries brings its own.
+        k : int
+            How many users to find.
+        rho : float, optional
+            Allocation per user on a CGP session, m⁻².
+        eps : float, optional
+            Allocation per user on a GP session, m⁻¹. Exactly one of ``rho`` / ``eps``.
+        method : {"dist-elim", "pt-elim", "dist", "pt"}
+            Privatize the distance or the point, once or with elimination.
+        rounds : int
+            Elimination rounds (``*-elim`` only).
+        split : {"doubling", "even"}
+            How the allocation is divided between the rounds.
+        beta : float
+            Failure probability (half for the eliminations, half for the final selection).
+        component : None, (column, value), callable, "first", "last", gp.First or gp.Last
+            Which row is each user's point (as in :meth:`range_count`).
+        reduce : {"first", "last"}, optional
+            Keep the first / last row of a user with several rows in the component.
+        rng : BitSource, optional
+            Randomness source; None is the OS CSPRNG.
+
+        Returns
+        -------
+        NearestResult
+            ``value`` the k user ids (nearest first), the per-user charges (users dropped
+            early pay less: ``saved``) and the error bound.
+
+        See Also
+        --------
+        gpframe.queries.knn_frame.nearest_users : the implementation (noise, charges).
+
+        Examples
+        --------
+        >>> import gpframe as gp, pandas as pd
+        >>> df = pd.DataFrame({"boat": [1, 2, 3, 4],
+        ...                    "x": [500_000.0, 500_010.0, 530_000.0, 560_000.0],
+        ...                    "y": [4_500_000.0] * 4})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-2))
+        >>> bound = df.geopriv(session, user="boat", x="x", y="y", crs="EPSG:32618")
+        >>> res = bound.nearest_users((500_000.0, 4_500_000.0), 2, rho=1e-3)
+        >>> sorted(res.value), res.saved > 0
+        ([1, 2], True)
         """
         from gpframe.queries.knn_frame import nearest_users
 
-        return nearest_users(self, point, k, **kwargs)
+        return nearest_users(
+            self, point, k, rho=rho, eps=eps, method=method, rounds=rounds, split=split,
+            beta=beta, component=component, reduce=reduce, rng=rng,
+        )  # fmt: skip
 
     def privatize(
         self,
@@ -323,8 +877,8 @@ class GeoPriv:
         per: Literal["user", "point"] = "user",
         beta: float = 0.05,
         progress: bool | None = None,
-        rng: Any = None,
-    ) -> Any:
+        rng: BitSource | None = None,
+    ) -> gpd.GeoDataFrame:
         """Release a noisy copy of every point (concentrated-geo-privacy.md §6).
 
         Spec: §6.1 GP Basic (``eps=``), §6.2 CGP Basic (``rho=``), §6.3 contract;
@@ -397,8 +951,8 @@ class GeoPriv:
         # refuse an insecure or foreign rng before the reservation: the sampler would only
         # refuse it after the users were reserved, and so charged in full
         rng = resolve_rng(rng)
-        mode, amount = _one_amount(eps, rho)
-        _pv.check_amount(mode, per, amount)
+        kind, amount = _one_amount(eps, rho)
+        _pv.check_amount(kind, per, amount)
         if isinstance(beta, bool) or not (
             isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
         ):
@@ -415,18 +969,18 @@ class GeoPriv:
             from gpframe.release import check_reserved
 
             check_reserved(self.public, ["geometry"], "privatize")
-        _preflight(mode, amount, per, counts, float(p.scale_max))
+        _preflight(kind, amount, per, counts, float(p.scale_max))
 
         fkind = filter_kind(self.session)
         ledger = self.session.ledger
         # Allocations straight in int64 ledger units: one exact conversion of the amount, then
         # ceil(n * units) vectorised (the same units reserve() computes from n x amount).
         alloc_units, too_big = ledger.units_for(
-            "metric", amount, np.ones(n_users, np.int64) if per == "user" else counts, kind=mode
+            "metric", amount, np.ones(n_users, np.int64) if per == "user" else counts, kind=kind
         )
         users = ledger_keys(uniques)
         params = {
-            mode_param(mode): float(amount),
+            amount_keyword(kind): float(amount),
             "per": per,
             "beta": float(beta),
             "n_points": len(p),
@@ -444,7 +998,7 @@ class GeoPriv:
                 p.xy,
                 codes,
                 n_users,
-                mode=mode,  # type: ignore[arg-type]
+                kind=kind,  # type: ignore[arg-type]
                 amount=amount,
                 per=per,
                 admitted=admitted,
@@ -455,7 +1009,7 @@ class GeoPriv:
             )
             # Actual charges, in ledger units of the filter, from the mechanisms' guarantees:
             # one conversion per sampler call (per distinct amount), never per user.
-            actual_units, actual_f = _actual_units(ledger, fkind, mode, per, out, counts, n_users)
+            actual_units, actual_f = _actual_units(ledger, fkind, kind, per, out, counts, n_users)
             over = actual_units > np.where(admitted, r.allocation_units, 0)
             if over.any():
                 i = int(np.flatnonzero(over)[0])
@@ -468,7 +1022,7 @@ class GeoPriv:
         alloc_f = _unit_floats(ledger, alloc_units)
         frame = _build_output(self.frame, p, out.xy, out.released, self.public)
         result = _make_result(
-            mode=mode,
+            kind=kind,
             amount=amount,
             per=per,
             beta=float(beta),
@@ -491,7 +1045,7 @@ _UNITS_MAX = 2**63 - 1
 
 
 def _actual_units(
-    ledger: Any, fkind: str, mode: str, per: str, out: Any, counts: np.ndarray, n_users: int
+    ledger: Any, fkind: str, kind: str, per: str, out: Any, counts: np.ndarray, n_users: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each user's actual charge as (int64 ledger units, float in the filter's units).
 
@@ -506,15 +1060,15 @@ def _actual_units(
     for users_arr, point_charge in out.charge_groups:
         n_u = counts[users_arr]
         if per == "point":
-            u, big = ledger.units_for("metric", point_charge, n_u, kind=mode)
-            c = charge_for(fkind, mode, point_charge)
+            u, big = ledger.units_for("metric", point_charge, n_u, kind=kind)
+            c = charge_for(fkind, kind, point_charge)
             for n in np.unique(n_u).tolist():
                 floats[users_arr[n_u == n]] = float(c * int(n))
         else:  # one group per distinct n
             n = int(n_u[0])
             u, big = ledger.units_for("metric", point_charge * n, np.ones(n_u.size, np.int64),
-                                      kind=mode)  # fmt: skip
-            floats[users_arr] = float(charge_for(fkind, mode, point_charge * n))
+                                      kind=kind)  # fmt: skip
+            floats[users_arr] = float(charge_for(fkind, kind, point_charge * n))
         if big.any():
             raise GpframeInternalError("a privatize charge does not fit the ledger's units.")
         units[users_arr] = u
@@ -528,9 +1082,9 @@ def _unit_floats(ledger: Any, units: np.ndarray) -> np.ndarray:
     return np.array([float(lu.to_fraction(int(v))) for v in uniq.tolist()])[inv]
 
 
-def mode_param(mode: str) -> str:
-    """Return the keyword of a mode's amount: ``eps`` for GP, ``rho`` for CGP."""
-    return "eps" if mode == "gp" else "rho"
+def amount_keyword(kind: str) -> str:
+    """Return the keyword of a kind's amount: ``eps`` for GP, ``rho`` for CGP."""
+    return "eps" if kind == "gp" else "rho"
 
 
 def _one_amount(eps: object, rho: object) -> tuple[str, Fraction]:
@@ -554,7 +1108,7 @@ def _check_coordinates(xy: np.ndarray) -> None:
         )
 
 
-def _preflight(mode: str, amount: Fraction, per: str, counts: np.ndarray, scale_max: float) -> None:
+def _preflight(kind: str, amount: Fraction, per: str, counts: np.ndarray, scale_max: float) -> None:
     """Run the mechanisms' exact calibration for every per-point amount before any reservation.
 
     The calibration raises ``InvalidInputError`` for amounts outside the supported ranges
@@ -566,7 +1120,7 @@ def _preflight(mode: str, amount: Fraction, per: str, counts: np.ndarray, scale_
         part = amount / n
         # the wrapper's full check (range, calibration, largest noise scale), not only the
         # calibration: anything it would refuse after reserve() must be refused here
-        _pv.check_point_amount(mode, part / k if mode == "gp" else part / (k * k))
+        _pv.check_point_amount(kind, part / k if kind == "gp" else part / (k * k))
 
 
 def _build_output(

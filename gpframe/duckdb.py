@@ -361,7 +361,7 @@ def _privatize_batch(
                 xy if sel is None else xy[sel],
                 codes if sel is None else codes[sel],
                 n_users,
-                mode=mode,  # type: ignore[arg-type]
+                kind=mode,  # type: ignore[arg-type]
                 amount=a,
                 per="point",
                 admitted=admitted,

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from gpframe.errors import InvalidInputError
-from gpframe.queries.clip_user import ClipUserPlan, Occupancy
+from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
 from gpframe.results import Result, _fmt
 
 __all__ = ["CLIPS", "GridStatsResult", "grid_stats", "h3_cells"]
@@ -279,7 +279,11 @@ def grid_stats(
     max_cells: int | None = None,
     max_per_cell: int | None = None,
     salt: str | None = None,
-    **plan_options: Any,
+    kappa: float = KAPPA,
+    split: tuple[float, float] = (0.5, 0.5),
+    error_cap: float | None = None,
+    protect_worst_grid: bool = True,
+    rollback_incomplete_stage: bool = False,
 ) -> Any:
     """Private mean and variance of ``value`` per H3 cell under user-level ε-DP (clip-user.md).
 
@@ -319,8 +323,8 @@ def grid_stats(
         ``occupancy="private"`` only (required there): the contribution caps per user.
     salt : str, optional
         ``occupancy="private"`` only: key of the public cell-selection hash (default constant).
-    **plan_options
-        kappa, split, error_cap, protect_worst_grid, rollback_incomplete_stage (spec §7.1).
+    kappa, split, error_cap, protect_worst_grid, rollback_incomplete_stage
+        Options of Clip-User (:func:`gpframe.queries.clip_user.clip_user_plan`; its defaults).
 
     Returns
     -------
@@ -382,6 +386,9 @@ def grid_stats(
                 f"order_by={order_by!r} must be a column without missing values. {_NOTHING}"
             )
         order = frame[order_by].to_numpy()
+    plan_options = {"kappa": kappa, "split": split, "error_cap": error_cap,
+                    "protect_worst_grid": protect_worst_grid,
+                    "rollback_incomplete_stage": rollback_incomplete_stage}  # fmt: skip
     cell_keys = _cell_keys(frame, cells, p)
     users = np.asarray(p.users)
     if isinstance(occupancy, str) and occupancy == "private":

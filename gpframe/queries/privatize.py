@@ -40,7 +40,7 @@ from numpy.typing import NDArray
 from gpframe.errors import GpframeInternalError, InvalidInputError
 
 __all__ = [
-    "MODES",
+    "KINDS",
     "PERS",
     "PrivatizeArrays",
     "allocations",
@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 #: the privacy notions privatize runs under: GP (eps, planar Laplace) or CGP (rho, Gaussian)
-MODES = ("gp", "cgp")
+KINDS = ("gp", "cgp")
 #: how a user's amount is spent over their points
 PERS = ("user", "point")
 
@@ -78,17 +78,17 @@ def _fmt(x: Fraction) -> str:
         return f"about 10**{len(str(int(x))) - 1}"
 
 
-def check_amount(mode: str, per: str, amount: Fraction) -> None:
-    """Validate the mode, the per option and the amount before anything touches the ledger.
+def check_amount(kind: str, per: str, amount: Fraction) -> None:
+    """Validate the kind, the per option and the amount before anything touches the ledger.
 
     >>> check_amount("gp", "user", Fraction(1, 10))
     >>> check_amount("dp", "user", Fraction(1, 10))
     Traceback (most recent call last):
     ...
-    gpframe.errors.InvalidInputError: mode='dp' is not one of 'gp', 'cgp'. Nothing was charged.
+    gpframe.errors.InvalidInputError: kind='dp' is not one of 'gp', 'cgp'. Nothing was charged.
     """
-    if mode not in MODES:
-        raise InvalidInputError(f"mode={mode!r} is not one of 'gp', 'cgp'. Nothing was charged.")
+    if kind not in KINDS:
+        raise InvalidInputError(f"kind={kind!r} is not one of 'gp', 'cgp'. Nothing was charged.")
     if per not in PERS:
         raise InvalidInputError(
             f"per={per!r} is not one of 'user', 'point'. Use per='user' to split a user's amount "
@@ -96,16 +96,16 @@ def check_amount(mode: str, per: str, amount: Fraction) -> None:
             "Nothing was charged."
         )
     if not isinstance(amount, Fraction) or amount <= 0:
-        name = "eps" if mode == "gp" else "rho"
+        name = "eps" if kind == "gp" else "rho"
         raise InvalidInputError(f"{name}={amount!r} must be > 0. Nothing was charged.")
-    if mode == "gp" and amount > EPS_MAX:
+    if kind == "gp" and amount > EPS_MAX:
         raise InvalidInputError(
             f"eps={_fmt(amount)} per metre is above the supported maximum {int(EPS_MAX)} "
             "(noise below 2 cm). Lower eps. Nothing was charged."
         )
 
 
-def check_point_amount(mode: str, part: Fraction, *, name: str | None = None) -> None:
+def check_point_amount(kind: str, part: Fraction, *, name: str | None = None) -> None:
     """Run the wrapper's full parameter check for one per-point amount, before any reservation.
 
     ``part`` is in the mechanism's units (ε per projected metre for GP, ρ per m² for CGP), i.e.
@@ -129,8 +129,8 @@ def check_point_amount(mode: str, part: Fraction, *, name: str | None = None) ->
         sqrt_up,
     )
 
-    label = name or ("eps" if mode == "gp" else "rho")
-    if mode == "gp":
+    label = name or ("eps" if kind == "gp" else "rho")
+    if kind == "gp":
         # the wrapper's own range check: the calibration alone coarsens the lattice without
         # bound, so an ε below 2**-40 would pass it and only fail inside planar_laplace
         check_eps(part, label)
@@ -298,7 +298,7 @@ def privatize_points(
     codes: NDArray[np.integer],
     n_users: int,
     *,
-    mode: Literal["gp", "cgp"],
+    kind: Literal["gp", "cgp"],
     amount: Fraction,
     per: Literal["user", "point"] = "user",
     admitted: NDArray[np.bool_] | Sequence[bool] | None = None,
@@ -321,7 +321,7 @@ def privatize_points(
         The user code of each row, in 0 .. n_users-1.
     n_users : int
         Number of users.
-    mode : {"gp", "cgp"}
+    kind : {"gp", "cgp"}
         GP (``amount`` is ε per metre, planar lattice Laplace) or CGP (``amount`` is ρ per m²,
         lattice Gaussian).
     amount : Fraction
@@ -364,7 +364,7 @@ def privatize_points(
     Examples
     --------
     >>> xy = np.array([[0.0, 0.0], [10.0, 0.0], [500.0, 500.0]])
-    >>> out = privatize_points(xy, np.array([0, 0, 1]), 2, mode="cgp",
+    >>> out = privatize_points(xy, np.array([0, 0, 1]), 2, kind="cgp",
     ...                        amount=Fraction(1, 10_000), per="user")
     >>> out.charges
     [Fraction(1, 10000), Fraction(1, 10000)]
@@ -375,7 +375,7 @@ def privatize_points(
     """
     from gpframe.mechanisms import error_bound, gaussian_cgp, planar_laplace
 
-    check_amount(mode, per, amount)
+    check_amount(kind, per, amount)
     if not (0.0 < float(beta) < 1.0):
         raise InvalidInputError(f"beta={beta!r} must be in (0, 1). Nothing was charged.")
     xy = np.asarray(xy_m, dtype=np.float64)
@@ -417,7 +417,7 @@ def privatize_points(
     if progress_enabled(progress) and len(keys) > 1:
         from tqdm.auto import tqdm
 
-        iterator = tqdm(keys, desc=f"privatize ({mode})", unit="call", leave=False)
+        iterator = tqdm(keys, desc=f"privatize ({kind})", unit="call", leave=False)
 
     n_calls = 0
     releases: list[Any] = []
@@ -428,8 +428,8 @@ def privatize_points(
         part = amount / int(key) if per == "user" else amount
         # callers preflight this before reserving; repeated here so that a direct call never
         # draws noise that cannot be released
-        check_point_amount(mode, part / k if mode == "gp" else part / (k * k))
-        if mode == "gp":
+        check_point_amount(kind, part / k if kind == "gp" else part / (k * k))
+        if kind == "gp":
             rel = planar_laplace(xy[rows], eps=part / k, rng=rng)
             to_ground = k
         else:
@@ -437,9 +437,9 @@ def privatize_points(
             to_ground = k * k
         n_calls += 1
         guarantees.append(rel.guarantee)
-        if rel.guarantee.kind != mode:
+        if rel.guarantee.kind != kind:
             raise GpframeInternalError(
-                f"privatize asked for a {mode} release and got a {rel.guarantee.kind} guarantee."
+                f"privatize asked for a {kind} release and got a {rel.guarantee.kind} guarantee."
             )
         point_charge = _to_fraction(rel.guarantee.amount) * to_ground
         if point_charge > part:
@@ -481,7 +481,7 @@ def privatize_points(
 
 def make_privatize_result(
     *,
-    mode: str,
+    kind: str,
     amount: Fraction,
     per: str,
     beta: float,
@@ -515,7 +515,7 @@ def make_privatize_result(
         alloc = pd.Series(_floats(allocations, adm), index=index)
     g = None
     params = {
-        ("eps" if mode == "gp" else "rho"): float(amount),
+        ("eps" if kind == "gp" else "rho"): float(amount),
         "per": per,
         "beta": beta,
         "n_points": int(np.sum(counts)),
@@ -536,7 +536,7 @@ def make_privatize_result(
         value=out.xy,
         error=None if math.isnan(out.max_error_all_m) else float(out.max_error_all_m),
         confidence=1.0 - beta,
-        mechanism="planar_laplace" if mode == "gp" else "gaussian_cgp",
+        mechanism="planar_laplace" if kind == "gp" else "gaussian_cgp",
         params=params,
         kind=fkind,
         metric=("floor", r_min),

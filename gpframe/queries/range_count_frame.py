@@ -48,9 +48,12 @@ class Last:
     """Component rule: each user's last row by the time column ``column``, before ``before``.
 
     "The user's last fix before τ" reads timestamps only, never locations (spec §7 pitfall 10).
-    Users without a row before ``before`` are not asked (they are not in the count).
+    Users without a row before ``before`` are not asked (they are not in the count). Exported
+    as ``gp.Last``; pass it as ``component=`` of ``range_count``, ``kde``, ``kde_raster`` and
+    ``nearest_users``.
 
-    >>> Last("time", before="2020-12-02 12:00")
+    >>> import gpframe as gp
+    >>> gp.Last("time", before="2020-12-02 12:00")
     Last(column='time', before='2020-12-02 12:00')
     """
 
@@ -60,7 +63,15 @@ class Last:
 
 @dataclass(frozen=True)
 class First:
-    """Component rule: each user's first row by the time column ``column``, at/after ``after``."""
+    """Component rule: each user's first row by the time column ``column``, at/after ``after``.
+
+    Users without a row at or after ``after`` are not asked. Exported as ``gp.First``; pass it
+    as ``component=`` of ``range_count``, ``kde``, ``kde_raster`` and ``nearest_users``.
+
+    >>> import gpframe as gp
+    >>> gp.First("time", after="2020-12-02 06:00")
+    First(column='time', after='2020-12-02 06:00')
+    """
 
     column: str
     after: Any = None
@@ -79,7 +90,7 @@ def _time_column(frame: pd.DataFrame, column: str | None, what: str) -> str:
         found = ", ".join(map(repr, cands)) or "none"
         raise InvalidInputError(
             f"component={what!r} needs one time column; found {found}. Name it: "
-            f"component=gpframe.queries.range_count_frame.{what.title()}('time'). {_NOTHING}"
+            f"component=gp.{what.title()}('time'). {_NOTHING}"
         )
     return str(cands[0])
 

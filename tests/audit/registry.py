@@ -406,7 +406,7 @@ def privatize_case(
             _repeat(x, n),
             np.arange(n),
             n,
-            mode=mode,
+            kind=mode,
             amount=Fraction(amount),
             per="user",
             scale_max=k,

@@ -33,22 +33,22 @@ def test_allocations_per_point_are_n_times_amount():
     ]
 
 
-@pytest.mark.parametrize("mode", ["gp", "cgp"])
-def test_per_user_charges_amount_and_groups_calls_by_point_count(mode):
+@pytest.mark.parametrize("kind", ["gp", "cgp"])
+def test_per_user_charges_amount_and_groups_calls_by_point_count(kind):
     xy, codes = _data([2, 2, 5, 1])
     out = privatize_points(
-        xy, codes, 4, mode=mode, amount=Fraction(1, 1000), per="user", rng=seeded_rng(1)
+        xy, codes, 4, kind=kind, amount=Fraction(1, 1000), per="user", rng=seeded_rng(1)
     )
     assert out.charges == [Fraction(1, 1000)] * 4
     assert out.n_calls == 3  # n = 1, 2, 5
     assert out.released.all() and np.isfinite(out.xy).all()
 
 
-@pytest.mark.parametrize("mode", ["gp", "cgp"])
-def test_per_point_charges_n_times_amount_in_one_call(mode):
+@pytest.mark.parametrize("kind", ["gp", "cgp"])
+def test_per_point_charges_n_times_amount_in_one_call(kind):
     xy, codes = _data([2, 2, 5, 1])
     out = privatize_points(
-        xy, codes, 4, mode=mode, amount=Fraction(1, 1000), per="point", rng=seeded_rng(2)
+        xy, codes, 4, kind=kind, amount=Fraction(1, 1000), per="point", rng=seeded_rng(2)
     )
     assert out.charges == [
         Fraction(2, 1000),
@@ -66,7 +66,7 @@ def test_scale_max_divides_eps_and_charges_ground_amount():
         xy,
         codes,
         1,
-        mode="gp",
+        kind="gp",
         amount=Fraction(1, 100),
         per="user",
         scale_max=1.25,
@@ -82,7 +82,7 @@ def test_not_admitted_users_get_nan_and_zero_charge():
         xy,
         codes,
         2,
-        mode="cgp",
+        kind="cgp",
         amount=Fraction(1, 1000),
         admitted=np.array([True, False]),
         rng=seeded_rng(4),
@@ -95,8 +95,8 @@ def test_not_admitted_users_get_nan_and_zero_charge():
 
 def test_same_seed_gives_identical_points():
     xy, codes = _data([4, 4])
-    a = privatize_points(xy, codes, 2, mode="gp", amount=Fraction(1, 10), rng=seeded_rng(5))
-    b = privatize_points(xy, codes, 2, mode="gp", amount=Fraction(1, 10), rng=seeded_rng(5))
+    a = privatize_points(xy, codes, 2, kind="gp", amount=Fraction(1, 10), rng=seeded_rng(5))
+    b = privatize_points(xy, codes, 2, kind="gp", amount=Fraction(1, 10), rng=seeded_rng(5))
     assert np.array_equal(a.xy, b.xy)
 
 
@@ -104,7 +104,7 @@ def test_error_bound_grows_with_point_count_as_spec_6_2():
     """CGP Basic: per-user bound ~ sqrt(n ln(n/beta)/rho) (continuous oracle, within 1 %)."""
     xy, codes = _data([1, 100])
     out = privatize_points(
-        xy, codes, 2, mode="cgp", amount=Fraction(1, 10_000), beta=0.05, rng=seeded_rng(6)
+        xy, codes, 2, kind="cgp", amount=Fraction(1, 10_000), beta=0.05, rng=seeded_rng(6)
     )
     for n, bound in zip([1, 100], out.max_error_m, strict=True):
         nominal = np.sqrt(n * np.log(n / 0.05) / 1e-4)
@@ -112,7 +112,7 @@ def test_error_bound_grows_with_point_count_as_spec_6_2():
 
 
 @pytest.mark.parametrize(
-    ("mode", "per", "amount"),
+    ("kind", "per", "amount"),
     [
         ("dp", "user", Fraction(1)),
         ("gp", "row", Fraction(1)),
@@ -120,6 +120,6 @@ def test_error_bound_grows_with_point_count_as_spec_6_2():
         ("cgp", "user", Fraction(-1)),
     ],
 )
-def test_bad_parameters_raise_invalid_input(mode, per, amount):
+def test_bad_parameters_raise_invalid_input(kind, per, amount):
     with pytest.raises(InvalidInputError, match="Nothing was charged"):
-        check_amount(mode, per, amount)
+        check_amount(kind, per, amount)
