@@ -848,3 +848,49 @@ def _refuse_sql_grid(ctx: Ctx) -> Any:
     # values above 20 exist: the refusal must not quote one of them (as the accessor's case)
     return gp.duckdb.clip_user(ctx.con, "pings", user="uid", cell="cell", value="val",
                                bounds=(0.0, 20.0), epsilon=0.5, occupancy="public")  # fmt: skip
+
+
+# users with few points: k above a user's number of points (knn ranks all of them) and the
+# convex hull's fallback (a user with n <= k points gets their n points released, noised)
+
+
+def _few_points(ctx: Ctx, n: int = 3) -> pd.DataFrame:
+    """The projected frame with its first user cut to ``n`` points."""
+    f = ctx.data.frame
+    first = f["uid"] == f["uid"].iloc[0]
+    return f[~first | (first.cumsum() <= n)]
+
+
+@case(name="knn/accessor/k-above-points", frontend="accessor", covers=("accessor.knn",),
+      modules=(ACC, QF + "knn_frame", QF + "knn"))  # fmt: skip
+def _knn_few(ctx: Ctx) -> Any:
+    return ctx.bound(_few_points(ctx)).knn(POINT, 5, rho=1e-4, rng=ctx.rng(130))
+
+
+@case(name="convex_hull/accessor/few-points-fallback", frontend="accessor",
+      covers=("accessor.convex_hull",), modules=(ACC, QF + "knn_frame", QF + "hull"))  # fmt: skip
+def _hull_few(ctx: Ctx) -> Any:
+    return ctx.bound(_few_points(ctx)).convex_hull(rho=1e-4, rng=ctx.rng(131))
+
+
+_EMPTY_FIRST = "CASE WHEN uid = '{u}' THEN []::DOUBLE[] ELSE list({c}) END"
+
+
+@case(name="refusal/sql-udf/hull-empty-point-list", frontend="sql-macro",
+      covers=("sql.gp_convex_hull",), modules=("gpframe.duckdb_knn",), **REFUSAL)  # fmt: skip
+def _refuse_sql_hull_empty(ctx: Ctx) -> Any:
+    u = ctx.data.users[0]
+    xs, ys = (_EMPTY_FIRST.format(u=u, c=c) for c in ("x", "y"))
+    return _sql(ctx, f"SELECT uid, gp_convex_hull(uid, {xs}, {ys}, 1e-4) AS hull FROM pings "
+                     "GROUP BY uid")  # fmt: skip
+
+
+@case(name="refusal/sql-udf/knn-gp-empty-point-list", frontend="sql-macro",
+      covers=("sql.gp_knn_gp",), modules=("gpframe.duckdb_knn",), **REFUSAL,
+      **GP_SESSION)  # fmt: skip
+def _refuse_sql_knn_empty(ctx: Ctx) -> Any:
+    qx, qy = POINT
+    u = ctx.data.users[0]
+    xs, ys = (_EMPTY_FIRST.format(u=u, c=c) for c in ("x", "y"))
+    return _sql(ctx, f"SELECT uid, gp_knn_gp(uid, {xs}, {ys}, {qx}, {qy}, 3, 0.01) AS pos "
+                     "FROM pings GROUP BY uid")  # fmt: skip

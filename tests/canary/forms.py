@@ -23,6 +23,8 @@ def _json(obj: Any) -> str:
 
 def result_forms(r: Any, prefix: str = "result") -> dict[str, Any]:
     """The published forms of a Result (and its subclasses: Raster, MonitorResult, ...)."""
+    from gpframe.results import CuratorViewError
+
     out: dict[str, Any] = {}
     d = r.to_dict()
     out[f"{prefix}.to_dict()"] = d
@@ -39,6 +41,15 @@ def result_forms(r: Any, prefix: str = "result") -> dict[str, Any]:
                 out[f"{prefix}.{name}"] = getattr(r, name)
             except Exception as exc:  # a property that cannot be computed publishes nothing
                 out[f"{prefix}.{name}"] = f"<{type(exc).__name__}>"
+    # the per-user / per-region / per-query-point tables (a central result refuses: its
+    # per-user view is the curator's, in the ledger)
+    for name in ("to_frame", "per_user"):
+        fn = getattr(r, name, None)
+        if callable(fn):
+            try:
+                out[f"{prefix}.{name}()"] = fn()
+            except CuratorViewError:
+                pass
     if hasattr(r, "to_xarray"):
         out.update(_xarray_forms(r, prefix))
     if hasattr(r, "to_geotiff"):
