@@ -37,8 +37,16 @@ class Ctx:
 
     data: Dataset
     session: Any
-    con: Any
     seed: int
+    _con: Any = None
+
+    @property
+    def con(self) -> Any:
+        """The DuckDB connection, registered on first use (accessor cases never need one, and
+        registering is most of a context's cost in the neighbouring checks)."""
+        if self._con is None:
+            self._con = _connect(self.data, self.session, self.seed)
+        return self._con
 
     def rng(self, k: int) -> Any:
         from gpframe.testing import seeded_rng
@@ -56,26 +64,32 @@ BUDGETS = ("cgp", "gp")
 
 
 def make_ctx(data: Dataset, seed: int, path: Any = None, budget: str = "cgp") -> Ctx:
-    import duckdb
-
     import gpframe as gp
-    from gpframe.testing import enable_seeded, seeded_rng
+    from gpframe.testing import enable_seeded
 
     enable_seeded()
     metric = gp.CGP(rho=100.0) if budget == "cgp" else gp.GP(eps=10.0)
     session = gp.Session(path, budget=metric, central=gp.DP(epsilon=1e5))
+    return Ctx(data=data, session=session, seed=seed)
+
+
+def _connect(data: Dataset, session: Any, seed: int) -> Any:
+    import duckdb
+    import shapely
+
+    import gpframe as gp
+    from gpframe.testing import seeded_rng
+
     con = duckdb.connect()
     con.execute("SET threads=1")  # one thread: the same batches, so the same draws, every run
     plain = pd.DataFrame(data.frame.drop(columns="geometry"))
     con.register("pings_df", plain)
     con.execute("CREATE TABLE pings AS SELECT * FROM pings_df")
     con.unregister("pings_df")
-    import shapely
-
     con.execute("CREATE TABLE zones AS SELECT 'zone' AS name, ?::BLOB AS wkb",
                 [shapely.to_wkb(shapely.box(*REGION))])  # fmt: skip
     gp.duckdb.register(con, session, rng=seeded_rng(seed * 1000 + 999))
-    return Ctx(data=data, session=session, con=con, seed=seed)
+    return con
 
 
 @dataclass(frozen=True)
@@ -894,3 +908,54 @@ def _refuse_sql_knn_empty(ctx: Ctx) -> Any:
     xs, ys = (_EMPTY_FIRST.format(u=u, c=c) for c in ("x", "y"))
     return _sql(ctx, f"SELECT uid, gp_knn_gp(uid, {xs}, {ys}, {qx}, {qy}, 3, 0.01) AS pos "
                      "FROM pings GROUP BY uid")  # fmt: skip
+
+
+# other input and output shapes: lon/lat input (outputs projected back to degrees), the
+# automatic projection for a raster (the grid must not follow the data's exact box), several
+# regions / query points (a frame value)
+
+
+@case(name="kde_raster/accessor/lonlat-auto-projection", frontend="accessor",
+      covers=("accessor.kde_raster",), modules=(ACC, QF + "kde_frame", "gpframe.geo"))  # fmt: skip
+def _kde_raster_auto(ctx: Ctx) -> Any:
+    d = ctx.data.lonlat.drop(columns=["lon", "lat"])
+    return d.geopriv(ctx.session, user="uid").kde_raster(
+        bandwidth_m=2000.0, cell_m=500.0, rho=1e-6, reduce="last", rng=ctx.rng(140))  # fmt: skip
+
+
+@case(name="convex_hull/accessor/lonlat", frontend="accessor", covers=("accessor.convex_hull",),
+      modules=(ACC, QF + "knn_frame", QF + "hull"))  # fmt: skip
+def _hull_lonlat(ctx: Ctx) -> Any:
+    b = ctx.data.lonlat.geopriv(ctx.session, user="uid", to_crs=CRS_M)
+    return b.convex_hull(rho=1e-4, rng=ctx.rng(141))
+
+
+@case(name="knn/accessor/lonlat", frontend="accessor", covers=("accessor.knn",),
+      modules=(ACC, QF + "knn_frame", QF + "knn"))  # fmt: skip
+def _knn_lonlat(ctx: Ctx) -> Any:
+    b = ctx.data.lonlat.geopriv(ctx.session, user="uid", to_crs=CRS_M, public=["ts"])
+    return b.knn((0.55, 43.44), 3, rho=1e-4, rng=ctx.rng(142))
+
+
+@case(name="range_count/accessor/regions-frame", frontend="accessor",
+      covers=("accessor.range_count",),
+      modules=(ACC, QF + "range_count_frame", QF + "range_count"))  # fmt: skip
+def _range_regions(ctx: Ctx) -> Any:
+    import geopandas as gpd
+    import shapely
+
+    x0, y0, x1, y1 = REGION
+    xm = (x0 + x1) / 2
+    boxes = [shapely.box(x0, y0, xm, y1), shapely.box(xm, y0, x1, y1)]
+    regions = gpd.GeoDataFrame({"name": ["west", "east"]}, geometry=boxes, crs=CRS_M)
+    return ctx.bound().range_count(regions, rho=1e-6, reduce="last", rng=ctx.rng(143))
+
+
+@case(name="kde/accessor/query-points-frame", frontend="accessor", covers=("accessor.kde",),
+      modules=(ACC, QF + "kde_frame", QF + "kde"))  # fmt: skip
+def _kde_points(ctx: Ctx) -> Any:
+    import geopandas as gpd
+
+    at = gpd.GeoSeries(gpd.points_from_xy([POINT[0], POINT[0] + 1000.0], [POINT[1]] * 2),
+                       crs=CRS_M)  # fmt: skip
+    return ctx.bound().kde(at, bandwidth_m=500.0, rho=1e-6, reduce="last", rng=ctx.rng(144))

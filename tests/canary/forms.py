@@ -21,7 +21,7 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, default=str, ensure_ascii=False)
 
 
-def result_forms(r: Any, prefix: str = "result") -> dict[str, Any]:
+def result_forms(r: Any, prefix: str = "result", *, plots: bool = True) -> dict[str, Any]:
     """The published forms of a Result (and its subclasses: Raster, MonitorResult, ...)."""
     from gpframe.results import CuratorViewError
 
@@ -54,7 +54,7 @@ def result_forms(r: Any, prefix: str = "result") -> dict[str, Any]:
         out.update(_xarray_forms(r, prefix))
     if hasattr(r, "to_geotiff"):
         out.update(_geotiff_forms(r, prefix))
-    if callable(getattr(r, "plot", None)):
+    if plots and callable(getattr(r, "plot", None)):
         out[f"{prefix}.plot() text"] = plot_text(r)
     return out
 
@@ -166,7 +166,8 @@ def _parquet_forms(frame: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def frame_forms(frame: pd.DataFrame, *, parquet: bool = True) -> dict[str, Any]:
+def frame_forms(frame: pd.DataFrame, *, parquet: bool = True, plots: bool = True
+                ) -> dict[str, Any]:  # fmt: skip
     """The published forms of a returned (Geo)DataFrame."""
     out: dict[str, Any] = {
         "frame.columns": [str(c) for c in frame.columns],
@@ -181,7 +182,7 @@ def frame_forms(frame: pd.DataFrame, *, parquet: bool = True) -> dict[str, Any]:
         for key, val in frame.attrs.items():
             r = getattr(val, "result", None)
             if r is not None:
-                out.update(result_forms(r, prefix=f"attrs[{key!r}].result"))
+                out.update(result_forms(r, prefix=f"attrs[{key!r}].result", plots=plots))
     if parquet:
         out.update(_parquet_forms(frame))
     return out
@@ -195,16 +196,17 @@ def relation_forms(rel: Any) -> dict[str, Any]:
     return out
 
 
-def forms(out: Any) -> dict[str, Any]:
-    """The published forms of whatever an operation returned."""
+def forms(out: Any, *, plots: bool = True) -> dict[str, Any]:
+    """The published forms of whatever an operation returned (``plots``: with plot text)."""
     from gpframe.results import Result
 
     if isinstance(out, pd.DataFrame):
-        return frame_forms(out)
+        return frame_forms(out, plots=plots)
     if isinstance(out, Result):
-        f = result_forms(out)
+        f = result_forms(out, plots=plots)
         if isinstance(getattr(out, "value", None), pd.DataFrame):
-            f.update({f"result.value {k}": v for k, v in frame_forms(out.value).items()})
+            fv = frame_forms(out.value, plots=plots)
+            f.update({f"result.value {k}": v for k, v in fv.items()})
         return f
     if hasattr(out, "df") and hasattr(out, "columns"):  # duckdb relation
         return relation_forms(out)
