@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import data
 from .data import CRS_M, H3_RES, POINT, REGION, T0, Dataset
 
 LOCAL = frozenset({"user_id", "count"})
@@ -36,8 +37,16 @@ class Ctx:
 
     data: Dataset
     session: Any
-    con: Any
     seed: int
+    _con: Any = None
+
+    @property
+    def con(self) -> Any:
+        """The DuckDB connection, registered on first use (accessor cases never need one, and
+        registering is most of a context's cost in the neighbouring checks)."""
+        if self._con is None:
+            self._con = _connect(self.data, self.session, self.seed)
+        return self._con
 
     def rng(self, k: int) -> Any:
         from gpframe.testing import seeded_rng
@@ -49,26 +58,38 @@ class Ctx:
         return f.geopriv(self.session, user="uid", **kw)
 
 
-def make_ctx(data: Dataset, seed: int, path: Any = None) -> Ctx:
-    import duckdb
+#: the metric budget of each kind of canary session: CGP (the default) and pure GP, whose
+#: filters admit only eps= (Laplace) releases and refuse the rho= (Gaussian) paths
+BUDGETS = ("cgp", "gp")
 
+
+def make_ctx(data: Dataset, seed: int, path: Any = None, budget: str = "cgp") -> Ctx:
     import gpframe as gp
-    from gpframe.testing import enable_seeded, seeded_rng
+    from gpframe.testing import enable_seeded
 
     enable_seeded()
-    session = gp.Session(path, budget=gp.CGP(rho=100.0), central=gp.DP(epsilon=1e5))
+    metric = gp.CGP(rho=100.0) if budget == "cgp" else gp.GP(eps=10.0)
+    session = gp.Session(path, budget=metric, central=gp.DP(epsilon=1e5))
+    return Ctx(data=data, session=session, seed=seed)
+
+
+def _connect(data: Dataset, session: Any, seed: int) -> Any:
+    import duckdb
+    import shapely
+
+    import gpframe as gp
+    from gpframe.testing import seeded_rng
+
     con = duckdb.connect()
     con.execute("SET threads=1")  # one thread: the same batches, so the same draws, every run
     plain = pd.DataFrame(data.frame.drop(columns="geometry"))
     con.register("pings_df", plain)
     con.execute("CREATE TABLE pings AS SELECT * FROM pings_df")
     con.unregister("pings_df")
-    import shapely
-
     con.execute("CREATE TABLE zones AS SELECT 'zone' AS name, ?::BLOB AS wkb",
                 [shapely.to_wkb(shapely.box(*REGION))])  # fmt: skip
     gp.duckdb.register(con, session, rng=seeded_rng(seed * 1000 + 999))
-    return Ctx(data=data, session=session, con=con, seed=seed)
+    return con
 
 
 @dataclass(frozen=True)
@@ -92,6 +113,11 @@ class Case:
     exempt: tuple[str, ...] = ()
     #: skip reason when the operation does not exist on this branch (discovery still sees it)
     missing: Callable[[], str | None] = field(default=lambda: None)
+    #: the session's metric budget: "cgp" or "gp" (a pure-GP session: the eps= variants)
+    budget: str = "cgp"
+    #: a refusal that reserves, then cancels: the attempt stays in the ledger's audit log, so
+    #: the harness checks that nothing was charged or held instead of an unchanged digest
+    audited_refusal: bool = False
 
 
 CASES: list[Case] = []
@@ -486,3 +512,450 @@ def _rel_privatize(ctx: Ctx) -> Any:
     unknown = [k for k in kw if k not in params]
     assert not unknown, f"gp.duckdb.privatize has no keyword(s) {unknown}: update the canary case"
     return fn(ctx.con, "SELECT * FROM pings", **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# the eps= (GP) variants on a pure-GP session: its filters charge eps itself (a CGP session
+# charges eps²/2), and the rho= paths are refused there
+
+GP_SESSION = dict(budget="gp")
+
+
+@case(name="privatize/accessor/gp-session-per-user", frontend="accessor",
+      covers=("accessor.privatize",), modules=(ACC, QF + "privatize"), **GP_SESSION)  # fmt: skip
+def _privatize_gp_user(ctx: Ctx) -> Any:
+    # eps per user: each of n points at eps/n, a mean radius of ~2n/eps (tens of km)
+    return ctx.bound().privatize(eps=1e-3, rng=ctx.rng(101))
+
+
+@case(name="privatize/accessor/gp-session-per-point", frontend="accessor",
+      covers=("accessor.privatize",), modules=(ACC, QF + "privatize"), **GP_SESSION)  # fmt: skip
+def _privatize_gp_point(ctx: Ctx) -> Any:
+    return ctx.bound().privatize(eps=2e-4, per="point", rng=ctx.rng(102))
+
+
+@case(name="range_count/accessor/eps", frontend="accessor", covers=("accessor.range_count",),
+      modules=(ACC, QF + "range_count_frame", QF + "range_count"), **GP_SESSION)  # fmt: skip
+def _range_count_eps(ctx: Ctx) -> Any:
+    import shapely
+
+    return ctx.bound().range_count(shapely.box(*REGION), eps=1e-3, reduce="last",
+                                   rng=ctx.rng(103))  # fmt: skip
+
+
+@case(name="kde/accessor/eps", frontend="accessor", covers=("accessor.kde",),
+      modules=(ACC, QF + "kde_frame", QF + "kde"), **GP_SESSION)  # fmt: skip
+def _kde_eps(ctx: Ctx) -> Any:
+    return ctx.bound().kde(POINT, bandwidth_m=500.0, eps=1e-3, reduce="last", rng=ctx.rng(104))
+
+
+@case(name="kde_raster/accessor/eps", frontend="accessor", covers=("accessor.kde_raster",),
+      modules=(ACC, QF + "kde_frame"), **GP_SESSION)  # fmt: skip
+def _kde_raster_eps(ctx: Ctx) -> Any:
+    return ctx.bound().kde_raster(bandwidth_m=2000.0, cell_m=500.0, eps=1e-3, reduce="last",
+                                  rng=ctx.rng(105))  # fmt: skip
+
+
+@case(name="knn/accessor/eps", frontend="accessor", covers=("accessor.knn",),
+      modules=(ACC, QF + "knn_frame", QF + "knn"), **GP_SESSION)  # fmt: skip
+def _knn_eps(ctx: Ctx) -> Any:
+    return ctx.bound().knn(POINT, 3, eps=1e-2, rng=ctx.rng(106))
+
+
+@case(name="convex_hull/accessor/eps", frontend="accessor", covers=("accessor.convex_hull",),
+      modules=(ACC, QF + "knn_frame", QF + "hull"), **GP_SESSION)  # fmt: skip
+def _hull_eps(ctx: Ctx) -> Any:
+    return ctx.bound().convex_hull(eps=0.05, rng=ctx.rng(107))
+
+
+@case(name="nearest_users/accessor/eps", frontend="accessor",
+      covers=("accessor.nearest_users",), modules=(ACC, QF + "knn_frame", QF + "nearest"),
+      **GP_SESSION)  # fmt: skip
+def _nearest_eps(ctx: Ctx) -> Any:
+    return ctx.bound().nearest_users(POINT, 2, eps=1e-3, reduce="last", rng=ctx.rng(108))
+
+
+# the SQL _gp functions and the relation helpers' eps= on the GP session (same queries as above)
+for _name, _fn in (("privatize_gp/sql-udf", _sql_privatize_gp), ("knn_gp/sql-udf", _sql_knn_gp),
+                   ("knn_gp/sql-table-macro", _sql_knn_rows_gp),
+                   ("convex_hull_gp/sql-udf", _sql_hull_gp),
+                   ("convex_hull_gp/sql-table-macro", _sql_hulls_gp)):  # fmt: skip
+    _c = next(c for c in CASES if c.name == _name)
+    case(name=f"{_name}/gp-session", frontend=_c.frontend, covers=_c.covers, modules=_c.modules,
+         **GP_SESSION)(_fn)  # fmt: skip
+
+
+@case(name="knn/duckdb-relation/eps", frontend="sql-relation", covers=("duckdb.knn",),
+      modules=(DDB, "gpframe.duckdb_knn"), **GP_SESSION)  # fmt: skip
+def _rel_knn_eps(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    return gp.duckdb.knn(ctx.con, "SELECT * FROM pings", user="uid", x="x", y="y", point=POINT,
+                         k=3, eps=1e-2)  # fmt: skip
+
+
+@case(name="convex_hulls/duckdb-relation/eps", frontend="sql-relation",
+      covers=("duckdb.convex_hulls",), modules=(DDB, "gpframe.duckdb_knn"),
+      **GP_SESSION)  # fmt: skip
+def _rel_hulls_eps(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    return gp.duckdb.convex_hulls(ctx.con, "SELECT * FROM pings", user="uid", x="x", y="y",
+                                  eps=0.05)  # fmt: skip
+
+
+@case(name="nearest_users/duckdb-relation/eps", frontend="sql-relation",
+      covers=("duckdb.nearest_users",), modules=(DDB, "gpframe.duckdb_knn"),
+      **GP_SESSION)  # fmt: skip
+def _rel_nearest_eps(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    last = "SELECT uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM pings GROUP BY uid"
+    return gp.duckdb.nearest_users(ctx.con, last, user="uid", x="x", y="y", point=POINT, k=2,
+                                   eps=1e-3)  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# budget exclusions: users who cannot afford the amount are left out (charged nothing); what
+# is returned for their rows must not fall back to the input
+
+@case(name="privatize/accessor/budget-exclusion", frontend="accessor",
+      covers=("accessor.privatize",), modules=(ACC, QF + "privatize"))  # fmt: skip
+def _privatize_excluded(ctx: Ctx) -> Any:
+    return ctx.bound().privatize(rho=1e3, rng=ctx.rng(110))  # the budget is rho=100
+
+
+@case(name="privatize/sql-udf/budget-exclusion", frontend="sql-macro",
+      covers=("sql.gp_privatize",), modules=(DDB, "gpframe._duckdb_udf"))  # fmt: skip
+def _sql_privatize_excluded(ctx: Ctx) -> Any:
+    return _sql(ctx, "SELECT uid, gp_privatize(uid, x, y, 1e3) AS p FROM pings")
+
+
+@case(name="knn/sql-udf/budget-exclusion", frontend="sql-macro", covers=("sql.gp_knn",),
+      modules=("gpframe.duckdb_knn",))  # fmt: skip
+def _sql_knn_excluded(ctx: Ctx) -> Any:
+    qx, qy = POINT
+    return _sql(ctx, f"SELECT uid, gp_knn(uid, xs, ys, {qx}, {qy}, 3, 1e3) AS pos "
+                     f"FROM ({_TUPLES})")  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# refusals after validation, that read the data: each names rows (labels are public), never a
+# coordinate or a value computed from one. The planted invalid values (data.BAD_LAT, ...) are
+# canaries too. A refusal charges nothing (checked with the ledger's digest).
+#
+# Who reads an error message: the data holder who called. For local notions it may name user
+# ids and their numbers of points (public under GP/CGP); a central refusal is the curator's
+# view (like session.report()): ids and counts, never a location or a private value.
+
+REFUSAL = dict(expect_error=True)
+GEO = "gpframe.geo"
+
+
+def _lonlat_with(ctx: Ctx, row: int, **values: float) -> pd.DataFrame:
+    """The lon/lat twin with row ``row`` set to ``values`` (columns and geometry alike)."""
+    import geopandas as gpd
+
+    f = ctx.data.lonlat.copy()
+    for col, v in values.items():
+        f.loc[row, col] = v
+    return f.set_geometry(gpd.points_from_xy(f["lon"], f["lat"]), crs="EPSG:4326")
+
+
+def _plain_with(ctx: Ctx, **cells: tuple[int, float]) -> pd.DataFrame:
+    """The projected frame as a plain DataFrame (x/y columns), with some cells replaced."""
+    f = pd.DataFrame(ctx.data.frame.drop(columns="geometry"))
+    for col, (row, v) in cells.items():
+        f.loc[row, col] = v
+    return f
+
+
+@case(name="refusal/accessor/latitude-out-of-range", frontend="accessor",
+      covers=("accessor.privatize",), modules=(ACC, GEO), **REFUSAL)  # fmt: skip
+def _refuse_lat(ctx: Ctx) -> Any:
+    f = _lonlat_with(ctx, 5, lat=data.BAD_LAT)
+    return f.geopriv(ctx.session, user="uid", to_crs=CRS_M).privatize(rho=1e-8, rng=ctx.rng(120))
+
+
+@case(name="refusal/accessor/outside-crs-area-of-use", frontend="accessor",
+      covers=("accessor.privatize",), modules=(ACC, GEO), **REFUSAL)  # fmt: skip
+def _refuse_area(ctx: Ctx) -> Any:
+    f = _lonlat_with(ctx, 6, lon=data.FAR_LON)
+    return f.geopriv(ctx.session, user="uid", to_crs=CRS_M).privatize(rho=1e-8, rng=ctx.rng(121))
+
+
+@case(name="refusal/accessor/outside-public-domain", frontend="accessor",
+      covers=("accessor.knn",), modules=(ACC, GEO), **REFUSAL)  # fmt: skip
+def _refuse_domain(ctx: Ctx) -> Any:
+    f = _lonlat_with(ctx, 7, lon=data.OUT_LON)
+    b = f.geopriv(ctx.session, user="uid", domain=(0.0, 43.0, 2.0, 44.0))
+    return b.knn((0.55, 43.44), 3, rho=1e-4, rng=ctx.rng(122))
+
+
+@case(name="refusal/accessor/nan-and-inf-coordinates", frontend="accessor",
+      covers=("accessor.convex_hull",), modules=(ACC, GEO), **REFUSAL)  # fmt: skip
+def _refuse_nan(ctx: Ctx) -> Any:
+    f = _plain_with(ctx, x=(8, np.nan), y=(9, np.inf))
+    return f.geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M).convex_hull(
+        rho=1e-4, rng=ctx.rng(123))  # fmt: skip
+
+
+@case(name="refusal/accessor/coordinate-beyond-crs", frontend="accessor",
+      covers=("accessor.kde",), modules=(ACC, GEO), **REFUSAL)  # fmt: skip
+def _refuse_big(ctx: Ctx) -> Any:
+    f = _plain_with(ctx, x=(10, data.BIG_X))
+    return f.geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M).kde(
+        POINT, bandwidth_m=500.0, rho=1e-6, reduce="last", rng=ctx.rng(124))  # fmt: skip
+
+
+def _bowtie() -> Any:
+    import shapely
+
+    x0, y0, x1, y1 = REGION
+    return shapely.Polygon([(x0, y0), (x1, y1), (x1, y0), (x0, y1)])
+
+
+@case(name="refusal/accessor/invalid-region", frontend="accessor",
+      covers=("accessor.range_count",), modules=(ACC, QF + "range_count_frame"),
+      **REFUSAL)  # fmt: skip
+def _refuse_region(ctx: Ctx) -> Any:
+    # the region is the caller's (public); the message may quote it, never the data
+    return ctx.bound().range_count(_bowtie(), rho=1e-6, reduce="last", rng=ctx.rng(125))
+
+
+@case(name="refusal/accessor/several-rows-per-user", frontend="accessor",
+      covers=("accessor.nearest_users",), modules=(ACC, QF + "knn_frame"),
+      **REFUSAL)  # fmt: skip
+def _refuse_component(ctx: Ctx) -> Any:
+    # nearest_users reads one point per user: without reduce= the refusal names the users
+    return ctx.bound().nearest_users(POINT, 2, rho=1e-6, rng=ctx.rng(126))
+
+
+@case(name="refusal/accessor/budget-nearest_users", frontend="accessor",
+      covers=("accessor.nearest_users",), modules=(ACC, QF + "knn_frame"),
+      **REFUSAL)  # fmt: skip
+def _refuse_budget_nearest(ctx: Ctx) -> Any:
+    return ctx.bound().nearest_users(POINT, 2, rho=1e3, reduce="last", rng=ctx.rng(127))
+
+
+@case(name="refusal/accessor/rho-on-gp-session", frontend="accessor",
+      covers=("accessor.knn",), modules=(ACC, QF + "knn_frame"), **REFUSAL,
+      **GP_SESSION)  # fmt: skip
+def _refuse_rho_on_gp(ctx: Ctx) -> Any:
+    return ctx.bound().knn(POINT, 3, rho=1e-4, rng=ctx.rng(128))
+
+
+@case(name="refusal/monitor/budget", frontend="monitor", covers=("monitor.threshold_query",),
+      modules=(MON,), public=LOCAL, central=True, **REFUSAL)  # fmt: skip
+def _refuse_monitor_budget(ctx: Ctx) -> Any:
+    import gpframe as gp
+    from gpframe.monitor import threshold_query
+
+    # a central budget smaller than the query: the canary session's (1e5) cannot be exceeded
+    # by one supported epsilon (<= 100), so the refusal runs on a small session of its own
+    small = gp.Session(budget=gp.CGP(rho=1.0), central=gp.DP(epsilon=0.1))
+    try:
+        return threshold_query(small, int(_hourly(ctx).max()), tau=50, users=ctx.data.users,
+                               epsilon=0.5, rng=ctx.rng(129))  # fmt: skip
+    finally:
+        # nothing charged or held; (the monitors reserve, then cancel: the attempt stays in the
+        # audit log, so the ledger's digest changes, unlike the read-only refusals above)
+        rep = small.report()
+        assert not (rep["spent"].any() or rep["held"].any()), "the refusal charged"
+
+
+# SQL refusals: the UDF's exception reaches the caller inside DuckDB's message
+
+
+def _first_row(expr: str, bad: str) -> str:
+    """``expr`` with the first ping (step_m is increasing) replaced by ``bad``."""
+    return f"CASE WHEN step_m < 8766 THEN {bad} ELSE {expr} END"
+
+
+@case(name="refusal/sql-udf/privatize-nan", frontend="sql-macro", covers=("sql.gp_privatize",),
+      modules=(DDB,), **REFUSAL)  # fmt: skip
+def _refuse_sql_nan(ctx: Ctx) -> Any:
+    x = _first_row("x", "'nan'::DOUBLE")
+    return _sql(ctx, f"SELECT uid, gp_privatize(uid, {x}, y, 1e-8) AS p FROM pings")
+
+
+@case(name="refusal/sql-udf/privatize-beyond-2**40-m", frontend="sql-macro",
+      covers=("sql.gp_privatize",), modules=(DDB,), **REFUSAL)  # fmt: skip
+def _refuse_sql_big(ctx: Ctx) -> Any:
+    x = _first_row("x", repr(data.BIG_X))
+    return _sql(ctx, f"SELECT uid, gp_privatize(uid, {x}, y, 1e-8) AS p FROM pings")
+
+
+@case(name="refusal/sql-udf/privatize-rho-on-gp-session", frontend="sql-macro",
+      covers=("sql.gp_privatize",), modules=(DDB,), **REFUSAL, **GP_SESSION)  # fmt: skip
+def _refuse_sql_rho_gp(ctx: Ctx) -> Any:
+    return _sql(ctx, "SELECT uid, gp_privatize(uid, x, y, 1e-8) AS p FROM pings")
+
+
+@case(name="refusal/sql-udf/knn-nan", frontend="sql-macro", covers=("sql.gp_knn",),
+      modules=("gpframe.duckdb_knn",), **REFUSAL)  # fmt: skip
+def _refuse_sql_knn_nan(ctx: Ctx) -> Any:
+    qx, qy = POINT
+    x = _first_row("x", "'nan'::DOUBLE")
+    return _sql(ctx, f"SELECT uid, gp_knn(uid, list({x}), list(y), {qx}, {qy}, 3, 1e-4) AS pos "
+                     "FROM pings GROUP BY uid")  # fmt: skip
+
+
+@case(name="refusal/sql-table-macro/hull-inf", frontend="sql-table-macro",
+      covers=("sql.gp_convex_hulls",), modules=("gpframe.duckdb_knn",), **REFUSAL)  # fmt: skip
+def _refuse_sql_hulls_inf(ctx: Ctx) -> Any:
+    y = _first_row("y", "'inf'::DOUBLE")
+    q = f"SELECT uid AS user_id, x, {y} AS y FROM pings".replace("'", "''")
+    return _sql(ctx, f"SELECT * FROM gp_convex_hulls('{q}', 1e-4)")
+
+
+@case(name="refusal/sql-relation/knn-nan", frontend="sql-relation", covers=("duckdb.knn",),
+      modules=(DDB, "gpframe.duckdb_knn"), **REFUSAL)  # fmt: skip
+def _refuse_rel_knn_nan(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    q = f"SELECT uid, {_first_row('x', chr(39) + 'nan' + chr(39) + '::DOUBLE')} AS x, y FROM pings"
+    return gp.duckdb.knn(ctx.con, q, user="uid", x="x", y="y", point=POINT, k=3, rho=1e-4)
+
+
+@case(name="refusal/sql-relation/budget-nearest_users", frontend="sql-relation",
+      covers=("duckdb.nearest_users",), modules=(DDB, "gpframe.duckdb_knn"), **REFUSAL,
+      audited_refusal=True)  # fmt: skip
+def _refuse_rel_budget(ctx: Ctx) -> Any:
+    # (the accessor refuses this read-only, before reserving; this helper reserves and cancels)
+    import gpframe as gp
+
+    last = "SELECT uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM pings GROUP BY uid"
+    return gp.duckdb.nearest_users(ctx.con, last, user="uid", x="x", y="y", point=POINT, k=2,
+                                   rho=1e3)  # fmt: skip
+
+
+@case(name="refusal/sql-udf/invalid-region", frontend="sql-macro", covers=("sql.gp_in_region",),
+      modules=("gpframe.duckdb_range",), **REFUSAL)  # fmt: skip
+def _refuse_sql_region(ctx: Ctx) -> Any:
+    import shapely
+
+    return _sql(ctx, "SELECT sum(CAST(gp_in_region(uid, x, y, ?::BLOB, 1e-5, 10) AS INT)) AS n "
+                     "FROM pings", [shapely.to_wkb(_bowtie())])  # fmt: skip
+
+
+@case(name="refusal/sql-udf/in_region-on-gp-session", frontend="sql-macro",
+      covers=("sql.gp_in_region",), modules=("gpframe.duckdb_range",), **REFUSAL,
+      **GP_SESSION)  # fmt: skip
+def _refuse_sql_region_gp(ctx: Ctx) -> Any:
+    return _sql_range(ctx)
+
+
+@case(name="refusal/sql-udf/kde-on-gp-session", frontend="sql-macro",
+      covers=("sql.gp_kde_contribution",), modules=("gpframe.duckdb_kde",), **REFUSAL,
+      **GP_SESSION)  # fmt: skip
+def _refuse_sql_kde_gp(ctx: Ctx) -> Any:
+    return _sql_kde(ctx)
+
+
+@case(name="refusal/sql-relation/grid-value-out-of-bounds", frontend="sql-relation",
+      covers=("duckdb.clip_user",), modules=(DDB, "gpframe.duckdb_grid"),
+      public=frozenset({"count", "cell"}), central=True, **REFUSAL)  # fmt: skip
+def _refuse_sql_grid(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    # values above 20 exist: the refusal must not quote one of them (as the accessor's case)
+    return gp.duckdb.clip_user(ctx.con, "pings", user="uid", cell="cell", value="val",
+                               bounds=(0.0, 20.0), epsilon=0.5, occupancy="public")  # fmt: skip
+
+
+# users with few points: k above a user's number of points (knn ranks all of them) and the
+# convex hull's fallback (a user with n <= k points gets their n points released, noised)
+
+
+def _few_points(ctx: Ctx, n: int = 3) -> pd.DataFrame:
+    """The projected frame with its first user cut to ``n`` points."""
+    f = ctx.data.frame
+    first = f["uid"] == f["uid"].iloc[0]
+    return f[~first | (first.cumsum() <= n)]
+
+
+@case(name="knn/accessor/k-above-points", frontend="accessor", covers=("accessor.knn",),
+      modules=(ACC, QF + "knn_frame", QF + "knn"))  # fmt: skip
+def _knn_few(ctx: Ctx) -> Any:
+    return ctx.bound(_few_points(ctx)).knn(POINT, 5, rho=1e-4, rng=ctx.rng(130))
+
+
+@case(name="convex_hull/accessor/few-points-fallback", frontend="accessor",
+      covers=("accessor.convex_hull",), modules=(ACC, QF + "knn_frame", QF + "hull"))  # fmt: skip
+def _hull_few(ctx: Ctx) -> Any:
+    return ctx.bound(_few_points(ctx)).convex_hull(rho=1e-4, rng=ctx.rng(131))
+
+
+_EMPTY_FIRST = "CASE WHEN uid = '{u}' THEN []::DOUBLE[] ELSE list({c}) END"
+
+
+@case(name="refusal/sql-udf/hull-empty-point-list", frontend="sql-macro",
+      covers=("sql.gp_convex_hull",), modules=("gpframe.duckdb_knn",), **REFUSAL)  # fmt: skip
+def _refuse_sql_hull_empty(ctx: Ctx) -> Any:
+    u = ctx.data.users[0]
+    xs, ys = (_EMPTY_FIRST.format(u=u, c=c) for c in ("x", "y"))
+    return _sql(ctx, f"SELECT uid, gp_convex_hull(uid, {xs}, {ys}, 1e-4) AS hull FROM pings "
+                     "GROUP BY uid")  # fmt: skip
+
+
+@case(name="refusal/sql-udf/knn-gp-empty-point-list", frontend="sql-macro",
+      covers=("sql.gp_knn_gp",), modules=("gpframe.duckdb_knn",), **REFUSAL,
+      **GP_SESSION)  # fmt: skip
+def _refuse_sql_knn_empty(ctx: Ctx) -> Any:
+    qx, qy = POINT
+    u = ctx.data.users[0]
+    xs, ys = (_EMPTY_FIRST.format(u=u, c=c) for c in ("x", "y"))
+    return _sql(ctx, f"SELECT uid, gp_knn_gp(uid, {xs}, {ys}, {qx}, {qy}, 3, 0.01) AS pos "
+                     "FROM pings GROUP BY uid")  # fmt: skip
+
+
+# other input and output shapes: lon/lat input (outputs projected back to degrees), the
+# automatic projection for a raster (the grid must not follow the data's exact box), several
+# regions / query points (a frame value)
+
+
+@case(name="kde_raster/accessor/lonlat-auto-projection", frontend="accessor",
+      covers=("accessor.kde_raster",), modules=(ACC, QF + "kde_frame", "gpframe.geo"))  # fmt: skip
+def _kde_raster_auto(ctx: Ctx) -> Any:
+    d = ctx.data.lonlat.drop(columns=["lon", "lat"])
+    return d.geopriv(ctx.session, user="uid").kde_raster(
+        bandwidth_m=2000.0, cell_m=500.0, rho=1e-6, reduce="last", rng=ctx.rng(140))  # fmt: skip
+
+
+@case(name="convex_hull/accessor/lonlat", frontend="accessor", covers=("accessor.convex_hull",),
+      modules=(ACC, QF + "knn_frame", QF + "hull"))  # fmt: skip
+def _hull_lonlat(ctx: Ctx) -> Any:
+    b = ctx.data.lonlat.geopriv(ctx.session, user="uid", to_crs=CRS_M)
+    return b.convex_hull(rho=1e-4, rng=ctx.rng(141))
+
+
+@case(name="knn/accessor/lonlat", frontend="accessor", covers=("accessor.knn",),
+      modules=(ACC, QF + "knn_frame", QF + "knn"))  # fmt: skip
+def _knn_lonlat(ctx: Ctx) -> Any:
+    b = ctx.data.lonlat.geopriv(ctx.session, user="uid", to_crs=CRS_M, public=["ts"])
+    return b.knn((0.55, 43.44), 3, rho=1e-4, rng=ctx.rng(142))
+
+
+@case(name="range_count/accessor/regions-frame", frontend="accessor",
+      covers=("accessor.range_count",),
+      modules=(ACC, QF + "range_count_frame", QF + "range_count"))  # fmt: skip
+def _range_regions(ctx: Ctx) -> Any:
+    import geopandas as gpd
+    import shapely
+
+    x0, y0, x1, y1 = REGION
+    xm = (x0 + x1) / 2
+    boxes = [shapely.box(x0, y0, xm, y1), shapely.box(xm, y0, x1, y1)]
+    regions = gpd.GeoDataFrame({"name": ["west", "east"]}, geometry=boxes, crs=CRS_M)
+    return ctx.bound().range_count(regions, rho=1e-6, reduce="last", rng=ctx.rng(143))
+
+
+@case(name="kde/accessor/query-points-frame", frontend="accessor", covers=("accessor.kde",),
+      modules=(ACC, QF + "kde_frame", QF + "kde"))  # fmt: skip
+def _kde_points(ctx: Ctx) -> Any:
+    import geopandas as gpd
+
+    at = gpd.GeoSeries(gpd.points_from_xy([POINT[0], POINT[0] + 1000.0], [POINT[1]] * 2),
+                       crs=CRS_M)  # fmt: skip
+    return ctx.bound().kde(at, bandwidth_m=500.0, rho=1e-6, reduce="last", rng=ctx.rng(144))

@@ -42,6 +42,14 @@ class Dataset:
         return list(pd.unique(self.frame["uid"]))
 
 
+#: invalid coordinates planted by the refusal cases (one row each), canaries like the true ones:
+#: a latitude beyond 90°, a longitude outside UTM 31N's area of use (0°E..6°E), one inside it
+#: but outside the public domain= the case names, and an x beyond ±2**40 m
+BAD_LAT = 97.6543219876
+FAR_LON = 41.2345678912
+OUT_LON = 5.8765432198
+BIG_X = 2.0**41 + 0.1234567
+
 #: the metric neighbour moves the dataset's westmost point this far west (metres): the data lie
 #: west of UTM 31N's central meridian (3°E), so that point sets any scale factor, extent or
 #: bounding box computed from the exact data
@@ -100,8 +108,8 @@ def make_dataset(*, extra_user: bool = False, move_west: bool = False) -> Datase
     lonlat = gpd.GeoDataFrame(ll, geometry=gpd.points_from_xy(lon, lat), crs="EPSG:4326")
     can = Canaries(
         floats={
-            "coord_m": np.unique(np.r_[df["x"].to_numpy(), df["y"].to_numpy()]),
-            "coord_deg": np.unique(np.r_[lon, lat]),
+            "coord_m": np.unique(np.r_[df["x"].to_numpy(), df["y"].to_numpy(), BIG_X]),
+            "coord_deg": np.unique(np.r_[lon, lat, BAD_LAT, FAR_LON, OUT_LON]),
             "step_m": np.unique(df["step_m"].to_numpy()),
             "speed_mps": np.unique(df["speed_mps"].to_numpy()),
             "val": np.unique(df["val"].to_numpy()),

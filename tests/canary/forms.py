@@ -4,8 +4,8 @@
 frame's columns, index and values, its printed repr, ``attrs`` and their JSON, the attached
 Result's ``to_dict()`` / JSON / ``repr`` / ``_repr_html_`` / ``summary()``, the ``to_parquet``
 file (read back: schema metadata and every column, geometry as WKB), a Raster's exports, a
-DuckDB relation's rows and printed form. Optional writers (xarray, rasterio) are exercised when
-installed; the README lists them as unreachable otherwise.
+DuckDB relation's rows and printed form, the text of a Result's ``plot()``. A Raster's files
+(GeoTIFF through rasterio, the xarray DataArray and its netCDF file) need the test extra.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, default=str, ensure_ascii=False)
 
 
-def result_forms(r: Any, prefix: str = "result") -> dict[str, Any]:
+def result_forms(r: Any, prefix: str = "result", *, plots: bool = True) -> dict[str, Any]:
     """The published forms of a Result (and its subclasses: Raster, MonitorResult, ...)."""
+    from gpframe.results import CuratorViewError
+
     out: dict[str, Any] = {}
     d = r.to_dict()
     out[f"{prefix}.to_dict()"] = d
@@ -39,32 +41,106 @@ def result_forms(r: Any, prefix: str = "result") -> dict[str, Any]:
                 out[f"{prefix}.{name}"] = getattr(r, name)
             except Exception as exc:  # a property that cannot be computed publishes nothing
                 out[f"{prefix}.{name}"] = f"<{type(exc).__name__}>"
+    # the per-user / per-region / per-query-point tables (a central result refuses: its
+    # per-user view is the curator's, in the ledger)
+    for name in ("to_frame", "per_user"):
+        fn = getattr(r, name, None)
+        if callable(fn):
+            try:
+                out[f"{prefix}.{name}()"] = fn()
+            except CuratorViewError:
+                pass
     if hasattr(r, "to_xarray"):
-        try:
-            da = r.to_xarray()
-        except ImportError:
-            pass
-        else:
-            out[f"{prefix}.to_xarray()"] = {
-                "attrs": dict(da.attrs), "x": da["x"].to_numpy(), "y": da["y"].to_numpy(),
-            }  # fmt: skip
+        out.update(_xarray_forms(r, prefix))
     if hasattr(r, "to_geotiff"):
-        try:
-            import rasterio
-        except ImportError:
-            pass
-        else:
-            import tempfile
-            from pathlib import Path
-
-            with tempfile.TemporaryDirectory() as tmp:
-                p = Path(tmp) / "r.tif"
-                r.to_geotiff(p)
-                with rasterio.open(p) as src:
-                    out[f"{prefix}.to_geotiff() tags"] = dict(src.tags())
-                    out[f"{prefix}.to_geotiff() transform"] = tuple(src.transform)
-                out[f"{prefix}.to_geotiff() bytes"] = p.read_bytes().decode("latin-1")
+        out.update(_geotiff_forms(r, prefix))
+    if plots and callable(getattr(r, "plot", None)):
+        out[f"{prefix}.plot() text"] = plot_text(r)
     return out
+
+
+def _xarray_forms(r: Any, prefix: str) -> dict[str, Any]:
+    """``Raster.to_xarray()``: attrs, coords and values; and the netCDF file it writes."""
+    import xarray as xr
+
+    da = r.to_xarray()
+    out: dict[str, Any] = {
+        f"{prefix}.to_xarray() attrs": dict(da.attrs),
+        f"{prefix}.to_xarray() coords": {str(k): v.to_numpy() for k, v in da.coords.items()},
+        f"{prefix}.to_xarray() values": da.to_numpy(),
+        f"{prefix}.to_xarray() name": str(da.name),
+    }
+    # netCDF 3 through scipy (installed with the test extra): the file's bytes (attribute
+    # text) and what a reader gets back (attrs of the variable and of the file, coords, values)
+    raw = bytes(da.to_netcdf())
+    with xr.open_dataset(io.BytesIO(raw)) as ds:
+        back = {"attrs": dict(ds.attrs)}
+        for name, var in {**ds.coords, **ds.data_vars}.items():
+            back[str(name)] = {"attrs": dict(var.attrs), "values": var.to_numpy()}
+    out[f"{prefix}.to_netcdf() read back"] = back
+    out[f"{prefix}.to_netcdf() file bytes"] = raw.decode("latin-1")
+    return out
+
+
+def _geotiff_forms(r: Any, prefix: str) -> dict[str, Any]:
+    """``Raster.to_geotiff()``: every tag namespace, georeferencing and pixel, and the file."""
+    import tempfile
+    from pathlib import Path
+
+    import rasterio
+
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "r.tif"
+        r.to_geotiff(p)
+        with rasterio.open(p) as src:
+            tags = {ns or "default": dict(src.tags(ns=ns)) for ns in (None, *src.tag_namespaces())}
+            out: dict[str, Any] = {
+                f"{prefix}.to_geotiff() tags": tags,
+                f"{prefix}.to_geotiff() band tags": [dict(src.tags(i)) for i in src.indexes],
+                f"{prefix}.to_geotiff() descriptions": [str(d) for d in src.descriptions],
+                f"{prefix}.to_geotiff() georeferencing": {
+                    "transform": tuple(src.transform),
+                    "bounds": tuple(src.bounds),
+                    "crs": src.crs.to_wkt() if src.crs else None,
+                    "nodata": src.nodata,
+                },
+                f"{prefix}.to_geotiff() pixels": src.read(),
+            }
+        out[f"{prefix}.to_geotiff() file bytes"] = p.read_bytes().decode("latin-1")
+    return out
+
+
+def plot_text(r: Any) -> dict[str, list[str]]:
+    """Every text artist of the figure ``r.plot()`` draws: titles, axis and colour-bar labels,
+    legends, annotations ("text"), and the tick labels ("ticks": they follow the axes' limits,
+    set by the released values, so the neighbouring checks leave them out).
+
+    The pixels are out of scope: they are a picture of the released values. The figure is
+    drawn once with Agg so that tick labels exist, then closed.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    ax = r.plot()
+    fig = ax.figure
+    try:
+        fig.canvas.draw()
+        ticks = set()
+        for a in fig.axes:  # colour bars are axes too
+            for axis in (a.xaxis, a.yaxis):
+                ticks.add(id(axis.offsetText))  # the "1e6" of the tick labels
+                for tk in (*axis.get_major_ticks(), *axis.get_minor_ticks()):
+                    ticks.update((id(tk.label1), id(tk.label2)))
+        texts = [t for t in fig.findobj(Text) if t.get_text()]
+        return {
+            "text": [t.get_text() for t in texts if id(t) not in ticks],
+            "ticks": [t.get_text() for t in texts if id(t) in ticks],
+        }
+    finally:
+        plt.close(fig)
 
 
 def _parquet_forms(frame: pd.DataFrame) -> dict[str, Any]:
@@ -90,7 +166,8 @@ def _parquet_forms(frame: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def frame_forms(frame: pd.DataFrame, *, parquet: bool = True) -> dict[str, Any]:
+def frame_forms(frame: pd.DataFrame, *, parquet: bool = True, plots: bool = True
+                ) -> dict[str, Any]:  # fmt: skip
     """The published forms of a returned (Geo)DataFrame."""
     out: dict[str, Any] = {
         "frame.columns": [str(c) for c in frame.columns],
@@ -105,7 +182,7 @@ def frame_forms(frame: pd.DataFrame, *, parquet: bool = True) -> dict[str, Any]:
         for key, val in frame.attrs.items():
             r = getattr(val, "result", None)
             if r is not None:
-                out.update(result_forms(r, prefix=f"attrs[{key!r}].result"))
+                out.update(result_forms(r, prefix=f"attrs[{key!r}].result", plots=plots))
     if parquet:
         out.update(_parquet_forms(frame))
     return out
@@ -119,16 +196,17 @@ def relation_forms(rel: Any) -> dict[str, Any]:
     return out
 
 
-def forms(out: Any) -> dict[str, Any]:
-    """The published forms of whatever an operation returned."""
+def forms(out: Any, *, plots: bool = True) -> dict[str, Any]:
+    """The published forms of whatever an operation returned (``plots``: with plot text)."""
     from gpframe.results import Result
 
     if isinstance(out, pd.DataFrame):
-        return frame_forms(out)
+        return frame_forms(out, plots=plots)
     if isinstance(out, Result):
-        f = result_forms(out)
+        f = result_forms(out, plots=plots)
         if isinstance(getattr(out, "value", None), pd.DataFrame):
-            f.update({f"result.value {k}": v for k, v in frame_forms(out.value).items()})
+            fv = frame_forms(out.value, plots=plots)
+            f.update({f"result.value {k}": v for k, v in fv.items()})
         return f
     if hasattr(out, "df") and hasattr(out, "columns"):  # duckdb relation
         return relation_forms(out)
