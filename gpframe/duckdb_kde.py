@@ -287,7 +287,8 @@ def kde_raster(
     Noise: one release per user at the allocation (CGP σ = (1 + √2·g/r_min)/√(2ρ) per
     coordinate; GP planar Laplace). Charge: the allocation's guarantee once per user, however
     many cells — the same charges as ``df.geopriv(...).kde_raster(...)`` on the same points.
-    The units are the caller's: metres of a CRS whose scale is close to 1 (see docs/sql.md).
+    The units are the caller's: metres of a CRS whose scale is close to 1 over the data (its
+    UTM zone, say), as for every gpframe SQL function (:mod:`gpframe.duckdb`, "Units").
 
     Examples
     --------

@@ -30,7 +30,7 @@ from gpframe.queries import kde as _k
 from gpframe.queries.elimination import check_method_parts
 from gpframe.results import Result, _fmt
 
-__all__ = ["KdeResult", "kde", "kde_raster"]
+__all__ = ["KdeResult", "kde", "kde_raster", "raster_from_points"]
 
 _NOTHING = "Nothing was charged."
 
