@@ -15,6 +15,9 @@ Per-user operations (issue 8; :mod:`gpframe.duckdb_knn`, ``sql/knn.sql``,
 ``gp_knn_gp`` and ``gp_convex_hull`` / ``gp_convex_hull_gp``, the table macros ``gp_knn_rows``,
 ``gp_convex_hulls`` (and ``_gp``), and the relation helpers :func:`knn`, :func:`convex_hulls`
 and :func:`nearest_users`, which take a SQL string or a relation and return a relation.
+KDE (:mod:`gpframe.duckdb_kde`, ``sql/kde.sql``): ``gp_kde_contribution`` for a few probes, and
+the relation helper :func:`kde_raster` for a heatmap over a grid (one release per user, every
+cell at once; the accessor's ``kde_raster`` parameters and charges).
 
 ``gp_privatize`` and ``gp_privatize_gp`` are SQL macros over Arrow UDFs
 (``gp_privatize_udf_int`` / ``_str`` and ``gp_privatize_gp_udf_int`` / ``_str``); the macro
@@ -92,6 +95,7 @@ from gpframe import _duckdb_udf as _u
 
 # relation helpers of the per-user operations (issue 8): run a query once through the
 # registered UDFs (nearest_users in Python) and hand back a DuckDBPyRelation
+from gpframe.duckdb_kde import kde_raster
 from gpframe.duckdb_knn import convex_hulls, knn, nearest_users
 from gpframe.duckdb_privatize import privatize
 from gpframe.errors import InvalidInputError
@@ -101,6 +105,7 @@ __all__ = [
     "Registration",
     "clip_user",
     "convex_hulls",
+    "kde_raster",
     "knn",
     "nearest_users",
     "privatize",

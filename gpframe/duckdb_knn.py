@@ -11,20 +11,23 @@
 ``gp_knn_gp(user_id, xs, ys, px, py, k, eps) -> LIST<BIGINT>``
     The same under GP (ε per m): k PNN calls at ε/k each. Charged ``eps`` on a GP budget, ε²/2
     on a CGP budget (as the Python ``eps=`` path).
-``gp_convex_hull(user_id, xs, ys, rho [, beta := 0.1, k := 0]) -> BLOB``
-    The user's private convex hull as WKB (PCH, §8.1: reference split, α = 0.92; ``beta`` the
-    failure probability of the radius enlargement; ``k`` anchors, 0 = from the noisy radius by
-    the reference rule clamped to [16, 128]); a Point or LineString when the noisy anchors are
-    degenerate. ``ST_GeomFromWKB`` (spatial extension) or ``shapely.from_wkb`` reads it. The
-    user is charged ``rho`` for the row.
-``gp_convex_hull_gp(user_id, xs, ys, eps [, beta := 0.1, k := 0]) -> BLOB``
+``gp_convex_hull(user_id, xs, ys, rho [, beta := 0.1, k := 0]) -> VARCHAR``
+    The user's private convex hull as hex-encoded WKB (PCH, §8.1: reference split, α = 0.92;
+    ``beta`` the failure probability of the radius enlargement; ``k`` anchors, 0 = from the
+    noisy radius by the reference rule clamped to [16, 128]); a Point or LineString when the
+    noisy anchors are degenerate. ``shapely.from_wkb`` and ``geopandas.GeoSeries.from_wkb``
+    read it as fetched, from ``fetchall()`` and ``.df()`` alike (text, because DuckDB hands
+    every BLOB to pandas as a ``bytearray``, which neither accepts). In SQL,
+    ``ST_GeomFromWKB(from_hex(hull))`` is a ``GEOMETRY``, which ``COPY ... TO 'x.parquet'``
+    writes as GeoParquet. The user is charged ``rho`` for the row.
+``gp_convex_hull_gp(user_id, xs, ys, eps [, beta := 0.1, k := 0]) -> VARCHAR``
     The same under GP (Laplace phases). Charged ``eps`` (ε²/2 on a CGP budget).
 
 All four take **one row per user** holding the user's whole tuple, e.g.
 ``SELECT user_id, list(x ORDER BY ts) AS xs, list(y ORDER BY ts) AS ys FROM pings GROUP BY
 user_id``: the tuple is the privacy unit (§0.2), so the function must see all of a user's points at
 once. Units are **metres of one projected CRS** for the points and the query point (the functions
-never project, P-U1..P-U4); the WKB is in that CRS.
+never project, P-U1..P-U4); the hull is in that CRS.
 
 Table macros (SQL sugar, ``TEMP``): ``gp_knn_rows(q, px, py, k, rho)`` (and ``gp_knn_rows_gp``
 with ``eps``) returns the selected rows of the query string ``q`` without ``x`` and ``y``, plus
@@ -115,7 +118,7 @@ def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
     KnnRegistration
     """
     import duckdb
-    from duckdb.sqltypes import BIGINT, BLOB, DOUBLE
+    from duckdb.sqltypes import BIGINT, DOUBLE, VARCHAR
 
     _u.check_session(session)
     rng = _u.checked_rng(rng)
@@ -138,7 +141,7 @@ def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
             con, _HULL + sfx, lambda _ints, f=hull_udf: f, f"xs, ys, {param}, beta := 0.1, k := 0",
             f"CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST({param} AS DOUBLE), "
             "CAST(beta AS DOUBLE), CAST(k AS BIGINT)",
-            [dlist, dlist, DOUBLE, DOUBLE, BIGINT], BLOB,
+            [dlist, dlist, DOUBLE, DOUBLE, BIGINT], VARCHAR,
         )  # fmt: skip
         for sql in _table_macros(sfx, param):
             con.execute(sql)
@@ -415,7 +418,7 @@ def _make_hull_udf(reg: KnnRegistration, kind: str) -> Any:
                 _np(k, np.float64)[rows],
             )  # fmt: skip
 
-        return _per_row((user_id, xs, ys, amount, beta, k), batch, pa.binary())
+        return _per_row((user_id, xs, ys, amount, beta, k), batch, pa.string())
 
     udf.__name__ = f"{fname}_udf"
     return udf
@@ -481,9 +484,11 @@ def _hull_batch(
             pts = np.concatenate([xy[start[i] : start[i + 1]] for i in sel.tolist()])
             codes = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
             out = _h.private_hulls(pts, codes, kind=kind, amount=a, beta=b, k=k, rng=reg.rng)
-            wkb = shapely.to_wkb(out.hulls)
+            # hex text, not a BLOB: DuckDB's .df() turns every BLOB (and GEOMETRY) into a
+            # bytearray, which shapely.from_wkb and GeoSeries.from_wkb refuse
+            wkb = shapely.to_wkb(out.hulls, hex=True)
             for j, i in enumerate(sel.tolist()):
-                result[i] = bytes(wkb[j])
+                result[i] = str(wkb[j])
 
     amounts = [exact[f] for f in amts.tolist()]
     _run(reg, fname, kind, users, amounts, {"rows": int(rows.size)}, work)
@@ -861,8 +866,12 @@ def convex_hulls(
     k : int, optional
         Anchors per user; None picks k from the noisy radius (reference rule, clamped to
         [16, 128], spec §8.2).
-    geometry : {"wkb", "wkt"}
-        Type of the ``hull`` column: WKB (BLOB; ``ST_GeomFromWKB``) or WKT (VARCHAR).
+    geometry : {"wkb", "wkt", "geometry"}
+        Type of the ``hull`` column: hex-encoded WKB (VARCHAR, as ``gp_convex_hull`` returns
+        it; ``shapely.from_wkb`` / ``GeoSeries.from_wkb`` read it from ``.df()`` and
+        ``.fetchall()``), WKT (VARCHAR), or DuckDB's ``GEOMETRY`` (``COPY ... TO
+        'hulls.parquet'`` writes GeoParquet; ``.to_arrow_table()`` is GeoArrow WKB, which
+        ``geopandas.GeoDataFrame.from_arrow`` reads; note that ``.df()`` gives ``bytearray``).
 
     Returns
     -------
@@ -905,9 +914,10 @@ def convex_hulls(
         )
     if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
         raise InvalidInputError(f"{fname}: k={k!r} must be None or an integer >= 1. {_NOT_CHARGED}")
-    if geometry not in ("wkb", "wkt"):
+    if geometry not in ("wkb", "wkt", "geometry"):
         raise InvalidInputError(
-            f"{fname}: geometry={geometry!r} is not one of 'wkb', 'wkt'. {_NOT_CHARGED}"
+            f"{fname}: geometry={geometry!r} is not one of 'wkb', 'wkt', 'geometry'. "
+            f"{_NOT_CHARGED}"
         )
     rel = _source(con, query_or_relation, fname)
     if user == "hull":
@@ -935,10 +945,15 @@ def convex_hulls(
         FROM __gp_s GROUP BY __gp_u ORDER BY min(__gp_row)
     """
     tbl = rel.query(_SRC, sql).to_arrow_table()
-    if geometry == "wkt":
-        wkb = np.asarray(tbl.column("hull").to_pylist(), dtype=object)
-        wkt = shapely.to_wkt(shapely.from_wkb(wkb))
-        tbl = tbl.set_column(1, "hull", pa.array(wkt.tolist(), type=pa.string()))
+    if geometry != "wkb":
+        hulls = shapely.from_wkb(np.asarray(tbl.column("hull").to_pylist(), dtype=object))
+        if geometry == "wkt":
+            col, field = pa.array(shapely.to_wkt(hulls).tolist(), type=pa.string()), "hull"
+        else:  # GeoArrow WKB: DuckDB reads the extension type as GEOMETRY
+            col = pa.array(shapely.to_wkb(hulls).tolist(), type=pa.binary())
+            field = pa.field("hull", pa.binary(), metadata={
+                b"ARROW:extension:name": b"geoarrow.wkb", b"ARROW:extension:metadata": b"{}"})
+        tbl = tbl.set_column(1, field, col)
     return con.from_arrow(tbl)
 
 

@@ -30,7 +30,7 @@ from gpframe.queries import kde as _k
 from gpframe.queries.elimination import check_method_parts
 from gpframe.results import Result, _fmt
 
-__all__ = ["KdeResult", "kde", "kde_raster"]
+__all__ = ["KdeResult", "kde", "kde_raster", "raster_from_points"]
 
 _NOTHING = "Nothing was charged."
 
@@ -584,6 +584,41 @@ def kde_raster(
             f"component=... or reduce='last' (spec §1.6). {_NOTHING}"
         )
     bm = _bounds_m(bounds, p) if bounds is not None else None
+    from gpframe.accessor import ledger_keys
+
+    return raster_from_points(
+        session, ledger_keys(users), p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind,
+        amount=amount, correct=correct, scale_max=p.scale_max, crs_m=p.crs_m.to_string(),
+        rng=rng, bandwidth_arg=bandwidth_m,
+    )  # fmt: skip
+
+
+def raster_from_points(
+    session: Any,
+    keys: Any,
+    xy_m: np.ndarray,
+    *,
+    bandwidth_m: float,
+    cell_m: float,
+    bounds_m: Any,
+    kind: str,
+    amount: Fraction,
+    correct: bool,
+    scale_max: Any,
+    crs_m: str | None,
+    rng: Any,
+    bandwidth_arg: Any = None,
+) -> Any:
+    """Reserve, release each user's point once, build the raster, charge (``kde_raster``'s core).
+
+    Shared by the accessor (after projecting, one point per user) and ``gp.duckdb.kde_raster``
+    (metres as given, ``scale_max=1``): the same checks, reservation, draws and charges for the
+    same points, ledger keys, parameters and rng. ``bandwidth_m`` / ``cell_m`` are checked
+    lengths, ``bounds_m`` a metric envelope or None, ``amount`` the exact allocation.
+    """
+    h, c, bm = bandwidth_m, cell_m, bounds_m
+    bandwidth_arg = h if bandwidth_arg is None else bandwidth_arg
+    scale = float(scale_max)
     if bm is not None:
         ny, nx, _tr = _k.grid_for_bounds(bm, c)
         # the smoothing pads the grid by the kernel's reach (about 5h/cell cells a side): a
@@ -592,22 +627,23 @@ def kde_raster(
         reach = math.ceil(5.0 * h / c) + 1
         if max(ny, nx) + 2 * reach > 3 * _k.MAX_CELLS_SIDE:
             raise InvalidInputError(
-                f"bandwidth_m={bandwidth_m!r} spans about {reach} cells of cell_m={c:g}; the "
+                f"bandwidth_m={bandwidth_arg!r} spans about {reach} cells of cell_m={c:g}; the "
                 f"smoothed raster would exceed {3 * _k.MAX_CELLS_SIDE} cells a side. Use a larger "
                 f"cell_m (e.g. cell_m={math.ceil(h / 400)}) or a smaller bandwidth. {_NOTHING}"
             )
-    _preflight(kind, amount, float(p.scale_max), "pt")
+    _preflight(kind, amount, scale, "pt")
     if correct:
-        _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, amount, scale_max=float(p.scale_max)))
-    from gpframe.accessor import _UNITS_MAX, ledger_keys
+        _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, amount, scale_max=scale))
+    from gpframe.accessor import _UNITS_MAX
 
-    keys = ledger_keys(users)
+    users = np.empty(len(keys), dtype=object)
+    users[:] = list(keys)
     led = session.ledger
     lu = led.units["metric"]
     params: dict[str, Any] = {
         "bandwidth_m": h, "cell_m": c, "correct": bool(correct),
         ("rho" if kind == "cgp" else "eps"): float(amount),
-        "crs_m": p.crs_m.to_string(), "scale_max": float(p.scale_max),
+        "crs_m": crs_m, "scale_max": scale,
     }  # fmt: skip
     # integer ledger units end to end (as privatize does): one exact conversion per distinct
     # amount, never a Fraction per user; the amount is in the filter's own units (kind=None)
@@ -616,12 +652,12 @@ def kde_raster(
     # the allocation every admitted user will hold is known now: check its single part (and the
     # bias correction's bandwidth) before reserving
     checks = dict(kind=kind, method="pt", rounds=1, split="even", beta=0.5,  # beta: unused
-                  unit=Fraction(1) / lu.scale, scale_max=p.scale_max)  # fmt: skip
+                  unit=Fraction(1) / lu.scale, scale_max=scale_max)  # fmt: skip
     if users.size and not too_big.all():
         a0 = lu.to_fraction(int(alloc_units[~too_big][0]))
         check_method_parts(a0, **checks)
         if correct:
-            _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, a0, scale_max=float(p.scale_max)))
+            _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, a0, scale_max=scale))
     with session.reserve(keys, alloc_units, notion="metric", query="kde_raster", params=params,
                          units=True) as r:  # fmt: skip
         adm = np.asarray(r.admitted, dtype=bool) & ~too_big
@@ -631,14 +667,14 @@ def kde_raster(
                 check_method_parts(a, **checks)
                 if correct:
                     _k.corrected_bandwidth(
-                        h, _k.bandwidth_limit(kind, a, scale_max=float(p.scale_max))
+                        h, _k.bandwidth_limit(kind, a, scale_max=scale)
                     )
         except InvalidInputError:
             r.cancel()
             raise
         out = _k.kde_raster_arrays(
-            p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=values, codes=codes,
-            correct=correct, unit=Fraction(1) / lu.scale, scale_max=p.scale_max, rng=rng,
+            xy_m, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=values, codes=codes,
+            correct=correct, unit=Fraction(1) / lu.scale, scale_max=scale_max, rng=rng,
         )  # fmt: skip
         pv = out.privatized
         charge_units = np.zeros(users.size, dtype=np.int64)
@@ -655,7 +691,7 @@ def kde_raster(
         r.charge(charge_units, units=True)
     from gpframe.raster import Raster
 
-    key_arr = np.asarray(keys, dtype=object)
+    key_arr = users
     idx = pd.Index(key_arr[adm])
     alloc_f = np.array([float(lu.to_fraction(int(v))) for v in uvals], dtype=np.float64)
     params.update(
@@ -668,7 +704,7 @@ def kde_raster(
     return Raster(
         value=out.density,
         transform=out.transform,
-        crs=p.crs_m.to_string(),
+        crs=crs_m,
         confidence=None,
         mechanism="gaussian_cgp" if kind == "cgp" else "planar_laplace",
         params=params,

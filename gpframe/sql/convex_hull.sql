@@ -10,20 +10,29 @@
 --     pings(user_id, ts, x, y)   one row per fix
 --
 -- gp_convex_hull sees one user's whole tuple (one row per user) and returns the private hull
--- polygon as WKB in the same CRS (PCH: noisy centre and radius, k anchors by PNN, Gaussian
--- release of the anchors; alpha = 0.92). Optional named arguments: beta := 0.1 (failure
--- probability of the radius enlargement) and k := 0 (anchors; 0 = k by the reference rule in
--- [16, 128]). Each call charges the user rho once. With the spatial extension,
--- ST_GeomFromWKB(hull) gives a GEOMETRY; in Python, shapely.from_wkb.
+-- polygon as hex-encoded WKB text in the same CRS (PCH: noisy centre and radius, k anchors by
+-- PNN, Gaussian release of the anchors; alpha = 0.92). Optional named arguments: beta := 0.1
+-- (failure probability of the radius enlargement) and k := 0 (anchors; 0 = k by the reference
+-- rule in [16, 128]). Each call charges the user rho once.
+--
+-- Reading the hulls:
+--   Python:  df = con.sql("SELECT * FROM private_hulls").df()
+--            geopandas.GeoSeries.from_wkb(df["hull"], crs="EPSG:32618")   # or shapely.from_wkb
+--            (the same on con.sql(...).fetchall(); a BLOB would reach pandas as a bytearray,
+--            which shapely and GeoPandas refuse, hence text)
+--   SQL:     ST_GeomFromWKB(from_hex(hull)) is a GEOMETRY (built into DuckDB, no extension);
+--            COPY a GEOMETRY column to Parquet and it is GeoParquet (query 5 below), which
+--            geopandas.read_parquet reads as a geometry column.
 --
 -- GP: gp_convex_hull_gp(user_id, xs, ys, eps [, beta := ..., k := ...]) uses Laplace phases at
 -- eps per metre and charges eps on a GP budget, eps^2/2 on a CGP budget, as
 -- df.geopriv(...).convex_hull(eps=...) does.
 --
--- The same from Python, as a relation of (user_id, hull) with WKB or WKT hulls (the query runs
--- once; reading the relation again charges nothing):
+-- The same from Python, as a relation of (user_id, hull) with hex WKB (default), WKT or
+-- GEOMETRY hulls (the query runs once; reading the relation again charges nothing):
 --     rel = gp.duckdb.convex_hulls(con, "SELECT * FROM pings", user="user_id", x="x", y="y",
---                                  rho=1e-4, geometry="wkt")
+--                                  rho=1e-4, geometry="geometry")
+--     con.sql("COPY (SELECT * FROM rel) TO 'hulls.parquet'")   # GeoParquet
 
 -- 1. One hull per user (NULL = refused for lack of budget: nothing was charged).
 CREATE OR REPLACE TEMP TABLE private_hulls AS
@@ -32,13 +41,15 @@ FROM pings
 GROUP BY user_id;
 
 -- 2. Post-processing of released values only: how many users were answered.
-SELECT count(hull) AS n_hulls, count(*) - count(hull) AS n_refused, min(octet_length(hull)) AS min_wkb_bytes
+SELECT count(hull) AS n_hulls, count(*) - count(hull) AS n_refused,
+       min(octet_length(from_hex(hull))) AS min_wkb_bytes
 FROM private_hulls;
 
 -- 3. The GP version with the optional arguments: eps = 0.05 per metre, beta = 0.05, 24 anchors.
 SELECT user_id,
-       octet_length(gp_convex_hull_gp(user_id, list(x ORDER BY ts), list(y ORDER BY ts), 0.05,
-                                      beta := 0.05, k := 24)) AS wkb_bytes
+       octet_length(from_hex(gp_convex_hull_gp(user_id, list(x ORDER BY ts),
+                                               list(y ORDER BY ts), 0.05, beta := 0.05,
+                                               k := 24))) AS wkb_bytes
 FROM pings
 GROUP BY user_id
 ORDER BY user_id;
@@ -46,6 +57,14 @@ ORDER BY user_id;
 -- 4. SQL sugar: the table macro gp_convex_hulls(query, rho [, beta := ..., k := ...]) does the
 --    GROUP BY and returns (user_id, hull). The query must have the columns user_id, x and y
 --    (alias them: 'SELECT vessel AS user_id, x, y FROM ...'). gp_convex_hulls_gp takes eps.
-SELECT user_id, octet_length(hull) AS wkb_bytes
+SELECT user_id, octet_length(from_hex(hull)) AS wkb_bytes
 FROM gp_convex_hulls('SELECT user_id, x, y FROM pings', 1e-3)
+ORDER BY user_id;
+
+-- 5. The stored hulls as a GEOMETRY column, e.g. for GeoParquet (post-processing: no charge):
+--    COPY (SELECT user_id, ST_GeomFromWKB(from_hex(hull)) AS hull FROM private_hulls)
+--        TO 'hulls.parquet' (FORMAT parquet);
+SELECT user_id, ST_AsText(ST_GeomFromWKB(from_hex(hull))) AS hull_wkt
+FROM private_hulls
+WHERE hull IS NOT NULL
 ORDER BY user_id;

@@ -13,6 +13,23 @@
 -- Each user's contribution exp(-d^2 / (2 b^2)) is released on its own (pt-elim, nu = 3b, doubling
 -- split, beta = 0.05): users confidently farther than nu from the probe stop early, contribute 0
 -- and are charged only the rounds they ran. AVG is post-processing. Each probe is one query.
+--
+-- Cost: every (user, probe) row runs its own elimination and its own charge, so the work and the
+-- spend grow with users x probes: use it for a few probes. For a heatmap over a grid of probes,
+-- use the relation helper gp.duckdb.kde_raster (Python). It releases each user's point once (the
+-- pt baseline, charged rho once however many cells), evaluates the bias-corrected KDE on every
+-- cell at once, runs once and returns the cells as a relation, with the same parameters,
+-- defaults, noise and charges as df.geopriv(...).kde_raster(...):
+--
+--     cells = gp.duckdb.kde_raster(
+--         con, "SELECT user_id, x, y FROM pings", user="user_id", x="x", y="y",
+--         bandwidth_m=1500, cell_m=250, bounds=(490000, 4490000, 510000, 4510000), rho=1e-4)
+--     cells.columns                     # ['x', 'y', 'density']: cell centres, density per m2
+--     con.sql("COPY (SELECT * FROM cells) TO 'heatmap.parquet'")   # reading again: no charge
+--
+-- bounds are in the same metres as x and y (None: the released points' extent padded by 3h);
+-- eps= instead of rho= on a GP session; correct=False keeps the noise's extra smoothing.
+-- benchmarks/bench_kde_sql.py times both paths at 64 / 144 / 400 probes.
 
 -- 1. KDE at each probe, bandwidth 500 m, rho = 1e-5 per user and probe.
 SELECT q.name,

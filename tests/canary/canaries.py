@@ -85,6 +85,9 @@ def _short(s: str, i: int, n: int = 60) -> str:
     return s[max(0, i - n) : i + n].replace("\n", "⏎")
 
 
+_HEX = re.compile(r"[0-9A-Fa-f]+")
+
+
 def atoms(obj: Any, path: str = "", out: Atoms | None = None, depth: int = 0) -> Atoms:
     """Walk ``obj`` down to numbers and strings; geometry and WKB become coordinates."""
     import shapely
@@ -96,6 +99,13 @@ def atoms(obj: Any, path: str = "", out: Atoms | None = None, depth: int = 0) ->
         out.numbers.append((path, np.array([float(obj)])))
     elif isinstance(obj, str):
         out.strings.append((path, obj))
+        if len(obj) >= 42 and len(obj) % 2 == 0 and _HEX.fullmatch(obj):
+            try:  # hex-encoded WKB (the SQL hulls): its coordinates are numbers to check too
+                g = shapely.from_wkb(obj)
+            except Exception:  # hex that is not WKB: a string only
+                pass
+            else:
+                out.numbers.append((path + ".hexwkb", shapely.get_coordinates(g).ravel()))
     elif isinstance(obj, (bytes, bytearray, memoryview)):
         b = bytes(obj)
         try:

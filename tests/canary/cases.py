@@ -493,6 +493,17 @@ def _rel_nearest(ctx: Ctx) -> Any:
                                    rho=1e-6)  # fmt: skip
 
 
+@case(name="kde_raster/duckdb-relation", frontend="sql-relation", covers=("duckdb.kde_raster",),
+      modules=(DDB, "gpframe.duckdb_kde", QF + "kde_frame", QF + "kde"))  # fmt: skip
+def _rel_kde_raster(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    # bounds=None, as the accessor case: the grid's extent comes from the released points
+    last = "SELECT uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM pings GROUP BY uid"
+    return gp.duckdb.kde_raster(ctx.con, last, user="uid", x="x", y="y", bandwidth_m=2000.0,
+                                cell_m=500.0, rho=1e-6)  # fmt: skip
+
+
 def _privatize_helper_missing() -> str | None:
     import gpframe as gp
 

@@ -184,3 +184,42 @@ def test_sql_example_files_run(name):
     results = [con.execute(q).fetchall() for q in code.split(";") if q.strip()]
     assert results[-1]
     assert sorted(s.spent().index) == [1, 2, 3, 4, 5]
+
+
+def test_hulls_read_directly_by_shapely_and_geopandas(tmp_path):
+    """A new user's reads of the hull column: .df() and .fetchall() into shapely / GeoPandas,
+    and COPY to Parquet as GeoParquet. A BLOB reached pandas as a bytearray, which
+    shapely.from_wkb and GeoSeries.from_wkb refused."""
+    import geopandas as gpd
+
+    df = _pings(n_users=3, n_pts=40, seed=5)
+    s = Session(budget=gp.CGP(rho=1e-1))
+    con = _con(s, 21, df)
+    con.execute("CREATE TABLE hulls AS SELECT * FROM gp_convex_hulls("
+                "'SELECT user_id, x, y FROM pings', 1e-3)")  # fmt: skip
+    frame = con.sql("SELECT * FROM hulls ORDER BY user_id").df()
+    geo = gpd.GeoSeries.from_wkb(frame["hull"], crs=CRS)
+    assert geo.geom_type.tolist() == ["Polygon"] * 3
+    rows = con.sql("SELECT hull FROM hulls ORDER BY user_id").fetchall()
+    assert shapely.from_wkb([h for (h,) in rows]).tolist() == geo.tolist()
+    assert gpd.GeoSeries.from_wkb([h for (h,) in rows]).equals(gpd.GeoSeries(geo.array))
+    # the UDF itself, too
+    udf = con.sql("SELECT gp_convex_hull(user_id, xs, ys, 1e-3) AS h FROM tuples").df()
+    assert gpd.GeoSeries.from_wkb(udf["h"]).geom_type.tolist() == ["Polygon"] * 3
+    # SQL: a GEOMETRY without any extension; COPY writes GeoParquet
+    path = tmp_path / "hulls.parquet"
+    con.execute(f"COPY (SELECT user_id, ST_GeomFromWKB(from_hex(hull)) AS hull FROM hulls "
+                f"ORDER BY user_id) TO '{path}' (FORMAT parquet)")  # fmt: skip
+    back = gpd.read_parquet(path)
+    assert isinstance(back, gpd.GeoDataFrame) and back.geometry.name == "hull"
+    assert back.geometry.tolist() == geo.tolist()
+    before = s.spent().copy()
+    # the relation helper's geometry="geometry": a GEOMETRY column, GeoParquet on COPY
+    rel = gp.duckdb.convex_hulls(con, "SELECT user_id, x, y FROM pings", user="user_id", x="x",
+                                 y="y", rho=1e-3, geometry="geometry")  # fmt: skip
+    assert [str(t) for t in rel.types] == ["BIGINT", "GEOMETRY"]
+    con.execute(f"COPY (SELECT * FROM rel) TO '{tmp_path / 'rel.parquet'}' (FORMAT parquet)")
+    assert gpd.read_parquet(tmp_path / "rel.parquet").geom_type.tolist() == ["Polygon"] * 3
+    table = gpd.GeoDataFrame.from_arrow(rel.to_arrow_table())
+    assert table.geom_type.tolist() == ["Polygon"] * 3
+    assert (s.spent() - before).round(12).tolist() == [1e-3] * 3  # the helper ran once

@@ -244,7 +244,7 @@ def test_convex_hulls_relation_charges_equal_the_accessor(budget, amount):
     con = _con(s_sql, 33, df)
     rel = gp.duckdb.convex_hulls(con, "SELECT user_id, x, y FROM pings", user="user_id", x="x",
                                  y="y", beta=0.05, k=20, **amount)  # fmt: skip
-    assert rel.columns == ["user_id", "hull"] and str(rel.types[1]) == "BLOB"
+    assert rel.columns == ["user_id", "hull"] and str(rel.types[1]) == "VARCHAR"
     rows = rel.fetchall()
     ref = private_hulls(df[["x", "y"]].to_numpy(), df["user_id"].to_numpy() - 1,
                         kind=budget if "rho" in amount else "gp",
