@@ -18,8 +18,9 @@ these uniform cells has density ∝ exp(−(k + x)²/2) on [k, k + 1).
 
 Examples
 --------
->>> from gpframe.testing import seeded_rng
->>> z = ExactNormal.draw(seeded_rng(1))
+>>> from gpframe.testing import seeded_enabled, seeded_rng
+>>> with seeded_enabled():
+...     z = ExactNormal.draw(seeded_rng(1))
 >>> lo, hi = z.interval()
 >>> hi - lo == Fraction(1, 2**64)
 True
