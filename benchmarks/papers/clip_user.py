@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import pathlib
 import time
 from fractions import Fraction
@@ -31,10 +30,10 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-os.environ.setdefault("GPFRAME_TESTING", "1")  # the seeded source, for reproducible releases
-
 from gpframe.queries.clip_user import clip_user_plan
-from gpframe.testing import seeded_rng
+from gpframe.testing import enable_seeded, seeded_rng
+
+enable_seeded()  # the seeded source, for reproducible releases
 
 OUT = pathlib.Path(__file__).parent / "out"
 EPS = (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10)

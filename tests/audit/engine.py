@@ -294,6 +294,31 @@ class AuditResult:
         )
 
 
+#: Largest ``ref_ratio`` a plain Gaussian case may show. For a discrete Gaussian on a fixed shift
+#: (a case built with ``meta={"gaussian_curve": True}``), the audit's lower bound is a 1 - alpha
+#: lower confidence bound of the mechanism's true epsilon(delta), which is at most the continuous
+#: Gaussian curve of the nominal sigma (Canonne, Kamath & Steinke 2020: the discrete Gaussian is
+#: no less private than the continuous one at the same sigma and integer shift). So a correct
+#: mechanism fails this with probability <= alpha. Measured with the fixed seeds at N = 1e5: the
+#: four fast Gaussian cases reach 0.857-0.946 (gaussian_zcdp/int/rho0.5/sens1 0.946), the 0.8 sigma
+#: mutants 1.194 (gaussian_cgp/2d/rho0.02/d10/az45) and 1.532 (gaussian_zcdp/int/rho0.5/sens1):
+#: margins 0.054 below and 0.194 above the threshold.
+REF_RATIO_MAX = 1.0
+
+
+def failed(case: Case, res: AuditResult) -> bool:
+    """The verdict of the fast tier and of the mutant tests for ``res``, an audit of ``case``.
+
+    A case fails when the loss lower bound exceeds the claim; a plain Gaussian case also fails
+    when it exceeds the exact curve of the nominal sigma (``ref_ratio > REF_RATIO_MAX``): the
+    conversion-formula claim is too loose to catch a Gaussian that draws less noise than it
+    reports, the exact curve is not.
+    """
+    if res.violated:
+        return True
+    return bool(case.meta.get("gaussian_curve")) and res.reference_ratio > REF_RATIO_MAX
+
+
 def _seed(name: str, salt: int, which: int) -> int:
     return (zlib.crc32(name.encode()) * 1_000_003 + salt * 10 + which) % (2**31)
 

@@ -309,6 +309,7 @@ def gaussian_zcdp_case(rho: float, l2: float, *, integer: bool, tiers=SLOW):
             claim=Claim.zcdp(rho),
             tiers=tiers,
             guarantee=("zcdp", rho),
+            meta={"gaussian_curve": True},  # ref_ratio is asserted (engine.failed)
         )
     )
 
@@ -338,6 +339,7 @@ def gaussian_cgp_case(rho: float, d: float, *, dim: int = 2, azimuth: float = 45
             claim=Claim.cgp(rho, d),
             tiers=tiers,
             guarantee=("cgp", rho) if dim == 1 else None,
+            meta={"gaussian_curve": True},  # ref_ratio is asserted (engine.failed)
         )
     )
 

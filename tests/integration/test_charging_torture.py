@@ -70,7 +70,6 @@ def _spawn(path, mode, n, tag):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "GPFRAME_TESTING": "1"},
     )
 
 

@@ -216,7 +216,6 @@ def _spawn(path: str, log: Path, ops, n: int, tag: str) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "GPFRAME_TESTING": "1"},
     )
 
 

@@ -22,8 +22,7 @@ import gpframe.accessor  # registers df.geopriv
 from gpframe import monitor
 from gpframe.errors import InsecureRandomnessError, InvalidInputError
 from gpframe.ledger import Session
-from gpframe.mechanisms.noise import bits as _bits
-from gpframe.testing import disable_seeded, enable_seeded, seeded_rng
+from gpframe.testing import seeded_disabled, seeded_rng
 
 BOX = shapely.box(490_000, 4_490_000, 510_000, 4_510_000)
 AT = shapely.Point(500_000, 4_500_000)
@@ -31,14 +30,10 @@ XY = (500_000.0, 4_500_000.0)
 
 
 @pytest.fixture
-def no_seeded(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Outside tests: GPFRAME_TESTING unset and enable_seeded() undone."""
-    monkeypatch.delenv("GPFRAME_TESTING", raising=False)
-    before = _bits._SEEDED_ENABLED
-    disable_seeded()
-    yield
-    if before:
-        enable_seeded()
+def no_seeded() -> Iterator[None]:
+    """Outside tests: enable_seeded() undone (restored afterwards)."""
+    with seeded_disabled():
+        yield
 
 
 def _bound(budget: Any) -> tuple[Session, Any]:

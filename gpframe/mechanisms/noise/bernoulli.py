@@ -32,8 +32,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from gpframe.mechanisms.noise.bits import BitSource
-from gpframe.mechanisms.noise.exact import ExactProb, LazyUniform
+from gpframe.mechanisms.noise.bits import BitSource, broken_source
+from gpframe.mechanisms.noise.exact import MAX_EXTENSIONS, ExactProb, LazyUniform, refine_msg
 
 __all__ = ["bern_exp_neg", "enclose", "lazy_rational_less"]
 
@@ -42,6 +42,9 @@ _M_GUARD = float(2**36)
 _TWO16 = 65536.0
 
 ExactLess = Callable[[int, int, int, int, int], bool]
+
+#: Rounds of one piece's Bernoulli loop before the source is declared broken (see _check_rounds).
+K_MAX = 128.0
 
 # floor(exp(-j) 2**32) for j = 0..23 (exact); zero from j = 23 on (exp(-23) 2**32 < 1).
 _J_MAX = 24
@@ -72,14 +75,27 @@ def enclose(glo: np.ndarray, ghi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def lazy_rational_less(W: int, m: int, M: int, num: int, den: int, bits: BitSource) -> bool:
     """Decide ``U * M < num / den`` exactly, ``U`` uniform with ``m``-bit prefix ``W`` (§4.2)."""
+    m_max = m + 64 * MAX_EXTENSIONS
     while True:
         rhs = num << m
         if (W + 1) * M * den <= rhs:
             return True
         if W * M * den >= rhs:
             return False
+        if m >= m_max:
+            raise broken_source(refine_msg(MAX_EXTENSIONS), "2**-400")
         W = (W << 64) | bits.int_bits(64)
         m += 64
+
+
+def _check_rounds(K: float) -> None:
+    """Raise when a Bernoulli(exp(-gamma)) draw reaches round ``K_MAX`` (a stuck source).
+
+    Round K of CKS20 Alg. 1 (on one piece, gamma/n_i <= 1) continues with probability at most
+    1/K, so a draw reaches round K_MAX with probability at most 1/(K_MAX - 1)! < 2**-700.
+    """
+    if K >= K_MAX:
+        raise broken_source(f"a Bernoulli(exp(-gamma)) draw reached round {int(K)}", "2**-700")
 
 
 def _decide(
@@ -210,6 +226,7 @@ def bern_exp_neg(
             kk = 2.0
             lo, hi = glo16[idx], ghi16[idx]
             while idx.size:
+                _check_rounds(kk)
                 w = bits.arr(idx.size, np.uint16)
                 s = _decide(w, kk, kk >= _M_GUARD, lo, hi, idx, exact_less)
                 if kk % 2.0 == 1.0:  # failure with K odd: accepted
@@ -229,6 +246,7 @@ def bern_exp_neg(
     lo, hi = glo16[idx], ghi16[idx]
     # General loop on the survivors, whose state is kept compacted: (idx, n_i, K, pieces left).
     while idx.size:
+        _check_rounds(float(K.max()))
         M = p * K
         w = bits.arr(idx.size, np.uint16)
         s = _decide(w, M, bool(M.max() >= _M_GUARD), lo, hi, idx, exact_less)

@@ -3,7 +3,13 @@
 The default source is the operating system's CSPRNG (``os.urandom``, Linux ``getrandom(2)``). An
 optional AES-256-CTR keystream (``AesCtrRandom``) keys itself afresh from ``os.urandom`` on every
 request, so no key outlives a request. A seeded, deterministic source exists only in
-:mod:`gpframe.testing`; :func:`resolve_rng` refuses it unless tests enabled it.
+:mod:`gpframe.testing`; :func:`resolve_rng` refuses it unless a test called
+``gpframe.testing.enable_seeded()``. No environment variable enables it.
+
+:func:`resolve_rng` is the one gate every ``rng`` argument passes: it accepts instances of the
+library's own source classes only, recognised by exact class (not by attributes, so look-alike
+objects and subclasses defined elsewhere are refused), and a test source only while enabled,
+whatever its ``seeded`` attribute says.
 
 Samplers never cache bytes across calls (R7): every call draws what it needs, in an order fixed by
 the call's arguments and the bits themselves.
@@ -26,7 +32,14 @@ import numpy as np
 
 from gpframe.errors import InsecureRandomnessError, InvalidInputError
 
-__all__ = ["AesCtrRandom", "BitSource", "OsRandom", "resolve_rng", "seeded_allowed"]
+__all__ = [
+    "AesCtrRandom",
+    "BitSource",
+    "OsRandom",
+    "broken_source",
+    "resolve_rng",
+    "seeded_allowed",
+]
 
 
 @runtime_checkable
@@ -53,7 +66,13 @@ class _Derived:
     """``arr`` and ``int_bits`` derived from ``bytes`` (shared by every concrete source)."""
 
     name: str = "abstract"
-    seeded: bool = False
+    #: Informational only: :func:`resolve_rng` decides by class, never by this flag.
+    _SEEDED: bool = False
+
+    @property
+    def seeded(self) -> bool:
+        """Whether this is a deterministic test source (read-only: fixed by the class)."""
+        return type(self)._SEEDED
 
     def bytes(self, n: int) -> bytes:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -77,7 +96,6 @@ class OsRandom(_Derived):
     """The default source: ``os.urandom`` (kernel CSPRNG, no user-space state, fork-safe)."""
 
     name = "os.urandom"
-    seeded = False
 
     def bytes(self, n: int) -> bytes:
         """Return ``n`` bytes from ``os.urandom``; an ``OSError`` propagates before any release."""
@@ -93,7 +111,6 @@ class AesCtrRandom(_Derived):
     """
 
     name = "aes-256-ctr"
-    seeded = False
 
     def __init__(self) -> None:
         try:
@@ -122,6 +139,9 @@ class AesCtrRandom(_Derived):
 
 _DEFAULT = OsRandom()
 _SEEDED_ENABLED = False
+#: The shipped secure sources, accepted by exact class (a subclass may override ``bytes``).
+_SECURE = (OsRandom, AesCtrRandom)
+_METHODS = ("bytes", "arr", "int_bits")
 
 
 def _set_seeded(flag: bool) -> None:
@@ -131,8 +151,25 @@ def _set_seeded(flag: bool) -> None:
 
 
 def seeded_allowed() -> bool:
-    """Whether seeded (test) sources are accepted (``GPFRAME_TESTING=1`` or ``enable_seeded()``)."""
-    return _SEEDED_ENABLED or os.environ.get("GPFRAME_TESTING", "") == "1"
+    """Whether test sources are accepted (only after ``gpframe.testing.enable_seeded()``)."""
+    return _SEEDED_ENABLED
+
+
+def _test_classes() -> tuple[type, ...]:
+    """Return the test source classes of :mod:`gpframe.testing` (imported late: it imports us)."""
+    from gpframe.testing import _TEST_SOURCE_CLASSES
+
+    return _TEST_SOURCE_CLASSES
+
+
+def _foreign(rng: Any) -> InvalidInputError:
+    return InvalidInputError(
+        f"rng={type(rng).__name__} is not a gpframe BitSource. Pass rng=None "
+        "(the OS CSPRNG) or gpframe.mechanisms.noise.AesCtrRandom(). Other objects are refused, "
+        "whatever their attributes say, and so are subclasses and look-alikes of gpframe's "
+        "sources; numpy and `random` generators are not cryptographically secure. "
+        "Nothing was charged."
+    )
 
 
 def resolve_rng(rng: Any = None) -> BitSource:
@@ -147,25 +184,45 @@ def resolve_rng(rng: Any = None) -> BitSource:
     Raises
     ------
     InsecureRandomnessError
-        A seeded source while seeded sources are not enabled.
+        A test source while test sources are not enabled, or a gpframe source whose methods
+        were replaced on the instance.
     InvalidInputError
-        Anything that is not a BitSource, such as a numpy ``Generator``.
+        Anything whose class is not one of gpframe's sources: a numpy ``Generator``, an object
+        with the right attributes, a subclass of ``OsRandom`` defined elsewhere.
     """
     if rng is None:
         return _DEFAULT
-    if type(rng) is OsRandom or type(rng) is AesCtrRandom:  # the shipped secure sources
-        return rng
-    ok = all(hasattr(rng, a) for a in ("name", "seeded", "bytes", "arr", "int_bits"))
-    if not ok:
-        raise InvalidInputError(
-            f"rng={type(rng).__name__} is not a gpframe BitSource. Pass rng=None (the OS CSPRNG) "
-            "or gpframe.mechanisms.noise.AesCtrRandom(); numpy and `random` generators are not "
-            "cryptographically secure and are refused. Nothing was charged."
-        )
-    if rng.seeded and not seeded_allowed():
+    cls = type(rng)
+    if cls in _SECURE:
+        pass
+    elif cls in _test_classes():
+        if not _SEEDED_ENABLED:
+            raise InsecureRandomnessError(
+                f"rng={rng!r} is a seeded test source, refused outside tests: its outputs are "
+                "predictable. Pass rng=None for the OS CSPRNG (tests call "
+                "gpframe.testing.enable_seeded() first). Nothing was charged."
+            )
+    else:
+        raise _foreign(rng)
+    shadowed = [m for m in _METHODS if m in getattr(rng, "__dict__", {})]
+    if shadowed:
         raise InsecureRandomnessError(
-            f"rng={rng!r} is a seeded test source, refused outside tests: its outputs are "
-            "predictable. Pass rng=None for the OS CSPRNG (or call gpframe.testing.enable_seeded() "
-            "in a test). Nothing was charged."
+            f"rng={rng!r} has its {', '.join(shadowed)} replaced on the instance, so its bytes "
+            "no longer come from the source. Pass a fresh source or rng=None. Nothing was charged."
         )
     return rng
+
+
+def broken_source(what: str, bound: str) -> InsecureRandomnessError:
+    """Return the error a sampler raises when its bits cannot come from a working source.
+
+    Every loop that draws until the bits decide something (a rejection sampler, a lazily refined
+    uniform) is bounded: a stuck source (constant bytes, a patched ``bytes``) would otherwise
+    hang it. The bound is set so that a working source reaches it with probability below
+    ``bound``, stated at each loop.
+    """
+    return InsecureRandomnessError(
+        f"the randomness source looks broken: {what} (a working source does this with probability "
+        f"below {bound}). Its bytes may be constant or patched; pass rng=None for the OS CSPRNG. "
+        "Nothing was released."
+    )

@@ -21,6 +21,7 @@ from numbers import Rational
 from typing import Any
 
 from gpframe.errors import InvalidInputError
+from gpframe.mechanisms.noise.bits import broken_source
 
 __all__ = [
     "ExactProb",
@@ -147,6 +148,18 @@ class ExactProb:
         return cls(b)
 
 
+#: Refinements of one lazy uniform before the source is declared broken. Each refinement needs
+#: the prefix to tie with ``floor(p * 2**m)`` for one of the (at most 2**13, the geometric cap)
+#: thresholds compared with it, so the 8th happens at ``m >= 32 + 7 * 64`` with probability
+#: below ``2**13 * 2**-480 < 2**-400`` for a working source.
+MAX_EXTENSIONS = 8
+
+
+def refine_msg(times: int) -> str:
+    """Return the :func:`broken_source` wording for a comparison still undecided."""
+    return f"a uniform was refined {times} times without deciding a comparison"
+
+
 class LazyUniform:
     """A uniform ``U`` in [0, 1) known through its first ``m`` bits ``W`` (§4.2).
 
@@ -154,13 +167,19 @@ class LazyUniform:
     the prefix ties with ``floor(p * 2**m)``.
     """
 
-    __slots__ = ("W", "bits", "m")
+    __slots__ = ("W", "bits", "m", "m_max")
 
     def __init__(self, W: int, m: int, bits: Any) -> None:
         self.W, self.m, self.bits = int(W), int(m), bits
+        self.m_max = self.m + 64 * MAX_EXTENSIONS
 
     def extend(self) -> None:
-        """Append 64 fresh bits to the prefix."""
+        """Append 64 fresh bits to the prefix (at most :data:`MAX_EXTENSIONS` times)."""
+        if self.m >= self.m_max:
+            raise broken_source(
+                refine_msg(MAX_EXTENSIONS),
+                "2**-400",
+            )
         self.W = (self.W << 64) | self.bits.int_bits(64)
         self.m += 64
 

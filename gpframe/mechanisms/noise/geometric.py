@@ -13,13 +13,14 @@ All tables are built with exact integer arithmetic, cached by the exact ``Fracti
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
 
 from gpframe.errors import GpframeInternalError, NoiseOverflowError
-from gpframe.mechanisms.noise.bits import BitSource
+from gpframe.mechanisms.noise.bits import BitSource, broken_source
 from gpframe.mechanisms.noise.exact import ExactProb, LazyUniform, exp_neg_bounds
 
 __all__ = [
@@ -35,6 +36,9 @@ __all__ = [
 BETA = Fraction(1, 16)
 _P_TABLE = 256
 _LIMIT = 1 << 62
+
+#: ``-ln P(V >= vcap)``: the tail mass at which the exact V path declares the source broken.
+_V_TAIL = 128
 
 # Test hook (T-FORCED): when True every V is decided by the exact LazyUniform path.
 FORCE_EXACT = False
@@ -71,6 +75,10 @@ class VTable:
                 break
             thr.append(tlo)
         self.vmax = len(thr)
+        # The exact path stops at V = vcap: P(V >= vcap) = Q**vcap <= exp(-128) < 2**-184 with a
+        # working source, while a stuck one (all-zero words) would climb towards 2**62 forever.
+        # x > 1/32 for every table built here, so vcap <= 4097 (well above vmax <= 711).
+        self.vcap = math.ceil(_V_TAIL / self.x)
         # Descending thresholds T_1 > ... (non-increasing), and their ascending copy.
         self.T = np.array(thr, dtype=np.int64)
         self.asc = self.T[::-1].copy()
@@ -102,6 +110,8 @@ class VTable:
         while True:
             if v >= limit:
                 raise _overflow(f"geometric V={v}")
+            if v >= self.vcap:
+                raise broken_source(f"a geometric draw reached V={v}", "2**-184")
             if not lu.less_than(self.qpow(v + 1)):
                 return v
             v += 1

@@ -25,8 +25,14 @@ import numpy as np
 from gpframe.errors import InvalidInputError
 from gpframe.mechanisms.noise import ieee
 from gpframe.mechanisms.noise.bernoulli import bern_exp_neg, lazy_rational_less
-from gpframe.mechanisms.noise.bits import BitSource, resolve_rng
-from gpframe.mechanisms.noise.exact import ExactProb, LazyUniform, as_fraction
+from gpframe.mechanisms.noise.bits import BitSource, broken_source, resolve_rng
+from gpframe.mechanisms.noise.exact import (
+    MAX_EXTENSIONS,
+    ExactProb,
+    LazyUniform,
+    as_fraction,
+    refine_msg,
+)
 from gpframe.mechanisms.noise.geometric import block_geometric, digit_geometric, v_table
 
 __all__ = [
@@ -69,20 +75,33 @@ def _batch(need: int, acc: float, chunk: int) -> int:
     return min(chunk, math.ceil(need / acc) + 16)
 
 
+#: Proposals in a row without one accepted before the source is declared broken. Every sampler
+#: here accepts a proposal with probability above 1/10 (the ACC_* rates are at least 0.42; the
+#: Gaussian's worst case over its sigma range is about 0.5, design A's is 1/2), so a working
+#: source has a run this long with probability below 0.9**8192 < 2**-1200.
+MAX_DRY_PROPOSALS = 8192
+
+
 def _collect(n: int, acc: float, draw: Any, width: int = 0, chunk: int = CHUNK) -> np.ndarray:
     """Run ``draw(m) -> accepted rows`` in fixed-size batches until ``n`` rows are collected."""
-    got = draw(_batch(n, acc, chunk))
+    m = _batch(n, acc, chunk)
+    got = draw(m)
     if got.shape[0] >= n:  # one batch sufficed (almost always for n below the chunk): no copy
         return got[:n]
     out = np.empty((n, width) if width else n, dtype=np.int64)
     filled = got.shape[0]
     out[:filled] = got
+    dry = 0 if filled else m  # proposals since the last accepted one (a lower bound)
     while filled < n:
         need = n - filled
-        got = draw(_batch(need, acc, chunk))
+        m = _batch(need, acc, chunk)
+        got = draw(m)
         take = min(need, got.shape[0])
         out[filled : filled + take] = got[:take]
         filled += take
+        dry = 0 if take else dry + m
+        if dry >= MAX_DRY_PROPOSALS:
+            raise broken_source(f"{dry} proposals in a row were all rejected", "2**-1200")
     return out
 
 
@@ -361,6 +380,7 @@ def lattice_laplace(a: Any, d: int, n: int, bits: BitSource | None) -> np.ndarra
             Nn = sum(int(v) * int(v) for v in k[i])
             c = lamB * int(vs[i]) + j
             target = a2 * Nn
+            m_max = mm + 64 * MAX_EXTENSIONS
             while True:
                 hi = Fraction((W + 1) * M, 1 << mm) + c
                 if hi * hi <= target:
@@ -368,6 +388,8 @@ def lattice_laplace(a: Any, d: int, n: int, bits: BitSource | None) -> np.ndarra
                 lo = Fraction(W * M, 1 << mm) + c
                 if lo * lo >= target:
                     return False
+                if mm >= m_max:  # as in lazy_rational_less: below 2**-400 with working bits
+                    raise broken_source(refine_msg(MAX_EXTENSIONS), "2**-400")
                 W = (W << 64) | src.int_bits(64)
                 mm += 64
 

@@ -18,8 +18,9 @@ these uniform cells has density ∝ exp(−(k + x)²/2) on [k, k + 1).
 
 Examples
 --------
->>> from gpframe.testing import seeded_rng
->>> z = ExactNormal.draw(seeded_rng(1))
+>>> from gpframe.testing import seeded_enabled, seeded_rng
+>>> with seeded_enabled():
+...     z = ExactNormal.draw(seeded_rng(1))
 >>> lo, hi = z.interval()
 >>> hi - lo == Fraction(1, 2**64)
 True
@@ -33,13 +34,29 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from gpframe.mechanisms.noise.bits import resolve_rng
+from gpframe.mechanisms.noise.bits import broken_source, resolve_rng
 from gpframe.mechanisms.noise.exact import ExactProb, LazyUniform
 
 __all__ = ["ExactNormal", "argmax_exact", "decide_ge", "normals"]
 
 _CHUNK = 64
 _EXP_HALF = ExactProb.exp_neg(Fraction(1, 2))
+
+# Bounds on every loop that draws until the bits decide, so a stuck source (constant bytes)
+# raises instead of hanging. Each is reached by a working source with negligible probability:
+#: ties of two fresh 64-bit chunks in a row (each 2**-64): 8 in a row, below 2**-512
+_MAX_TIES = 8
+#: algorithm G's k: P(k >= 512) = exp(-256) < 2**-369
+_MAX_K = 512
+#: algorithm N's attempts: each accepts with probability (1 - e**-0.5) sqrt(pi/2) > 0.49,
+#: so 1024 rejections in a row happen with probability below 0.51**1024 < 2**-990
+_MAX_ATTEMPTS = 1024
+#: algorithm B's chain: n steps need n decreasing uniforms, probability <= 1/n!, 1/128! < 2**-700
+_MAX_CHAIN = 128
+#: refinement rounds of a comparison of exact normals: after r rounds every deviate involved has
+#: at least 64 (r + 1) bits and the sum's density is at most 1/(|c| sqrt(2 pi)), so it is still
+#: undecided with probability below (terms + 1)**2 2**(1 - 64 (r + 1)); r = 16: below 2**-1000
+_MAX_ROUNDS = 16
 
 
 class _U:
@@ -59,7 +76,7 @@ class _U:
 
 def _less(u: _U, v: _U) -> bool:
     """Exactly ``u < v`` (ties of prefixes draw more bits of both)."""
-    while True:
+    for _ in range(_MAX_TIES + 1):
         while u.m < v.m:
             u.extend()
         while v.m < u.m:
@@ -68,6 +85,7 @@ def _less(u: _U, v: _U) -> bool:
             return u.W < v.W
         u.extend()
         v.extend()
+    raise broken_source(f"two uniforms tied on {_MAX_TIES + 1} chunks of 64 bits", "2**-512")
 
 
 def _bern_exp_half(bits: Any) -> bool:
@@ -78,7 +96,7 @@ def _bern_exp_half(bits: Any) -> bool:
 def _r_test(r: _U, k: int, x: _U) -> bool:
     """Exactly ``(2k + 2)·r < 2k + x``."""
     c = 2 * k + 2
-    while True:
+    for _ in range(_MAX_TIES + 1):
         M = max(r.m, x.m)
         R, X = r.W << (M - r.m), x.W << (M - x.m)
         ur, ux = 1 << (M - r.m), 1 << (M - x.m)  # one unit of each prefix, at scale 2^M
@@ -89,6 +107,8 @@ def _r_test(r: _U, k: int, x: _U) -> bool:
             return False
         r.extend()
         x.extend()
+    # Undecided after a refinement needs the other side within one unit: <= 2c 2**-64 per round.
+    raise broken_source(f"a test stayed undecided over {_MAX_TIES + 1} refinements", "2**-400")
 
 
 def _alg_b(k: int, x: _U, bits: Any) -> bool:
@@ -96,6 +116,8 @@ def _alg_b(k: int, x: _U, bits: Any) -> bool:
     y = x
     n = 0
     while True:
+        if n >= _MAX_CHAIN:
+            raise broken_source(f"algorithm B's chain reached {n} steps", "2**-700")
         z = _U(bits)
         if not _less(z, y):
             break
@@ -118,10 +140,12 @@ class ExactNormal:
     def draw(cls, rng: Any = None) -> ExactNormal:
         """Karney 2016 algorithm N with all tests exact."""
         bits = resolve_rng(rng)
-        while True:
+        for _ in range(_MAX_ATTEMPTS):
             k = 0  # N1 (algorithm G): P(k) = e^(−k/2)(1 − e^(−1/2))
             while _bern_exp_half(bits):
                 k += 1
+                if k >= _MAX_K:
+                    raise broken_source(f"algorithm G reached k={k}", "2**-369")
             # N2: accept with probability e^(−k(k−1)/2) = (e^(−1/2))^(k(k−1))
             if not all(_bern_exp_half(bits) for _ in range(k * (k - 1))):
                 continue
@@ -129,6 +153,7 @@ class ExactNormal:
             if all(_alg_b(k, x, bits) for _ in range(k + 1)):
                 s = 1 if bits.int_bits(8) & 1 else -1
                 return cls(s, k, x)
+        raise broken_source(f"{_MAX_ATTEMPTS} normal draws in a row were rejected", "2**-990")
 
     def interval(self) -> tuple[Fraction, Fraction]:
         """Return closed rational bounds ``lo <= value <= hi`` at the current precision."""
@@ -163,9 +188,9 @@ def _linear_bounds(
 def decide_ge(terms: Sequence[tuple[Fraction, ExactNormal]], const: Fraction) -> bool:
     """Exactly ``Σ c_i Z_i + const >= 0`` (refining the deviates until the sign is certain).
 
-    Equality has probability zero; the loop ends with probability one.
+    Equality has probability zero; the loop ends with probability one (bounded: ``_MAX_ROUNDS``).
     """
-    while True:
+    for _ in range(_MAX_ROUNDS + 1):
         lo, hi = _linear_bounds(terms, const)
         if lo >= 0:
             return True
@@ -173,12 +198,13 @@ def decide_ge(terms: Sequence[tuple[Fraction, ExactNormal]], const: Fraction) ->
             return False
         for _, z in terms:
             z.refine()
+    raise broken_source(f"a sign stayed undecided over {_MAX_ROUNDS} refinements", "2**-1000")
 
 
 def argmax_exact(values: Sequence[Fraction], sigma: Fraction, zs: Sequence[ExactNormal]) -> int:
     """Exactly ``argmax_i (values[i] + sigma·zs[i])`` (ties, probability zero, go low)."""
     n = len(values)
-    while True:
+    for _ in range(_MAX_ROUNDS + 1):
         iv = [z.interval() for z in zs]
         lo = [values[i] + sigma * iv[i][0] for i in range(n)]
         hi = [values[i] + sigma * iv[i][1] for i in range(n)]
@@ -188,3 +214,4 @@ def argmax_exact(values: Sequence[Fraction], sigma: Fraction, zs: Sequence[Exact
         for j in range(n):  # refine the candidates still in contention (and the leader)
             if j == best or hi[j] >= lo[best]:
                 zs[j].refine()
+    raise broken_source(f"an argmax stayed undecided over {_MAX_ROUNDS} refinements", "2**-900")

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from gpframe.mechanisms.noise.bits import resolve_rng
-from gpframe.mechanisms.noise.exact import as_fraction
+from gpframe.mechanisms.noise.bits import broken_source, resolve_rng
+from gpframe.mechanisms.noise.exact import MAX_EXTENSIONS, as_fraction, refine_msg
 from gpframe.mechanisms.selection.certified import amplified_eps
 
 __all__ = ["amplified_eps", "poisson_subsample"]
@@ -47,11 +47,13 @@ def poisson_subsample(n: int, *, p: float, rng: Any = None) -> np.ndarray:
     keep = w < np.uint64(T)
     for i in np.flatnonzero(w == np.uint64(T)).tolist():  # tie: refine the same uniform
         W, m = T, 64
-        while True:
+        for _ in range(MAX_EXTENSIONS + 1):
             W = (W << 64) | bits.int_bits(64)
             m += 64
             Tm = math.floor(pf * (1 << m))
             if W != Tm:
                 keep[i] = W < Tm
                 break
+        else:  # each refinement ties again with probability 2**-64
+            raise broken_source(refine_msg(MAX_EXTENSIONS + 1), "2**-576")
     return keep

@@ -17,26 +17,19 @@ from gpframe.mechanisms import (
     planar_laplace,
 )
 from gpframe.mechanisms.calibration import round_down_float, sqrt_up
-from gpframe.testing import seeded_rng
+from gpframe.testing import callback_rng, seeded_rng
 
 F = Fraction
 G = F(1, 1024)
 
 
-class RaisingBits:
-    """A BitSource whose every method raises: proves nothing was drawn (R8)."""
+def _raise(n):
+    raise AssertionError("a bit was drawn")
 
-    name = "raising"
-    seeded = False
 
-    def bytes(self, n):
-        raise AssertionError("a bit was drawn")
-
-    def arr(self, n, dtype):
-        raise AssertionError("a bit was drawn")
-
-    def int_bits(self, k):
-        raise AssertionError("a bit was drawn")
+def RaisingBits():
+    """A BitSource that raises on every draw: proves nothing was drawn (R8)."""
+    return callback_rng(_raise, name="raising")
 
 
 PTS = np.array([[500_000.3, 4_649_776.2], [500_010.0, 4_649_790.0], [-12.5, 3.0]])
@@ -276,13 +269,11 @@ def test_warning_points_at_the_caller():
     assert rec[0].filename == __file__
 
 
-def test_seeded_source_refused_outside_tests(monkeypatch):
+def test_seeded_source_refused_outside_tests():
     from gpframe.errors import InsecureRandomnessError
-    from gpframe.testing import disable_seeded
+    from gpframe.testing import seeded_disabled
 
-    monkeypatch.setenv("GPFRAME_TESTING", "0")
-    disable_seeded()
-    with pytest.raises(InsecureRandomnessError):
+    with seeded_disabled(), pytest.raises(InsecureRandomnessError):
         planar_laplace(PTS, eps=0.01, rng=seeded_rng(1))
 
 

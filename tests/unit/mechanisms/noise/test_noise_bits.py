@@ -29,21 +29,16 @@ SAMPLERS = {
 
 
 class CountingSource:
-    """Wraps a BitSource and counts the bytes requested."""
+    """Wraps a BitSource and counts the bytes requested (``.src`` is the source to pass)."""
 
     def __init__(self, inner):
-        self.inner, self.name, self.seeded, self.count = inner, "counting", inner.seeded, 0
+        self.count = 0
+        self.src = testing.callback_rng(self._bytes, name="counting")
+        self._inner = inner
 
-    def bytes(self, n):
+    def _bytes(self, n):
         self.count += n
-        return self.inner.bytes(n)
-
-    def arr(self, n, dtype):
-        dt = np.dtype(dtype)
-        return np.frombuffer(self.bytes(n * dt.itemsize), dtype=dt)
-
-    def int_bits(self, k):
-        return int.from_bytes(self.bytes(k // 8), "little")
+        return self._inner.bytes(n)
 
 
 def _gpframe_files():
@@ -114,22 +109,21 @@ def test_samplers_work_with_numpy_random_and_random_poisoned(poisoned_random, na
         assert out.dtype == np.int64 and out.shape[0] == 3000
 
 
-def test_seeded_source_refused_when_testing_disabled(monkeypatch):
-    monkeypatch.delenv("GPFRAME_TESTING", raising=False)
-    testing.disable_seeded()
-    with pytest.raises(InsecureRandomnessError, match="seeded test source"):
-        resolve_rng(seeded_rng(1))
-    with pytest.raises(InsecureRandomnessError):
-        noise.discrete_laplace(Fraction(1, 3), 10, seeded_rng(1))
-    with testing.seeded_enabled():
-        assert resolve_rng(seeded_rng(1)).seeded
-    testing.enable_seeded()
-    try:
-        assert resolve_rng(seeded_rng(1)).seeded
-    finally:
-        testing.disable_seeded()
-    with pytest.raises(InsecureRandomnessError):
-        resolve_rng(seeded_rng(1))
+def test_seeded_source_refused_when_testing_disabled():
+    with testing.seeded_disabled():
+        with pytest.raises(InsecureRandomnessError, match="seeded test source"):
+            resolve_rng(seeded_rng(1))
+        with pytest.raises(InsecureRandomnessError):
+            noise.discrete_laplace(Fraction(1, 3), 10, seeded_rng(1))
+        with testing.seeded_enabled():
+            assert resolve_rng(seeded_rng(1)).seeded
+        testing.enable_seeded()
+        try:
+            assert resolve_rng(seeded_rng(1)).seeded
+        finally:
+            testing.disable_seeded()
+        with pytest.raises(InsecureRandomnessError):
+            resolve_rng(seeded_rng(1))
 
 
 def test_numpy_generator_is_not_a_bit_source():
@@ -154,7 +148,7 @@ def test_determinism_same_seed_same_output_and_bit_count(name):
     outs, counts = [], []
     for _ in range(2):
         src = CountingSource(seeded_rng(2024))
-        outs.append(SAMPLERS[name](5000, src))
+        outs.append(SAMPLERS[name](5000, src.src))
         counts.append(src.count)
     assert np.array_equal(outs[0], outs[1]) and counts[0] == counts[1]
     # no cross-call state: an unrelated call in between changes nothing

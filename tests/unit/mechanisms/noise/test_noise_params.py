@@ -7,23 +7,18 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from gpframe import testing
 from gpframe.errors import GpframeError, InvalidInputError
 from gpframe.mechanisms import noise
 
 
-class ExplodingSource:
+def _explode(n):
+    raise AssertionError("a bit was drawn before parameter validation")
+
+
+def ExplodingSource():
     """A BitSource that fails the test if anything is read from it."""
-
-    name, seeded = "exploding", False
-
-    def bytes(self, n):
-        raise AssertionError("a bit was drawn before parameter validation")
-
-    def arr(self, n, dtype):
-        raise AssertionError("a bit was drawn before parameter validation")
-
-    def int_bits(self, k):
-        raise AssertionError("a bit was drawn before parameter validation")
+    return testing.callback_rng(_explode, name="exploding")
 
 
 BAD_SCALARS = [float("nan"), float("inf"), -float("inf"), 0, -1, Fraction(-1, 3), "1", None]
