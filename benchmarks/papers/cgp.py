@@ -7,7 +7,8 @@ numbers), §6 (identity errors: CGP ℓ2 = n/√ρ, GP/CGP gap ≈ √n).
 Data:
 
 * synthetic, spec §9.3 generator (10 km box, downtown Gaussian, Gamma steps, jitter, permuted;
-  ``benchmarks/bench_neighbours.synthetic``); query points of independent walks snapped to 1 m cells.
+  ``benchmarks/bench_neighbours.synthetic``); query points of independent walks snapped to 1 m
+  cells.
 * AIS New York Harbor (``ais_nyharbor_tracks``): each vessel (``mmsi``) is one user, its fixes the
   tuple, projected to UTM by gpframe; vessels with ≥ 200 fixes. Query points: the World Port Index
   ports within the harbour box (public points).
