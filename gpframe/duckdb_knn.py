@@ -1037,7 +1037,12 @@ def nearest_users(
     from gpframe.ledger.keys import sql_user_expr, user_keys
     from gpframe.queries.elimination import check_method_parts, split_fractions
     from gpframe.queries.knn import check_k
-    from gpframe.queries.nearest import METHODS, nearest_users_arrays
+    from gpframe.queries.nearest import (
+        METHODS,
+        nearest_users_arrays,
+        refuse_if_fewer_can_pay,
+        too_few_can_pay,
+    )
 
     fname = "gp.duckdb.nearest_users"
     reg = _registration(con, fname)
@@ -1093,15 +1098,13 @@ def nearest_users(
     check_method_parts(amount, **checks)  # before reserving: nothing charged on refusal
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
               "point_m": q.tolist(), "source": "duckdb"}  # fmt: skip
+    refuse_if_fewer_can_pay(session, ledger_keys(users), amount, kk, prefix=f"{fname}: ")
     with _u.LEDGER_LOCK, session.reserve(ledger_keys(users), amount, notion="metric",
                                          query="nearest_users", params=params) as r:  # fmt: skip
         adm = np.asarray(r.admitted, dtype=bool)
-        if adm.sum() < kk:
+        if adm.sum() < kk:  # a writer spent budgets since the read-only check
             r.cancel()
-            raise InvalidInputError(
-                f"{fname}: only {int(adm.sum())} users can afford the allocation, fewer than "
-                f"k={kk}. {_NOT_CHARGED}"
-            )
+            raise too_few_can_pay(int(adm.sum()), kk, prefix=f"{fname}: ")
         alloc = np.empty(users.size, dtype=object)
         alloc[:] = [amount if a else Fraction(0) for a in adm.tolist()]
         try:  # backstop on the allocations used; no noise was drawn yet, so cancel on refusal

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from gpframe.errors import BudgetExceededError, InvalidInputError
+from gpframe.errors import InvalidInputError
 from gpframe.results import Result
 
 __all__ = ["HullResult", "KnnResult", "NearestResult", "convex_hull", "knn", "nearest_users"]
@@ -650,30 +650,18 @@ def nearest_users(
     checks = dict(kind=kind, method=method, rounds=rounds, split=split, beta=b, unit=unit,
                   scale_max=p.scale_max)  # fmt: skip
     check_method_parts(amount, **checks)
-    # fewer than k users able to pay: refuse before reserving (read-only), as the reserve-then-
-    # cancel below writes to the ledger file; that check stays as the backstop for a race
-    need = lu.to_fraction(lu.up(amount))
-    from gpframe.accessor import ledger_keys as _keys
+    from gpframe.accessor import ledger_keys
+    from gpframe.queries.nearest import refuse_if_fewer_can_pay, too_few_can_pay
 
-    can = int(sum(1 for v in bound.session.remaining_exact(_keys(users)).tolist() if v >= need))
-    if can < kk:  # a budget refusal (STYLE.md §5), checked read-only before reserving
-        raise BudgetExceededError(
-            f"only {can} users can afford the allocation, fewer than k={kk}; lower rho/eps or "
-            f"k. {_NOTHING}"
-        )
+    refuse_if_fewer_can_pay(bound.session, ledger_keys(users), amount, kk)
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
               "point_m": q.tolist(), "crs_m": p.crs_m.to_string()}  # fmt: skip
-    from gpframe.accessor import ledger_keys
-
     with bound.session.reserve(ledger_keys(users), amount, notion="metric", query="nearest_users",
                                params=params) as r:  # fmt: skip
         adm = np.asarray(r.admitted, dtype=bool)
-        if adm.sum() < kk:
+        if adm.sum() < kk:  # a writer spent budgets since the read-only check
             r.cancel()
-            raise BudgetExceededError(
-                f"only {int(adm.sum())} users can afford the allocation, fewer than k={kk}; "
-                f"lower rho/eps or k. {_NOTHING}"
-            )
+            raise too_few_can_pay(int(adm.sum()), kk)
         alloc = np.empty(users.size, dtype=object)
         alloc[:] = [amount if a else Fraction(0) for a in adm.tolist()]
         try:  # backstop on the allocations used; no noise was drawn yet, so cancel on refusal

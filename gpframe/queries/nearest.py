@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from gpframe.errors import InvalidInputError
+from gpframe.errors import BudgetExceededError, InvalidInputError
 from gpframe.queries.elimination import Elimination, eliminate_interactive
 
 __all__ = ["METHODS", "NearestArrays", "nearest_users_arrays"]
@@ -183,4 +183,27 @@ def nearest_users_arrays(
         allocations=out.allocations,
         rounds_run=out.rounds_run,
         elimination=out,
+    )
+
+
+def refuse_if_fewer_can_pay(session: Any, keys: list[Any], amount: Fraction, k: int,
+                            prefix: str = "") -> None:  # fmt: skip
+    """Raise ``BudgetExceededError`` when fewer than ``k`` of ``keys`` can pay ``amount``.
+
+    Read-only, so a refusal leaves the ledger file as it was (a reserve-then-cancel would log the
+    attempt); the reservation's own admission stays the backstop for a race with other writers.
+    Both frontends of nearest users call it before reserving.
+    """
+    units = session.ledger.units["metric"]
+    need = units.to_fraction(units.up(amount))
+    can = sum(1 for v in session.remaining_exact(keys, notion="metric").tolist() if v >= need)
+    if can < k:
+        raise too_few_can_pay(can, k, prefix)
+
+
+def too_few_can_pay(can: int, k: int, prefix: str = "") -> BudgetExceededError:
+    """Return the refusal of a nearest-users query that fewer than ``k`` users can pay for."""
+    return BudgetExceededError(
+        f"{prefix}only {can} users can afford the allocation, fewer than k={k}; lower rho/eps "
+        f"or k. {_NOTHING}"
     )

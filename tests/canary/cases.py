@@ -830,10 +830,9 @@ def _refuse_rel_knn_nan(ctx: Ctx) -> Any:
 
 
 @case(name="refusal/sql-relation/budget-nearest_users", frontend="sql-relation",
-      covers=("duckdb.nearest_users",), modules=(DDB, "gpframe.duckdb_knn"), **REFUSAL,
-      audited_refusal=True)  # fmt: skip
+      covers=("duckdb.nearest_users",), modules=(DDB, "gpframe.duckdb_knn"), **REFUSAL)  # fmt: skip
 def _refuse_rel_budget(ctx: Ctx) -> Any:
-    # (the accessor refuses this read-only, before reserving; this helper reserves and cancels)
+    # refused read-only before reserving, like the accessor: the ledger digest must not change
     import gpframe as gp
 
     last = "SELECT uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM pings GROUP BY uid"

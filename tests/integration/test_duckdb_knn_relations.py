@@ -467,3 +467,17 @@ def test_knn_null_lists_give_null_and_null_elements_are_refused_per_answered_row
                 f"SELECT gp_knn(u, xs, ys, 0.0, 0.0, 1, 1e-3) FROM (VALUES {values}) t(u, xs, ys)"
             ).fetchall()
         assert s.ledger.snapshot() == before, values
+
+
+def test_nearest_users_budget_refusal_is_read_only_and_a_budget_error():
+    """Fewer than k users able to pay: BudgetExceededError before reserving, as the accessor."""
+    con = duckdb.connect()
+    s = gp.Session(budget=gp.CGP(rho=1e-4))
+    gp.duckdb.register(con, s)
+    con.sql("CREATE TABLE pts AS SELECT * FROM (VALUES (1, 0.0, 0.0), (2, 500.0, 0.0), "
+            "(3, 900.0, 40.0)) t(uid, x, y)")  # fmt: skip
+    before = s.ledger.snapshot()
+    with pytest.raises(gp.BudgetExceededError, match=r"only 0 users can afford .* k=2"):
+        gp.duckdb.nearest_users(con, "SELECT * FROM pts", user="uid", x="x", y="y",
+                                point=(0.0, 0.0), k=2, rho=2e-4)  # fmt: skip
+    assert s.ledger.snapshot() == before
