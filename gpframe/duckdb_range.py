@@ -84,7 +84,9 @@ class RangeRegistration(_u.UdfRegistration):
     """
 
 
-def register_range_count(con: Any, session: Any, *, rng: Any = None) -> RangeRegistration:
+def register_range_count(
+    con: Any, session: Any, *, crs: Any = None, domain: Any = None, rng: Any = None
+) -> RangeRegistration:
     """Register ``gp_in_region`` on ``con``, charging ``session`` (idempotent per connection).
 
     Parameters
@@ -92,6 +94,10 @@ def register_range_count(con: Any, session: Any, *, rng: Any = None) -> RangeReg
     con : duckdb.DuckDBPyConnection
     session : gpframe.Session
         Must have a CGP metric budget (the SQL form is the Gaussian ``dist-elim``).
+    crs, domain
+        The projected metre CRS of x, y and the region, as in :func:`gpframe.duckdb.register`:
+        points outside its area of use (or ``domain``) are refused, and its k_max divides rho
+        (ρ/k_max²) as the accessor's ``to_crs=`` does. Without it: unchecked metres, scale 1.
     rng : BitSource or None
         Randomness; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
 
@@ -103,10 +109,11 @@ def register_range_count(con: Any, session: Any, *, rng: Any = None) -> RangeReg
 
     _u.check_session(session)
     rng = _u.checked_rng(rng)
-    reg = _u.reuse(_REGISTRY, con, session, rng)
+    units = _u.units_for(crs, domain)
+    reg = _u.reuse(_REGISTRY, con, session, rng, units)
     if reg is not None:
         return reg
-    reg = RangeRegistration(session=session, rng=rng)
+    reg = RangeRegistration(session=session, rng=rng, units=units)
     args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(region_wkb AS BLOB), CAST(rho AS DOUBLE), "
             "CAST(rounds AS INTEGER), CAST(n_users AS BIGINT)")  # fmt: skip
     _u.create_id_udfs(
@@ -146,7 +153,9 @@ def _make_udf(reg: RangeRegistration) -> Any:
     return udf
 
 
-def _check_batch(xs: np.ndarray, ys: np.ndarray, rhos: np.ndarray, rounds: np.ndarray) -> None:
+def _check_batch(
+    xs: np.ndarray, ys: np.ndarray, rhos: np.ndarray, rounds: np.ndarray, units: Any = None
+) -> None:
     from gpframe.queries.privatize import COORD_MAX_M
 
     bad = ~np.isfinite(rhos) | (rhos <= 0)
@@ -172,6 +181,7 @@ def _check_batch(xs: np.ndarray, ys: np.ndarray, rhos: np.ndarray, rounds: np.nd
             "gp_in_region: a coordinate is beyond ±2**40 m; x and y must be metres of a projected "
             "CRS. Nothing was charged for this batch."
         )
+    _u.check_units(units, xy, "gp_in_region")
 
 
 def _region(wkb: bytes, cache: dict[bytes, Any]) -> Any:
@@ -221,7 +231,7 @@ def _batch(
     from gpframe.queries.elimination import split_fractions
     from gpframe.queries.range_count import range_count_arrays
 
-    _check_batch(xs, ys, rhos, rounds)
+    _check_batch(xs, ys, rhos, rounds, reg.units)
     cache: dict[bytes, Any] = {}
     regions = [_region(bytes(w), cache) for w in wkbs]
     for c in np.unique(rounds).tolist():
@@ -253,7 +263,7 @@ def _batch(
         for a, c in {(row_alloc[v], int(c)) for v, c in zip(rhos.tolist(), rounds.tolist(),
                                                             strict=True)}:  # fmt: skip
             check_method_parts(a, kind="cgp", method=METHOD, rounds=c, split=SPLIT, beta=BETA,
-                               unit=Fraction(1) / lu.scale, scale_max=1)  # fmt: skip
+                               unit=Fraction(1) / lu.scale, scale_max=reg.scale_max)  # fmt: skip
         params = {
             "method": METHOD,
             "split": SPLIT,
@@ -274,7 +284,7 @@ def _batch(
                 out = range_count_arrays(
                     np.column_stack([xs[sel], ys[sel]]), np.arange(sel.size), regions[sel[0]],
                     kind="cgp", amount=per_row[sel], method=METHOD, rounds=int(rounds[sel[0]]),
-                    split=SPLIT, beta=BETA, unit=Fraction(1) / lu.scale, scale_max=1,
+                    split=SPLIT, beta=BETA, unit=Fraction(1) / lu.scale, scale_max=reg.scale_max,
                     n_union=nu if nu > 0 else None, rng=reg.rng,
                 )  # fmt: skip
                 inside[sel] = out.inside
