@@ -101,6 +101,7 @@ from gpframe import _duckdb_udf as _u
 # registered UDFs (nearest_users in Python) and hand back a DuckDBPyRelation
 from gpframe.duckdb_knn import convex_hulls, knn, nearest_users
 from gpframe.duckdb_privatize import privatize
+from gpframe.duckdb_range import range_count
 from gpframe.errors import InvalidInputError
 from gpframe.queries import privatize as _pv
 
@@ -111,6 +112,7 @@ __all__ = [
     "knn",
     "nearest_users",
     "privatize",
+    "range_count",
     "register",
 ]
 
