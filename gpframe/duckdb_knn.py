@@ -26,15 +26,17 @@ user_id``: the tuple is the privacy unit (§0.2), so the function must see all o
 once. Units are **metres of one projected CRS** for the points and the query point (the functions
 never project, P-U1..P-U4); the WKB is in that CRS.
 
-Table macros (SQL sugar, ``TEMP``): ``gp_knn_rows(q, px, py, k, rho)`` (and ``gp_knn_rows_gp``
-with ``eps``) returns the selected rows of the query string ``q`` without ``x`` and ``y``, plus
-``knn_rank``: the columns of ``q`` other than ``x`` and ``y`` are its declaration of what is
-public, so select there only ids and columns that do not depend on the locations (a timestamp,
-a row id), never one computed from them;
-``gp_convex_hulls(q, rho [, beta := 0.1, k := 0])`` (and ``gp_convex_hulls_gp``) returns
-``(user_id, hull)``. ``q`` must have the columns ``user_id``, ``x`` and ``y`` (alias them, e.g.
-``'SELECT vessel AS user_id, x, y FROM pings'``); the macros do the ``GROUP BY``. Nearest users is
-multi-round (Algorithm 8), so it has no SQL function: use :func:`nearest_users`.
+Table macros (SQL sugar, ``TEMP``): ``gp_knn_rows(q, px, py, k, rho [, user := 'user_id',
+x := 'x', y := 'y'])`` (and ``gp_knn_rows_gp`` with ``eps``) returns the selected rows of the
+query string ``q`` without its x and y columns, plus ``knn_rank``: the other columns of ``q`` are
+its declaration of what is public, so select there only ids and columns that do not depend on the
+locations (a timestamp, a row id), never one computed from them;
+``gp_convex_hulls(q, rho [, beta := 0.1, k := 0, user := 'user_id', x := 'x', y := 'y'])`` (and
+``gp_convex_hulls_gp``) returns the user column (under its own name) and ``hull``. ``user``, ``x``
+and ``y`` name the columns of ``q`` (e.g. ``gp_knn_rows('SELECT * FROM pings', 5e5, 45e5, 3,
+1e-4, user := 'vessel', x := 'x_m', y := 'y_m')``); a name that is not a column is a DuckDB
+binder error naming it, before anything runs or is charged. The macros do the ``GROUP BY``.
+Nearest users is multi-round (Algorithm 8), so it has no SQL function: use :func:`nearest_users`.
 
 Relation helpers (re-exported as ``gp.duckdb.knn``, ``gp.duckdb.convex_hulls`` and
 ``gp.duckdb.nearest_users``): take a SQL string or a ``DuckDBPyRelation`` made on ``con``, check
@@ -149,28 +151,39 @@ def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
 def _table_macros(sfx: str, param: str) -> list[str]:
     """Return the ``TEMP`` table macros ``gp_knn_rows{sfx}``, ``gp_convex_hulls{sfx}`` (STYLE §9).
 
-    Both read a query string through ``query(q)`` whose result has the columns ``user_id``,
-    ``x`` and ``y`` (alias them in the query) and aggregate one row per user before calling the
-    per-user UDF, so each user is charged once per call of the macro.
+    Both read a query string through ``query(q)`` and aggregate one row per user before calling
+    the per-user UDF, so each user is charged once per call of the macro. The columns are named
+    by the string parameters ``"user" := 'user_id'``, ``x := 'x'`` and ``y := 'y'``: each row is
+    read as a struct and its fields picked with ``struct_extract`` (a missing column is a
+    binder error naming it, raised before anything runs), and the output columns are chosen with
+    ``COLUMNS(lambda c: ...)`` (exact names, never a regex).
     """
+    cols = """"user" := 'user_id', x := 'x', y := 'y'"""
+    # one row per user: the user's rows as a list of structs (all the query's columns)
+    group = (
+        'WITH __gp_t AS (SELECT struct_extract(__gp_s, "user") AS __gp_u, '
+        "list(__gp_s) AS __gp_recs FROM query(q) __gp_s GROUP BY __gp_u)"
+    )
+
+    def coord(c: str) -> str:
+        return f"list_transform(__gp_recs, lambda r: struct_extract(r, {c}))"
+
     knn = (
-        f"CREATE OR REPLACE TEMP MACRO gp_knn_rows{sfx}(q, px, py, k, {param}) AS TABLE "
-        "WITH __gp_t AS (SELECT user_id AS __gp_u, list(__gp_s) AS __gp_recs "
-        "FROM query(q) __gp_s GROUP BY user_id), "
-        "__gp_p AS (SELECT __gp_recs, "
-        f"{_KNN}{sfx}(__gp_u, list_transform(__gp_recs, lambda r: r.x), "
-        f"list_transform(__gp_recs, lambda r: r.y), px, py, k, {param}) AS __gp_pos FROM __gp_t) "
+        f"CREATE OR REPLACE TEMP MACRO gp_knn_rows{sfx}(q, px, py, k, {param}, {cols}) AS TABLE "
+        f"{group}, __gp_p AS (SELECT __gp_recs, "
+        f"{_KNN}{sfx}(__gp_u, {coord('x')}, {coord('y')}, px, py, k, {param}) AS __gp_pos "
+        "FROM __gp_t) "
         # k-PNN releases which rows were picked, never where they are: x and y stay out
-        "SELECT * EXCLUDE (x, y) FROM (SELECT UNNEST(list_transform(__gp_pos, "
+        "SELECT COLUMNS(lambda c: c NOT IN (x, y)) FROM (SELECT UNNEST(list_transform(__gp_pos, "
         "lambda p, i: struct_insert(__gp_recs[p], knn_rank := i)), max_depth := 2) FROM __gp_p)"
     )
     hull = (
-        f"CREATE OR REPLACE TEMP MACRO gp_convex_hulls{sfx}(q, {param}, beta := 0.1, k := 0) "
-        "AS TABLE WITH __gp_t AS (SELECT user_id, list(struct_pack(x := x, y := y)) AS __gp_xy "
-        "FROM query(q) GROUP BY user_id) "
-        f"SELECT user_id, {_HULL}{sfx}(user_id, list_transform(__gp_xy, lambda r: r.x), "
-        f"list_transform(__gp_xy, lambda r: r.y), {param}, beta := beta, k := k) AS hull "
-        "FROM __gp_t"
+        f"CREATE OR REPLACE TEMP MACRO gp_convex_hulls{sfx}(q, {param}, beta := 0.1, k := 0, "
+        f"{cols}) AS TABLE {group} "
+        # the user column under its own name (first record's field), then the hull
+        'SELECT COLUMNS(lambda c: c = "user"), __gp_hull AS hull FROM (SELECT '
+        f"UNNEST(__gp_recs[1]), {_HULL}{sfx}(__gp_u, {coord('x')}, {coord('y')}, {param}, "
+        "beta := beta, k := k) AS __gp_hull FROM __gp_t)"
     )
     return [knn, hull]
 
