@@ -176,7 +176,8 @@ def register(
         ``to_crs=`` does (ε/k_max, ρ/k_max²), so the guarantee holds per ground metre. Without
         it, x / y are taken as ground metres unchecked, except that a batch of 16 or more rows
         that all fit lon/lat ranges is refused as degrees. Applies to ``gp_privatize``,
-        ``gp_privatize_gp`` and ``gp_in_region``.
+        ``gp_privatize_gp``, ``gp_in_region``, ``gp_knn`` / ``gp_knn_gp`` and the helpers built
+        on them (not yet to the KDE, hull and grid functions).
     domain : (lon_min, lat_min, lon_max, lat_max), optional
         A public box in degrees to use instead of the CRS's area of use (needed for a CRS that
         publishes none; a smaller box gives a k_max closer to 1).
@@ -222,7 +223,7 @@ def _register_operations(con: Any, session: Any, rng: Any, units: Any) -> None:
     register_range_count(con, session, crs=units, rng=rng)
     register_kde(con, session, rng=rng)
     register_grid(con, session, rng=rng)
-    register_knn(con, session, rng=rng)
+    register_knn(con, session, crs=units, rng=rng)
 
 
 def clip_user(con: Any, table: str, **kwargs: Any) -> Any:

@@ -101,7 +101,9 @@ class KnnRegistration(_u.UdfRegistration):
     """
 
 
-def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
+def register_knn(
+    con: Any, session: Any, *, crs: Any = None, domain: Any = None, rng: Any = None
+) -> KnnRegistration:
     """Register ``gp_knn`` and ``gp_convex_hull`` on ``con``, charging ``session`` (idempotent).
 
     Parameters
@@ -109,6 +111,10 @@ def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
     con : duckdb.DuckDBPyConnection
     session : gpframe.Session
         Must have a CGP metric budget.
+    crs, domain
+        The projected metre CRS of the coordinates, as in :func:`gpframe.duckdb.register`:
+        ``gp_knn`` / ``gp_knn_gp`` refuse points and query points outside its area of use (or
+        ``domain``) and divide the amount by its k_max as the accessor does.
     rng : BitSource or None
         Randomness; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
 
@@ -121,10 +127,11 @@ def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
 
     _u.check_session(session)
     rng = _u.checked_rng(rng)
-    reg = _u.reuse(_REGISTRY, con, session, rng)
+    units = _u.units_for(crs, domain)
+    reg = _u.reuse(_REGISTRY, con, session, rng, units)
     if reg is not None:
         return reg
-    reg = KnnRegistration(session=session, rng=rng)
+    reg = KnnRegistration(session=session, rng=rng, units=units)
     dlist = duckdb.list_type(DOUBLE)
     for kind, param in (("cgp", "rho"), ("gp", "eps")):
         sfx = "" if kind == "cgp" else "_gp"
@@ -375,6 +382,9 @@ def _knn_batch(
     xy, lens = _lists(xs, ys, rows, fname)
     if not (np.isfinite(px).all() and np.isfinite(py).all()):
         raise InvalidInputError(f"{fname}: the query point (px, py) must be finite. {_NOTHING}")
+    _u.check_units(reg.units, xy, fname, "xs/ys")
+    _u.check_units(reg.units, np.column_stack([px, py]), fname, "px/py")
+    scale = Fraction(reg.scale_max)
     if (ks < 1).any() or (ks != np.floor(ks)).any():
         raise InvalidInputError(f"{fname}: k={ks[ks < 1][0] if (ks < 1).any() else ks[0]!r} "
                                 f"must be an integer >= 1. {_NOTHING}")  # fmt: skip
@@ -382,7 +392,7 @@ def _knn_batch(
     ks = ks.astype(np.int64)
     # calibrate every (amount, k) before the ledger is touched (bad amounts charge nothing)
     for f, kk, m in zip(amts.tolist(), ks.tolist(), lens.tolist(), strict=True):
-        _k.pnn_calibration(_k.call_eps(kind, exact[f], min(int(kk), int(m)), Fraction(1)))
+        _k.pnn_calibration(_k.call_eps(kind, exact[f], min(int(kk), int(m)), scale))
     _k._check_extent(xy, np.column_stack([px, py]))
     start = np.zeros(rows.size + 1, dtype=np.int64)
     np.cumsum(lens, out=start[1:])
@@ -400,7 +410,8 @@ def _knn_batch(
             codes = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
             i0 = int(sel[0])
             out = _k.knn_indices(pts, codes, (px[i0], py[i0]), int(ks[i0]), kind=kind,
-                                 amount=exact[float(amts[i0])], rng=reg.rng)  # fmt: skip
+                                 amount=exact[float(amts[i0])], scale_max=scale,
+                                 rng=reg.rng)  # fmt: skip
             off = np.zeros(sel.size, dtype=np.int64)
             np.cumsum(lens[sel][:-1], out=off[1:])
             for j, i in enumerate(sel.tolist()):

@@ -144,3 +144,40 @@ def test_metres_of_the_named_crs_still_run():
         rows = con.execute(q).fetchall()
     assert rows == [(True,)]
     assert s.spent().loc[7] == pytest.approx(1e-4)
+
+
+def test_gp_knn_takes_the_crs_scale_and_refuses_degrees():
+    from fractions import Fraction
+
+    from gpframe.duckdb_knn import register_knn
+    from gpframe.queries.knn import knn_indices
+
+    rng = np.random.default_rng(1)  # true points only
+    xy = np.column_stack([5e5 + rng.uniform(-3e3, 3e3, 120), 4.5e6 + rng.uniform(-3e3, 3e3, 120)])
+    codes = np.repeat(np.arange(3), 40)
+    s = Session(budget=gp.CGP(rho=1.0))
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    # a wide public domain: k_max = 1.0415, enough to change the picks (seed 11) against scale 1
+    dom = (-95, 35, -55, 45)
+    register_knn(con, s, crs="EPSG:32618", domain=dom, rng=seeded_rng(11))
+    con.register("p", pd.DataFrame({"u": codes + 1, "i": np.arange(120), "x": xy[:, 0],
+                                    "y": xy[:, 1]}))  # fmt: skip
+    tuples = "SELECT u, list(x ORDER BY i) AS xs, list(y ORDER BY i) AS ys FROM p GROUP BY u"
+    con.execute(f"CREATE TABLE t AS {tuples} ORDER BY u")
+    rows = con.execute("SELECT u, gp_knn(u, xs, ys, 5e5, 4.5e6, 3, 1e-4) FROM t ORDER BY u")
+    k = Fraction(metric_frame("EPSG:32618", domain=dom).scale_max)
+
+    def ref(scale):
+        out = knn_indices(xy, codes, (5e5, 4.5e6), 3, kind="cgp", amount=Fraction(1, 10_000),
+                          scale_max=scale, rng=seeded_rng(11))  # fmt: skip
+        return [(want - u * 40 + 1).tolist() for u, want in enumerate(out.rows)]
+
+    got = [pos for _, pos in rows.fetchall()]
+    assert got == ref(k) and got != ref(1)
+    before = s.ledger.snapshot()
+    with pytest.raises(duckdb.Error, match=r"gp_knn: .* px/py point\(s\) .*not metres of crs="):
+        con.execute("SELECT gp_knn(u, xs, ys, -75.0, 40.6, 3, 1e-4) FROM t").fetchall()
+    with pytest.raises(duckdb.Error, match=r"gp_knn: .* xs/ys point\(s\) .*not metres of crs="):
+        con.execute("SELECT gp_knn(1, [-75.0, -75.1], [40.6, 40.7], 5e5, 45e5, 1, 1e-4)").fetchall()
+    assert s.ledger.snapshot() == before
