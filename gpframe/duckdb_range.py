@@ -219,6 +219,22 @@ def _region(wkb: bytes, cache: dict[bytes, Any]) -> Any:
     return cache[wkb]
 
 
+def _check_region_units(units: Any, geom: Any, fname: str) -> None:
+    """Refuse a region wholly outside the declared CRS's area of use (degrees given as metres)."""
+    import shapely
+
+    if units is None:
+        return
+    xy = shapely.get_coordinates(geom)
+    if xy.size and units.outside(xy).all():
+        raise InvalidInputError(
+            f"{fname}: the region lies wholly outside the area of use of crs={units.label}: it "
+            "must be in the metres of that CRS, like the points (degrees passed as metres land "
+            "here). Project it first (shapely.ops.transform with pyproj, GeoSeries.to_crs, or "
+            "DuckDB spatial's ST_Transform). Nothing was charged for this batch."
+        )
+
+
 def _batch(
     reg: RangeRegistration,
     users: np.ndarray,
@@ -240,6 +256,8 @@ def _batch(
     _check_batch(xs, ys, rhos, rounds, reg.units)
     cache: dict[bytes, Any] = {}
     regions = [_region(bytes(w), cache) for w in wkbs]
+    for geom in {id(g): g for g in regions}.values():
+        _check_region_units(reg.units, geom, "gp_in_region")
     for c in np.unique(rounds).tolist():
         split_fractions(SPLIT, int(c))
     # groups of rows that share (region, rho, rounds, n): one elimination run each, in the order
@@ -410,7 +428,8 @@ def range_count(
                 f"{fname}: region {name!r} must be a shapely polygon, WKB bytes or a dict of "
                 f"them, got {type(geom).__name__}. Nothing was charged."
             )
-        _region(shapely.to_wkb(g), {})  # the UDF's own region checks, before anything runs
+        # the UDF's own region checks, before anything runs
+        _check_region_units(reg.units, _region(shapely.to_wkb(g), {}), fname)
         wkbs[name] = shapely.to_wkb(g)
     if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)):
         raise InvalidInputError(f"{fname}: rounds={rounds!r} must be an int. Nothing was charged.")

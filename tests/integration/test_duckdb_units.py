@@ -181,3 +181,21 @@ def test_gp_knn_takes_the_crs_scale_and_refuses_degrees():
     with pytest.raises(duckdb.Error, match=r"gp_knn: .* xs/ys point\(s\) .*not metres of crs="):
         con.execute("SELECT gp_knn(1, [-75.0, -75.1], [40.6, 40.7], 5e5, 45e5, 1, 1e-4)").fetchall()
     assert s.ledger.snapshot() == before
+
+
+def test_a_region_in_degrees_is_refused_with_a_named_crs():
+    s = Session(budget=gp.CGP(rho=1.0))
+    con = duckdb.connect()
+    register(con, s, crs="EPSG:32724")
+    con.register("pings", _metres(20))
+    deg = shapely.box(-37.1, -11.0, -37.0, -10.8)
+    before = s.ledger.snapshot()
+    with pytest.raises(duckdb.Error, match=r"gp_in_region: the region lies wholly outside"):
+        con.execute(
+            "SELECT gp_in_region(user_id, x, y, $w, 1e-5, 5) FROM pings",
+            {"w": shapely.to_wkb(deg)},
+        ).fetchall()
+    with pytest.raises(InvalidInputError, match="range_count: the region lies wholly outside"):
+        gp.duckdb.range_count(con, "SELECT * FROM pings", deg, user="user_id", x="x", y="y",
+                              rho=1e-5, reduce="last")  # fmt: skip
+    assert s.ledger.snapshot() == before
