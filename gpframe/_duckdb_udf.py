@@ -165,12 +165,11 @@ def check_units(units: Any, xy: np.ndarray, fname: str, what: str = "x/y") -> No
         return
     bad = units.outside(np.asarray(xy, dtype=np.float64))
     if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+        # counts only, never a coordinate: error text reaches logs and notebooks
         raise InvalidInputError(
-            f"{fname}: {int(bad.sum())} of {len(xy)} {what} point(s) (e.g. ({xy[i, 0]:.6g}, "
-            f"{xy[i, 1]:.6g})) are not metres of crs={units.label} inside "
-            f"{units.source}, over which its scale factor is bounded. Degrees passed as metres "
-            f"land here. {fix} Nothing was charged for this batch."
+            f"{fname}: {int(bad.sum())} of {len(xy)} {what} point(s) are not metres of "
+            f"crs={units.label} inside {units.source}, over which its scale factor is bounded. "
+            f"Degrees passed as metres land here. {fix} Nothing was charged for this batch."
         )
 
 

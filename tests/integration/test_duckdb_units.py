@@ -46,8 +46,10 @@ def test_degrees_with_a_named_crs_are_refused_and_nothing_is_charged():
     register(con, s, crs="EPSG:32724")
     con.register("pings", _degrees(3))  # even three rows: the CRS's area of use decides
     before = s.ledger.snapshot()
-    with pytest.raises(duckdb.Error, match=r"not metres of crs=EPSG:32724.*Nothing was charged"):
+    msg = r"not metres of crs=EPSG:32724.*Nothing was charged"
+    with pytest.raises(duckdb.Error, match=msg) as e:
         con.execute("SELECT gp_privatize(user_id, lon, lat, 1e-6) FROM pings").fetchall()
+    assert "-37." not in str(e.value) and "-10." not in str(e.value)  # no coordinate in the text
     with pytest.raises(duckdb.Error, match="not metres of crs=EPSG:32724"):
         con.execute("SELECT gp_privatize_gp(user_id, lon, lat, 1e-3) FROM pings").fetchall()
     assert s.ledger.snapshot() == before
