@@ -53,7 +53,14 @@ class UdfRegistration:
     rows_drawn: int = 0
     rows_excluded: int = 0
     batches: int = 0
+    #: the declared metre CRS (:class:`gpframe.geo.MetricFrame`) or None (unchecked metres)
+    units: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def scale_max(self) -> float:
+        """The declared CRS's largest scale factor over its public extent (1 without a CRS)."""
+        return 1.0 if self.units is None else float(self.units.scale_max)
 
 
 class Registry:
@@ -97,12 +104,73 @@ def checked_rng(rng: Any) -> Any:
     return resolve_rng(rng)
 
 
-def reuse(registry: Registry, con: Any, session: Any, rng: Any) -> Any:
-    """Return the registration of ``con`` pointed at ``session`` and ``rng``, or None if new."""
+def reuse(registry: Registry, con: Any, session: Any, rng: Any, units: Any = None) -> Any:
+    """Return the registration of ``con`` pointed at ``session``, ``rng`` and ``units``, or None."""
     reg = registry.get(con)
     if reg is not None:
-        reg.session, reg.rng = session, rng
+        reg.session, reg.rng, reg.units = session, rng, units
     return reg
+
+
+# ---------------------------------------------------------------------------------------- units
+
+#: a batch of at least this many rows whose every x lies in [-180, 180] and y in [-90, 90] is
+#: taken for degrees when no CRS was declared (metres that small are a 360 m × 180 m patch)
+LONLAT_ROWS = 16
+
+
+def units_for(crs: Any, domain: Any = None) -> Any:
+    """Resolve ``register(..., crs=, domain=)`` once: a :class:`gpframe.geo.MetricFrame` or None.
+
+    The CRS is checked (projected, metres, not Web Mercator) and its scale factor bounded over
+    its area of use (or ``domain``) by the accessor's own ``to_crs=`` code, before any function
+    is created.
+    """
+    from gpframe.geo import MetricFrame, metric_frame
+
+    if isinstance(crs, MetricFrame):
+        return crs
+    if crs is None:
+        if domain is not None:
+            raise InvalidInputError(
+                "domain= bounds the scale factor of a declared CRS: pass crs= (the projected "
+                "metre CRS of x and y) with it. Nothing was charged."
+            )
+        return None
+    return metric_frame(crs, domain, name="crs")
+
+
+def check_units(units: Any, xy: np.ndarray, fname: str, what: str = "x/y") -> None:
+    """Refuse coordinates that cannot be metres of the declared CRS (or look like degrees).
+
+    With a CRS: every point must lie in the public extent its scale bound holds over (the
+    check the accessor's ``to_crs=`` path makes). Without one: a batch of
+    :data:`LONLAT_ROWS` or more rows that all fit lon/lat ranges is refused as degrees.
+    """
+    fix = (
+        "Project lon/lat to a metre CRS first (pyproj / GeoPandas before loading, or DuckDB "
+        "spatial's ST_Transform) and name it: gp.duckdb.register(con, session, "
+        "crs='EPSG:326NN')."
+    )
+    if units is None:
+        if len(xy) >= LONLAT_ROWS and bool(
+            (np.abs(xy[:, 0]) <= 180.0).all() and (np.abs(xy[:, 1]) <= 90.0).all()
+        ):
+            raise InvalidInputError(
+                f"{fname}: all {len(xy)} {what} values of this batch lie within ±180 / ±90: "
+                f"they look like degrees, but {what} must be metres of a projected CRS. {fix} "
+                "If they really are metres, declare their CRS with crs= (then they are checked "
+                "against its area of use instead). Nothing was charged for this batch."
+            )
+        return
+    bad = units.outside(np.asarray(xy, dtype=np.float64))
+    if bad.any():
+        # counts only, never a coordinate: error text reaches logs and notebooks
+        raise InvalidInputError(
+            f"{fname}: {int(bad.sum())} of {len(xy)} {what} point(s) are not metres of "
+            f"crs={units.label} inside {units.source}, over which its scale factor is bounded. "
+            f"Degrees passed as metres land here. {fix} Nothing was charged for this batch."
+        )
 
 
 def _existing(con: Any, names: Iterable[str]) -> set[str]:

@@ -155,7 +155,7 @@ def run_demo(
         con.register("points_df", table)
         con.execute("CREATE OR REPLACE TABLE points_m AS SELECT * FROM points_df")
         con.unregister("points_df")
-        gpduck.register(con, session)
+        gpduck.register(con, session, crs=DEMO_CRS)
         rows: list[Any] = []
         for stmt in _sql_statements(sql_path().read_text()):
             cur = con.execute(stmt)

@@ -25,14 +25,21 @@ picks the UDF from the type of ``user_id``.
 Integer ids (up to BIGINT) are charged as integers, anything else as ``CAST(user_id AS VARCHAR)``,
 exactly as the Python accessor keys the same column.
 
-Units: **ground metres in, metres out.** The functions never project and take the coordinates'
-units as ground metres. Give them a projected metre CRS whose scale is close to 1 over your data
-(e.g. its UTM zone: up to 0.1 % stronger noise is then needed for the stated guarantee, which the
-Python accessor applies and these functions do not). Units *smaller* than a metre weaken the
-guarantee silently: US survey feet (EPSG:2263) make a rho release about 10.8x weaker per ground
-square metre, Web Mercator (EPSG:3857) metres are 1/cos(latitude) too short (4x weaker rho at
-60°). Degrees are the opposite error (enormous noise). The Python accessor (``df.geopriv``)
-projects and applies the scale factor for you.
+Units: **metres of the CRS named at registration.** SQL has no CRS and the functions never
+project, so name the projected metre CRS of x and y: ``register(con, session,
+crs="EPSG:32724")``. Then a point outside that CRS's area of use (degrees passed as metres land
+there) is refused before anything is charged, and the CRS's largest scale factor k_max over its
+area of use divides the amount (ε/k_max, ρ/k_max²), exactly as the accessor's ``to_crs=`` does,
+so the stated guarantee holds per ground metre. Feet, Web Mercator and geographic CRSs are
+refused at registration. Without ``crs=`` the coordinates are taken as ground metres unchecked
+(scale 1), except that a batch of 16 rows or more whose every x is within ±180 and y within ±90
+is refused as degrees.
+
+Projecting without DuckDB's spatial extension: project in Python before loading (pyproj
+``Transformer.from_crs("EPSG:4326", "EPSG:32724", always_xy=True).transform(lon, lat)``, or
+GeoPandas ``gdf.to_crs(...)``), or, with the extension, ``ST_Transform(ST_Point(lon, lat),
+'EPSG:4326', 'EPSG:32724', always_xy := true)`` in SQL. The Python accessor (``df.geopriv``)
+projects for you.
 
 Semantics of a row (``per="point"`` in Python terms): each row is one point of its user, released
 at the row's amount; a user with m rows in a query is charged m × amount. The same rows through
@@ -98,6 +105,7 @@ from gpframe import _duckdb_udf as _u
 from gpframe.duckdb_kde import kde_raster
 from gpframe.duckdb_knn import convex_hulls, knn, nearest_users
 from gpframe.duckdb_privatize import privatize
+from gpframe.duckdb_range import range_count
 from gpframe.errors import InvalidInputError
 from gpframe.queries import privatize as _pv
 
@@ -109,6 +117,7 @@ __all__ = [
     "knn",
     "nearest_users",
     "privatize",
+    "range_count",
     "register",
 ]
 
@@ -148,12 +157,15 @@ class Registration(_u.UdfRegistration):
     _amounts: dict[tuple[str, float], Fraction] = field(default_factory=dict, repr=False)
 
 
-def register(con: Any, session: Any, *, rng: Any = None) -> Registration:
+def register(
+    con: Any, session: Any, *, crs: Any = None, domain: Any = None, rng: Any = None
+) -> Registration:
     """Register ``gp_privatize`` and ``gp_privatize_gp`` on ``con``, charging ``session``.
 
     Idempotent: calling it again on the same connection returns the same registration (and
-    points it at ``session`` if another one is passed). UDFs are not stored in a database file,
-    so register them in every process; the helper macros are ``TEMP`` for the same reason.
+    points it at ``session``, ``crs`` and ``rng`` if others are passed). UDFs are not stored in a
+    database file, so register them in every process; the helper macros are ``TEMP`` for the
+    same reason.
 
     Parameters
     ----------
@@ -161,6 +173,19 @@ def register(con: Any, session: Any, *, rng: Any = None) -> Registration:
         The connection to add the functions to.
     session : gpframe.Session
         The ledger the functions charge. It uses its own store connection, never ``con``.
+    crs : str, int or pyproj.CRS, optional
+        The projected metre CRS of every x / y the functions receive (e.g. ``"EPSG:32724"``, the
+        data's UTM zone). SQL has no CRS, so name it here: coordinates outside its area of use
+        (degrees passed as metres land there) are refused before anything is charged, and its
+        largest scale factor k_max over that area divides the amount as the accessor's
+        ``to_crs=`` does (ε/k_max, ρ/k_max²), so the guarantee holds per ground metre. Without
+        it, x / y are taken as ground metres unchecked, except that a batch of 16 or more rows
+        that all fit lon/lat ranges is refused as degrees. Applies to ``gp_privatize``,
+        ``gp_privatize_gp``, ``gp_in_region``, ``gp_knn`` / ``gp_knn_gp`` and the helpers built
+        on them (not yet to the KDE, hull and grid functions).
+    domain : (lon_min, lat_min, lon_max, lat_max), optional
+        A public box in degrees to use instead of the CRS's area of use (needed for a CRS that
+        publishes none; a smaller box gives a k_max closer to 1).
     rng : BitSource or None
         Randomness source; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
 
@@ -173,11 +198,12 @@ def register(con: Any, session: Any, *, rng: Any = None) -> Registration:
 
     _u.check_session(session)
     rng = _u.checked_rng(rng)
-    reg = _u.reuse(_REGISTRY, con, session, rng)
+    units = _u.units_for(crs, domain)
+    reg = _u.reuse(_REGISTRY, con, session, rng, units)
     if reg is not None:
-        _register_operations(con, session, rng)
+        _register_operations(con, session, rng, units)
         return reg
-    reg = Registration(session=session, rng=rng)
+    reg = Registration(session=session, rng=rng, units=units)
     rtype = duckdb.struct_type({"x": DOUBLE, "y": DOUBLE})
     for _udf, macro, mode, param in FUNCTIONS:  # create_id_udfs names the pair f"{macro}_udf_*"
         _u.create_id_udfs(
@@ -186,11 +212,11 @@ def register(con: Any, session: Any, *, rng: Any = None) -> Registration:
             [DOUBLE, DOUBLE, DOUBLE], rtype,
         )  # fmt: skip
     _REGISTRY.put(con, reg)
-    _register_operations(con, session, rng)
+    _register_operations(con, session, rng, units)
     return reg
 
 
-def _register_operations(con: Any, session: Any, rng: Any) -> None:
+def _register_operations(con: Any, session: Any, rng: Any, units: Any) -> None:
     """Register the UDFs of the other operations (one module each; each is idempotent)."""
     # local imports: those modules once imported this one for its lock and id dispatch (now all
     # of them share gpframe._duckdb_udf); importing them here keeps the import graph acyclic
@@ -199,10 +225,10 @@ def _register_operations(con: Any, session: Any, rng: Any) -> None:
     from gpframe.duckdb_knn import register_knn
     from gpframe.duckdb_range import register_range_count
 
-    register_range_count(con, session, rng=rng)
+    register_range_count(con, session, crs=units, rng=rng)
     register_kde(con, session, rng=rng)
     register_grid(con, session, rng=rng)
-    register_knn(con, session, rng=rng)
+    register_knn(con, session, crs=units, rng=rng)
 
 
 def clip_user(con: Any, table: str, **kwargs: Any) -> Any:
@@ -257,7 +283,7 @@ def _make_udf(reg: Registration, mode: str) -> Any:
     return udf
 
 
-def _validate_batch(param: str, xy: np.ndarray, amts: np.ndarray) -> None:
+def _validate_batch(param: str, xy: np.ndarray, amts: np.ndarray, units: Any = None) -> None:
     bad = ~np.isfinite(amts) | (amts <= 0)
     if bad.any():
         raise InvalidInputError(
@@ -275,16 +301,17 @@ def _validate_batch(param: str, xy: np.ndarray, amts: np.ndarray) -> None:
             "gp_privatize: a coordinate is beyond ±2**40 m; x and y must be metres of a "
             "projected CRS. Nothing was charged for this batch."
         )
+    _u.check_units(units, xy, "gp_privatize")
 
 
 def _exact_amount(reg: Registration, mode: str, param: str, value: float) -> Fraction:
     """Return the exact amount of a float argument (validated and calibrated once per reg)."""
-    key = (mode, value)
+    key = (mode, value, reg.scale_max)
     a = reg._amounts.get(key)
     if a is None:
         a = _amount(value, param)
         _pv.check_amount(mode, "point", a)
-        _preflight_one(mode, a)
+        _preflight_one(mode, a, reg.scale_max)
         reg._amounts[key] = a
     return a
 
@@ -341,7 +368,7 @@ def _privatize_batch(
     charges the full allocation.
     """
     xy = np.column_stack([xs, ys])
-    _validate_batch(param, xy, amts)
+    _validate_batch(param, xy, amts, reg.units)
     n_users = len(uniques)
     distinct = np.unique(amts)
     exact = [(float(f), _exact_amount(reg, mode, param, float(f))) for f in distinct]
@@ -370,7 +397,7 @@ def _privatize_batch(
                 amount=a,
                 per="point",
                 admitted=admitted,
-                scale_max=1.0,
+                scale_max=reg.scale_max,
                 rng=reg.rng,
                 progress=False,
                 bounds=False,
@@ -405,8 +432,10 @@ def _amount(value: float, param: str) -> Fraction:
     return positive(value, param)
 
 
-def _preflight_one(mode: str, a: Fraction) -> None:
+def _preflight_one(mode: str, a: Fraction, scale_max: float = 1.0) -> None:
     # the wrapper's full parameter check (eps range of §9.4, calibration, largest noise
-    # scale): the calibration alone accepts eps below 2**-40, which planar_laplace then refuses
-    # after reserve() has charged the user
-    _pv.check_point_amount(mode, a)
+    # scale) on the amount the mechanism runs at (after the CRS's scale factor, as the
+    # accessor): the calibration alone accepts eps below 2**-40, which planar_laplace then
+    # refuses after reserve() has charged the user
+    k = Fraction(scale_max)
+    _pv.check_point_amount(mode, a / k if mode == "gp" else a / (k * k))

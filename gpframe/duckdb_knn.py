@@ -29,15 +29,17 @@ user_id``: the tuple is the privacy unit (§0.2), so the function must see all o
 once. Units are **metres of one projected CRS** for the points and the query point (the functions
 never project, P-U1..P-U4); the hull is in that CRS.
 
-Table macros (SQL sugar, ``TEMP``): ``gp_knn_rows(q, px, py, k, rho)`` (and ``gp_knn_rows_gp``
-with ``eps``) returns the selected rows of the query string ``q`` without ``x`` and ``y``, plus
-``knn_rank``: the columns of ``q`` other than ``x`` and ``y`` are its declaration of what is
-public, so select there only ids and columns that do not depend on the locations (a timestamp,
-a row id), never one computed from them;
-``gp_convex_hulls(q, rho [, beta := 0.1, k := 0])`` (and ``gp_convex_hulls_gp``) returns
-``(user_id, hull)``. ``q`` must have the columns ``user_id``, ``x`` and ``y`` (alias them, e.g.
-``'SELECT vessel AS user_id, x, y FROM pings'``); the macros do the ``GROUP BY``. Nearest users is
-multi-round (Algorithm 8), so it has no SQL function: use :func:`nearest_users`.
+Table macros (SQL sugar, ``TEMP``): ``gp_knn_rows(q, px, py, k, rho [, user := 'user_id',
+x := 'x', y := 'y'])`` (and ``gp_knn_rows_gp`` with ``eps``) returns the selected rows of the
+query string ``q`` without its x and y columns, plus ``knn_rank``: the other columns of ``q`` are
+its declaration of what is public, so select there only ids and columns that do not depend on the
+locations (a timestamp, a row id), never one computed from them;
+``gp_convex_hulls(q, rho [, beta := 0.1, k := 0, user := 'user_id', x := 'x', y := 'y'])`` (and
+``gp_convex_hulls_gp``) returns the user column (under its own name) and ``hull``. ``user``, ``x``
+and ``y`` name the columns of ``q`` (e.g. ``gp_knn_rows('SELECT * FROM pings', 5e5, 45e5, 3,
+1e-4, user := 'vessel', x := 'x_m', y := 'y_m')``); a name that is not a column is a DuckDB
+binder error naming it, before anything runs or is charged. The macros do the ``GROUP BY``.
+Nearest users is multi-round (Algorithm 8), so it has no SQL function: use :func:`nearest_users`.
 
 Relation helpers (re-exported as ``gp.duckdb.knn``, ``gp.duckdb.convex_hulls`` and
 ``gp.duckdb.nearest_users``): take a SQL string or a ``DuckDBPyRelation`` made on ``con``, check
@@ -102,7 +104,9 @@ class KnnRegistration(_u.UdfRegistration):
     """
 
 
-def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
+def register_knn(
+    con: Any, session: Any, *, crs: Any = None, domain: Any = None, rng: Any = None
+) -> KnnRegistration:
     """Register ``gp_knn`` and ``gp_convex_hull`` on ``con``, charging ``session`` (idempotent).
 
     Parameters
@@ -110,6 +114,10 @@ def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
     con : duckdb.DuckDBPyConnection
     session : gpframe.Session
         Must have a CGP metric budget.
+    crs, domain
+        The projected metre CRS of the coordinates, as in :func:`gpframe.duckdb.register`:
+        ``gp_knn`` / ``gp_knn_gp`` refuse points and query points outside its area of use (or
+        ``domain``) and divide the amount by its k_max as the accessor does.
     rng : BitSource or None
         Randomness; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
 
@@ -122,10 +130,11 @@ def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
 
     _u.check_session(session)
     rng = _u.checked_rng(rng)
-    reg = _u.reuse(_REGISTRY, con, session, rng)
+    units = _u.units_for(crs, domain)
+    reg = _u.reuse(_REGISTRY, con, session, rng, units)
     if reg is not None:
         return reg
-    reg = KnnRegistration(session=session, rng=rng)
+    reg = KnnRegistration(session=session, rng=rng, units=units)
     dlist = duckdb.list_type(DOUBLE)
     for kind, param in (("cgp", "rho"), ("gp", "eps")):
         sfx = "" if kind == "cgp" else "_gp"
@@ -152,28 +161,39 @@ def register_knn(con: Any, session: Any, *, rng: Any = None) -> KnnRegistration:
 def _table_macros(sfx: str, param: str) -> list[str]:
     """Return the ``TEMP`` table macros ``gp_knn_rows{sfx}``, ``gp_convex_hulls{sfx}`` (STYLE §9).
 
-    Both read a query string through ``query(q)`` whose result has the columns ``user_id``,
-    ``x`` and ``y`` (alias them in the query) and aggregate one row per user before calling the
-    per-user UDF, so each user is charged once per call of the macro.
+    Both read a query string through ``query(q)`` and aggregate one row per user before calling
+    the per-user UDF, so each user is charged once per call of the macro. The columns are named
+    by the string parameters ``"user" := 'user_id'``, ``x := 'x'`` and ``y := 'y'``: each row is
+    read as a struct and its fields picked with ``struct_extract`` (a missing column is a
+    binder error naming it, raised before anything runs), and the output columns are chosen with
+    ``COLUMNS(lambda c: ...)`` (exact names, never a regex).
     """
+    cols = """"user" := 'user_id', x := 'x', y := 'y'"""
+    # one row per user: the user's rows as a list of structs (all the query's columns)
+    group = (
+        'WITH __gp_t AS (SELECT struct_extract(__gp_s, "user") AS __gp_u, '
+        "list(__gp_s) AS __gp_recs FROM query(q) __gp_s GROUP BY __gp_u)"
+    )
+
+    def coord(c: str) -> str:
+        return f"list_transform(__gp_recs, lambda r: struct_extract(r, {c}))"
+
     knn = (
-        f"CREATE OR REPLACE TEMP MACRO gp_knn_rows{sfx}(q, px, py, k, {param}) AS TABLE "
-        "WITH __gp_t AS (SELECT user_id AS __gp_u, list(__gp_s) AS __gp_recs "
-        "FROM query(q) __gp_s GROUP BY user_id), "
-        "__gp_p AS (SELECT __gp_recs, "
-        f"{_KNN}{sfx}(__gp_u, list_transform(__gp_recs, lambda r: r.x), "
-        f"list_transform(__gp_recs, lambda r: r.y), px, py, k, {param}) AS __gp_pos FROM __gp_t) "
+        f"CREATE OR REPLACE TEMP MACRO gp_knn_rows{sfx}(q, px, py, k, {param}, {cols}) AS TABLE "
+        f"{group}, __gp_p AS (SELECT __gp_recs, "
+        f"{_KNN}{sfx}(__gp_u, {coord('x')}, {coord('y')}, px, py, k, {param}) AS __gp_pos "
+        "FROM __gp_t) "
         # k-PNN releases which rows were picked, never where they are: x and y stay out
-        "SELECT * EXCLUDE (x, y) FROM (SELECT UNNEST(list_transform(__gp_pos, "
+        "SELECT COLUMNS(lambda c: c NOT IN (x, y)) FROM (SELECT UNNEST(list_transform(__gp_pos, "
         "lambda p, i: struct_insert(__gp_recs[p], knn_rank := i)), max_depth := 2) FROM __gp_p)"
     )
     hull = (
-        f"CREATE OR REPLACE TEMP MACRO gp_convex_hulls{sfx}(q, {param}, beta := 0.1, k := 0) "
-        "AS TABLE WITH __gp_t AS (SELECT user_id, list(struct_pack(x := x, y := y)) AS __gp_xy "
-        "FROM query(q) GROUP BY user_id) "
-        f"SELECT user_id, {_HULL}{sfx}(user_id, list_transform(__gp_xy, lambda r: r.x), "
-        f"list_transform(__gp_xy, lambda r: r.y), {param}, beta := beta, k := k) AS hull "
-        "FROM __gp_t"
+        f"CREATE OR REPLACE TEMP MACRO gp_convex_hulls{sfx}(q, {param}, beta := 0.1, k := 0, "
+        f"{cols}) AS TABLE {group} "
+        # the user column under its own name (first record's field), then the hull
+        'SELECT COLUMNS(lambda c: c = "user"), __gp_hull AS hull FROM (SELECT '
+        f"UNNEST(__gp_recs[1]), {_HULL}{sfx}(__gp_u, {coord('x')}, {coord('y')}, {param}, "
+        "beta := beta, k := k) AS __gp_hull FROM __gp_t)"
     )
     return [knn, hull]
 
@@ -365,6 +385,9 @@ def _knn_batch(
     xy, lens = _lists(xs, ys, rows, fname)
     if not (np.isfinite(px).all() and np.isfinite(py).all()):
         raise InvalidInputError(f"{fname}: the query point (px, py) must be finite. {_NOTHING}")
+    _u.check_units(reg.units, xy, fname, "xs/ys")
+    _u.check_units(reg.units, np.column_stack([px, py]), fname, "px/py")
+    scale = Fraction(reg.scale_max)
     if (ks < 1).any() or (ks != np.floor(ks)).any():
         raise InvalidInputError(f"{fname}: k={ks[ks < 1][0] if (ks < 1).any() else ks[0]!r} "
                                 f"must be an integer >= 1. {_NOTHING}")  # fmt: skip
@@ -372,7 +395,7 @@ def _knn_batch(
     ks = ks.astype(np.int64)
     # calibrate every (amount, k) before the ledger is touched (bad amounts charge nothing)
     for f, kk, m in zip(amts.tolist(), ks.tolist(), lens.tolist(), strict=True):
-        _k.pnn_calibration(_k.call_eps(kind, exact[f], min(int(kk), int(m)), Fraction(1)))
+        _k.pnn_calibration(_k.call_eps(kind, exact[f], min(int(kk), int(m)), scale))
     _k._check_extent(xy, np.column_stack([px, py]))
     start = np.zeros(rows.size + 1, dtype=np.int64)
     np.cumsum(lens, out=start[1:])
@@ -390,7 +413,8 @@ def _knn_batch(
             codes = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
             i0 = int(sel[0])
             out = _k.knn_indices(pts, codes, (px[i0], py[i0]), int(ks[i0]), kind=kind,
-                                 amount=exact[float(amts[i0])], rng=reg.rng)  # fmt: skip
+                                 amount=exact[float(amts[i0])], scale_max=scale,
+                                 rng=reg.rng)  # fmt: skip
             off = np.zeros(sel.size, dtype=np.int64)
             np.cumsum(lens[sel][:-1], out=off[1:])
             for j, i in enumerate(sel.tolist()):

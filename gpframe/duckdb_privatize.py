@@ -49,7 +49,9 @@ def privatize(
     query_or_relation : str or duckdb.DuckDBPyRelation
         A SELECT query on ``con`` or a relation made on ``con``; one row per point.
     user, x, y : str
-        Columns: user id, and coordinates in metres of one projected CRS (never projected here).
+        Columns: user id, and coordinates in metres of the CRS named by
+        ``gp.duckdb.register(con, session, crs=...)`` (never projected here; points outside that
+        CRS's area of use are refused before anything is charged).
     rho, eps : float
         Exactly one: CGP ρ per m² per row (``gp_privatize``) or GP ε per m per row
         (``gp_privatize_gp``).
@@ -97,7 +99,9 @@ def privatize(
     kind, amount, f_amt = _kind_amount(reg.session, rho, eps, fname)
     # the UDF's own checks of the amount, now: it would refuse them only batch by batch
     _pv.check_amount(kind, "point", amount)
-    _pv.check_point_amount(kind, amount)
+    from gpframe.duckdb import _preflight_one
+
+    _preflight_one(kind, amount, reg.scale_max)  # at the amount after the CRS's k_max
     rel = _source(con, query_or_relation, fname)
     u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
     keep = _public(rel, public, user, (x, y), fname)

@@ -8,8 +8,14 @@
     Appendix B threshold shift for users still undecided; spec §5.1, §4.4). The count is
     post-processing: ``SUM(gp_in_region(...)::INT)`` (local model: each user's outcome is released
     independently). The user's CGP budget is charged the parts of the rounds the row ran (spec
-    §4.6): a row decided at round r pays ρ·(2^r − 1)/(2^c − 1), an undecided one ρ. A user with
-    several rows pays for each row (each row is a component, spec §1.6).
+    §4.6): a row decided at round r pays ρ·(2^r − 1)/(2^c − 1), an undecided one ρ.
+
+    **Per row, not per user.** Each row is released and charged on its own, so
+    ``SUM(gp_in_region(...)::INT)`` over a table of fixes counts *rows* (a user with 500 fixes
+    is counted up to 500 times and pays 500 times). Give it one row per user (the user's
+    component: e.g. ``arg_max(x, ts)`` per user, see ``sql/range_count.sql``), or call
+    :func:`range_count`, which picks one point per user with the accessor's ``component=``
+    rules and returns the count of users.
 
 Noise: lattice Gaussian on the signed distance, σ_j = (1 + g)/√(2ρ_j) metres in round j, ρ_j the
 round's part (secure-noise.md §9.3). Units: x, y and the region are **metres of one projected
@@ -57,7 +63,7 @@ import numpy as np
 from gpframe import _duckdb_udf as _u
 from gpframe.errors import InvalidInputError
 
-__all__ = ["RangeRegistration", "register_range_count"]
+__all__ = ["RangeRegistration", "range_count", "register_range_count"]
 
 _UDF = "gp_in_region_udf"
 _MACRO = "gp_in_region"
@@ -84,7 +90,9 @@ class RangeRegistration(_u.UdfRegistration):
     """
 
 
-def register_range_count(con: Any, session: Any, *, rng: Any = None) -> RangeRegistration:
+def register_range_count(
+    con: Any, session: Any, *, crs: Any = None, domain: Any = None, rng: Any = None
+) -> RangeRegistration:
     """Register ``gp_in_region`` on ``con``, charging ``session`` (idempotent per connection).
 
     Parameters
@@ -92,6 +100,10 @@ def register_range_count(con: Any, session: Any, *, rng: Any = None) -> RangeReg
     con : duckdb.DuckDBPyConnection
     session : gpframe.Session
         Must have a CGP metric budget (the SQL form is the Gaussian ``dist-elim``).
+    crs, domain
+        The projected metre CRS of x, y and the region, as in :func:`gpframe.duckdb.register`:
+        points outside its area of use (or ``domain``) are refused, and its k_max divides rho
+        (ρ/k_max²) as the accessor's ``to_crs=`` does. Without it: unchecked metres, scale 1.
     rng : BitSource or None
         Randomness; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
 
@@ -103,10 +115,11 @@ def register_range_count(con: Any, session: Any, *, rng: Any = None) -> RangeReg
 
     _u.check_session(session)
     rng = _u.checked_rng(rng)
-    reg = _u.reuse(_REGISTRY, con, session, rng)
+    units = _u.units_for(crs, domain)
+    reg = _u.reuse(_REGISTRY, con, session, rng, units)
     if reg is not None:
         return reg
-    reg = RangeRegistration(session=session, rng=rng)
+    reg = RangeRegistration(session=session, rng=rng, units=units)
     args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(region_wkb AS BLOB), CAST(rho AS DOUBLE), "
             "CAST(rounds AS INTEGER), CAST(n_users AS BIGINT)")  # fmt: skip
     _u.create_id_udfs(
@@ -146,7 +159,9 @@ def _make_udf(reg: RangeRegistration) -> Any:
     return udf
 
 
-def _check_batch(xs: np.ndarray, ys: np.ndarray, rhos: np.ndarray, rounds: np.ndarray) -> None:
+def _check_batch(
+    xs: np.ndarray, ys: np.ndarray, rhos: np.ndarray, rounds: np.ndarray, units: Any = None
+) -> None:
     from gpframe.queries.privatize import COORD_MAX_M
 
     bad = ~np.isfinite(rhos) | (rhos <= 0)
@@ -172,6 +187,7 @@ def _check_batch(xs: np.ndarray, ys: np.ndarray, rhos: np.ndarray, rounds: np.nd
             "gp_in_region: a coordinate is beyond ±2**40 m; x and y must be metres of a projected "
             "CRS. Nothing was charged for this batch."
         )
+    _u.check_units(units, xy, "gp_in_region")
 
 
 def _region(wkb: bytes, cache: dict[bytes, Any]) -> Any:
@@ -203,6 +219,22 @@ def _region(wkb: bytes, cache: dict[bytes, Any]) -> Any:
     return cache[wkb]
 
 
+def _check_region_units(units: Any, geom: Any, fname: str) -> None:
+    """Refuse a region wholly outside the declared CRS's area of use (degrees given as metres)."""
+    import shapely
+
+    if units is None:
+        return
+    xy = shapely.get_coordinates(geom)
+    if xy.size and units.outside(xy).all():
+        raise InvalidInputError(
+            f"{fname}: the region lies wholly outside the area of use of crs={units.label}: it "
+            "must be in the metres of that CRS, like the points (degrees passed as metres land "
+            "here). Project it first (shapely.ops.transform with pyproj, GeoSeries.to_crs, or "
+            "DuckDB spatial's ST_Transform). Nothing was charged for this batch."
+        )
+
+
 def _batch(
     reg: RangeRegistration,
     users: np.ndarray,
@@ -221,9 +253,11 @@ def _batch(
     from gpframe.queries.elimination import split_fractions
     from gpframe.queries.range_count import range_count_arrays
 
-    _check_batch(xs, ys, rhos, rounds)
+    _check_batch(xs, ys, rhos, rounds, reg.units)
     cache: dict[bytes, Any] = {}
     regions = [_region(bytes(w), cache) for w in wkbs]
+    for geom in {id(g): g for g in regions}.values():
+        _check_region_units(reg.units, geom, "gp_in_region")
     for c in np.unique(rounds).tolist():
         split_fractions(SPLIT, int(c))
     # groups of rows that share (region, rho, rounds, n): one elimination run each, in the order
@@ -253,7 +287,7 @@ def _batch(
         for a, c in {(row_alloc[v], int(c)) for v, c in zip(rhos.tolist(), rounds.tolist(),
                                                             strict=True)}:  # fmt: skip
             check_method_parts(a, kind="cgp", method=METHOD, rounds=c, split=SPLIT, beta=BETA,
-                               unit=Fraction(1) / lu.scale, scale_max=1)  # fmt: skip
+                               unit=Fraction(1) / lu.scale, scale_max=reg.scale_max)  # fmt: skip
         params = {
             "method": METHOD,
             "split": SPLIT,
@@ -274,7 +308,7 @@ def _batch(
                 out = range_count_arrays(
                     np.column_stack([xs[sel], ys[sel]]), np.arange(sel.size), regions[sel[0]],
                     kind="cgp", amount=per_row[sel], method=METHOD, rounds=int(rounds[sel[0]]),
-                    split=SPLIT, beta=BETA, unit=Fraction(1) / lu.scale, scale_max=1,
+                    split=SPLIT, beta=BETA, unit=Fraction(1) / lu.scale, scale_max=reg.scale_max,
                     n_union=nu if nu > 0 else None, rng=reg.rng,
                 )  # fmt: skip
                 inside[sel] = out.inside
@@ -288,3 +322,149 @@ def _batch(
         )[codes]  # fmt: skip
         _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
     return inside, admitted
+
+
+# ------------------------------------------------------------------------------ relation helper
+
+
+def range_count(
+    con: Any,
+    query_or_relation: Any,
+    region: Any,
+    *,
+    user: str,
+    x: str,
+    y: str,
+    rho: float,
+    rounds: int = 10,
+    component: Any = None,
+    reduce: str | None = None,
+) -> Any:
+    """Count the **users** inside ``region`` privately: one component (one point) per user.
+
+    ``SUM(gp_in_region(...)::INT)`` over a table of fixes counts rows, each charged: a user
+    with 500 fixes is counted up to 500 times and pays 500 times. This helper first picks each
+    user's one point with the accessor's own rule (``component=`` / ``reduce=``, exactly as
+    ``df.geopriv(...).range_count``), then runs ``gp_in_region`` once per selected user and
+    region with ``n_users`` set to the number of selected users.
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+        A connection on which ``gp.duckdb.register(con, session, crs=...)`` ran.
+    query_or_relation : str or duckdb.DuckDBPyRelation
+        A SELECT query on ``con`` or a relation made on ``con``: one row per fix.
+    region : shapely Polygon / MultiPolygon, WKB bytes, or a dict {name: polygon}
+        In the metres of the registered CRS. A dict gives one row per region (each region is
+        one query: a user is charged once per region).
+    user, x, y : str
+        Columns: user id and coordinates (metres of the registered CRS).
+    rho : float
+        CGP budget per user and region (ρ per m²), split over ``rounds`` (doubling split).
+    rounds : int
+        Elimination rounds, 1..64.
+    component : None, (column, value), callable, "first", "last", First, Last
+        Which row is each user's point (:func:`gpframe.queries.range_count_frame.select_component`
+        on the fetched rows): ``None`` needs one row per user (several rows are refused),
+        ``("hour", 7)`` keeps the rows where a public column equals a value, ``"last"`` /
+        ``"first"`` (or ``Last("ts", before=...)`` / ``First("ts", after=...)``) keep each
+        user's last / first row by a time column. The rule must read public columns only.
+    reduce : {"first", "last"}, optional
+        Keep the first / last selected row (row order) of a user with several.
+
+    Returns
+    -------
+    duckdb.DuckDBPyRelation
+        One row per region: ``region`` (the dict key, or NULL), ``count`` (users whose released
+        outcome is "inside"; post-processing), ``users`` (users asked) and ``excluded`` (users
+        whose budget could not pay: not counted, not charged). The relation holds the fetched
+        result: reading it again charges nothing.
+
+    Examples
+    --------
+    >>> import duckdb, shapely, gpframe as gp
+    >>> from gpframe.ledger import Session
+    >>> con = duckdb.connect()
+    >>> session = Session(budget=gp.CGP(rho=1.0))
+    >>> _ = gp.duckdb.register(con, session, crs="EPSG:32724")
+    >>> from gpframe.queries.range_count_frame import Last
+    >>> q = ("SELECT * FROM (VALUES (1, 1, 5e5, 88e5), (1, 2, 5e5, 88e5), (2, 1, 6e5, 88e5)) "
+    ...      "t(u, ts, x, y)")
+    >>> box = shapely.box(4.9e5, 87.9e5, 5.1e5, 88.1e5)      # user 1's point, not user 2's
+    >>> rel = gp.duckdb.range_count(con, q, box, user="u", x="x", y="y", rho=0.1,
+    ...                             component=Last("ts"))
+    >>> rel.fetchall()                                       # users, not rows: 3 rows, 2 users
+    [(None, 1, 2, 0)]
+    """
+    import pandas as pd
+    import pyarrow as pa
+    import shapely
+
+    from gpframe.duckdb_knn import _check_input, _literal, _source
+    from gpframe.queries.range_count_frame import select_component
+
+    fname = "gp.duckdb.range_count"
+    reg = _REGISTRY.get(con)
+    if reg is None:
+        raise InvalidInputError(
+            f"{fname} needs the gpframe functions on this connection: call "
+            "gp.duckdb.register(con, session, crs=...) first. Nothing was charged."
+        )
+    regions = region if isinstance(region, dict) else {None: region}
+    if not regions:
+        raise InvalidInputError(f"{fname}: region is an empty dict. Nothing was charged.")
+    wkbs: dict[Any, bytes] = {}
+    for name, geom in regions.items():
+        g = geom
+        if isinstance(g, (bytes, bytearray, memoryview)):
+            try:
+                g = shapely.from_wkb(bytes(g))
+            except Exception as exc:  # shapely raises GEOSException for bad WKB
+                raise InvalidInputError(
+                    f"{fname}: region {name!r} is not valid WKB ({exc}). Nothing was charged."
+                ) from None
+        if not isinstance(g, shapely.Geometry):
+            raise InvalidInputError(
+                f"{fname}: region {name!r} must be a shapely polygon, WKB bytes or a dict of "
+                f"them, got {type(geom).__name__}. Nothing was charged."
+            )
+        # the UDF's own region checks, before anything runs
+        _check_region_units(reg.units, _region(shapely.to_wkb(g), {}), fname)
+        wkbs[name] = shapely.to_wkb(g)
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)):
+        raise InvalidInputError(f"{fname}: rounds={rounds!r} must be an int. Nothing was charged.")
+    if not 1 <= int(rounds) <= _MAX_ROUNDS:
+        raise InvalidInputError(
+            f"{fname}: rounds={rounds!r} must be in 1..{_MAX_ROUNDS}. Nothing was charged."
+        )
+    if isinstance(rho, bool) or not isinstance(rho, (int, float, np.integer, np.floating)) or not (
+        np.isfinite(float(rho)) and float(rho) > 0
+    ):
+        raise InvalidInputError(
+            f"{fname}: rho={rho!r} must be a finite number > 0 (CGP, per m²). Nothing was charged."
+        )
+    rel = _source(con, query_or_relation, fname)
+    _check_input(rel, fname, {"user": user, "x": x, "y": y})
+    # the rows stay in this process: the rule reads public columns and row order only
+    frame = rel.df()
+    pos = select_component(frame, frame[user].to_numpy(), component, reduce)
+    picked = frame.iloc[pos]
+    n = len(picked)
+    rows = []
+    if n:
+        con_tab = pa.table({"u": pa.array(picked[user].tolist()),
+                            "x": picked[x].to_numpy(np.float64),
+                            "y": picked[y].to_numpy(np.float64)})  # fmt: skip
+        src = con.from_arrow(con_tab)
+        for name, wkb in wkbs.items():
+            sql = (
+                f"WITH __gp_r AS MATERIALIZED (SELECT gp_in_region(u, x, y, "
+                f"from_hex('{wkb.hex()}'), {_literal(float(rho))}, {int(rounds)}, {n}) AS i "
+                f"FROM __gp_src) SELECT count_if(i), count(*) - count(i) FROM __gp_r"
+            )
+            cnt, excl = src.query("__gp_src", sql).fetchall()[0]
+            rows.append((name, int(cnt), n, int(excl)))
+    else:
+        rows = [(name, 0, 0, 0) for name in wkbs]
+    out = pd.DataFrame(rows, columns=["region", "count", "users", "excluded"])
+    return con.from_arrow(pa.Table.from_pandas(out, preserve_index=False))

@@ -862,6 +862,107 @@ def _stacklevel_outside_gpframe() -> int:
     return level
 
 
+_ASK_DOMAIN = (
+    "pass domain=(lon_min, lat_min, lon_max, lat_max): a public box in degrees fixed "
+    "without looking at the data (e.g. the study's city or country)"
+)
+
+
+def _named_metric(
+    to_crs: Any, domain: Box | None, name: str
+) -> tuple[pyproj.CRS, tuple[float, float], Box, str]:
+    """Check a named metric CRS; return it, its scale range, its extent and the extent's name.
+
+    The extent is ``domain`` if given, else the CRS's published area of use.
+    """
+    crs_m = _check_metric_target(_as_crs(to_crs, name), name)
+    ext = domain if domain is not None else _area_box(crs_m)
+    if ext is None:
+        raise CRSError(
+            f"{name}={_describe(crs_m)} publishes no area of use, so its scale factor cannot "
+            f"be bounded without looking at the data: {_ASK_DOMAIN}. {_NOTHING}"
+        )
+    source = "domain=" if domain is not None else f"the area of use of {name}={_describe(crs_m)}"
+    rng = scale_range(crs_m, *ext)
+    if not np.isfinite(rng[1]):
+        raise CRSError(
+            f"{name}={_describe(crs_m)} is not defined over all of {source} "
+            f"({_box_text(ext)}). Name a CRS that covers it, or {_ASK_DOMAIN}. {_NOTHING}"
+        )
+    return crs_m, rng, ext, source
+
+
+@dataclass(frozen=True)
+class MetricFrame:
+    """A named projected metre CRS with the public extent its scale bound holds over.
+
+    Made by :func:`metric_frame` for callers that receive coordinates already in metres (the
+    DuckDB functions): :attr:`scale_max` divides eps (``rho / scale_max**2``) exactly as the
+    accessor's ``to_crs=`` path does, and :meth:`outside` finds the points that cannot be
+    metres of the CRS inside that extent.
+    """
+
+    crs: pyproj.CRS
+    scale_max: float
+    extent: Box
+    source: str
+    #: how messages name the CRS (e.g. ``EPSG:32724``)
+    label: str
+    #: the extent's outline projected into the CRS (densified), a shapely Polygon. The check
+    #: runs in projected metres with shapely only: pyproj objects crashed the process when
+    #: used from DuckDB's worker threads
+    footprint: Any = field(repr=False, compare=False)
+
+    def outside(self, xy: np.ndarray) -> np.ndarray:
+        """Boolean mask of the points (metres of :attr:`crs`) outside the projected extent."""
+        import shapely
+
+        xy = np.asarray(xy, dtype=np.float64)
+        return ~shapely.contains_xy(self.footprint, xy[:, 0], xy[:, 1])
+
+
+#: vertices per edge of a projected extent, and the tolerance (metres) added around it for the
+#: chords between them (a chord of a curved edge lies inside it by well under a metre)
+_FOOTPRINT_VERTICES, _FOOTPRINT_TOL_M = 721, 1.0
+
+
+def _footprint(crs_m: pyproj.CRS, box: Box) -> Any:
+    """Return the lon/lat box's outline projected into ``crs_m``, as a polygon in metres."""
+    import shapely
+
+    w, s, e, n = box
+    t = np.linspace(0.0, 1.0, _FOOTPRINT_VERTICES)
+    lon = np.concatenate([w + (e - w) * t, np.full_like(t, e), e - (e - w) * t, np.full_like(t, w)])
+    lat = np.concatenate([np.full_like(t, s), s + (n - s) * t, np.full_like(t, n), n - (n - s) * t])
+    lat = np.clip(lat, -89.999, 89.999)
+    fwd = pyproj.Transformer.from_crs(crs_m.geodetic_crs, crs_m, always_xy=True)
+    x, y = fwd.transform(_wrap(lon), lat, errcheck=False)
+    xy = np.column_stack([x, y])
+    xy = xy[np.isfinite(xy).all(axis=1)]
+    poly = shapely.make_valid(shapely.Polygon(xy)).buffer(_FOOTPRINT_TOL_M)
+    shapely.prepare(poly)
+    return poly
+
+
+def metric_frame(crs: Any, domain: Any = None, *, name: str = "crs") -> MetricFrame:
+    """Check ``crs`` (a projected metre CRS) and bound its scale factor, as ``to_crs=`` does.
+
+    Examples
+    --------
+    >>> f = metric_frame("EPSG:32724")
+    >>> f.crs.to_epsg(), round(f.scale_max, 6)
+    (32724, 1.000981)
+    >>> f.outside(np.array([[500_000.0, 8_800_000.0], [-37.05, -10.9]])).tolist()
+    [False, True]
+    """
+    dom = _check_domain(domain) if domain is not None else None
+    crs_m, rng, ext, source = _named_metric(crs, dom, name)
+    return MetricFrame(
+        crs=crs_m, scale_max=max(1.0, rng[1]), extent=ext, source=source,
+        label=crs_m.to_string(), footprint=_footprint(crs_m, ext),
+    )  # fmt: skip
+
+
 def _project(
     xs: np.ndarray,
     ys: np.ndarray,
@@ -901,28 +1002,10 @@ def _project(
 
     # Everything up to the containment check below reads only public inputs (the CRSs, domain=,
     # max_scale_error), never xs/ys: that is what keeps crs_m and scale_max data-independent.
-    ask_domain = (
-        "pass domain=(lon_min, lat_min, lon_max, lat_max): a public box in degrees fixed "
-        "without looking at the data (e.g. the study's city or country)"
-    )
+    ask_domain = _ASK_DOMAIN
     crs_m: pyproj.CRS | None = None
     if to_crs is not None:
-        crs_m = _check_metric_target(_as_crs(to_crs, "to_crs"), "to_crs")
-        ext = domain if domain is not None else _area_box(crs_m)
-        if ext is None:
-            raise CRSError(
-                f"to_crs={_describe(crs_m)} publishes no area of use, so its scale factor cannot "
-                f"be bounded without looking at the data: {ask_domain}. {_NOTHING}"
-            )
-        source = (
-            "domain=" if domain is not None else f"the area of use of to_crs={_describe(crs_m)}"
-        )
-        rng = scale_range(crs_m, *ext)
-        if not np.isfinite(rng[1]):
-            raise CRSError(
-                f"to_crs={_describe(crs_m)} is not defined over all of {source} "
-                f"({_box_text(ext)}). Name a CRS that covers it, or {ask_domain}. {_NOTHING}"
-            )
+        crs_m, rng, ext, source = _named_metric(to_crs, domain, "to_crs")
         choice = _CHOICE_TO_CRS
     else:
         source = ""

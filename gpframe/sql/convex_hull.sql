@@ -5,7 +5,7 @@
 --     import duckdb, gpframe as gp
 --     con = duckdb.connect()
 --     session = gp.Session("ledger.sqlite", budget=gp.CGP(rho=1e-3))
---     gp.duckdb.register(con, session)      # or gpframe.duckdb_knn.register_knn(con, session)
+--     gp.duckdb.register(con, session, crs="EPSG:32618")   # the metre CRS of x, y
 -- and a table in one projected metre CRS (e.g. UTM 18N, EPSG:32618):
 --     pings(user_id, ts, x, y)   one row per fix
 --
@@ -54,12 +54,19 @@ FROM pings
 GROUP BY user_id
 ORDER BY user_id;
 
--- 4. SQL sugar: the table macro gp_convex_hulls(query, rho [, beta := ..., k := ...]) does the
---    GROUP BY and returns (user_id, hull). The query must have the columns user_id, x and y
---    (alias them: 'SELECT vessel AS user_id, x, y FROM ...'). gp_convex_hulls_gp takes eps.
+-- 4. SQL sugar: the table macro gp_convex_hulls(query, rho [, beta := ..., k := ...,
+--    user := 'user_id', x := 'x', y := 'y']) does the GROUP BY and returns the user column
+--    (under its own name) and hull. user, x and y name the query's columns (4b below); a wrong
+--    name is a binder error before anything runs. gp_convex_hulls_gp takes eps.
 SELECT user_id, octet_length(from_hex(hull)) AS wkb_bytes
 FROM gp_convex_hulls('SELECT user_id, x, y FROM pings', 1e-3)
 ORDER BY user_id;
+
+-- 4b. The columns named instead of aliased.
+SELECT vessel, hull IS NOT NULL AS released
+FROM gp_convex_hulls('SELECT user_id AS vessel, x AS x_m, y AS y_m FROM pings', 1e-3,
+                     user := 'vessel', x := 'x_m', y := 'y_m')
+ORDER BY vessel;
 
 -- 5. The stored hulls as a GEOMETRY column, e.g. for GeoParquet (post-processing: no charge):
 --    COPY (SELECT user_id, ST_GeomFromWKB(from_hex(hull)) AS hull FROM private_hulls)

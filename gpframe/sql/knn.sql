@@ -5,7 +5,7 @@
 --     import duckdb, gpframe as gp
 --     con = duckdb.connect()
 --     session = gp.Session("ledger.sqlite", budget=gp.CGP(rho=1e-3))
---     gp.duckdb.register(con, session)      # or gpframe.duckdb_knn.register_knn(con, session)
+--     gp.duckdb.register(con, session, crs="EPSG:32618")   # the metre CRS of x, y
 -- and a table in one projected metre CRS (e.g. UTM 18N, EPSG:32618):
 --     pings(user_id, ts, x, y)   one row per fix
 --
@@ -63,15 +63,22 @@ SELECT user_id, gp_knn_gp(user_id, xs, ys, 500000.0, 4500000.0, 2, 0.01) AS pos
 FROM tuples
 ORDER BY user_id;
 
--- 4. SQL sugar: the table macro gp_knn_rows(query, px, py, k, rho) does the GROUP BY and returns
---    the selected rows of the query WITHOUT x and y, plus knn_rank: k-PNN releases which rows
---    were picked, not where they are. The query must have the columns user_id, x and y (alias
---    them: 'SELECT vessel AS user_id, ...'); its other columns come out as they are, so select
+-- 4. SQL sugar: the table macro gp_knn_rows(query, px, py, k, rho [, user := 'user_id',
+--    x := 'x', y := 'y']) does the GROUP BY and returns the selected rows of the query WITHOUT
+--    its x and y columns, plus knn_rank: k-PNN releases which rows were picked, not where they
+--    are. user, x and y name the query's columns (defaults user_id, x, y; a wrong name is a
+--    binder error before anything runs); its other columns come out as they are, so select
 --    only public ones there (ids, timestamps), never a column computed from the locations.
 --    gp_knn_rows_gp takes eps.
 SELECT *
 FROM gp_knn_rows('SELECT user_id, ts, x, y FROM pings', 500000.0, 4500000.0, 2, 1e-4)
 ORDER BY user_id, knn_rank;
+
+-- 4b. The same with the columns named (here the table's own names, e.g. a vessel id and x_m).
+SELECT *
+FROM gp_knn_rows('SELECT user_id AS vessel, ts, x AS x_m, y AS y_m FROM pings',
+                 500000.0, 4500000.0, 2, 1e-4, user := 'vessel', x := 'x_m', y := 'y_m')
+ORDER BY vessel, knn_rank;
 
 -- 5. Post-processing of released values only: the median timestamp of each user's GP picks.
 SELECT user_id, median(ts) AS median_picked_ts, count(*) AS n_picked

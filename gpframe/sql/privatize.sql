@@ -5,17 +5,27 @@
 --     import duckdb, gpframe as gp, gpframe.duckdb
 --     con = duckdb.connect()
 --     session = gp.Session("ledger.sqlite", budget=gp.CGP(rho=1e-4))
---     gp.duckdb.register(con, session)
+--     gp.duckdb.register(con, session, crs="EPSG:32724")   # the metre CRS of x_m, y_m
 --     con.execute("SET VARIABLE sample = '<path to gpframe/data/gotrack_aracaju_sample.parquet>'")
 --     for stmt in open("sql/privatize.sql").read().split(";\n"): ...   # or gpframe.demo
 --
 -- (`gpframe demo` runs exactly this file; its copy ships as gpframe/sql/privatize.sql.)
 --
--- Units: gp_privatize(user_id, x, y, rho) takes METRES of a projected CRS and returns metres.
--- It never projects. Here the points are projected with pre-computed columns x_m, y_m (UTM zone
--- 24S, EPSG:32724, done by gpframe.demo in Python); DuckDB's spatial extension
--- (ST_Transform(ST_Point(lon, lat), 'EPSG:4326', 'EPSG:32724', always_xy := true)) works too.
--- Feeding degrees would protect at rho per square DEGREE, i.e. hardly at all.
+-- Units: gp_privatize(user_id, x, y, rho) takes METRES of the projected CRS named in
+-- register(..., crs=...) and returns metres of it. It never projects. SQL has no CRS: with
+-- crs= named, a point outside that CRS's area of use (degrees fed as metres land there) is
+-- refused before anything is charged, and the CRS's largest scale factor k_max over its area
+-- of use divides rho (rho / k_max**2) as the Python accessor's to_crs= does. Without crs=,
+-- x/y are unchecked metres, except that a batch of 16+ rows that all fit lon/lat ranges is
+-- refused as degrees.
+-- Projecting without DuckDB's spatial extension: project in Python before loading, e.g.
+--     import pyproj
+--     t = pyproj.Transformer.from_crs("EPSG:4326", "EPSG:32724", always_xy=True)
+--     df["x_m"], df["y_m"] = t.transform(df["lon"].to_numpy(), df["lat"].to_numpy())
+--     con.register("points_df", df)       # then CREATE TABLE points_m AS SELECT * FROM points_df
+-- (GeoPandas: gdf.to_crs("EPSG:32724")). Here gpframe.demo does exactly that (UTM zone 24S,
+-- EPSG:32724). With the spatial extension (INSTALL spatial; LOAD spatial;):
+--     ST_Transform(ST_Point(lon, lat), 'EPSG:4326', 'EPSG:32724', always_xy := true)
 --
 -- Charging semantics (read before you write your own queries):
 --   * Each row is one point of its user, released at the row's rho; a user with m rows is

@@ -969,3 +969,43 @@ def _kde_points(ctx: Ctx) -> Any:
     at = gpd.GeoSeries(gpd.points_from_xy([POINT[0], POINT[0] + 1000.0], [POINT[1]] * 2),
                        crs=CRS_M)  # fmt: skip
     return ctx.bound().kde(at, bandwidth_m=500.0, rho=1e-6, reduce="last", rng=ctx.rng(144))
+
+
+@case(name="range_count/duckdb-relation", frontend="sql-relation", covers=("duckdb.range_count",),
+      modules=(DDB, "gpframe.duckdb_range"))  # fmt: skip
+def _rel_range_count(ctx: Ctx) -> Any:
+    import shapely
+
+    import gpframe as gp
+
+    # one point per user (the last fix): a count of users, not of rows
+    return gp.duckdb.range_count(ctx.con, "SELECT * FROM pings", shapely.box(*REGION), user="uid",
+                                 x="x", y="y", rho=1e-5, rounds=10, component="last")  # fmt: skip
+
+
+@case(name="knn/sql-table-macro/named-columns", frontend="sql-table-macro",
+      covers=("sql.gp_knn_rows",), modules=("gpframe.duckdb_knn",))  # fmt: skip
+def _sql_knn_rows_named(ctx: Ctx) -> Any:
+    qx, qy = POINT
+    # the columns named, not aliased: the named x / y columns must stay out of the output
+    return _sql(ctx, f"SELECT * FROM gp_knn_rows('SELECT uid, ts, x, y FROM pings', {qx}, {qy}, "
+                     "3, 1e-4, user := 'uid', x := 'x', y := 'y')")  # fmt: skip
+
+
+@case(name="range_count/sql-udf/crs", frontend="sql-macro", covers=("sql.gp_in_region",),
+      modules=("gpframe.duckdb_range", "gpframe.geo"))  # fmt: skip
+def _sql_range_crs(ctx: Ctx) -> Any:
+    import duckdb
+    import shapely
+
+    import gpframe as gp
+
+    # a connection registered with its metre CRS named (the scale and units path); its own
+    # connection, so the shared one keeps its registration for the other cases
+    con = duckdb.connect()
+    con.execute("SET threads=1")
+    con.register("pings", pd.DataFrame(ctx.data.frame.drop(columns="geometry")))
+    gp.duckdb.register(con, ctx.session, crs=CRS_M, rng=ctx.rng(31))
+    q = ("SELECT sum(CAST(gp_in_region(p.uid, p.x, p.y, ?, 1e-5, 10) AS INT)) AS n FROM (SELECT "
+         "uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM pings GROUP BY uid) AS p")
+    return con.execute(q, [shapely.to_wkb(shapely.box(*REGION))]).df()

@@ -481,3 +481,61 @@ def test_nearest_users_budget_refusal_is_read_only_and_a_budget_error():
         gp.duckdb.nearest_users(con, "SELECT * FROM pts", user="uid", x="x", y="y",
                                 point=(0.0, 0.0), k=2, rho=2e-4)  # fmt: skip
     assert s.ledger.snapshot() == before
+
+
+# ------------------------------------------------------- table macros: the columns are named
+
+
+def _vcon(session, seed):
+    """A registered connection whose table names its columns vessel, ts, x_m, y_m."""
+    con = _con(session, seed)
+    con.register("v_df", _pings().rename(columns={"user_id": "vessel", "x": "x_m", "y": "y_m"}))
+    con.execute("CREATE TABLE pings AS SELECT * FROM v_df ORDER BY vessel, ts")
+    return con
+
+
+@pytest.mark.parametrize("sfx, amount", [("", "1e-4"), ("_gp", "0.01")])
+def test_knn_rows_takes_the_user_and_coordinate_columns_by_name(sfx, amount):
+    s_named, s_alias = Session(budget=gp.CGP(rho=1e-2)), Session(budget=gp.CGP(rho=1e-2))
+    named = _vcon(s_named, 40).execute(
+        f"SELECT * FROM gp_knn_rows{sfx}('SELECT * FROM pings', 500000.0, 4500000.0, 2, {amount},"
+        " user := 'vessel', x := 'x_m', y := 'y_m') ORDER BY vessel, knn_rank"
+    ).df()
+    # no true coordinate under its own name either: the named x/y columns stay out
+    assert list(named.columns) == ["vessel", "ts", "knn_rank"]
+    alias = _con(s_alias, 40, _pings()).execute(
+        f"SELECT * FROM gp_knn_rows{sfx}('SELECT user_id, ts, x, y FROM pings', 500000.0, "
+        f"4500000.0, 2, {amount}) ORDER BY user_id, knn_rank"
+    ).df()
+    assert named.to_numpy().tolist() == alias.to_numpy().tolist()  # same seed, same picks
+    _same_spent(s_named, s_alias)
+
+
+def test_convex_hulls_take_the_user_and_coordinate_columns_by_name():
+    s = Session(budget=gp.CGP(rho=1e-2))
+    con = _vcon(s, 41)
+    rel = con.execute(
+        "SELECT * FROM gp_convex_hulls('SELECT vessel, x_m, y_m FROM pings', 1e-3, "
+        "user := 'vessel', x := 'x_m', y := 'y_m') ORDER BY vessel"
+    )
+    assert [d[0] for d in rel.description] == ["vessel", "hull"]
+    assert [r[0] for r in rel.fetchall()] == [1, 2, 3, 4, 5]
+    assert s.spent().tolist() == pytest.approx([1e-3] * 5)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "gp_knn_rows('SELECT * FROM pings', 500000.0, 4500000.0, 2, 1e-4)",  # no user_id column
+        "gp_knn_rows('SELECT * FROM pings', 500000.0, 4500000.0, 2, 1e-4, user := 'boat', "
+        "x := 'x_m', y := 'y_m')",
+        "gp_convex_hulls('SELECT * FROM pings', 1e-3, user := 'vessel', x := 'x', y := 'y_m')",
+    ],
+)
+def test_a_column_name_that_is_not_in_the_query_is_refused_before_charging(call):
+    s = Session(budget=gp.CGP(rho=1e-2))
+    con = _vcon(s, 42)
+    before = s.ledger.snapshot()
+    with pytest.raises(duckdb.BinderException, match=r"Could not find key \"(user_id|boat|x)\""):
+        con.execute(f"SELECT * FROM {call}").fetchall()
+    assert s.ledger.snapshot() == before

@@ -148,9 +148,115 @@ def test_sql_example_file_runs():
     path = pathlib.Path(__file__).resolve().parents[2] / "sql" / "range_count.sql"
     s = Session(budget=gp.CGP(rho=1e-3))
     con = _con(s, 6)
-    con.register("pings", _pings(50).rename(columns={"boat": "user_id"}))
+    fixes = _pings(50).rename(columns={"boat": "user_id"})
+    fixes = pd.concat([fixes.assign(ts=1, x=0.0), fixes.assign(ts=2)])  # the last fix counts
+    con.register("fixes", fixes)
     con.execute("CREATE TABLE zones AS SELECT 'box' AS name, $w::BLOB AS wkb", {"w": WKB})
     code = "\n".join(ln for ln in path.read_text().splitlines() if not ln.lstrip().startswith("--"))
     for stmt in [q for q in code.split(";") if q.strip()]:
         con.execute(stmt).fetchall()
     assert len(s.spent()) == 50
+
+
+# ------------------------------------------------------------- one component per user (users)
+
+
+def _fixes(n_users=40, per_user=5):
+    """``per_user`` fixes per user, all inside BOX but the earliest; ts orders them."""
+    df = _pings(n_users)
+    rows = [df.assign(ts=t, x=df["x"].clip(496_000, 504_000), y=df["y"].clip(4_496_000, 4_504_000))
+            for t in range(1, per_user + 1)]  # fmt: skip
+    rows[0] = rows[0].assign(x=509_000.0)  # the first fix of everyone is outside BOX
+    return pd.concat(rows, ignore_index=True)
+
+
+def _registered(session, seed, **kw):
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    gp.duckdb.register(con, session, crs=CRS, domain=DOMAIN, rng=seeded_rng(seed), **kw)
+    return con
+
+
+def test_sum_over_all_fixes_counts_rows_but_range_count_counts_users():
+    from gpframe.queries.range_count_frame import Last
+
+    fixes = _fixes()
+    s_rows, s_users = Session(budget=gp.CGP(rho=1.0)), Session(budget=gp.CGP(rho=1.0))
+    con = _registered(s_rows, 1)
+    con.register("fixes", fixes)
+    (rows,) = con.execute(
+        "SELECT SUM(gp_in_region(boat, x, y, $w, 0.1, 10)::INT) FROM fixes", {"w": WKB}
+    ).fetchone()
+    assert rows > 40  # the scalar function is per row: 160 fixes inside, counted one by one
+    con = _registered(s_users, 1)
+    con.register("fixes", fixes)
+    rel = gp.duckdb.range_count(
+        con, "SELECT * FROM fixes", BOX, user="boat", x="x", y="y", rho=0.1, component=Last("ts")
+    )
+    assert rel.columns == ["region", "count", "users", "excluded"]
+    ((_, count, users, excluded),) = rel.fetchall()
+    assert users == 40 and excluded == 0 and 35 <= count <= 40  # users, not rows
+    assert (s_users.spent() <= 0.1 + 1e-12).all() and len(s_users.spent()) == 40  # once each
+    assert rel.fetchall() == [(None, count, 40, 0)]  # reading again: no new charge
+    assert len(s_users.spent()) == 40 and s_users.spent().sum() <= 4.0
+
+
+def test_range_count_matches_the_accessor_component_choice_and_charges():
+    from gpframe.queries.range_count_frame import Last
+
+    fixes = _fixes(60, 3)
+    s_py, s_sql = Session(budget=gp.CGP(rho=1.0)), Session(budget=gp.CGP(rho=1.0))
+    bound = fixes.geopriv(s_py, user="boat", x="x", y="y", crs=CRS, domain=DOMAIN)
+    res = range_count(bound, BOX, rho=1e-4, rounds=10, component=Last("ts"), rng=seeded_rng(8))
+    con = _registered(s_sql, 8)
+    con.register("fixes", fixes)
+    ((_, count, users, _),) = gp.duckdb.range_count(
+        con, "SELECT * FROM fixes", BOX, user="boat", x="x", y="y", rho=1e-4, rounds=10,
+        component=Last("ts"),
+    ).fetchall()  # fmt: skip
+    assert (count, users) == (res.value, 60)
+    pd.testing.assert_series_equal(s_py.spent().sort_index(), s_sql.spent().sort_index())
+
+
+@pytest.mark.parametrize(
+    ("kw", "msg"),
+    [
+        ({}, "several rows in the selected component"),
+        ({"component": "median"}, "is not 'first', 'last'"),
+        ({"component": "last"}, "needs one time column"),
+        ({"reduce": "mean"}, "reduce='mean'"),
+        ({"component": ("nope", 1)}, "'nope' is not in the frame"),
+        ({"rounds": 0}, "rounds=0"),
+        ({"rho": -1.0}, "rho=-1.0"),
+    ],
+)
+def test_range_count_refuses_bad_components_before_charging(kw, msg):
+    s = Session(budget=gp.CGP(rho=1.0))
+    con = _registered(s, 2)
+    con.register("fixes", _fixes(5, 2))
+    before = s.ledger.snapshot()
+    args = {"user": "boat", "x": "x", "y": "y", "rho": 1e-4, **kw}
+    with pytest.raises(gp.errors.InvalidInputError, match=msg) as e:
+        gp.duckdb.range_count(con, "SELECT * FROM fixes", BOX, **args)
+    assert "Nothing was charged" in str(e.value)
+    assert s.ledger.snapshot() == before
+
+
+def test_range_count_with_a_public_component_column_and_several_regions():
+    fixes = _fixes(30, 2).assign(hour=lambda d: np.where(d["ts"] == 2, 7, 8))
+    s = Session(budget=gp.CGP(rho=1.0))
+    con = _registered(s, 3)
+    con.register("fixes", fixes)
+    far = shapely.box(506_000, 4_490_000, 512_000, 4_510_000)
+    out = gp.duckdb.range_count(
+        con, "SELECT * FROM fixes", {"box": BOX, "far": shapely.to_wkb(far)},
+        user="boat", x="x", y="y", rho=0.1, component=("hour", 7),
+    ).fetchall()  # fmt: skip
+    assert [r[0] for r in out] == ["box", "far"] and all(r[2] == 30 for r in out)
+    assert out[0][1] >= 25 and out[1][1] <= 5  # hour 7 is the fix inside BOX
+    assert (s.spent() <= 0.2 + 1e-12).all()  # once per region
+
+
+def test_range_count_needs_a_registered_connection():
+    with pytest.raises(gp.errors.InvalidInputError, match="register"):
+        gp.duckdb.range_count(duckdb.connect(), "SELECT 1", BOX, user="u", x="x", y="y", rho=1.0)
