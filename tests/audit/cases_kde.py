@@ -239,7 +239,9 @@ def kde_frame_case(kind: str, what: str, *, method: str = "pt-elim", tiers=SLOW,
     return register(
         Case(
             name=name,
-            covers=(f"gpframe.queries.kde_frame.{what}",),
+            # kde_raster releases through raster_from_points, the core the SQL face shares
+            covers=(f"gpframe.queries.kde_frame.{what}",)
+            + (("gpframe.queries.kde_frame.raster_from_points",) if what == "kde_raster" else ()),
             run=run,
             inputs=(x0, x1),
             centers=(np.atleast_1d(m0), np.atleast_1d(m1)),
