@@ -180,9 +180,13 @@ def register(
         largest scale factor k_max over that area divides the amount as the accessor's
         ``to_crs=`` does (ε/k_max, ρ/k_max²), so the guarantee holds per ground metre. Without
         it, x / y are taken as ground metres unchecked, except that a batch of 16 or more rows
-        that all fit lon/lat ranges is refused as degrees. Applies to ``gp_privatize``,
-        ``gp_privatize_gp``, ``gp_in_region``, ``gp_knn`` / ``gp_knn_gp`` and the helpers built
-        on them (not yet to the KDE, hull and grid functions).
+        that all fit lon/lat ranges is refused as degrees (by ``gp_privatize``,
+        ``gp_in_region`` and ``gp_knn``). Applies to ``gp_privatize`` / ``gp_privatize_gp``,
+        ``gp_in_region``, ``gp_knn`` / ``gp_knn_gp``, ``gp_convex_hull`` /
+        ``gp_convex_hull_gp``, ``gp_kde_contribution``, the table macros built on them and
+        :func:`privatize`, :func:`range_count`, :func:`knn`, :func:`convex_hulls`,
+        :func:`nearest_users` and :func:`kde_raster`; not to the grid functions
+        (``gp_grid_release``, :func:`clip_user`), which take cells, not metres.
     domain : (lon_min, lat_min, lon_max, lat_max), optional
         A public box in degrees to use instead of the CRS's area of use (needed for a CRS that
         publishes none; a smaller box gives a k_max closer to 1).
@@ -226,7 +230,7 @@ def _register_operations(con: Any, session: Any, rng: Any, units: Any) -> None:
     from gpframe.duckdb_range import register_range_count
 
     register_range_count(con, session, crs=units, rng=rng)
-    register_kde(con, session, rng=rng)
+    register_kde(con, session, crs=units, rng=rng)
     register_grid(con, session, rng=rng)
     register_knn(con, session, crs=units, rng=rng)
 

@@ -12,7 +12,9 @@ STYLE.md §9; adaptive-budgeting.md §5.2.
     the parts of the rounds the row ran (spec §4.6): a far row stopped at round r pays
     ρ·(2^r − 1)/(2^c − 1), a near one ρ. A user with several rows pays for each row.
 
-Units: x, y, qx, qy are **metres of one projected CRS**; the function never projects. NULL in any
+Units: x, y, qx, qy are **metres of one projected CRS**; the function never projects. With
+``register(con, session, crs=...)`` points outside that CRS's area of use are refused and its
+k_max divides rho, as the accessor's ``to_crs=`` does (:mod:`gpframe.duckdb`, "Units"). NULL in any
 argument (but ``n_users``) gives NULL and no charge; a user whose budget cannot pay gets NULL.
 ``n_users`` fixes the union bound of the elimination widths (pass ``(SELECT count(*) FROM t)``) so
 outcomes and charges do not depend on DuckDB's batching. With the same inputs, order, rng and n,
@@ -64,7 +66,9 @@ class KdeRegistration(_u.UdfRegistration):
     """``gp_kde_contribution`` on one connection, with counters (rows drawn / excluded, batches)."""
 
 
-def register_kde(con: Any, session: Any, *, rng: Any = None) -> KdeRegistration:
+def register_kde(
+    con: Any, session: Any, *, crs: Any = None, domain: Any = None, rng: Any = None
+) -> KdeRegistration:
     """Register ``gp_kde_contribution`` on ``con``, charging ``session``.
 
     Idempotent per connection.
@@ -74,6 +78,11 @@ def register_kde(con: Any, session: Any, *, rng: Any = None) -> KdeRegistration:
     con : duckdb.DuckDBPyConnection
     session : gpframe.Session
         Must have a CGP metric budget (the SQL form is the Gaussian ``pt-elim``).
+    crs, domain
+        The projected metre CRS of the coordinates, as in :func:`gpframe.duckdb.register`:
+        points and query points outside its area of use (or ``domain``) are refused and the
+        amount is divided by its k_max as the accessor's ``to_crs=`` does. Without it,
+        coordinates are taken as ground metres.
     rng : BitSource or None
         Randomness; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
 
@@ -85,10 +94,11 @@ def register_kde(con: Any, session: Any, *, rng: Any = None) -> KdeRegistration:
 
     _u.check_session(session)
     rng = _u.checked_rng(rng)
-    reg = _u.reuse(_REGISTRY, con, session, rng)
+    units = _u.units_for(crs, domain)
+    reg = _u.reuse(_REGISTRY, con, session, rng, units)
     if reg is not None:
         return reg
-    reg = KdeRegistration(session=session, rng=rng)
+    reg = KdeRegistration(session=session, rng=rng, units=units)
     args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(qx AS DOUBLE), CAST(qy AS DOUBLE), "
             "CAST(bandwidth_m AS DOUBLE), CAST(rho AS DOUBLE), CAST(rounds AS INTEGER), "
             "CAST(n_users AS BIGINT)")  # fmt: skip
@@ -143,6 +153,10 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
             "gp_kde_contribution: x, y, qx, qy must be finite metres of a projected CRS (|v| < "
             "2**40). Nothing was charged for this batch."
         )
+    units, scale = reg.units, reg.scale_max  # one registration state for the whole batch
+    if units is not None:  # without crs= the metres are taken as given, as before
+        _u.check_units(units, pts[:, :2], "gp_kde_contribution", "x/y")
+        _u.check_units(units, pts[:, 2:], "gp_kde_contribution", "qx/qy")
     for name in ("bw", "rho"):
         bad = ~np.isfinite(f[name]) | (f[name] <= 0)
         if bad.any():
@@ -191,7 +205,7 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
         for a, c in {(row_alloc[v], int(c)) for v, c in zip(f["rho"].tolist(), rounds.tolist(),
                                                             strict=True)}:  # fmt: skip
             check_method_parts(a, kind="cgp", method=METHOD, rounds=c, split=SPLIT, beta=BETA,
-                               unit=Fraction(1) / lu.scale, scale_max=1)  # fmt: skip
+                               unit=Fraction(1) / lu.scale, scale_max=scale)  # fmt: skip
         params = {"method": METHOD, "split": SPLIT, "beta": BETA, "rows": len(rounds),
                   "source": "duckdb"}  # fmt: skip
 
@@ -208,7 +222,8 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
                     np.column_stack([f["x"][sel], f["y"][sel]]), [f["qx"][i0], f["qy"][i0]],
                     bandwidth_m=float(f["bw"][i0]), kind="cgp", amount=per_row[sel],
                     method=METHOD, rounds=int(rounds[i0]), split=SPLIT, beta=BETA,
-                    unit=Fraction(1) / lu.scale, scale_max=1, n_union=nu if nu > 0 else None,
+                    unit=Fraction(1) / lu.scale, scale_max=scale,
+                    n_union=nu if nu > 0 else None,
                     rng=reg.rng,
                 )  # fmt: skip
                 val[sel] = out.contributions
@@ -287,8 +302,10 @@ def kde_raster(
     Noise: one release per user at the allocation (CGP σ = (1 + √2·g/r_min)/√(2ρ) per
     coordinate; GP planar Laplace). Charge: the allocation's guarantee once per user, however
     many cells — the same charges as ``df.geopriv(...).kde_raster(...)`` on the same points.
-    The units are the caller's: metres of a CRS whose scale is close to 1 over the data (its
-    UTM zone, say), as for every gpframe SQL function (:mod:`gpframe.duckdb`, "Units").
+    The units are the caller's: metres of the CRS named by ``register(con, session, crs=...)``
+    (points outside its area of use are refused; its k_max divides the amount, as the
+    accessor's ``to_crs=`` does), or, without ``crs=``, ground metres as given
+    (:mod:`gpframe.duckdb`, "Units").
 
     Examples
     --------
@@ -342,10 +359,14 @@ def kde_raster(
             f"{u}. Nothing was charged."
         )
     xy = np.column_stack([tbl.column(k).to_numpy() for k in ("x", "y")]).astype(np.float64)
+    units = reg.units
+    if units is not None:  # the accessor's to_crs= check and scale; without crs= metres as given
+        _u.check_units(units, xy, fname, "x/y")
     with _u.LEDGER_LOCK:  # the SQL functions of other threads charge the same session
         r = _kf.raster_from_points(
             session, keys, xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=amount,
-            correct=bool(correct), scale_max=1, crs_m=None, rng=reg.rng,
+            correct=bool(correct), scale_max=1 if units is None else units.scale_max,
+            crs_m=None if units is None else units.crs.to_string(), rng=reg.rng,
             bandwidth_arg=bandwidth_m,
         )  # fmt: skip
     dens = np.asarray(r.value, dtype=np.float64)

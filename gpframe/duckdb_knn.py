@@ -27,7 +27,9 @@ All four take **one row per user** holding the user's whole tuple, e.g.
 ``SELECT user_id, list(x ORDER BY ts) AS xs, list(y ORDER BY ts) AS ys FROM pings GROUP BY
 user_id``: the tuple is the privacy unit (§0.2), so the function must see all of a user's points at
 once. Units are **metres of one projected CRS** for the points and the query point (the functions
-never project, P-U1..P-U4); the hull is in that CRS.
+never project, P-U1..P-U4); the hull is in that CRS. With ``gp.duckdb.register(con, session,
+crs=...)`` points outside that CRS's area of use are refused and its k_max divides the amount,
+as the accessor's ``to_crs=`` does (:mod:`gpframe.duckdb`, "Units").
 
 Table macros (SQL sugar, ``TEMP``): ``gp_knn_rows(q, px, py, k, rho [, user := 'user_id',
 x := 'x', y := 'y'])`` (and ``gp_knn_rows_gp`` with ``eps``) returns the selected rows of the
@@ -116,7 +118,8 @@ def register_knn(
         Must have a CGP metric budget.
     crs, domain
         The projected metre CRS of the coordinates, as in :func:`gpframe.duckdb.register`:
-        ``gp_knn`` / ``gp_knn_gp`` refuse points and query points outside its area of use (or
+        ``gp_knn``, ``gp_convex_hull`` (and their ``_gp`` forms, the table macros and the
+        relation helpers) refuse points and query points outside its area of use (or
         ``domain``) and divide the amount by its k_max as the accessor does.
     rng : BitSource or None
         Randomness; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
@@ -467,6 +470,9 @@ def _hull_batch(
     from gpframe.queries.knn_frame import _hull_preflight
 
     xy, lens = _lists(xs, ys, rows, fname)
+    units, scale = reg.units, Fraction(reg.scale_max)  # one registration state per batch
+    if units is not None:  # without crs= the metres are taken as given, as before
+        _u.check_units(units, xy, fname, "xs/ys")
     exact = _amounts(amts, fname, kind)
     bad = ~np.isfinite(betas) | (betas <= 0) | (betas >= 1)
     if bad.any():
@@ -494,8 +500,9 @@ def _hull_batch(
         for g, (a, b, k) in enumerate(groups):
             n_g = lens[gcode == g]
             _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=a,
-                             beta=b, k=k, admitted=np.zeros(1, bool))  # fmt: skip
-            _hull_preflight(kind, a, b, _h.ALPHA, k, 10.0, n_g, 1.0)  # incl. every k phase
+                             beta=b, k=k, admitted=np.zeros(1, bool),
+                             scale_max=scale)  # fmt: skip
+            _hull_preflight(kind, a, b, _h.ALPHA, k, 10.0, n_g, float(scale))  # every k phase
     except InvalidInputError as exc:  # name the SQL function (the checks are shared with Python)
         raise InvalidInputError(f"{fname} ({_PARAM[kind]}={float(a)!r}): {exc}") from None
     result: list[Any] = [None] * rows.size
@@ -507,7 +514,8 @@ def _hull_batch(
                 continue
             pts = np.concatenate([xy[start[i] : start[i + 1]] for i in sel.tolist()])
             codes = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
-            out = _h.private_hulls(pts, codes, kind=kind, amount=a, beta=b, k=k, rng=reg.rng)
+            out = _h.private_hulls(pts, codes, kind=kind, amount=a, beta=b, k=k,
+                                   scale_max=scale, rng=reg.rng)
             # hex text, not a BLOB: DuckDB's .df() turns every BLOB (and GEOMETRY) into a
             # bytearray, which shapely.from_wkb and GeoSeries.from_wkb refuse
             wkb = shapely.to_wkb(out.hulls, hex=True)
@@ -655,6 +663,21 @@ def _check_input(
     return u, x, y
 
 
+def _check_rel_units(reg: KnnRegistration, rel: Any, qx: str, qy: str, fname: str) -> None:
+    """Refuse, before anything runs, rows outside the registered CRS's area of use.
+
+    The UDFs check each batch too, but a later batch's refusal would come after earlier
+    batches were charged; the relation helpers promise nothing is charged on bad input.
+    """
+    if reg.units is None:  # without crs= the metres are taken as given, as before
+        return
+    tbl = rel.query(
+        _SRC, f"SELECT CAST({qx} AS DOUBLE) AS x, CAST({qy} AS DOUBLE) AS y FROM {_SRC}"
+    ).to_arrow_table()
+    xy = np.column_stack([tbl.column(c).to_numpy() for c in ("x", "y")]).astype(np.float64)
+    _u.check_units(reg.units, xy, fname, "x/y")
+
+
 def _kind_amount(session: Any, rho: Any, eps: Any, fname: str) -> tuple[str, Fraction, float]:
     """(mechanism kind, exact amount, float amount), as the accessor's ``rho=`` / ``eps=``."""
     import math
@@ -777,16 +800,19 @@ def knn(
     px, py = _query_point(point, fname)
     rel = _source(con, query_or_relation, fname)
     cols = {"user": user, "x": x, "y": y, "order_by": order_by}
-    u, _, _ = _check_input(rel, fname, cols, reserved=("knn_rank",))
+    u, qx, qy = _check_input(rel, fname, cols, reserved=("knn_rank",))
     keep = _public(rel, public, user, (x, y), fname, reserved=("knn_rank",))
     if not max(abs(px), abs(py)) < _k.COORD_MAX_M:
         raise InvalidInputError(f"{fname}: point is beyond ±2**40 m. {_NOT_CHARGED}")
+    _check_rel_units(reg, rel, qx, qy, fname)
+    if reg.units is not None:
+        _u.check_units(reg.units, np.array([[px, py]]), fname, "query")
     # calibrate every per-user k before anything runs (the UDF checks again per batch)
     sizes = rel.query(
         _SRC, f"SELECT DISTINCT least(count(*), {kk}) FROM {_SRC} GROUP BY {u}"
     ).fetchall()
     for (n_k,) in sizes:
-        _k.pnn_calibration(_k.call_eps(kind, amount, int(n_k), Fraction(1)))
+        _k.pnn_calibration(_k.call_eps(kind, amount, int(n_k), Fraction(reg.scale_max)))
     ob = f"{_quote(order_by, 'order_by')}, " if order_by is not None else ""
     fx, fy = (f"'{c.replace(chr(39), chr(39) * 2)}'" for c in (x, y))
     fn = _KNN if kind == "cgp" else _KNN + "_gp"
@@ -949,15 +975,18 @@ def convex_hulls(
             f"{fname}: user='hull' clashes with the output column; rename it. {_NOT_CHARGED}"
         )
     u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
+    _check_rel_units(reg, rel, qx, qy, fname)
+    scale = Fraction(reg.scale_max)
     # every check of PCH before anything runs (the UDF checks again per batch)
     _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=amount,
-                     beta=float(beta), k=k, admitted=np.zeros(1, bool))  # fmt: skip
+                     beta=float(beta), k=k, admitted=np.zeros(1, bool),
+                     scale_max=scale)  # fmt: skip
     # ... including the k-dependent phases on the users' point counts: the UDF would refuse
     # them per batch, after earlier batches were charged
     sizes = rel.query(_SRC, f"SELECT DISTINCT count(*) FROM {_SRC} GROUP BY {u}").fetchall()
     counts = np.array([n for (n,) in sizes], dtype=np.int64)
     kk = None if k is None else int(k)
-    _hull_preflight(kind, amount, float(beta), _h.ALPHA, kk, 10.0, counts, 1.0)  # every k phase
+    _hull_preflight(kind, amount, float(beta), _h.ALPHA, kk, 10.0, counts, float(scale))
     fn = _HULL if kind == "cgp" else _HULL + "_gp"
     sql = f"""
         WITH __gp_s AS MATERIALIZED (
@@ -1116,9 +1145,14 @@ def nearest_users(
         raise InvalidInputError(f"{fname}: k={k!r} exceeds the {users.size} users. {_NOT_CHARGED}")
     if not np.abs(q).max() < 2.0**40:
         raise InvalidInputError(f"{fname}: point is beyond ±2**40 m. {_NOT_CHARGED}")
+    units = reg.units
+    if units is not None:  # the accessor's to_crs= check and scale; without crs= as given
+        _u.check_units(units, xy, fname, "x/y")
+        _u.check_units(units, q.reshape(1, 2), fname, "query")
+    scale_max = 1 if units is None else units.scale_max
     unit = Fraction(1) / session.ledger.units["metric"].scale
     checks = dict(kind=kind, method=method, rounds=rounds, split=split, beta=b, unit=unit,
-                  scale_max=1)  # fmt: skip
+                  scale_max=scale_max)  # fmt: skip
     check_method_parts(amount, **checks)  # before reserving: nothing charged on refusal
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
               "point_m": q.tolist(), "source": "duckdb"}  # fmt: skip
@@ -1137,8 +1171,8 @@ def nearest_users(
             r.cancel()
             raise
         out = nearest_users_arrays(xy, q, kk, kind=kind, amount=alloc, method=method,
-                                   rounds=rounds, split=split, beta=b, unit=unit, scale_max=1,
-                                   rng=reg.rng)  # fmt: skip
+                                   rounds=rounds, split=split, beta=b, unit=unit,
+                                   scale_max=scale_max, rng=reg.rng)  # fmt: skip
         r.charge(out.charges)
     res = pa.table(
         {

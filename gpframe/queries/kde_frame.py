@@ -612,8 +612,9 @@ def raster_from_points(
     """Reserve, release each user's point once, build the raster, charge (``kde_raster``'s core).
 
     Shared by the accessor (after projecting, one point per user) and ``gp.duckdb.kde_raster``
-    (metres as given, ``scale_max=1``): the same checks, reservation, draws and charges for the
-    same points, ledger keys, parameters and rng. ``bandwidth_m`` / ``cell_m`` are checked
+    (metres as given; the ``crs=`` of ``register``, if any, gives ``crs_m`` and ``scale_max``):
+    the same checks, reservation, draws and charges for the same points, ledger keys,
+    parameters and rng. ``bandwidth_m`` / ``cell_m`` are checked
     lengths, ``bounds_m`` a metric envelope or None, ``amount`` the exact allocation.
     """
     h, c, bm = bandwidth_m, cell_m, bounds_m

@@ -201,3 +201,184 @@ def test_a_region_in_degrees_is_refused_with_a_named_crs():
         gp.duckdb.range_count(con, "SELECT * FROM pings", deg, user="user_id", x="x", y="y",
                               rho=1e-5, reduce="last")  # fmt: skip
     assert s.ledger.snapshot() == before
+
+
+# ------------------------------------------------------------------------------------------
+# KDE, convex hull, k-NN relation and nearest users: the same crs= check and scale
+
+UTM18 = "EPSG:32618"
+#: a wide public box: k_max = 1.0415, so scale k_max and scale 1 draw visibly different noise
+WIDE = (-95, 35, -55, 45)
+
+
+def _users(n_users=5, n_pts=1, seed=0, spread=3_000.0):
+    rng = np.random.default_rng(seed)  # true points only, never noise
+    u = np.repeat(np.arange(1, n_users + 1), n_pts)
+    return pd.DataFrame({"user_id": u, "ts": np.tile(np.arange(n_pts), n_users),
+                         "x": 5e5 + rng.uniform(-spread, spread, u.size),
+                         "y": 4.5e6 + rng.uniform(-spread, spread, u.size)})  # fmt: skip
+
+
+def _sql_con(session, seed, df, **units):
+    con = duckdb.connect()
+    con.execute("SET threads = 1")  # one batch, table order: the accessor's draw order
+    register(con, session, rng=seeded_rng(seed), **units)
+    con.register("pings_df", df)
+    con.execute("CREATE TABLE pings AS SELECT * FROM pings_df ORDER BY user_id, ts")
+    con.execute(
+        "CREATE TABLE tuples AS SELECT user_id, list(x ORDER BY ts) AS xs, "
+        "list(y ORDER BY ts) AS ys FROM pings GROUP BY user_id ORDER BY user_id"
+    )
+    return con
+
+
+def _py(df, session):
+    return df.geopriv(session, user="user_id", x="x", y="y", crs=UTM18, to_crs=UTM18, domain=WIDE)
+
+
+def _same_spent(a, b):
+    pd.testing.assert_series_equal(a.spent().sort_index(), b.spent().sort_index())
+
+
+KDE_Q = "SELECT {f} FROM (SELECT gp_kde_contribution(user_id, x, y, 5e5, 4.5e6, 800.0, 1e-3, 6, n_users := 40) AS c FROM pings ORDER BY user_id)"  # noqa: E501
+
+
+def test_gp_kde_contribution_takes_the_crs_scale_like_the_accessor():
+    assert metric_frame(UTM18, domain=WIDE).scale_max > 1.04
+    df = _users(40, spread=2_000.0)
+    s_sql, s_py, s_one = (Session(budget=gp.CGP(rho=1.0)) for _ in range(3))
+    got = _sql_con(s_sql, 5, df, crs=UTM18, domain=WIDE).execute(KDE_Q.format(f="avg(c)"))
+    res = _py(df, s_py).kde(shapely.Point(5e5, 4.5e6), bandwidth_m=800, rho=1e-3, rounds=6,
+                            rng=seeded_rng(5))  # fmt: skip
+    assert got.fetchone()[0] == pytest.approx(res.value, rel=1e-12)
+    _same_spent(s_sql, s_py)
+    one = _sql_con(s_one, 5, df).execute(KDE_Q.format(f="avg(c)")).fetchone()[0]
+    assert one != pytest.approx(res.value, rel=1e-12)  # scale 1 draws other noise
+
+
+def test_gp_kde_contribution_refuses_points_outside_the_crs():
+    s = Session(budget=gp.CGP(rho=1.0))
+    con = _sql_con(s, 5, _users(3), crs=UTM18)
+    before = s.ledger.snapshot()
+    with pytest.raises(duckdb.Error, match=r"gp_kde_contribution: 1 of 1 x/y point\(s\) .*crs="):
+        con.execute("SELECT gp_kde_contribution(1, -75.0, 40.6, 5e5, 4.5e6, 800.0, 1e-3, 6)")
+    with pytest.raises(duckdb.Error, match=r"gp_kde_contribution: .* qx/qy point\(s\) .*crs="):
+        con.execute("SELECT gp_kde_contribution(user_id, x, y, -75.0, 40.6, 800.0, 1e-3, 6) "
+                    "FROM pings").fetchall()  # fmt: skip
+    assert s.ledger.snapshot() == before
+
+
+def test_kde_raster_takes_the_crs_scale_like_the_accessor():
+    df = _users(60, spread=2_000.0)
+    s_sql, s_py, s_one = (Session(budget=gp.CGP(rho=1.0)) for _ in range(3))
+    args = dict(bandwidth_m=1000, cell_m=500, bounds=(495e3, 4495e3, 505e3, 4505e3), rho=1e-4)
+    q = "SELECT user_id, x, y FROM pings"
+    con = _sql_con(s_sql, 6, df, crs=UTM18, domain=WIDE)
+    cells = gp.duckdb.kde_raster(con, q, user="user_id", x="x", y="y", **args).df()
+    r = _py(df, s_py).kde_raster(rng=seeded_rng(6), **args)
+    np.testing.assert_array_equal(cells["density"].to_numpy(), np.asarray(r.value).ravel())
+    _same_spent(s_sql, s_py)
+    one = gp.duckdb.kde_raster(_sql_con(s_one, 6, df), q, user="user_id", x="x", y="y", **args)
+    assert (one.df()["density"].to_numpy() != cells["density"].to_numpy()).any()
+    before = s_sql.ledger.snapshot()
+    with pytest.raises(InvalidInputError, match=r"kde_raster: 1 of 61 x/y point\(s\) .*crs="):
+        gp.duckdb.kde_raster(con, f"{q} UNION ALL SELECT 99, -75.0, 40.6", user="user_id",
+                             x="x", y="y", **args)  # fmt: skip
+    assert s_sql.ledger.snapshot() == before
+
+
+def _hull_rows(con, fn="gp_convex_hull", amount="1e-2"):
+    q = f"SELECT {fn}(user_id, xs, ys, {amount}, beta := 0.05, k := 20) FROM tuples"
+    return [shapely.from_wkb(h) for (h,) in con.execute(q).fetchall()]
+
+
+@pytest.mark.parametrize(("fn", "budget", "amount"), [
+    ("gp_convex_hull", gp.CGP(rho=1.0), {"rho": 1e-2}),
+    ("gp_convex_hull_gp", gp.GP(eps=10.0), {"eps": 0.5})])  # fmt: skip
+def test_gp_convex_hull_takes_the_crs_scale_like_the_accessor(fn, budget, amount):
+    df = _users(3, 60, seed=1)
+    s_sql, s_py, s_one = (Session(budget=budget) for _ in range(3))
+    (a,) = amount.values()
+    got = _hull_rows(_sql_con(s_sql, 7, df, crs=UTM18, domain=WIDE), fn, repr(a))
+    ref = _py(df, s_py).convex_hull(beta=0.05, k=20, rng=seeded_rng(7), **amount)
+    assert [g.equals_exact(w, 0.0) for g, w in zip(got, ref.geometry, strict=True)] == [True] * 3
+    _same_spent(s_sql, s_py)
+    one = _hull_rows(_sql_con(s_one, 7, df), fn, repr(a))
+    assert not any(g.equals_exact(w, 0.0) for g, w in zip(got, one, strict=True))
+
+
+def test_convex_hulls_refuse_points_outside_the_crs():
+    s = Session(budget=gp.CGP(rho=1.0))
+    con = _sql_con(s, 7, _users(3, 20), crs=UTM18)
+    before = s.ledger.snapshot()
+    bad = "SELECT * FROM pings UNION ALL SELECT 9, 0, -75.0, 40.6"
+    with pytest.raises(duckdb.Error, match=r"gp_convex_hull: 1 of 1 xs/ys point\(s\) .*crs="):
+        con.execute("SELECT gp_convex_hull(9, [-75.0], [40.6], 1e-2)").fetchall()
+    with pytest.raises(duckdb.Error, match=r"gp_convex_hull_gp: .* xs/ys point\(s\) .*crs="):
+        con.execute(f"FROM gp_convex_hulls_gp('{bad}', 1e-1)").fetchall()
+    with pytest.raises(InvalidInputError, match=r"convex_hulls: 1 of 61 x/y point\(s\) .*crs="):
+        gp.duckdb.convex_hulls(con, bad, user="user_id", x="x", y="y", rho=1e-2)
+    assert s.ledger.snapshot() == before
+
+
+def test_convex_hulls_relation_refuses_a_later_batch_before_charging():
+    # 2500 users: the UDF sees them in two batches; the bad user's batch refused after the
+    # first batch was charged (the relation helper now checks every row first)
+    df = _users(2500, 3, spread=1_000.0)
+    s = Session(budget=gp.CGP(rho=1.0))
+    con = _sql_con(s, 8, df, crs=UTM18)
+    before = s.ledger.snapshot()
+    bad = "SELECT * FROM pings UNION ALL SELECT 9999, 0, -75.0, 40.6"
+    with pytest.raises(InvalidInputError, match=r"convex_hulls: 1 of 7501 x/y point\(s\)"):
+        gp.duckdb.convex_hulls(con, bad, user="user_id", x="x", y="y", rho=1e-2, k=16)
+    with pytest.raises(InvalidInputError, match=r"knn: 1 of 7501 x/y point\(s\)"):
+        gp.duckdb.knn(con, bad, user="user_id", x="x", y="y", point=(5e5, 4.5e6), k=1,
+                      rho=1e-2)  # fmt: skip
+    assert s.ledger.snapshot() == before
+
+
+def test_knn_relation_takes_the_crs_scale_and_refuses_the_point():
+    df = _users(4, 30, seed=2)
+    s_sql, s_py = Session(budget=gp.CGP(rho=1.0)), Session(budget=gp.CGP(rho=1.0))
+    con = _sql_con(s_sql, 9, df, crs=UTM18, domain=WIDE)
+    args = dict(point=(5e5, 4.5e6), k=3, rho=1e-4)
+    rel = gp.duckdb.knn(con, "FROM pings", user="user_id", x="x", y="y", public=["ts"], **args)
+    got = rel.fetchall()
+    ref = df.geopriv(s_py, user="user_id", x="x", y="y", crs=UTM18, to_crs=UTM18, domain=WIDE,
+                     public=["ts"]).knn(rng=seeded_rng(9), **args)  # fmt: skip
+    assert [(u, t) for u, t, _ in got] == list(zip(ref["user_id"], ref["ts"], strict=True))
+    _same_spent(s_sql, s_py)
+    before = s_sql.ledger.snapshot()
+    with pytest.raises(InvalidInputError, match=r"knn: 1 of 1 query point\(s\) .*crs="):
+        gp.duckdb.knn(con, "FROM pings", user="user_id", x="x", y="y", point=(-75.0, 40.6),
+                      k=3, rho=1e-4)  # fmt: skip
+    assert s_sql.ledger.snapshot() == before
+
+
+def _far(n=6):
+    x = np.array([0.0, 15.0, 40_000.0, 60_000.0, 80_000.0, 100_000.0][:n])
+    return pd.DataFrame({"user_id": np.arange(1, n + 1), "x": 5e5 + x,
+                         "y": np.full(n, 4.5e6), "ts": 0})  # fmt: skip
+
+
+def test_nearest_users_takes_the_crs_scale_like_the_accessor():
+    df = _far()
+    s_sql, s_py, s_one = (Session(budget=gp.CGP(rho=1.0)) for _ in range(3))
+    args = dict(point=(5e5, 4.5e6), k=2, rho=1e-3, method="dist")  # error_m > 0
+    q = "SELECT user_id, x, y FROM pings"
+    con = _sql_con(s_sql, 10, df, crs=UTM18, domain=WIDE)
+    got = gp.duckdb.nearest_users(con, q, user="user_id", x="x", y="y", **args).fetchall()
+    res = _py(df, s_py).nearest_users(rng=seeded_rng(10), **args)
+    assert [u for u, _, _ in got] == list(res.value)
+    assert got[0][2] == pytest.approx(float(res.error), rel=1e-12)
+    _same_spent(s_sql, s_py)
+    one = gp.duckdb.nearest_users(_sql_con(s_one, 10, df), q, user="user_id", x="x", y="y",
+                                  **args).fetchall()  # fmt: skip
+    assert one[0][2] != pytest.approx(got[0][2], rel=1e-12)  # scale 1: a smaller error bound
+    before = s_sql.ledger.snapshot()
+    for bad, what in ((f"{q} UNION ALL SELECT 9, -75.0, 40.6", "x/y"), (q, "query")):
+        pt = (-75.0, 40.6) if what == "query" else args["point"]
+        with pytest.raises(InvalidInputError, match=rf"nearest_users: 1 of \d+ {what} point"):
+            gp.duckdb.nearest_users(con, bad, user="user_id", x="x", y="y",
+                                    **{**args, "point": pt})  # fmt: skip
+    assert s_sql.ledger.snapshot() == before
