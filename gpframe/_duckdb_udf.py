@@ -77,6 +77,18 @@ class Registry:
         except TypeError:
             return self._by_id.get(id(con))
 
+    def require(self, con: Any, fname: str) -> Any:
+        """Return the registration of ``con``; refuse (nothing charged) when there is none."""
+        reg = self.get(con)
+        if reg is None:
+            from gpframe.errors import InvalidInputError
+
+            raise InvalidInputError(
+                f"{fname} needs the gpframe functions on this connection: call "
+                "gp.duckdb.register(con, session) first. Nothing was charged."
+            )
+        return reg
+
     def put(self, con: Any, reg: Any) -> None:
         """Remember ``reg`` as the registration of ``con``."""
         try:

@@ -329,12 +329,7 @@ def kde_raster(
     from gpframe.queries import kde_frame as _kf
 
     fname = "gp.duckdb.kde_raster"
-    reg = _REGISTRY.get(con)
-    if reg is None:
-        raise InvalidInputError(
-            f"{fname} needs the gpframe functions on this connection: call "
-            f"gp.duckdb.register(con, session) first. Nothing was charged."
-        )
+    reg = _REGISTRY.require(con, fname)
     session = reg.session
     try:
         h = _kf._length(bandwidth_m, "bandwidth_m")

@@ -537,13 +537,7 @@ _NOT_CHARGED = "Nothing was charged."
 
 
 def _registration(con: Any, fname: str) -> KnnRegistration:
-    reg = _REGISTRY.get(con)
-    if reg is None:
-        raise InvalidInputError(
-            f"{fname} needs the gpframe functions on this connection: call "
-            f"gp.duckdb.register(con, session) first. {_NOT_CHARGED}"
-        )
-    return reg
+    return _REGISTRY.require(con, fname)
 
 
 def _quote(name: Any, what: str) -> str:

@@ -21,7 +21,6 @@ from gpframe.duckdb_knn import (
     _source,
     _warn_dropped,
 )
-from gpframe.errors import InvalidInputError
 
 __all__ = ["privatize"]
 
@@ -90,12 +89,7 @@ def privatize(
     from gpframe.queries import privatize as _pv
 
     fname = "gp.duckdb.privatize"
-    reg = _REGISTRY.get(con)
-    if reg is None:
-        raise InvalidInputError(
-            f"{fname} needs the gpframe functions on this connection: call "
-            f"gp.duckdb.register(con, session) first. {_NOT_CHARGED}"
-        )
+    reg = _REGISTRY.require(con, fname)
     kind, amount, f_amt = _kind_amount(reg.session, rho, eps, fname)
     # the UDF's own checks of the amount, now: it would refuse them only batch by batch
     _pv.check_amount(kind, "point", amount)

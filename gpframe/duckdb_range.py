@@ -404,12 +404,7 @@ def range_count(
     from gpframe.queries.range_count_frame import select_component
 
     fname = "gp.duckdb.range_count"
-    reg = _REGISTRY.get(con)
-    if reg is None:
-        raise InvalidInputError(
-            f"{fname} needs the gpframe functions on this connection: call "
-            "gp.duckdb.register(con, session, crs=...) first. Nothing was charged."
-        )
+    reg = _REGISTRY.require(con, fname)
     regions = region if isinstance(region, dict) else {None: region}
     if not regions:
         raise InvalidInputError(f"{fname}: region is an empty dict. Nothing was charged.")
