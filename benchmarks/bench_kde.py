@@ -69,7 +69,7 @@ def frame_path(xy: np.ndarray) -> float:
     import pandas as pd
 
     import gpframe as gp
-    import gpframe.accessor  # registers df.geopriv
+    import gpframe.frame.accessor  # registers df.geopriv
     from gpframe.ledger import Session
 
     x0, y0 = 400_000.0, 4_500_000.0  # UTM 18N metres

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 import gpframe as gp
-import gpframe.accessor
+import gpframe.frame.accessor
 from gpframe.duckdb import register
 from gpframe.ledger import Session
 
@@ -88,7 +88,7 @@ def run_sql_noop(df: pd.DataFrame) -> float:
 
 def breakdown(df: pd.DataFrame) -> dict[str, float]:
     """Seconds per stage of the Python path (same steps as GeoPriv.privatize, timed apart)."""
-    from gpframe.accessor import _build_output
+    from gpframe.frame.accessor import _build_output
     from gpframe.queries import privatize as pv
 
     out: dict[str, float] = {}

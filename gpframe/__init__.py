@@ -1,10 +1,9 @@
 """gpframe: geo-private analytics on location data from pandas, geopandas and DuckDB."""
 
 from gpframe import (
-    accessor,  # noqa: F401 - importing it registers df.geopriv
     duckdb,
+    frame,  # noqa: F401 - importing it registers df.geopriv
     mechanisms,
-    monitor,
     testing,
 )
 from gpframe._versions import show_versions
@@ -22,8 +21,9 @@ from gpframe.errors import (
     LedgerError,
     NoiseOverflowError,
 )
+from gpframe.frame.range_count import First, Last
 from gpframe.ledger import Session
-from gpframe.queries.range_count_frame import First, Last
+from gpframe.queries import monitor
 
 __version__ = "0.1.0"
 

@@ -59,7 +59,7 @@ def sample_path() -> Path:
 
 def sql_path() -> Path:
     """Path of the packaged copy of ``sql/privatize.sql``."""
-    return Path(str(importlib.resources.files("gpframe") / "sql" / "privatize.sql"))
+    return Path(str(importlib.resources.files("gpframe") / "duckdb" / "sql" / "privatize.sql"))
 
 
 def load_sample() -> Any:
@@ -105,8 +105,8 @@ def run_demo(
     from tqdm.auto import tqdm
 
     import gpframe as gp
-    import gpframe.accessor
     import gpframe.duckdb as gpduck
+    import gpframe.frame.accessor
     from gpframe.ledger import Session
     from gpframe.queries.privatize import progress_enabled
 
@@ -137,7 +137,9 @@ def run_demo(
     # (computed from them) are not: privatize would drop them with a warning, so the demo
     # binds the frame without them. The private file holds the noisy geometry and these ids.
     bound = pts.drop(columns=["lon", "lat", "speed_mps"]).geopriv(
-        session, user="user_id", public=["track_id", "point_id", "time"],
+        session,
+        user="user_id",
+        public=["track_id", "point_id", "time"],
         to_crs=DEMO_CRS,
     )
     private = bound.privatize(rho=RHO_PY, per="user", progress=False)

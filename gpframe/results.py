@@ -459,9 +459,7 @@ class Result:
                 ("users charged / excluded", f"{self.n_charged} / {self.n_excluded}"),
                 (
                     "spent total / max / mean",
-                    " / ".join(
-                        _fmt(x) for x in (self.spent_total, self.spent_max, self.spent_mean)
-                    )
+                    " / ".join(_fmt(x) for x in (self.spent_total, self.spent_max, self.spent_mean))
                     + f" ({_PARAM[self.kind]}{_UNIT[self.kind]})",
                 ),
                 ("saved", _fmt(self.saved)),

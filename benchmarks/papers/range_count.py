@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 import shapely
 
-from gpframe.budgeting import Plan
+from gpframe.accounting.schedules import Plan
 from gpframe.geo import project_geometry, resolve_points
 from gpframe.queries.range_count import range_count_arrays
 from gpframe.testing import enable_seeded, seeded_rng

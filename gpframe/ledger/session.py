@@ -1641,9 +1641,9 @@ class Session:
         """Plan per-user allocations for a sequence of queries (Algorithm 3).
 
         Savings of earlier queries are re-allocated to later ones and no user's total ever
-        exceeds ``total`` (adaptive-budgeting.md §3). See :func:`gpframe.queries.plan_api.plan`.
+        exceeds ``total`` (adaptive-budgeting.md §3). See :func:`gpframe.ledger.plan.plan`.
         """
-        from gpframe.queries.plan_api import plan
+        from gpframe.ledger.plan import plan
 
         return plan(self, total, queries, schedule, users, lam=lam)
 

@@ -482,7 +482,7 @@ def run_range_count(
         In the data's CRS (``projected.crs_in``); projected to ``projected.crs_m`` here.
     rho, eps : float
         The allocation per user (one of them), in ground units; ``allocations`` (an array aligned
-        with the users, e.g. from :class:`gpframe.budgeting.Plan`) overrides it.
+        with the users, e.g. from :class:`gpframe.accounting.schedules.Plan`) overrides it.
     method, rounds, split, beta, shift, rng
         As in :func:`range_count_arrays`.
 

@@ -1,7 +1,7 @@
 """Audit cases for grid statistics (issue 6): Clip-User releases and private-occupancy bounding.
 
 Modules: ``gpframe.queries.grid_stats`` (:func:`release_cells`, :func:`run_grid_stats`),
-``gpframe.queries.grid_stats_frame`` (:func:`grid_stats`) and
+``gpframe.frame.grid_stats`` (:func:`grid_stats`) and
 ``gpframe.queries.contribution_bounding`` (:func:`release_private_cells`,
 :func:`run_private_grid_stats`).
 
@@ -28,7 +28,7 @@ from .registry import AUDITED_MODULES, FAST, SLOW, register
 
 for _m in (
     "gpframe.queries.grid_stats",
-    "gpframe.queries.grid_stats_frame",
+    "gpframe.frame.grid_stats",
     "gpframe.queries.contribution_bounding",
 ):
     if _m not in AUDITED_MODULES:
@@ -145,8 +145,8 @@ def _h3_cells(n: int) -> np.ndarray:
 def grid_stats_frame_case(*, tiers=FAST, n_fast=2_000):
     import pandas as pd
 
-    import gpframe.accessor  # noqa: F401  (registers df.geopriv)
-    from gpframe.queries.grid_stats_frame import grid_stats
+    import gpframe.frame.accessor  # noqa: F401  (registers df.geopriv)
+    from gpframe.frame.grid_stats import grid_stats
 
     def run(which, n, rng):
         users, cells, vals = _rows(which, n)
@@ -164,7 +164,7 @@ def grid_stats_frame_case(*, tiers=FAST, n_fast=2_000):
     return register(
         Case(
             name="grid_stats/frame/mean/public",
-            covers=("gpframe.queries.grid_stats_frame.grid_stats",),
+            covers=("gpframe.frame.grid_stats.grid_stats",),
             run=run,
             inputs=(0, 1),
             centers=(_true_mean(0), _true_mean(1)),

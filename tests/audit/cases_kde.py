@@ -31,7 +31,7 @@ from .cases_range_count import (
 from .engine import Case, Claim
 from .registry import AUDITED_MODULES, FAST, SLOW, _quiet, register
 
-for _m in ("gpframe.queries.kde", "gpframe.queries.kde_frame"):
+for _m in ("gpframe.queries.kde", "gpframe.frame.kde"):
     if _m not in AUDITED_MODULES:
         AUDITED_MODULES.append(_m)
 
@@ -188,7 +188,7 @@ pt_case("kde_raster_arrays", "gp")
 
 def kde_frame_case(kind: str, what: str, *, method: str = "pt-elim", tiers=SLOW, n_fast=10_000,
                    n_slow=100_000) -> Case:  # fmt: skip
-    """kde / kde_raster on frames (``gpframe.queries.kde_frame``): a fresh Session per batch.
+    """kde / kde_raster on frames (``gpframe.frame.kde``): a fresh Session per batch.
 
     As ``cases_range_count.frame_case``: n users at the same location in a UTM frame (the
     projection factor is applied by the frame layer), the pair that user at two points whose
@@ -216,8 +216,8 @@ def kde_frame_case(kind: str, what: str, *, method: str = "pt-elim", tiers=SLOW,
 
     def run(x, n, rng):
         import gpframe as gp
+        from gpframe.frame.kde import kde, kde_raster
         from gpframe.ledger import Session
-        from gpframe.queries.kde_frame import kde, kde_raster
 
         df = pd.DataFrame({"u": np.arange(n), "x": np.full(n, x[0]), "y": np.full(n, x[1])})
         budget = gp.CGP(rho=2 * a) if kind == "cgp" else gp.GP(eps=2 * a)
@@ -240,8 +240,8 @@ def kde_frame_case(kind: str, what: str, *, method: str = "pt-elim", tiers=SLOW,
         Case(
             name=name,
             # kde_raster releases through raster_from_points, the core the SQL face shares
-            covers=(f"gpframe.queries.kde_frame.{what}",)
-            + (("gpframe.queries.kde_frame.raster_from_points",) if what == "kde_raster" else ()),
+            covers=(f"gpframe.frame.kde.{what}",)
+            + (("gpframe.frame.kde.raster_from_points",) if what == "kde_raster" else ()),
             run=run,
             inputs=(x0, x1),
             centers=(np.atleast_1d(m0), np.atleast_1d(m1)),

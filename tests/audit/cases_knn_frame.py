@@ -1,5 +1,5 @@
 """Audit cases for the frame layer of k-PNN, PCH and nearest users (issue 10):
-``gpframe.queries.knn_frame`` through the accessor, ``df.geopriv(session, user=...).knn(...)``,
+``gpframe.frame.knn`` through the accessor, ``df.geopriv(session, user=...).knn(...)``,
 ``.convex_hull(...)`` and ``.nearest_users(...)``.
 
 As ``cases_range_count.frame_case`` and ``cases_kde.kde_frame_case``: a fresh Session per sample
@@ -24,8 +24,8 @@ import numpy as np
 from .engine import Case, Claim, discrete_featurizer
 from .registry import AUDITED_MODULES, FAST, SLOW, _quiet, register
 
-if "gpframe.queries.knn_frame" not in AUDITED_MODULES:
-    AUDITED_MODULES.append("gpframe.queries.knn_frame")
+if "gpframe.frame.knn" not in AUDITED_MODULES:
+    AUDITED_MODULES.append("gpframe.frame.knn")
 
 
 def _frame_helpers():
@@ -103,7 +103,7 @@ def knn_frame_case(kind: str, amount: float, d: float, k: int = 1, *, tiers=SLOW
     return register(
         Case(
             name=f"knn_frame/knn/{kind}/{amount:g}/d{d:g}/k{k}",
-            covers=("gpframe.queries.knn_frame.knn",),
+            covers=("gpframe.frame.knn.knn",),
             run=run,
             inputs=(x0, x1),
             claim=_claim(kind, amount, _moved_distance(x0, x1)),
@@ -143,7 +143,7 @@ def hull_frame_case(kind: str, amount: float, d: float, *, tiers=SLOW, n_fast: i
     return register(
         Case(
             name=f"knn_frame/convex_hull/{kind}/{amount:g}/d{d:g}",
-            covers=("gpframe.queries.knn_frame.convex_hull",),
+            covers=("gpframe.frame.knn.convex_hull",),
             run=run,
             inputs=(x0, x1),
             centers=(x0.mean(axis=0), x1.mean(axis=0)),
@@ -184,7 +184,7 @@ def nearest_frame_case(kind: str, amount: float, d: float, *, tiers=SLOW, n_fast
     return register(
         Case(
             name=f"knn_frame/nearest_users/{kind}/{amount:g}/d{d:g}",
-            covers=("gpframe.queries.knn_frame.nearest_users",),
+            covers=("gpframe.frame.knn.nearest_users",),
             run=run,
             inputs=(x0, x1),
             claim=_claim(kind, amount, _moved_distance(x0, x1)),

@@ -1,7 +1,7 @@
 """Audit cases for range counting and iterative elimination (issue 10).
 
 Covers ``gpframe.queries.range_count`` (:func:`range_count_arrays`, :func:`run_range_count`),
-``gpframe.queries.range_count_frame`` (:func:`range_count`) and
+``gpframe.frame.range_count`` (:func:`range_count`) and
 ``gpframe.queries.elimination`` (:func:`eliminate_noninteractive`,
 :func:`eliminate_interactive`).
 
@@ -256,7 +256,7 @@ from .registry import AUDITED_MODULES, FAST, SLOW, _quiet, register  # noqa: E40
 
 for _m in (
     "gpframe.queries.range_count",
-    "gpframe.queries.range_count_frame",
+    "gpframe.frame.range_count",
     "gpframe.queries.elimination",
 ):
     if _m not in AUDITED_MODULES:
@@ -426,8 +426,8 @@ def frame_case(
 
     def run(x, n, rng):
         import gpframe as gp
+        from gpframe.frame.range_count import range_count
         from gpframe.ledger import Session
-        from gpframe.queries.range_count_frame import range_count
 
         df = pd.DataFrame({"u": np.arange(n), "x": np.full(n, x[0]), "y": np.full(n, x[1])})
         budget = gp.CGP(rho=2 * a) if kind == "cgp" else gp.GP(eps=2 * a)
@@ -447,7 +447,7 @@ def frame_case(
         Case(
             name=f"range_count_frame/{kind}/{method}/{split}/c{rounds}/{where}",
             covers=(
-                "gpframe.queries.range_count_frame.range_count",
+                "gpframe.frame.range_count.range_count",
                 "gpframe.queries.range_count.run_range_count",
             ),
             run=run,

@@ -70,33 +70,33 @@ _UDF = (
     "tests/integration/test_charging_torture_ops.py"
 )
 THIN_WRAPPERS: dict[str, str] = {
-    "gpframe.accessor": (
+    "gpframe.frame.accessor": (
         "GeoPriv.privatize reserves and calls gpframe.queries.privatize.privatize_points "
         "(audited) with the reserved amount and the projection's scale_max; the query methods "
         "delegate to the *_frame modules. Charging: test_accessor.py, test_charging_torture.py"
     ),
-    "gpframe._duckdb_udf": (
+    "gpframe.duckdb.udf": (
         "plumbing of the DuckDB UDFs (checked_rng, charge_batch: reserve, run, charge under one "
         "lock); draws nothing itself. Tortured in test_charging_torture*.py"
     ),
-    "gpframe.duckdb": _UDF.format(
+    "gpframe.duckdb.register": _UDF.format(
         fn="privatize_points (gp_privatize) and registers the other modules' UDFs",
         test="test_duckdb.py",
     ),
-    "gpframe.duckdb_range": _UDF.format(
+    "gpframe.duckdb.range_count": _UDF.format(
         fn="range_count_arrays (gp_in_region)", test="test_duckdb_range.py"
     ),
-    "gpframe.duckdb_kde": _UDF.format(
+    "gpframe.duckdb.kde": _UDF.format(
         fn="kde_point (gp_kde_contribution)", test="test_kde_frame.py"
     ),
-    "gpframe.duckdb_knn": _UDF.format(
+    "gpframe.duckdb.knn": _UDF.format(
         fn="knn_indices / private_hulls (gp_knn, gp_convex_hull)", test="test_duckdb_knn.py"
     ),
-    "gpframe.duckdb_grid": _UDF.format(
+    "gpframe.duckdb.grid": _UDF.format(
         fn="grid_stats.release_cells (gp_grid_release; clip_user plans, free)",
         test="test_duckdb_grid.py",
     ),
-    "gpframe.monitor": (
+    "gpframe.queries.monitor": (
         "charges the central ledger, then runs the audited selection mechanisms "
         "(LaplaceSVTRun behind laplace_above_threshold, GaussianATRun behind "
         "gaussian_above_threshold, *_report_noisy_max; cases_selection) and laplace_dp / "

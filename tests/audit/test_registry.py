@@ -126,9 +126,9 @@ def test_declared_wrappers_and_audited_modules_exist():
 
 def test_the_frame_modules_of_every_operation_are_audited():
     """The frame layers (reservation, projection factor, calibration from the charged amount)
-    are where a wrong amount would slip in: kde_frame was missing once."""
-    for m in ("range_count_frame", "kde_frame", "grid_stats_frame", "privatize"):
-        assert f"gpframe.queries.{m}" in AUDITED_MODULES, m
+    are where a wrong amount would slip in: the KDE frame module was missing once."""
+    for m in ("frame.range_count", "frame.kde", "frame.knn", "frame.grid_stats", "queries.privatize"):
+        assert f"gpframe.{m}" in AUDITED_MODULES, m
 
 
 def test_the_core_mechanisms_are_found():

@@ -44,8 +44,14 @@ _TOL = {"coord_m": 1e-4, "coord_deg": 1e-9, "step_m": 1e-6, "speed_mps": 1e-9, "
         "cell": 512.0}  # fmt: skip
 # the coarsest printed resolution still compared in text: 1e-4 m (pandas prints 6 decimals;
 # WKT's 3 decimals of noisy points would match a true one by chance), 1e-6 degree, ...
-_TEXT_RES = {"coord_m": 1e-4, "coord_deg": 1e-6, "step_m": 1e-2, "speed_mps": 1e-5, "val": 1e-4,
-             "cell": 0.0}  # fmt: skip (cells in text: as tokens)
+_TEXT_RES = {
+    "coord_m": 1e-4,
+    "coord_deg": 1e-6,
+    "step_m": 1e-2,
+    "speed_mps": 1e-5,
+    "val": 1e-4,
+    "cell": 0.0,
+}  # fmt: skip (cells in text: as tokens)
 
 _NUM = re.compile(r"(?<![\w.])-?\d+\.(\d+)(?:[eE]([-+]?\d+))?")
 
@@ -231,4 +237,3 @@ def scan(
             idx, v, nearest = _near(arr, wanted, 0.0)
             hits += [Hit(form, path, "count", float(v[i]), int(nearest[i])) for i in idx[:max_hits]]
     return hits[: max_hits * 20]
-

@@ -133,7 +133,7 @@ def case(**kw: Any) -> Callable[[Callable[[Ctx], Any]], Callable[[Ctx], Any]]:
     return deco
 
 
-ACC = "gpframe.accessor"
+ACC = "gpframe.frame.accessor"
 QF = "gpframe.queries."
 
 # --------------------------------------------------------------------------------------------
@@ -183,7 +183,7 @@ def _privatize_public(ctx: Ctx) -> Any:
 
 
 @case(name="range_count/accessor", frontend="accessor", covers=("accessor.range_count",),
-      modules=(ACC, QF + "range_count_frame", QF + "range_count"))  # fmt: skip
+      modules=(ACC, "gpframe.frame.range_count", QF + "range_count"))  # fmt: skip
 def _range_count(ctx: Ctx) -> Any:
     import shapely
 
@@ -192,13 +192,13 @@ def _range_count(ctx: Ctx) -> Any:
 
 
 @case(name="kde/accessor", frontend="accessor", covers=("accessor.kde",),
-      modules=(ACC, QF + "kde_frame", QF + "kde"))  # fmt: skip
+      modules=(ACC, "gpframe.frame.kde", QF + "kde"))  # fmt: skip
 def _kde(ctx: Ctx) -> Any:
     return ctx.bound().kde(POINT, bandwidth_m=500.0, rho=1e-6, reduce="last", rng=ctx.rng(7))
 
 
 @case(name="kde_raster/accessor", frontend="accessor", covers=("accessor.kde_raster",),
-      modules=(ACC, QF + "kde_frame"))  # fmt: skip
+      modules=(ACC, "gpframe.frame.kde"))  # fmt: skip
 def _kde_raster(ctx: Ctx) -> Any:
     # bounds=None: the grid's extent is chosen by the library (it must not be the data's box)
     return ctx.bound().kde_raster(bandwidth_m=2000.0, cell_m=500.0, rho=1e-6, reduce="last",
@@ -206,19 +206,19 @@ def _kde_raster(ctx: Ctx) -> Any:
 
 
 @case(name="knn/accessor", frontend="accessor", covers=("accessor.knn",),
-      modules=(ACC, QF + "knn_frame", QF + "knn"))  # fmt: skip
+      modules=(ACC, "gpframe.frame.knn", QF + "knn"))  # fmt: skip
 def _knn(ctx: Ctx) -> Any:
     return ctx.bound().knn(POINT, 3, rho=1e-4, rng=ctx.rng(9))
 
 
 @case(name="convex_hull/accessor", frontend="accessor", covers=("accessor.convex_hull",),
-      modules=(ACC, QF + "knn_frame", QF + "hull"))  # fmt: skip
+      modules=(ACC, "gpframe.frame.knn", QF + "hull"))  # fmt: skip
 def _hull(ctx: Ctx) -> Any:
     return ctx.bound().convex_hull(rho=1e-4, rng=ctx.rng(10))
 
 
 @case(name="nearest_users/accessor", frontend="accessor", covers=("accessor.nearest_users",),
-      modules=(ACC, QF + "knn_frame", QF + "nearest"))  # fmt: skip
+      modules=(ACC, "gpframe.frame.knn", QF + "nearest"))  # fmt: skip
 def _nearest(ctx: Ctx) -> Any:
     return ctx.bound().nearest_users(POINT, 2, rho=1e-6, reduce="last", rng=ctx.rng(11))
 
@@ -226,18 +226,23 @@ def _nearest(ctx: Ctx) -> Any:
 _GRID = dict(value="val", bounds=(0.0, 40.0), epsilon=0.5, cells=H3_RES)
 
 
-@case(name="grid_stats/accessor/public-occupancy", frontend="accessor",
-      covers=("accessor.grid_stats",),
-      modules=(ACC, QF + "grid_stats_frame", QF + "grid_stats"),
-      public=frozenset({"count", "cell"}), central=True, neighbour="result",
-      exempt=("error",))  # fmt: skip (the largest cell error: from the public occupancy)
+@case(
+    name="grid_stats/accessor/public-occupancy",
+    frontend="accessor",
+    covers=("accessor.grid_stats",),
+    modules=(ACC, "gpframe.frame.grid_stats", QF + "grid_stats"),
+    public=frozenset({"count", "cell"}),
+    central=True,
+    neighbour="result",
+    exempt=("error",),
+)  # fmt: skip (the largest cell error: from the public occupancy)
 def _grid_public(ctx: Ctx) -> Any:
     return ctx.bound().grid_stats(**_GRID, occupancy="public", rng=ctx.rng(12))
 
 
 @case(name="grid_stats/accessor/private-occupancy", frontend="accessor",
       covers=("accessor.grid_stats",),
-      modules=(ACC, QF + "grid_stats_frame", QF + "contribution_bounding"),
+      modules=(ACC, "gpframe.frame.grid_stats", QF + "contribution_bounding"),
       public=frozenset({"cell"}), central=True, neighbour="all",
       exempt=("mean", "variance", "variance_unbiased", "count"))  # fmt: skip
 def _grid_private(ctx: Ctx) -> Any:
@@ -258,7 +263,7 @@ def public_cells() -> list[int]:
 
 
 @case(name="grid_stats/accessor/error-value-out-of-bounds", frontend="accessor",
-      covers=("accessor.grid_stats",), modules=(ACC, QF + "grid_stats_frame"),
+      covers=("accessor.grid_stats",), modules=(ACC, "gpframe.frame.grid_stats"),
       public=frozenset({"count", "cell"}), central=True, expect_error=True)  # fmt: skip
 def _grid_error(ctx: Ctx) -> Any:
     # values above 20 exist: the refusal must not quote one of them (they are the protected data)
@@ -267,13 +272,13 @@ def _grid_error(ctx: Ctx) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
-# gpframe.monitor (central DP)
+# gpframe.queries.monitor (central DP)
 
-MON = "gpframe.monitor"
+MON = "gpframe.queries.monitor"
 
 
 def _hourly(ctx: Ctx) -> pd.Series:
-    from gpframe.monitor import zone_counts
+    from gpframe.queries.monitor import zone_counts
 
     d = ctx.data.lonlat
     lon, lat = d["lon"], d["lat"]
@@ -289,7 +294,7 @@ def _hourly(ctx: Ctx) -> pd.Series:
 @case(name="above_threshold/monitor", frontend="monitor", covers=("monitor.above_threshold",),
       modules=(MON,), public=NOTHING, central=True, neighbour="all")  # fmt: skip
 def _above(ctx: Ctx) -> Any:
-    from gpframe.monitor import above_threshold
+    from gpframe.queries.monitor import above_threshold
 
     return above_threshold(ctx.session, _hourly(ctx).to_numpy(), 3, users=ctx.data.users,
                            sensitivity=1, epsilon=1.0, integer=True, rng=ctx.rng(20))  # fmt: skip
@@ -299,7 +304,7 @@ def _above(ctx: Ctx) -> Any:
       covers=("monitor.above_threshold",), modules=(MON,), public=NOTHING, central=True,
       neighbour="all")  # fmt: skip
 def _above_gauss(ctx: Ctx) -> Any:
-    from gpframe.monitor import above_threshold
+    from gpframe.queries.monitor import above_threshold
 
     shares = _hourly(ctx).to_numpy() / 100.0
     return above_threshold(ctx.session, shares, 0.03, users=ctx.data.users, sensitivity=0.01,
@@ -310,7 +315,7 @@ def _above_gauss(ctx: Ctx) -> Any:
 @case(name="report_noisy_max/monitor", frontend="monitor", covers=("monitor.report_noisy_max",),
       modules=(MON,), public=NOTHING, central=True, neighbour="all")  # fmt: skip
 def _rnm(ctx: Ctx) -> Any:
-    from gpframe.monitor import report_noisy_max
+    from gpframe.queries.monitor import report_noisy_max
 
     shares = _hourly(ctx).to_numpy()[:6] / 100.0
     return report_noisy_max(ctx.session, shares, users=ctx.data.users, sensitivity=0.01,
@@ -320,7 +325,7 @@ def _rnm(ctx: Ctx) -> Any:
 @case(name="threshold_query/monitor", frontend="monitor", covers=("monitor.threshold_query",),
       modules=(MON,), public=NOTHING, central=True, neighbour="all")  # fmt: skip
 def _threshold(ctx: Ctx) -> Any:
-    from gpframe.monitor import threshold_query
+    from gpframe.queries.monitor import threshold_query
 
     n_in = int(_hourly(ctx).max())
     return threshold_query(ctx.session, n_in, tau=50, users=ctx.data.users, epsilon=0.5,
@@ -333,7 +338,7 @@ def _threshold(ctx: Ctx) -> Any:
 def _zone(ctx: Ctx) -> Any:
     import shapely
 
-    from gpframe.monitor import zone_above_threshold
+    from gpframe.queries.monitor import zone_above_threshold
 
     return zone_above_threshold(ctx.session, ctx.data.lonlat, shapely.box(0.0, 43.0, 4.0, 44.0),
                                 3, user="uid", time="ts", start=T0,
@@ -344,7 +349,7 @@ def _zone(ctx: Ctx) -> Any:
 # --------------------------------------------------------------------------------------------
 # DuckDB: SQL functions, macros, table macros, relation helpers
 
-DDB = "gpframe.duckdb"
+DDB = "gpframe.duckdb.register"
 
 
 def _sql(ctx: Ctx, q: str, params: list | None = None) -> Any:
@@ -352,7 +357,7 @@ def _sql(ctx: Ctx, q: str, params: list | None = None) -> Any:
 
 
 @case(name="privatize/sql-udf", frontend="sql-macro",
-      covers=("sql.gp_privatize",), modules=(DDB, "gpframe._duckdb_udf"))  # fmt: skip
+      covers=("sql.gp_privatize",), modules=(DDB, "gpframe.duckdb.udf"))  # fmt: skip
 def _sql_privatize(ctx: Ctx) -> Any:
     return _sql(ctx, "SELECT uid, gp_privatize(uid, x, y, 1e-8) AS p FROM pings")
 
@@ -364,14 +369,14 @@ def _sql_privatize_gp(ctx: Ctx) -> Any:
 
 
 @case(name="range_count/sql-udf", frontend="sql-macro", covers=("sql.gp_in_region",),
-      modules=("gpframe.duckdb_range",))  # fmt: skip
+      modules=("gpframe.duckdb.range_count",))  # fmt: skip
 def _sql_range(ctx: Ctx) -> Any:
     return _sql(ctx, "SELECT sum(CAST(gp_in_region(p.uid, p.x, p.y, z.wkb, 1e-5, 10) AS INT)) "
                      "AS n FROM pings AS p, zones AS z")  # fmt: skip
 
 
 @case(name="kde/sql-udf", frontend="sql-macro", covers=("sql.gp_kde_contribution",),
-      modules=("gpframe.duckdb_kde",))  # fmt: skip
+      modules=("gpframe.duckdb.kde",))  # fmt: skip
 def _sql_kde(ctx: Ctx) -> Any:
     qx, qy = POINT
     return _sql(ctx, f"SELECT avg(gp_kde_contribution(uid, x, y, {qx}, {qy}, 500.0, 1e-5, 10)) "
@@ -382,7 +387,7 @@ _TUPLES = "SELECT uid, list(x ORDER BY ts) AS xs, list(y ORDER BY ts) AS ys FROM
 
 
 @case(name="knn/sql-udf", frontend="sql-macro", covers=("sql.gp_knn",),
-      modules=("gpframe.duckdb_knn",))  # fmt: skip
+      modules=("gpframe.duckdb.knn",))  # fmt: skip
 def _sql_knn(ctx: Ctx) -> Any:
     qx, qy = POINT
     return _sql(ctx, f"SELECT uid, gp_knn(uid, xs, ys, {qx}, {qy}, 3, 1e-4) AS pos "
@@ -390,7 +395,7 @@ def _sql_knn(ctx: Ctx) -> Any:
 
 
 @case(name="knn_gp/sql-udf", frontend="sql-macro", covers=("sql.gp_knn_gp",),
-      modules=("gpframe.duckdb_knn",))  # fmt: skip
+      modules=("gpframe.duckdb.knn",))  # fmt: skip
 def _sql_knn_gp(ctx: Ctx) -> Any:
     qx, qy = POINT
     return _sql(ctx, f"SELECT uid, gp_knn_gp(uid, xs, ys, {qx}, {qy}, 3, 0.01) AS pos "
@@ -401,28 +406,28 @@ _ROWS = "SELECT uid AS user_id, ts, x, y FROM pings"
 
 
 @case(name="knn/sql-table-macro", frontend="sql-table-macro", covers=("sql.gp_knn_rows",),
-      modules=("gpframe.duckdb_knn",))  # fmt: skip
+      modules=("gpframe.duckdb.knn",))  # fmt: skip
 def _sql_knn_rows(ctx: Ctx) -> Any:
     qx, qy = POINT
     return _sql(ctx, f"SELECT * FROM gp_knn_rows('{_ROWS}', {qx}, {qy}, 3, 1e-4)")
 
 
 @case(name="knn_gp/sql-table-macro", frontend="sql-table-macro", covers=("sql.gp_knn_rows_gp",),
-      modules=("gpframe.duckdb_knn",))  # fmt: skip
+      modules=("gpframe.duckdb.knn",))  # fmt: skip
 def _sql_knn_rows_gp(ctx: Ctx) -> Any:
     qx, qy = POINT
     return _sql(ctx, f"SELECT * FROM gp_knn_rows_gp('{_ROWS}', {qx}, {qy}, 3, 0.01)")
 
 
 @case(name="convex_hull/sql-udf", frontend="sql-macro", covers=("sql.gp_convex_hull",),
-      modules=("gpframe.duckdb_knn",))  # fmt: skip
+      modules=("gpframe.duckdb.knn",))  # fmt: skip
 def _sql_hull(ctx: Ctx) -> Any:
     return _sql(ctx, "SELECT uid, gp_convex_hull(uid, list(x ORDER BY ts), list(y ORDER BY ts), "
                      "1e-4) AS hull FROM pings GROUP BY uid")  # fmt: skip
 
 
 @case(name="convex_hull_gp/sql-udf", frontend="sql-macro", covers=("sql.gp_convex_hull_gp",),
-      modules=("gpframe.duckdb_knn",))  # fmt: skip
+      modules=("gpframe.duckdb.knn",))  # fmt: skip
 def _sql_hull_gp(ctx: Ctx) -> Any:
     return _sql(ctx, "SELECT uid, gp_convex_hull_gp(uid, list(x ORDER BY ts), "
                      "list(y ORDER BY ts), 0.05, beta := 0.1, k := 24) AS hull "
@@ -430,14 +435,14 @@ def _sql_hull_gp(ctx: Ctx) -> Any:
 
 
 @case(name="convex_hull/sql-table-macro", frontend="sql-table-macro",
-      covers=("sql.gp_convex_hulls",), modules=("gpframe.duckdb_knn",))  # fmt: skip
+      covers=("sql.gp_convex_hulls",), modules=("gpframe.duckdb.knn",))  # fmt: skip
 def _sql_hulls(ctx: Ctx) -> Any:
     return _sql(ctx, "SELECT * FROM gp_convex_hulls('SELECT uid AS user_id, x, y FROM pings', "
                      "1e-4)")  # fmt: skip
 
 
 @case(name="convex_hull_gp/sql-table-macro", frontend="sql-table-macro",
-      covers=("sql.gp_convex_hulls_gp",), modules=("gpframe.duckdb_knn",))  # fmt: skip
+      covers=("sql.gp_convex_hulls_gp",), modules=("gpframe.duckdb.knn",))  # fmt: skip
 def _sql_hulls_gp(ctx: Ctx) -> Any:
     return _sql(ctx, "SELECT * FROM gp_convex_hulls_gp('SELECT uid AS user_id, x, y FROM pings', "
                      "0.05)")  # fmt: skip
@@ -448,12 +453,12 @@ def _grid_sql() -> str:
 
     import gpframe
 
-    return (Path(gpframe.__file__).parent / "sql" / "grid_stats.sql").read_text()
+    return (gpframe.duckdb.SQL_DIR / "grid_stats.sql").read_text()
 
 
 @case(name="grid_stats/sql-relation+udf", frontend="sql-relation",
       covers=("duckdb.clip_user", "sql.gp_grid_release"),
-      modules=(DDB, "gpframe.duckdb_grid"), public=frozenset({"count", "cell"}), central=True,
+      modules=(DDB, "gpframe.duckdb.grid"), public=frozenset({"count", "cell"}), central=True,
       neighbour="all", exempt=("mean", "variance", "variance_unbiased", "mean_error",
                                "variance_error", "n_kept"))  # fmt: skip
 def _sql_grid(ctx: Ctx) -> Any:
@@ -466,7 +471,7 @@ def _sql_grid(ctx: Ctx) -> Any:
 
 
 @case(name="knn/duckdb-relation", frontend="sql-relation", covers=("duckdb.knn",),
-      modules=(DDB, "gpframe.duckdb_knn"))  # fmt: skip
+      modules=(DDB, "gpframe.duckdb.knn"))  # fmt: skip
 def _rel_knn(ctx: Ctx) -> Any:
     import gpframe as gp
 
@@ -475,7 +480,7 @@ def _rel_knn(ctx: Ctx) -> Any:
 
 
 @case(name="convex_hulls/duckdb-relation", frontend="sql-relation", covers=("duckdb.convex_hulls",),
-      modules=(DDB, "gpframe.duckdb_knn"))  # fmt: skip
+      modules=(DDB, "gpframe.duckdb.knn"))  # fmt: skip
 def _rel_hulls(ctx: Ctx) -> Any:
     import gpframe as gp
 
@@ -484,7 +489,7 @@ def _rel_hulls(ctx: Ctx) -> Any:
 
 
 @case(name="nearest_users/duckdb-relation", frontend="sql-relation",
-      covers=("duckdb.nearest_users",), modules=(DDB, "gpframe.duckdb_knn"))  # fmt: skip
+      covers=("duckdb.nearest_users",), modules=(DDB, "gpframe.duckdb.knn"))  # fmt: skip
 def _rel_nearest(ctx: Ctx) -> Any:
     import gpframe as gp
 
@@ -494,7 +499,7 @@ def _rel_nearest(ctx: Ctx) -> Any:
 
 
 @case(name="kde_raster/duckdb-relation", frontend="sql-relation", covers=("duckdb.kde_raster",),
-      modules=(DDB, "gpframe.duckdb_kde", QF + "kde_frame", QF + "kde"))  # fmt: skip
+      modules=(DDB, "gpframe.duckdb.kde", "gpframe.frame.kde", QF + "kde"))  # fmt: skip
 def _rel_kde_raster(ctx: Ctx) -> Any:
     import gpframe as gp
 
@@ -546,7 +551,7 @@ def _privatize_gp_point(ctx: Ctx) -> Any:
 
 
 @case(name="range_count/accessor/eps", frontend="accessor", covers=("accessor.range_count",),
-      modules=(ACC, QF + "range_count_frame", QF + "range_count"), **GP_SESSION)  # fmt: skip
+      modules=(ACC, "gpframe.frame.range_count", QF + "range_count"), **GP_SESSION)  # fmt: skip
 def _range_count_eps(ctx: Ctx) -> Any:
     import shapely
 
@@ -555,32 +560,32 @@ def _range_count_eps(ctx: Ctx) -> Any:
 
 
 @case(name="kde/accessor/eps", frontend="accessor", covers=("accessor.kde",),
-      modules=(ACC, QF + "kde_frame", QF + "kde"), **GP_SESSION)  # fmt: skip
+      modules=(ACC, "gpframe.frame.kde", QF + "kde"), **GP_SESSION)  # fmt: skip
 def _kde_eps(ctx: Ctx) -> Any:
     return ctx.bound().kde(POINT, bandwidth_m=500.0, eps=1e-3, reduce="last", rng=ctx.rng(104))
 
 
 @case(name="kde_raster/accessor/eps", frontend="accessor", covers=("accessor.kde_raster",),
-      modules=(ACC, QF + "kde_frame"), **GP_SESSION)  # fmt: skip
+      modules=(ACC, "gpframe.frame.kde"), **GP_SESSION)  # fmt: skip
 def _kde_raster_eps(ctx: Ctx) -> Any:
     return ctx.bound().kde_raster(bandwidth_m=2000.0, cell_m=500.0, eps=1e-3, reduce="last",
                                   rng=ctx.rng(105))  # fmt: skip
 
 
 @case(name="knn/accessor/eps", frontend="accessor", covers=("accessor.knn",),
-      modules=(ACC, QF + "knn_frame", QF + "knn"), **GP_SESSION)  # fmt: skip
+      modules=(ACC, "gpframe.frame.knn", QF + "knn"), **GP_SESSION)  # fmt: skip
 def _knn_eps(ctx: Ctx) -> Any:
     return ctx.bound().knn(POINT, 3, eps=1e-2, rng=ctx.rng(106))
 
 
 @case(name="convex_hull/accessor/eps", frontend="accessor", covers=("accessor.convex_hull",),
-      modules=(ACC, QF + "knn_frame", QF + "hull"), **GP_SESSION)  # fmt: skip
+      modules=(ACC, "gpframe.frame.knn", QF + "hull"), **GP_SESSION)  # fmt: skip
 def _hull_eps(ctx: Ctx) -> Any:
     return ctx.bound().convex_hull(eps=0.05, rng=ctx.rng(107))
 
 
 @case(name="nearest_users/accessor/eps", frontend="accessor",
-      covers=("accessor.nearest_users",), modules=(ACC, QF + "knn_frame", QF + "nearest"),
+      covers=("accessor.nearest_users",), modules=(ACC, "gpframe.frame.knn", QF + "nearest"),
       **GP_SESSION)  # fmt: skip
 def _nearest_eps(ctx: Ctx) -> Any:
     return ctx.bound().nearest_users(POINT, 2, eps=1e-3, reduce="last", rng=ctx.rng(108))
@@ -597,7 +602,7 @@ for _name, _fn in (("privatize_gp/sql-udf", _sql_privatize_gp), ("knn_gp/sql-udf
 
 
 @case(name="knn/duckdb-relation/eps", frontend="sql-relation", covers=("duckdb.knn",),
-      modules=(DDB, "gpframe.duckdb_knn"), **GP_SESSION)  # fmt: skip
+      modules=(DDB, "gpframe.duckdb.knn"), **GP_SESSION)  # fmt: skip
 def _rel_knn_eps(ctx: Ctx) -> Any:
     import gpframe as gp
 
@@ -606,7 +611,7 @@ def _rel_knn_eps(ctx: Ctx) -> Any:
 
 
 @case(name="convex_hulls/duckdb-relation/eps", frontend="sql-relation",
-      covers=("duckdb.convex_hulls",), modules=(DDB, "gpframe.duckdb_knn"),
+      covers=("duckdb.convex_hulls",), modules=(DDB, "gpframe.duckdb.knn"),
       **GP_SESSION)  # fmt: skip
 def _rel_hulls_eps(ctx: Ctx) -> Any:
     import gpframe as gp
@@ -616,7 +621,7 @@ def _rel_hulls_eps(ctx: Ctx) -> Any:
 
 
 @case(name="nearest_users/duckdb-relation/eps", frontend="sql-relation",
-      covers=("duckdb.nearest_users",), modules=(DDB, "gpframe.duckdb_knn"),
+      covers=("duckdb.nearest_users",), modules=(DDB, "gpframe.duckdb.knn"),
       **GP_SESSION)  # fmt: skip
 def _rel_nearest_eps(ctx: Ctx) -> Any:
     import gpframe as gp
@@ -630,6 +635,7 @@ def _rel_nearest_eps(ctx: Ctx) -> Any:
 # budget exclusions: users who cannot afford the amount are left out (charged nothing); what
 # is returned for their rows must not fall back to the input
 
+
 @case(name="privatize/accessor/budget-exclusion", frontend="accessor",
       covers=("accessor.privatize",), modules=(ACC, QF + "privatize"))  # fmt: skip
 def _privatize_excluded(ctx: Ctx) -> Any:
@@ -637,13 +643,13 @@ def _privatize_excluded(ctx: Ctx) -> Any:
 
 
 @case(name="privatize/sql-udf/budget-exclusion", frontend="sql-macro",
-      covers=("sql.gp_privatize",), modules=(DDB, "gpframe._duckdb_udf"))  # fmt: skip
+      covers=("sql.gp_privatize",), modules=(DDB, "gpframe.duckdb.udf"))  # fmt: skip
 def _sql_privatize_excluded(ctx: Ctx) -> Any:
     return _sql(ctx, "SELECT uid, gp_privatize(uid, x, y, 1e3) AS p FROM pings")
 
 
 @case(name="knn/sql-udf/budget-exclusion", frontend="sql-macro", covers=("sql.gp_knn",),
-      modules=("gpframe.duckdb_knn",))  # fmt: skip
+      modules=("gpframe.duckdb.knn",))  # fmt: skip
 def _sql_knn_excluded(ctx: Ctx) -> Any:
     qx, qy = POINT
     return _sql(ctx, f"SELECT uid, gp_knn(uid, xs, ys, {qx}, {qy}, 3, 1e3) AS pos "
@@ -727,7 +733,7 @@ def _bowtie() -> Any:
 
 
 @case(name="refusal/accessor/invalid-region", frontend="accessor",
-      covers=("accessor.range_count",), modules=(ACC, QF + "range_count_frame"),
+      covers=("accessor.range_count",), modules=(ACC, "gpframe.frame.range_count"),
       **REFUSAL)  # fmt: skip
 def _refuse_region(ctx: Ctx) -> Any:
     # the region is the caller's (public); the message may quote it, never the data
@@ -735,7 +741,7 @@ def _refuse_region(ctx: Ctx) -> Any:
 
 
 @case(name="refusal/accessor/several-rows-per-user", frontend="accessor",
-      covers=("accessor.nearest_users",), modules=(ACC, QF + "knn_frame"),
+      covers=("accessor.nearest_users",), modules=(ACC, "gpframe.frame.knn"),
       **REFUSAL)  # fmt: skip
 def _refuse_component(ctx: Ctx) -> Any:
     # nearest_users reads one point per user: without reduce= the refusal names the users
@@ -743,14 +749,14 @@ def _refuse_component(ctx: Ctx) -> Any:
 
 
 @case(name="refusal/accessor/budget-nearest_users", frontend="accessor",
-      covers=("accessor.nearest_users",), modules=(ACC, QF + "knn_frame"),
+      covers=("accessor.nearest_users",), modules=(ACC, "gpframe.frame.knn"),
       **REFUSAL)  # fmt: skip
 def _refuse_budget_nearest(ctx: Ctx) -> Any:
     return ctx.bound().nearest_users(POINT, 2, rho=1e3, reduce="last", rng=ctx.rng(127))
 
 
 @case(name="refusal/accessor/rho-on-gp-session", frontend="accessor",
-      covers=("accessor.knn",), modules=(ACC, QF + "knn_frame"), **REFUSAL,
+      covers=("accessor.knn",), modules=(ACC, "gpframe.frame.knn"), **REFUSAL,
       **GP_SESSION)  # fmt: skip
 def _refuse_rho_on_gp(ctx: Ctx) -> Any:
     return ctx.bound().knn(POINT, 3, rho=1e-4, rng=ctx.rng(128))
@@ -760,7 +766,7 @@ def _refuse_rho_on_gp(ctx: Ctx) -> Any:
       modules=(MON,), public=LOCAL, central=True, **REFUSAL)  # fmt: skip
 def _refuse_monitor_budget(ctx: Ctx) -> Any:
     import gpframe as gp
-    from gpframe.monitor import threshold_query
+    from gpframe.queries.monitor import threshold_query
 
     # a central budget smaller than the query: the canary session's (1e5) cannot be exceeded
     # by one supported epsilon (<= 100), so the refusal runs on a small session of its own
@@ -804,7 +810,7 @@ def _refuse_sql_rho_gp(ctx: Ctx) -> Any:
 
 
 @case(name="refusal/sql-udf/knn-nan", frontend="sql-macro", covers=("sql.gp_knn",),
-      modules=("gpframe.duckdb_knn",), **REFUSAL)  # fmt: skip
+      modules=("gpframe.duckdb.knn",), **REFUSAL)  # fmt: skip
 def _refuse_sql_knn_nan(ctx: Ctx) -> Any:
     qx, qy = POINT
     x = _first_row("x", "'nan'::DOUBLE")
@@ -813,7 +819,7 @@ def _refuse_sql_knn_nan(ctx: Ctx) -> Any:
 
 
 @case(name="refusal/sql-table-macro/hull-inf", frontend="sql-table-macro",
-      covers=("sql.gp_convex_hulls",), modules=("gpframe.duckdb_knn",), **REFUSAL)  # fmt: skip
+      covers=("sql.gp_convex_hulls",), modules=("gpframe.duckdb.knn",), **REFUSAL)  # fmt: skip
 def _refuse_sql_hulls_inf(ctx: Ctx) -> Any:
     y = _first_row("y", "'inf'::DOUBLE")
     q = f"SELECT uid AS user_id, x, {y} AS y FROM pings".replace("'", "''")
@@ -821,7 +827,7 @@ def _refuse_sql_hulls_inf(ctx: Ctx) -> Any:
 
 
 @case(name="refusal/sql-relation/knn-nan", frontend="sql-relation", covers=("duckdb.knn",),
-      modules=(DDB, "gpframe.duckdb_knn"), **REFUSAL)  # fmt: skip
+      modules=(DDB, "gpframe.duckdb.knn"), **REFUSAL)  # fmt: skip
 def _refuse_rel_knn_nan(ctx: Ctx) -> Any:
     import gpframe as gp
 
@@ -830,7 +836,7 @@ def _refuse_rel_knn_nan(ctx: Ctx) -> Any:
 
 
 @case(name="refusal/sql-relation/budget-nearest_users", frontend="sql-relation",
-      covers=("duckdb.nearest_users",), modules=(DDB, "gpframe.duckdb_knn"), **REFUSAL)  # fmt: skip
+      covers=("duckdb.nearest_users",), modules=(DDB, "gpframe.duckdb.knn"), **REFUSAL)  # fmt: skip
 def _refuse_rel_budget(ctx: Ctx) -> Any:
     # refused read-only before reserving, like the accessor: the ledger digest must not change
     import gpframe as gp
@@ -841,7 +847,7 @@ def _refuse_rel_budget(ctx: Ctx) -> Any:
 
 
 @case(name="refusal/sql-udf/invalid-region", frontend="sql-macro", covers=("sql.gp_in_region",),
-      modules=("gpframe.duckdb_range",), **REFUSAL)  # fmt: skip
+      modules=("gpframe.duckdb.range_count",), **REFUSAL)  # fmt: skip
 def _refuse_sql_region(ctx: Ctx) -> Any:
     import shapely
 
@@ -850,21 +856,21 @@ def _refuse_sql_region(ctx: Ctx) -> Any:
 
 
 @case(name="refusal/sql-udf/in_region-on-gp-session", frontend="sql-macro",
-      covers=("sql.gp_in_region",), modules=("gpframe.duckdb_range",), **REFUSAL,
+      covers=("sql.gp_in_region",), modules=("gpframe.duckdb.range_count",), **REFUSAL,
       **GP_SESSION)  # fmt: skip
 def _refuse_sql_region_gp(ctx: Ctx) -> Any:
     return _sql_range(ctx)
 
 
 @case(name="refusal/sql-udf/kde-on-gp-session", frontend="sql-macro",
-      covers=("sql.gp_kde_contribution",), modules=("gpframe.duckdb_kde",), **REFUSAL,
+      covers=("sql.gp_kde_contribution",), modules=("gpframe.duckdb.kde",), **REFUSAL,
       **GP_SESSION)  # fmt: skip
 def _refuse_sql_kde_gp(ctx: Ctx) -> Any:
     return _sql_kde(ctx)
 
 
 @case(name="refusal/sql-relation/grid-value-out-of-bounds", frontend="sql-relation",
-      covers=("duckdb.clip_user",), modules=(DDB, "gpframe.duckdb_grid"),
+      covers=("duckdb.clip_user",), modules=(DDB, "gpframe.duckdb.grid"),
       public=frozenset({"count", "cell"}), central=True, **REFUSAL)  # fmt: skip
 def _refuse_sql_grid(ctx: Ctx) -> Any:
     import gpframe as gp
@@ -886,13 +892,13 @@ def _few_points(ctx: Ctx, n: int = 3) -> pd.DataFrame:
 
 
 @case(name="knn/accessor/k-above-points", frontend="accessor", covers=("accessor.knn",),
-      modules=(ACC, QF + "knn_frame", QF + "knn"))  # fmt: skip
+      modules=(ACC, "gpframe.frame.knn", QF + "knn"))  # fmt: skip
 def _knn_few(ctx: Ctx) -> Any:
     return ctx.bound(_few_points(ctx)).knn(POINT, 5, rho=1e-4, rng=ctx.rng(130))
 
 
 @case(name="convex_hull/accessor/few-points-fallback", frontend="accessor",
-      covers=("accessor.convex_hull",), modules=(ACC, QF + "knn_frame", QF + "hull"))  # fmt: skip
+      covers=("accessor.convex_hull",), modules=(ACC, "gpframe.frame.knn", QF + "hull"))  # fmt: skip
 def _hull_few(ctx: Ctx) -> Any:
     return ctx.bound(_few_points(ctx)).convex_hull(rho=1e-4, rng=ctx.rng(131))
 
@@ -901,7 +907,7 @@ _EMPTY_FIRST = "CASE WHEN uid = '{u}' THEN []::DOUBLE[] ELSE list({c}) END"
 
 
 @case(name="refusal/sql-udf/hull-empty-point-list", frontend="sql-macro",
-      covers=("sql.gp_convex_hull",), modules=("gpframe.duckdb_knn",), **REFUSAL)  # fmt: skip
+      covers=("sql.gp_convex_hull",), modules=("gpframe.duckdb.knn",), **REFUSAL)  # fmt: skip
 def _refuse_sql_hull_empty(ctx: Ctx) -> Any:
     u = ctx.data.users[0]
     xs, ys = (_EMPTY_FIRST.format(u=u, c=c) for c in ("x", "y"))
@@ -910,7 +916,7 @@ def _refuse_sql_hull_empty(ctx: Ctx) -> Any:
 
 
 @case(name="refusal/sql-udf/knn-gp-empty-point-list", frontend="sql-macro",
-      covers=("sql.gp_knn_gp",), modules=("gpframe.duckdb_knn",), **REFUSAL,
+      covers=("sql.gp_knn_gp",), modules=("gpframe.duckdb.knn",), **REFUSAL,
       **GP_SESSION)  # fmt: skip
 def _refuse_sql_knn_empty(ctx: Ctx) -> Any:
     qx, qy = POINT
@@ -926,7 +932,7 @@ def _refuse_sql_knn_empty(ctx: Ctx) -> Any:
 
 
 @case(name="kde_raster/accessor/lonlat-auto-projection", frontend="accessor",
-      covers=("accessor.kde_raster",), modules=(ACC, QF + "kde_frame", "gpframe.geo"))  # fmt: skip
+      covers=("accessor.kde_raster",), modules=(ACC, "gpframe.frame.kde", "gpframe.geo"))  # fmt: skip
 def _kde_raster_auto(ctx: Ctx) -> Any:
     d = ctx.data.lonlat.drop(columns=["lon", "lat"])
     return d.geopriv(ctx.session, user="uid").kde_raster(
@@ -934,14 +940,14 @@ def _kde_raster_auto(ctx: Ctx) -> Any:
 
 
 @case(name="convex_hull/accessor/lonlat", frontend="accessor", covers=("accessor.convex_hull",),
-      modules=(ACC, QF + "knn_frame", QF + "hull"))  # fmt: skip
+      modules=(ACC, "gpframe.frame.knn", QF + "hull"))  # fmt: skip
 def _hull_lonlat(ctx: Ctx) -> Any:
     b = ctx.data.lonlat.geopriv(ctx.session, user="uid", to_crs=CRS_M)
     return b.convex_hull(rho=1e-4, rng=ctx.rng(141))
 
 
 @case(name="knn/accessor/lonlat", frontend="accessor", covers=("accessor.knn",),
-      modules=(ACC, QF + "knn_frame", QF + "knn"))  # fmt: skip
+      modules=(ACC, "gpframe.frame.knn", QF + "knn"))  # fmt: skip
 def _knn_lonlat(ctx: Ctx) -> Any:
     b = ctx.data.lonlat.geopriv(ctx.session, user="uid", to_crs=CRS_M, public=["ts"])
     return b.knn((0.55, 43.44), 3, rho=1e-4, rng=ctx.rng(142))
@@ -949,7 +955,7 @@ def _knn_lonlat(ctx: Ctx) -> Any:
 
 @case(name="range_count/accessor/regions-frame", frontend="accessor",
       covers=("accessor.range_count",),
-      modules=(ACC, QF + "range_count_frame", QF + "range_count"))  # fmt: skip
+      modules=(ACC, "gpframe.frame.range_count", QF + "range_count"))  # fmt: skip
 def _range_regions(ctx: Ctx) -> Any:
     import geopandas as gpd
     import shapely
@@ -962,7 +968,7 @@ def _range_regions(ctx: Ctx) -> Any:
 
 
 @case(name="kde/accessor/query-points-frame", frontend="accessor", covers=("accessor.kde",),
-      modules=(ACC, QF + "kde_frame", QF + "kde"))  # fmt: skip
+      modules=(ACC, "gpframe.frame.kde", QF + "kde"))  # fmt: skip
 def _kde_points(ctx: Ctx) -> Any:
     import geopandas as gpd
 
@@ -972,7 +978,7 @@ def _kde_points(ctx: Ctx) -> Any:
 
 
 @case(name="range_count/duckdb-relation", frontend="sql-relation", covers=("duckdb.range_count",),
-      modules=(DDB, "gpframe.duckdb_range"))  # fmt: skip
+      modules=(DDB, "gpframe.duckdb.range_count"))  # fmt: skip
 def _rel_range_count(ctx: Ctx) -> Any:
     import shapely
 
@@ -984,7 +990,7 @@ def _rel_range_count(ctx: Ctx) -> Any:
 
 
 @case(name="knn/sql-table-macro/named-columns", frontend="sql-table-macro",
-      covers=("sql.gp_knn_rows",), modules=("gpframe.duckdb_knn",))  # fmt: skip
+      covers=("sql.gp_knn_rows",), modules=("gpframe.duckdb.knn",))  # fmt: skip
 def _sql_knn_rows_named(ctx: Ctx) -> Any:
     qx, qy = POINT
     # the columns named, not aliased: the named x / y columns must stay out of the output
@@ -993,7 +999,7 @@ def _sql_knn_rows_named(ctx: Ctx) -> Any:
 
 
 @case(name="range_count/sql-udf/crs", frontend="sql-macro", covers=("sql.gp_in_region",),
-      modules=("gpframe.duckdb_range", "gpframe.geo"))  # fmt: skip
+      modules=("gpframe.duckdb.range_count", "gpframe.geo"))  # fmt: skip
 def _sql_range_crs(ctx: Ctx) -> Any:
     import duckdb
     import shapely
@@ -1006,6 +1012,8 @@ def _sql_range_crs(ctx: Ctx) -> Any:
     con.execute("SET threads=1")
     con.register("pings", pd.DataFrame(ctx.data.frame.drop(columns="geometry")))
     gp.duckdb.register(con, ctx.session, crs=CRS_M, rng=ctx.rng(31))
-    q = ("SELECT sum(CAST(gp_in_region(p.uid, p.x, p.y, ?, 1e-5, 10) AS INT)) AS n FROM (SELECT "
-         "uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM pings GROUP BY uid) AS p")
+    q = (
+        "SELECT sum(CAST(gp_in_region(p.uid, p.x, p.y, ?, 1e-5, 10) AS INT)) AS n FROM (SELECT "
+        "uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM pings GROUP BY uid) AS p"
+    )
     return con.execute(q, [shapely.to_wkb(shapely.box(*REGION))]).df()

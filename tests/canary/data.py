@@ -75,7 +75,7 @@ def make_dataset(*, extra_user: bool = False, move_west: bool = False) -> Datase
         if (u, n) == EXTRA_USER:
             # the added user shares the first user's places (a few cm apart): the same cells,
             # so the released cell set (public under a public occupancy) is the same in D and D'
-            first = rows[: n]
+            first = rows[:n]
             rows += [(u, x + 0.0371, y - 0.0529) for _, x, y in first]
             continue
         # each user around their own centre, all of them within a few km of POINT

@@ -304,7 +304,7 @@ def _sql_functions(con: Any) -> set[str]:
 def discovered_operations(con: Any) -> set[str]:
     """Every operation a user can call, by frontend, found by introspection."""
     import gpframe as gp
-    from gpframe.accessor import GeoPriv
+    from gpframe.frame.accessor import GeoPriv
 
     found = {
         f"accessor.{n}"
@@ -314,7 +314,7 @@ def discovered_operations(con: Any) -> set[str]:
     for prefix, mod in (("monitor", gp.monitor), ("duckdb", gp.duckdb)):
         # the public names: __all__, and any public function of the module (or of its
         # gpframe.duckdb_* siblings) it exposes without listing it; re-exported mechanisms
-        # (gpframe.monitor imports gpframe.mechanisms.selection) are not the frontend's own
+        # (gpframe.queries.monitor imports gpframe.mechanisms.selection) are not the frontend's own
         names = set(getattr(mod, "__all__", ())) | {n for n in dir(mod) if not n.startswith("_")}
         for n in names:
             obj = getattr(mod, n, None)
@@ -343,8 +343,15 @@ def test_every_operation_has_a_canary_case(ctx: Ctx) -> None:
 def test_discovery_sees_every_frontend(ctx: Ctx) -> None:
     """A discovery that silently found nothing would make the previous test vacuous."""
     found = discovered_operations(ctx.con)
-    for name in ("accessor.privatize", "accessor.grid_stats", "monitor.threshold_query",
-                 "duckdb.knn", "sql.gp_privatize", "sql.gp_knn_rows", "sql.gp_grid_release"):
+    for name in (
+        "accessor.privatize",
+        "accessor.grid_stats",
+        "monitor.threshold_query",
+        "duckdb.knn",
+        "sql.gp_privatize",
+        "sql.gp_knn_rows",
+        "sql.gp_grid_release",
+    ):
         assert name in found, name  # fmt: skip
     assert not any(n.endswith(("_udf_int", "_udf_uint", "_udf_str")) for n in found)
 
@@ -352,9 +359,7 @@ def test_discovery_sees_every_frontend(ctx: Ctx) -> None:
 def test_case_names_are_real_operations(ctx: Ctx) -> None:
     """A typo in ``covers`` would leave an operation looking covered (missing helpers aside)."""
     found = discovered_operations(ctx.con) | set(NOT_OPERATIONS)
-    stale = sorted(
-        n for c in CASES if not c.missing() for n in c.covers if n not in found
-    )
+    stale = sorted(n for c in CASES if not c.missing() for n in c.covers if n not in found)
     assert not stale, stale
     import importlib.util
 
@@ -423,7 +428,7 @@ def test_scanner_finds_planted_canaries() -> None:
         assert any(h.cls == cls for h in hits), (what, hits)
         assert not scan(what, obj, can, public=frozenset({cls}), check_counts=cls != "count")
     # values far from every canary (rounded to 10 m, 1e-3 degree) are not hits
-    clean = [round(x0, -1) + 10, f"{x0:.0f}", round(float(d.lonlat['lon'].iloc[0]), 3)]
+    clean = [round(x0, -1) + 10, f"{x0:.0f}", round(float(d.lonlat["lon"].iloc[0]), 3)]
     assert not scan("clean", clean, can, public=frozenset(), check_counts=True)
 
 

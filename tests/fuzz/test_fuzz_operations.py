@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpframe as gp
-from gpframe.queries.range_count_frame import First, Last
+from gpframe.frame.range_count import First, Last
 
 from ._harness import assert_budgets, assert_finite, attempt, bad_scalars, good_amounts, scalars
 
@@ -765,7 +765,7 @@ def _grid_kw(bound, fkind, kw):
     occ = kw["occupancy"]
     p = bound.projected
     if isinstance(occ, str) and occ.startswith("occ_"):
-        from gpframe.queries.grid_stats_frame import h3_cells
+        from gpframe.frame.grid_stats import h3_cells
 
         res = kw["cells"] if isinstance(kw["cells"], int) and 0 <= kw["cells"] <= 15 else 8
         cells = [h3.int_to_str(int(c)) for c in h3_cells(p, res)]
@@ -783,7 +783,7 @@ def _grid_kw(bound, fkind, kw):
     elif pc == "far":
         kw["public_cells"] = shapely.box(*_utm_to(fkind, 0.0, 0.0), *_utm_to(fkind, 10.0, 10.0))
     elif pc == "list":
-        from gpframe.queries.grid_stats_frame import h3_cells
+        from gpframe.frame.grid_stats import h3_cells
 
         kw["public_cells"] = sorted({h3.int_to_str(int(c)) for c in h3_cells(p, 8)})
     elif pc == "badlist":

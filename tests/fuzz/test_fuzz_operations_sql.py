@@ -406,7 +406,7 @@ clip_kw = st.fixed_dictionaries(
     },
 )
 
-GRID_SQL = Path(gp.__file__).parent / "sql" / "grid_stats.sql"
+GRID_SQL = gp.duckdb.SQL_DIR / "grid_stats.sql"
 
 
 def _clip(con, session, kw):

@@ -8,7 +8,7 @@ import pyproj
 import pytest
 
 import gpframe as gp
-import gpframe.accessor
+import gpframe.frame.accessor
 from gpframe.ledger import Session
 from gpframe.testing import seeded_rng
 
@@ -48,8 +48,9 @@ def test_round_trip_lonlat_dataframe_keeps_index_crs_and_columns(pings):
     s = Session(budget=gp.CGP(rho=1e-3))
     # ping: a public id; speed: computed from the locations, so it must not pass through
     df = pings.assign(ping=np.arange(len(pings)), speed=np.arange(len(pings), dtype=float))
-    bound = df.geopriv(s, user="taxi", lon="lon", lat="lat", crs="EPSG:4326", to_crs=UTM24S,
-                     public=["ping"])
+    bound = df.geopriv(
+        s, user="taxi", lon="lon", lat="lat", crs="EPSG:4326", to_crs=UTM24S, public=["ping"]
+    )
     with pytest.warns(gp.GpframeWarning, match=r"^dropped columns \['speed'\]"):
         out = bound.privatize(rho=1e-4, rng=seeded_rng(1))
     assert isinstance(out, gpd.GeoDataFrame)

@@ -17,8 +17,11 @@ import pandas as pd
 import pytest
 
 import gpframe as gp
-from gpframe.accessor import GeoPriv
-from gpframe.queries import grid_stats_frame, kde_frame, knn_frame, range_count_frame
+from gpframe.frame import grid_stats as grid_stats_frame
+from gpframe.frame import kde as kde_frame
+from gpframe.frame import knn as knn_frame
+from gpframe.frame import range_count as range_count_frame
+from gpframe.frame.accessor import GeoPriv
 
 #: method name -> (module, function) of the implementation it forwards to
 IMPLEMENTATIONS = {
@@ -180,9 +183,14 @@ def test_grid_stats_plan_options_still_reach_clip_user(monkeypatch: pytest.Monke
     out = bound.grid_stats(**kw, error_cap=1e9, kappa=2.0, split=(0.25, 0.75),
                            protect_worst_grid=False, rollback_incomplete_stage=True)  # fmt: skip
     assert len(out) >= 1 and seen
-    assert {k: seen[0][k] for k in ("error_cap", "kappa", "split", "protect_worst_grid",
-                                    "rollback_incomplete_stage")} == {
-        "error_cap": 1e9, "kappa": 2.0, "split": (0.25, 0.75), "protect_worst_grid": False,
+    assert {
+        k: seen[0][k]
+        for k in ("error_cap", "kappa", "split", "protect_worst_grid", "rollback_incomplete_stage")
+    } == {
+        "error_cap": 1e9,
+        "kappa": 2.0,
+        "split": (0.25, 0.75),
+        "protect_worst_grid": False,
         "rollback_incomplete_stage": True,
     }
     snap = s.ledger.snapshot()
@@ -229,4 +237,4 @@ def test_one_word_for_the_guarantee_kind() -> None:
                     continue
                 if "mode" in params:
                     found.append(f"{info.name}.{label}")
-    assert sorted(set(found)) == ["gpframe.monitor.above_threshold"]
+    assert sorted(set(found)) == ["gpframe.queries.monitor.above_threshold"]

@@ -69,7 +69,7 @@ WORKER = r"""
 import json, os, sys, time, warnings
 from pathlib import Path
 import duckdb, numpy as np, pandas as pd, shapely
-import gpframe as gp, gpframe.accessor
+import gpframe as gp, gpframe.frame.accessor
 from gpframe.ledger import Session
 
 path, log, ops, n = sys.argv[1], sys.argv[2], sys.argv[3].split(","), int(sys.argv[4])
@@ -148,7 +148,7 @@ with Session(path) as s:
             "cell": np.tile([1, 2, 2, 3], N_GRID) + (np.repeat(g, 4) % 2),
             "speed": np.tile([3.0, 12.5, 27.0, 8.0], N_GRID)}))
         con.execute("CREATE TABLE gpings AS SELECT * FROM grid_df")
-        grid_sql = (Path(gp.__file__).parent / "sql" / "grid_stats.sql").read_text()
+        grid_sql = (gp.duckdb.SQL_DIR / "grid_stats.sql").read_text()
     W = shapely.to_wkb(BOX)
     sqls = {
         "gp_in_region": (
@@ -426,7 +426,7 @@ def test_kill_9_mid_ops_never_releases_uncharged_loop(tmp_path, ops, seed):
 
 def test_no_operation_takes_a_charge_id():
     """Replays are a ledger-level API: if an operation grows ``charge_id``, test it here."""
-    from gpframe.accessor import GeoPriv
+    from gpframe.frame.accessor import GeoPriv
 
     for name in (*PY_OPS, "privatize"):
         assert "charge_id" not in inspect.signature(getattr(GeoPriv, name)).parameters, name
@@ -442,7 +442,7 @@ def test_replaying_an_operations_committed_charge_admits_nobody(tmp_path, op):
     import pandas as pd
     import shapely
 
-    import gpframe.accessor  # noqa: F401  (registers df.geopriv)
+    import gpframe.frame.accessor  # noqa: F401  (registers df.geopriv)
 
     path = str(tmp_path / "ledger.sqlite")
     with Session(path, budget=gp.CGP(rho=1e-2), central=gp.DP(epsilon=50)) as s:
@@ -489,7 +489,7 @@ def test_replaying_an_operations_committed_charge_admits_nobody(tmp_path, op):
 def test_nearest_users_refuses_an_unaffordable_k_with_budget_exceeded():
     import pandas as pd
 
-    import gpframe.accessor  # noqa: F401  (registers df.geopriv)
+    import gpframe.frame.accessor  # noqa: F401  (registers df.geopriv)
 
     s = Session(budget=gp.CGP(rho=RHO / 2))  # nobody can pay RHO
     df = pd.DataFrame({"uid": [0, 1, 2], "x": [500_000.0, 500_100, 500_200], "y": 4.5e6})

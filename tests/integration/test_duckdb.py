@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 import gpframe as gp
-import gpframe.accessor
+import gpframe.frame.accessor
 from gpframe.duckdb import register
 from gpframe.ledger import Session
 from gpframe.testing import seeded_rng

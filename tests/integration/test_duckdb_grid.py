@@ -9,15 +9,15 @@ import pandas as pd
 import pytest
 
 import gpframe as gp
-import gpframe.accessor  # registers df.geopriv
-from gpframe.duckdb_grid import clip_user, register_grid
+import gpframe.frame.accessor  # registers df.geopriv
+from gpframe.duckdb.grid import clip_user, register_grid
 from gpframe.errors import InvalidInputError
+from gpframe.frame.grid_stats import grid_stats
 from gpframe.ledger import Session
-from gpframe.queries.grid_stats_frame import grid_stats
 from gpframe.testing import seeded_rng
 
 duckdb = pytest.importorskip("duckdb")
-SQL = (pathlib.Path(__file__).parents[2] / "sql" / "grid_stats.sql").read_text()
+SQL = (gp.duckdb.SQL_DIR / "grid_stats.sql").read_text()
 
 
 @pytest.fixture(scope="module")

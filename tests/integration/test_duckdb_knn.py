@@ -10,8 +10,8 @@ import pytest
 import shapely
 
 import gpframe as gp
-import gpframe.accessor
-from gpframe.duckdb_knn import register_knn
+import gpframe.frame.accessor
+from gpframe.duckdb.knn import register_knn
 from gpframe.ledger import Session
 from gpframe.queries.hull import private_hulls
 from gpframe.queries.knn import knn_indices
@@ -19,7 +19,7 @@ from gpframe.testing import seeded_rng
 
 CRS = "EPSG:32618"
 POINT = (500_000.0, 4_500_000.0)
-SQL = pathlib.Path(__file__).resolve().parents[2] / "sql"
+SQL = gp.duckdb.SQL_DIR
 
 
 def _pings(n_users=6, n_pts=40, seed=0):

@@ -12,7 +12,7 @@ import pytest
 import shapely
 
 import gpframe as gp
-from gpframe.duckdb_knn import register_knn
+from gpframe.duckdb.knn import register_knn
 from gpframe.ledger import Session
 from gpframe.queries.hull import private_hulls
 from gpframe.queries.knn import knn_indices
@@ -20,7 +20,7 @@ from gpframe.testing import seeded_rng
 
 CRS = "EPSG:32618"
 POINT = (500_000.0, 4_500_000.0)
-SQL = pathlib.Path(gp.__file__).resolve().parent / "sql"
+SQL = gp.duckdb.SQL_DIR
 BUDGETS = {"cgp": lambda: gp.CGP(rho=1e-2), "gp": lambda: gp.GP(eps=1.0)}
 
 
@@ -497,16 +497,24 @@ def _vcon(session, seed):
 @pytest.mark.parametrize("sfx, amount", [("", "1e-4"), ("_gp", "0.01")])
 def test_knn_rows_takes_the_user_and_coordinate_columns_by_name(sfx, amount):
     s_named, s_alias = Session(budget=gp.CGP(rho=1e-2)), Session(budget=gp.CGP(rho=1e-2))
-    named = _vcon(s_named, 40).execute(
-        f"SELECT * FROM gp_knn_rows{sfx}('SELECT * FROM pings', 500000.0, 4500000.0, 2, {amount},"
-        " user := 'vessel', x := 'x_m', y := 'y_m') ORDER BY vessel, knn_rank"
-    ).df()
+    named = (
+        _vcon(s_named, 40)
+        .execute(
+            f"SELECT * FROM gp_knn_rows{sfx}('SELECT * FROM pings', 500000.0, 4500000.0, 2, "
+            f"{amount}, user := 'vessel', x := 'x_m', y := 'y_m') ORDER BY vessel, knn_rank"
+        )
+        .df()
+    )
     # no true coordinate under its own name either: the named x/y columns stay out
     assert list(named.columns) == ["vessel", "ts", "knn_rank"]
-    alias = _con(s_alias, 40, _pings()).execute(
-        f"SELECT * FROM gp_knn_rows{sfx}('SELECT user_id, ts, x, y FROM pings', 500000.0, "
-        f"4500000.0, 2, {amount}) ORDER BY user_id, knn_rank"
-    ).df()
+    alias = (
+        _con(s_alias, 40, _pings())
+        .execute(
+            f"SELECT * FROM gp_knn_rows{sfx}('SELECT user_id, ts, x, y FROM pings', 500000.0, "
+            f"4500000.0, 2, {amount}) ORDER BY user_id, knn_rank"
+        )
+        .df()
+    )
     assert named.to_numpy().tolist() == alias.to_numpy().tolist()  # same seed, same picks
     _same_spent(s_named, s_alias)
 

@@ -7,10 +7,10 @@ import pytest
 import shapely
 
 import gpframe as gp
-import gpframe.accessor
-from gpframe.duckdb_range import register_range_count
+import gpframe.frame.accessor
+from gpframe.duckdb.range_count import register_range_count
+from gpframe.frame.range_count import range_count
 from gpframe.ledger import Session
-from gpframe.queries.range_count_frame import range_count
 from gpframe.testing import seeded_rng
 
 CRS = "EPSG:32618"
@@ -145,7 +145,7 @@ def test_sql_example_file_runs():
     """sql/range_count.sql runs against a registered connection (after its setup lines)."""
     import pathlib
 
-    path = pathlib.Path(__file__).resolve().parents[2] / "sql" / "range_count.sql"
+    path = gp.duckdb.SQL_DIR / "range_count.sql"
     s = Session(budget=gp.CGP(rho=1e-3))
     con = _con(s, 6)
     fixes = _pings(50).rename(columns={"boat": "user_id"})
@@ -178,7 +178,7 @@ def _registered(session, seed, **kw):
 
 
 def test_sum_over_all_fixes_counts_rows_but_range_count_counts_users():
-    from gpframe.queries.range_count_frame import Last
+    from gpframe.frame.range_count import Last
 
     fixes = _fixes()
     s_rows, s_users = Session(budget=gp.CGP(rho=1.0)), Session(budget=gp.CGP(rho=1.0))
@@ -202,7 +202,7 @@ def test_sum_over_all_fixes_counts_rows_but_range_count_counts_users():
 
 
 def test_range_count_matches_the_accessor_component_choice_and_charges():
-    from gpframe.queries.range_count_frame import Last
+    from gpframe.frame.range_count import Last
 
     fixes = _fixes(60, 3)
     s_py, s_sql = Session(budget=gp.CGP(rho=1.0)), Session(budget=gp.CGP(rho=1.0))

@@ -151,7 +151,7 @@ def test_metres_of_the_named_crs_still_run():
 def test_gp_knn_takes_the_crs_scale_and_refuses_degrees():
     from fractions import Fraction
 
-    from gpframe.duckdb_knn import register_knn
+    from gpframe.duckdb.knn import register_knn
     from gpframe.queries.knn import knn_indices
 
     rng = np.random.default_rng(1)  # true points only

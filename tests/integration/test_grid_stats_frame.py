@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 
 import gpframe as gp
-import gpframe.accessor
+import gpframe.frame.accessor
 from gpframe.errors import InvalidInputError
+from gpframe.frame.grid_stats import GridStatsResult, grid_stats
 from gpframe.ledger import Session
-from gpframe.queries.grid_stats_frame import GridStatsResult, grid_stats
 from gpframe.testing import seeded_rng
 
 

@@ -14,11 +14,11 @@ import pytest
 import shapely
 
 import gpframe as gp
-import gpframe.accessor
-from gpframe.accessor import GeoPriv
-from gpframe.duckdb_kde import register_kde
+import gpframe.frame.accessor
+from gpframe.duckdb.kde import register_kde
+from gpframe.frame.accessor import GeoPriv
+from gpframe.frame.kde import KdeResult, kde, kde_raster
 from gpframe.ledger import Session
-from gpframe.queries.kde_frame import KdeResult, kde, kde_raster
 from gpframe.raster import Raster
 from gpframe.testing import seeded_rng
 

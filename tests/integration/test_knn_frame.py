@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import gpframe.accessor  # noqa: F401  (registers df.geopriv)
-from gpframe.accessor import GeoPriv
+import gpframe.frame.accessor  # noqa: F401  (registers df.geopriv)
 from gpframe.accounting.budgets import CGP, GP
 from gpframe.errors import InvalidInputError
+from gpframe.frame import knn as kf
+from gpframe.frame.accessor import GeoPriv
 from gpframe.ledger import Session
-from gpframe.queries import knn_frame as kf
 from gpframe.testing import seeded_rng
 
 HAS_ACCESSOR = all(hasattr(GeoPriv, m) for m in ("knn", "convex_hull", "nearest_users"))

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 import gpframe as gp
-import gpframe.accessor
+import gpframe.frame.accessor
 from gpframe import monitor
 from gpframe.ledger import Session
 from gpframe.results import CuratorViewError, Result
@@ -183,9 +183,7 @@ def test_grid_stats_public_occupancy_changing_one_users_values_changes_only_nois
     for k in ("summary", "statement", "html", "attrs"):
         assert t1[k] == t2[k], k
     public_cols = [c for c in out1.columns if c not in ("mean", "variance", "variance_unbiased")]
-    pd.testing.assert_frame_equal(
-        pd.DataFrame(out1[public_cols]), pd.DataFrame(out2[public_cols])
-    )
+    pd.testing.assert_frame_equal(pd.DataFrame(out1[public_cols]), pd.DataFrame(out2[public_cols]))
     _no_user_named(r1, IDS)  # the excluded user IDS[0] is not listed
     _per_user_attributes_are_curator_only(r1)
     assert r1.spent_at_most == pytest.approx(r1.Gamma_prime * 0.5 * 2)
@@ -200,9 +198,9 @@ def test_grid_stats_public_occupancy_changing_one_users_values_changes_only_nois
 
 def _sql_grid(df: pd.DataFrame) -> pd.DataFrame:
     duckdb = pytest.importorskip("duckdb")
-    from gpframe.duckdb_grid import clip_user, register_grid
+    from gpframe.duckdb.grid import clip_user, register_grid
 
-    sql = (pathlib.Path(gp.__file__).parent / "sql" / "grid_stats.sql").read_text()
+    sql = (gp.duckdb.SQL_DIR / "grid_stats.sql").read_text()
     s = _session_with_one_user_short_of_budget()
     con = duckdb.connect()
     con.register("df_in", df)
@@ -246,24 +244,57 @@ def test_duckdb_grid_changing_one_users_values_changes_only_noisy_values():
 def _monitor_cases():
     return {
         "laplace_at": lambda s, users: monitor.above_threshold(
-            s, [3, 8, 40, 90], 50, users=users, sensitivity=1, epsilon=0.5, integer=True,
+            s,
+            [3, 8, 40, 90],
+            50,
+            users=users,
+            sensitivity=1,
+            epsilon=0.5,
+            integer=True,
             rng=seeded_rng(31),
         ),
         "gaussian_at_R": lambda s, users: monitor.above_threshold(
-            s, [0.1, 0.2, 0.9, 0.1, 0.95], 0.5, users=users, sensitivity=0.01, noise="gaussian",
-            sigma=0.05, bounds=(0, 1), c=2, rng=seeded_rng(32),
+            s,
+            [0.1, 0.2, 0.9, 0.1, 0.95],
+            0.5,
+            users=users,
+            sensitivity=0.01,
+            noise="gaussian",
+            sigma=0.05,
+            bounds=(0, 1),
+            c=2,
+            rng=seeded_rng(32),
         ),
         "gaussian_at_S": lambda s, users: monitor.above_threshold(
-            s, [0.1, 0.2, 0.9, 0.1], 0.5, users=users, sensitivity=0.01, noise="gaussian",
-            sigma=0.05, bounds=(0, 1), mode="S", rng=seeded_rng(33),
+            s,
+            [0.1, 0.2, 0.9, 0.1],
+            0.5,
+            users=users,
+            sensitivity=0.01,
+            noise="gaussian",
+            sigma=0.05,
+            bounds=(0, 1),
+            mode="S",
+            rng=seeded_rng(33),
         ),
         "report_noisy_max": lambda s, users: monitor.report_noisy_max(
-            s, [0.2, 0.7, 0.4], users=users, sigma=0.3, bounds=(0, 1), sensitivity=0.01,
+            s,
+            [0.2, 0.7, 0.4],
+            users=users,
+            sigma=0.3,
+            bounds=(0, 1),
+            sensitivity=0.01,
             rng=seeded_rng(34),
         ),
         "report_noisy_max_laplace": lambda s, users: monitor.report_noisy_max(
-            s, [2, 7, 4], users=users, noise="laplace", epsilon=0.5, sensitivity=1,
-            integer=True, rng=seeded_rng(35),
+            s,
+            [2, 7, 4],
+            users=users,
+            noise="laplace",
+            epsilon=0.5,
+            sensitivity=1,
+            integer=True,
+            rng=seeded_rng(35),
         ),
         "threshold_query": lambda s, users: monitor.threshold_query(
             s, 9, tau=5, users=users, epsilon=0.6, rng=seeded_rng(36)

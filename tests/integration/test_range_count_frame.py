@@ -11,11 +11,11 @@ import pytest
 import shapely
 
 import gpframe as gp
-import gpframe.accessor
-from gpframe.accessor import GeoPriv
+import gpframe.frame.accessor
+from gpframe.frame.accessor import GeoPriv
+from gpframe.frame.range_count import Last, RangeCountResult, range_count
 from gpframe.ledger import Session
-from gpframe.queries.plan_api import plan
-from gpframe.queries.range_count_frame import Last, RangeCountResult, range_count
+from gpframe.ledger.plan import plan
 from gpframe.testing import seeded_rng
 
 CRS = "EPSG:32618"  # UTM 18N; x near the central meridian, so scale_max = 1

@@ -285,7 +285,7 @@ def _calls(text, pattern):
 
 
 def _sql_files():
-    files = sorted((ROOT / "sql").glob("*.sql")) + sorted((ROOT / "gpframe" / "sql").glob("*.sql"))
+    files = sorted(gp.duckdb.SQL_DIR.glob("*.sql"))
     assert files, "no SQL examples found"
     return files
 

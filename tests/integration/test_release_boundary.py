@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import gpframe as gp
-import gpframe.accessor  # registers df.geopriv
+import gpframe.frame.accessor  # registers df.geopriv
 from gpframe.ledger import Session
 from gpframe.testing import seeded_rng
 
@@ -223,8 +223,7 @@ def test_knn_public_column_named_like_the_rank_is_refused_uncharged():
 def test_convex_hull_carries_no_input_column():
     df = _pings(n_pts=40)
     s = Session(budget=gp.CGP(rho=1e-2))
-    hulls = _geo(df).geopriv(s, user="taxi", to_crs=UTM).convex_hull(rho=1e-3,
-                                                                      rng=seeded_rng(6))
+    hulls = _geo(df).geopriv(s, user="taxi", to_crs=UTM).convex_hull(rho=1e-3, rng=seeded_rng(6))
     assert list(hulls.columns) == ["taxi", "k", "radius_m", "error_m", "fallback", "geometry"]
     assert hulls.crs.to_epsg() == 4326
 

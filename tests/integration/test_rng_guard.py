@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 import gpframe as gp
-import gpframe.accessor  # registers df.geopriv
+import gpframe.frame.accessor  # registers df.geopriv
 from gpframe import monitor
 from gpframe.errors import InsecureRandomnessError, InvalidInputError
 from gpframe.ledger import Session

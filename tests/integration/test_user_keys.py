@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import gpframe as gp
-import gpframe.accessor  # registers df.geopriv
+import gpframe.frame.accessor  # registers df.geopriv
 from gpframe.ledger import Session
 
 RHO = 1e-3  # the whole budget of every user
@@ -48,8 +48,12 @@ def _pandas_ids(sql_type, literal):
     if int(literal) == BIG:
         return pd.Series([BIG], dtype=np.uint64)
     # a width and sign different from the SQL type: the key must not depend on either
-    return pd.Series([7], dtype=np.uint8 if sql_type.startswith(("TINY", "SMALL", "INT", "BIG",
-                                                                  "HUGE")) else np.int64)
+    return pd.Series(
+        [7],
+        dtype=np.uint8
+        if sql_type.startswith(("TINY", "SMALL", "INT", "BIG", "HUGE"))
+        else np.int64,
+    )
 
 
 # pandas dtypes of the id 7 (or BIG, or the UUID) and the SQL type the same id takes in SQL
@@ -286,9 +290,9 @@ def test_clip_user_keys_ubigint_and_uuid_users_like_the_accessor():
 
     import h3
 
-    from gpframe.duckdb_grid import clip_user, register_grid
+    from gpframe.duckdb.grid import clip_user, register_grid
 
-    sql = (pathlib.Path(__file__).parents[2] / "sql" / "grid_stats.sql").read_text()
+    sql = (gp.duckdb.SQL_DIR / "grid_stats.sql").read_text()
     cell = h3.str_to_int(h3.latlng_to_cell(40.7, -74.0, 8))
     s = Session(central=gp.DP(epsilon=1000.0))
     con = duckdb.connect()
@@ -303,9 +307,7 @@ def test_clip_user_keys_ubigint_and_uuid_users_like_the_accessor():
                   epsilon=0.5, occupancy="public")  # fmt: skip
         con.sql(sql).fetchall()
     spent = s.spent(notion="central")
-    assert sorted(map(str, spent.index.tolist())) == sorted(
-        [str(BIG), "7", UID, UID[:-1] + "e"]
-    )
+    assert sorted(map(str, spent.index.tolist())) == sorted([str(BIG), "7", UID, UID[:-1] + "e"])
     assert all(type(k) is int for k in spent.index.tolist() if str(k).isdigit())
     before = s.ledger.snapshot()
     con.execute("CREATE OR REPLACE TABLE pings AS SELECT 7.0::DOUBLE AS vessel, "
@@ -317,7 +319,7 @@ def test_clip_user_keys_ubigint_and_uuid_users_like_the_accessor():
 
 
 def test_monitor_users_are_the_accessor_and_sql_ledger_users():
-    from gpframe.monitor import threshold_query
+    from gpframe.queries.monitor import threshold_query
 
     s = Session(central=gp.DP(epsilon=10.0))
     threshold_query(s, 900, tau=500, users=np.array([7, BIG], dtype=np.uint64), epsilon=0.5)
@@ -336,14 +338,13 @@ ACCESSOR_CALLS = {
     "privatize": lambda b: b.privatize(rho=RHO),
     "knn": lambda b: b.knn((500_000.0, 8_800_000.0), 1, rho=RHO),
     "convex_hull": lambda b: b.convex_hull(rho=RHO),
-    "nearest_users": lambda b: b.nearest_users((500_000.0, 8_800_000.0), 1, rho=RHO,
-                                               reduce="last"),
+    "nearest_users": lambda b: b.nearest_users((500_000.0, 8_800_000.0), 1, rho=RHO, reduce="last"),
     "range_count": lambda b: b.range_count(
-        __import__("shapely").box(499_000.0, 8_799_000.0, 501_000.0, 8_801_000.0), rho=RHO,
+        __import__("shapely").box(499_000.0, 8_799_000.0, 501_000.0, 8_801_000.0),
+        rho=RHO,
         reduce="last",
     ),
-    "kde": lambda b: b.kde([(500_000.0, 8_800_000.0)], bandwidth_m=500.0, rho=RHO,
-                          reduce="last"),
+    "kde": lambda b: b.kde([(500_000.0, 8_800_000.0)], bandwidth_m=500.0, rho=RHO, reduce="last"),
 }
 
 

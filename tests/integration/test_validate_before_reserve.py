@@ -18,7 +18,7 @@ import pytest
 import shapely
 
 import gpframe as gp
-import gpframe.accessor  # registers df.geopriv
+import gpframe.frame.accessor  # registers df.geopriv
 from gpframe import monitor
 from gpframe.errors import InsecureRandomnessError, InvalidInputError
 from gpframe.ledger import Session
@@ -202,7 +202,7 @@ def test_range_count_backstop_cancels(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("method", ["pt", "dist-elim"])
 def test_kde_backstop_cancels(monkeypatch: pytest.MonkeyPatch, method: str) -> None:
-    from gpframe.queries import kde_frame
+    from gpframe.frame import kde as kde_frame
 
     _fail_on_second_call(monkeypatch, kde_frame, "check_method_parts")
     s, b = _bound(gp.CGP(rho=1e-3))
@@ -212,7 +212,7 @@ def test_kde_backstop_cancels(monkeypatch: pytest.MonkeyPatch, method: str) -> N
 
 
 def test_kde_raster_backstop_cancels(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpframe.queries import kde_frame
+    from gpframe.frame import kde as kde_frame
 
     _fail_on_second_call(monkeypatch, kde_frame, "check_method_parts")
     s, b = _bound(gp.CGP(rho=1e-3))

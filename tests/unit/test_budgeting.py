@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpframe.budgeting import SCHEDULES, Plan, schedule_lambda, simulate
+from gpframe.accounting.schedules import SCHEDULES, Plan, schedule_lambda, simulate
 from gpframe.errors import InvalidInputError
 
 

@@ -179,7 +179,7 @@ def test_accessor_outputs_do_not_move_with_one_user_under_to_crs():
     # End to end (the reviewer's r01 reads these params and the ledger history): with a named CRS,
     # the deterministic outputs are the same whichever of two places user 3 is in.
     import gpframe as gp
-    import gpframe.accessor  # registers df.geopriv
+    import gpframe.frame.accessor  # registers df.geopriv
     from gpframe.ledger import Session
 
     def run(lon3: float) -> tuple:
@@ -271,7 +271,7 @@ def test_convenience_path_warns_once_per_accessor_call_and_public_paths_do_not()
     import warnings
 
     import gpframe as gp
-    import gpframe.accessor  # registers df.geopriv
+    import gpframe.frame.accessor  # registers df.geopriv
     from gpframe.ledger import Session
 
     df = nyc_frame(-72.31)
@@ -297,7 +297,7 @@ def test_convenience_path_warns_once_per_accessor_call_and_public_paths_do_not()
 def test_accessor_outputs_on_the_convenience_path_do_not_move_inside_a_degree():
     # End to end: the released params (crs_m, scale_max) are the same for the two positions.
     import gpframe as gp
-    import gpframe.accessor  # registers df.geopriv
+    import gpframe.frame.accessor  # registers df.geopriv
     from gpframe.ledger import Session
 
     def run(east: float) -> tuple:

@@ -16,7 +16,7 @@ import pytest
 import gpframe as gp
 from gpframe import monitor
 from gpframe.accounting.amounts import exact, nonnegative, positive
-from gpframe.budgeting import Plan
+from gpframe.accounting.schedules import Plan
 from gpframe.testing import seeded_rng
 
 USERS = [1, 2, 3]
@@ -24,9 +24,7 @@ USERS = [1, 2, 3]
 
 def _threshold(s: gp.Session, seed: int, **amount: float) -> None:
     # rounds=1: the single round spends the whole amount, so each query charges exactly it
-    monitor.threshold_query(
-        s, 900, tau=500, users=USERS, rounds=1, rng=seeded_rng(seed), **amount
-    )
+    monitor.threshold_query(s, 900, tau=500, users=USERS, rounds=1, rng=seeded_rng(seed), **amount)
 
 
 @pytest.mark.parametrize(

@@ -79,7 +79,6 @@ def test_keyed_links_differ_from_unkeyed_and_between_keys():
         load_key(12345)
 
 
-
 def test_uid_bytes_keeps_uint64_ids_above_int64_distinct():
     """A uint64 id above 2**63 - 1 is hashed as itself, not refused or folded onto a signed id."""
     from gpframe.ledger.integrity import uid_bytes

@@ -131,8 +131,13 @@ def test_ambiguous_ids_are_refused_with_the_one_message(ids, what):
 
 
 @pytest.mark.parametrize(
-    "ids", [pd.Series([7, None], dtype="Int64"), pd.Series(["a", None], dtype="string"),
-            np.array(["a", None], dtype=object), pa.array([7, None])]
+    "ids",
+    [
+        pd.Series([7, None], dtype="Int64"),
+        pd.Series(["a", None], dtype="string"),
+        np.array(["a", None], dtype=object),
+        pa.array([7, None]),
+    ],
 )
 def test_missing_ids_are_refused(ids):
     with pytest.raises(gp.InvalidInputError, match=r"1 missing \(NULL/NA\) user id;"):
@@ -155,16 +160,29 @@ def test_canonical_keeps_positions_and_duplicates():
 
 @pytest.mark.parametrize(
     "typ, cast",
-    [("TINYINT", "BIGINT"), ("UINTEGER", "BIGINT"), ("BIGINT", "BIGINT"), ("UBIGINT", "UBIGINT"),
-     ("HUGEINT", "BIGINT"), ("VARCHAR", "VARCHAR"), ("UUID", "VARCHAR")],
+    [
+        ("TINYINT", "BIGINT"),
+        ("UINTEGER", "BIGINT"),
+        ("BIGINT", "BIGINT"),
+        ("UBIGINT", "UBIGINT"),
+        ("HUGEINT", "BIGINT"),
+        ("VARCHAR", "VARCHAR"),
+        ("UUID", "VARCHAR"),
+    ],
 )
 def test_sql_user_expr_casts_each_id_type(typ, cast):
     assert sql_user_expr(typ, '"u"', "u") == f'CAST("u" AS {cast})'
 
 
 @pytest.mark.parametrize(
-    "typ, what", [("DOUBLE", "float"), ("FLOAT", "float"), ("DECIMAL(18,3)", "decimal"),
-                  ("BOOLEAN", "boolean"), ("DATE", "DATE")]
+    "typ, what",
+    [
+        ("DOUBLE", "float"),
+        ("FLOAT", "float"),
+        ("DECIMAL(18,3)", "decimal"),
+        ("BOOLEAN", "boolean"),
+        ("DATE", "DATE"),
+    ],
 )
 def test_sql_user_expr_refuses_like_pandas(typ, what):
     with pytest.raises(gp.InvalidInputError) as exc:

@@ -24,7 +24,7 @@ from gpframe.queries.clip_user import (
     variance_bias,
     variance_sensitivity,
 )
-from gpframe.queries.pseudo_user import pseudo_user_errors
+from gpframe.queries.clip_user.pseudo_user import pseudo_user_errors
 
 # ------------------------------------------------------------------------------- §12.1-§12.4
 

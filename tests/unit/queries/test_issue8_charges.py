@@ -3,7 +3,7 @@
 Spec: concentrated-geo-privacy.md §7.3 / §8.1 / §8.5 (knn and convex_hull charge ρ or ε once per
 user), §10 P-B1, P-B3, P-B4, P-B6; adaptive-budgeting.md §4.6, §5.3, §5.5 (nearest users: the
 baselines charge the allocation, elimination a_i Σ_{j≤r} π_j). Through the public frame functions
-of ``gpframe.queries.knn_frame`` and the array entry points.
+of ``gpframe.frame.knn`` and the array entry points.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import gpframe.accessor  # noqa: F401  (registers df.geopriv)
+import gpframe.frame.accessor  # noqa: F401  (registers df.geopriv)
 from gpframe.accounting.budgets import CGP, GP
 from gpframe.errors import GpframeError, InvalidInputError
+from gpframe.frame import knn as kf
 from gpframe.ledger import Session
-from gpframe.queries import knn_frame as kf
 from gpframe.queries.elimination import split_fractions
 from gpframe.queries.hull import private_hulls
 from gpframe.queries.knn import knn_indices

@@ -19,12 +19,12 @@ import pytest
 from pyproj import Transformer
 from scipy import stats
 
-import gpframe.accessor  # noqa: F401  (registers df.geopriv)
+import gpframe.frame.accessor  # noqa: F401  (registers df.geopriv)
 from gpframe.accounting.budgets import CGP, GP
 from gpframe.errors import InvalidInputError
+from gpframe.frame import knn as kf
 from gpframe.ledger import Session
 from gpframe.mechanisms.svt import SVTResult, sparse_vector
-from gpframe.queries import knn_frame as kf
 from gpframe.queries.hull import HullArrays, hull_error, private_hulls
 from gpframe.queries.knn import KnnArrays, knn_indices
 from gpframe.queries.nearest import nearest_users_arrays

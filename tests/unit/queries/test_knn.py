@@ -264,7 +264,7 @@ def test_web_mercator_and_lonlat_input_run_in_ground_metres_p_u1_p_u3():
     from pyproj import Transformer
 
     import gpframe as gp
-    import gpframe.accessor
+    import gpframe.frame.accessor
     from gpframe.ledger import Session
 
     lon = -74.0 + np.linspace(0, 0.05, 30)
@@ -373,8 +373,10 @@ def test_knn_error_bound_stays_finite_at_the_smallest_beta(beta, gamma0_b):
     else:
         b1 = mb / (3 * k)
         l1 = mpmath.log(1 / b1)
-        want = 100.0 * (mpmath.sqrt(2 * l1) + l1) + 200.0 * mpmath.log(
-            expected_visits(gamma0_b) * n / (b1 * b1)
-        ) + gamma0_b * 100.0
+        want = (
+            100.0 * (mpmath.sqrt(2 * l1) + l1)
+            + 200.0 * mpmath.log(expected_visits(gamma0_b) * n / (b1 * b1))
+            + gamma0_b * 100.0
+        )
     assert np.isfinite(got)
     assert got == pytest.approx(float(want), rel=1e-9)

@@ -1,7 +1,7 @@
 """Plumbing shared by the gpframe DuckDB UDF modules (private; STYLE.md §9).
 
-:mod:`gpframe.duckdb`, :mod:`gpframe.duckdb_range`, :mod:`gpframe.duckdb_kde`,
-:mod:`gpframe.duckdb_knn` and :mod:`gpframe.duckdb_grid` all register side-effecting Arrow UDFs
+:mod:`gpframe.duckdb`, :mod:`gpframe.duckdb.range_count`, :mod:`gpframe.duckdb.kde`,
+:mod:`gpframe.duckdb.knn` and :mod:`gpframe.duckdb.grid` all register side-effecting Arrow UDFs
 that reserve and charge a Session once per Arrow batch. What they share lives here:
 
 * registration: :class:`Registry` (one registration per connection, so ``register_*`` is

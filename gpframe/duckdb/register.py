@@ -10,12 +10,12 @@
     The row's point plus planar lattice Laplace noise at ``eps`` (GP, per m): mean radius
     2·(1 + √2·g)/ε metres (secure-noise.md §7, §9.3). Charged ``eps`` (ε²/2 on a CGP budget).
 
-Per-user operations (issue 8; :mod:`gpframe.duckdb_knn`, ``sql/knn.sql``,
+Per-user operations (issue 8; :mod:`gpframe.duckdb.knn`, ``sql/knn.sql``,
 ``sql/convex_hull.sql``, ``sql/nearest_users.sql``): the SQL functions ``gp_knn`` /
 ``gp_knn_gp`` and ``gp_convex_hull`` / ``gp_convex_hull_gp``, the table macros ``gp_knn_rows``,
 ``gp_convex_hulls`` (and ``_gp``), and the relation helpers :func:`knn`, :func:`convex_hulls`
 and :func:`nearest_users`, which take a SQL string or a relation and return a relation.
-KDE (:mod:`gpframe.duckdb_kde`, ``sql/kde.sql``): ``gp_kde_contribution`` for a few probes, and
+KDE (:mod:`gpframe.duckdb.kde`, ``sql/kde.sql``): ``gp_kde_contribution`` for a few probes, and
 the relation helper :func:`kde_raster` for a heatmap over a grid (one release per user, every
 cell at once; the accessor's ``kde_raster`` parameters and charges).
 
@@ -98,14 +98,14 @@ from typing import Any
 
 import numpy as np
 
-from gpframe import _duckdb_udf as _u
+from gpframe.duckdb import udf as _u
 
 # relation helpers of the per-user operations (issue 8): run a query once through the
 # registered UDFs (nearest_users in Python) and hand back a DuckDBPyRelation
-from gpframe.duckdb_kde import kde_raster
-from gpframe.duckdb_knn import convex_hulls, knn, nearest_users
-from gpframe.duckdb_privatize import privatize
-from gpframe.duckdb_range import range_count
+from gpframe.duckdb.kde import kde_raster
+from gpframe.duckdb.knn import convex_hulls, knn, nearest_users
+from gpframe.duckdb.privatize import privatize
+from gpframe.duckdb.range_count import range_count
 from gpframe.errors import InvalidInputError
 from gpframe.queries import privatize as _pv
 
@@ -128,7 +128,7 @@ FUNCTIONS = (
     ("gp_privatize_udf", "gp_privatize", "cgp", "rho"),
     ("gp_privatize_gp_udf", "gp_privatize_gp", "gp", "eps"),
 )
-# the shared id dispatch types and the one process-wide ledger lock (gpframe._duckdb_udf),
+# the shared id dispatch types and the one process-wide ledger lock (gpframe.duckdb.udf),
 # under their historical names
 _INT_TYPES = _u.INT_TYPES
 _LEDGER_LOCK = _u.LEDGER_LOCK
@@ -223,11 +223,11 @@ def register(
 def _register_operations(con: Any, session: Any, rng: Any, units: Any) -> None:
     """Register the UDFs of the other operations (one module each; each is idempotent)."""
     # local imports: those modules once imported this one for its lock and id dispatch (now all
-    # of them share gpframe._duckdb_udf); importing them here keeps the import graph acyclic
-    from gpframe.duckdb_grid import register_grid
-    from gpframe.duckdb_kde import register_kde
-    from gpframe.duckdb_knn import register_knn
-    from gpframe.duckdb_range import register_range_count
+    # of them share gpframe.duckdb.udf); importing them here keeps the import graph acyclic
+    from gpframe.duckdb.grid import register_grid
+    from gpframe.duckdb.kde import register_kde
+    from gpframe.duckdb.knn import register_knn
+    from gpframe.duckdb.range_count import register_range_count
 
     register_range_count(con, session, crs=units, rng=rng)
     register_kde(con, session, crs=units, rng=rng)
@@ -238,10 +238,10 @@ def _register_operations(con: Any, session: Any, rng: Any, units: Any) -> None:
 def clip_user(con: Any, table: str, **kwargs: Any) -> Any:
     """Run Clip-User on a DuckDB table and write its retention table (clip-user.md §7-§8).
 
-    Parameters and examples: :func:`gpframe.duckdb_grid.clip_user`; ``sql/grid_stats.sql``
+    Parameters and examples: :func:`gpframe.duckdb.grid.clip_user`; ``sql/grid_stats.sql``
     then computes the clipped per-cell sums in SQL and releases them with noise.
     """
-    from gpframe.duckdb_grid import clip_user as _clip_user
+    from gpframe.duckdb.grid import clip_user as _clip_user
 
     return _clip_user(con, table, **kwargs)
 
@@ -379,7 +379,7 @@ def _privatize_batch(
     single = len(exact) == 1
     sels = [None] if single else [np.flatnonzero(amts == f) for f, _ in exact]
     cnts = [np.bincount(codes if sel is None else codes[sel], minlength=n_users) for sel in sels]
-    from gpframe.accessor import filter_kind
+    from gpframe.frame.accessor import filter_kind
 
     session = reg.session
     filter_kind(session)  # a session without a metric budget: refuse before any write

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from gpframe.accounting.amounts import exact
-from gpframe.budgeting import SCHEDULES, Plan
+from gpframe.accounting.schedules import SCHEDULES, Plan
 from gpframe.errors import InvalidInputError
 
 __all__ = ["SessionPlan", "plan"]
@@ -46,7 +46,7 @@ class SessionPlan:
     queries : int
         T.
     schedule : str
-    inner : gpframe.budgeting.Plan or None
+    inner : gpframe.accounting.schedules.Plan or None
         The exact Algorithm 3 state (created at the first query when ``users`` was not given).
     """
 
@@ -100,7 +100,7 @@ class SessionPlan:
         )
 
     def _start(self, users: Any) -> None:
-        from gpframe.accessor import ledger_keys
+        from gpframe.frame.accessor import ledger_keys
 
         keys = ledger_keys(pd.unique(np.asarray(users)))
         self.inner = Plan(self.total, self.queries, self.schedule, self.lam, users=keys)
@@ -141,7 +141,7 @@ class SessionPlan:
         inner.pool = inner.pool + (a - floored)
         out = pd.Series(floored, index=inner.users, dtype=object, name="allocation")
         if users is not None:
-            from gpframe.accessor import ledger_keys
+            from gpframe.frame.accessor import ledger_keys
 
             keys = ledger_keys(np.asarray(users))
             out = out.reindex(pd.Index(keys, dtype=object)).fillna(Fraction(0))

@@ -3,7 +3,7 @@
 Spec: clip-user.md (all; §10 for what is public), secure-noise.md §9.3, §9.5. The accessor method
 ``df.geopriv(session, user=...).grid_stats(value=..., bounds=(L, U), epsilon=..., cells=...,
 occupancy="public")`` delegates to :func:`grid_stats` with the bound
-:class:`~gpframe.accessor.GeoPriv` object.
+:class:`~gpframe.frame.accessor.GeoPriv` object.
 
 **What is protected.** This mechanism follows the paper's model (spec §1.2, §1.3, §10): the
 *occupancy* — which users have samples in which cells, and how many — is **public**, and only the
@@ -436,8 +436,9 @@ def grid_stats(
         },
         kind=run.fkind,
         query_id=run.query_id,
-        spent_at_most=_bound(session, [run.plan.eps_cell * x for x in run.plan.split],
-                             run.plan.Gamma_prime),
+        spent_at_most=_bound(
+            session, [run.plan.eps_cell * x for x in run.plan.split], run.plan.Gamma_prime
+        ),
         Gamma=run.plan.Gamma,
         Gamma_prime=run.plan.Gamma_prime,
         E_star=run.plan.E_star,

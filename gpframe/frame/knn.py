@@ -6,7 +6,7 @@ Spec: concentrated-geo-privacy.md §7 (k-PNN), §8 (PCH), §10; adaptive-budgeti
 before the ledger is touched, reserves, runs, charges, and shapes the output.
 
 The accessor's bound object (``df.geopriv(session, user=...)``, a
-:class:`gpframe.accessor.GeoPriv` holding ``frame``, ``session``, ``projected`` and ``user``)
+:class:`gpframe.frame.accessor.GeoPriv` holding ``frame``, ``session``, ``projected`` and ``user``)
 delegates ``.knn(...)``, ``.convex_hull(...)`` and ``.nearest_users(...)`` to the functions here.
 """
 
@@ -183,7 +183,7 @@ def _codes(projected: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _reserve(bound: Any, users: np.ndarray, kind: str, amount: Fraction, query: str,
              params: dict[str, Any]) -> Any:  # fmt: skip
-    from gpframe.accessor import ledger_keys
+    from gpframe.frame.accessor import ledger_keys
 
     return bound.session.reserve(ledger_keys(users), amount, notion="metric", kind=kind,
                                  query=query, params=params)  # fmt: skip
@@ -213,7 +213,7 @@ def knn(
 
     Parameters
     ----------
-    bound : gpframe.accessor.GeoPriv
+    bound : gpframe.frame.accessor.GeoPriv
         ``df.geopriv(session, user=...)``.
     point : shapely Point, (x, y) or one-row GeoSeries
         The public query point (in the data's CRS unless a GeoSeries brings its own).
@@ -356,7 +356,7 @@ def _knn_output(bound: Any, pos: np.ndarray, ranks: np.ndarray) -> pd.DataFrame:
 
 
 def _protected(bound: Any) -> tuple[Any, ...]:
-    from gpframe.accessor import protected_columns
+    from gpframe.frame.accessor import protected_columns
 
     return protected_columns(bound.frame, getattr(bound.projected, "coords", ()))
 
@@ -381,7 +381,7 @@ def convex_hull(
 
     Parameters
     ----------
-    bound : gpframe.accessor.GeoPriv
+    bound : gpframe.frame.accessor.GeoPriv
     rho, eps : float
         Each user's budget (CGP: Gaussian centre/radius/release; GP: Laplace).
     beta : float
@@ -569,7 +569,7 @@ def nearest_users(
 
     Parameters
     ----------
-    bound : gpframe.accessor.GeoPriv
+    bound : gpframe.frame.accessor.GeoPriv
     point : shapely Point, (x, y) or one-row GeoSeries
     k : int
     rho, eps : float
@@ -580,7 +580,7 @@ def nearest_users(
         β/2 eliminations, β/2 final selection.
     component, reduce
         Which row is each user's point (see
-        :func:`gpframe.queries.range_count_frame.select_component`).
+        :func:`gpframe.frame.range_count.select_component`).
     rng : BitSource or None
 
     Returns
@@ -601,9 +601,9 @@ def nearest_users(
     >>> sorted(res.value), res.saved > 0
     ([1, 2], True)
     """
+    from gpframe.frame.range_count import select_component
     from gpframe.queries.elimination import split_fractions
     from gpframe.queries.nearest import METHODS, nearest_users_arrays
-    from gpframe.queries.range_count_frame import select_component
 
     rng = _resolve_rng(rng)
     fk = _filter_kind(bound.session)
@@ -650,7 +650,7 @@ def nearest_users(
     checks = dict(kind=kind, method=method, rounds=rounds, split=split, beta=b, unit=unit,
                   scale_max=p.scale_max)  # fmt: skip
     check_method_parts(amount, **checks)
-    from gpframe.accessor import ledger_keys
+    from gpframe.frame.accessor import ledger_keys
     from gpframe.queries.nearest import refuse_if_fewer_can_pay, too_few_can_pay
 
     refuse_if_fewer_can_pay(bound.session, ledger_keys(users), amount, kk)

@@ -60,7 +60,7 @@ import numpy as np
 
 # the lock, the id dispatch, the registry, the Arrow helpers and the reserve/charge step are
 # shared with every gpframe UDF (one lock: a Session must see one reserve/charge at a time)
-from gpframe import _duckdb_udf as _u
+from gpframe.duckdb import udf as _u
 from gpframe.errors import InvalidInputError
 
 __all__ = ["RangeRegistration", "range_count", "register_range_count"]
@@ -248,8 +248,8 @@ def _batch(
     """Validate, reserve, eliminate and charge one batch; returns (inside, ran) per row."""
     import pandas as pd
 
-    from gpframe.accessor import filter_kind, ledger_keys
     from gpframe.accounting.amounts import positive
+    from gpframe.frame.accessor import filter_kind, ledger_keys
     from gpframe.queries.elimination import split_fractions
     from gpframe.queries.range_count import range_count_arrays
 
@@ -364,7 +364,7 @@ def range_count(
     rounds : int
         Elimination rounds, 1..64.
     component : None, (column, value), callable, "first", "last", First, Last
-        Which row is each user's point (:func:`gpframe.queries.range_count_frame.select_component`
+        Which row is each user's point (:func:`gpframe.frame.range_count.select_component`
         on the fetched rows): ``None`` needs one row per user (several rows are refused),
         ``("hour", 7)`` keeps the rows where a public column equals a value, ``"last"`` /
         ``"first"`` (or ``Last("ts", before=...)`` / ``First("ts", after=...)``) keep each
@@ -387,7 +387,7 @@ def range_count(
     >>> con = duckdb.connect()
     >>> session = Session(budget=gp.CGP(rho=1.0))
     >>> _ = gp.duckdb.register(con, session, crs="EPSG:32724")
-    >>> from gpframe.queries.range_count_frame import Last
+    >>> from gpframe.frame.range_count import Last
     >>> q = ("SELECT * FROM (VALUES (1, 1, 5e5, 88e5), (1, 2, 5e5, 88e5), (2, 1, 6e5, 88e5)) "
     ...      "t(u, ts, x, y)")
     >>> box = shapely.box(4.9e5, 87.9e5, 5.1e5, 88.1e5)      # user 1's point, not user 2's
@@ -400,8 +400,8 @@ def range_count(
     import pyarrow as pa
     import shapely
 
-    from gpframe.duckdb_knn import _check_input, _literal, _source
-    from gpframe.queries.range_count_frame import select_component
+    from gpframe.duckdb.knn import _check_input, _literal, _source
+    from gpframe.frame.range_count import select_component
 
     fname = "gp.duckdb.range_count"
     reg = _REGISTRY.require(con, fname)
@@ -432,8 +432,10 @@ def range_count(
         raise InvalidInputError(
             f"{fname}: rounds={rounds!r} must be in 1..{_MAX_ROUNDS}. Nothing was charged."
         )
-    if isinstance(rho, bool) or not isinstance(rho, (int, float, np.integer, np.floating)) or not (
-        np.isfinite(float(rho)) and float(rho) > 0
+    if (
+        isinstance(rho, bool)
+        or not isinstance(rho, (int, float, np.integer, np.floating))
+        or not (np.isfinite(float(rho)) and float(rho) > 0)
     ):
         raise InvalidInputError(
             f"{fname}: rho={rho!r} must be a finite number > 0 (CGP, per m²). Nothing was charged."

@@ -48,7 +48,8 @@ Relation helpers (re-exported as ``gp.duckdb.knn``, ``gp.duckdb.convex_hulls`` a
 the column names and rows before anything is charged, run the query **once**, and return a
 relation over the fetched result (reading it again draws and charges nothing).
 
-Semantics shared with :mod:`gpframe.duckdb` and :mod:`gpframe.duckdb_range`: NULL in any argument
+Semantics shared with :mod:`gpframe.duckdb` and :mod:`gpframe.duckdb.range_count`: NULL in any
+argument
 gives NULL and no charge; a user whose remaining budget cannot pay gets NULL and no charge; one
 ``session.reserve`` and one ``charge`` per Arrow batch under the process-wide ledger lock, through
 the Session's own store; every evaluated row is charged (a user appearing in two rows is charged
@@ -82,7 +83,7 @@ from typing import Any
 
 import numpy as np
 
-from gpframe import _duckdb_udf as _u
+from gpframe.duckdb import udf as _u
 from gpframe.errors import InvalidInputError
 
 __all__ = ["KnnRegistration", "convex_hulls", "knn", "nearest_users", "register_knn"]
@@ -272,7 +273,7 @@ def _amounts(vals: np.ndarray, fname: str, kind: str) -> dict[float, Fraction]:
 
 def _check_session(session: Any, fname: str, kind: str) -> str:
     """Return the filter kind; a CGP (rho) function refuses a pure-GP filter before any write."""
-    from gpframe.accessor import filter_kind
+    from gpframe.frame.accessor import filter_kind
 
     fk = filter_kind(session)
     if kind == "cgp" and fk != "cgp":
@@ -300,8 +301,8 @@ def _run(
     the charge of the Python ``eps=`` / ``rho=`` path), then summed per user: a user with several
     rows in the batch is reserved (and charged) the sum of their rows' charges.
     """
-    from gpframe.accessor import ledger_keys
     from gpframe.accounting.filters import charge_for
+    from gpframe.frame.accessor import ledger_keys
 
     codes, uniques = _u.factorize_objects(users)
 
@@ -466,8 +467,8 @@ def _hull_batch(
     import pandas as pd
     import shapely
 
+    from gpframe.frame.knn import _hull_preflight
     from gpframe.queries import hull as _h
-    from gpframe.queries.knn_frame import _hull_preflight
 
     xy, lens = _lists(xs, ys, rows, fname)
     units, scale = reg.units, Fraction(reg.scale_max)  # one registration state per batch
@@ -514,8 +515,9 @@ def _hull_batch(
                 continue
             pts = np.concatenate([xy[start[i] : start[i + 1]] for i in sel.tolist()])
             codes = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
-            out = _h.private_hulls(pts, codes, kind=kind, amount=a, beta=b, k=k,
-                                   scale_max=scale, rng=reg.rng)
+            out = _h.private_hulls(
+                pts, codes, kind=kind, amount=a, beta=b, k=k, scale_max=scale, rng=reg.rng
+            )
             # hex text, not a BLOB: DuckDB's .df() turns every BLOB (and GEOMETRY) into a
             # bytearray, which shapely.from_wkb and GeoSeries.from_wkb refuse
             wkb = shapely.to_wkb(out.hulls, hex=True)
@@ -676,8 +678,8 @@ def _kind_amount(session: Any, rho: Any, eps: Any, fname: str) -> tuple[str, Fra
     """(mechanism kind, exact amount, float amount), as the accessor's ``rho=`` / ``eps=``."""
     import math
 
-    from gpframe.accessor import filter_kind
     from gpframe.accounting.amounts import positive
+    from gpframe.frame.accessor import filter_kind
 
     fk = filter_kind(session)
     if (rho is None) == (eps is None):
@@ -849,9 +851,7 @@ def _public(
     return tuple(str(c) for c in keep)
 
 
-def _refuse_coordinate_copies(
-    rel: Any, public: tuple, coords: tuple[str, ...], fname: str
-) -> None:
+def _refuse_coordinate_copies(rel: Any, public: tuple, coords: tuple[str, ...], fname: str) -> None:
     """Refuse a public column equal to x or y on every row (as ``df.geopriv`` does)."""
     types = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
     for name in public:
@@ -946,8 +946,8 @@ def convex_hulls(
     import pyarrow as pa
     import shapely
 
+    from gpframe.frame.knn import _hull_preflight
     from gpframe.queries import hull as _h
-    from gpframe.queries.knn_frame import _hull_preflight
 
     fname = "gp.duckdb.convex_hulls"
     reg = _registration(con, fname)
@@ -960,8 +960,7 @@ def convex_hulls(
         raise InvalidInputError(f"{fname}: k={k!r} must be None or an integer >= 1. {_NOT_CHARGED}")
     if geometry not in ("wkb", "wkt", "geometry"):
         raise InvalidInputError(
-            f"{fname}: geometry={geometry!r} is not one of 'wkb', 'wkt', 'geometry'. "
-            f"{_NOT_CHARGED}"
+            f"{fname}: geometry={geometry!r} is not one of 'wkb', 'wkt', 'geometry'. {_NOT_CHARGED}"
         )
     rel = _source(con, query_or_relation, fname)
     if user == "hull":
@@ -998,8 +997,14 @@ def convex_hulls(
             col, field = pa.array(shapely.to_wkt(hulls).tolist(), type=pa.string()), "hull"
         else:  # GeoArrow WKB: DuckDB reads the extension type as GEOMETRY
             col = pa.array(shapely.to_wkb(hulls).tolist(), type=pa.binary())
-            field = pa.field("hull", pa.binary(), metadata={
-                b"ARROW:extension:name": b"geoarrow.wkb", b"ARROW:extension:metadata": b"{}"})
+            field = pa.field(
+                "hull",
+                pa.binary(),
+                metadata={
+                    b"ARROW:extension:name": b"geoarrow.wkb",
+                    b"ARROW:extension:metadata": b"{}",
+                },
+            )
         tbl = tbl.set_column(1, field, col)
     return con.from_arrow(tbl)
 
@@ -1080,7 +1085,7 @@ def nearest_users(
     """
     import pyarrow as pa
 
-    from gpframe.accessor import filter_kind, ledger_keys
+    from gpframe.frame.accessor import filter_kind, ledger_keys
     from gpframe.ledger.keys import sql_user_expr, user_keys
     from gpframe.queries.elimination import check_method_parts, split_fractions
     from gpframe.queries.knn import check_k

@@ -33,10 +33,10 @@ if TYPE_CHECKING:  # the result classes' modules import this one: annotations on
     import geopandas as gpd
     import shapely
 
+    from gpframe.frame.kde import KdeResult
+    from gpframe.frame.knn import NearestResult
+    from gpframe.frame.range_count import First, Last, RangeCountResult
     from gpframe.mechanisms.noise.bits import BitSource
-    from gpframe.queries.kde_frame import KdeResult
-    from gpframe.queries.knn_frame import NearestResult
-    from gpframe.queries.range_count_frame import First, Last, RangeCountResult
     from gpframe.raster import Raster
 
 #: which row is each user's one point (see :meth:`GeoPriv.range_count`)
@@ -349,7 +349,7 @@ class GeoPriv:
 
         See Also
         --------
-        gpframe.queries.range_count_frame.range_count : the implementation (noise, charges).
+        gpframe.frame.range_count.range_count : the implementation (noise, charges).
 
         Examples
         --------
@@ -365,7 +365,7 @@ class GeoPriv:
         >>> print("users inside:", res.value)  # noisy, 2 here  # doctest: +ELLIPSIS
         users inside: ...
         """
-        from gpframe.queries.range_count_frame import range_count
+        from gpframe.frame.range_count import range_count
 
         return range_count(
             self, region, rho=rho, eps=eps, method=method, rounds=rounds, split=split, beta=beta,
@@ -434,7 +434,7 @@ class GeoPriv:
 
         See Also
         --------
-        gpframe.queries.kde_frame.kde : the implementation (noise, charges, error bound).
+        gpframe.frame.kde.kde : the implementation (noise, charges, error bound).
 
         Examples
         --------
@@ -449,7 +449,7 @@ class GeoPriv:
         >>> print("density:", res.value)  # noisy  # doctest: +ELLIPSIS
         density: ...
         """
-        from gpframe.queries.kde_frame import kde
+        from gpframe.frame.kde import kde
 
         return kde(
             self, at, bandwidth_m=bandwidth_m, rho=rho, eps=eps, method=method, rounds=rounds,
@@ -510,7 +510,7 @@ class GeoPriv:
 
         See Also
         --------
-        gpframe.queries.kde_frame.kde_raster : the implementation (noise, bias correction).
+        gpframe.frame.kde.kde_raster : the implementation (noise, bias correction).
 
         Examples
         --------
@@ -526,7 +526,7 @@ class GeoPriv:
         >>> print("peak density per m²:", r.value.max())  # noisy  # doctest: +ELLIPSIS
         peak density per m²: ...
         """
-        from gpframe.queries.kde_frame import kde_raster
+        from gpframe.frame.kde import kde_raster
 
         return kde_raster(
             self, bandwidth_m=bandwidth_m, cell_m=cell_m, bounds=bounds, rho=rho, eps=eps,
@@ -614,12 +614,12 @@ class GeoPriv:
         geopandas.GeoDataFrame
             One row per cell (index: the H3 cell), hexagons in the input CRS, with ``mean``,
             ``variance``, their error bounds and ``released``. ``attrs["geopriv"]`` is the
-            :class:`~gpframe.queries.grid_stats_frame.GridStatsResult` (a published view: no user
+            :class:`~gpframe.frame.grid_stats.GridStatsResult` (a published view: no user
             ids, no per-user charges; the curator reads those with ``session.report(...)``).
 
         See Also
         --------
-        gpframe.queries.grid_stats_frame.grid_stats : the implementation (noise, charges).
+        gpframe.frame.grid_stats.grid_stats : the implementation (noise, charges).
 
         Examples
         --------
@@ -637,7 +637,7 @@ class GeoPriv:
         >>> print("mean speed:", out["mean"].iloc[0])  # noisy: about 5  # doctest: +ELLIPSIS
         mean speed: ...
         """
-        from gpframe.queries.grid_stats_frame import grid_stats
+        from gpframe.frame.grid_stats import grid_stats
 
         return grid_stats(
             self, value=value, bounds=bounds, epsilon=epsilon, cells=cells, clip=clip,
@@ -696,11 +696,11 @@ class GeoPriv:
             One row per selected row, sorted by user then rank: the index holds the selected
             rows' labels, then the declared-public columns (``public=``; by default the user
             column) and ``knn_rank`` (1 = first selected). No coordinate of a true point.
-            ``attrs["geopriv"]`` is the :class:`~gpframe.queries.knn_frame.KnnResult`.
+            ``attrs["geopriv"]`` is the :class:`~gpframe.frame.knn.KnnResult`.
 
         See Also
         --------
-        gpframe.queries.knn_frame.knn : the implementation (noise, charges).
+        gpframe.frame.knn.knn : the implementation (noise, charges).
 
         Examples
         --------
@@ -716,7 +716,7 @@ class GeoPriv:
         >>> out.index.tolist()      # which rows: noisy  # doctest: +ELLIPSIS
         [...]
         """
-        from gpframe.queries.knn_frame import knn
+        from gpframe.frame.knn import knn
 
         return knn(
             self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
@@ -766,11 +766,11 @@ class GeoPriv:
         geopandas.GeoDataFrame
             One row per admitted user (index: user id): ``geometry`` (the hull, input CRS),
             ``k``, ``radius_m``, ``error_m``, ``fallback``; ``attrs["geopriv"]`` is the
-            :class:`~gpframe.queries.knn_frame.HullResult`.
+            :class:`~gpframe.frame.knn.HullResult`.
 
         See Also
         --------
-        gpframe.queries.knn_frame.convex_hull : the implementation (budget split, charges).
+        gpframe.frame.knn.convex_hull : the implementation (budget split, charges).
 
         Examples
         --------
@@ -787,7 +787,7 @@ class GeoPriv:
         >>> hulls.geometry.iloc[0].wkt      # noisy  # doctest: +ELLIPSIS
         'POLYGON ((...))'
         """
-        from gpframe.queries.knn_frame import convex_hull
+        from gpframe.frame.knn import convex_hull
 
         return convex_hull(
             self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,
@@ -848,7 +848,7 @@ class GeoPriv:
 
         See Also
         --------
-        gpframe.queries.knn_frame.nearest_users : the implementation (noise, charges).
+        gpframe.frame.knn.nearest_users : the implementation (noise, charges).
 
         Examples
         --------
@@ -862,7 +862,7 @@ class GeoPriv:
         >>> sorted(res.value), res.saved > 0
         ([1, 2], True)
         """
-        from gpframe.queries.knn_frame import nearest_users
+        from gpframe.frame.knn import nearest_users
 
         return nearest_users(
             self, point, k, rho=rho, eps=eps, method=method, rounds=rounds, split=split,
@@ -929,7 +929,7 @@ class GeoPriv:
 
         Examples
         --------
-        >>> import gpframe as gp, gpframe.accessor, pandas as pd
+        >>> import gpframe as gp, gpframe.frame.accessor, pandas as pd
         >>> from gpframe.ledger import Session
         >>> pings = pd.DataFrame({"taxi": [1, 1, 2], "lon": [-37.05, -37.06, -37.07],
         ...                       "lat": [-10.91, -10.92, -10.93]})

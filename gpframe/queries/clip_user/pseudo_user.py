@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from gpframe.queries.clip_user.error import err
+
 __all__ = ["pseudo_user", "pseudo_user_errors"]
 
 
@@ -44,8 +46,6 @@ def pseudo_user_errors(
     errors : ndarray
         ERR(m_j, Σ min(r̄, m_UB), m_UB) per candidate.
     """
-    from gpframe.queries.clip_user import err
-
     n_c = m_cell.size
     keep = r > 0
     cj, v = cells[keep].astype(np.int64), r[keep].astype(np.int64)

@@ -3,7 +3,7 @@
 ``con.sql("SELECT ..., gp_privatize(...) ...")`` is a lazy relation: every display, ``.df()``
 or ``fetchall()`` runs the query again, draws fresh noise and charges the users again (and
 averaging the displays undoes the noise). This helper runs the query once, fetches the result
-and hands back a relation over the fetched rows, like :func:`gpframe.duckdb_knn.knn`; reading it
+and hands back a relation over the fetched rows, like :func:`gpframe.duckdb.knn.knn`; reading it
 again draws and charges nothing. In SQL, ``CREATE TABLE private AS SELECT ... gp_privatize(...)``
 does the same (``sql/privatize.sql``).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpframe.duckdb_knn import (
+from gpframe.duckdb.knn import (
     _check_input,
     _kind_amount,
     _literal,
@@ -85,7 +85,7 @@ def privatize(
     >>> rel.columns, len(rel.fetchall()), len(rel.fetchall()), session.spent().tolist()
     (['boat', 'x', 'y'], 3, 3, [0.0002, 0.0001])
     """
-    from gpframe.duckdb import _REGISTRY
+    from gpframe.duckdb.register import _REGISTRY
     from gpframe.queries import privatize as _pv
 
     fname = "gp.duckdb.privatize"
@@ -93,7 +93,7 @@ def privatize(
     kind, amount, f_amt = _kind_amount(reg.session, rho, eps, fname)
     # the UDF's own checks of the amount, now: it would refuse them only batch by batch
     _pv.check_amount(kind, "point", amount)
-    from gpframe.duckdb import _preflight_one
+    from gpframe.duckdb.register import _preflight_one
 
     _preflight_one(kind, amount, reg.scale_max)  # at the amount after the CRS's k_max
     rel = _source(con, query_or_relation, fname)

@@ -13,7 +13,7 @@ driver are :mod:`gpframe.queries.range_count`; this module only
   allocation per user, spec §1.6) and gathers them in a :class:`RangeCountResult`.
 
 The accessor method ``df.geopriv(session, user=...).range_count(region, rho=...)`` delegates to
-:func:`range_count` with the bound :class:`~gpframe.accessor.GeoPriv` object.
+:func:`range_count` with the bound :class:`~gpframe.frame.accessor.GeoPriv` object.
 """
 
 from __future__ import annotations
@@ -478,7 +478,7 @@ def range_count(
 
     Parameters
     ----------
-    bound : gpframe.accessor.GeoPriv
+    bound : gpframe.frame.accessor.GeoPriv
         ``df.geopriv(session, user=...)``: the frame, session and projected points.
     region : shapely Polygon / MultiPolygon, GeoSeries or GeoDataFrame
         A polygon (holes and several parts allowed) in the data's CRS, or a series of them in any
@@ -497,7 +497,7 @@ def range_count(
         Which row is each user's point (see :func:`select_component`).
     reduce : {"first", "last"}, optional
         Keep the first / last row (row order) of a user with several rows in the component.
-    allocations : Series by user, array, scalar or :class:`gpframe.queries.plan_api.SessionPlan`
+    allocations : Series by user, array, scalar or :class:`gpframe.ledger.plan.SessionPlan`
         Per-user allocations instead of ``rho`` / ``eps`` (a user missing from a Series is not
         asked and is reported excluded). A plan gives each region its next allocation
         (Algorithm 3) and records the charges.
@@ -534,8 +534,8 @@ def range_count(
     >>> res.rounds_histogram.tolist()                   # doctest: +SKIP
     [0, 0, 0, 1, 2, 0, 0, 0, 0, 0, 0]
     """
+    from gpframe.ledger.plan import SessionPlan
     from gpframe.mechanisms.noise.bits import resolve_rng
-    from gpframe.queries.plan_api import SessionPlan
 
     session = bound.session
     rng = resolve_rng(rng)  # before any reservation: a refused rng must not charge anyone

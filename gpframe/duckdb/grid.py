@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpframe import _duckdb_udf as _u
+from gpframe.duckdb import udf as _u
 from gpframe.errors import InvalidInputError
 from gpframe.ledger.session import EXCLUDED_KEY
 
@@ -160,11 +160,11 @@ def clip_user(
         With ``params["plan_id"]``, the id ``gp_grid_params`` holds.
     """
     from gpframe.accounting.amounts import exact
+    from gpframe.frame.grid_stats import CLIPS, _finite_pair
     from gpframe.ledger.keys import sql_user_expr
     from gpframe.mechanisms.calibration import check_eps
     from gpframe.queries.clip_user import occupancy_from_records
     from gpframe.queries.grid_stats import STATISTICS, _admission, central_kind, value_step
-    from gpframe.queries.grid_stats_frame import CLIPS, _finite_pair
 
     reg = _lookup(con)
     if reg is None:
@@ -232,7 +232,7 @@ def clip_user(
         occ_df["user"].to_numpy(), occ_df["cell"].to_numpy(), occ_df["count"].to_numpy()
     )
     if isinstance(occupancy, pd.DataFrame):
-        from gpframe.queries.clip_user import _as_occupancy
+        from gpframe.queries.clip_user.planner import _as_occupancy
 
         table_occ = _as_occupancy(occupancy)
         same = all(

@@ -9,7 +9,7 @@
 --     con.execute("SET VARIABLE sample = '<path to gpframe/data/gotrack_aracaju_sample.parquet>'")
 --     for stmt in open("sql/privatize.sql").read().split(";\n"): ...   # or gpframe.demo
 --
--- (`gpframe demo` runs exactly this file; its copy ships as gpframe/sql/privatize.sql.)
+-- (`gpframe demo` runs exactly this file; its copy ships as gpframe/duckdb/sql/privatize.sql.)
 --
 -- Units: gp_privatize(user_id, x, y, rho) takes METRES of the projected CRS named in
 -- register(..., crs=...) and returns metres of it. It never projects. SQL has no CRS: with

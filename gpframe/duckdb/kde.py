@@ -20,7 +20,7 @@ argument (but ``n_users``) gives NULL and no charge; a user whose budget cannot 
 outcomes and charges do not depend on DuckDB's batching. With the same inputs, order, rng and n,
 the charges equal those of ``kde(bound, q, method="pt-elim", rounds=c, rho=...)`` in Python.
 
-Charging follows :mod:`gpframe.duckdb` / :mod:`gpframe.duckdb_range`: one ``reserve`` and one
+Charging follows :mod:`gpframe.duckdb` / :mod:`gpframe.duckdb.range_count`: one ``reserve`` and one
 ``charge`` per Arrow batch, under the shared process-wide lock, through the Session's own store;
 every evaluated row is charged (over-charging on re-evaluation is allowed, under-charging never).
 
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from gpframe import _duckdb_udf as _u
+from gpframe.duckdb import udf as _u
 from gpframe.errors import InvalidInputError
 
 __all__ = ["KdeRegistration", "kde_raster", "register_kde"]
@@ -141,8 +141,8 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
     """Validate, reserve, eliminate and charge one batch; returns (contribution, ran) per row."""
     import pandas as pd
 
-    from gpframe.accessor import filter_kind, ledger_keys
     from gpframe.accounting.amounts import positive
+    from gpframe.frame.accessor import filter_kind, ledger_keys
     from gpframe.queries.elimination import split_fractions
     from gpframe.queries.kde import kde_point
     from gpframe.queries.privatize import COORD_MAX_M
@@ -324,9 +324,9 @@ def kde_raster(
     """
     import pyarrow as pa
 
-    from gpframe.duckdb_knn import _SRC, _check_input, _source
+    from gpframe.duckdb.knn import _SRC, _check_input, _source
+    from gpframe.frame import kde as _kf
     from gpframe.ledger.keys import sql_user_expr, user_keys
-    from gpframe.queries import kde_frame as _kf
 
     fname = "gp.duckdb.kde_raster"
     reg = _REGISTRY.require(con, fname)

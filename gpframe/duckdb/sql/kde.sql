@@ -2,7 +2,7 @@
 --
 -- Setup (Python):
 --     import duckdb, gpframe as gp
---     from gpframe.duckdb_kde import register_kde
+--     from gpframe.duckdb.kde import register_kde
 --     con = duckdb.connect()
 --     session = gp.Session("ledger.sqlite", budget=gp.CGP(rho=1e-4))
 --     register_kde(con, session)

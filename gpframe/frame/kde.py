@@ -2,7 +2,7 @@
 
 Spec: adaptive-budgeting.md §5.2 (KDE, Algorithm 7, rasters), §5.5 (charges), §1.6 (one point per
 user), §7 (pitfalls 8, 10, 14, 19). The algorithms are :mod:`gpframe.queries.kde`; this module
-picks each user's point (with :func:`gpframe.queries.range_count_frame.select_component`), projects
+picks each user's point (with :func:`gpframe.frame.range_count.select_component`), projects
 query points and bounds into the data's metric CRS, reserves, runs, charges and builds the result.
 
 Units: ``bandwidth_m`` and ``cell_m`` are metres on the ground, also for lon/lat input: the points
@@ -10,7 +10,7 @@ are projected with :mod:`gpframe.geo` (local UTM or a transverse Mercator, scale
 the amounts are divided by the projection's ``scale_max`` as ``privatize`` does.
 
 The accessor methods ``df.geopriv(session, user=...).kde(...)`` / ``.kde_raster(...)`` delegate to
-:func:`kde` / :func:`kde_raster` with the bound :class:`~gpframe.accessor.GeoPriv` object.
+:func:`kde` / :func:`kde_raster` with the bound :class:`~gpframe.frame.accessor.GeoPriv` object.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def _query_points(at: Any, projected: Any) -> tuple[np.ndarray, Any, bool]:
 
 
 def _component(bound: Any, component: Any, reduce: Any) -> Any:
-    from gpframe.queries.range_count_frame import select_component
+    from gpframe.frame.range_count import select_component
 
     p = bound.projected
     users_all = np.asarray(p.users)
@@ -306,7 +306,7 @@ def kde(
 
     Parameters
     ----------
-    bound : gpframe.accessor.GeoPriv
+    bound : gpframe.frame.accessor.GeoPriv
         ``df.geopriv(session, user=...)``.
     at : shapely Point, GeoSeries / GeoDataFrame of points, or array (m, 2)
         Query points (public), in the data's CRS unless a GeoSeries carries its own.
@@ -326,7 +326,7 @@ def kde(
     nu_m : float, optional
         Elimination distance ν (default 3 × bandwidth).
     component, reduce
-        Which row is each user's point (:func:`gpframe.queries.range_count_frame.select_component`).
+        Which row is each user's point (:func:`gpframe.frame.range_count.select_component`).
     progress : bool or None
         tqdm bar over query points (None: on in a terminal or notebook when there are several).
     rng : BitSource or None
@@ -347,7 +347,7 @@ def kde(
 
     Examples
     --------
-    >>> import gpframe as gp, gpframe.accessor
+    >>> import gpframe as gp, gpframe.frame.accessor
     >>> from gpframe.ledger import Session
     >>> df = pd.DataFrame({"boat": [1, 2, 3], "x": [500_100.0, 500_200.0, 540_000.0],
     ...                    "y": [4_500_100.0, 4_500_300.0, 4_540_000.0]})
@@ -375,7 +375,7 @@ def kde(
             "several rows per user: kde reads one point per user; select it with component=... "
             f"or reduce='last' (spec §1.6). {_NOTHING}"
         )
-    from gpframe.accessor import ledger_keys
+    from gpframe.frame.accessor import ledger_keys
 
     keys = ledger_keys(users)
     led = session.ledger
@@ -521,7 +521,7 @@ def kde_raster(
 
     Parameters
     ----------
-    bound : gpframe.accessor.GeoPriv
+    bound : gpframe.frame.accessor.GeoPriv
     bandwidth_m : float
         h, ground metres: the raster estimates the users' Gaussian KDE with this bandwidth.
     cell_m : float
@@ -558,7 +558,7 @@ def kde_raster(
 
     Examples
     --------
-    >>> import gpframe as gp, gpframe.accessor
+    >>> import gpframe as gp, gpframe.frame.accessor
     >>> from gpframe.ledger import Session
     >>> df = pd.DataFrame({"boat": range(200), "x": 500_000.0 + np.arange(200),
     ...                    "y": 4_500_000.0 + np.arange(200)})
@@ -584,7 +584,7 @@ def kde_raster(
             f"component=... or reduce='last' (spec §1.6). {_NOTHING}"
         )
     bm = _bounds_m(bounds, p) if bounds is not None else None
-    from gpframe.accessor import ledger_keys
+    from gpframe.frame.accessor import ledger_keys
 
     return raster_from_points(
         session, ledger_keys(users), p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind,
@@ -635,7 +635,7 @@ def raster_from_points(
     _preflight(kind, amount, scale, "pt")
     if correct:
         _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, amount, scale_max=scale))
-    from gpframe.accessor import _UNITS_MAX
+    from gpframe.frame.accessor import _UNITS_MAX
 
     users = np.empty(len(keys), dtype=object)
     users[:] = list(keys)
@@ -667,9 +667,7 @@ def raster_from_points(
             for a in values:
                 check_method_parts(a, **checks)
                 if correct:
-                    _k.corrected_bandwidth(
-                        h, _k.bandwidth_limit(kind, a, scale_max=scale)
-                    )
+                    _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, a, scale_max=scale))
         except InvalidInputError:
             r.cancel()
             raise

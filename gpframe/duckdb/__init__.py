@@ -1,0 +1,38 @@
+"""The DuckDB face: ``gp.duckdb.register(con, session)``, the SQL functions and relation helpers.
+
+:mod:`~gpframe.duckdb.register` installs the ``gp_*`` functions and macros on a connection;
+:mod:`~gpframe.duckdb.udf` holds the per-connection registry and the batch plumbing shared by
+them; one module per operation (``privatize``, ``range_count``, ``kde``, ``knn``, ``grid``)
+holds its SQL functions and its relation helper. The SQL files are in ``gpframe/duckdb/sql/``.
+"""
+
+from pathlib import Path
+
+from gpframe.duckdb.register import (
+    Registration,
+    clip_user,
+    convex_hulls,
+    kde_raster,
+    knn,
+    nearest_users,
+    privatize,
+    range_count,
+    register,
+)
+
+#: the folder of the shipped SQL files (``privatize.sql``, ``grid_stats.sql``, ...), e.g.
+#: ``con.execute((gp.duckdb.SQL_DIR / "grid_stats.sql").read_text())`` after ``register``
+SQL_DIR = Path(__file__).resolve().parent / "sql"
+
+__all__ = [
+    "SQL_DIR",
+    "Registration",
+    "clip_user",
+    "convex_hulls",
+    "kde_raster",
+    "knn",
+    "nearest_users",
+    "privatize",
+    "range_count",
+    "register",
+]

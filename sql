@@ -1,1 +1,0 @@
-gpframe/sql
