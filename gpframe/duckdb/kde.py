@@ -142,7 +142,7 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
     import pandas as pd
 
     from gpframe.accounting.amounts import positive
-    from gpframe.frame.accessor import filter_kind, ledger_keys
+    from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.queries.elimination import split_fractions
     from gpframe.queries.kde import kde_point
     from gpframe.queries.privatize import COORD_MAX_M

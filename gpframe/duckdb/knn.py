@@ -273,7 +273,7 @@ def _amounts(vals: np.ndarray, fname: str, kind: str) -> dict[float, Fraction]:
 
 def _check_session(session: Any, fname: str, kind: str) -> str:
     """Return the filter kind; a CGP (rho) function refuses a pure-GP filter before any write."""
-    from gpframe.frame.accessor import filter_kind
+    from gpframe.ledger.charges import filter_kind
 
     fk = filter_kind(session)
     if kind == "cgp" and fk != "cgp":
@@ -302,7 +302,7 @@ def _run(
     rows in the batch is reserved (and charged) the sum of their rows' charges.
     """
     from gpframe.accounting.filters import charge_for
-    from gpframe.frame.accessor import ledger_keys
+    from gpframe.ledger.charges import ledger_keys
 
     codes, uniques = _u.factorize_objects(users)
 
@@ -679,7 +679,7 @@ def _kind_amount(session: Any, rho: Any, eps: Any, fname: str) -> tuple[str, Fra
     import math
 
     from gpframe.accounting.amounts import positive
-    from gpframe.frame.accessor import filter_kind
+    from gpframe.ledger.charges import filter_kind
 
     fk = filter_kind(session)
     if (rho is None) == (eps is None):
@@ -1085,7 +1085,7 @@ def nearest_users(
     """
     import pyarrow as pa
 
-    from gpframe.frame.accessor import filter_kind, ledger_keys
+    from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.ledger.keys import sql_user_expr, user_keys
     from gpframe.queries.elimination import check_method_parts, split_fractions
     from gpframe.queries.knn import check_k

@@ -249,7 +249,7 @@ def _batch(
     import pandas as pd
 
     from gpframe.accounting.amounts import positive
-    from gpframe.frame.accessor import filter_kind, ledger_keys
+    from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.queries.elimination import split_fractions
     from gpframe.queries.range_count import range_count_arrays
 

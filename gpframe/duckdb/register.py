@@ -379,7 +379,7 @@ def _privatize_batch(
     single = len(exact) == 1
     sels = [None] if single else [np.flatnonzero(amts == f) for f, _ in exact]
     cnts = [np.bincount(codes if sel is None else codes[sel], minlength=n_users) for sel in sels]
-    from gpframe.frame.accessor import filter_kind
+    from gpframe.ledger.charges import filter_kind
 
     session = reg.session
     filter_kind(session)  # a session without a metric budget: refuse before any write

@@ -375,7 +375,7 @@ def kde(
             "several rows per user: kde reads one point per user; select it with component=... "
             f"or reduce='last' (spec §1.6). {_NOTHING}"
         )
-    from gpframe.frame.accessor import ledger_keys
+    from gpframe.ledger.charges import ledger_keys
 
     keys = ledger_keys(users)
     led = session.ledger
@@ -584,7 +584,7 @@ def kde_raster(
             f"component=... or reduce='last' (spec §1.6). {_NOTHING}"
         )
     bm = _bounds_m(bounds, p) if bounds is not None else None
-    from gpframe.frame.accessor import ledger_keys
+    from gpframe.ledger.charges import ledger_keys
 
     return raster_from_points(
         session, ledger_keys(users), p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind,

@@ -183,7 +183,7 @@ def _codes(projected: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _reserve(bound: Any, users: np.ndarray, kind: str, amount: Fraction, query: str,
              params: dict[str, Any]) -> Any:  # fmt: skip
-    from gpframe.frame.accessor import ledger_keys
+    from gpframe.ledger.charges import ledger_keys
 
     return bound.session.reserve(ledger_keys(users), amount, notion="metric", kind=kind,
                                  query=query, params=params)  # fmt: skip
@@ -650,7 +650,7 @@ def nearest_users(
     checks = dict(kind=kind, method=method, rounds=rounds, split=split, beta=b, unit=unit,
                   scale_max=p.scale_max)  # fmt: skip
     check_method_parts(amount, **checks)
-    from gpframe.frame.accessor import ledger_keys
+    from gpframe.ledger.charges import ledger_keys
     from gpframe.queries.nearest import refuse_if_fewer_can_pay, too_few_can_pay
 
     refuse_if_fewer_can_pay(bound.session, ledger_keys(users), amount, kk)

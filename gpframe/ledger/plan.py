@@ -100,7 +100,7 @@ class SessionPlan:
         )
 
     def _start(self, users: Any) -> None:
-        from gpframe.frame.accessor import ledger_keys
+        from gpframe.ledger.charges import ledger_keys
 
         keys = ledger_keys(pd.unique(np.asarray(users)))
         self.inner = Plan(self.total, self.queries, self.schedule, self.lam, users=keys)
@@ -141,7 +141,7 @@ class SessionPlan:
         inner.pool = inner.pool + (a - floored)
         out = pd.Series(floored, index=inner.users, dtype=object, name="allocation")
         if users is not None:
-            from gpframe.frame.accessor import ledger_keys
+            from gpframe.ledger.charges import ledger_keys
 
             keys = ledger_keys(np.asarray(users))
             out = out.reindex(pd.Index(keys, dtype=object)).fillna(Fraction(0))

@@ -127,7 +127,8 @@ def test_declared_wrappers_and_audited_modules_exist():
 def test_the_frame_modules_of_every_operation_are_audited():
     """The frame layers (reservation, projection factor, calibration from the charged amount)
     are where a wrong amount would slip in: the KDE frame module was missing once."""
-    for m in ("frame.range_count", "frame.kde", "frame.knn", "frame.grid_stats", "queries.privatize"):
+    frames = ("range_count", "kde", "knn", "grid_stats")
+    for m in [f"frame.{f}" for f in frames] + ["queries.privatize"]:
         assert f"gpframe.{m}" in AUDITED_MODULES, m
 
 

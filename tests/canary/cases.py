@@ -134,6 +134,7 @@ def case(**kw: Any) -> Callable[[Callable[[Ctx], Any]], Callable[[Ctx], Any]]:
 
 
 ACC = "gpframe.frame.accessor"
+FK, FKDE = "gpframe.frame.knn", "gpframe.frame.kde"
 QF = "gpframe.queries."
 
 # --------------------------------------------------------------------------------------------
@@ -449,7 +450,6 @@ def _sql_hulls_gp(ctx: Ctx) -> Any:
 
 
 def _grid_sql() -> str:
-    from pathlib import Path
 
     import gpframe
 
@@ -898,7 +898,7 @@ def _knn_few(ctx: Ctx) -> Any:
 
 
 @case(name="convex_hull/accessor/few-points-fallback", frontend="accessor",
-      covers=("accessor.convex_hull",), modules=(ACC, "gpframe.frame.knn", QF + "hull"))  # fmt: skip
+      covers=("accessor.convex_hull",), modules=(ACC, FK, QF + "hull"))  # fmt: skip
 def _hull_few(ctx: Ctx) -> Any:
     return ctx.bound(_few_points(ctx)).convex_hull(rho=1e-4, rng=ctx.rng(131))
 
@@ -932,7 +932,7 @@ def _refuse_sql_knn_empty(ctx: Ctx) -> Any:
 
 
 @case(name="kde_raster/accessor/lonlat-auto-projection", frontend="accessor",
-      covers=("accessor.kde_raster",), modules=(ACC, "gpframe.frame.kde", "gpframe.geo"))  # fmt: skip
+      covers=("accessor.kde_raster",), modules=(ACC, FKDE, "gpframe.geo"))  # fmt: skip
 def _kde_raster_auto(ctx: Ctx) -> Any:
     d = ctx.data.lonlat.drop(columns=["lon", "lat"])
     return d.geopriv(ctx.session, user="uid").kde_raster(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pathlib
-
 import numpy as np
 import pandas as pd
 import pytest

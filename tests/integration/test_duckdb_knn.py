@@ -1,6 +1,5 @@
 """gp_knn and gp_convex_hull: per-user SQL UDFs over aggregated point lists (issue 8, STYLE §9)."""
 
-import pathlib
 from fractions import Fraction
 
 import duckdb

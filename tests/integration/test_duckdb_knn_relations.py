@@ -2,7 +2,6 @@
 helpers gp.duckdb.knn / convex_hulls / nearest_users (STYLE.md §9). Charges equal the accessor's.
 """
 
-import pathlib
 from fractions import Fraction
 
 import duckdb

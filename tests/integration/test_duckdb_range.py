@@ -143,7 +143,6 @@ def test_several_rows_of_a_user_are_each_charged():
 
 def test_sql_example_file_runs():
     """sql/range_count.sql runs against a registered connection (after its setup lines)."""
-    import pathlib
 
     path = gp.duckdb.SQL_DIR / "range_count.sql"
     s = Session(budget=gp.CGP(rho=1e-3))

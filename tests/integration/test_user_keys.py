@@ -286,7 +286,6 @@ def test_every_sql_function_keys_a_big_ubigint_as_the_accessor_does(name):
 
 
 def test_clip_user_keys_ubigint_and_uuid_users_like_the_accessor():
-    import pathlib
 
     import h3
 
