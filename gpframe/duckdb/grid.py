@@ -160,11 +160,17 @@ def clip_user(
         With ``params["plan_id"]``, the id ``gp_grid_params`` holds.
     """
     from gpframe.accounting.amounts import exact
-    from gpframe.frame.grid_stats import CLIPS, _finite_pair
     from gpframe.ledger.keys import sql_user_expr
     from gpframe.mechanisms.calibration import check_eps
     from gpframe.queries.clip_user import occupancy_from_records
-    from gpframe.queries.grid_stats import STATISTICS, _admission, central_kind, value_step
+    from gpframe.queries.grid_stats import (
+        CLIPS,
+        STATISTICS,
+        _admission,
+        central_kind,
+        value_bounds,
+        value_step,
+    )
 
     reg = _lookup(con)
     if reg is None:
@@ -184,7 +190,7 @@ def clip_user(
             f"use the Python grid_stats(occupancy='private'). {_NOTHING}"
         )
     eps = check_eps(epsilon, "epsilon")
-    lo, hi = _finite_pair(bounds)
+    lo, hi = value_bounds(bounds)
     t, u, c, v = (_ident(table, "table"), _ident(user, "user"), _ident(cell, "cell"),
                   _ident(value, "value"))  # fmt: skip
     try:

@@ -324,17 +324,22 @@ def kde_raster(
     """
     import pyarrow as pa
 
-    from gpframe.duckdb.knn import _SRC, _check_input, _source
-    from gpframe.frame import kde as _kf
+    from gpframe.duckdb.knn import _SRC, _check_input, _kind_amount, _source
+    from gpframe.ledger.charges import filter_kind
     from gpframe.ledger.keys import sql_user_expr, user_keys
+    from gpframe.queries import kde as _k
 
     fname = "gp.duckdb.kde_raster"
     reg = _REGISTRY.require(con, fname)
     session = reg.session
+    kind, amount, _ = _kind_amount(session, rho, eps, fname)
+    if kind != filter_kind(session):  # the raster's correction needs the filter's own noise
+        raise InvalidInputError(
+            f"{fname}: this session's filters are CGP: pass rho=... Nothing was charged."
+        )
     try:
-        h = _kf._length(bandwidth_m, "bandwidth_m")
-        c = _kf._length(cell_m, "cell_m")
-        kind, amount = _kf._check_amount(session, rho, eps)
+        h = _k.check_length(bandwidth_m, "bandwidth_m")
+        c = _k.check_length(cell_m, "cell_m")
         bm = None if bounds is None else _bounds_m(bounds)
     except InvalidInputError as exc:  # name the SQL entry point (the checks are the accessor's)
         raise InvalidInputError(f"{fname}: {exc}") from None
@@ -358,7 +363,7 @@ def kde_raster(
     if units is not None:  # the accessor's to_crs= check and scale; without crs= metres as given
         _u.check_units(units, xy, fname, "x/y")
     with _u.LEDGER_LOCK:  # the SQL functions of other threads charge the same session
-        r = _kf.raster_from_points(
+        r = _k.raster_from_points(
             session, keys, xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=amount,
             correct=bool(correct), scale_max=1 if units is None else units.scale_max,
             crs_m=None if units is None else units.crs.to_string(), rng=reg.rng,

@@ -467,7 +467,6 @@ def _hull_batch(
     import pandas as pd
     import shapely
 
-    from gpframe.frame.knn import _hull_preflight
     from gpframe.queries import hull as _h
 
     xy, lens = _lists(xs, ys, rows, fname)
@@ -503,7 +502,7 @@ def _hull_batch(
             _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=a,
                              beta=b, k=k, admitted=np.zeros(1, bool),
                              scale_max=scale)  # fmt: skip
-            _hull_preflight(kind, a, b, _h.ALPHA, k, 10.0, n_g, float(scale))  # every k phase
+            _h.hull_preflight(kind, a, b, _h.ALPHA, k, 10.0, n_g, float(scale))  # every k phase
     except InvalidInputError as exc:  # name the SQL function (the checks are shared with Python)
         raise InvalidInputError(f"{fname} ({_PARAM[kind]}={float(a)!r}): {exc}") from None
     result: list[Any] = [None] * rows.size
@@ -946,7 +945,6 @@ def convex_hulls(
     import pyarrow as pa
     import shapely
 
-    from gpframe.frame.knn import _hull_preflight
     from gpframe.queries import hull as _h
 
     fname = "gp.duckdb.convex_hulls"
@@ -979,7 +977,7 @@ def convex_hulls(
     sizes = rel.query(_SRC, f"SELECT DISTINCT count(*) FROM {_SRC} GROUP BY {u}").fetchall()
     counts = np.array([n for (n,) in sizes], dtype=np.int64)
     kk = None if k is None else int(k)
-    _hull_preflight(kind, amount, float(beta), _h.ALPHA, kk, 10.0, counts, float(scale))
+    _h.hull_preflight(kind, amount, float(beta), _h.ALPHA, kk, 10.0, counts, float(scale))
     fn = _HULL if kind == "cgp" else _HULL + "_gp"
     sql = f"""
         WITH __gp_s AS MATERIALIZED (

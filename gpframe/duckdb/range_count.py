@@ -364,7 +364,7 @@ def range_count(
     rounds : int
         Elimination rounds, 1..64.
     component : None, (column, value), callable, "first", "last", First, Last
-        Which row is each user's point (:func:`gpframe.frame.range_count.select_component`
+        Which row is each user's point (:func:`gpframe.queries.range_count.select_component`
         on the fetched rows): ``None`` needs one row per user (several rows are refused),
         ``("hour", 7)`` keeps the rows where a public column equals a value, ``"last"`` /
         ``"first"`` (or ``Last("ts", before=...)`` / ``First("ts", after=...)``) keep each
@@ -387,7 +387,7 @@ def range_count(
     >>> con = duckdb.connect()
     >>> session = Session(budget=gp.CGP(rho=1.0))
     >>> _ = gp.duckdb.register(con, session, crs="EPSG:32724")
-    >>> from gpframe.frame.range_count import Last
+    >>> from gpframe.queries.range_count import Last
     >>> q = ("SELECT * FROM (VALUES (1, 1, 5e5, 88e5), (1, 2, 5e5, 88e5), (2, 1, 6e5, 88e5)) "
     ...      "t(u, ts, x, y)")
     >>> box = shapely.box(4.9e5, 87.9e5, 5.1e5, 88.1e5)      # user 1's point, not user 2's
@@ -401,7 +401,7 @@ def range_count(
     import shapely
 
     from gpframe.duckdb.knn import _check_input, _literal, _source
-    from gpframe.frame.range_count import select_component
+    from gpframe.queries.range_count import select_component
 
     fname = "gp.duckdb.range_count"
     reg = _REGISTRY.require(con, fname)

@@ -36,8 +36,9 @@ if TYPE_CHECKING:  # the result classes' modules import this one: annotations on
 
     from gpframe.frame.kde import KdeResult
     from gpframe.frame.knn import NearestResult
-    from gpframe.frame.range_count import First, Last, RangeCountResult
+    from gpframe.frame.range_count import RangeCountResult
     from gpframe.mechanisms.noise.bits import BitSource
+    from gpframe.queries.range_count import First, Last
     from gpframe.raster import Raster
 
 #: which row is each user's one point (see :meth:`GeoPriv.range_count`)

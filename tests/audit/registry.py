@@ -79,9 +79,12 @@ THIN_WRAPPERS: dict[str, str] = {
         "plumbing of the DuckDB UDFs (checked_rng, charge_batch: reserve, run, charge under one "
         "lock); draws nothing itself. Tortured in test_charging_torture*.py"
     ),
-    "gpframe.duckdb.register": _UDF.format(
-        fn="privatize_points (gp_privatize) and registers the other modules' UDFs",
-        test="test_duckdb.py",
+    "gpframe.duckdb.register": (
+        "gp.duckdb.register: resolves the rng and the CRS once and runs every operation's "
+        "register_* (each listed here); draws and charges nothing itself. test_duckdb.py"
+    ),
+    "gpframe.duckdb.privatize": _UDF.format(
+        fn="privatize_points (gp_privatize, gp.duckdb.privatize)", test="test_duckdb.py"
     ),
     "gpframe.duckdb.range_count": _UDF.format(
         fn="range_count_arrays (gp_in_region)", test="test_duckdb_range.py"
