@@ -34,12 +34,9 @@ if TYPE_CHECKING:  # the result classes' modules import this one: annotations on
     import geopandas as gpd
     import shapely
 
-    from gpframe.frame.kde import KdeResult
-    from gpframe.frame.knn import NearestResult
-    from gpframe.frame.range_count import RangeCountResult
     from gpframe.mechanisms.noise.bits import BitSource
     from gpframe.queries.range_count import First, Last
-    from gpframe.raster import Raster
+    from gpframe.results import KdeResult, NearestResult, RangeCountResult, Raster
 
 #: which row is each user's one point (see :meth:`GeoPriv.range_count`)
 Component: TypeAlias = (
@@ -550,7 +547,7 @@ class GeoPriv:
         geopandas.GeoDataFrame
             One row per cell (index: the H3 cell), hexagons in the input CRS, with ``mean``,
             ``variance``, their error bounds and ``released``. ``attrs["geopriv"]`` is the
-            :class:`~gpframe.frame.grid_stats.GridStatsResult` (a published view: no user
+            :class:`~gpframe.results.GridStatsResult` (a published view: no user
             ids, no per-user charges; the curator reads those with ``session.report(...)``).
 
         See Also
@@ -632,7 +629,7 @@ class GeoPriv:
             One row per selected row, sorted by user then rank: the index holds the selected
             rows' labels, then the declared-public columns (``public=``; by default the user
             column) and ``knn_rank`` (1 = first selected). No coordinate of a true point.
-            ``attrs["geopriv"]`` is the :class:`~gpframe.frame.knn.KnnResult`.
+            ``attrs["geopriv"]`` is the :class:`~gpframe.results.KnnResult`.
 
         See Also
         --------
@@ -702,7 +699,7 @@ class GeoPriv:
         geopandas.GeoDataFrame
             One row per admitted user (index: user id): ``geometry`` (the hull, input CRS),
             ``k``, ``radius_m``, ``error_m``, ``fallback``; ``attrs["geopriv"]`` is the
-            :class:`~gpframe.frame.knn.HullResult`.
+            :class:`~gpframe.results.HullResult`.
 
         See Also
         --------

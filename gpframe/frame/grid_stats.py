@@ -23,8 +23,6 @@ neighbours), at the price of noise that does not shrink with a cell's number of 
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -34,9 +32,9 @@ import pandas as pd
 from gpframe.errors import InvalidInputError
 from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
 from gpframe.queries.grid_stats import CLIPS, value_bounds
-from gpframe.results import Result, _fmt
+from gpframe.results import GridStatsResult
 
-__all__ = ["GridStatsResult", "grid_stats", "h3_cells"]
+__all__ = ["grid_stats", "h3_cells"]
 
 _NOTHING = "Nothing was charged."
 _OCC_HELP = (
@@ -48,46 +46,6 @@ _OCC_HELP = (
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class GridStatsResult(Result):
-    """Result of ``grid_stats``: a GeoDataFrame of cells plus Γ, Γ′ and the per-user bound.
-
-    ``error`` is the largest per-cell mean error bound; the per-cell bounds are the columns
-    ``mean_error`` and ``variance_error`` of ``value``. Like every central-DP result it is a
-    published view: ``spent_at_most`` is the public bound ε × statistics × Γ′ (occupancy
-    "private": 3 × ε × ``max_cells``); who was charged how much, and who was left out for lack
-    of budget, are read from the ledger with ``session.report(query_id=result.query_id)``.
-    """
-
-    error_kind: str = "max mean error (value units)"
-    mechanism: str = "laplace_dp"
-    kind: str = "dp"
-    metric: str | tuple = "hamming"
-    spec: str = "clip-user.md §6-§9; secure-noise.md §9.3"
-    Gamma: int = 0
-    Gamma_prime: int = 0
-    E_star: float = math.nan
-    E_new: float = math.nan
-    n_suppressed_pairs: int = 0
-
-    def _value_summary(self) -> str:
-        n = 0 if self.value is None else len(self.value)
-        return f"<{n} cells, Γ={self.Gamma}→{self.Gamma_prime}>"
-
-    def plot(self, column: str = "mean", ax: Any = None, **kwargs: Any) -> Any:
-        """Choropleth of ``column`` with a colour bar; returns the matplotlib Axes."""
-        try:
-            import matplotlib.pyplot as plt
-        except ImportError:  # pragma: no cover
-            raise ImportError("install gpframe[plot] to use .plot()") from None
-        if ax is None:
-            _, ax = plt.subplots()
-        kwargs.setdefault("legend", True)
-        kwargs.setdefault("legend_kwds", {"label": column})
-        kwargs.setdefault("missing_kwds", {"color": "lightgrey"})
-        self.value.plot(column=column, ax=ax, **kwargs)
-        ax.set_title(f"private {column} per cell (Γ′ε = {_fmt(self.spent_max)})")
-        return ax
 
 
 def _value_column(frame: pd.DataFrame, value: Any) -> np.ndarray:

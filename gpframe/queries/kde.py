@@ -1091,7 +1091,7 @@ def raster_from_points(
         if (charge_units > np.where(adm, r.allocation_units, 0)).any():
             raise GpframeInternalError("kde_raster would charge above a user's allocation.")
         r.charge(charge_units, units=True)
-    from gpframe.raster import Raster
+    from gpframe.results import Raster
 
     key_arr = users
     idx = pd.Index(key_arr[adm])

@@ -437,7 +437,7 @@ def test_raster_files_and_plot_text_are_scanned() -> None:
     its netCDF file) and a plot's text reach the scanner: planted canaries are found there."""
     import pyproj
 
-    from gpframe.raster import Raster
+    from gpframe.results import Raster
 
     from .data import CRS_M
     from .forms import plot_text

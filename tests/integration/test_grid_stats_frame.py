@@ -9,8 +9,9 @@ import pytest
 import gpframe as gp
 import gpframe.frame.accessor
 from gpframe.errors import InvalidInputError
-from gpframe.frame.grid_stats import GridStatsResult, grid_stats
+from gpframe.frame.grid_stats import grid_stats
 from gpframe.ledger import Session
+from gpframe.results import GridStatsResult
 from gpframe.testing import seeded_rng
 
 

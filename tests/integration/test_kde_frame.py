@@ -17,9 +17,9 @@ import gpframe as gp
 import gpframe.frame.accessor
 from gpframe.duckdb.kde import register_kde
 from gpframe.frame.accessor import GeoPriv
-from gpframe.frame.kde import KdeResult, kde, kde_raster
+from gpframe.frame.kde import kde, kde_raster
 from gpframe.ledger import Session
-from gpframe.raster import Raster
+from gpframe.results import KdeResult, Raster
 from gpframe.testing import seeded_rng
 
 CRS = "EPSG:32618"

@@ -155,7 +155,7 @@ def test_grid_stats_private_occupancy_adding_one_user_changes_only_noisy_values(
 
 
 def _mask_error(text: str, res: Result) -> str:
-    from gpframe.results import _fmt
+    from gpframe.results.base import _fmt
 
     return text.replace(_fmt(res.error), "<error>") if res.error is not None else text
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from gpframe.results import Result, _fmt
+from gpframe.results.base import Result, _fmt
 
 __all__ = ["Raster"]
 

@@ -4,8 +4,8 @@ DESIGN.md §3 step 6; STYLE.md §4, §10. A :class:`Result` carries the private 
 bound at a stated confidence 1 − β (computed from released values and public parameters only,
 adaptive-budgeting.md §7 pitfall 19), the mechanism and its parameters, the guarantee (notion,
 metric and the r_min floor of secure-noise.md §7.4(c2)), and the per-user charges committed to
-the ledger before the result was built. Operations subclass it (``PrivatizeResult`` here;
-``RangeCountResult``, ``KdeResult``... elsewhere) and override :meth:`Result._value_summary`.
+the ledger before the result was built. Operations subclass it (one module per family in
+:mod:`gpframe.results`) and override :meth:`Result._value_summary`.
 
 Published view and curator's view. Everything a Result shows (``repr``, ``_repr_html_``,
 ``summary()``, ``to_dict()``, the ``attrs`` entry and the GeoParquet metadata written from it) is
@@ -34,7 +34,7 @@ import pandas as pd
 
 from gpframe.errors import GpframeError, InvalidInputError
 
-__all__ = ["CuratorViewError", "PrivatizeResult", "Result", "ResultAttr"]
+__all__ = ["CuratorViewError", "Result", "ResultAttr"]
 
 # parameter name and unit of each notion, as users type them (STYLE.md §2)
 _PARAM = {"gp": "eps", "cgp": "rho", "dp": "epsilon", "zcdp": "rho", "dp_expost": "epsilon"}
@@ -637,35 +637,3 @@ class ResultAttr(dict):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ResultAttr, (self.result,))
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class PrivatizeResult(Result):
-    """Result of ``privatize``: the users' points released with noise (concentrated-geo-privacy §6).
-
-    ``value`` is an (n, 2) array of projected metres or a GeoDataFrame of points.
-
-    Examples
-    --------
-    >>> import numpy as np, pandas as pd
-    >>> r = PrivatizeResult(value=np.zeros((1000, 2)), error=412.3, confidence=0.95,
-    ...                     mechanism="gaussian_cgp", params={"rho": 2e-6},
-    ...                     charges=pd.Series(2e-6, index=range(28)), query_id="q-7")
-    >>> r  # doctest: +NORMALIZE_WHITESPACE
-    PrivatizeResult(value=<1000 points>, error_95=412.3 m, charged=28 users, excluded=0,
-                    spent_max=rho=2e-06 m⁻², query_id=q-7)
-    """
-
-    error_kind: str = "max point error (m)"
-    mechanism: str = "gaussian_cgp"
-    spec: str = "concentrated-geo-privacy.md §6"
-    #: per-user bound (metres) on the distance of all of that user's points, w.p. >= 1 - beta
-    max_error_m: Any = None
-
-    @property
-    def n_points(self) -> int:
-        """Number of released points."""
-        return len(self.value) if self.value is not None else 0
-
-    def _value_summary(self) -> str:
-        return f"<{self.n_points} points>"

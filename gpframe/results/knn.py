@@ -1,0 +1,67 @@
+"""The results of ``knn`` (k private nearest neighbours), ``convex_hull`` and ``nearest_users``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpframe.results.base import Result
+
+__all__ = ["HullResult", "KnnResult", "NearestResult"]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class KnnResult(Result):
+    """Result of ``knn``: per user, the row labels of its k private nearest neighbours.
+
+    ``value`` maps user id → list of row index labels in rank order; ``error`` is the largest
+    per-user error bound (metres, every rank at once, probability ``confidence``);
+    ``errors`` the per-user bounds.
+    """
+
+    error_kind: str = "distance error of every rank (m)"
+    spec: str = "concentrated-geo-privacy.md §7.1-§7.3, §9.4"
+    errors: Any = None
+
+    def _value_summary(self) -> str:
+        return f"<{len(self.value)} users>"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class HullResult(Result):
+    """Result of ``convex_hull``: one private hull per user (``value``, a GeoDataFrame).
+
+    ``params["spend"]`` is the per-user budget split (centre, radius, pnn, release); ``error`` the
+    largest paper bound γ₁ + γ₂ + γ₃ (metres, "as stated", spec §8.4).
+    """
+
+    error_kind: str = "hull error, paper bound as stated (m)"
+    spec: str = "concentrated-geo-privacy.md §8.1-§8.5"
+
+    def _value_summary(self) -> str:
+        return f"<{len(self.value)} hulls>"
+
+    def plot(self, ax: Any = None, **kwargs: Any) -> Any:
+        """Overlay the users' hulls (one colour per user); returns the matplotlib Axes."""
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError as exc:  # pragma: no cover - optional extra
+            raise ImportError("install gpframe[plot] to use .plot()") from exc
+        if ax is None:
+            _, ax = plt.subplots(figsize=(7, 6))
+        kwargs.setdefault("alpha", 0.35)
+        kwargs.setdefault("edgecolor", "0.2")
+        self.value.plot(ax=ax, column=self.value.columns[0], categorical=True, **kwargs)
+        ax.set_title("convex_hull: private hull per user")
+        return ax
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class NearestResult(Result):
+    """Result of ``nearest_users``: ``value`` is the list of the k user ids (nearest first)."""
+
+    error_kind: str = "distance error of every rank (m)"
+    spec: str = "adaptive-budgeting.md §4.5, §5.3, §5.5"
+
+    def _value_summary(self) -> str:
+        return f"<{len(self.value)} users>"
