@@ -91,7 +91,7 @@ def test_over_charge_in_units_is_refused_and_settled_in_full() -> None:
     def compute(r):
         return Charge(value=1, charges=r.allocation_units + 1, units=True)
 
-    with pytest.raises(GpframeInternalError, match="q would charge .* above the allocation"):
+    with pytest.raises(GpframeInternalError, match=r"q would charge .* above the allocation"):
         run(s, ["ann"], units, query="q", units=True, compute=compute)
     assert s.spent_exact(["ann"]).tolist() == [Fraction(1, 2)]
 
