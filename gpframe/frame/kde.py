@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ import pandas as pd
 import shapely
 
 from gpframe.errors import InvalidInputError
+from gpframe.ledger.run import Charge, run
 from gpframe.queries import kde as _k
 from gpframe.queries.elimination import check_method_parts
 from gpframe.results import KdeResult
@@ -164,16 +166,13 @@ def _ledger_allocation(lu: Any, amount: Fraction) -> Fraction:
     return lu.to_fraction(lu.up(amount))
 
 
-def _check_reserved(r: Any, alloc: np.ndarray, checks: dict[str, Any]) -> None:
-    """Check the reserved allocations' parts (backstop); cancel the reservation on refusal.
+def _check_reserved(lu: Any, checks: dict[str, Any]) -> Callable[[Any], None]:
+    """Return the driver's check of the reserved allocations' parts (no noise drawn yet)."""
 
-    No noise was drawn yet, so releasing the reservation is safe: nothing is charged.
-    """
-    try:
-        check_method_parts(alloc, **checks)
-    except InvalidInputError:
-        r.cancel()
-        raise
+    def check(r: Any) -> None:
+        check_method_parts(_alloc_fractions(r, lu), **checks)
+
+    return check
 
 
 def _alloc_fractions(r: Any, lu: Any) -> np.ndarray:
@@ -310,15 +309,19 @@ def kde(
                   unit=unit, scale_max=p.scale_max)  # fmt: skip
     check_method_parts(_ledger_allocation(lu, amount), **checks)
     if method == "pt":
-        with session.reserve(keys, amount, notion="metric", query="kde",
-                             params={**params, "n_points": len(q_m)}) as r:  # fmt: skip
+
+        def compute_pt(r: Any) -> Charge[Any]:
             alloc = _alloc_fractions(r, lu)
-            _check_reserved(r, alloc, checks)
             out = _k.kde_points_pt(p.xy, q_m, bandwidth_m=b, kind=kind, amount=alloc,
                                    beta=beta, unit=unit, scale_max=p.scale_max,
                                    rng=rng)  # fmt: skip
-            r.charge(out.privatized.charges)
-            qids.append(r.query_id)
+            return Charge((out, alloc), out.privatized.charges)
+
+        r = run(session, keys, amount, notion="metric", query="kde",
+                params={**params, "n_points": len(q_m)}, check=_check_reserved(lu, checks),
+                compute=compute_pt)  # fmt: skip
+        out, alloc = r.value
+        qids.append(r.query_id)
         admitted_any = np.asarray(r.admitted, dtype=bool)
         charges, allocs = out.privatized.charges, alloc
         r_min = out.privatized.r_min
@@ -335,15 +338,19 @@ def kde(
 
             iterator = tqdm(iterator, desc=f"kde ({method})", unit="point")
         for j in iterator:
-            with session.reserve(keys, amount, notion="metric", query="kde",
-                                 params={**params, "q_m": q_m[j].tolist()}) as r:  # fmt: skip
+
+            def compute_one(r: Any, j: int = j) -> Charge[Any]:
                 alloc = _alloc_fractions(r, lu)
-                _check_reserved(r, alloc, checks)
                 out1 = _k.kde_point(p.xy, q_m[j], bandwidth_m=b, kind=kind, amount=alloc,
                                     method=method, rounds=int(rounds), split=split, beta=beta,
                                     nu_m=nu_m, unit=unit, scale_max=p.scale_max,
                                     rng=rng)  # fmt: skip
-                r.charge(out1.charges)
+                return Charge((out1, alloc), out1.charges)
+
+            r = run(session, keys, amount, notion="metric", query="kde",
+                    params={**params, "q_m": q_m[j].tolist()}, check=_check_reserved(lu, checks),
+                    compute=compute_one)  # fmt: skip
+            out1, alloc = r.value
             adm = np.asarray(r.admitted, dtype=bool)
             admitted_any |= adm
             charges = charges + out1.charges

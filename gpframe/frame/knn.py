@@ -13,6 +13,7 @@ delegates ``.knn(...)``, ``.convex_hull(...)`` and ``.nearest_users(...)`` to th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -20,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gpframe.errors import InvalidInputError
+from gpframe.ledger.run import Charge, run
 from gpframe.results import HullResult, KnnResult, NearestResult
 
 __all__ = ["convex_hull", "knn", "nearest_users"]
@@ -119,12 +121,18 @@ def _codes(projected: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return codes.astype(np.int64), np.asarray(uniques), counts
 
 
-def _reserve(bound: Any, users: np.ndarray, kind: str, amount: Fraction, query: str,
-             params: dict[str, Any]) -> Any:  # fmt: skip
+def _run(bound: Any, users: np.ndarray, kind: str, amount: Fraction, query: str,
+         params: dict[str, Any], compute: Callable[[np.ndarray], Any]) -> Any:  # fmt: skip
+    """Run ``compute(admitted)`` through the driver; each admitted user pays its ``charges``."""
     from gpframe.ledger.charges import ledger_keys
 
-    return bound.session.reserve(ledger_keys(users), amount, notion="metric", kind=kind,
-                                 query=query, params=params)  # fmt: skip
+    def charged(r: Any) -> Charge[Any]:
+        adm = np.asarray(r.admitted, dtype=bool)
+        out = compute(adm)
+        return Charge(out, np.where(adm, out.charges, 0))
+
+    return run(bound.session, ledger_keys(users), amount, notion="metric", kind=kind,
+               query=query, params=params, compute=charged)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,13 +240,15 @@ def knn(
     params = {"k": kk, "gamma0": g0, "scan_order": order, "compat": compat, "beta": b,
               "max_cycles": int(max_cycles), "crs_m": p.crs_m.to_string(),
               "scale_max": float(p.scale_max), "point_m": q.tolist()}  # fmt: skip
-    with _reserve(bound, uniques, kind, amount, "knn", params) as r:
-        adm = np.asarray(r.admitted, dtype=bool)
-        out = _k.knn_indices(p.xy, codes, q, kk, kind=kind, amount=amount, n_users=len(uniques),
-                             admitted=adm, gamma0=g0, scan_order=order,
-                             max_cycles=int(max_cycles), beta=b, scale_max=ks, rng=rng)  # fmt: skip
-        r.charge(np.where(adm, out.charges, 0))
-        qid = r.query_id
+
+    def compute(adm: np.ndarray) -> Any:
+        return _k.knn_indices(p.xy, codes, q, kk, kind=kind, amount=amount,
+                              n_users=len(uniques), admitted=adm, gamma0=g0, scan_order=order,
+                              max_cycles=int(max_cycles), beta=b, scale_max=ks,
+                              rng=rng)  # fmt: skip
+
+    ran = _run(bound, uniques, kind, amount, "knn", params, compute)
+    out, adm, qid = ran.value, ran.admitted, ran.query_id
     pos = np.concatenate([out.rows[u] for u in np.flatnonzero(adm)] or [np.empty(0, np.int64)])
     ranks = np.concatenate([np.arange(1, out.k[u] + 1) for u in np.flatnonzero(adm)]
                            or [np.empty(0, np.int64)])  # fmt: skip
@@ -294,7 +304,7 @@ def _knn_output(bound: Any, pos: np.ndarray, ranks: np.ndarray) -> pd.DataFrame:
 
 
 def _protected(bound: Any) -> tuple[Any, ...]:
-    from gpframe.frame.accessor import protected_columns
+    from gpframe.release import protected_columns
 
     return protected_columns(bound.frame, getattr(bound.projected, "coords", ()))
 
@@ -385,14 +395,15 @@ def convex_hull(
     params = {"beta": b, "k": k, "alpha": float(alpha), "k_rule": k_rule,
               "radius_floor_m": float(radius_floor_m), "crs_m": p.crs_m.to_string(),
               "scale_max": float(p.scale_max)}  # fmt: skip
-    with _reserve(bound, uniques, kind, amount, "convex_hull", params) as r:
-        adm = np.asarray(r.admitted, dtype=bool)
-        out = _h.private_hulls(p.xy, codes, kind=kind, amount=amount, n_users=len(uniques),
-                               admitted=adm, beta=b, alpha=alpha, k=k, k_rule=k_rule,
-                               radius_floor_m=radius_floor_m,
-                               scale_max=Fraction(float(p.scale_max)), rng=rng)  # fmt: skip
-        r.charge(np.where(adm, out.charges, 0))
-        qid = r.query_id
+
+    def compute(adm: np.ndarray) -> Any:
+        return _h.private_hulls(p.xy, codes, kind=kind, amount=amount, n_users=len(uniques),
+                                admitted=adm, beta=b, alpha=alpha, k=k, k_rule=k_rule,
+                                radius_floor_m=radius_floor_m,
+                                scale_max=Fraction(float(p.scale_max)), rng=rng)  # fmt: skip
+
+    ran = _run(bound, uniques, kind, amount, "convex_hull", params, compute)
+    out, adm, qid = ran.value, ran.admitted, ran.query_id
     idx = np.flatnonzero(adm)
     geoms = gpd.GeoSeries(out.hulls[idx], crs=p.crs_m)
     if not p.crs_m.equals(p.crs_in):
@@ -572,24 +583,28 @@ def nearest_users(
     refuse_if_fewer_can_pay(bound.session, ledger_keys(users), amount, kk)
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
               "point_m": q.tolist(), "crs_m": p.crs_m.to_string()}  # fmt: skip
-    with bound.session.reserve(ledger_keys(users), amount, notion="metric", query="nearest_users",
-                               params=params) as r:  # fmt: skip
-        adm = np.asarray(r.admitted, dtype=bool)
-        if adm.sum() < kk:  # a writer spent budgets since the read-only check
-            r.cancel()
-            raise too_few_can_pay(int(adm.sum()), kk)
+
+    def allocations(r: Any) -> np.ndarray:
         alloc = np.empty(users.size, dtype=object)
-        alloc[:] = [amount if a else Fraction(0) for a in adm.tolist()]
-        try:  # backstop on the allocations used; no noise was drawn yet, so cancel on refusal
-            check_method_parts(alloc, **checks)
-        except InvalidInputError:
-            r.cancel()
-            raise
-        out = nearest_users_arrays(p.xy[pos], q, kk, kind=kind, amount=alloc, method=method,
-                                   rounds=rounds, split=split, beta=b, unit=unit,
+        alloc[:] = [amount if a else Fraction(0) for a in r.admitted.tolist()]
+        return alloc
+
+    def check(r: Any) -> None:
+        n_adm = int(np.asarray(r.admitted, dtype=bool).sum())
+        if n_adm < kk:  # a writer spent budgets since the read-only check
+            raise too_few_can_pay(n_adm, kk)
+        # backstop on the allocations used; no noise was drawn yet, so a refusal cancels
+        check_method_parts(allocations(r), **checks)
+
+    def compute(r: Any) -> Charge[Any]:
+        out = nearest_users_arrays(p.xy[pos], q, kk, kind=kind, amount=allocations(r),
+                                   method=method, rounds=rounds, split=split, beta=b, unit=unit,
                                    scale_max=p.scale_max, rng=rng)  # fmt: skip
-        r.charge(out.charges)
-        qid = r.query_id
+        return Charge(out, out.charges)
+
+    ran = run(bound.session, ledger_keys(users), amount, notion="metric", query="nearest_users",
+              params=params, check=check, compute=compute)  # fmt: skip
+    out, adm, qid = ran.value, ran.admitted, ran.query_id
     idx = pd.Index(users[adm], name="user")
     return NearestResult(
         value=users[out.selected].tolist(),

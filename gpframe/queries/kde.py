@@ -1038,7 +1038,9 @@ def raster_from_points(
     import pandas as pd
 
     from gpframe.accounting.amounts import LedgerUnits
+    from gpframe.ledger.run import Charge, run
     from gpframe.queries.elimination import check_method_parts
+    from gpframe.results import Raster
 
     users = np.empty(len(keys), dtype=object)
     users[:] = list(keys)
@@ -1062,18 +1064,19 @@ def raster_from_points(
         check_method_parts(a0, **checks)
         if correct:
             corrected_bandwidth(h, bandwidth_limit(kind, a0, scale_max=scale))
-    with session.reserve(keys, alloc_units, notion="metric", query="kde_raster", params=params,
-                         units=True) as r:  # fmt: skip
+
+    def reserved_groups(r: Any) -> tuple[np.ndarray, np.ndarray, list[Fraction], list[int]]:
         adm = np.asarray(r.admitted, dtype=bool) & ~too_big
-        codes, values, uvals = _alloc_groups(np.where(adm, r.allocation_units, 0), lu)
-        try:  # the same checks on the allocations reserved: no noise yet, so cancel on refusal
-            for a in values:
-                check_method_parts(a, **checks)
-                if correct:
-                    corrected_bandwidth(h, bandwidth_limit(kind, a, scale_max=scale))
-        except InvalidInputError:
-            r.cancel()
-            raise
+        return (adm, *_alloc_groups(np.where(adm, r.allocation_units, 0), lu))
+
+    def check(r: Any) -> None:  # the same checks on the allocations reserved: no noise yet
+        for a in reserved_groups(r)[2]:
+            check_method_parts(a, **checks)
+            if correct:
+                corrected_bandwidth(h, bandwidth_limit(kind, a, scale_max=scale))
+
+    def compute(r: Any) -> Charge[Any]:
+        adm, codes, values, uvals = reserved_groups(r)
         out = kde_raster_arrays(
             xy_m, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=values, codes=codes,
             correct=correct, unit=Fraction(1) / lu.scale, scale_max=scale_max, rng=rng,
@@ -1088,11 +1091,11 @@ def raster_from_points(
             sel = pv.group == g
             charge_units[sel] = u[0]
             charge_f[sel] = float(ch)
-        if (charge_units > np.where(adm, r.allocation_units, 0)).any():
-            raise GpframeInternalError("kde_raster would charge above a user's allocation.")
-        r.charge(charge_units, units=True)
-    from gpframe.results import Raster
+        return Charge((adm, codes, uvals, out, charge_f), charge_units, units=True)
 
+    r = run(session, keys, alloc_units, notion="metric", query="kde_raster", params=params,
+            units=True, check=check, compute=compute)  # fmt: skip
+    adm, codes, uvals, out, charge_f = r.value
     key_arr = users
     idx = pd.Index(key_arr[adm])
     alloc_f = np.array([float(lu.to_fraction(int(v))) for v in uvals], dtype=np.float64)
