@@ -92,23 +92,19 @@ def register_kde(
     """
     from duckdb.sqltypes import BIGINT, DOUBLE, INTEGER
 
-    _u.check_session(session)
-    rng = _u.checked_rng(rng)
-    units = _u.units_for(crs, domain)
-    reg = _u.reuse(_REGISTRY, con, session, rng, units)
-    if reg is not None:
-        return reg
-    reg = KdeRegistration(session=session, rng=rng, units=units)
-    args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(qx AS DOUBLE), CAST(qy AS DOUBLE), "
-            "CAST(bandwidth_m AS DOUBLE), CAST(rho AS DOUBLE), CAST(rounds AS INTEGER), "
-            "CAST(n_users AS BIGINT)")  # fmt: skip
-    _u.create_id_udfs(
-        con, _MACRO, lambda _ints: _make_udf(reg),
-        "x, y, qx, qy, bandwidth_m, rho, rounds, n_users := NULL", args,
-        [DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, INTEGER, BIGINT], DOUBLE,
-    )  # fmt: skip
-    _REGISTRY.put(con, reg)
-    return reg
+    def create(con: Any, reg: KdeRegistration) -> None:
+        args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(qx AS DOUBLE), CAST(qy AS DOUBLE), "
+                "CAST(bandwidth_m AS DOUBLE), CAST(rho AS DOUBLE), CAST(rounds AS INTEGER), "
+                "CAST(n_users AS BIGINT)")  # fmt: skip
+        _u.create_id_udfs(
+            con, _MACRO, lambda _ints: _make_udf(reg),
+            "x, y, qx, qy, bandwidth_m, rho, rounds, n_users := NULL", args,
+            [DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, INTEGER, BIGINT], DOUBLE,
+        )  # fmt: skip
+
+    return _REGISTRY.install(
+        con, session, KdeRegistration, create, rng=rng, crs=crs, domain=domain
+    )
 
 
 def _make_udf(reg: KdeRegistration) -> Any:

@@ -132,34 +132,31 @@ def register_knn(
     import duckdb
     from duckdb.sqltypes import BIGINT, DOUBLE, VARCHAR
 
-    _u.check_session(session)
-    rng = _u.checked_rng(rng)
-    units = _u.units_for(crs, domain)
-    reg = _u.reuse(_REGISTRY, con, session, rng, units)
-    if reg is not None:
-        return reg
-    reg = KnnRegistration(session=session, rng=rng, units=units)
-    dlist = duckdb.list_type(DOUBLE)
-    for kind, param in (("cgp", "rho"), ("gp", "eps")):
-        sfx = "" if kind == "cgp" else "_gp"
-        knn_udf, hull_udf = _make_knn_udf(reg, kind), _make_hull_udf(reg, kind)  # _int and _str
-        _u.create_id_udfs(
-            con, _KNN + sfx, lambda _ints, f=knn_udf: f, f"xs, ys, px, py, k, {param}",
-            "CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST(px AS DOUBLE), CAST(py AS DOUBLE), "
-            f"CAST(k AS BIGINT), CAST({param} AS DOUBLE)",
-            [dlist, dlist, DOUBLE, DOUBLE, BIGINT, DOUBLE], duckdb.list_type(BIGINT),
-        )  # fmt: skip
-        # beta and k are optional named arguments (k := 0 picks k per user, spec §8.2)
-        _u.create_id_udfs(
-            con, _HULL + sfx, lambda _ints, f=hull_udf: f, f"xs, ys, {param}, beta := 0.1, k := 0",
-            f"CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST({param} AS DOUBLE), "
-            "CAST(beta AS DOUBLE), CAST(k AS BIGINT)",
-            [dlist, dlist, DOUBLE, DOUBLE, BIGINT], VARCHAR,
-        )  # fmt: skip
-        for sql in _table_macros(sfx, param):
-            con.execute(sql)
-    _REGISTRY.put(con, reg)
-    return reg
+    def create(con: Any, reg: KnnRegistration) -> None:
+        dlist = duckdb.list_type(DOUBLE)
+        for kind, param in (("cgp", "rho"), ("gp", "eps")):
+            sfx = "" if kind == "cgp" else "_gp"
+            knn_udf, hull_udf = _make_knn_udf(reg, kind), _make_hull_udf(reg, kind)  # _int and _str
+            _u.create_id_udfs(
+                con, _KNN + sfx, lambda _ints, f=knn_udf: f, f"xs, ys, px, py, k, {param}",
+                "CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST(px AS DOUBLE), "
+                f"CAST(py AS DOUBLE), CAST(k AS BIGINT), CAST({param} AS DOUBLE)",
+                [dlist, dlist, DOUBLE, DOUBLE, BIGINT, DOUBLE], duckdb.list_type(BIGINT),
+            )  # fmt: skip
+            # beta and k are optional named arguments (k := 0 picks k per user, spec §8.2)
+            _u.create_id_udfs(
+                con, _HULL + sfx, lambda _ints, f=hull_udf: f,
+                f"xs, ys, {param}, beta := 0.1, k := 0",
+                f"CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST({param} AS DOUBLE), "
+                "CAST(beta AS DOUBLE), CAST(k AS BIGINT)",
+                [dlist, dlist, DOUBLE, DOUBLE, BIGINT], VARCHAR,
+            )  # fmt: skip
+            for sql in _table_macros(sfx, param):
+                con.execute(sql)
+
+    return _REGISTRY.install(
+        con, session, KnnRegistration, create, rng=rng, crs=crs, domain=domain
+    )
 
 
 def _table_macros(sfx: str, param: str) -> list[str]:
@@ -1085,6 +1082,7 @@ def nearest_users(
 
     from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.ledger.keys import sql_user_expr, user_keys
+    from gpframe.ledger.run import Charge, run
     from gpframe.queries.elimination import check_method_parts, split_fractions
     from gpframe.queries.knn import check_k
     from gpframe.queries.nearest import (
@@ -1154,23 +1152,27 @@ def nearest_users(
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
               "point_m": q.tolist(), "source": "duckdb"}  # fmt: skip
     refuse_if_fewer_can_pay(session, ledger_keys(users), amount, kk, prefix=f"{fname}: ")
-    with _u.LEDGER_LOCK, session.reserve(ledger_keys(users), amount, notion="metric",
-                                         query="nearest_users", params=params) as r:  # fmt: skip
+
+    def allocations(admitted: np.ndarray) -> np.ndarray:
+        alloc = np.empty(users.size, dtype=object)
+        alloc[:] = [amount if a else Fraction(0) for a in admitted.tolist()]
+        return alloc
+
+    def check(r: Any) -> None:  # no noise drawn yet: raising cancels the reservation
         adm = np.asarray(r.admitted, dtype=bool)
         if adm.sum() < kk:  # a writer spent budgets since the read-only check
-            r.cancel()
             raise too_few_can_pay(int(adm.sum()), kk, prefix=f"{fname}: ")
-        alloc = np.empty(users.size, dtype=object)
-        alloc[:] = [amount if a else Fraction(0) for a in adm.tolist()]
-        try:  # backstop on the allocations used; no noise was drawn yet, so cancel on refusal
-            check_method_parts(alloc, **checks)
-        except InvalidInputError:
-            r.cancel()
-            raise
+        check_method_parts(allocations(adm), **checks)  # backstop on the allocations used
+
+    def compute(r: Any) -> Charge[Any]:
+        alloc = allocations(np.asarray(r.admitted, dtype=bool))
         out = nearest_users_arrays(xy, q, kk, kind=kind, amount=alloc, method=method,
                                    rounds=rounds, split=split, beta=b, unit=unit,
                                    scale_max=scale_max, rng=reg.rng)  # fmt: skip
-        r.charge(out.charges)
+        return Charge(out, out.charges)
+
+    out = run(session, ledger_keys(users), amount, notion="metric", query="nearest_users",
+              params=params, check=check, compute=compute, lock=_u.LEDGER_LOCK).value  # fmt: skip
     res = pa.table(
         {
             user: tbl.column("u").take(pa.array(np.asarray(out.selected, dtype=np.int64))),

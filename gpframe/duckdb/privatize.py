@@ -98,22 +98,18 @@ def register_privatize(
     import duckdb
     from duckdb.sqltypes import DOUBLE
 
-    _u.check_session(session)
-    rng = _u.checked_rng(rng)
-    units = _u.units_for(crs, domain)
-    reg = _u.reuse(_REGISTRY, con, session, rng, units)
-    if reg is not None:
-        return reg
-    reg = Registration(session=session, rng=rng, units=units)
-    rtype = duckdb.struct_type({"x": DOUBLE, "y": DOUBLE})
-    for _udf, macro, mode, param in FUNCTIONS:  # create_id_udfs names the pair f"{macro}_udf_*"
-        _u.create_id_udfs(
-            con, macro, lambda _id_type, mode=mode: _make_udf(reg, mode),
-            f"x, y, {param}", f"CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST({param} AS DOUBLE)",
-            [DOUBLE, DOUBLE, DOUBLE], rtype,
-        )  # fmt: skip
-    _REGISTRY.put(con, reg)
-    return reg
+    def create(con: Any, reg: Registration) -> None:
+        rtype = duckdb.struct_type({"x": DOUBLE, "y": DOUBLE})
+        for _udf, macro, mode, param in FUNCTIONS:  # create_id_udfs names the pair f"{macro}_udf_*"
+            _u.create_id_udfs(
+                con, macro, lambda _id_type, mode=mode: _make_udf(reg, mode),
+                f"x, y, {param}", f"CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST({param} AS DOUBLE)",
+                [DOUBLE, DOUBLE, DOUBLE], rtype,
+            )  # fmt: skip
+
+    return _REGISTRY.install(
+        con, session, Registration, create, rng=rng, crs=crs, domain=domain
+    )
 
 
 def privatize(

@@ -113,22 +113,19 @@ def register_range_count(
     """
     from duckdb.sqltypes import BIGINT, BLOB, BOOLEAN, DOUBLE, INTEGER
 
-    _u.check_session(session)
-    rng = _u.checked_rng(rng)
-    units = _u.units_for(crs, domain)
-    reg = _u.reuse(_REGISTRY, con, session, rng, units)
-    if reg is not None:
-        return reg
-    reg = RangeRegistration(session=session, rng=rng, units=units)
-    args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(region_wkb AS BLOB), CAST(rho AS DOUBLE), "
-            "CAST(rounds AS INTEGER), CAST(n_users AS BIGINT)")  # fmt: skip
-    _u.create_id_udfs(
-        con, _MACRO, lambda _ints: _make_udf(reg),
-        "x, y, region_wkb, rho, rounds, n_users := NULL", args,
-        [DOUBLE, DOUBLE, BLOB, DOUBLE, INTEGER, BIGINT], BOOLEAN,
-    )  # fmt: skip
-    _REGISTRY.put(con, reg)
-    return reg
+    def create(con: Any, reg: RangeRegistration) -> None:
+        args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(region_wkb AS BLOB), "
+                "CAST(rho AS DOUBLE), CAST(rounds AS INTEGER), "
+                "CAST(n_users AS BIGINT)")  # fmt: skip
+        _u.create_id_udfs(
+            con, _MACRO, lambda _ints: _make_udf(reg),
+            "x, y, region_wkb, rho, rounds, n_users := NULL", args,
+            [DOUBLE, DOUBLE, BLOB, DOUBLE, INTEGER, BIGINT], BOOLEAN,
+        )  # fmt: skip
+
+    return _REGISTRY.install(
+        con, session, RangeRegistration, create, rng=rng, crs=crs, domain=domain
+    )
 
 
 def _make_udf(reg: RangeRegistration) -> Any:

@@ -4,8 +4,9 @@
 :mod:`gpframe.duckdb.knn` and :mod:`gpframe.duckdb.grid` all register side-effecting Arrow UDFs
 that reserve and charge a Session once per Arrow batch. What they share lives here:
 
-* registration: :class:`Registry` (one registration per connection, so ``register_*`` is
-  idempotent), :func:`check_session`, :func:`reuse`, :func:`create_udf` and
+* registration: :class:`Registry` (one registration per connection; :meth:`Registry.install`
+  is the one prologue of every ``register_*``, which makes them idempotent),
+  :func:`check_session`, :func:`create_udf` and
   :func:`create_id_udfs` (the ``_int`` / ``_uint`` / ``_str`` UDFs and the ``TEMP MACRO`` that
   picks one from the type of ``user_id``, so user 7 is the same ledger user in SQL and in
   Python, and refuses float, decimal and boolean ids as the accessor does);
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from gpframe.errors import InvalidInputError, LedgerError
+from gpframe.ledger.run import Charge, run
 
 #: DuckDB types whose values are charged as Python ints through BIGINT (typeof() is folded when
 #: planning); UBIGINT has its own path (gpframe.ledger.keys)
@@ -81,8 +83,6 @@ class Registry:
         """Return the registration of ``con``; refuse (nothing charged) when there is none."""
         reg = self.get(con)
         if reg is None:
-            from gpframe.errors import InvalidInputError
-
             raise InvalidInputError(
                 f"{fname} needs the gpframe functions on this connection: call "
                 "gp.duckdb.register(con, session) first. Nothing was charged."
@@ -96,12 +96,42 @@ class Registry:
         except TypeError:
             self._by_id[id(con)] = reg
 
+    def install(
+        self,
+        con: Any,
+        session: Any,
+        new: Callable[..., Any],
+        create: Callable[[Any, Any], None],
+        *,
+        rng: Any = None,
+        crs: Any = None,
+        domain: Any = None,
+    ) -> Any:
+        """Register an operation's functions on ``con`` once: the prologue every module shares.
 
-def check_session(session: Any, hint: str = "; pass gp.Session(budget=...)") -> None:
+        Checks the session, resolves ``rng`` and the CRS (before any function exists), then
+        either points the existing registration of ``con`` at them (idempotent) or makes one
+        with ``new(session=, rng=, units=)``, runs ``create(con, reg)`` and remembers it.
+        """
+        check_session(session)
+        rng = checked_rng(rng)
+        units = units_for(crs, domain)
+        reg = self.get(con)
+        if reg is not None:
+            reg.session, reg.rng, reg.units = session, rng, units
+            return reg
+        reg = new(session=session, rng=rng, units=units)
+        create(con, reg)
+        self.put(con, reg)
+        return reg
+
+
+def check_session(session: Any) -> None:
     """Refuse anything that is not a Session, before any function is created."""
     if not hasattr(session, "reserve"):
         raise InvalidInputError(
-            f"session={session!r} is not a gpframe Session{hint}. Nothing was charged."
+            f"session={session!r} is not a gpframe Session; pass gp.Session(budget=...). "
+            "Nothing was charged."
         )
 
 
@@ -114,14 +144,6 @@ def checked_rng(rng: Any) -> Any:
     from gpframe.mechanisms.noise.bits import resolve_rng
 
     return resolve_rng(rng)
-
-
-def reuse(registry: Registry, con: Any, session: Any, rng: Any, units: Any = None) -> Any:
-    """Return the registration of ``con`` pointed at ``session``, ``rng`` and ``units``, or None."""
-    reg = registry.get(con)
-    if reg is not None:
-        reg.session, reg.rng, reg.units = session, rng, units
-    return reg
 
 
 # ---------------------------------------------------------------------------------------- units
@@ -403,7 +425,8 @@ def charge_batch(
 ) -> np.ndarray:
     """Reserve ``alloc`` for ``users``, run ``work(admitted)``, charge what it returns.
 
-    Under :data:`LEDGER_LOCK` (re-entrant: a caller that computed ``alloc`` from the session
+    One Arrow batch through the one driver, :func:`gpframe.ledger.run.run`, under
+    :data:`LEDGER_LOCK` (re-entrant: a caller that computed ``alloc`` from the session
     may already hold it). ``work`` gets the boolean admitted mask per user, draws noise for the
     admitted users only and returns each user's actual charge (in ledger units if ``units``,
     else exact amounts; 0 for a refused user, at most the allocation). The charge is durable
@@ -417,17 +440,17 @@ def charge_batch(
     numpy.ndarray
         The admitted mask per user.
     """
-    with LEDGER_LOCK:
-        r = session.reserve(
-            users, alloc, notion=notion, kind=kind, query=query, params=params, units=units
-        )
+    def check(r: Any) -> None:  # no noise yet: raising cancels the reservation
         if all_or_none is not None and not np.asarray(r.admitted, dtype=bool).all():
-            r.cancel()
             raise LedgerError(all_or_none)
-        with r:  # leaving without charge() (an error after the reservation): full allocation
-            admitted = np.asarray(r.admitted, dtype=bool)
-            r.charge(work(admitted), units=units)  # durable before any value is returned
-    return admitted
+
+    def compute(r: Any) -> Charge[np.ndarray]:
+        admitted = np.asarray(r.admitted, dtype=bool)
+        return Charge(value=admitted, charges=work(admitted), units=units)
+
+    ran = run(session, users, alloc, query=query, params=params, notion=notion, kind=kind,
+              units=units, check=check, compute=compute, lock=LEDGER_LOCK)  # fmt: skip
+    return np.asarray(ran.value, dtype=bool)
 
 
 def tally(reg: Any, drawn: int, excluded: int) -> None:
