@@ -77,6 +77,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -282,16 +283,32 @@ def _check_session(session: Any, fname: str, kind: str) -> str:
     return fk
 
 
+def _groups(key: dict[str, np.ndarray]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """(group code per row, the groups' key values): rows sharing every key column, in order."""
+    import pandas as pd
+
+    gcode, groups = pd.factorize(pd.MultiIndex.from_frame(pd.DataFrame(key)), sort=False)
+    return np.asarray(gcode, dtype=np.int64), list(groups.tolist())
+
+
 def _run(
     reg: KnnRegistration,
     fname: str,
     kind: str,
     users: np.ndarray,
+    points: tuple[np.ndarray, np.ndarray],
+    gcode: np.ndarray,
     amounts: list[Fraction],
     params: dict[str, Any],
-    work: Any,
-) -> np.ndarray:
-    """Reserve each row's user, run ``work(admitted_rows)``, charge; returns admitted per row.
+    release: Callable[[int, np.ndarray, np.ndarray, np.ndarray], Any],
+) -> list[Any]:
+    """Answer one batch of per-user lists: reserve, release group by group, charge.
+
+    The one runner of ``gp_knn`` and ``gp_convex_hull``. ``points`` are the rows' points
+    (concatenated) and each row's count; the admitted rows of group ``g`` (rows sharing the
+    public parameters) run as one call ``release(g, rows, pts, codes)`` over their users'
+    points (``codes`` numbers the rows 0..), in batch order, so a one-group batch runs exactly
+    as the Python path; it returns one value per row. Refused rows stay None.
 
     ``amounts`` are each row's amount in the mechanism's units (``kind``). Each is converted to
     the filter's units first (ε on a GP filter; ρ, or ε²/2 for a GP release, on a CGP filter:
@@ -301,12 +318,22 @@ def _run(
     from gpframe.accounting.filters import charge_for
     from gpframe.ledger.charges import ledger_keys
 
+    xy, lens = points
+    start = np.zeros(lens.size + 1, dtype=np.int64)
+    np.cumsum(lens, out=start[1:])
+    result: list[Any] = [None] * lens.size
     codes, uniques = _u.factorize_objects(users)
 
     def work_and_charge(adm_u: np.ndarray) -> list[Fraction]:
-        admitted = adm_u[codes]
-        if admitted.any():
-            work(np.flatnonzero(admitted))
+        adm = np.flatnonzero(adm_u[codes])
+        for g in range(int(gcode.max()) + 1) if adm.size else ():
+            sel = adm[gcode[adm] == g]
+            if sel.size == 0:
+                continue
+            pts = np.concatenate([xy[start[i] : start[i + 1]] for i in sel.tolist()])
+            rows = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
+            for i, v in zip(sel.tolist(), release(g, sel, pts, rows), strict=True):
+                result[i] = v
         return [a if ok else Fraction(0) for a, ok in zip(alloc, adm_u.tolist(), strict=True)]
 
     with _u.LEDGER_LOCK:
@@ -321,7 +348,7 @@ def _run(
             kind=None,
         )[codes]  # fmt: skip
         _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
-    return admitted
+    return result
 
 
 def _per_row(cols: tuple[Any, ...], batch: Any, typ: Any) -> Any:
@@ -379,7 +406,6 @@ def _knn_batch(
     ks: np.ndarray,
     amts: np.ndarray,
 ) -> list[Any]:
-    import pandas as pd
 
     from gpframe.queries import knn as _k
 
@@ -398,33 +424,21 @@ def _knn_batch(
     for f, kk, m in zip(amts.tolist(), ks.tolist(), lens.tolist(), strict=True):
         _k.pnn_calibration(_k.call_eps(kind, exact[f], min(int(kk), int(m)), scale))
     _k._check_extent(xy, np.column_stack([px, py]))
-    start = np.zeros(rows.size + 1, dtype=np.int64)
-    np.cumsum(lens, out=start[1:])
-    result: list[Any] = [None] * rows.size
-    # rows sharing (point, k, amount) run as one k-PNN over several users, in batch order
-    key = pd.DataFrame({"x": px, "y": py, "k": ks, "a": amts})
-    gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
+    # rows sharing (point, k, amount) run as one k-PNN over several users
+    gcode, _ = _groups({"x": px, "y": py, "k": ks, "a": amts})
 
-    def work(adm: np.ndarray) -> None:
-        for g in range(int(gcode.max()) + 1):
-            sel = adm[gcode[adm] == g]
-            if sel.size == 0:
-                continue
-            pts = np.concatenate([xy[start[i] : start[i + 1]] for i in sel.tolist()])
-            codes = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
-            i0 = int(sel[0])
-            out = _k.knn_indices(pts, codes, (px[i0], py[i0]), int(ks[i0]), kind=kind,
-                                 amount=exact[float(amts[i0])], scale_max=scale,
-                                 rng=reg.rng)  # fmt: skip
-            off = np.zeros(sel.size, dtype=np.int64)
-            np.cumsum(lens[sel][:-1], out=off[1:])
-            for j, i in enumerate(sel.tolist()):
-                result[i] = (out.rows[j] - off[j] + 1).tolist()  # 1-based list positions
+    def release(_g: int, sel: np.ndarray, pts: np.ndarray, codes: np.ndarray) -> list[Any]:
+        i0 = int(sel[0])
+        out = _k.knn_indices(pts, codes, (px[i0], py[i0]), int(ks[i0]), kind=kind,
+                             amount=exact[float(amts[i0])], scale_max=scale,
+                             rng=reg.rng)  # fmt: skip
+        off = np.zeros(sel.size, dtype=np.int64)
+        np.cumsum(lens[sel][:-1], out=off[1:])
+        return [(out.rows[j] - off[j] + 1).tolist() for j in range(sel.size)]  # 1-based
 
     amounts = [exact[f] for f in amts.tolist()]
     params = {"rows": int(rows.size), "k": sorted({int(v) for v in ks.tolist()})[:16]}
-    _run(reg, fname, kind, users, amounts, params, work)
-    return result
+    return _run(reg, fname, kind, users, (xy, lens), gcode, amounts, params, release)
 
 
 # ------------------------------------------------------------------------------ gp_convex_hull
@@ -461,7 +475,6 @@ def _hull_batch(
     betas: np.ndarray,
     ks: np.ndarray,
 ) -> list[Any]:
-    import pandas as pd
     import shapely
 
     from gpframe.queries import hull as _h
@@ -483,11 +496,8 @@ def _hull_batch(
             f"or an integer >= 1. {_NOTHING}"
         )
     ks = ks.astype(np.int64)
-    key = pd.DataFrame({"a": amts, "b": betas, "k": ks})
-    gcode, groups = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
-    groups = [(exact[float(a)], float(b), int(k) or None) for a, b, k in groups.tolist()]
-    start = np.zeros(rows.size + 1, dtype=np.int64)
-    np.cumsum(lens, out=start[1:])
+    gcode, keys = _groups({"a": amts, "b": betas, "k": ks})
+    groups = [(exact[float(a)], float(b), int(k) or None) for a, b, k in keys]
     # every check of PCH before the ledger is touched. The dry run on one dummy point covers
     # the centre and radius phases only, so the k-dependent ones (PNN calls and anchor
     # releases at the largest k / n) are calibrated on each group's own point counts: without
@@ -502,27 +512,19 @@ def _hull_batch(
             _h.hull_preflight(kind, a, b, _h.ALPHA, k, 10.0, n_g, float(scale))  # every k phase
     except InvalidInputError as exc:  # name the SQL function (the checks are shared with Python)
         raise InvalidInputError(f"{fname} ({_PARAM[kind]}={float(a)!r}): {exc}") from None
-    result: list[Any] = [None] * rows.size
 
-    def work(adm: np.ndarray) -> None:
-        for g, (a, b, k) in enumerate(groups):
-            sel = adm[gcode[adm] == g]
-            if sel.size == 0:
-                continue
-            pts = np.concatenate([xy[start[i] : start[i + 1]] for i in sel.tolist()])
-            codes = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
-            out = _h.private_hulls(
-                pts, codes, kind=kind, amount=a, beta=b, k=k, scale_max=scale, rng=reg.rng
-            )
-            # hex text, not a BLOB: DuckDB's .df() turns every BLOB (and GEOMETRY) into a
-            # bytearray, which shapely.from_wkb and GeoSeries.from_wkb refuse
-            wkb = shapely.to_wkb(out.hulls, hex=True)
-            for j, i in enumerate(sel.tolist()):
-                result[i] = str(wkb[j])
+    def release(g: int, _sel: np.ndarray, pts: np.ndarray, codes: np.ndarray) -> list[Any]:
+        a, b, k = groups[g]
+        out = _h.private_hulls(
+            pts, codes, kind=kind, amount=a, beta=b, k=k, scale_max=scale, rng=reg.rng
+        )
+        # hex text, not a BLOB: DuckDB's .df() turns every BLOB (and GEOMETRY) into a
+        # bytearray, which shapely.from_wkb and GeoSeries.from_wkb refuse
+        return [str(w) for w in shapely.to_wkb(out.hulls, hex=True)]
 
     amounts = [exact[f] for f in amts.tolist()]
-    _run(reg, fname, kind, users, amounts, {"rows": int(rows.size)}, work)
-    return result
+    return _run(reg, fname, kind, users, (xy, lens), gcode, amounts, {"rows": int(rows.size)},
+                release)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
