@@ -15,7 +15,7 @@ from numbers import Rational, Real
 
 from gpframe.errors import InvalidInputError
 
-__all__ = ["LedgerUnits", "exact", "nonnegative", "positive"]
+__all__ = ["LedgerUnits", "exact", "metric_amount", "nonnegative", "positive"]
 
 
 def exact(value: object, name: str) -> Fraction:
@@ -80,6 +80,54 @@ def positive(value: object, name: str) -> Fraction:
     if x <= 0:
         raise InvalidInputError(f"{name}={value!r} must be > 0. Nothing was charged.")
     return x
+
+
+def metric_amount(
+    rho: object, eps: object, filters: str, *, gp_on_cgp: bool = True, example: str = "rho=1e-5"
+) -> tuple[str, Fraction]:
+    """Return the mechanism kind and exact amount of a ``rho=`` / ``eps=`` pair, checked.
+
+    The one check of both faces (the accessor and the DuckDB relation helpers): exactly one of
+    the two; a Gaussian release (``rho=``) never on a pure-GP filter, which never admits it;
+    ``eps=`` on a CGP filter only where the operation releases GP noise charged ε²/2 there
+    (``gp_on_cgp``); the amount finite and > 0, read exactly (:func:`positive`). ``filters``
+    is the session's metric filter kind (``"gp"`` or ``"cgp"``,
+    :func:`gpframe.ledger.charges.filter_kind`); ``example`` completes the first message.
+
+    >>> metric_amount(1e-4, None, "cgp")
+    ('cgp', Fraction(1, 10000))
+    >>> metric_amount(None, 0.5, "cgp")
+    ('gp', Fraction(1, 2))
+    >>> metric_amount(1e-4, None, "gp")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    gpframe.errors.InvalidInputError: this session's filters are pure GP: pass eps=... ...
+    """
+    if (rho is None) == (eps is None):
+        raise InvalidInputError(
+            f"pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got rho={rho!r}, "
+            f"eps={eps!r}. Example: {example}. Nothing was charged."
+        )
+    if rho is not None and filters == "gp":
+        raise InvalidInputError(
+            "this session's filters are pure GP: pass eps=... (a Gaussian step is never admitted "
+            "by a pure-GP filter). Nothing was charged."
+        )
+    kind, param, amt = ("cgp", "rho", rho) if rho is not None else ("gp", "eps", eps)
+    if isinstance(amt, Real) and not isinstance(amt, bool):
+        try:
+            ok = math.isfinite(float(amt)) and amt > 0
+        except OverflowError:  # an int beyond the float range is finite
+            ok = amt > 0
+        if not ok:
+            unit = "CGP, per m²" if kind == "cgp" else "GP, per m"
+            raise InvalidInputError(
+                f"{param}={amt!r} must be finite and > 0 ({unit}). Nothing was charged."
+            )
+    exact_amt = positive(amt, param)
+    if kind == "gp" and filters == "cgp" and not gp_on_cgp:
+        raise InvalidInputError("this session's filters are CGP: pass rho=... Nothing was charged.")
+    return kind, exact_amt
 
 
 def nonnegative(value: object, name: str) -> Fraction:

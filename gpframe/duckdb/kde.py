@@ -137,30 +137,22 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
     """Validate, reserve, eliminate and charge one batch; returns (contribution, ran) per row."""
     import pandas as pd
 
-    from gpframe.accounting.amounts import positive
     from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.queries.elimination import split_fractions
     from gpframe.queries.kde import kde_point
-    from gpframe.queries.privatize import COORD_MAX_M
 
-    pts = np.column_stack([f["x"], f["y"], f["qx"], f["qy"]])
-    if not np.isfinite(pts).all() or (np.abs(pts) >= COORD_MAX_M).any():
-        raise InvalidInputError(
-            "gp_kde_contribution: x, y, qx, qy must be finite metres of a projected CRS (|v| < "
-            "2**40). Nothing was charged for this batch."
-        )
+    fname = "gp_kde_contribution"
     units, scale = reg.units, reg.scale_max  # one registration state for the whole batch
-    if units is not None:  # without crs= the metres are taken as given, as before
-        _u.check_units(units, pts[:, :2], "gp_kde_contribution", "x/y")
-        _u.check_units(units, pts[:, 2:], "gp_kde_contribution", "qx/qy")
-    for name in ("bw", "rho"):
-        bad = ~np.isfinite(f[name]) | (f[name] <= 0)
-        if bad.any():
-            label = "bandwidth_m" if name == "bw" else "rho"
-            raise InvalidInputError(
-                f"gp_kde_contribution: {label}={f[name][bad][0]!r} must be finite and > 0. "
-                "Nothing was charged for this batch."
-            )
+    # without crs= the metres are taken as given (no degrees guess), as before
+    _u.check_points(np.column_stack([f["x"], f["y"]]), fname, units, "x/y", guess=False)
+    _u.check_points(np.column_stack([f["qx"], f["qy"]]), fname, units, "qx/qy", guess=False)
+    bad = ~np.isfinite(f["bw"]) | (f["bw"] <= 0)
+    if bad.any():
+        raise InvalidInputError(
+            f"{fname}: bandwidth_m={f['bw'][bad][0]!r} must be finite and > 0. Nothing was "
+            "charged for this batch."
+        )
+    exact = _u.exact_amounts(f["rho"], fname, "rho", "CGP, per m²")
     bw = f["bw"]
     if ((bw < 2.0**-10) | (bw > 2.0**40)).any():  # tiny ones divided by zero in the kernel
         raise InvalidInputError(
@@ -190,8 +182,7 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
                 "batch."
             )
         lu = session.ledger.units["metric"]
-        row_alloc = {v: lu.to_fraction(lu.up(positive(float(v), "rho")))
-                     for v in np.unique(f["rho"])}  # fmt: skip
+        row_alloc = {v: lu.to_fraction(lu.up(a)) for v, a in exact.items()}
         per_row = np.empty(len(rounds), dtype=object)
         per_row[:] = [row_alloc[v] for v in f["rho"].tolist()]
         # each (allocation, rounds) pair's round parts, checked before the reservation: a part
@@ -321,18 +312,13 @@ def kde_raster(
     import pyarrow as pa
 
     from gpframe.duckdb.knn import _SRC, _check_input, _kind_amount, _source
-    from gpframe.ledger.charges import filter_kind
     from gpframe.ledger.keys import sql_user_expr, user_keys
     from gpframe.queries import kde as _k
 
     fname = "gp.duckdb.kde_raster"
     reg = _REGISTRY.require(con, fname)
     session = reg.session
-    kind, amount, _ = _kind_amount(session, rho, eps, fname)
-    if kind != filter_kind(session):  # the raster's correction needs the filter's own noise
-        raise InvalidInputError(
-            f"{fname}: this session's filters are CGP: pass rho=... Nothing was charged."
-        )
+    kind, amount, _ = _kind_amount(session, rho, eps, fname, gp_on_cgp=False)
     try:
         h = _k.check_length(bandwidth_m, "bandwidth_m")
         c = _k.check_length(cell_m, "cell_m")

@@ -237,36 +237,11 @@ def _lists(xs: Any, ys: Any, rows: np.ndarray, fname: str) -> tuple[np.ndarray, 
             )
     ax = np.asarray(vx.to_numpy(zero_copy_only=False), dtype=np.float64)
     ay = np.asarray(vy.to_numpy(zero_copy_only=False), dtype=np.float64)
-    xy = np.column_stack([ax[idx], ay[idy]])
-    if not np.isfinite(xy).all():
-        raise InvalidInputError(
-            f"{fname}: a coordinate is NaN or infinite; filter with isfinite(x). {_NOTHING}"
-        )
-    from gpframe.queries.knn import COORD_MAX_M
-
-    if (np.abs(xy) >= COORD_MAX_M).any():
-        raise InvalidInputError(
-            f"{fname}: a coordinate is beyond ±2**40 m; xs and ys must be metres of a projected "
-            f"CRS. {_NOTHING}"
-        )
-    return xy, lx
+    return np.column_stack([ax[idx], ay[idy]]), lx
 
 
 _PARAM = {"cgp": "rho", "gp": "eps"}
 _UNIT = {"cgp": "CGP, per m²", "gp": "GP, per m"}
-
-
-def _amounts(vals: np.ndarray, fname: str, kind: str) -> dict[float, Fraction]:
-    """Exact amount of every distinct float argument (finite and > 0, else nothing is charged)."""
-    from gpframe.accounting.amounts import positive
-
-    param = _PARAM[kind]
-    bad = ~np.isfinite(vals) | (vals <= 0)
-    if bad.any():
-        raise InvalidInputError(
-            f"{fname}: {param}={vals[bad][0]!r} must be finite and > 0 ({_UNIT[kind]}). {_NOTHING}"
-        )
-    return {f: positive(f, param) for f in np.unique(vals).tolist()}
 
 
 def _check_session(session: Any, fname: str, kind: str) -> str:
@@ -412,13 +387,13 @@ def _knn_batch(
     xy, lens = _lists(xs, ys, rows, fname)
     if not (np.isfinite(px).all() and np.isfinite(py).all()):
         raise InvalidInputError(f"{fname}: the query point (px, py) must be finite. {_NOTHING}")
-    _u.check_units(reg.units, xy, fname, "xs/ys")
+    _u.check_points(xy, fname, reg.units, "xs/ys")
     _u.check_units(reg.units, np.column_stack([px, py]), fname, "px/py")
     scale = Fraction(reg.scale_max)
     if (ks < 1).any() or (ks != np.floor(ks)).any():
         raise InvalidInputError(f"{fname}: k={ks[ks < 1][0] if (ks < 1).any() else ks[0]!r} "
                                 f"must be an integer >= 1. {_NOTHING}")  # fmt: skip
-    exact = _amounts(amts, fname, kind)
+    exact = _u.exact_amounts(amts, fname, _PARAM[kind], _UNIT[kind])
     ks = ks.astype(np.int64)
     # calibrate every (amount, k) before the ledger is touched (bad amounts charge nothing)
     for f, kk, m in zip(amts.tolist(), ks.tolist(), lens.tolist(), strict=True):
@@ -481,9 +456,9 @@ def _hull_batch(
 
     xy, lens = _lists(xs, ys, rows, fname)
     units, scale = reg.units, Fraction(reg.scale_max)  # one registration state per batch
-    if units is not None:  # without crs= the metres are taken as given, as before
-        _u.check_units(units, xy, fname, "xs/ys")
-    exact = _amounts(amts, fname, kind)
+    # without crs= the metres are taken as given (no degrees guess), as before
+    _u.check_points(xy, fname, units, "xs/ys", guess=False)
+    exact = _u.exact_amounts(amts, fname, _PARAM[kind], _UNIT[kind])
     bad = ~np.isfinite(betas) | (betas <= 0) | (betas >= 1)
     if bad.any():
         raise InvalidInputError(
@@ -672,32 +647,30 @@ def _check_rel_units(reg: KnnRegistration, rel: Any, qx: str, qy: str, fname: st
     _u.check_units(reg.units, xy, fname, "x/y")
 
 
-def _kind_amount(session: Any, rho: Any, eps: Any, fname: str) -> tuple[str, Fraction, float]:
-    """(mechanism kind, exact amount, float amount), as the accessor's ``rho=`` / ``eps=``."""
-    import math
+def _kind_amount(
+    session: Any, rho: Any, eps: Any, fname: str, *, gp_on_cgp: bool = True
+) -> tuple[str, Fraction, float]:
+    """(mechanism kind, exact amount, float amount): the accessor's ``rho=`` / ``eps=`` check.
 
-    from gpframe.accounting.amounts import positive
+    :func:`gpframe.accounting.amounts.metric_amount`, then the amount the UDFs will charge:
+    the SQL literal is a DOUBLE, so the exact amount is that of its float.
+    """
+    from gpframe.accounting.amounts import metric_amount, positive
     from gpframe.ledger.charges import filter_kind
 
-    fk = filter_kind(session)
-    if (rho is None) == (eps is None):
+    param = "rho" if rho is not None else "eps"
+    try:
+        kind, a = metric_amount(rho, eps, filter_kind(session), gp_on_cgp=gp_on_cgp,
+                                example=f"{fname}(..., rho=1e-5)")  # fmt: skip
+        f = float(a)
+        return kind, positive(f, param), f
+    except OverflowError:  # an int or Fraction beyond the float range (10**400)
         raise InvalidInputError(
-            f"{fname}: pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got "
-            f"rho={rho!r}, eps={eps!r}. {_NOT_CHARGED}"
-        )
-    if rho is not None and fk == "gp":
-        raise InvalidInputError(
-            f"{fname}: this session's filters are pure GP: pass eps=... (a CGP charge is never "
-            f"admitted by a pure-GP filter). {_NOT_CHARGED}"
-        )
-    kind, param, amt = ("cgp", "rho", rho) if rho is not None else ("gp", "eps", eps)
-    if isinstance(amt, bool) or not isinstance(amt, (int, float, np.integer, np.floating)):
-        raise InvalidInputError(f"{fname}: {param}={amt!r} must be a number. {_NOT_CHARGED}")
-    if not math.isfinite(float(amt)) or float(amt) <= 0:
-        raise InvalidInputError(
-            f"{fname}: {param}={amt!r} must be finite and > 0 ({_UNIT[kind]}). {_NOT_CHARGED}"
-        )
-    return kind, positive(float(amt), param), float(amt)
+            f"{fname}: {param} is beyond the float range; it must be finite and > 0. "
+            f"{_NOT_CHARGED}"
+        ) from None
+    except InvalidInputError as exc:  # name the entry point
+        raise InvalidInputError(f"{fname}: {exc}") from None
 
 
 def _query_point(point: Any, fname: str) -> tuple[float, float]:
@@ -1082,7 +1055,7 @@ def nearest_users(
     """
     import pyarrow as pa
 
-    from gpframe.ledger.charges import filter_kind, ledger_keys
+    from gpframe.ledger.charges import ledger_keys
     from gpframe.ledger.keys import sql_user_expr, user_keys
     from gpframe.ledger.run import Charge, run
     from gpframe.queries.elimination import check_method_parts, split_fractions
@@ -1097,13 +1070,7 @@ def nearest_users(
     fname = "gp.duckdb.nearest_users"
     reg = _registration(con, fname)
     session = reg.session
-    fk = filter_kind(session)
-    kind, amount, _ = _kind_amount(session, rho, eps, fname)
-    if kind != fk:
-        raise InvalidInputError(
-            f"{fname}: this session's filters are {fk.upper()}: pass "
-            f"{'rho' if fk == 'cgp' else 'eps'}=... for nearest_users. {_NOT_CHARGED}"
-        )
+    kind, amount, _ = _kind_amount(session, rho, eps, fname, gp_on_cgp=False)
     if method not in METHODS:
         raise InvalidInputError(
             f"{fname}: method={method!r} is not one of {', '.join(map(repr, METHODS))}. "

@@ -228,24 +228,9 @@ def _make_udf(reg: Registration, mode: str) -> Any:
 
 
 def _validate_batch(param: str, xy: np.ndarray, amts: np.ndarray, units: Any = None) -> None:
-    bad = ~np.isfinite(amts) | (amts <= 0)
-    if bad.any():
-        raise InvalidInputError(
-            f"gp_privatize: {param}={amts[bad][0]!r} in {int(bad.sum())} row(s) must be finite "
-            f"and > 0. Nothing was charged for this batch."
-        )
-    nonfinite = ~np.isfinite(xy).all(axis=1)
-    if nonfinite.any():
-        raise InvalidInputError(
-            f"gp_privatize: x/y has {int(nonfinite.sum())} NaN or infinite value(s); filter them "
-            "out (WHERE isfinite(x) AND isfinite(y)). Nothing was charged for this batch."
-        )
-    if (np.abs(xy) >= _pv.COORD_MAX_M).any():
-        raise InvalidInputError(
-            "gp_privatize: a coordinate is beyond ±2**40 m; x and y must be metres of a "
-            "projected CRS. Nothing was charged for this batch."
-        )
-    _u.check_units(units, xy, "gp_privatize")
+    unit = "CGP, per m²" if param == "rho" else "GP, per m"
+    _u.exact_amounts(amts, "gp_privatize", param, unit)
+    _u.check_points(xy, "gp_privatize", units)
 
 
 def _exact_amount(reg: Registration, mode: str, param: str, value: float) -> Fraction:

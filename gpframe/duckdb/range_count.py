@@ -158,33 +158,17 @@ def _make_udf(reg: RangeRegistration) -> Any:
 
 def _check_batch(
     xs: np.ndarray, ys: np.ndarray, rhos: np.ndarray, rounds: np.ndarray, units: Any = None
-) -> None:
-    from gpframe.queries.privatize import COORD_MAX_M
-
-    bad = ~np.isfinite(rhos) | (rhos <= 0)
-    if bad.any():
-        raise InvalidInputError(
-            f"gp_in_region: rho={rhos[bad][0]!r} in {int(bad.sum())} row(s) must be finite and > 0 "
-            "(CGP, per m²). Nothing was charged for this batch."
-        )
+) -> dict[float, Fraction]:
+    """Check a batch's arguments; return the exact amount of each distinct rho."""
+    exact = _u.exact_amounts(rhos, "gp_in_region", "rho", "CGP, per m²")
     badr = (rounds < 1) | (rounds > _MAX_ROUNDS)
     if badr.any():
         raise InvalidInputError(
             f"gp_in_region: rounds={int(rounds[badr][0])} must be in 1..{_MAX_ROUNDS}. Nothing was "
             "charged for this batch."
         )
-    xy = np.column_stack([xs, ys])
-    if not np.isfinite(xy).all():
-        raise InvalidInputError(
-            "gp_in_region: x/y has NaN or infinite values; filter them out (WHERE isfinite(x) AND "
-            "isfinite(y)). Nothing was charged for this batch."
-        )
-    if (np.abs(xy) >= COORD_MAX_M).any():
-        raise InvalidInputError(
-            "gp_in_region: a coordinate is beyond ±2**40 m; x and y must be metres of a projected "
-            "CRS. Nothing was charged for this batch."
-        )
-    _u.check_units(units, xy, "gp_in_region")
+    _u.check_points(np.column_stack([xs, ys]), "gp_in_region", units)
+    return exact
 
 
 def _region(wkb: bytes, cache: dict[bytes, Any]) -> Any:
@@ -245,12 +229,11 @@ def _batch(
     """Validate, reserve, eliminate and charge one batch; returns (inside, ran) per row."""
     import pandas as pd
 
-    from gpframe.accounting.amounts import positive
     from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.queries.elimination import split_fractions
     from gpframe.queries.range_count import range_count_arrays
 
-    _check_batch(xs, ys, rhos, rounds, reg.units)
+    exact = _check_batch(xs, ys, rhos, rounds, reg.units)
     cache: dict[bytes, Any] = {}
     regions = [_region(bytes(w), cache) for w in wkbs]
     for geom in {id(g): g for g in regions}.values():
@@ -274,7 +257,7 @@ def _batch(
             )
         lu = session.ledger.units["metric"]
         # each row's allocation exactly as the Python path gets it: the ledger unit above rho
-        row_alloc = {f: lu.to_fraction(lu.up(positive(float(f), "rho"))) for f in np.unique(rhos)}
+        row_alloc = {f: lu.to_fraction(lu.up(a)) for f, a in exact.items()}
         per_row = np.empty(len(rhos), dtype=object)
         per_row[:] = [row_alloc[f] for f in rhos.tolist()]
         # each (allocation, rounds) pair's round parts, checked before the reservation: a part
@@ -397,7 +380,7 @@ def range_count(
     import pyarrow as pa
     import shapely
 
-    from gpframe.duckdb.knn import _check_input, _literal, _source
+    from gpframe.duckdb.knn import _check_input, _kind_amount, _literal, _source
     from gpframe.queries.range_count import select_component
 
     fname = "gp.duckdb.range_count"
@@ -429,14 +412,9 @@ def range_count(
         raise InvalidInputError(
             f"{fname}: rounds={rounds!r} must be in 1..{_MAX_ROUNDS}. Nothing was charged."
         )
-    if (
-        isinstance(rho, bool)
-        or not isinstance(rho, (int, float, np.integer, np.floating))
-        or not (np.isfinite(float(rho)) and float(rho) > 0)
-    ):
-        raise InvalidInputError(
-            f"{fname}: rho={rho!r} must be a finite number > 0 (CGP, per m²). Nothing was charged."
-        )
+    if rho is None:  # the SQL form is the Gaussian dist-elim: no eps=
+        raise InvalidInputError(f"{fname}: pass rho= (CGP, per m²). Nothing was charged.")
+    _, _, rho = _kind_amount(reg.session, rho, None, fname)  # the accessor's check
     rel = _source(con, query_or_relation, fname)
     _check_input(rel, fname, {"user": user, "x": x, "y": y})
     # the rows stay in this process: the rule reads public columns and row order only

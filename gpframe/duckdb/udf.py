@@ -26,6 +26,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -205,6 +206,48 @@ def check_units(units: Any, xy: np.ndarray, fname: str, what: str = "x/y") -> No
             f"crs={units.label} inside {units.source}, over which its scale factor is bounded. "
             f"Degrees passed as metres land here. {fix} Nothing was charged for this batch."
         )
+
+
+def check_points(
+    xy: np.ndarray, fname: str, units: Any = None, what: str = "x/y", *, guess: bool = True
+) -> None:
+    """Refuse a batch whose points are not finite metres of the declared CRS (nothing charged).
+
+    NaN / inf, beyond ±2**40 m (no projected CRS reaches that), then :func:`check_units`
+    (``guess=False`` skips its degrees heuristic when no CRS was declared).
+    """
+    from gpframe.queries.privatize import COORD_MAX_M
+
+    nonfinite = ~np.isfinite(xy).all(axis=1)
+    if nonfinite.any():
+        raise InvalidInputError(
+            f"{fname}: {what} has {int(nonfinite.sum())} NaN or infinite value(s); filter them "
+            "out (WHERE isfinite(x) AND isfinite(y)). Nothing was charged for this batch."
+        )
+    if (np.abs(xy) >= COORD_MAX_M).any():
+        raise InvalidInputError(
+            f"{fname}: a coordinate is beyond ±2**40 m; {what} must be metres of a projected "
+            "CRS. Nothing was charged for this batch."
+        )
+    if units is not None or guess:
+        check_units(units, xy, fname, what)
+
+
+def exact_amounts(vals: np.ndarray, fname: str, param: str, unit: str) -> dict[float, Fraction]:
+    """Exact amount of every distinct float amount of a batch: finite and > 0, else refused.
+
+    The batch form of :func:`gpframe.accounting.amounts.positive` (the relation helpers check
+    their one amount with :func:`gpframe.accounting.amounts.metric_amount`).
+    """
+    from gpframe.accounting.amounts import positive
+
+    bad = ~np.isfinite(vals) | (vals <= 0)
+    if bad.any():
+        raise InvalidInputError(
+            f"{fname}: {param}={vals[bad][0]!r} in {int(bad.sum())} row(s) must be finite and "
+            f"> 0 ({unit}). Nothing was charged for this batch."
+        )
+    return {v: positive(v, param) for v in np.unique(vals).tolist()}
 
 
 def _existing(con: Any, names: Iterable[str]) -> set[str]:
