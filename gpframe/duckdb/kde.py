@@ -55,8 +55,8 @@ __all__ = ["KdeRegistration", "kde_raster", "register_kde"]
 
 _UDF = "gp_kde_contribution_udf"
 _MACRO = "gp_kde_contribution"
-METHOD, SPLIT, BETA = "pt-elim", "doubling", 0.05
-_MAX_ROUNDS = 64
+METHOD = "pt-elim"
+SPLIT, BETA = _u.SPLIT, _u.BETA
 _REGISTRY = _u.Registry()
 _np, _nulls, _objects = _u.to_numpy, _u.nulls, _u.objects
 
@@ -137,8 +137,6 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
     """Validate, reserve, eliminate and charge one batch; returns (contribution, ran) per row."""
     import pandas as pd
 
-    from gpframe.ledger.charges import filter_kind, ledger_keys
-    from gpframe.queries.elimination import split_fractions
     from gpframe.queries.kde import kde_point
 
     fname = "gp_kde_contribution"
@@ -156,73 +154,32 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
     bw = f["bw"]
     if ((bw < 2.0**-10) | (bw > 2.0**40)).any():  # tiny ones divided by zero in the kernel
         raise InvalidInputError(
-            f"gp_kde_contribution: bandwidth_m={bw[(bw < 2.0**-10) | (bw > 2.0**40)][0]!r} must be "
-            "between 2**-10 and 2**40 metres. Nothing was charged for this batch."
+            f"{fname}: bandwidth_m={bw[(bw < 2.0**-10) | (bw > 2.0**40)][0]!r} must be between "
+            "2**-10 and 2**40 metres. Nothing was charged for this batch."
         )
-    rounds = f["c"].astype(np.int64)
-    if ((rounds < 1) | (rounds > _MAX_ROUNDS)).any():
-        raise InvalidInputError(
-            f"gp_kde_contribution: rounds must be in 1..{_MAX_ROUNDS}. Nothing was charged for "
-            "this batch."
-        )
-    for c in np.unique(rounds).tolist():
-        split_fractions(SPLIT, int(c))
+    rounds = _u.check_rounds(f["c"].astype(np.int64), fname)
+    # rows that share (query point, bandwidth, rho, rounds, n) run as one elimination
     key = pd.DataFrame({"qx": f["qx"], "qy": f["qy"], "b": f["bw"], "r": f["rho"], "c": rounds,
                         "n": n_users})  # fmt: skip
     gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
-    codes, uniques = _u.factorize_objects(users)
-    n_u = len(uniques)
     val = np.zeros(len(rounds))
-    with _u.LEDGER_LOCK:  # the allocation and the charge see the same session
-        session = reg.session
-        if filter_kind(session) != "cgp":
-            raise InvalidInputError(
-                "gp_kde_contribution releases Gaussian noise (rho=): the session's filters must be "
-                "CGP. Use the Python API with eps= for GP sessions. Nothing was charged for this "
-                "batch."
-            )
-        lu = session.ledger.units["metric"]
-        row_alloc = {v: lu.to_fraction(lu.up(a)) for v, a in exact.items()}
-        per_row = np.empty(len(rounds), dtype=object)
-        per_row[:] = [row_alloc[v] for v in f["rho"].tolist()]
-        # each (allocation, rounds) pair's round parts, checked before the reservation: a part
-        # too small to split (rho=5e-324) was refused inside it, so the batch was charged
-        from gpframe.queries.elimination import check_method_parts
 
-        for a, c in {(row_alloc[v], int(c)) for v, c in zip(f["rho"].tolist(), rounds.tolist(),
-                                                            strict=True)}:  # fmt: skip
-            check_method_parts(a, kind="cgp", method=METHOD, rounds=c, split=SPLIT, beta=BETA,
-                               unit=Fraction(1) / lu.scale, scale_max=scale)  # fmt: skip
-        params = {"method": METHOD, "split": SPLIT, "beta": BETA, "rows": len(rounds),
-                  "source": "duckdb"}  # fmt: skip
+    def release(sel: np.ndarray, alloc: np.ndarray, unit: Fraction) -> Any:
+        i0 = sel[0]
+        nu = int(n_users[i0])
+        out = kde_point(
+            np.column_stack([f["x"][sel], f["y"][sel]]), [f["qx"][i0], f["qy"][i0]],
+            bandwidth_m=float(f["bw"][i0]), kind="cgp", amount=alloc, method=METHOD,
+            rounds=int(rounds[i0]), split=SPLIT, beta=BETA, unit=unit, scale_max=scale,
+            n_union=nu if nu > 0 else None, rng=reg.rng,
+        )  # fmt: skip
+        val[sel] = out.contributions
+        return out.charges
 
-        def work(adm_u: np.ndarray) -> list[Fraction]:
-            admitted = adm_u[codes]
-            actual = [Fraction(0)] * n_u
-            for g in range(int(gcode.max()) + 1):
-                sel = np.flatnonzero((gcode == g) & admitted)
-                if sel.size == 0:
-                    continue
-                i0 = sel[0]
-                nu = int(n_users[i0])
-                out = kde_point(
-                    np.column_stack([f["x"][sel], f["y"][sel]]), [f["qx"][i0], f["qy"][i0]],
-                    bandwidth_m=float(f["bw"][i0]), kind="cgp", amount=per_row[sel],
-                    method=METHOD, rounds=int(rounds[i0]), split=SPLIT, beta=BETA,
-                    unit=Fraction(1) / lu.scale, scale_max=scale,
-                    n_union=nu if nu > 0 else None,
-                    rng=reg.rng,
-                )  # fmt: skip
-                val[sel] = out.contributions
-                for i, c in zip(sel.tolist(), out.charges.tolist(), strict=True):
-                    actual[codes[i]] += c
-            return actual
-
-        admitted = _u.charge_batch(
-            session, ledger_keys(uniques), _u.per_user_sum(codes, n_u, per_row), work,
-            query="gp_kde_contribution", params=params, kind=None,
-        )[codes]  # fmt: skip
-        _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
+    admitted = _u.elimination_batch(
+        reg, fname, METHOD, users, (f["rho"], exact), rounds, gcode, release,
+        scale_max=scale, params={"rows": len(rounds)},
+    )  # fmt: skip
     return val, admitted
 
 

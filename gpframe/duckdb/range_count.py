@@ -68,8 +68,8 @@ __all__ = ["RangeRegistration", "range_count", "register_range_count"]
 _UDF = "gp_in_region_udf"
 _MACRO = "gp_in_region"
 #: fixed public parameters of the SQL form (the Python API exposes them)
-METHOD, SPLIT, BETA = "dist-elim", "doubling", 0.05
-_MAX_ROUNDS = 64
+METHOD = "dist-elim"
+SPLIT, BETA, _MAX_ROUNDS = _u.SPLIT, _u.BETA, _u.MAX_ROUNDS
 
 _REGISTRY = _u.Registry()
 
@@ -161,12 +161,7 @@ def _check_batch(
 ) -> dict[float, Fraction]:
     """Check a batch's arguments; return the exact amount of each distinct rho."""
     exact = _u.exact_amounts(rhos, "gp_in_region", "rho", "CGP, per m²")
-    badr = (rounds < 1) | (rounds > _MAX_ROUNDS)
-    if badr.any():
-        raise InvalidInputError(
-            f"gp_in_region: rounds={int(rounds[badr][0])} must be in 1..{_MAX_ROUNDS}. Nothing was "
-            "charged for this batch."
-        )
+    _u.check_rounds(rounds, "gp_in_region")
     _u.check_points(np.column_stack([xs, ys]), "gp_in_region", units)
     return exact
 
@@ -229,8 +224,6 @@ def _batch(
     """Validate, reserve, eliminate and charge one batch; returns (inside, ran) per row."""
     import pandas as pd
 
-    from gpframe.ledger.charges import filter_kind, ledger_keys
-    from gpframe.queries.elimination import split_fractions
     from gpframe.queries.range_count import range_count_arrays
 
     exact = _check_batch(xs, ys, rhos, rounds, reg.units)
@@ -238,69 +231,28 @@ def _batch(
     regions = [_region(bytes(w), cache) for w in wkbs]
     for geom in {id(g): g for g in regions}.values():
         _check_region_units(reg.units, geom, "gp_in_region")
-    for c in np.unique(rounds).tolist():
-        split_fractions(SPLIT, int(c))
-    # groups of rows that share (region, rho, rounds, n): one elimination run each, in the order
-    # of their first row, so a one-group batch runs exactly like the Python path
+    # rows that share (region, rho, rounds, n) run as one elimination
     key = pd.DataFrame({"w": [id(r) for r in regions], "r": rhos, "c": rounds, "n": n_users})
     gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
-    codes, uniques = _u.factorize_objects(users)
-    n_u = len(uniques)
     inside = np.zeros(len(xs), dtype=bool)
-    with _u.LEDGER_LOCK:  # the allocation and the charge see the same session
-        session = reg.session
-        if filter_kind(session) != "cgp":
-            raise InvalidInputError(
-                "gp_in_region releases Gaussian noise (rho=): the session's filters must be CGP "
-                "(a Gaussian step is never admitted by a pure-GP filter). Use the Python API with "
-                "eps= for GP sessions. Nothing was charged for this batch."
-            )
-        lu = session.ledger.units["metric"]
-        # each row's allocation exactly as the Python path gets it: the ledger unit above rho
-        row_alloc = {f: lu.to_fraction(lu.up(a)) for f, a in exact.items()}
-        per_row = np.empty(len(rhos), dtype=object)
-        per_row[:] = [row_alloc[f] for f in rhos.tolist()]
-        # each (allocation, rounds) pair's round parts, checked before the reservation: a part
-        # too small to split (rho=5e-324) was refused inside it, so the batch was charged
-        from gpframe.queries.elimination import check_method_parts
+    scale = reg.scale_max
 
-        for a, c in {(row_alloc[v], int(c)) for v, c in zip(rhos.tolist(), rounds.tolist(),
-                                                            strict=True)}:  # fmt: skip
-            check_method_parts(a, kind="cgp", method=METHOD, rounds=c, split=SPLIT, beta=BETA,
-                               unit=Fraction(1) / lu.scale, scale_max=reg.scale_max)  # fmt: skip
-        params = {
-            "method": METHOD,
-            "split": SPLIT,
-            "beta": BETA,
-            "rows": len(xs),
-            "rho": [float(v) for v in np.unique(rhos)[:16]],
-            "source": "duckdb",
-        }
+    def release(sel: np.ndarray, alloc: np.ndarray, unit: Fraction) -> Any:
+        nu = int(n_users[sel[0]])
+        out = range_count_arrays(
+            np.column_stack([xs[sel], ys[sel]]), np.arange(sel.size), regions[sel[0]],
+            kind="cgp", amount=alloc, method=METHOD, rounds=int(rounds[sel[0]]),
+            split=SPLIT, beta=BETA, unit=unit, scale_max=scale,
+            n_union=nu if nu > 0 else None, rng=reg.rng,
+        )  # fmt: skip
+        inside[sel] = out.inside
+        return out.charges
 
-        def work(adm_u: np.ndarray) -> list[Fraction]:
-            admitted = adm_u[codes]
-            actual = [Fraction(0)] * n_u
-            for g in range(int(gcode.max()) + 1):
-                sel = np.flatnonzero((gcode == g) & admitted)
-                if sel.size == 0:
-                    continue
-                nu = int(n_users[sel[0]])
-                out = range_count_arrays(
-                    np.column_stack([xs[sel], ys[sel]]), np.arange(sel.size), regions[sel[0]],
-                    kind="cgp", amount=per_row[sel], method=METHOD, rounds=int(rounds[sel[0]]),
-                    split=SPLIT, beta=BETA, unit=Fraction(1) / lu.scale, scale_max=reg.scale_max,
-                    n_union=nu if nu > 0 else None, rng=reg.rng,
-                )  # fmt: skip
-                inside[sel] = out.inside
-                for i, c in zip(sel.tolist(), out.charges.tolist(), strict=True):
-                    actual[codes[i]] += c
-            return actual
-
-        admitted = _u.charge_batch(
-            session, ledger_keys(uniques), _u.per_user_sum(codes, n_u, per_row), work,
-            query="gp_in_region", params=params, kind=None,
-        )[codes]  # fmt: skip
-        _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
+    params = {"rows": len(xs), "rho": [float(v) for v in np.unique(rhos)[:16]]}
+    admitted = _u.elimination_batch(
+        reg, "gp_in_region", METHOD, users, (rhos, exact), rounds, gcode, release,
+        scale_max=scale, params=params,
+    )  # fmt: skip
     return inside, admitted
 
 

@@ -496,6 +496,99 @@ def charge_batch(
     return np.asarray(ran.value, dtype=bool)
 
 
+# ------------------------------------------------------------------------ elimination batches
+
+#: the fixed public parameters of the SQL elimination functions (``gp_in_region``,
+#: ``gp_kde_contribution``): doubling split, β = 0.05, at most 64 rounds
+SPLIT, BETA, MAX_ROUNDS = "doubling", 0.05, 64
+
+
+def check_rounds(rounds: np.ndarray, fname: str) -> np.ndarray:
+    """Refuse a batch whose ``rounds`` are outside 1..64 or cannot be split; as int64."""
+    from gpframe.queries.elimination import split_fractions
+
+    bad = (rounds < 1) | (rounds > MAX_ROUNDS)
+    if bad.any():
+        raise InvalidInputError(
+            f"{fname}: rounds={int(rounds[bad][0])} must be in 1..{MAX_ROUNDS}. Nothing was "
+            "charged for this batch."
+        )
+    out = np.asarray(rounds, dtype=np.int64)
+    for c in np.unique(out).tolist():
+        split_fractions(SPLIT, int(c))
+    return out
+
+
+def elimination_batch(
+    reg: Any,
+    fname: str,
+    method: str,
+    users: np.ndarray,
+    amounts: tuple[np.ndarray, dict[float, Fraction]],
+    rounds: np.ndarray,
+    gcode: np.ndarray,
+    release: Callable[[np.ndarray, np.ndarray, Fraction], Any],
+    *,
+    scale_max: float,
+    params: dict[str, Any],
+) -> np.ndarray:
+    """Reserve, eliminate group by group and charge one batch of rows; returns admitted per row.
+
+    The one runner of ``gp_in_region`` and ``gp_kde_contribution``: each row is charged the
+    parts of the rounds it ran, each user the sum over their rows. ``amounts`` are the rows'
+    rho and the exact amount of each distinct value (:func:`exact_amounts`); each row's
+    allocation is the ledger unit above it, as on the Python path. Every (allocation, rounds)
+    pair's round parts are checked before the reservation (a part too small to split was
+    refused inside it, so the batch was charged). The admitted rows of group ``g`` (rows that
+    share the public parameters) run as one ``release(rows, allocations, unit)``, in batch
+    order, so a one-group batch runs exactly as the Python path; it stores its outputs and
+    returns each row's charge.
+    """
+    from gpframe.ledger.charges import filter_kind, ledger_keys
+    from gpframe.queries.elimination import check_method_parts
+
+    rhos, exact = amounts
+    codes, uniques = factorize_objects(users)
+    n_u = len(uniques)
+    with LEDGER_LOCK:  # the allocation and the charge see the same session
+        session = reg.session
+        if filter_kind(session) != "cgp":
+            raise InvalidInputError(
+                f"{fname} releases Gaussian noise (rho=): the session's filters must be CGP (a "
+                "Gaussian step is never admitted by a pure-GP filter). Use the Python API with "
+                "eps= for GP sessions. Nothing was charged for this batch."
+            )
+        lu = session.ledger.units["metric"]
+        unit = Fraction(1) / lu.scale
+        row_alloc = {v: lu.to_fraction(lu.up(a)) for v, a in exact.items()}
+        per_row = np.empty(len(rhos), dtype=object)
+        per_row[:] = [row_alloc[v] for v in rhos.tolist()]
+        for a, c in {(row_alloc[v], int(c)) for v, c in zip(rhos.tolist(), rounds.tolist(),
+                                                            strict=True)}:  # fmt: skip
+            check_method_parts(a, kind="cgp", method=method, rounds=c, split=SPLIT, beta=BETA,
+                               unit=unit, scale_max=scale_max)  # fmt: skip
+
+        def work(adm_u: np.ndarray) -> list[Fraction]:
+            admitted = adm_u[codes]
+            actual = [Fraction(0)] * n_u
+            for g in range(int(gcode.max()) + 1):
+                sel = np.flatnonzero((gcode == g) & admitted)
+                if sel.size == 0:
+                    continue
+                charges = release(sel, per_row[sel], unit)
+                for i, c in zip(sel.tolist(), np.asarray(charges).tolist(), strict=True):
+                    actual[codes[i]] += c
+            return actual
+
+        admitted = charge_batch(
+            session, ledger_keys(uniques), per_user_sum(codes, n_u, per_row), work, query=fname,
+            params={"method": method, "split": SPLIT, "beta": BETA, **params, "source": "duckdb"},
+            kind=None,
+        )[codes]  # fmt: skip
+        tally(reg, int(admitted.sum()), int((~admitted).sum()))
+    return admitted
+
+
 def tally(reg: Any, drawn: int, excluded: int) -> None:
     """Count one batch: rows that drew (all charged) and non-NULL rows refused for budget."""
     with reg._lock:
