@@ -268,39 +268,23 @@ def kde_raster(
     """
     import pyarrow as pa
 
-    from gpframe.duckdb.knn import _SRC, _check_input, _kind_amount, _source
-    from gpframe.ledger.keys import sql_user_expr, user_keys
+    from gpframe.duckdb.relations import check_input, kind_amount, one_point_per_user, source
     from gpframe.queries import kde as _k
 
     fname = "gp.duckdb.kde_raster"
     reg = _REGISTRY.require(con, fname)
     session = reg.session
-    kind, amount, _ = _kind_amount(session, rho, eps, fname, gp_on_cgp=False)
+    kind, amount, _ = kind_amount(session, rho, eps, fname, gp_on_cgp=False)
     try:
         h = _k.check_length(bandwidth_m, "bandwidth_m")
         c = _k.check_length(cell_m, "cell_m")
         bm = None if bounds is None else _bounds_m(bounds)
     except InvalidInputError as exc:  # name the SQL entry point (the checks are the accessor's)
         raise InvalidInputError(f"{fname}: {exc}") from None
-    rel = _source(con, query_or_relation, fname)
-    u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
-    utype = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))[user]
-    tbl = rel.query(
-        _SRC,
-        f"SELECT {sql_user_expr(utype, u, user)} AS u, CAST({qx} AS DOUBLE) AS x, "
-        f"CAST({qy} AS DOUBLE) AS y FROM {_SRC}",
-    ).to_arrow_table()
-    _codes, keys = user_keys(tbl.column("u"), user)  # the accessor's keys for the same ids
-    if len(keys) != tbl.num_rows:
-        raise InvalidInputError(
-            f"{fname}: several rows per user: kde_raster reads one point per user; pick it in "
-            f"SQL, e.g. SELECT {u}, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM ... GROUP BY "
-            f"{u}. Nothing was charged."
-        )
-    xy = np.column_stack([tbl.column(k).to_numpy() for k in ("x", "y")]).astype(np.float64)
+    rel = source(con, query_or_relation, fname)
+    u, qx, qy = check_input(rel, fname, {"user": user, "x": x, "y": y})
     units = reg.units
-    if units is not None:  # the accessor's to_crs= check and scale; without crs= metres as given
-        _u.check_units(units, xy, fname, "x/y")
+    _tbl, _codes, keys, xy = one_point_per_user(rel, fname, (user, x, y), (u, qx, qy), units)
     with _u.LEDGER_LOCK:  # the SQL functions of other threads charge the same session
         r = _k.raster_from_points(
             session, keys, xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=amount,

@@ -85,12 +85,26 @@ from typing import Any
 import numpy as np
 
 from gpframe.duckdb import udf as _u
+from gpframe.duckdb.relations import (
+    SRC,
+    check_input,
+    check_rel_units,
+    kind_amount,
+    literal,
+    one_point_per_user,
+    public_columns,
+    query_point,
+    quote,
+    source,
+    warn_dropped,
+)
 from gpframe.errors import InvalidInputError
 
 __all__ = ["KnnRegistration", "convex_hulls", "knn", "nearest_users", "register_knn"]
 
 _KNN, _HULL = "gp_knn", "gp_convex_hull"
 _NOTHING = "Nothing was charged for this batch."
+_NOT_CHARGED = "Nothing was charged."
 
 _REGISTRY = _u.Registry()
 
@@ -505,189 +519,10 @@ def _hull_batch(
 # ---------------------------------------------------------------------------------------------
 # relation helpers: gp.duckdb.knn / convex_hulls / nearest_users (issue 8, STYLE.md §9)
 
-_SRC = "__gp_src"
-_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-            "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL")  # fmt: skip
-_NOT_CHARGED = "Nothing was charged."
 
 
 def _registration(con: Any, fname: str) -> KnnRegistration:
     return _REGISTRY.require(con, fname)
-
-
-def _quote(name: Any, what: str) -> str:
-    if not isinstance(name, str) or not name:
-        raise InvalidInputError(f"{what}={name!r} must be a non-empty column name. {_NOT_CHARGED}")
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _literal(v: float) -> str:
-    """Write a float as an exact DOUBLE literal (repr round-trips; DuckDB rounds correctly)."""
-    return f"CAST('{float(v)!r}' AS DOUBLE)"
-
-
-def _source(con: Any, query_or_relation: Any, fname: str) -> Any:
-    """Return the input as a relation of ``con``: a SQL string, or a relation made on ``con``."""
-    import uuid
-
-    import duckdb
-
-    if isinstance(query_or_relation, str):
-        try:
-            rel = con.sql(query_or_relation)
-        except duckdb.Error as exc:
-            raise InvalidInputError(
-                f"{fname}: query_or_relation is not a valid query on this connection ({exc}). "
-                f"{_NOT_CHARGED}"
-            ) from None
-        if rel is None:
-            raise InvalidInputError(
-                f"{fname}: query_or_relation must be a SELECT query (it returned no rows). "
-                f"{_NOT_CHARGED}"
-            )
-        return rel
-    if not isinstance(query_or_relation, duckdb.DuckDBPyRelation):
-        raise InvalidInputError(
-            f"{fname}: query_or_relation must be a SQL string or a DuckDBPyRelation, got "
-            f"{type(query_or_relation).__name__}. {_NOT_CHARGED}"
-        )
-    # the relation must run on ``con`` (its UDFs charge con's session): a TEMP macro of con is
-    # visible to it only if it was made on con
-    marker = f"__gp_con_{uuid.uuid4().hex}"
-    con.execute(f"CREATE TEMP MACRO {marker}() AS 1")
-    try:
-        query_or_relation.query(_SRC, f"SELECT {marker}()").fetchall()
-    except duckdb.Error:
-        raise InvalidInputError(
-            f"{fname}: the relation was made on another connection than con; build it with "
-            f"con.sql(...) or con.table(...) on the registered connection. {_NOT_CHARGED}"
-        ) from None
-    finally:
-        con.execute(f"DROP MACRO IF EXISTS temp.{marker}")
-    return query_or_relation
-
-
-def _check_input(
-    rel: Any, fname: str, columns: dict[str, str | None], reserved: tuple[str, ...] = ()
-) -> tuple[str, str, str]:
-    """Check the columns (names, numeric x/y) and the rows (NULL, NaN/inf, ±2**40 m) of ``rel``.
-
-    Returns the quoted (user, x, y). All checks read public facts about the input only.
-    """
-    from gpframe.ledger.keys import sql_user_expr
-    from gpframe.queries.knn import COORD_MAX_M
-
-    cols = list(rel.columns)
-    types = dict(zip(cols, (str(t) for t in rel.types), strict=True))
-    for what, name in columns.items():
-        if name is None:
-            continue
-        _quote(name, what)
-        if name not in types:
-            raise InvalidInputError(
-                f"{fname}: {what}={name!r} is not a column of the input (columns: {cols}). "
-                f"{_NOT_CHARGED}"
-            )
-    for name in reserved:
-        if name in types and name not in columns.values():
-            raise InvalidInputError(
-                f"{fname}: the input already has a column {name!r}, which the output adds; "
-                f"rename it in the query. {_NOT_CHARGED}"
-            )
-    for what in ("x", "y"):
-        t = types[columns[what]]  # type: ignore[index]
-        if not t.startswith(_NUMERIC):
-            raise InvalidInputError(
-                f"{fname}: column {columns[what]!r} ({what}) has type {t}; x and y must be "
-                f"numeric metres of a projected CRS. {_NOT_CHARGED}"
-            )
-    u, x, y = (_quote(columns[w], w) for w in ("user", "x", "y"))
-    sql_user_expr(types[columns["user"]], u, columns["user"])  # float/bool ids: the one refusal
-    n, nu, nx, ny, big = rel.query(
-        _SRC,
-        f"SELECT count(*), count(*) FILTER ({u} IS NULL), "
-        f"count(*) FILTER ({x} IS NULL OR NOT isfinite(CAST({x} AS DOUBLE))), "
-        f"count(*) FILTER ({y} IS NULL OR NOT isfinite(CAST({y} AS DOUBLE))), "
-        f"max(greatest(abs(CAST({x} AS DOUBLE)), abs(CAST({y} AS DOUBLE)))) FROM {_SRC}",
-    ).fetchall()[0]
-    if n == 0:
-        raise InvalidInputError(f"{fname}: the input has no rows: nobody to ask. {_NOT_CHARGED}")
-    if nu:
-        raise InvalidInputError(
-            f"{fname}: column {columns['user']!r} has {nu} NULL value(s); filter them first "
-            f"(WHERE {u} IS NOT NULL). {_NOT_CHARGED}"
-        )
-    for what, bad in (("x", nx), ("y", ny)):
-        if bad:
-            c = _quote(columns[what], what)
-            raise InvalidInputError(
-                f"{fname}: column {columns[what]!r} has {bad} NULL, NaN or infinite value(s); "
-                f"filter them first (WHERE isfinite({c})). {_NOT_CHARGED}"
-            )
-    if big is not None and not float(big) < COORD_MAX_M:
-        raise InvalidInputError(
-            f"{fname}: a coordinate is beyond ±2**40 m; x and y must be metres of a projected "
-            f"CRS. {_NOT_CHARGED}"
-        )
-    return u, x, y
-
-
-def _check_rel_units(reg: KnnRegistration, rel: Any, qx: str, qy: str, fname: str) -> None:
-    """Refuse, before anything runs, rows outside the registered CRS's area of use.
-
-    The UDFs check each batch too, but a later batch's refusal would come after earlier
-    batches were charged; the relation helpers promise nothing is charged on bad input.
-    """
-    if reg.units is None:  # without crs= the metres are taken as given, as before
-        return
-    tbl = rel.query(
-        _SRC, f"SELECT CAST({qx} AS DOUBLE) AS x, CAST({qy} AS DOUBLE) AS y FROM {_SRC}"
-    ).to_arrow_table()
-    xy = np.column_stack([tbl.column(c).to_numpy() for c in ("x", "y")]).astype(np.float64)
-    _u.check_units(reg.units, xy, fname, "x/y")
-
-
-def _kind_amount(
-    session: Any, rho: Any, eps: Any, fname: str, *, gp_on_cgp: bool = True
-) -> tuple[str, Fraction, float]:
-    """(mechanism kind, exact amount, float amount): the accessor's ``rho=`` / ``eps=`` check.
-
-    :func:`gpframe.accounting.amounts.metric_amount`, then the amount the UDFs will charge:
-    the SQL literal is a DOUBLE, so the exact amount is that of its float.
-    """
-    from gpframe.accounting.amounts import metric_amount, positive
-    from gpframe.ledger.charges import filter_kind
-
-    param = "rho" if rho is not None else "eps"
-    try:
-        kind, a = metric_amount(rho, eps, filter_kind(session), gp_on_cgp=gp_on_cgp,
-                                example=f"{fname}(..., rho=1e-5)")  # fmt: skip
-        f = float(a)
-        return kind, positive(f, param), f
-    except OverflowError:  # an int or Fraction beyond the float range (10**400)
-        raise InvalidInputError(
-            f"{fname}: {param} is beyond the float range; it must be finite and > 0. "
-            f"{_NOT_CHARGED}"
-        ) from None
-    except InvalidInputError as exc:  # name the entry point
-        raise InvalidInputError(f"{fname}: {exc}") from None
-
-
-def _query_point(point: Any, fname: str) -> tuple[float, float]:
-    import shapely
-
-    if isinstance(point, shapely.Point):
-        point = (point.x, point.y) if not point.is_empty else (np.nan, np.nan)
-    try:
-        px, py = (float(v) for v in point)
-    except (TypeError, ValueError):
-        raise InvalidInputError(
-            f"{fname}: point must be (x, y) or a shapely Point in the data's metres, got "
-            f"{point!r}. {_NOT_CHARGED}"
-        ) from None
-    if not (np.isfinite(px) and np.isfinite(py)):
-        raise InvalidInputError(f"{fname}: point {point!r} must be finite. {_NOT_CHARGED}")
-    return px, py
 
 
 def knn(
@@ -762,29 +597,29 @@ def knn(
 
     fname = "gp.duckdb.knn"
     reg = _registration(con, fname)
-    kind, amount, f_amt = _kind_amount(reg.session, rho, eps, fname)
+    kind, amount, f_amt = kind_amount(reg.session, rho, eps, fname)
     kk = _k.check_k(k)
-    px, py = _query_point(point, fname)
-    rel = _source(con, query_or_relation, fname)
+    px, py = query_point(point, fname)
+    rel = source(con, query_or_relation, fname)
     cols = {"user": user, "x": x, "y": y, "order_by": order_by}
-    u, qx, qy = _check_input(rel, fname, cols, reserved=("knn_rank",))
-    keep = _public(rel, public, user, (x, y), fname, reserved=("knn_rank",))
+    u, qx, qy = check_input(rel, fname, cols, reserved=("knn_rank",))
+    keep = public_columns(rel, public, user, (x, y), fname, reserved=("knn_rank",))
     if not max(abs(px), abs(py)) < _k.COORD_MAX_M:
         raise InvalidInputError(f"{fname}: point is beyond ±2**40 m. {_NOT_CHARGED}")
-    _check_rel_units(reg, rel, qx, qy, fname)
+    check_rel_units(reg, rel, qx, qy, fname)
     if reg.units is not None:
         _u.check_units(reg.units, np.array([[px, py]]), fname, "query")
     # calibrate every per-user k before anything runs (the UDF checks again per batch)
     sizes = rel.query(
-        _SRC, f"SELECT DISTINCT least(count(*), {kk}) FROM {_SRC} GROUP BY {u}"
+        SRC, f"SELECT DISTINCT least(count(*), {kk}) FROM {SRC} GROUP BY {u}"
     ).fetchall()
     for (n_k,) in sizes:
         _k.pnn_calibration(_k.call_eps(kind, amount, int(n_k), Fraction(reg.scale_max)))
-    ob = f"{_quote(order_by, 'order_by')}, " if order_by is not None else ""
+    ob = f"{quote(order_by, 'order_by')}, " if order_by is not None else ""
     fx, fy = (f"'{c.replace(chr(39), chr(39) * 2)}'" for c in (x, y))
     fn = _KNN if kind == "cgp" else _KNN + "_gp"
     sql = f"""
-        WITH __gp_s AS MATERIALIZED (SELECT *, row_number() OVER () AS __gp_row FROM {_SRC}),
+        WITH __gp_s AS MATERIALIZED (SELECT *, row_number() OVER () AS __gp_row FROM {SRC}),
         __gp_t AS (
             SELECT {u} AS __gp_u, min(__gp_row) AS __gp_first,
                    list(__gp_s ORDER BY {ob}__gp_row) AS __gp_recs
@@ -793,59 +628,18 @@ def knn(
             SELECT __gp_first, __gp_recs, {fn}(__gp_u,
                 list_transform(__gp_recs, lambda r: CAST(struct_extract(r, {fx}) AS DOUBLE)),
                 list_transform(__gp_recs, lambda r: CAST(struct_extract(r, {fy}) AS DOUBLE)),
-                {_literal(px)}, {_literal(py)}, {kk}, {_literal(f_amt)}) AS __gp_pos
+                {literal(px)}, {literal(py)}, {kk}, {literal(f_amt)}) AS __gp_pos
             FROM __gp_t),
         __gp_o AS (
             SELECT __gp_first, UNNEST(list_transform(__gp_pos,
                 lambda p, i: struct_insert(__gp_recs[p], knn_rank := i)), max_depth := 2)
             FROM __gp_p WHERE __gp_pos IS NOT NULL)
-        SELECT {", ".join(_quote(c, "public") for c in keep)}, knn_rank
+        SELECT {", ".join(quote(c, "public") for c in keep)}, knn_rank
         FROM __gp_o ORDER BY __gp_first, knn_rank
     """
-    out = con.from_arrow(rel.query(_SRC, sql).to_arrow_table())
-    _warn_dropped(rel, keep, (x, y), fname)
+    out = con.from_arrow(rel.query(SRC, sql).to_arrow_table())
+    warn_dropped(rel, keep, (x, y), fname)
     return out
-
-
-def _public(
-    rel: Any, public: Any, user: str, coords: tuple[str, ...], fname: str, reserved: tuple = ()
-) -> tuple[str, ...]:
-    """Validate ``public=`` on a relation: the kept columns, ``user`` first (gpframe.release)."""
-    from gpframe.release import check_public, check_reserved
-
-    try:
-        keep = check_public(list(rel.columns), public, user=user, protected=coords)
-    except InvalidInputError as exc:
-        raise InvalidInputError(f"{fname}: {exc}") from None
-    check_reserved(keep, reserved, fname)
-    _refuse_coordinate_copies(rel, keep[1:], coords, fname)
-    return tuple(str(c) for c in keep)
-
-
-def _refuse_coordinate_copies(rel: Any, public: tuple, coords: tuple[str, ...], fname: str) -> None:
-    """Refuse a public column equal to x or y on every row (as ``df.geopriv`` does)."""
-    types = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
-    for name in public:
-        if not types.get(name, "").startswith(_NUMERIC):
-            continue
-        c = f"CAST({_quote(name, 'public')} AS DOUBLE)"
-        tests = ", ".join(
-            f"bool_and(abs({c} - CAST({_quote(v, 'x')} AS DOUBLE)) <= "
-            f"1e-9 * greatest(1, abs(CAST({_quote(v, 'x')} AS DOUBLE))))"
-            for v in coords
-        )
-        if any(rel.query(_SRC, f"SELECT {tests} FROM {_SRC}").fetchall()[0]):
-            raise InvalidInputError(
-                f"{fname}: public column {name!r} holds the point coordinates (it equals x or y "
-                f"on every row), so it cannot be public. Remove it from public=. {_NOT_CHARGED}"
-            )
-
-
-def _warn_dropped(rel: Any, keep: tuple[str, ...], coords: tuple[str, ...], fname: str) -> None:
-    from gpframe.release import warn_dropped
-
-    dropped = [c for c in rel.columns if c not in keep and c not in coords]
-    warn_dropped(dropped, fname, stacklevel=3)
 
 
 def convex_hulls(
@@ -921,7 +715,7 @@ def convex_hulls(
 
     fname = "gp.duckdb.convex_hulls"
     reg = _registration(con, fname)
-    kind, amount, f_amt = _kind_amount(reg.session, rho, eps, fname)
+    kind, amount, f_amt = kind_amount(reg.session, rho, eps, fname)
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
         raise InvalidInputError(
             f"{fname}: beta={beta!r} must be a probability in (0, 1). {_NOT_CHARGED}"
@@ -932,13 +726,13 @@ def convex_hulls(
         raise InvalidInputError(
             f"{fname}: geometry={geometry!r} is not one of 'wkb', 'wkt', 'geometry'. {_NOT_CHARGED}"
         )
-    rel = _source(con, query_or_relation, fname)
+    rel = source(con, query_or_relation, fname)
     if user == "hull":
         raise InvalidInputError(
             f"{fname}: user='hull' clashes with the output column; rename it. {_NOT_CHARGED}"
         )
-    u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
-    _check_rel_units(reg, rel, qx, qy, fname)
+    u, qx, qy = check_input(rel, fname, {"user": user, "x": x, "y": y})
+    check_rel_units(reg, rel, qx, qy, fname)
     scale = Fraction(reg.scale_max)
     # every check of PCH before anything runs (the UDF checks again per batch)
     _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=amount,
@@ -946,7 +740,7 @@ def convex_hulls(
                      scale_max=scale)  # fmt: skip
     # ... including the k-dependent phases on the users' point counts: the UDF would refuse
     # them per batch, after earlier batches were charged
-    sizes = rel.query(_SRC, f"SELECT DISTINCT count(*) FROM {_SRC} GROUP BY {u}").fetchall()
+    sizes = rel.query(SRC, f"SELECT DISTINCT count(*) FROM {SRC} GROUP BY {u}").fetchall()
     counts = np.array([n for (n,) in sizes], dtype=np.int64)
     kk = None if k is None else int(k)
     _h.hull_preflight(kind, amount, float(beta), _h.ALPHA, kk, 10.0, counts, float(scale))
@@ -954,13 +748,13 @@ def convex_hulls(
     sql = f"""
         WITH __gp_s AS MATERIALIZED (
             SELECT {u} AS __gp_u, CAST({qx} AS DOUBLE) AS __gp_x, CAST({qy} AS DOUBLE) AS __gp_y,
-                   row_number() OVER () AS __gp_row FROM {_SRC})
+                   row_number() OVER () AS __gp_row FROM {SRC})
         SELECT __gp_u AS {u}, {fn}(__gp_u, list(__gp_x ORDER BY __gp_row),
-               list(__gp_y ORDER BY __gp_row), {_literal(f_amt)}, beta := {_literal(beta)},
+               list(__gp_y ORDER BY __gp_row), {literal(f_amt)}, beta := {literal(beta)},
                k := {int(k or 0)}) AS hull
         FROM __gp_s GROUP BY __gp_u ORDER BY min(__gp_row)
     """
-    tbl = rel.query(_SRC, sql).to_arrow_table()
+    tbl = rel.query(SRC, sql).to_arrow_table()
     if geometry != "wkb":
         hulls = shapely.from_wkb(np.asarray(tbl.column("hull").to_pylist(), dtype=object))
         if geometry == "wkt":
@@ -1056,7 +850,6 @@ def nearest_users(
     import pyarrow as pa
 
     from gpframe.ledger.charges import ledger_keys
-    from gpframe.ledger.keys import sql_user_expr, user_keys
     from gpframe.ledger.run import Charge, run
     from gpframe.queries.elimination import check_method_parts, split_fractions
     from gpframe.queries.knn import check_k
@@ -1070,7 +863,7 @@ def nearest_users(
     fname = "gp.duckdb.nearest_users"
     reg = _registration(con, fname)
     session = reg.session
-    kind, amount, _ = _kind_amount(session, rho, eps, fname, gp_on_cgp=False)
+    kind, amount, _ = kind_amount(session, rho, eps, fname, gp_on_cgp=False)
     if method not in METHODS:
         raise InvalidInputError(
             f"{fname}: method={method!r} is not one of {', '.join(map(repr, METHODS))}. "
@@ -1083,35 +876,21 @@ def nearest_users(
         )
     b = float(beta)
     kk = check_k(k)
-    q = np.array(_query_point(point, fname))
-    rel = _source(con, query_or_relation, fname)
+    q = np.array(query_point(point, fname))
+    rel = source(con, query_or_relation, fname)
     if user in ("nearest_rank", "error_m"):
         raise InvalidInputError(
             f"{fname}: user={user!r} clashes with an output column; rename it. {_NOT_CHARGED}"
         )
-    u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
-    utype = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))[user]
-    tbl = rel.query(
-        _SRC,
-        f"SELECT {sql_user_expr(utype, u, user)} AS u, CAST({qx} AS DOUBLE) AS x, "
-        f"CAST({qy} AS DOUBLE) AS y FROM {_SRC}",
-    ).to_arrow_table()
-    ucodes, ukeys = user_keys(tbl.column("u"), user)  # the accessor's keys for the same ids
+    u, qx, qy = check_input(rel, fname, {"user": user, "x": x, "y": y})
+    units = reg.units
+    tbl, ucodes, ukeys, xy = one_point_per_user(rel, fname, (user, x, y), (u, qx, qy), units)
     users = _u.key_array(ukeys)[ucodes]
-    xy = np.column_stack([tbl.column(c).to_numpy() for c in ("x", "y")]).astype(np.float64)
-    if len(ukeys) != users.size:
-        raise InvalidInputError(
-            f"{fname}: several rows per user: nearest_users reads one point per user; pick it in "
-            f"SQL, e.g. SELECT {u}, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM ... GROUP BY "
-            f"{u} (adaptive-budgeting.md §1.6). {_NOT_CHARGED}"
-        )
     if kk > users.size:
         raise InvalidInputError(f"{fname}: k={k!r} exceeds the {users.size} users. {_NOT_CHARGED}")
     if not np.abs(q).max() < 2.0**40:
         raise InvalidInputError(f"{fname}: point is beyond ±2**40 m. {_NOT_CHARGED}")
-    units = reg.units
     if units is not None:  # the accessor's to_crs= check and scale; without crs= as given
-        _u.check_units(units, xy, fname, "x/y")
         _u.check_units(units, q.reshape(1, 2), fname, "query")
     scale_max = 1 if units is None else units.scale_max
     unit = Fraction(1) / session.ledger.units["metric"].scale

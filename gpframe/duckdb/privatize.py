@@ -37,14 +37,15 @@ from typing import Any
 import numpy as np
 
 from gpframe.duckdb import udf as _u
-from gpframe.duckdb.knn import (
-    _check_input,
-    _kind_amount,
-    _literal,
-    _public,
-    _quote,
-    _source,
-    _warn_dropped,
+from gpframe.duckdb.relations import (
+    SRC,
+    check_input,
+    kind_amount,
+    literal,
+    public_columns,
+    quote,
+    source,
+    warn_dropped,
 )
 from gpframe.errors import InvalidInputError
 from gpframe.queries import privatize as _pv
@@ -52,7 +53,6 @@ from gpframe.queries import privatize as _pv
 __all__ = ["Registration", "privatize", "register_privatize"]
 
 _NOT_CHARGED = "Nothing was charged."
-_SRC = "__gp_src"
 
 #: the UDFs and macros register() creates: (udf name, macro name, mode, amount keyword); each
 #: macro dispatches to an integer-id UDF or a text-id UDF, so user 7 is the same ledger user in
@@ -171,24 +171,24 @@ def privatize(
     """
     fname = "gp.duckdb.privatize"
     reg = _REGISTRY.require(con, fname)
-    kind, amount, f_amt = _kind_amount(reg.session, rho, eps, fname)
+    kind, amount, f_amt = kind_amount(reg.session, rho, eps, fname)
     # the UDF's own checks of the amount, now: it would refuse them only batch by batch
     _pv.check_amount(kind, "point", amount)
     _preflight_one(kind, amount, reg.scale_max)  # at the amount after the CRS's k_max
-    rel = _source(con, query_or_relation, fname)
-    u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
-    keep = _public(rel, public, user, (x, y), fname)
+    rel = source(con, query_or_relation, fname)
+    u, qx, qy = check_input(rel, fname, {"user": user, "x": x, "y": y})
+    keep = public_columns(rel, public, user, (x, y), fname)
     fn = "gp_privatize" if kind == "cgp" else "gp_privatize_gp"
-    cols = ", ".join(_quote(c, "public") for c in keep)
+    cols = ", ".join(quote(c, "public") for c in keep)
     # MATERIALIZED: the UDF runs once per row, whatever the projection below reads of its output
     sql = f"""
         WITH __gp_r AS MATERIALIZED (
-            SELECT {cols}, {fn}({u}, {qx}, {qy}, {_literal(f_amt)}) AS __gp_p
-            FROM {_SRC})
+            SELECT {cols}, {fn}({u}, {qx}, {qy}, {literal(f_amt)}) AS __gp_p
+            FROM {SRC})
         SELECT {cols}, __gp_p.x AS {qx}, __gp_p.y AS {qy} FROM __gp_r
     """
-    out = con.from_arrow(rel.query(_SRC, sql).to_arrow_table())
-    _warn_dropped(rel, keep, (x, y), fname)
+    out = con.from_arrow(rel.query(SRC, sql).to_arrow_table())
+    warn_dropped(rel, keep, (x, y), fname)
     return out
 
 

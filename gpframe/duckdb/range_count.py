@@ -332,7 +332,7 @@ def range_count(
     import pyarrow as pa
     import shapely
 
-    from gpframe.duckdb.knn import _check_input, _kind_amount, _literal, _source
+    from gpframe.duckdb.relations import check_input, kind_amount, literal, source
     from gpframe.queries.range_count import select_component
 
     fname = "gp.duckdb.range_count"
@@ -366,9 +366,9 @@ def range_count(
         )
     if rho is None:  # the SQL form is the Gaussian dist-elim: no eps=
         raise InvalidInputError(f"{fname}: pass rho= (CGP, per m²). Nothing was charged.")
-    _, _, rho = _kind_amount(reg.session, rho, None, fname)  # the accessor's check
-    rel = _source(con, query_or_relation, fname)
-    _check_input(rel, fname, {"user": user, "x": x, "y": y})
+    _, _, rho = kind_amount(reg.session, rho, None, fname)  # the accessor's check
+    rel = source(con, query_or_relation, fname)
+    check_input(rel, fname, {"user": user, "x": x, "y": y})
     # the rows stay in this process: the rule reads public columns and row order only
     frame = rel.df()
     pos = select_component(frame, frame[user].to_numpy(), component, reduce)
@@ -383,7 +383,7 @@ def range_count(
         for name, wkb in wkbs.items():
             sql = (
                 f"WITH __gp_r AS MATERIALIZED (SELECT gp_in_region(u, x, y, "
-                f"from_hex('{wkb.hex()}'), {_literal(float(rho))}, {int(rounds)}, {n}) AS i "
+                f"from_hex('{wkb.hex()}'), {literal(float(rho))}, {int(rounds)}, {n}) AS i "
                 f"FROM __gp_src) SELECT count_if(i), count(*) - count(i) FROM __gp_r"
             )
             cnt, excl = src.query("__gp_src", sql).fetchall()[0]
