@@ -78,23 +78,13 @@ from __future__ import annotations
 from typing import Any
 
 from gpframe.duckdb import udf as _u
-from gpframe.duckdb.grid import clip_user, register_grid
-from gpframe.duckdb.kde import kde_raster, register_kde
-from gpframe.duckdb.knn import convex_hulls, knn, nearest_users, register_knn
-from gpframe.duckdb.privatize import Registration, privatize, register_privatize
-from gpframe.duckdb.range_count import range_count, register_range_count
+from gpframe.duckdb.grid import register_grid
+from gpframe.duckdb.kde import register_kde
+from gpframe.duckdb.knn import register_knn
+from gpframe.duckdb.privatize import Registration, register_privatize
+from gpframe.duckdb.range_count import register_range_count
 
-__all__ = [
-    "Registration",
-    "clip_user",
-    "convex_hulls",
-    "kde_raster",
-    "knn",
-    "nearest_users",
-    "privatize",
-    "range_count",
-    "register",
-]
+__all__ = ["register"]
 
 
 def register(
