@@ -147,15 +147,16 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
     bad = ~np.isfinite(f["bw"]) | (f["bw"] <= 0)
     if bad.any():
         raise InvalidInputError(
-            f"{fname}: bandwidth_m={f['bw'][bad][0]!r} must be finite and > 0. Nothing was "
+            f"{fname}: bandwidth_m={float(f['bw'][bad][0])!r} must be finite and > 0. Nothing was "
             "charged for this batch."
         )
     exact = _u.exact_amounts(f["rho"], fname, "rho", "CGP, per m²")
     bw = f["bw"]
-    if ((bw < 2.0**-10) | (bw > 2.0**40)).any():  # tiny ones divided by zero in the kernel
+    out = (bw < 2.0**-10) | (bw > 2.0**40)  # tiny ones divided by zero in the kernel
+    if out.any():
         raise InvalidInputError(
-            f"{fname}: bandwidth_m={bw[(bw < 2.0**-10) | (bw > 2.0**40)][0]!r} must be between "
-            "2**-10 and 2**40 metres. Nothing was charged for this batch."
+            f"{fname}: bandwidth_m={float(bw[out][0])!r} must be between 2**-10 and 2**40 "
+            "metres. Nothing was charged for this batch."
         )
     rounds = _u.check_rounds(f["c"].astype(np.int64), fname)
     # rows that share (query point, bandwidth, rho, rounds, n) run as one elimination

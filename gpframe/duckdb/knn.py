@@ -405,7 +405,7 @@ def _knn_batch(
     _u.check_units(reg.units, np.column_stack([px, py]), fname, "px/py")
     scale = Fraction(reg.scale_max)
     if (ks < 1).any() or (ks != np.floor(ks)).any():
-        raise InvalidInputError(f"{fname}: k={ks[ks < 1][0] if (ks < 1).any() else ks[0]!r} "
+        raise InvalidInputError(f"{fname}: k={float(ks[ks < 1][0] if (ks < 1).any() else ks[0])!r} "
                                 f"must be an integer >= 1. {_NOTHING}")  # fmt: skip
     exact = _u.exact_amounts(amts, fname, _PARAM[kind], _UNIT[kind])
     ks = ks.astype(np.int64)
@@ -476,13 +476,13 @@ def _hull_batch(
     bad = ~np.isfinite(betas) | (betas <= 0) | (betas >= 1)
     if bad.any():
         raise InvalidInputError(
-            f"{fname}: beta={betas[bad][0]!r} must be a probability in (0, 1). {_NOTHING}"
+            f"{fname}: beta={float(betas[bad][0])!r} must be a probability in (0, 1). {_NOTHING}"
         )
     bad = (ks < 0) | (ks != np.floor(ks))
     if bad.any():
         raise InvalidInputError(
-            f"{fname}: k={ks[bad][0]!r} must be 0 (k per user from the noisy radius, spec §8.2) "
-            f"or an integer >= 1. {_NOTHING}"
+            f"{fname}: k={float(ks[bad][0])!r} must be 0 (k per user from the noisy radius, "
+            f"spec §8.2) or an integer >= 1. {_NOTHING}"
         )
     ks = ks.astype(np.int64)
     gcode, keys = _groups({"a": amts, "b": betas, "k": ks})

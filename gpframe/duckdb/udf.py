@@ -244,8 +244,8 @@ def exact_amounts(vals: np.ndarray, fname: str, param: str, unit: str) -> dict[f
     bad = ~np.isfinite(vals) | (vals <= 0)
     if bad.any():
         raise InvalidInputError(
-            f"{fname}: {param}={vals[bad][0]!r} in {int(bad.sum())} row(s) must be finite and "
-            f"> 0 ({unit}). Nothing was charged for this batch."
+            f"{fname}: {param}={float(vals[bad][0])!r} in {int(bad.sum())} row(s) must be finite "
+            f"and > 0 ({unit}). Nothing was charged for this batch."
         )
     return {v: positive(v, param) for v in np.unique(vals).tolist()}
 
