@@ -118,9 +118,7 @@ def _make_udf(reg: KdeRegistration) -> Any:
         out = np.zeros(n)
         if (~null).any():
             rows = np.flatnonzero(~null)
-            # clipped: BIGINT values near 2**63 overflow int64 after the float round trip
-            nu_f = np.clip(np.nan_to_num(_np(n_users, np.float64), nan=-1), -1, 2.0**62)
-            nus = np.where(_nulls(n_users), -1, nu_f).astype(np.int64)
+            nus = _u.union_sizes(n_users)
             f = {k: _np(v, np.float64)[rows] for k, v in
                  dict(x=x, y=y, qx=qx, qy=qy, bw=bw, rho=rho, c=rounds).items()}  # fmt: skip
             val, done = _batch(reg, _u.user_objects(user_id, rows), f, nus[rows])

@@ -137,11 +137,7 @@ def _make_udf(reg: RangeRegistration) -> Any:
         out = np.zeros(n, dtype=bool)
         if (~null).any():
             rows = np.flatnonzero(~null)
-            nu = _nulls(n_users)
-            # clipped: a BIGINT near 2**63 is no int64 after the float round trip (a larger n
-            # only widens the union bound, so 2**62 is as safe as the value asked for)
-            nu_f = np.clip(np.nan_to_num(_np(n_users, np.float64), nan=-1), -1, 2.0**62)
-            nus = np.where(nu, -1, nu_f).astype(np.int64)
+            nus = _u.union_sizes(n_users)
             wk = _objects(wkb)[rows]
             inside, done = _batch(
                 reg, _u.user_objects(user_id, rows), _np(x, np.float64)[rows],

@@ -1,6 +1,6 @@
 """Plumbing shared by the gpframe DuckDB UDF modules (private; STYLE.md §9).
 
-:mod:`gpframe.duckdb`, :mod:`gpframe.duckdb.range_count`, :mod:`gpframe.duckdb.kde`,
+:mod:`gpframe.duckdb.privatize`, :mod:`gpframe.duckdb.range_count`, :mod:`gpframe.duckdb.kde`,
 :mod:`gpframe.duckdb.knn` and :mod:`gpframe.duckdb.grid` all register side-effecting Arrow UDFs
 that reserve and charge a Session once per Arrow batch. What they share lives here:
 
@@ -10,11 +10,15 @@ that reserve and charge a Session once per Arrow batch. What they share lives he
   :func:`create_id_udfs` (the ``_int`` / ``_uint`` / ``_str`` UDFs and the ``TEMP MACRO`` that
   picks one from the type of ``user_id``, so user 7 is the same ledger user in SQL and in
   Python, and refuses float, decimal and boolean ids as the accessor does);
+* batch checks, all before the ledger is touched: :func:`check_points`,
+  :func:`check_units`, :func:`exact_amounts`, :func:`check_rounds`;
 * Arrow columns: :func:`to_numpy`, :func:`nulls`, :func:`objects`, :func:`factorize_ids`,
-  :func:`user_objects`;
-* charging: :data:`LEDGER_LOCK` and :func:`charge_batch` (reserve, compute for the admitted
-  users, charge, all under the lock; an error after the reservation charges the full
-  allocation), :func:`tally` for the per-registration counters.
+  :func:`user_objects`, :func:`union_sizes`;
+* charging: :data:`LEDGER_LOCK` and :func:`charge_batch`, one Arrow batch through the one
+  driver :func:`gpframe.ledger.run.run` (reserve, compute for the admitted users, charge, all
+  under the lock; an error after the reservation charges the full allocation);
+  :func:`elimination_batch`, the runner of the elimination functions; :func:`tally` for the
+  per-registration counters.
 
 This module imports nothing from the public DuckDB modules, so each of them can import it at
 module level without an import cycle.
@@ -396,6 +400,16 @@ def objects(a: Any) -> np.ndarray:
     out = np.empty(len(a), dtype=object)
     out[:] = a.to_pylist()
     return out
+
+
+def union_sizes(n_users: Any) -> np.ndarray:
+    """Return the optional ``n_users`` argument of the elimination functions as int64 (-1: NULL).
+
+    Clipped to 2**62: a BIGINT near 2**63 is no int64 after the float round trip, and a larger
+    n only widens the union bound, so 2**62 is as safe as the value asked for.
+    """
+    n = np.clip(np.nan_to_num(to_numpy(n_users, np.float64), nan=-1), -1, 2.0**62)
+    return np.where(nulls(n_users), -1, n).astype(np.int64)
 
 
 def factorize_ids(a: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
