@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from gpframe.accounting.amounts import positive
 from gpframe.duckdb import udf as _u
 from gpframe.duckdb.relations import (
     SRC,
@@ -174,7 +175,7 @@ def privatize(
     kind, amount, f_amt = kind_amount(reg.session, rho, eps, fname)
     # the UDF's own checks of the amount, now: it would refuse them only batch by batch
     _pv.check_amount(kind, "point", amount)
-    _preflight_one(kind, amount, reg.scale_max)  # at the amount after the CRS's k_max
+    _pv.check_point_amount(kind, amount, scale_max=reg.scale_max)  # after the CRS's k_max
     rel = source(con, query_or_relation, fname)
     u, qx, qy = check_input(rel, fname, {"user": user, "x": x, "y": y})
     keep = public_columns(rel, public, user, (x, y), fname)
@@ -238,9 +239,12 @@ def _exact_amount(reg: Registration, mode: str, param: str, value: float) -> Fra
     key = (mode, value, reg.scale_max)
     a = reg._amounts.get(key)
     if a is None:
-        a = _amount(value, param)
+        a = positive(value, param)  # finite and > 0: checked for the batch (_validate_batch)
         _pv.check_amount(mode, "point", a)
-        _preflight_one(mode, a, reg.scale_max)
+        # the wrapper's full check at the amount the mechanism runs at (after the CRS's k_max):
+        # the calibration alone accepts eps below 2**-40, which planar_laplace then refuses
+        # after reserve() has charged the user
+        _pv.check_point_amount(mode, a, scale_max=reg.scale_max)
         reg._amounts[key] = a
     return a
 
@@ -349,22 +353,3 @@ def _privatize_batch(
     n_rel = int(released.sum())
     _u.tally(reg, n_rel, len(xs) - n_rel)
     return released, noisy
-
-
-def _amount(value: float, param: str) -> Fraction:
-    from gpframe.accounting.amounts import positive
-
-    if not math.isfinite(value):
-        raise InvalidInputError(
-            f"gp_privatize: {param}={value!r} is not finite. Nothing was charged."
-        )
-    return positive(value, param)
-
-
-def _preflight_one(mode: str, a: Fraction, scale_max: float = 1.0) -> None:
-    # the wrapper's full parameter check (eps range of §9.4, calibration, largest noise
-    # scale) on the amount the mechanism runs at (after the CRS's scale factor, as the
-    # accessor): the calibration alone accepts eps below 2**-40, which planar_laplace then
-    # refuses after reserve() has charged the user
-    k = Fraction(scale_max)
-    _pv.check_point_amount(mode, a / k if mode == "gp" else a / (k * k))
