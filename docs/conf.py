@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # build against this checkout's package, not an installed copy elsewhere
@@ -16,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 project = "gpframe"
 author = "the gpframe authors"
-copyright = "the gpframe authors"  # noqa: A001 - Sphinx's name for it
+copyright = "the gpframe authors"
 
 extensions = [
     "myst_parser",
@@ -78,7 +79,9 @@ _SECTION_BREAKS: dict[str, tuple[str, str]] = {
 }
 
 
-def _process_docstring(app, what, name, obj, options, lines):  # noqa: ANN001 - Sphinx hook
+def _process_docstring(
+    app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]
+) -> None:
     fix = _SECTION_BREAKS.get(name)
     if fix is not None:
         anchor, heading = fix
@@ -89,6 +92,7 @@ def _process_docstring(app, what, name, obj, options, lines):  # noqa: ANN001 - 
     lines[:] = _escape_bars("\n".join(lines)).split("\n")
 
 
-def setup(app):  # noqa: ANN001, ANN201 - Sphinx hook
+def setup(app: Any) -> None:
+    """Connect the docstring hook (Sphinx calls this for the conf module)."""
     # priority < 500 (napoleon's): run on the raw numpy-style text, before napoleon converts it
     app.connect("autodoc-process-docstring", _process_docstring, priority=100)
