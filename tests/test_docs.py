@@ -7,6 +7,7 @@
     no issue numbers. "User-facing" is every string literal of ``gpframe/**/*.py`` (docstrings,
     messages), the whole of ``gpframe/duckdb/sql/*.sql`` and ``README.md``; docs citations are
     checked anywhere in those files, comments included.
+(c) The Python examples of the operation pages (and of the noise page) run as written.
 """
 
 from __future__ import annotations
@@ -205,3 +206,21 @@ def test_comments_are_not_user_facing_but_their_docs_citations_are_checked(
     mod = tmp_path / "mod.py"
     mod.write_text("# spec: secure-noise.md, issue 3\nX = 1  # docs/gone.md\n", encoding="utf-8")
     assert citation_problems(mod, tmp_path) == ["mod.py: cites missing page docs/gone.md"]
+
+
+# --- (c) the examples of the operation pages run ----------------------------------------------
+
+_PY_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+EXAMPLE_PAGES = [*sorted((DOCS / "operations").glob("*.md")), DOCS / "noise.md"]
+
+
+@pytest.mark.parametrize("page", EXAMPLE_PAGES, ids=lambda p: p.stem)
+def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # each page's Python blocks run in order in one namespace, as a reader would paste them; the
+    # noise is real (OS randomness), so the examples must work for any draw
+    blocks = _PY_BLOCK.findall(page.read_text(encoding="utf-8"))
+    assert blocks, f"{page.name} has no Python example"
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": f"docs_example_{page.stem}"}
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"{page.name}[{i}]", "exec"), namespace)
