@@ -15,7 +15,7 @@ from numbers import Rational, Real
 
 from gpframe.errors import InvalidInputError
 
-__all__ = ["LedgerUnits", "exact", "nonnegative", "positive"]
+__all__ = ["LedgerUnits", "exact", "nonnegative", "positive", "probability"]
 
 
 def exact(value: object, name: str) -> Fraction:
@@ -89,6 +89,27 @@ def nonnegative(value: object, name: str) -> Fraction:
         raise InvalidInputError(f"{name}={value!r} must be >= 0. Nothing was charged.")
     return x
 
+
+
+def probability(value: object, name: str = "beta") -> float:
+    """Return ``value`` as a float failure probability in (0, 1) (checked at the entry point).
+
+    Any real number strictly between 0 and 1 (not a bool); compared without ``float()``, so
+    ``10**400`` is refused instead of overflowing.
+
+    >>> probability(0.05)
+    0.05
+    >>> probability(1, "beta")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    gpframe.errors.InvalidInputError: beta=1 must be a probability in (0, 1), ...
+    """
+    if isinstance(value, bool) or not (isinstance(value, Real) and 0 < value < 1):
+        raise InvalidInputError(
+            f"{name}={value!r} must be a probability in (0, 1), e.g. {name}=0.05. "
+            "Nothing was charged."
+        )
+    return float(value)
 
 class LedgerUnits:
     """Integer ledger units of ``10**-exponent`` of a notion's unit.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import numpy as np
 import pandas as pd
 
-from gpframe.accounting.amounts import LedgerUnits, positive
+from gpframe.accounting.amounts import LedgerUnits, positive, probability
 from gpframe.errors import GpframeInternalError, InvalidInputError
 from gpframe.ledger.charges import filter_kind, ledger_keys
 from gpframe.ledger.run import Charge, run
@@ -881,13 +881,7 @@ class GeoPriv:
         rng = resolve_rng(rng)
         kind, amount = _one_amount(eps, rho)
         _pv.check_amount(kind, per, amount)
-        if isinstance(beta, bool) or not (
-            isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
-        ):
-            raise InvalidInputError(
-                f"beta={beta!r} must be a probability in (0, 1), e.g. beta=0.05. "
-                "Nothing was charged."
-            )
+        probability(beta)
         p = self.projected
         codes, uniques = pd.factorize(pd.Series(p.users), sort=False)
         n_users = len(uniques)

@@ -26,8 +26,10 @@ import numpy as np
 import pandas as pd
 import shapely
 
+from gpframe.accounting.amounts import probability
 from gpframe.errors import GpframeInternalError, InvalidInputError
 from gpframe.ledger.run import Charge, run
+from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.queries import kde as _k
 from gpframe.queries.elimination import check_method_parts
 from gpframe.results import Result, _fmt
@@ -206,10 +208,7 @@ def _check_options(method: str, rounds: Any, split: str, beta: Any) -> None:
             f"method={method!r} is not one of {', '.join(map(repr, _k.METHODS))}. {_NOTHING}"
         )
     split_fractions(split, rounds)
-    if isinstance(beta, bool) or not (
-        isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
-    ):
-        raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
+    probability(beta)
 
 
 def _preflight(kind: str, amount: Fraction, scale_max: float, method: str) -> None:
@@ -222,13 +221,6 @@ def _preflight(kind: str, amount: Fraction, scale_max: float, method: str) -> No
         cal.cgp_gaussian(amount / (k * k), d=d)
     else:
         cal.gp_laplace(amount / k, d=d)
-
-
-def _resolve_rng(rng: Any) -> Any:
-    """Resolve ``rng`` before reserving: a seeded (outside tests) or foreign rng is refused."""
-    from gpframe.mechanisms.noise.bits import resolve_rng
-
-    return resolve_rng(rng)
 
 
 def _ledger_allocation(lu: Any, amount: Fraction) -> Fraction:
@@ -359,7 +351,7 @@ def kde(
     True
     """
     session = bound.session
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     _check_options(method, rounds, split, beta)
     b = _length(bandwidth_m, "bandwidth_m")
     if nu_m is not None:
@@ -579,7 +571,7 @@ def kde_raster(
     0.0001
     """
     session = bound.session
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     h = _length(bandwidth_m, "bandwidth_m")
     c = _length(cell_m, "cell_m")
     kind, amount = _check_amount(session, rho, eps)

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import shapely
 
+from gpframe.accounting.amounts import probability
 from gpframe.errors import CRSError, InvalidInputError
 from gpframe.queries.range_count import METHODS, run_range_count
 from gpframe.results import Result, _fmt
@@ -396,10 +397,7 @@ def _check_options(method: str, rounds: int, split: str, beta: float) -> None:
     if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
         raise InvalidInputError(f"rounds={rounds!r} must be an integer >= 1. {_NOTHING}")
     split_fractions(split, int(rounds))
-    if isinstance(beta, bool) or not (
-        isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
-    ):
-        raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
+    probability(beta)
 
 
 def _check_amount(session: Any, rho: Any, eps: Any, allocations: Any) -> None:
