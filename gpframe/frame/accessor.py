@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import numpy as np
 import pandas as pd
 
-from gpframe.accounting.amounts import LedgerUnits, positive, probability
+from gpframe.accounting.amounts import LedgerUnits, metric_amount, probability
 from gpframe.errors import GpframeInternalError, InvalidInputError
 from gpframe.ledger.charges import filter_kind, ledger_keys
 from gpframe.ledger.run import Charge, run
@@ -879,7 +879,7 @@ class GeoPriv:
         # refuse an insecure or foreign rng before the reservation: the sampler would only
         # refuse it after the users were reserved, and so charged in full
         rng = resolve_rng(rng)
-        kind, amount = _one_amount(eps, rho)
+        kind, amount = metric_amount(rho, eps, example=".privatize(rho=1e-4)")
         _pv.check_amount(kind, per, amount)
         probability(beta)
         p = self.projected
@@ -1001,17 +1001,6 @@ def _unit_floats(ledger: Any, units: np.ndarray) -> np.ndarray:
 def amount_keyword(kind: str) -> str:
     """Return the keyword of a kind's amount: ``eps`` for GP, ``rho`` for CGP."""
     return "eps" if kind == "gp" else "rho"
-
-
-def _one_amount(eps: object, rho: object) -> tuple[str, Fraction]:
-    if (eps is None) == (rho is None):
-        raise InvalidInputError(
-            "pass exactly one of eps= (GP, per metre) or rho= (CGP, per square metre), "
-            f"got eps={eps!r}, rho={rho!r}. Example: .privatize(rho=1e-4). Nothing was charged."
-        )
-    if eps is not None:
-        return "gp", positive(eps, "eps")
-    return "cgp", positive(rho, "rho")
 
 
 def _check_coordinates(xy: np.ndarray) -> None:

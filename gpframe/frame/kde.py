@@ -82,7 +82,7 @@ class KdeResult(Result):
 
 
 def _check_amount(session: Any, rho: Any, eps: Any) -> tuple[str, Fraction]:
-    from gpframe.accounting.amounts import positive
+    from gpframe.accounting.amounts import metric_amount
 
     kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
     if kind not in ("gp", "cgp"):
@@ -90,22 +90,8 @@ def _check_amount(session: Any, rho: Any, eps: Any) -> tuple[str, Fraction]:
             "the session has no metric budget (GP or CGP); open it with "
             f"gp.Session(budget=gp.CGP(rho=...)). {_NOTHING}"
         )
-    if (rho is None) == (eps is None):
-        raise InvalidInputError(
-            f"pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got rho={rho!r}, "
-            f"eps={eps!r}. Example: .kde(at, bandwidth_m=500, rho=1e-5). {_NOTHING}"
-        )
-    if kind == "cgp" and rho is None:
-        raise InvalidInputError(f"this session's filters are CGP: pass rho=... {_NOTHING}")
-    if kind == "gp" and eps is None:
-        raise InvalidInputError(
-            "this session's filters are pure GP: pass eps=... (a Gaussian step is never admitted "
-            f"by a pure-GP filter; spec §7 pitfall 5). {_NOTHING}"
-        )
-    amt = rho if rho is not None else eps
-    if isinstance(amt, bool) or (isinstance(amt, float) and not math.isfinite(amt)):
-        raise InvalidInputError(f"the amount {amt!r} must be finite and > 0. {_NOTHING}")
-    return kind, positive(amt, "rho" if rho is not None else "eps")
+    return metric_amount(rho, eps, example=".kde(at, bandwidth_m=500, rho=1e-5)",
+                         filter_kind=kind, same_kind=True)  # fmt: skip
 
 
 def _query_points(at: Any, projected: Any) -> tuple[np.ndarray, Any, bool]:

@@ -12,7 +12,6 @@ delegates ``.knn(...)``, ``.convex_hull(...)`` and ``.nearest_users(...)`` to th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -110,24 +109,11 @@ def _filter_kind(session: Any) -> str:
 
 def _amount(session: Any, rho: Any, eps: Any, what: str) -> tuple[str, Fraction, str]:
     """(mechanism kind, exact amount, filter kind); GP mechanisms may run on a CGP filter."""
-    from gpframe.accounting.amounts import positive
+    from gpframe.accounting.amounts import metric_amount
 
     fk = _filter_kind(session)
-    if (rho is None) == (eps is None):
-        raise InvalidInputError(
-            f"pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got rho={rho!r}, "
-            f"eps={eps!r}. Example: .{what}(..., rho=1e-5). {_NOTHING}"
-        )
-    if rho is not None and fk == "gp":
-        raise InvalidInputError(
-            f"this session's filters are pure GP: pass eps=... (a CGP charge is never admitted by "
-            f"a pure-GP filter). {_NOTHING}"
-        )
-    amt = rho if rho is not None else eps
-    if isinstance(amt, float) and not math.isfinite(amt):
-        raise InvalidInputError(f"the amount {amt!r} must be finite and > 0. {_NOTHING}")
-    kind = "cgp" if rho is not None else "gp"
-    return kind, positive(amt, "rho" if rho is not None else "eps"), fk
+    kind, amount = metric_amount(rho, eps, example=f".{what}(..., rho=1e-5)", filter_kind=fk)
+    return kind, amount, fk
 
 
 def _point_m(point: Any, projected: Any) -> np.ndarray:
