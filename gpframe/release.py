@@ -33,6 +33,15 @@ __all__ = ["check_public", "check_reserved", "release_frame", "warn_dropped"]
 _NOTHING = "Nothing was charged."
 
 
+def protected_columns(frame: pd.DataFrame, coords: Any = ()) -> tuple[Any, ...]:
+    """Return the columns holding the protected coordinates: ``coords``, the active geometry."""
+    out = [c for c in coords if c is not None]
+    name = getattr(frame, "_geometry_column_name", None)
+    if name is not None and name in frame.columns and name not in out:
+        out.append(name)  # a GeoDataFrame's points, even when x=/y= named other columns
+    return tuple(out)
+
+
 def check_public(
     columns: Sequence[Hashable], public: Any, *, user: Hashable, protected: Iterable[Hashable]
 ) -> tuple[Hashable, ...]:

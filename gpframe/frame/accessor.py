@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import numpy as np
 import pandas as pd
 
-from gpframe.accounting.amounts import positive
+from gpframe.accounting.amounts import LedgerUnits, metric_amount, probability
 from gpframe.errors import GpframeInternalError, InvalidInputError
 from gpframe.ledger.charges import filter_kind, ledger_keys
+from gpframe.ledger.run import Charge, run
 from gpframe.queries import privatize as _pv
 from gpframe.queries.clip_user import KAPPA
+from gpframe.release import protected_columns
 
 if TYPE_CHECKING:  # the result classes' modules import this one: annotations only
     import geopandas as gpd
@@ -129,15 +131,6 @@ class GeoPrivAccessor:
                               coords=projected.coords)  # fmt: skip
         _refuse_coordinate_copies(self._obj, cols[1:], projected)
         return GeoPriv(self._obj, session, projected, user=user, public=cols)
-
-
-def protected_columns(frame: pd.DataFrame, coords: Any = ()) -> tuple[Any, ...]:
-    """Return the columns holding the protected coordinates: ``coords``, the active geometry."""
-    out = [c for c in coords if c is not None]
-    name = getattr(frame, "_geometry_column_name", None)
-    if name is not None and name in frame.columns and name not in out:
-        out.append(name)  # a GeoDataFrame's points, even when x=/y= named other columns
-    return tuple(out)
 
 
 def public_columns(frame: pd.DataFrame, *, user: str, x: Any = None, y: Any = None,
@@ -884,15 +877,9 @@ class GeoPriv:
         # refuse an insecure or foreign rng before the reservation: the sampler would only
         # refuse it after the users were reserved, and so charged in full
         rng = resolve_rng(rng)
-        kind, amount = _one_amount(eps, rho)
+        kind, amount = metric_amount(rho, eps, example=".privatize(rho=1e-4)")
         _pv.check_amount(kind, per, amount)
-        if isinstance(beta, bool) or not (
-            isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
-        ):
-            raise InvalidInputError(
-                f"beta={beta!r} must be a probability in (0, 1), e.g. beta=0.05. "
-                "Nothing was charged."
-            )
+        probability(beta)
         p = self.projected
         codes, uniques = pd.factorize(pd.Series(p.users), sort=False)
         n_users = len(uniques)
@@ -921,11 +908,9 @@ class GeoPriv:
             "scale_max": float(p.scale_max),
         }
         alloc_in = alloc_units.copy()
-        alloc_in[too_big] = _UNITS_MAX  # cannot be admitted (a budget is at most MAX units)
-        with self.session.reserve(
-            users, alloc_in, notion="metric", kind=None, query="privatize", params=params,
-            units=True,
-        ) as r:  # fmt: skip
+        alloc_in[too_big] = LedgerUnits.MAX  # cannot be admitted (a budget is at most MAX units)
+
+        def compute(r: Any) -> Charge[Any]:
             admitted = np.asarray(r.admitted, dtype=bool) & ~too_big
             out = _pv.privatize_points(
                 p.xy,
@@ -943,15 +928,14 @@ class GeoPriv:
             # Actual charges, in ledger units of the filter, from the mechanisms' guarantees:
             # one conversion per sampler call (per distinct amount), never per user.
             actual_units, actual_f = _actual_units(ledger, fkind, kind, per, out, counts, n_users)
-            over = actual_units > np.where(admitted, r.allocation_units, 0)
-            if over.any():
-                i = int(np.flatnonzero(over)[0])
-                raise GpframeInternalError(
-                    f"privatize would charge {int(actual_units[i])} ledger units above the "
-                    f"allocation {int(r.allocation_units[i])} for user {users[i]!r}."
-                )
-            r.charge(actual_units, units=True)
-            query_id = r.query_id
+            return Charge((admitted, out, actual_f), actual_units, units=True)
+
+        ran = run(
+            self.session, users, alloc_in, notion="metric", query="privatize", params=params,
+            units=True, compute=compute,
+        )  # fmt: skip
+        admitted, out, actual_f = ran.value
+        query_id = ran.query_id
         alloc_f = _unit_floats(ledger, alloc_units)
         frame = _build_output(self.frame, p, out.xy, out.released, self.public)
         result = _make_result(
@@ -972,9 +956,6 @@ class GeoPriv:
         # a JSON-able view of the result: survives pandas operations and to_parquet
         frame.attrs["geopriv"] = result.to_attr()
         return frame
-
-
-_UNITS_MAX = 2**63 - 1
 
 
 def _actual_units(
@@ -1018,17 +999,6 @@ def _unit_floats(ledger: Any, units: np.ndarray) -> np.ndarray:
 def amount_keyword(kind: str) -> str:
     """Return the keyword of a kind's amount: ``eps`` for GP, ``rho`` for CGP."""
     return "eps" if kind == "gp" else "rho"
-
-
-def _one_amount(eps: object, rho: object) -> tuple[str, Fraction]:
-    if (eps is None) == (rho is None):
-        raise InvalidInputError(
-            "pass exactly one of eps= (GP, per metre) or rho= (CGP, per square metre), "
-            f"got eps={eps!r}, rho={rho!r}. Example: .privatize(rho=1e-4). Nothing was charged."
-        )
-    if eps is not None:
-        return "gp", positive(eps, "eps")
-    return "cgp", positive(rho, "rho")
 
 
 def _check_coordinates(xy: np.ndarray) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -24,7 +25,10 @@ import numpy as np
 import pandas as pd
 import shapely
 
+from gpframe.accounting.amounts import probability
 from gpframe.errors import GpframeInternalError, InvalidInputError
+from gpframe.ledger.run import Charge, run
+from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.queries import kde as _k
 from gpframe.queries.elimination import check_method_parts
 from gpframe.results import KdeResult, Raster
@@ -39,7 +43,7 @@ _NOTHING = "Nothing was charged."
 
 
 def _check_amount(session: Any, rho: Any, eps: Any) -> tuple[str, Fraction]:
-    from gpframe.accounting.amounts import positive
+    from gpframe.accounting.amounts import metric_amount
 
     kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
     if kind not in ("gp", "cgp"):
@@ -47,22 +51,8 @@ def _check_amount(session: Any, rho: Any, eps: Any) -> tuple[str, Fraction]:
             "the session has no metric budget (GP or CGP); open it with "
             f"gp.Session(budget=gp.CGP(rho=...)). {_NOTHING}"
         )
-    if (rho is None) == (eps is None):
-        raise InvalidInputError(
-            f"pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got rho={rho!r}, "
-            f"eps={eps!r}. Example: .kde(at, bandwidth_m=500, rho=1e-5). {_NOTHING}"
-        )
-    if kind == "cgp" and rho is None:
-        raise InvalidInputError(f"this session's filters are CGP: pass rho=... {_NOTHING}")
-    if kind == "gp" and eps is None:
-        raise InvalidInputError(
-            "this session's filters are pure GP: pass eps=... (a Gaussian step is never admitted "
-            f"by a pure-GP filter; spec §7 pitfall 5). {_NOTHING}"
-        )
-    amt = rho if rho is not None else eps
-    if isinstance(amt, bool) or (isinstance(amt, float) and not math.isfinite(amt)):
-        raise InvalidInputError(f"the amount {amt!r} must be finite and > 0. {_NOTHING}")
-    return kind, positive(amt, "rho" if rho is not None else "eps")
+    return metric_amount(rho, eps, example=".kde(at, bandwidth_m=500, rho=1e-5)",
+                         filter_kind=kind, same_kind=True)  # fmt: skip
 
 
 def _query_points(at: Any, projected: Any) -> tuple[np.ndarray, Any, bool]:
@@ -165,10 +155,7 @@ def _check_options(method: str, rounds: Any, split: str, beta: Any) -> None:
             f"method={method!r} is not one of {', '.join(map(repr, _k.METHODS))}. {_NOTHING}"
         )
     split_fractions(split, rounds)
-    if isinstance(beta, bool) or not (
-        isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
-    ):
-        raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
+    probability(beta)
 
 
 def _preflight(kind: str, amount: Fraction, scale_max: float, method: str) -> None:
@@ -183,28 +170,18 @@ def _preflight(kind: str, amount: Fraction, scale_max: float, method: str) -> No
         cal.gp_laplace(amount / k, d=d)
 
 
-def _resolve_rng(rng: Any) -> Any:
-    """Resolve ``rng`` before reserving: a seeded (outside tests) or foreign rng is refused."""
-    from gpframe.mechanisms.noise.bits import resolve_rng
-
-    return resolve_rng(rng)
-
-
 def _ledger_allocation(lu: Any, amount: Fraction) -> Fraction:
     """Return the allocation :meth:`Session.reserve` will hold for ``amount`` (rounded up)."""
     return lu.to_fraction(lu.up(amount))
 
 
-def _check_reserved(r: Any, alloc: np.ndarray, checks: dict[str, Any]) -> None:
-    """Check the reserved allocations' parts (backstop); cancel the reservation on refusal.
+def _check_reserved(lu: Any, checks: dict[str, Any]) -> Callable[[Any], None]:
+    """Return the driver's check of the reserved allocations' parts (no noise drawn yet)."""
 
-    No noise was drawn yet, so releasing the reservation is safe: nothing is charged.
-    """
-    try:
-        check_method_parts(alloc, **checks)
-    except InvalidInputError:
-        r.cancel()
-        raise
+    def check(r: Any) -> None:
+        check_method_parts(_alloc_fractions(r, lu), **checks)
+
+    return check
 
 
 def _alloc_fractions(r: Any, lu: Any) -> np.ndarray:
@@ -321,7 +298,7 @@ def kde(
     True
     """
     session = bound.session
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     _check_options(method, rounds, split, beta)
     b = _length(bandwidth_m, "bandwidth_m")
     if nu_m is not None:
@@ -360,15 +337,19 @@ def kde(
                   unit=unit, scale_max=p.scale_max)  # fmt: skip
     check_method_parts(_ledger_allocation(lu, amount), **checks)
     if method == "pt":
-        with session.reserve(keys, amount, notion="metric", query="kde",
-                             params={**params, "n_points": len(q_m)}) as r:  # fmt: skip
+
+        def compute_pt(r: Any) -> Charge[Any]:
             alloc = _alloc_fractions(r, lu)
-            _check_reserved(r, alloc, checks)
             out = _k.kde_points_pt(p.xy, q_m, bandwidth_m=b, kind=kind, amount=alloc,
                                    beta=beta, unit=unit, scale_max=p.scale_max,
                                    rng=rng)  # fmt: skip
-            r.charge(out.privatized.charges)
-            qids.append(r.query_id)
+            return Charge((out, alloc), out.privatized.charges)
+
+        r = run(session, keys, amount, notion="metric", query="kde",
+                params={**params, "n_points": len(q_m)}, check=_check_reserved(lu, checks),
+                compute=compute_pt)  # fmt: skip
+        out, alloc = r.value
+        qids.append(r.query_id)
         admitted_any = np.asarray(r.admitted, dtype=bool)
         charges, allocs = out.privatized.charges, alloc
         r_min = out.privatized.r_min
@@ -385,15 +366,19 @@ def kde(
 
             iterator = tqdm(iterator, desc=f"kde ({method})", unit="point")
         for j in iterator:
-            with session.reserve(keys, amount, notion="metric", query="kde",
-                                 params={**params, "q_m": q_m[j].tolist()}) as r:  # fmt: skip
+
+            def compute_one(r: Any, j: int = j) -> Charge[Any]:
                 alloc = _alloc_fractions(r, lu)
-                _check_reserved(r, alloc, checks)
                 out1 = _k.kde_point(p.xy, q_m[j], bandwidth_m=b, kind=kind, amount=alloc,
                                     method=method, rounds=int(rounds), split=split, beta=beta,
                                     nu_m=nu_m, unit=unit, scale_max=p.scale_max,
                                     rng=rng)  # fmt: skip
-                r.charge(out1.charges)
+                return Charge((out1, alloc), out1.charges)
+
+            r = run(session, keys, amount, notion="metric", query="kde",
+                    params={**params, "q_m": q_m[j].tolist()}, check=_check_reserved(lu, checks),
+                    compute=compute_one)  # fmt: skip
+            out1, alloc = r.value
             adm = np.asarray(r.admitted, dtype=bool)
             admitted_any |= adm
             charges = charges + out1.charges
@@ -533,7 +518,7 @@ def kde_raster(
     0.0001
     """
     session = bound.session
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     h = _length(bandwidth_m, "bandwidth_m")
     c = _length(cell_m, "cell_m")
     kind, amount = _check_amount(session, rho, eps)
@@ -596,7 +581,7 @@ def raster_from_points(
     _preflight(kind, amount, scale, "pt")
     if correct:
         _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, amount, scale_max=scale))
-    from gpframe.frame.accessor import _UNITS_MAX
+    from gpframe.accounting.amounts import LedgerUnits
 
     users = np.empty(len(keys), dtype=object)
     users[:] = list(keys)
@@ -610,7 +595,7 @@ def raster_from_points(
     # integer ledger units end to end (as privatize does): one exact conversion per distinct
     # amount, never a Fraction per user; the amount is in the filter's own units (kind=None)
     alloc_units, too_big = led.units_for("metric", amount, np.ones(users.size, np.int64))
-    alloc_units[too_big] = _UNITS_MAX  # cannot be admitted
+    alloc_units[too_big] = LedgerUnits.MAX  # cannot be admitted
     # the allocation every admitted user will hold is known now: check its single part (and the
     # bias correction's bandwidth) before reserving
     checks = dict(kind=kind, method="pt", rounds=1, split="even", beta=0.5,  # beta: unused
@@ -620,18 +605,19 @@ def raster_from_points(
         check_method_parts(a0, **checks)
         if correct:
             _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, a0, scale_max=scale))
-    with session.reserve(keys, alloc_units, notion="metric", query="kde_raster", params=params,
-                         units=True) as r:  # fmt: skip
+
+    def reserved_groups(r: Any) -> tuple[np.ndarray, np.ndarray, list[Fraction], list[int]]:
         adm = np.asarray(r.admitted, dtype=bool) & ~too_big
-        codes, values, uvals = _alloc_groups(np.where(adm, r.allocation_units, 0), lu)
-        try:  # the same checks on the allocations reserved: no noise yet, so cancel on refusal
-            for a in values:
-                check_method_parts(a, **checks)
-                if correct:
-                    _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, a, scale_max=scale))
-        except InvalidInputError:
-            r.cancel()
-            raise
+        return (adm, *_alloc_groups(np.where(adm, r.allocation_units, 0), lu))
+
+    def check(r: Any) -> None:  # the same checks on the allocations reserved: no noise yet
+        for a in reserved_groups(r)[2]:
+            check_method_parts(a, **checks)
+            if correct:
+                _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, a, scale_max=scale))
+
+    def compute(r: Any) -> Charge[Any]:
+        adm, codes, values, uvals = reserved_groups(r)
         out = _k.kde_raster_arrays(
             xy_m, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=values, codes=codes,
             correct=correct, unit=Fraction(1) / lu.scale, scale_max=scale_max, rng=rng,
@@ -646,9 +632,11 @@ def raster_from_points(
             sel = pv.group == g
             charge_units[sel] = u[0]
             charge_f[sel] = float(ch)
-        if (charge_units > np.where(adm, r.allocation_units, 0)).any():
-            raise GpframeInternalError("kde_raster would charge above a user's allocation.")
-        r.charge(charge_units, units=True)
+        return Charge((adm, codes, uvals, out, charge_f), charge_units, units=True)
+
+    r = run(session, keys, alloc_units, notion="metric", query="kde_raster", params=params,
+            units=True, check=check, compute=compute)  # fmt: skip
+    adm, codes, uvals, out, charge_f = r.value
 
     key_arr = users
     idx = pd.Index(key_arr[adm])

@@ -12,14 +12,17 @@ delegates ``.knn(...)``, ``.convex_hull(...)`` and ``.nearest_users(...)`` to th
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
+from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
+from gpframe.ledger.run import Charge, run
+from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.results import HullResult, KnnResult, NearestResult
 
 __all__ = ["convex_hull", "knn", "nearest_users"]
@@ -44,32 +47,11 @@ def _filter_kind(session: Any) -> str:
 
 def _amount(session: Any, rho: Any, eps: Any, what: str) -> tuple[str, Fraction, str]:
     """(mechanism kind, exact amount, filter kind); GP mechanisms may run on a CGP filter."""
-    from gpframe.accounting.amounts import positive
+    from gpframe.accounting.amounts import metric_amount
 
     fk = _filter_kind(session)
-    if (rho is None) == (eps is None):
-        raise InvalidInputError(
-            f"pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got rho={rho!r}, "
-            f"eps={eps!r}. Example: .{what}(..., rho=1e-5). {_NOTHING}"
-        )
-    if rho is not None and fk == "gp":
-        raise InvalidInputError(
-            f"this session's filters are pure GP: pass eps=... (a CGP charge is never admitted by "
-            f"a pure-GP filter). {_NOTHING}"
-        )
-    amt = rho if rho is not None else eps
-    if isinstance(amt, float) and not math.isfinite(amt):
-        raise InvalidInputError(f"the amount {amt!r} must be finite and > 0. {_NOTHING}")
-    kind = "cgp" if rho is not None else "gp"
-    return kind, positive(amt, "rho" if rho is not None else "eps"), fk
-
-
-def _beta(beta: Any) -> float:
-    if isinstance(beta, bool) or not (
-        isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
-    ):
-        raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
-    return float(beta)
+    kind, amount = metric_amount(rho, eps, example=f".{what}(..., rho=1e-5)", filter_kind=fk)
+    return kind, amount, fk
 
 
 def _point_m(point: Any, projected: Any) -> np.ndarray:
@@ -106,25 +88,24 @@ def _point_m(point: Any, projected: Any) -> np.ndarray:
     return q
 
 
-def _resolve_rng(rng: Any) -> Any:
-    """Resolve ``rng`` before reserving: a seeded (outside tests) or foreign rng is refused."""
-    from gpframe.mechanisms.noise.bits import resolve_rng
-
-    return resolve_rng(rng)
-
-
 def _codes(projected: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     codes, uniques = pd.factorize(pd.Series(projected.users), sort=False)
     counts = np.bincount(codes, minlength=len(uniques)).astype(np.int64)
     return codes.astype(np.int64), np.asarray(uniques), counts
 
 
-def _reserve(bound: Any, users: np.ndarray, kind: str, amount: Fraction, query: str,
-             params: dict[str, Any]) -> Any:  # fmt: skip
+def _run(bound: Any, users: np.ndarray, kind: str, amount: Fraction, query: str,
+         params: dict[str, Any], compute: Callable[[np.ndarray], Any]) -> Any:  # fmt: skip
+    """Run ``compute(admitted)`` through the driver; each admitted user pays its ``charges``."""
     from gpframe.ledger.charges import ledger_keys
 
-    return bound.session.reserve(ledger_keys(users), amount, notion="metric", kind=kind,
-                                 query=query, params=params)  # fmt: skip
+    def charged(r: Any) -> Charge[Any]:
+        adm = np.asarray(r.admitted, dtype=bool)
+        out = compute(adm)
+        return Charge(out, np.where(adm, out.charges, 0))
+
+    return run(bound.session, ledger_keys(users), amount, notion="metric", kind=kind,
+               query=query, params=params, compute=charged)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,12 +177,12 @@ def knn(
     """
     from gpframe.queries import knn as _k
 
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     kind, amount, _ = _amount(bound.session, rho, eps, "knn")
     # a k above the number of rows answers the same (each user gets all of theirs, ranked);
     # clamping keeps a k like 2**70 out of int64 arithmetic (it raised OverflowError)
     kk = min(_k.check_k(k), max(len(bound.projected.xy), 1))
-    b = _beta(beta)
+    b = probability(beta)
     if gamma0 is not None and (
         isinstance(gamma0, (bool, np.bool_)) or not isinstance(gamma0, (int, float, np.number))
     ):  # resolve_compat's float() would raise ValueError / TypeError on a str or an object
@@ -232,13 +213,15 @@ def knn(
     params = {"k": kk, "gamma0": g0, "scan_order": order, "compat": compat, "beta": b,
               "max_cycles": int(max_cycles), "crs_m": p.crs_m.to_string(),
               "scale_max": float(p.scale_max), "point_m": q.tolist()}  # fmt: skip
-    with _reserve(bound, uniques, kind, amount, "knn", params) as r:
-        adm = np.asarray(r.admitted, dtype=bool)
-        out = _k.knn_indices(p.xy, codes, q, kk, kind=kind, amount=amount, n_users=len(uniques),
-                             admitted=adm, gamma0=g0, scan_order=order,
-                             max_cycles=int(max_cycles), beta=b, scale_max=ks, rng=rng)  # fmt: skip
-        r.charge(np.where(adm, out.charges, 0))
-        qid = r.query_id
+
+    def compute(adm: np.ndarray) -> Any:
+        return _k.knn_indices(p.xy, codes, q, kk, kind=kind, amount=amount,
+                              n_users=len(uniques), admitted=adm, gamma0=g0, scan_order=order,
+                              max_cycles=int(max_cycles), beta=b, scale_max=ks,
+                              rng=rng)  # fmt: skip
+
+    ran = _run(bound, uniques, kind, amount, "knn", params, compute)
+    out, adm, qid = ran.value, ran.admitted, ran.query_id
     pos = np.concatenate([out.rows[u] for u in np.flatnonzero(adm)] or [np.empty(0, np.int64)])
     ranks = np.concatenate([np.arange(1, out.k[u] + 1) for u in np.flatnonzero(adm)]
                            or [np.empty(0, np.int64)])  # fmt: skip
@@ -294,7 +277,7 @@ def _knn_output(bound: Any, pos: np.ndarray, ranks: np.ndarray) -> pd.DataFrame:
 
 
 def _protected(bound: Any) -> tuple[Any, ...]:
-    from gpframe.frame.accessor import protected_columns
+    from gpframe.release import protected_columns
 
     return protected_columns(bound.frame, getattr(bound.projected, "coords", ()))
 
@@ -357,9 +340,9 @@ def convex_hull(
 
     from gpframe.queries import hull as _h
 
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     kind, amount, _ = _amount(bound.session, rho, eps, "convex_hull")
-    b = _beta(beta)
+    b = probability(beta)
     p = bound.projected
     codes, uniques, _counts = _codes(p)
     if not len(uniques):
@@ -385,14 +368,15 @@ def convex_hull(
     params = {"beta": b, "k": k, "alpha": float(alpha), "k_rule": k_rule,
               "radius_floor_m": float(radius_floor_m), "crs_m": p.crs_m.to_string(),
               "scale_max": float(p.scale_max)}  # fmt: skip
-    with _reserve(bound, uniques, kind, amount, "convex_hull", params) as r:
-        adm = np.asarray(r.admitted, dtype=bool)
-        out = _h.private_hulls(p.xy, codes, kind=kind, amount=amount, n_users=len(uniques),
-                               admitted=adm, beta=b, alpha=alpha, k=k, k_rule=k_rule,
-                               radius_floor_m=radius_floor_m,
-                               scale_max=Fraction(float(p.scale_max)), rng=rng)  # fmt: skip
-        r.charge(np.where(adm, out.charges, 0))
-        qid = r.query_id
+
+    def compute(adm: np.ndarray) -> Any:
+        return _h.private_hulls(p.xy, codes, kind=kind, amount=amount, n_users=len(uniques),
+                                admitted=adm, beta=b, alpha=alpha, k=k, k_rule=k_rule,
+                                radius_floor_m=radius_floor_m,
+                                scale_max=Fraction(float(p.scale_max)), rng=rng)  # fmt: skip
+
+    ran = _run(bound, uniques, kind, amount, "convex_hull", params, compute)
+    out, adm, qid = ran.value, ran.admitted, ran.query_id
     idx = np.flatnonzero(adm)
     geoms = gpd.GeoSeries(out.hulls[idx], crs=p.crs_m)
     if not p.crs_m.equals(p.crs_in):
@@ -543,7 +527,7 @@ def nearest_users(
     from gpframe.queries.elimination import split_fractions
     from gpframe.queries.nearest import METHODS, nearest_users_arrays
 
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     fk = _filter_kind(bound.session)
     kind, amount, _ = _amount(bound.session, rho, eps, "nearest_users")
     if kind != fk:
@@ -556,7 +540,7 @@ def nearest_users(
             f"method={method!r} is not one of {', '.join(map(repr, METHODS))}. {_NOTHING}"
         )
     split_fractions(split, rounds)
-    b = _beta(beta)
+    b = probability(beta)
     p = bound.projected
     q = _point_m(point, p)
     users_all = np.asarray(p.users)
@@ -594,24 +578,28 @@ def nearest_users(
     refuse_if_fewer_can_pay(bound.session, ledger_keys(users), amount, kk)
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
               "point_m": q.tolist(), "crs_m": p.crs_m.to_string()}  # fmt: skip
-    with bound.session.reserve(ledger_keys(users), amount, notion="metric", query="nearest_users",
-                               params=params) as r:  # fmt: skip
-        adm = np.asarray(r.admitted, dtype=bool)
-        if adm.sum() < kk:  # a writer spent budgets since the read-only check
-            r.cancel()
-            raise too_few_can_pay(int(adm.sum()), kk)
+
+    def allocations(r: Any) -> np.ndarray:
         alloc = np.empty(users.size, dtype=object)
-        alloc[:] = [amount if a else Fraction(0) for a in adm.tolist()]
-        try:  # backstop on the allocations used; no noise was drawn yet, so cancel on refusal
-            check_method_parts(alloc, **checks)
-        except InvalidInputError:
-            r.cancel()
-            raise
-        out = nearest_users_arrays(p.xy[pos], q, kk, kind=kind, amount=alloc, method=method,
-                                   rounds=rounds, split=split, beta=b, unit=unit,
+        alloc[:] = [amount if a else Fraction(0) for a in r.admitted.tolist()]
+        return alloc
+
+    def check(r: Any) -> None:
+        n_adm = int(np.asarray(r.admitted, dtype=bool).sum())
+        if n_adm < kk:  # a writer spent budgets since the read-only check
+            raise too_few_can_pay(n_adm, kk)
+        # backstop on the allocations used; no noise was drawn yet, so a refusal cancels
+        check_method_parts(allocations(r), **checks)
+
+    def compute(r: Any) -> Charge[Any]:
+        out = nearest_users_arrays(p.xy[pos], q, kk, kind=kind, amount=allocations(r),
+                                   method=method, rounds=rounds, split=split, beta=b, unit=unit,
                                    scale_max=p.scale_max, rng=rng)  # fmt: skip
-        r.charge(out.charges)
-        qid = r.query_id
+        return Charge(out, out.charges)
+
+    ran = run(bound.session, ledger_keys(users), amount, notion="metric", query="nearest_users",
+              params=params, check=check, compute=compute)  # fmt: skip
+    out, adm, qid = ran.value, ran.admitted, ran.query_id
     idx = pd.Index(users[adm], name="user")
     return NearestResult(
         value=users[out.selected].tolist(),

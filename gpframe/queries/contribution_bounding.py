@@ -65,6 +65,7 @@ import numpy as np
 
 from gpframe.accounting.amounts import exact
 from gpframe.errors import GpframeInternalError, InvalidInputError, LedgerError
+from gpframe.ledger.run import Charge, run
 from gpframe.ledger.session import EXCLUDED_KEY
 
 __all__ = [
@@ -479,7 +480,24 @@ def run_private_grid_stats(
     payers = np.flatnonzero(b.cells_kept > 0)
     pay_users = b.users[payers].tolist()
     units = need[payers]
-    res = session.reserve(
+
+    def check(r: Any) -> None:
+        if not r.admitted.all():
+            raise LedgerError(
+                "grid_stats: another process spent budget between admission and reservation; "
+                f"retry. {_NOTHING}"
+            )
+
+    def compute(r: Any) -> Charge[Any]:
+        keep = b.keep
+        release = release_private_cells(
+            values[keep], b.row_j[keep], int(b.cells.size), lower=lo, upper=hi, epsilon=eps,
+            max_per_cell=b.max_per_cell, beta=beta, rng=rng,
+        )  # fmt: skip
+        return Charge(release, units, units=True)  # three ε-DP draws per kept cell
+
+    ran = run(
+        session,
         pay_users,
         units,
         notion="central",
@@ -496,22 +514,10 @@ def run_private_grid_stats(
             EXCLUDED_KEY: sorted(b.users[over].tolist()) if over.any() else [],
         },
         units=True,
+        check=check,
+        compute=compute,
     )
-    refused = ~np.asarray(res.admitted, dtype=bool)
-    if refused.any():
-        res.cancel()
-        raise LedgerError(
-            "grid_stats: another process spent budget between admission and reservation; "
-            f"retry. {_NOTHING}"
-        )
-    with res:
-        keep = b.keep
-        release = release_private_cells(
-            values[keep], b.row_j[keep], int(b.cells.size), lower=lo, upper=hi, epsilon=eps,
-            max_per_cell=b.max_per_cell, beta=beta, rng=rng,
-        )  # fmt: skip
-        res.charge(units, units=True)  # three ε-DP draws per kept cell, never deduplicated
-        query_id = res.query_id
+    release, query_id = ran.value, ran.query_id
     scale = 10.0**lu.exponent
     return PrivateRun(
         bounded=b,

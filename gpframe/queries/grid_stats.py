@@ -33,6 +33,7 @@ import numpy as np
 
 from gpframe.accounting.amounts import exact
 from gpframe.errors import GpframeInternalError, InvalidInputError, LedgerError
+from gpframe.ledger.run import Charge, run
 from gpframe.ledger.session import EXCLUDED_KEY
 from gpframe.queries.clip_user import ClipUserPlan, Occupancy, clip_user_plan, h_exact
 
@@ -407,7 +408,28 @@ def run_grid_stats(
             too_big |= big
         if too_big.any():
             raise InvalidInputError(f"epsilon={float(eps)} is too large for the ledger. {_NOTHING}")
-        res = session.reserve(
+
+        def compute(
+            r: Any, plan: ClipUserPlan = plan, users: list[Any] = users, payers: Any = payers
+        ) -> Charge[Any]:
+            keep = retained_rows(plan, rows_u, rows_j, order)
+            means, variances, r_chk = exact_cell_stats(
+                values[keep], rows_j[keep], occ.n_cells, lower, upper
+            )
+            if not np.array_equal(r_chk, plan.r_cell):
+                raise GpframeInternalError("kept rows do not match the plan's retained counts.")
+            release = release_cells(plan, means, variances, beta=beta, rng=rng)
+            # the actual charge: the guarantees' amounts, one per statistic per kept cell
+            if not set(release.guarantees) <= set(stat_eps):
+                raise GpframeInternalError("a release guarantee differs from the planned budget.")
+            actual = np.zeros(len(users), np.int64)
+            for amt in stat_eps:  # per statistic, even when ε_mu == ε_V (never deduplicated)
+                a, _ = ledger.units_for("central", amt, plan.cells_kept[payers], kind="dp")
+                actual += a
+            return Charge((release, actual), actual, units=True)
+
+        ran = run(
+            session,
             users,
             units,
             notion="central",
@@ -423,31 +445,14 @@ def run_grid_stats(
                 EXCLUDED_KEY: sorted(excluded, key=_sort_key),
             },
             units=True,
+            check=lambda r: bool(r.admitted.all()),
+            compute=compute,
         )
-        refused = ~np.asarray(res.admitted, dtype=bool)
-        if refused.any():  # another process spent in between: re-plan without them
-            res.cancel()
-            excluded.update(np.asarray(users, dtype=object)[refused].tolist())
+        if ran.status == "refused":  # another process spent in between: re-plan without them
+            excluded.update(np.asarray(users, dtype=object)[~ran.admitted].tolist())
             continue
-        with res:
-            keep = retained_rows(plan, rows_u, rows_j, order)
-            means, variances, r_chk = exact_cell_stats(
-                values[keep], rows_j[keep], occ.n_cells, lower, upper
-            )
-            if not np.array_equal(r_chk, plan.r_cell):
-                raise GpframeInternalError("kept rows do not match the plan's retained counts.")
-            release = release_cells(plan, means, variances, beta=beta, rng=rng)
-            # the actual charge: the guarantees' amounts, one per statistic per kept cell
-            if not set(release.guarantees) <= set(stat_eps):
-                raise GpframeInternalError("a release guarantee differs from the planned budget.")
-            actual = np.zeros(len(users), np.int64)
-            for amt in stat_eps:  # per statistic, even when ε_mu == ε_V (never deduplicated)
-                a, _ = ledger.units_for("central", amt, plan.cells_kept[payers], kind="dp")
-                actual += a
-            if (actual > units).any():
-                raise GpframeInternalError("grid_stats would charge above the reservation.")
-            res.charge(actual, units=True)
-            query_id = res.query_id
+        release, actual = ran.value
+        query_id = ran.query_id
         scale = 10.0 ** ledger.units["central"].exponent
         return GridStatsRun(
             plan=plan,

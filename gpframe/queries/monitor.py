@@ -28,8 +28,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpframe.accounting.amounts import positive
+from gpframe.accounting.amounts import positive, probability
 from gpframe.errors import BudgetExceededError, InvalidInputError
+from gpframe.ledger import run as driver
+from gpframe.ledger.run import Charge
+from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.mechanisms.selection import (
     ATParams,
     GaussianATRun,
@@ -147,11 +150,14 @@ class _Stream:
         return f
 
 
-def _resolve_rng(rng: Any) -> Any:
-    """Resolve ``rng`` before reserving: a seeded (outside tests) or foreign rng is refused."""
-    from gpframe.mechanisms.noise.bits import resolve_rng
+def _everyone(message: Callable[[Any], str]) -> Callable[[Any], None]:
+    """Return a driver check refusing (cancelled) unless every user is admitted."""
 
-    return resolve_rng(rng)
+    def check(r: Any) -> None:
+        if not r.admitted.all():
+            raise BudgetExceededError(message(r))
+
+    return check
 
 
 def _check_rounds(kind: str, parts: list[Fraction]) -> None:
@@ -280,12 +286,13 @@ def above_threshold(
     >>> res.value                                  # doctest: +ELLIPSIS
     array([...])
     """
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     noise = _choice(noise, "noise", _NOISES)
     mode = _choice(mode, "mode", _MODES)
     ulist = _users(users)
     c = int(_int(c, "c"))  # type: ignore[arg-type]
     max_steps = _int(max_steps, "max_steps", allow_none=True)
+    probability(beta)  # the Laplace run's margin uses it after the charge: refuse it now
     fkind = _central_kind(session)
     stream = _Stream(queries)
     if noise == "laplace":
@@ -337,17 +344,8 @@ def _laplace_monitor(
     cap = min((x for x in (max_steps, stream.remaining()) if x is not None), default=None)
     params = {"noise": "laplace", "epsilon": float(epsilon), "sensitivity": float(sensitivity),
               "threshold": float(threshold), "c": c, "monotone": bool(monotone)}  # fmt: skip
-    with session.reserve(
-        ulist, run.epsilon,
-        notion="central", kind="dp", query="above_threshold", params=params,
-    ) as r:  # fmt: skip
-        if not r.admitted.all():
-            r.cancel()
-            raise BudgetExceededError(
-                f"{r.n_refused} of {len(ulist)} users cannot afford epsilon={float(epsilon):g}; a "
-                "monitor cannot leave users out of precomputed queries. Lower epsilon or raise "
-                "their budgets. Nothing was charged."
-            )
+
+    def compute(r: Any) -> Charge[str]:
         stopped = "end"
         while True:
             if max_steps is not None and stream.pos >= max_steps:
@@ -359,8 +357,17 @@ def _laplace_monitor(
             if run.done:
                 stopped = "c_tops"
                 break
-        r.charge(run.epsilon)
-        qid = r.query_id
+        return Charge(stopped, run.epsilon)
+
+    ran = driver.run(
+        session, ulist, run.epsilon, notion="central", kind="dp", query="above_threshold",
+        params=params, compute=compute,
+        check=_everyone(lambda r: (
+            f"{r.n_refused} of {len(ulist)} users cannot afford epsilon={float(epsilon):g}; a "
+            "monitor cannot leave users out of precomputed queries. Lower epsilon or raise "
+            "their budgets. Nothing was charged.")),
+    )  # fmt: skip
+    stopped, qid = ran.value, ran.query_id
     ans = np.array(run.answers, dtype=bool)
     err = _laplace_margin(run, sensitivity, beta, ans.size, cap)
     eps = float(run.epsilon)
@@ -474,20 +481,24 @@ def _run_mode_r(session, stream, p, ulist, t_max, fkind, rng, params):
     """Mode R: reserve R for all users, run, settle to the realized ex-post ε (§6.3)."""
     R = at_run_reservation(p, t_max)
     kind = "dp_expost" if fkind == "dp" else "dp"  # zCDP: R as pure ε, ex-ante (P-13)
-    with session.reserve(
-        ulist, Fraction(R), notion="central", kind=kind, query="above_threshold",
-        params={**params, "run_max_steps": t_max, "reserved": R},
-    ) as r:  # fmt: skip
-        if not r.admitted.all():
-            r.cancel()
-            return None
+
+    def compute(r: Any) -> Charge[tuple[list[bool], float]]:
         run = GaussianATRun(p, rng)
         while len(run.answers) < t_max and stream.has_next():
             if run.step(stream.next_value()):
                 break
         used = run.epsilon() if fkind == "dp" else R
-        r.charge(Fraction(used))
-        return list(run.answers), R, used, [r.query_id], False, _units(session, kind, used)
+        return Charge((list(run.answers), used), Fraction(used))
+
+    ran = driver.run(
+        session, ulist, Fraction(R), notion="central", kind=kind, query="above_threshold",
+        params={**params, "run_max_steps": t_max, "reserved": R},
+        check=lambda r: bool(r.admitted.all()), compute=compute,
+    )  # fmt: skip
+    if ran.status == "refused":
+        return None
+    answers, used = ran.value
+    return answers, R, used, [ran.query_id], False, _units(session, kind, used)
 
 
 def _run_mode_s(session, stream, p, ulist, t_max, rng, params):
@@ -503,24 +514,29 @@ def _run_mode_s(session, stream, p, ulist, t_max, rng, params):
             break
         need = Fraction(max(needs[t - 1]))
         inc = max(Fraction(0), need - charged)
-        with session.reserve(
-            ulist, inc, notion="central", kind="dp_expost", query="above_threshold",
-            params={**params, "step": t, "need": float(need)},
-        ) as r:  # fmt: skip
-            if not r.admitted.all():
-                r.cancel()
-                if run is None:
-                    return None
-                budget_stop = True  # the filter stops the run: output ⊥^(t−1), already paid
-                break
+
+        def compute(r: Any, charged: Fraction = charged) -> Charge[bool]:
+            nonlocal run
             if run is None:
                 run = GaussianATRun(p, rng)
             top = run.step(stream.next_value())
-            realized = Fraction(run.epsilon())
-            r.charge(max(Fraction(0), realized - charged))
-            units += _units(session, "dp_expost", max(Fraction(0), realized - charged))
-            charged = max(charged, realized)
-            qids.append(r.query_id)
+            return Charge(top, max(Fraction(0), Fraction(run.epsilon()) - charged))
+
+        ran = driver.run(
+            session, ulist, inc, notion="central", kind="dp_expost", query="above_threshold",
+            params={**params, "step": t, "need": float(need)},
+            check=lambda r: bool(r.admitted.all()), compute=compute,
+        )  # fmt: skip
+        if ran.status == "refused":
+            if run is None:
+                return None
+            budget_stop = True  # the filter stops the run: output ⊥^(t−1), already paid
+            break
+        top = ran.value
+        realized = Fraction(run.epsilon())
+        units += _units(session, "dp_expost", max(Fraction(0), realized - charged))
+        charged = max(charged, realized)
+        qids.append(ran.query_id)
         if top:
             break
     if run is None:
@@ -560,7 +576,7 @@ def report_noisy_max(
     >>> res.value in (0, 1, 2), round(res.epsilon_realized, 6)
     (True, 0.174434)
     """
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     noise = _choice(noise, "noise", _NOISES)
     ulist = _users(users)
     _central_kind(session)
@@ -587,15 +603,8 @@ def report_noisy_max(
         check_positive(sensitivity, "sensitivity")
     params = {"noise": noise, "sigma": sigma, "epsilon": float(eps), "bounds": bounds,
               "sensitivity": float(sensitivity), "d": int(x.size)}  # fmt: skip
-    with session.reserve(
-        ulist, Fraction(eps), notion="central", kind="dp", query="report_noisy_max", params=params
-    ) as r:
-        if not r.admitted.all():
-            r.cancel()
-            raise BudgetExceededError(
-                f"{r.n_refused} of {len(ulist)} users cannot afford epsilon={float(eps):.6g}. "
-                "Raise sigma (or lower epsilon) or the budgets. Nothing was charged."
-            )
+
+    def compute(r: Any) -> Charge[Any]:
         if noise == "gaussian":
             rel = gaussian_report_noisy_max(
                 x, sigma=sigma, bounds=bounds, sensitivity=sensitivity, rng=rng
@@ -604,8 +613,16 @@ def report_noisy_max(
             rel = laplace_report_noisy_max(
                 x, epsilon=epsilon, sensitivity=sensitivity, integer=integer, rng=rng
             )
-        r.charge(rel.epsilon)
-        qid = r.query_id
+        return Charge(rel, rel.epsilon)
+
+    ran = driver.run(
+        session, ulist, Fraction(eps), notion="central", kind="dp", query="report_noisy_max",
+        params=params, compute=compute,
+        check=_everyone(lambda r: (
+            f"{r.n_refused} of {len(ulist)} users cannot afford epsilon={float(eps):.6g}. "
+            "Raise sigma (or lower epsilon) or the budgets. Nothing was charged.")),
+    )  # fmt: skip
+    rel, qid = ran.value, ran.query_id
     classical = rel.noise.get("epsilon_classical")
     return MonitorResult(
         value=int(rel.index), mechanism=f"{noise}_report_noisy_max", params=params,
@@ -676,7 +693,7 @@ def threshold_query(
     """
     from gpframe.mechanisms import gaussian_zcdp, laplace_dp
 
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     ulist = _users(users)
     fkind = _central_kind(session)
     c = int(_int(rounds, "rounds"))  # type: ignore[arg-type]
@@ -689,8 +706,7 @@ def threshold_query(
         raise InvalidInputError(f"count={v!r} is not a number. Nothing was charged.") from exc
     if not math.isfinite(cnt) or cnt != round(cnt):
         raise InvalidInputError(f"count={v!r} must be an integer count. Nothing was charged.")
-    if not (0 < beta < 1):
-        raise InvalidInputError(f"beta={beta!r} must be in (0, 1). Nothing was charged.")
+    probability(beta)
     # Read exactly (0.1 is 1/10): Fraction(0.1) would be the binary double 0.1000000000000000055...,
     # which the ledger rounds up, so three queries at 0.1 would not fit a budget of 0.3.
     total = positive(*((epsilon, "epsilon") if epsilon is not None else (rho, "rho")))
@@ -701,17 +717,10 @@ def threshold_query(
     beta1 = beta / c
     outs: list[float] = []
     wts: list[Fraction] = []
-    answer = None
     params = {"tau": float(tau), "kind": kind, "total": float(total), "rounds": c, "beta": beta}
-    with session.reserve(
-        ulist, total, notion="central", kind=kind, query="threshold_query", params=params
-    ) as r:
-        if not r.admitted.all():
-            r.cancel()
-            raise BudgetExceededError(
-                f"{r.n_refused} of {len(ulist)} users cannot afford {kind} {float(total):g}. "
-                "Nothing was charged."
-            )
+
+    def compute(r: Any) -> Charge[tuple[bool, float, Fraction]]:
+        answer = None
         used = Fraction(0)
         for j in range(c):
             part = pis[j] * total
@@ -741,8 +750,16 @@ def threshold_query(
                 break
         if answer is None:
             answer = bool(cbar >= tau)
-        r.charge(used)
-        qid = r.query_id
+        return Charge((answer, wid, used), used)
+
+    ran = driver.run(
+        session, ulist, total, notion="central", kind=kind, query="threshold_query",
+        params=params, compute=compute,
+        check=_everyone(lambda r: (
+            f"{r.n_refused} of {len(ulist)} users cannot afford {kind} {float(total):g}. "
+            "Nothing was charged.")),
+    )  # fmt: skip
+    (answer, wid, used), qid = ran.value, ran.query_id
     return MonitorResult(
         value=bool(answer), error=wid, error_kind="count margin (users)", confidence=1 - beta,
         mechanism="threshold_query", params=params, kind=fkind, metric="hamming",

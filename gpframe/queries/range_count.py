@@ -21,8 +21,9 @@ import pandas as pd
 import shapely
 from numpy.typing import NDArray
 
-from gpframe.accounting.amounts import exact
+from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
+from gpframe.ledger.run import Charge, run
 from gpframe.queries.elimination import Elimination, eliminate_noninteractive
 
 __all__ = [
@@ -347,9 +348,7 @@ def range_count_arrays(
             "users has repeated ids: range_count reads one point (component) per user; select it "
             f"with component=... or reduce the rows first (spec §1.6). {_NOTHING}"
         )
-    b = float(exact(beta, "beta"))
-    if not 0 < b < 1:
-        raise InvalidInputError(f"beta={beta!r} must be in (0, 1). {_NOTHING}")
+    b = probability(beta)
     is_dist = method.startswith("dist")
     elim = method.endswith("-elim")
     use_shift = is_dist if shift is None else bool(shift)
@@ -549,27 +548,33 @@ def run_range_count(
     # as if every user were admitted, so bad parameters never touch the ledger.
     _check_parts_for(_ledger_allocations(lu, amt, users.size), kind, method, rounds, split, beta,
                      unit, projected.scale_max)  # fmt: skip
-    with session.reserve(users, amt, notion="metric", query=query, params=params) as r:
-        adm = np.asarray(r.admitted, dtype=bool)
-        units = np.where(adm, r.allocation_units, 0)
+
+    def allocations(r: Any) -> np.ndarray:
+        units = np.where(np.asarray(r.admitted, dtype=bool), r.allocation_units, 0)
         # allocations as exact Fractions, one conversion per distinct value
         uniq, inv = np.unique(units, return_inverse=True)
         fr = np.array([lu.to_fraction(int(u)) for u in uniq], dtype=object)
-        alloc = fr[inv]
-        try:
-            # Backstop with the allocations actually reserved (the admitted subset may group
-            # differently): this draws no noise, so a refusal here may release the reservation.
-            _check_parts_for(alloc, kind, method, rounds, split, beta, unit, projected.scale_max)
-        except InvalidInputError:
-            r.cancel()
-            raise
+        return fr[inv]
+
+    def check(r: Any) -> None:
+        # Backstop with the allocations actually reserved (the admitted subset may group
+        # differently): this draws no noise, so a refusal here may release the reservation.
+        _check_parts_for(allocations(r), kind, method, rounds, split, beta, unit,
+                         projected.scale_max)  # fmt: skip
+
+    def compute(r: Any) -> Charge[Any]:
+        alloc = allocations(r)
         out = range_count_arrays(
             projected.xy, users, region_m, kind=kind, amount=alloc, method=method,
             rounds=rounds, split=split, beta=beta, shift=shift, unit=unit,
             scale_max=projected.scale_max, rng=rng,
         )  # fmt: skip
-        r.charge(out.charges)
+        return Charge((out, alloc), out.charges)
 
+    ran = run(session, users, amt, notion="metric", query=query, params=params, check=check,
+              compute=compute)  # fmt: skip
+    out, alloc = ran.value
+    adm = ran.admitted
     idx = pd.Index(users[adm])
     return Result(
         value=out.estimate,
@@ -591,6 +596,6 @@ def run_range_count(
         charges=pd.Series([float(c) for c in out.charges[adm]], index=idx, dtype=np.float64),
         allocations=pd.Series([float(a) for a in alloc[adm]], index=idx, dtype=np.float64),
         excluded=users[~adm].tolist(),
-        query_id=r.query_id,
+        query_id=ran.query_id,
         spec="adaptive-budgeting.md §4.4, §4.6, §5.1, §5.5",
     )  # fmt: skip

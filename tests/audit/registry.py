@@ -103,6 +103,11 @@ THIN_WRAPPERS: dict[str, str] = {
         "gaussian_zcdp (audited) with the charged parts; tests/unit/test_monitor.py, "
         "tests/properties/test_monitor_ledger.py"
     ),
+    "gpframe.ledger.run": (
+        "the driver: reserves, runs the operation's callable (the audited algorithm), refuses "
+        "charges above the allocations and commits them; draws nothing itself. "
+        "tests/unit/ledger/test_run.py and every operation's charging tests"
+    ),
     "gpframe.ledger.session": (
         "the ledger itself: reserves and charges, never draws noise; tests/unit/ledger, "
         "tests/properties/test_ledger_state_machine.py, the torture tests"
