@@ -687,8 +687,8 @@ def threshold_query(
     --------
     >>> import gpframe as gp
     >>> s = gp.Session(central=gp.DP(epsilon=1.0))
-    >>> res = threshold_query(s, 900, tau=500, users=range(1000), epsilon=0.5)
-    >>> res.value, res.epsilon_realized < 0.5
+    >>> res = threshold_query(s, 900, tau=100, users=range(1000), epsilon=0.5, beta=1e-9)
+    >>> res.value, res.epsilon_realized < 0.5  # wrong with probability at most beta
     (True, True)
     """
     from gpframe.mechanisms import gaussian_zcdp, laplace_dp
