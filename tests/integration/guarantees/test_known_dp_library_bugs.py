@@ -30,10 +30,10 @@ import gpframe as gp
 import gpframe.mechanisms as M
 from gpframe.ledger import Session
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ -> the audit helpers
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/ -> the audit helpers
 from audit.mutants import naive_float_laplace, numpy_reachable
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NAN = float("nan")
 
 

@@ -30,7 +30,7 @@ from gpframe.mechanisms import noise, planar_laplace
 from gpframe.mechanisms.noise import OsRandom
 from gpframe.testing import disable_seeded, enable_seeded, seeded_rng
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -3,10 +3,10 @@ nearest users (and adaptive-budgeting.md §7 items 8, 14, 15 for nearest users).
 
 Already covered elsewhere (not repeated): P-U1/P-U3 lon/lat and Web Mercator for knn
 (test_knn.py), P-U2 (test_knn.py), P-S1 threshold-draw count for knn (test_knn.py) and for PCH
-(test_issue8_oracles.py::test_pch_per_pnn_call_scales), P-S1/P-S2 law (test_issue8_checklist.py
+(test_knn_hull_oracles.py::test_pch_per_pnn_call_scales), P-S1/P-S2 law (test_knn_hull_guarantees.py
 k-PNN transcription with a shared-threshold mutant), P-S7 γ₀ range (test_knn.py), P-S8 and P-N4 /
-P-N6 scales (test_issue8_oracles.py), P-B3 split (test_issue8_oracles.py), P-B4 for hulls
-(test_knn_frame.py).
+P-N6 scales (test_knn_hull_oracles.py), P-B3 split (test_knn_hull_oracles.py), P-B4 for hulls
+(tests/integration/frame/test_knn.py).
 """
 
 from __future__ import annotations

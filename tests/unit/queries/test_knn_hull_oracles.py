@@ -3,7 +3,7 @@
 concentrated-geo-privacy.md §5 (SVT law, CGP form), §7 (per-call scales, γ₀ = −2b, E[R],
 Thm. 4.12), §8 (fixed PCH quantities, k rule, per-phase scales, error components);
 adaptive-budgeting.md §5.6 (nearest users error). Rows already covered elsewhere
-(test_knn.py, test_hull.py, test_mech_svt.py, doctests) are not repeated. gpframe releases
+(test_knn.py, test_hull.py, test_svt.py, doctests) are not repeated. gpframe releases
 lattice noise whose scales are the nominal ones times (1 + g/r_min) or (1 + √2·g/r_min),
 g = 2⁻¹⁰ m (secure-noise.md §9.3): formula rows are compared at rel 1e-9 on the nominal value,
 sampled scales against the nominal value times that factor.

@@ -1,7 +1,8 @@
 """Charging torture for every operation's charging path, Python (df.geopriv) and SQL (DuckDB).
 
-``test_charging_torture.py`` does this for ``privatize``; this module extends it to range_count,
-kde, kde_raster, knn, convex_hull, nearest_users and grid_stats (Python, through the accessor)
+``test_charge_before_release.py`` does this for ``privatize``; this module extends it to
+range_count, kde, kde_raster, knn, convex_hull, nearest_users and grid_stats (Python, through the
+accessor)
 and to gp_in_region, gp_kde_contribution, gp_knn, gp_convex_hull and gp.duckdb.clip_user +
 sql/grid_stats.sql (DuckDB with ``SET threads = 4``; tables large enough for several batches).
 
@@ -21,8 +22,9 @@ workers' open reservations) and checks:
   reservation is left open.
 
 No operation takes a ``charge_id`` (only ``Session.reserve`` does; checked below), so idempotent
-replays are exercised at the ledger level in ``test_ledger_torture.py`` and for the reservation
-that every operation makes, here, by replaying a committed operation charge (its query id).
+replays are exercised at the ledger level in ``tests/integration/ledger/test_store.py`` and for
+the reservation that every operation makes, here, by replaying a committed operation charge (its
+query id).
 
 The default tier runs 2 processes and 2 kill rounds on three operations per path (one worker
 runs both paths: the interpreter start is most of the cost), chosen so that each charging code
