@@ -25,10 +25,10 @@ What it measures (three parts, issue #9)
    mechanism: P(i) ∝ exp(ε q_i / 2Δ), exact probabilities computed in float in this script (a
    baseline, not gpframe code; not a secure sampler).
 
-Outputs: ``benchmarks/out/selection_rnm_grid.{csv,png}``, ``selection_rnm_timing.csv``,
+Outputs: ``benchmarks/accuracy/out/selection_rnm_grid.{csv,png}``, ``selection_rnm_timing.csv``,
 ``selection_rnm_offline.{csv,png}``. Printed last: a short headline summary.
 
-Run:  python benchmarks/selection_rnm.py [--quick]
+Run:  python benchmarks/accuracy/selection_rnm.py [--quick]
       (--quick: timing on 8 of the 40 cells, fewer repetitions, 3 ε values × 40 releases)
 gpframe's releases draw from the OS CSPRNG, so repeated runs differ within the standard errors.
 """

@@ -35,10 +35,10 @@ Small σ_X makes each run accurate but expensive (the budget runs out early); la
 noisy (false ⊤); the best F1 sits in between. The Laplace line shows whether Gaussian selection
 is worth it at this budget.
 
-Outputs: ``benchmarks/out/selection_at.{csv,png}`` (means) and ``selection_at_runs.csv`` (one row
-per seed, σ_X and method). A short headline summary is printed last.
+Outputs: ``benchmarks/accuracy/out/selection_at.{csv,png}`` (means) and ``selection_at_runs.csv``
+(one row per seed, σ_X and method). A short headline summary is printed last.
 
-Run:  python benchmarks/selection_at.py [--quick] [--budgets 1,4] [--seeds S]
+Run:  python benchmarks/accuracy/selection_at.py [--quick] [--budgets 1,4] [--seeds S]
       (--quick: 8 seeds, 3 σ_X values; default 50 seeds, 6 σ_X values, B ∈ {1, 4})
 """
 

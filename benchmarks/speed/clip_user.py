@@ -16,7 +16,7 @@ suppressions (checked to be the same decisions as the planner's) and its per-ste
 extrapolated to the planner's number of suppressions. Identical output over a whole run is
 checked on a smaller instance of the same generator (``--check-users``, ``--check-cells``).
 
-Run: python benchmarks/bench_clip_user.py [--eps 0.5] [--users 10000] [--cells 1000] [--steps 300]
+Run: python benchmarks/speed/clip_user.py [--eps 0.5] [--users 10000] [--cells 1000] [--steps 300]
 """
 
 from __future__ import annotations

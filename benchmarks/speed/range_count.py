@@ -5,7 +5,7 @@ signed distances (:func:`gpframe.queries.range_count.signed_distance`), and the 
 ``pt``, ``dist`` and ``dist-elim`` (10 rounds, doubling). Goals: ``pt``/``dist`` ≤ 2× the signed
 distances, ``dist-elim`` ≤ 3×. Noise from the OS CSPRNG (the production path).
 
-Run: ``python benchmarks/bench_range_count.py [n]``.
+Run: ``python benchmarks/speed/range_count.py [n]``.
 """
 
 from __future__ import annotations

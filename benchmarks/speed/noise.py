@@ -7,7 +7,7 @@ rate at DuckDB-sized batches of 2,048. Then the fixed cost per call at small n (
 each sampler and release wrapper, with repeated parameters (the cached-table case that k-PNN, hull
 and SVT code hits when it calls a sampler many times).
 
-    python benchmarks/bench_noise.py [--aes] [--quick] [--small]
+    python benchmarks/speed/noise.py [--aes] [--quick] [--small]
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@
    the check, and of the check alone, on a ledger with U users (default 10**5) and C charges
    (default 10**5), next to ``verify()``, the full replay.
 
-Usage, from the repository root: ``PYTHONPATH=. python benchmarks/bench_ledger.py [N] [U] [C]``.
+Usage, from the repository root: ``PYTHONPATH=. python benchmarks/speed/ledger.py [N] [U] [C]``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ warm-up of each. The headline (private / non-private, goal ≤ 2×) prints last.
 With ``--frame`` it also times the whole user path, ``df.geopriv(session).kde_raster(...)``
 (projection skipped for projected input, ledger reserve + charge for 10^6 users).
 
-Run: ``python benchmarks/bench_kde.py [n] [--repeat 3] [--frame]``.
+Run: ``python benchmarks/speed/kde.py [n] [--repeat 3] [--frame]``.
 """
 
 from __future__ import annotations

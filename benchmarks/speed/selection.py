@@ -6,7 +6,7 @@ means gpframe is slower). Baselines are float-noise transcriptions with numpy's
 scalar loops; the certified ε is compared with the mpmath quadrature the paper uses (§4.3).
 CPU time (``time.process_time``), best of REPS.
 
-Run:  python benchmarks/bench_selection.py [--quick]
+Run:  python benchmarks/speed/selection.py [--quick]
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ The old path runs in a child process killed after ``--cap`` seconds (default 60)
 is killed, the larger sizes are not tried. Each timing is one run (the old path charges a fresh
 ledger each time; the machine is shared, so read the ratios as orders of magnitude).
 
-Run from the repository root: ``PYTHONPATH=. python benchmarks/bench_kde_sql.py [--users 1000]
+Run from the repository root: ``PYTHONPATH=. python benchmarks/speed/kde_sql.py [--users 1000]
 [--cap 60]``.
 """
 
