@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -28,19 +28,9 @@ from gpframe.errors import InsecureRandomnessError, InvalidInputError
 from gpframe.ledger import Session
 from gpframe.mechanisms import noise, planar_laplace
 from gpframe.mechanisms.noise import OsRandom
-from gpframe.testing import disable_seeded, enable_seeded, seeded_rng
+from gpframe.testing import seeded_rng
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture
-def no_seeded() -> Iterator[None]:
-    """As outside tests: seeded sources not enabled (restored afterwards)."""
-    disable_seeded()
-    try:
-        yield
-    finally:
-        enable_seeded()
 
 
 class LookAlike:

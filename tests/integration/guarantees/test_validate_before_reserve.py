@@ -9,7 +9,7 @@ nothing was spent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,18 +22,11 @@ import gpframe.frame.accessor  # registers df.geopriv
 from gpframe import monitor
 from gpframe.errors import InsecureRandomnessError, InvalidInputError
 from gpframe.ledger import Session
-from gpframe.testing import seeded_disabled, seeded_rng
+from gpframe.testing import seeded_rng
 
 BOX = shapely.box(490_000, 4_490_000, 510_000, 4_510_000)
 AT = shapely.Point(500_000, 4_500_000)
 XY = (500_000.0, 4_500_000.0)
-
-
-@pytest.fixture
-def no_seeded() -> Iterator[None]:
-    """Outside tests: enable_seeded() undone (restored afterwards)."""
-    with seeded_disabled():
-        yield
 
 
 def _bound(budget: Any) -> tuple[Session, Any]:
