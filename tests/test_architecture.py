@@ -178,11 +178,15 @@ def find_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
 
 
 def layer_of(module: str, layers: tuple[tuple[str, ...], ...] = LAYERS) -> int | None:
-    """The layer of ``module`` (its longest matching prefix in ``layers``), or None."""
+    """The layer of ``module`` (its longest matching prefix in ``layers``), or None.
+
+    A top-level entry (``gpframe``: the package ``__init__``) names only itself; were it a
+    prefix, every module would have a layer and a module missing from the table would go unseen.
+    """
     best: tuple[int, int] | None = None  # (prefix length, layer)
     for number, prefixes in enumerate(layers):
         for prefix in prefixes:
-            if module == prefix or module.startswith(prefix + "."):
+            if module == prefix or ("." in prefix and module.startswith(prefix + ".")):
                 if best is None or len(prefix) > best[0]:
                     best = (len(prefix), number)
     return None if best is None else best[1]
@@ -253,12 +257,14 @@ def test_find_cycles_handles_a_long_chain_without_recursion():
 def test_layer_of_takes_the_longest_prefix():
     assert layer_of("p.low.x", SYNTHETIC_LAYERS) == 0
     assert layer_of("p.mid", SYNTHETIC_LAYERS) == 1
-    assert layer_of("p", SYNTHETIC_LAYERS) == 2  # the package itself, not a prefix of p.low
+    assert layer_of("p", SYNTHETIC_LAYERS) == 2
     assert layer_of("q.low", SYNTHETIC_LAYERS) is None
-    assert layer_of("p.lowish", SYNTHETIC_LAYERS) == 2  # a name prefix is not a package prefix
+    assert layer_of("p.lowish", SYNTHETIC_LAYERS) is None  # a name prefix is not a package prefix
+    assert layer_of("p.new", SYNTHETIC_LAYERS) is None  # the top package names only itself
     assert layer_of("gpframe.duckdb.sql") == 6
     assert layer_of("gpframe") == 7
     assert layer_of("gpframe.queries.clip_user.planner") == 4
+    assert layer_of("gpframe.new_module") is None
 
 
 def test_upward_edges_finds_an_upward_edge_and_allows_down_and_sideways():
@@ -356,10 +362,11 @@ def test_every_module_is_in_a_layer(graph):
     assert not missing, f"modules in no layer of LAYERS (add them to the table): {missing}"
 
 
-def test_every_layer_prefix_names_a_module(graph):
-    # a renamed package must be renamed in the table too, or its modules fall into another layer
-    stale = [p for prefixes in LAYERS for p in prefixes if p not in graph]
-    assert not stale, f"layer table entries that are not modules of gpframe: {stale}"
+def test_every_layer_has_modules(graph):
+    # a layer emptied by a rename would let its modules' edges go unchecked; single entries may
+    # be gone (gpframe.raster, once it moves into the results package)
+    empty = [n for n in range(len(LAYERS)) if not any(layer_of(m) == n for m in graph)]
+    assert not empty, f"layers with no module: {empty}"
 
 
 @PENDING
