@@ -204,7 +204,7 @@ class GeoPriv:
 
     # Every query method below is a thin forwarder to its module in gpframe.queries (the
     # *_frame functions); the signatures are spelled out so help() and tab completion show
-    # them. tests/integration/test_accessor_signatures.py keeps them equal to the
+    # them. tests/integration/frame/test_accessor_signatures.py keeps them equal to the
     # implementations' keywords.
 
     def range_count(
