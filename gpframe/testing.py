@@ -69,8 +69,8 @@ class _CallbackTestSource(_bits._Derived):
         return out
 
 
-#: The classes :func:`gpframe.mechanisms.noise.bits.resolve_rng` treats as test sources.
-_TEST_SOURCE_CLASSES: tuple[type, ...] = (_SeededTestSource, _CallbackTestSource)
+# the classes :func:`gpframe.mechanisms.noise.bits.resolve_rng` treats as test sources
+_bits.register_test_sources(_SeededTestSource, _CallbackTestSource)
 
 
 def seeded_rng(seed: int) -> _bits.BitSource:

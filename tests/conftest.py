@@ -21,3 +21,10 @@ def _seeded_sources_enabled():
     gpframe.testing.enable_seeded()
     yield
     gpframe.testing.enable_seeded()
+
+
+@pytest.fixture
+def no_seeded():
+    """As outside tests: seeded sources are refused in this test (enabled again afterwards)."""
+    with gpframe.testing.seeded_disabled():
+        yield

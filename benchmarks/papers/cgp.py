@@ -7,7 +7,7 @@ numbers), §6 (identity errors: CGP ℓ2 = n/√ρ, GP/CGP gap ≈ √n).
 Data:
 
 * synthetic, spec §9.3 generator (10 km box, downtown Gaussian, Gamma steps, jitter, permuted;
-  ``benchmarks/bench_neighbours.synthetic``); query points of independent walks snapped to 1 m
+  ``benchmarks/speed/neighbours.synthetic``); query points of independent walks snapped to 1 m
   cells.
 * AIS New York Harbor (``ais_nyharbor_tracks``): each vessel (``mmsi``) is one user, its fixes the
   tuple, projected to UTM by gpframe; vessels with ≥ 200 fixes. Query points: the World Port Index
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import pathlib
 import sys
 import time
@@ -33,9 +34,9 @@ import numpy as np
 import pandas as pd
 import shapely
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "speed"))
 
-from bench_neighbours import synthetic
+from neighbours import synthetic
 
 from gpframe import mechanisms as mech
 from gpframe.queries.hull import private_hulls
@@ -43,7 +44,7 @@ from gpframe.queries.knn import knn_indices
 from gpframe.testing import enable_seeded, seeded_rng
 
 OUT = pathlib.Path(__file__).resolve().parent / "out"
-DATA = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = pathlib.Path(os.environ.get("GPFRAME_DATA", "/work/shared/data"))
 RHOS = [5e-8, 9e-7, 5e-5, 2.5e-4, 5e-4]
 KS = (1, 4, 16)
 NY_BOX = (-74.30, 40.45, -73.70, 40.95)  # lon/lat box of the harbour (public)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import pathlib
 import time
 from fractions import Fraction
@@ -38,9 +39,7 @@ enable_seeded()  # the seeded source, for reproducible releases
 OUT = pathlib.Path(__file__).parent / "out"
 EPS = (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10)
 DATA = (
-    pathlib.Path(__file__).parents[3]
-    / "shared"
-    / "data"
+    pathlib.Path(os.environ.get("GPFRAME_DATA", "/work/shared/data"))
     / "ais_nyharbor"
     / "ais_nyharbor_1h.parquet"
 )

@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 from pathlib import Path
 
@@ -101,7 +102,7 @@ from gpframe.mechanisms.selection import (
 )
 
 OUT = Path(__file__).resolve().parent / "out"
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = Path(os.environ.get("GPFRAME_DATA", "/work/shared/data"))
 TOL = 1e-7
 RNG = AesCtrRandom()  # unseeded CSPRNG for every gpframe release in this script
 

@@ -15,7 +15,7 @@ from numbers import Rational, Real
 
 from gpframe.errors import InvalidInputError
 
-__all__ = ["LedgerUnits", "exact", "metric_amount", "nonnegative", "positive"]
+__all__ = ["LedgerUnits", "exact", "metric_amount", "nonnegative", "positive", "probability"]
 
 
 def exact(value: object, name: str) -> Fraction:
@@ -82,60 +82,70 @@ def positive(value: object, name: str) -> Fraction:
     return x
 
 
-def metric_amount(
-    rho: object, eps: object, filters: str, *, gp_on_cgp: bool = True, example: str = "rho=1e-5"
-) -> tuple[str, Fraction]:
-    """Return the mechanism kind and exact amount of a ``rho=`` / ``eps=`` pair, checked.
-
-    The one check of both faces (the accessor and the DuckDB relation helpers): exactly one of
-    the two; a Gaussian release (``rho=``) never on a pure-GP filter, which never admits it;
-    ``eps=`` on a CGP filter only where the operation releases GP noise charged ε²/2 there
-    (``gp_on_cgp``); the amount finite and > 0, read exactly (:func:`positive`). ``filters``
-    is the session's metric filter kind (``"gp"`` or ``"cgp"``,
-    :func:`gpframe.ledger.charges.filter_kind`); ``example`` completes the first message.
-
-    >>> metric_amount(1e-4, None, "cgp")
-    ('cgp', Fraction(1, 10000))
-    >>> metric_amount(None, 0.5, "cgp")
-    ('gp', Fraction(1, 2))
-    >>> metric_amount(1e-4, None, "gp")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    gpframe.errors.InvalidInputError: this session's filters are pure GP: pass eps=... ...
-    """
-    if (rho is None) == (eps is None):
-        raise InvalidInputError(
-            f"pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got rho={rho!r}, "
-            f"eps={eps!r}. Example: {example}. Nothing was charged."
-        )
-    if rho is not None and filters == "gp":
-        raise InvalidInputError(
-            "this session's filters are pure GP: pass eps=... (a Gaussian step is never admitted "
-            "by a pure-GP filter). Nothing was charged."
-        )
-    kind, param, amt = ("cgp", "rho", rho) if rho is not None else ("gp", "eps", eps)
-    if isinstance(amt, Real) and not isinstance(amt, bool):
-        try:
-            ok = math.isfinite(float(amt)) and amt > 0
-        except OverflowError:  # an int beyond the float range is finite
-            ok = amt > 0
-        if not ok:
-            unit = "CGP, per m²" if kind == "cgp" else "GP, per m"
-            raise InvalidInputError(
-                f"{param}={amt!r} must be finite and > 0 ({unit}). Nothing was charged."
-            )
-    exact_amt = positive(amt, param)
-    if kind == "gp" and filters == "cgp" and not gp_on_cgp:
-        raise InvalidInputError("this session's filters are CGP: pass rho=... Nothing was charged.")
-    return kind, exact_amt
-
-
 def nonnegative(value: object, name: str) -> Fraction:
     """Exact value that must be finite and >= 0 (actual charges)."""
     x = exact(value, name)
     if x < 0:
         raise InvalidInputError(f"{name}={value!r} must be >= 0. Nothing was charged.")
     return x
+
+
+def probability(value: object, name: str = "beta") -> float:
+    """Return ``value`` as a float failure probability in (0, 1) (checked at the entry point).
+
+    Any real number strictly between 0 and 1 (not a bool); compared without ``float()``, so
+    ``10**400`` is refused instead of overflowing.
+
+    >>> probability(0.05)
+    0.05
+    >>> probability(1, "beta")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    gpframe.errors.InvalidInputError: beta=1 must be a probability in (0, 1), ...
+    """
+    if isinstance(value, bool) or not (isinstance(value, Real) and 0 < value < 1):
+        raise InvalidInputError(
+            f"{name}={value!r} must be a probability in (0, 1), e.g. {name}=0.05. "
+            "Nothing was charged."
+        )
+    return float(value)
+
+
+def metric_amount(
+    rho: object,
+    eps: object,
+    *,
+    example: str,
+    filter_kind: str | None = None,
+    same_kind: bool = False,
+) -> tuple[str, Fraction]:
+    """Return ``(kind, exact amount)`` of exactly one of ``rho=`` (CGP) or ``eps=`` (GP).
+
+    ``filter_kind`` (the session's metric filter, if known) refuses a CGP amount on a pure-GP
+    filter, which never admits it; ``same_kind`` also refuses a GP amount on a CGP filter (for
+    the operations that calibrate to the filter's own kind). ``example`` ends the message
+    of a missing or doubled amount.
+
+    >>> metric_amount(2e-6, None, example=".kde(at, rho=1e-5)")
+    ('cgp', Fraction(1, 500000))
+    """
+    if (rho is None) == (eps is None):
+        raise InvalidInputError(
+            f"pass exactly one of eps= (GP, per m) or rho= (CGP, per m²), got eps={eps!r}, "
+            f"rho={rho!r}. Example: {example}. Nothing was charged."
+        )
+    kind, name, amt = ("cgp", "rho", rho) if rho is not None else ("gp", "eps", eps)
+    if filter_kind == "gp" and kind == "cgp":
+        raise InvalidInputError(
+            "this session's filters are pure GP: pass eps=... (a CGP or Gaussian charge is never "
+            "admitted by a pure-GP filter). Nothing was charged."
+        )
+    if isinstance(amt, bool):  # exact() reads True as 1
+        raise InvalidInputError(f"{name}={amt!r} must be a number > 0. Nothing was charged.")
+    value = positive(amt, name)  # a bad amount is named first, whatever the filter
+    if same_kind and filter_kind == "cgp" and kind == "gp":
+        raise InvalidInputError("this session's filters are CGP: pass rho=... Nothing was charged.")
+    return kind, value
 
 
 class LedgerUnits:

@@ -174,8 +174,8 @@ def kind_amount(
 
     param = "rho" if rho is not None else "eps"
     try:
-        kind, a = metric_amount(rho, eps, filter_kind(session), gp_on_cgp=gp_on_cgp,
-                                example=f"{fname}(..., rho=1e-5)")  # fmt: skip
+        kind, a = metric_amount(rho, eps, example=f"{fname}(..., rho=1e-5)",
+                                filter_kind=filter_kind(session), same_kind=not gp_on_cgp)
         f = float(a)
         return kind, positive(f, param), f
     except OverflowError:  # an int or Fraction beyond the float range (10**400)

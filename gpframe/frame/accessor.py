@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import numpy as np
 import pandas as pd
 
-from gpframe.accounting.amounts import LedgerUnits, positive
+from gpframe.accounting.amounts import LedgerUnits, metric_amount, probability
 from gpframe.errors import GpframeInternalError, InvalidInputError
 from gpframe.ledger.charges import filter_kind, ledger_keys
 from gpframe.ledger.run import Charge, run
@@ -204,7 +204,7 @@ class GeoPriv:
 
     # Every query method below is a thin forwarder to its module in gpframe.queries (the
     # *_frame functions); the signatures are spelled out so help() and tab completion show
-    # them. tests/integration/test_accessor_signatures.py keeps them equal to the
+    # them. tests/integration/frame/test_accessor_signatures.py keeps them equal to the
     # implementations' keywords.
 
     def range_count(
@@ -877,15 +877,9 @@ class GeoPriv:
         # refuse an insecure or foreign rng before the reservation: the sampler would only
         # refuse it after the users were reserved, and so charged in full
         rng = resolve_rng(rng)
-        kind, amount = _one_amount(eps, rho)
+        kind, amount = metric_amount(rho, eps, example=".privatize(rho=1e-4)")
         _pv.check_amount(kind, per, amount)
-        if isinstance(beta, bool) or not (
-            isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
-        ):
-            raise InvalidInputError(
-                f"beta={beta!r} must be a probability in (0, 1), e.g. beta=0.05. "
-                "Nothing was charged."
-            )
+        probability(beta)
         p = self.projected
         codes, uniques = pd.factorize(pd.Series(p.users), sort=False)
         n_users = len(uniques)
@@ -1005,17 +999,6 @@ def _unit_floats(ledger: Any, units: np.ndarray) -> np.ndarray:
 def amount_keyword(kind: str) -> str:
     """Return the keyword of a kind's amount: ``eps`` for GP, ``rho`` for CGP."""
     return "eps" if kind == "gp" else "rho"
-
-
-def _one_amount(eps: object, rho: object) -> tuple[str, Fraction]:
-    if (eps is None) == (rho is None):
-        raise InvalidInputError(
-            "pass exactly one of eps= (GP, per metre) or rho= (CGP, per square metre), "
-            f"got eps={eps!r}, rho={rho!r}. Example: .privatize(rho=1e-4). Nothing was charged."
-        )
-    if eps is not None:
-        return "gp", positive(eps, "eps")
-    return "cgp", positive(rho, "rho")
 
 
 def _check_coordinates(xy: np.ndarray) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
 from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
 from gpframe.queries.grid_stats import CLIPS, value_bounds
@@ -283,8 +284,7 @@ def grid_stats(
         raise InvalidInputError(
             f"clip={clip!r} is not one of {', '.join(map(repr, CLIPS))}. {_NOTHING}"
         )
-    if isinstance(beta, bool) or not (isinstance(beta, (int, float)) and 0 < beta < 1):
-        raise InvalidInputError(f"beta={beta!r} must be in (0, 1), e.g. 0.05. {_NOTHING}")
+    probability(beta)
     if isinstance(epsilon, (bool, np.bool_)):  # check_eps takes np.True_ as 1
         raise InvalidInputError(f"epsilon={epsilon!r} must be a number > 0. {_NOTHING}")
     eps = check_eps(epsilon, "epsilon")

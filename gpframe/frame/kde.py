@@ -25,8 +25,10 @@ import numpy as np
 import pandas as pd
 import shapely
 
+from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import Charge, run
+from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.queries import kde as _k
 from gpframe.queries.elimination import check_method_parts
 from gpframe.results import KdeResult
@@ -41,7 +43,7 @@ _NOTHING = "Nothing was charged."
 
 
 def _check_amount(session: Any, rho: Any, eps: Any) -> tuple[str, Fraction]:
-    from gpframe.accounting.amounts import positive
+    from gpframe.accounting.amounts import metric_amount
 
     kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
     if kind not in ("gp", "cgp"):
@@ -49,22 +51,8 @@ def _check_amount(session: Any, rho: Any, eps: Any) -> tuple[str, Fraction]:
             "the session has no metric budget (GP or CGP); open it with "
             f"gp.Session(budget=gp.CGP(rho=...)). {_NOTHING}"
         )
-    if (rho is None) == (eps is None):
-        raise InvalidInputError(
-            f"pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got rho={rho!r}, "
-            f"eps={eps!r}. Example: .kde(at, bandwidth_m=500, rho=1e-5). {_NOTHING}"
-        )
-    if kind == "cgp" and rho is None:
-        raise InvalidInputError(f"this session's filters are CGP: pass rho=... {_NOTHING}")
-    if kind == "gp" and eps is None:
-        raise InvalidInputError(
-            "this session's filters are pure GP: pass eps=... (a Gaussian step is never admitted "
-            f"by a pure-GP filter; spec §7 pitfall 5). {_NOTHING}"
-        )
-    amt = rho if rho is not None else eps
-    if isinstance(amt, bool) or (isinstance(amt, float) and not math.isfinite(amt)):
-        raise InvalidInputError(f"the amount {amt!r} must be finite and > 0. {_NOTHING}")
-    return kind, positive(amt, "rho" if rho is not None else "eps")
+    return metric_amount(rho, eps, example=".kde(at, bandwidth_m=500, rho=1e-5)",
+                         filter_kind=kind, same_kind=True)  # fmt: skip
 
 
 def _query_points(at: Any, projected: Any) -> tuple[np.ndarray, Any, bool]:
@@ -148,17 +136,9 @@ def _check_options(method: str, rounds: Any, split: str, beta: Any) -> None:
             f"method={method!r} is not one of {', '.join(map(repr, _k.METHODS))}. {_NOTHING}"
         )
     split_fractions(split, rounds)
-    if isinstance(beta, bool) or not (
-        isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
-    ):
-        raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
+    probability(beta)
 
 
-def _resolve_rng(rng: Any) -> Any:
-    """Resolve ``rng`` before reserving: a seeded (outside tests) or foreign rng is refused."""
-    from gpframe.mechanisms.noise.bits import resolve_rng
-
-    return resolve_rng(rng)
 
 
 def _ledger_allocation(lu: Any, amount: Fraction) -> Fraction:
@@ -270,7 +250,7 @@ def kde(
     True
     """
     session = bound.session
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     _check_options(method, rounds, split, beta)
     b = _k.check_length(bandwidth_m, "bandwidth_m")
     if nu_m is not None:
@@ -490,7 +470,7 @@ def kde_raster(
     0.0001
     """
     session = bound.session
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     h = _k.check_length(bandwidth_m, "bandwidth_m")
     c = _k.check_length(cell_m, "cell_m")
     kind, amount = _check_amount(session, rho, eps)

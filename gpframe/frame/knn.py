@@ -12,7 +12,6 @@ delegates ``.knn(...)``, ``.convex_hull(...)`` and ``.nearest_users(...)`` to th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, Literal
@@ -20,8 +19,10 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import Charge, run
+from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.results import HullResult, KnnResult, NearestResult
 
 __all__ = ["convex_hull", "knn", "nearest_users"]
@@ -46,32 +47,11 @@ def _filter_kind(session: Any) -> str:
 
 def _amount(session: Any, rho: Any, eps: Any, what: str) -> tuple[str, Fraction, str]:
     """(mechanism kind, exact amount, filter kind); GP mechanisms may run on a CGP filter."""
-    from gpframe.accounting.amounts import positive
+    from gpframe.accounting.amounts import metric_amount
 
     fk = _filter_kind(session)
-    if (rho is None) == (eps is None):
-        raise InvalidInputError(
-            f"pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got rho={rho!r}, "
-            f"eps={eps!r}. Example: .{what}(..., rho=1e-5). {_NOTHING}"
-        )
-    if rho is not None and fk == "gp":
-        raise InvalidInputError(
-            f"this session's filters are pure GP: pass eps=... (a CGP charge is never admitted by "
-            f"a pure-GP filter). {_NOTHING}"
-        )
-    amt = rho if rho is not None else eps
-    if isinstance(amt, float) and not math.isfinite(amt):
-        raise InvalidInputError(f"the amount {amt!r} must be finite and > 0. {_NOTHING}")
-    kind = "cgp" if rho is not None else "gp"
-    return kind, positive(amt, "rho" if rho is not None else "eps"), fk
-
-
-def _beta(beta: Any) -> float:
-    if isinstance(beta, bool) or not (
-        isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
-    ):
-        raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
-    return float(beta)
+    kind, amount = metric_amount(rho, eps, example=f".{what}(..., rho=1e-5)", filter_kind=fk)
+    return kind, amount, fk
 
 
 def _point_m(point: Any, projected: Any) -> np.ndarray:
@@ -106,13 +86,6 @@ def _point_m(point: Any, projected: Any) -> np.ndarray:
     if not np.isfinite(q).all():
         raise InvalidInputError(f"point {point!r} is empty or not finite. {_NOTHING}")
     return q
-
-
-def _resolve_rng(rng: Any) -> Any:
-    """Resolve ``rng`` before reserving: a seeded (outside tests) or foreign rng is refused."""
-    from gpframe.mechanisms.noise.bits import resolve_rng
-
-    return resolve_rng(rng)
 
 
 def _codes(projected: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -204,12 +177,12 @@ def knn(
     """
     from gpframe.queries import knn as _k
 
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     kind, amount, _ = _amount(bound.session, rho, eps, "knn")
     # a k above the number of rows answers the same (each user gets all of theirs, ranked);
     # clamping keeps a k like 2**70 out of int64 arithmetic (it raised OverflowError)
     kk = min(_k.check_k(k), max(len(bound.projected.xy), 1))
-    b = _beta(beta)
+    b = probability(beta)
     if gamma0 is not None and (
         isinstance(gamma0, (bool, np.bool_)) or not isinstance(gamma0, (int, float, np.number))
     ):  # resolve_compat's float() would raise ValueError / TypeError on a str or an object
@@ -367,9 +340,9 @@ def convex_hull(
 
     from gpframe.queries import hull as _h
 
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     kind, amount, _ = _amount(bound.session, rho, eps, "convex_hull")
-    b = _beta(beta)
+    b = probability(beta)
     p = bound.projected
     codes, uniques, _counts = _codes(p)
     if not len(uniques):
@@ -532,7 +505,7 @@ def nearest_users(
     from gpframe.queries.nearest import METHODS, nearest_users_arrays
     from gpframe.queries.range_count import select_component
 
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     fk = _filter_kind(bound.session)
     kind, amount, _ = _amount(bound.session, rho, eps, "nearest_users")
     if kind != fk:
@@ -545,7 +518,7 @@ def nearest_users(
             f"method={method!r} is not one of {', '.join(map(repr, METHODS))}. {_NOTHING}"
         )
     split_fractions(split, rounds)
-    b = _beta(beta)
+    b = probability(beta)
     p = bound.projected
     q = _point_m(point, p)
     users_all = np.asarray(p.users)

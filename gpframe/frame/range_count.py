@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import shapely
 
+from gpframe.accounting.amounts import probability
 from gpframe.errors import CRSError, InvalidInputError
 from gpframe.queries.range_count import METHODS, run_range_count, select_component
 from gpframe.results import RangeCountResult, Result
@@ -121,14 +122,11 @@ def _check_options(method: str, rounds: int, split: str, beta: float) -> None:
     if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
         raise InvalidInputError(f"rounds={rounds!r} must be an integer >= 1. {_NOTHING}")
     split_fractions(split, int(rounds))
-    if isinstance(beta, bool) or not (
-        isinstance(beta, (int, float)) and 0.0 < beta < 1.0  # no isfinite(): 10**400 overflows
-    ):
-        raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
+    probability(beta)
 
 
 def _check_amount(session: Any, rho: Any, eps: Any, allocations: Any) -> None:
-    from gpframe.accounting.amounts import positive
+    from gpframe.accounting.amounts import metric_amount
 
     kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
     if kind not in ("gp", "cgp"):
@@ -140,24 +138,8 @@ def _check_amount(session: Any, rho: Any, eps: Any, allocations: Any) -> None:
         if rho is not None or eps is not None:
             raise InvalidInputError(f"pass either rho=/eps= or allocations=, not both. {_NOTHING}")
         return
-    if (rho is None) == (eps is None):
-        raise InvalidInputError(
-            f"pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got rho={rho!r}, "
-            f"eps={eps!r}. Example: .range_count(region, rho=1e-5). {_NOTHING}"
-        )
-    if kind == "cgp" and rho is None:
-        raise InvalidInputError(
-            f"this session's filters are CGP: pass rho=... (Gaussian elimination). {_NOTHING}"
-        )
-    if kind == "gp" and eps is None:
-        raise InvalidInputError(
-            "this session's filters are pure GP: pass eps=... (a Gaussian step is never admitted "
-            f"by a pure-GP filter; spec §7 pitfall 5). {_NOTHING}"
-        )
-    amt = rho if rho is not None else eps
-    if isinstance(amt, float) and not math.isfinite(amt):
-        raise InvalidInputError(f"the amount {amt!r} must be finite and > 0. {_NOTHING}")
-    positive(amt, "rho" if rho is not None else "eps")
+    metric_amount(rho, eps, example=".range_count(region, rho=1e-5)", filter_kind=kind,
+                  same_kind=True)  # fmt: skip
 
 
 def _allocations_for(allocations: Any, users: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from gpframe.accounting.amounts import exact
+from gpframe.accounting.amounts import exact, probability
 from gpframe.errors import GpframeInternalError, GpframeWarning, InvalidInputError
 
 __all__ = [
@@ -76,13 +76,6 @@ _NOTHING = "Nothing was charged."
 # §4.2 Gaussian toolkit (continuous formulas; the oracle tables of §4.8)
 
 
-def _check_beta(beta: object, name: str = "beta") -> float:
-    b = float(exact(beta, name))
-    if not 0.0 < b < 1.0:
-        raise InvalidInputError(f"{name}={beta!r} must be in (0, 1). {_NOTHING}")
-    return b
-
-
 def gamma_laurent_massart(d: int, beta: float) -> float:
     """Laurent–Massart radius factor √(d + 2√(d ln(1/β)) + 2 ln(1/β)) (spec §4.2, Lemma 6.1).
 
@@ -92,7 +85,7 @@ def gamma_laurent_massart(d: int, beta: float) -> float:
     >>> round(gamma_laurent_massart(784, 1e-3), 8)
     30.74082172
     """
-    L = math.log(1.0 / _check_beta(beta))
+    L = math.log(1.0 / probability(beta))
     return math.sqrt(d + 2.0 * math.sqrt(d * L) + 2.0 * L)
 
 
@@ -104,7 +97,7 @@ def gamma_d(d: int, beta: float) -> float:
     >>> round(gamma_d(1, 0.05), 9), round(gamma_d(2, 0.05), 9)
     (2.716203031, 2.447746831)
     """
-    b = _check_beta(beta)
+    b = probability(beta)
     if int(d) < 1:
         raise InvalidInputError(f"d={d!r} must be >= 1.")
     if d == 1:
@@ -129,7 +122,7 @@ def width_dist_nominal(rho_cum: Any, beta: float) -> Any:
     >>> round(float(width_dist_nominal(2.5e-5, 1.25e-6)), 7)
     755.9236519
     """
-    b = _check_beta(beta)
+    b = probability(beta)
     return np.sqrt(math.log(2.0 / b) / np.asarray(rho_cum, dtype=np.float64))
 
 
@@ -193,7 +186,7 @@ def laplace_width_t(m: int, beta: float) -> float:
     >>> round(laplace_width_t(1, 0.05), 9), round(laplace_width_t(4, 1e-6), 8)
     (2.995732274, 19.26575785)
     """
-    b = _check_beta(beta)
+    b = probability(beta)
     lo, hi = 0.0, 1.0
     while laplace_sum_tail(hi, m) > b:
         hi *= 2.0
@@ -216,7 +209,7 @@ def planar_radius_nominal(eps: float, beta: float) -> float:
     """
     from scipy.special import lambertw
 
-    b = _check_beta(beta)
+    b = probability(beta)
     return float((-lambertw(-b / math.e, -1).real - 1.0) / float(eps))
 
 
@@ -714,7 +707,7 @@ def check_parts(
         raise InvalidInputError(f"kind={kind!r} is not one of 'cgp', 'gp'. {_NOTHING}")
     if triple not in TRIPLES:
         raise InvalidInputError(f"triple={triple!r} is not one of 'dist', 'pt'. {_NOTHING}")
-    _check_beta(beta)
+    probability(beta)
     pi = split_fractions(split, rounds)
     k = exact(scale_max, "scale_max")
     if k < 1:
@@ -741,7 +734,7 @@ def check_method_parts(
 
     >>> check_method_parts(1e-4, kind="gp", method="dist-elim", rounds=4, split="even", beta=0.05)
     """
-    b = _check_beta(beta)
+    b = probability(beta)
     elim = str(method).endswith("-elim")
     n = 1 if np.ndim(allocations) == 0 else len(allocations)
     check_parts(
@@ -777,7 +770,7 @@ def _setup(
             raise InvalidInputError(f"triple='pt' needs the importance function h. {_NOTHING}")
     if not np.isfinite(x).all():
         raise InvalidInputError(f"the values/points have NaN/inf entries. {_NOTHING}")
-    b = _check_beta(beta)
+    b = probability(beta)
     pi = split_fractions(split, rounds)
     k = exact(scale_max, "scale_max")
     if k < 1:

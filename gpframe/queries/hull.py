@@ -24,7 +24,7 @@ import numpy as np
 import shapely
 from numpy.typing import NDArray
 
-from gpframe.accounting.amounts import exact
+from gpframe.accounting.amounts import exact, probability
 from gpframe.errors import GpframeWarning, InvalidInputError
 from gpframe.mechanisms.calibration import check_eps, eps_from_rho, sqrt_up
 from gpframe.mechanisms.svt import MAX_CYCLES
@@ -341,9 +341,7 @@ def private_hulls(
         raise InvalidInputError(
             f"the amount must be > 0 and alpha in (0, 1); got {amount!r}, {alpha!r}. {_NOTHING}"
         )
-    b = float(exact(beta, "beta"))
-    if not 0 < b < 1:
-        raise InvalidInputError(f"beta={beta!r} must be in (0, 1). {_NOTHING}")
+    b = probability(beta)
     check_beta_and_floor(b, radius_floor_m)
     ks = exact(scale_max, "scale_max")
     if ks < 1:

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from gpframe.accounting.amounts import probability
 from gpframe.errors import GpframeInternalError, InvalidInputError
 from gpframe.queries.elimination import eliminate_noninteractive, prepare_parts
 
@@ -479,9 +480,7 @@ class KdePoint:
 
 def _check_common(bandwidth_m: Any, beta: Any) -> tuple[float, float]:
     b = _positive_finite(bandwidth_m, "bandwidth_m")
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 < beta < 1.0:
-        raise InvalidInputError(f"beta={beta!r} must be a probability in (0, 1). {_NOTHING}")
-    return b, float(beta)
+    return b, probability(beta)
 
 
 def _positive_finite(v: Any, name: str) -> float:

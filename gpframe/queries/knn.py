@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from gpframe.accounting.amounts import exact
+from gpframe.accounting.amounts import exact, probability
 from gpframe.errors import InvalidInputError
 from gpframe.mechanisms.calibration import check_eps, eps_from_rho
 from gpframe.mechanisms.svt import (
@@ -629,9 +629,7 @@ def knn_indices(
     ks = exact(scale_max, "scale_max")
     if ks < 1:
         raise InvalidInputError(f"scale_max={scale_max!r} must be >= 1. {_NOTHING}")
-    b = float(exact(beta, "beta"))
-    if not 0 < b < 1:
-        raise InvalidInputError(f"beta={beta!r} must be in (0, 1). {_NOTHING}")
+    b = probability(beta)
     if isinstance(max_cycles, bool) or not isinstance(max_cycles, (int, np.integer)):
         raise InvalidInputError(f"max_cycles={max_cycles!r} must be an integer >= 1. {_NOTHING}")
     if max_cycles < 1:

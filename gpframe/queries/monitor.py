@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpframe.accounting.amounts import positive
+from gpframe.accounting.amounts import positive, probability
 from gpframe.errors import BudgetExceededError, InvalidInputError
+from gpframe.ledger import run as driver
 from gpframe.ledger.run import Charge
-from gpframe.ledger.run import run as drive
+from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.mechanisms.selection import (
     ATParams,
     GaussianATRun,
@@ -147,13 +148,6 @@ class _Stream:
         if not math.isfinite(f):
             raise InvalidInputError(f"query {self.pos - 1} returned {f!r}, not a finite number.")
         return f
-
-
-def _resolve_rng(rng: Any) -> Any:
-    """Resolve ``rng`` before reserving: a seeded (outside tests) or foreign rng is refused."""
-    from gpframe.mechanisms.noise.bits import resolve_rng
-
-    return resolve_rng(rng)
 
 
 def _everyone(message: Callable[[Any], str]) -> Callable[[Any], None]:
@@ -292,12 +286,13 @@ def above_threshold(
     >>> res.value                                  # doctest: +ELLIPSIS
     array([...])
     """
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     noise = _choice(noise, "noise", _NOISES)
     mode = _choice(mode, "mode", _MODES)
     ulist = _users(users)
     c = int(_int(c, "c"))  # type: ignore[arg-type]
     max_steps = _int(max_steps, "max_steps", allow_none=True)
+    probability(beta)  # the Laplace run's margin uses it after the charge: refuse it now
     fkind = _central_kind(session)
     stream = _Stream(queries)
     if noise == "laplace":
@@ -364,7 +359,7 @@ def _laplace_monitor(
                 break
         return Charge(stopped, run.epsilon)
 
-    ran = drive(
+    ran = driver.run(
         session, ulist, run.epsilon, notion="central", kind="dp", query="above_threshold",
         params=params, compute=compute,
         check=_everyone(lambda r: (
@@ -495,7 +490,7 @@ def _run_mode_r(session, stream, p, ulist, t_max, fkind, rng, params):
         used = run.epsilon() if fkind == "dp" else R
         return Charge((list(run.answers), used), Fraction(used))
 
-    ran = drive(
+    ran = driver.run(
         session, ulist, Fraction(R), notion="central", kind=kind, query="above_threshold",
         params={**params, "run_max_steps": t_max, "reserved": R},
         check=lambda r: bool(r.admitted.all()), compute=compute,
@@ -527,7 +522,7 @@ def _run_mode_s(session, stream, p, ulist, t_max, rng, params):
             top = run.step(stream.next_value())
             return Charge(top, max(Fraction(0), Fraction(run.epsilon()) - charged))
 
-        ran = drive(
+        ran = driver.run(
             session, ulist, inc, notion="central", kind="dp_expost", query="above_threshold",
             params={**params, "step": t, "need": float(need)},
             check=lambda r: bool(r.admitted.all()), compute=compute,
@@ -581,7 +576,7 @@ def report_noisy_max(
     >>> res.value in (0, 1, 2), round(res.epsilon_realized, 6)
     (True, 0.174434)
     """
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     noise = _choice(noise, "noise", _NOISES)
     ulist = _users(users)
     _central_kind(session)
@@ -620,7 +615,7 @@ def report_noisy_max(
             )
         return Charge(rel, rel.epsilon)
 
-    ran = drive(
+    ran = driver.run(
         session, ulist, Fraction(eps), notion="central", kind="dp", query="report_noisy_max",
         params=params, compute=compute,
         check=_everyone(lambda r: (
@@ -692,13 +687,13 @@ def threshold_query(
     --------
     >>> import gpframe as gp
     >>> s = gp.Session(central=gp.DP(epsilon=1.0))
-    >>> res = threshold_query(s, 900, tau=500, users=range(1000), epsilon=0.5)
-    >>> res.value, res.epsilon_realized < 0.5
+    >>> res = threshold_query(s, 900, tau=100, users=range(1000), epsilon=0.5, beta=1e-9)
+    >>> res.value, res.epsilon_realized < 0.5  # wrong with probability at most beta
     (True, True)
     """
     from gpframe.mechanisms import gaussian_zcdp, laplace_dp
 
-    rng = _resolve_rng(rng)
+    rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     ulist = _users(users)
     fkind = _central_kind(session)
     c = int(_int(rounds, "rounds"))  # type: ignore[arg-type]
@@ -711,8 +706,7 @@ def threshold_query(
         raise InvalidInputError(f"count={v!r} is not a number. Nothing was charged.") from exc
     if not math.isfinite(cnt) or cnt != round(cnt):
         raise InvalidInputError(f"count={v!r} must be an integer count. Nothing was charged.")
-    if not (0 < beta < 1):
-        raise InvalidInputError(f"beta={beta!r} must be in (0, 1). Nothing was charged.")
+    probability(beta)
     # Read exactly (0.1 is 1/10): Fraction(0.1) would be the binary double 0.1000000000000000055...,
     # which the ledger rounds up, so three queries at 0.1 would not fit a budget of 0.3.
     total = positive(*((epsilon, "epsilon") if epsilon is not None else (rho, "rho")))
@@ -758,7 +752,7 @@ def threshold_query(
             answer = bool(cbar >= tau)
         return Charge((answer, wid, used), used)
 
-    ran = drive(
+    ran = driver.run(
         session, ulist, total, notion="central", kind=kind, query="threshold_query",
         params=params, compute=compute,
         check=_everyone(lambda r: (

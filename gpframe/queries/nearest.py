@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from gpframe.accounting.amounts import probability
 from gpframe.errors import BudgetExceededError, InvalidInputError
 from gpframe.queries.elimination import Elimination, eliminate_interactive
 
@@ -133,9 +134,7 @@ def nearest_users_arrays(
     q = np.asarray(point_m, dtype=np.float64).reshape(-1)
     if q.shape != (2,) or not np.isfinite(q).all():
         raise InvalidInputError(f"point must be one finite (x, y), got {point_m!r}. {_NOTHING}")
-    b = float(beta) if isinstance(beta, (int, float)) and not isinstance(beta, bool) else math.nan
-    if not 0 < b < 1:
-        raise InvalidInputError(f"beta={beta!r} must be in (0, 1). {_NOTHING}")
+    b = probability(beta)
     elim = method.endswith("-elim")
     dist = method.startswith("dist")
 

@@ -21,7 +21,7 @@ import pandas as pd
 import shapely
 from numpy.typing import NDArray
 
-from gpframe.accounting.amounts import exact
+from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import Charge, run
 from gpframe.queries.elimination import Elimination, eliminate_noninteractive
@@ -355,9 +355,7 @@ def range_count_arrays(
             "users has repeated ids: range_count reads one point (component) per user; select it "
             f"with component=... or reduce the rows first (spec §1.6). {_NOTHING}"
         )
-    b = float(exact(beta, "beta"))
-    if not 0 < b < 1:
-        raise InvalidInputError(f"beta={beta!r} must be in (0, 1). {_NOTHING}")
+    b = probability(beta)
     is_dist = method.startswith("dist")
     elim = method.endswith("-elim")
     use_shift = is_dist if shift is None else bool(shift)

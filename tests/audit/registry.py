@@ -67,44 +67,50 @@ _UDF = (
     "a DuckDB UDF registration: each Arrow batch reserves, runs {fn} (audited) on the admitted "
     "users with the reserved allocation and charges its returned amounts; charges equal the "
     "Python path's (tests/integration/{test}) and the charging path is tortured in "
-    "tests/integration/test_charging_torture_ops.py"
+    "tests/integration/guarantees/test_charge_before_release_ops.py"
 )
 THIN_WRAPPERS: dict[str, str] = {
     "gpframe.frame.accessor": (
         "GeoPriv.privatize reserves and calls gpframe.queries.privatize.privatize_points "
         "(audited) with the reserved amount and the projection's scale_max; the query methods "
-        "delegate to the *_frame modules. Charging: test_accessor.py, test_charging_torture.py"
+        "delegate to the gpframe.frame modules. Charging: frame/test_accessor.py, "
+        "guarantees/test_charge_before_release.py"
     ),
     "gpframe.duckdb.udf": (
         "plumbing of the DuckDB UDFs (checked_rng, charge_batch: reserve, run, charge under one "
-        "lock); draws nothing itself. Tortured in test_charging_torture*.py"
+        "lock); draws nothing itself. Tortured in guarantees/test_charge_before_release*.py"
     ),
     "gpframe.duckdb.register": (
         "gp.duckdb.register: resolves the rng and the CRS once and runs every operation's "
-        "register_* (each listed here); draws and charges nothing itself. test_duckdb.py"
+        "register_* (each listed here); draws and charges nothing itself. duckdb/test_register.py"
     ),
     "gpframe.duckdb.privatize": _UDF.format(
-        fn="privatize_points (gp_privatize, gp.duckdb.privatize)", test="test_duckdb.py"
+        fn="privatize_points (gp_privatize, gp.duckdb.privatize)", test="duckdb/test_privatize.py"
     ),
     "gpframe.duckdb.range_count": _UDF.format(
-        fn="range_count_arrays (gp_in_region)", test="test_duckdb_range.py"
+        fn="range_count_arrays (gp_in_region)", test="duckdb/test_range_count.py"
     ),
     "gpframe.duckdb.kde": _UDF.format(
-        fn="kde_point (gp_kde_contribution)", test="test_kde_frame.py"
+        fn="kde_point (gp_kde_contribution)", test="frame/test_kde.py"
     ),
     "gpframe.duckdb.knn": _UDF.format(
-        fn="knn_indices / private_hulls (gp_knn, gp_convex_hull)", test="test_duckdb_knn.py"
+        fn="knn_indices / private_hulls (gp_knn, gp_convex_hull)", test="duckdb/test_knn.py"
     ),
     "gpframe.duckdb.grid": _UDF.format(
         fn="grid_stats.release_cells (gp_grid_release; clip_user plans, free)",
-        test="test_duckdb_grid.py",
+        test="duckdb/test_grid.py",
     ),
     "gpframe.queries.monitor": (
         "charges the central ledger, then runs the audited selection mechanisms "
         "(LaplaceSVTRun behind laplace_above_threshold, GaussianATRun behind "
         "gaussian_above_threshold, *_report_noisy_max; cases_selection) and laplace_dp / "
-        "gaussian_zcdp (audited) with the charged parts; tests/unit/test_monitor.py, "
+        "gaussian_zcdp (audited) with the charged parts; tests/unit/queries/test_monitor.py, "
         "tests/properties/test_monitor_ledger.py"
+    ),
+    "gpframe.ledger.run": (
+        "the driver: reserves, runs the operation's callable (the audited algorithm), refuses "
+        "charges above the allocations and commits them; draws nothing itself. "
+        "tests/unit/ledger/test_run.py and every operation's charging tests"
     ),
     "gpframe.ledger.session": (
         "the ledger itself: reserves and charges, never draws noise; tests/unit/ledger, "
@@ -469,5 +475,5 @@ _load_case_modules()
 NOT_MECHANISMS["gpframe.mechanisms.selection.normal_exact.normals"] = (
     "the exact N(0, 1) sampler behind gaussian_report_noisy_max / gaussian_above_threshold "
     "(audited); releases nothing itself; its law is tested in "
-    "tests/unit/mechanisms/test_mech_selection_mechanisms.py"
+    "tests/unit/mechanisms/selection/test_mechanisms.py"
 )

@@ -85,7 +85,8 @@ def _draws_or_charges(tree: ast.AST) -> list[str]:
     return sorted(why)
 
 
-_CHARGING_CALLS = {"reserve", "charge_batch", "resolve_rng", "_resolve_rng", "checked_rng"}
+# ``run``: gpframe.ledger.run.run, the driver every operation charges through
+_CHARGING_CALLS = {"reserve", "run", "charge_batch", "resolve_rng", "checked_rng"}
 
 
 def _gpframe_modules() -> dict[str, Path]:

@@ -375,6 +375,10 @@ NO_FRONTEND = {
         "output into a frame, Result or SQL row is a case"
     ),
     "gpframe.ledger.session": "the ledger: its output is the curator's view (session.report())",
+    "gpframe.ledger.run": (
+        "the driver: hands each operation's values back to its frontend (every case runs "
+        "through it)"
+    ),
     "gpframe.queries.elimination": "rounds of range_count / kde / nearest_users (their cases)",
     "gpframe.queries": "package of the query modules (each listed by its own name)",
 }

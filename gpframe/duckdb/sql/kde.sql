@@ -29,7 +29,7 @@
 --
 -- bounds are in the same metres as x and y (None: the released points' extent padded by 3h);
 -- eps= instead of rho= on a GP session; correct=False keeps the noise's extra smoothing.
--- benchmarks/bench_kde_sql.py times both paths at 64 / 144 / 400 probes.
+-- benchmarks/speed/kde_sql.py times both paths at 64 / 144 / 400 probes.
 
 -- 1. KDE at each probe, bandwidth 500 m, rho = 1e-5 per user and probe.
 SELECT q.name,

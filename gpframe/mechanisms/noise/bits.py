@@ -141,6 +141,8 @@ _DEFAULT = OsRandom()
 _SEEDED_ENABLED = False
 #: The shipped secure sources, accepted by exact class (a subclass may override ``bytes``).
 _SECURE = (OsRandom, AesCtrRandom)
+#: The test sources of :mod:`gpframe.testing` (registered when it is imported).
+_TEST_CLASSES: tuple[type, ...] = ()
 _METHODS = ("bytes", "arr", "int_bits")
 
 
@@ -155,11 +157,18 @@ def seeded_allowed() -> bool:
     return _SEEDED_ENABLED
 
 
-def _test_classes() -> tuple[type, ...]:
-    """Return the test source classes of :mod:`gpframe.testing` (imported late: it imports us)."""
-    from gpframe.testing import _TEST_SOURCE_CLASSES
+def register_test_sources(*classes: type) -> None:
+    """Accept ``classes`` as test sources (still refused until seeded sources are enabled).
 
-    return _TEST_SOURCE_CLASSES
+    Called by :mod:`gpframe.testing` when it is imported, so this module never imports the
+    test module (a test source cannot exist before it was imported). Only classes defined in
+    :mod:`gpframe.testing` are accepted.
+    """
+    global _TEST_CLASSES
+    for cls in classes:
+        if not isinstance(cls, type) or cls.__module__ != "gpframe.testing":
+            raise InvalidInputError(f"{cls!r} is not a test source class of gpframe.testing.")
+    _TEST_CLASSES = tuple(dict.fromkeys((*_TEST_CLASSES, *classes)))
 
 
 def _foreign(rng: Any) -> InvalidInputError:
@@ -195,7 +204,7 @@ def resolve_rng(rng: Any = None) -> BitSource:
     cls = type(rng)
     if cls in _SECURE:
         pass
-    elif cls in _test_classes():
+    elif cls in _TEST_CLASSES:
         if not _SEEDED_ENABLED:
             raise InsecureRandomnessError(
                 f"rng={rng!r} is a seeded test source, refused outside tests: its outputs are "

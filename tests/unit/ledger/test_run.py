@@ -149,3 +149,15 @@ def test_closed_session_refuses_before_anything() -> None:
     s.close()
     with pytest.raises(LedgerError, match="closed"):
         run(s, ["ann"], 0.5, query="q", compute=lambda r: Charge(1, 0))
+
+
+def test_read_only_session_refuses_before_compute(tmp_path) -> None:
+    path = tmp_path / "l.sqlite"
+    with gp.Session(path, budget=gp.GP(eps=1.0)) as s:
+        run(s, ["ann"], 0.5, query="q", compute=lambda r: Charge(1, 0.25))
+    calls = []
+    with gp.Session(path, readonly=True) as ro:
+        with pytest.raises(LedgerError):
+            run(ro, ["ann"], 0.5, query="q", compute=lambda r: calls.append(1))
+        assert ro.spent_exact(["ann"]).tolist() == [Fraction(1, 4)]
+    assert not calls

@@ -454,7 +454,7 @@ def test_schema_version_mismatch_raises_corrupt(path):
 
 def test_verify_detects_tampered_spent_and_audit(path):
     # tampered while a Session is open (a new open would refuse the file: see
-    # test_ledger_integrity.py), so that verify() itself must find it
+    # tests/integration/ledger/test_integrity.py), so that verify() itself must find it
     with Session(path, budget=gp.GP(eps=1)) as s:
         _commit(s, [1, 2], 0.25)
         assert s.ledger.verify()["charges"] == 1

@@ -445,7 +445,7 @@ def _bench():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_clip_user.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "speed" / "clip_user.py"
     spec = importlib.util.spec_from_file_location("bench_clip_user", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

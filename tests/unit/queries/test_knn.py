@@ -330,7 +330,7 @@ def test_parity_mode_median_inside_reference_iqr(k):
     import importlib.util
     import pathlib
 
-    path = pathlib.Path(__file__).resolve().parents[3] / "benchmarks" / "bench_neighbours.py"
+    path = pathlib.Path(__file__).resolve().parents[3] / "benchmarks" / "speed" / "neighbours.py"
     spec = importlib.util.spec_from_file_location("bench_neighbours", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

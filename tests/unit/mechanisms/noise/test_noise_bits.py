@@ -160,3 +160,19 @@ def test_determinism_same_seed_same_output_and_bit_count(name):
 def test_seeded_rng_stream_is_deterministic():
     assert seeded_rng(1).bytes(100) == seeded_rng(1).bytes(100)
     assert seeded_rng(1).bytes(100) != seeded_rng(2).bytes(100)
+
+
+def test_only_the_test_module_registers_test_sources():
+    """A class from elsewhere cannot make itself a (seeded, predictable) accepted source."""
+    from gpframe.errors import InvalidInputError
+    from gpframe.mechanisms.noise import bits
+
+    class LookAlike(bits.OsRandom):
+        pass
+
+    before = bits._TEST_CLASSES
+    with pytest.raises(InvalidInputError, match="not a test source class"):
+        bits.register_test_sources(LookAlike)
+    assert bits._TEST_CLASSES == before
+    with pytest.raises(InvalidInputError, match="not a gpframe BitSource"):
+        bits.resolve_rng(LookAlike())

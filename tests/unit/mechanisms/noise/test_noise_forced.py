@@ -11,12 +11,13 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from noise_stats import ALPHA, gof_gaussian, gof_laplace
 from scipy import stats
 
 from gpframe.mechanisms import noise
 from gpframe.mechanisms.noise import bernoulli, gaussian, geometric, laplace
 from gpframe.testing import seeded_rng
+
+from .noise_stats import ALPHA, gof_gaussian, gof_laplace
 
 pytestmark = pytest.mark.statistical
 

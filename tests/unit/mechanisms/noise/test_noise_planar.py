@@ -10,11 +10,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from noise_stats import ALPHA, chi2_edges
 from scipy import stats
 
 from gpframe.mechanisms import noise
 from gpframe.testing import seeded_rng
+
+from .noise_stats import ALPHA, chi2_edges
 
 pytestmark = pytest.mark.statistical
 

@@ -7,11 +7,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from noise_stats import ALPHA, two_sample_chi2
 
 from gpframe.errors import InvalidInputError, NoiseOverflowError
 from gpframe.mechanisms import noise
 from gpframe.testing import seeded_rng
+
+from .noise_stats import ALPHA, two_sample_chi2
 
 G = Fraction(1, 2**20)
 

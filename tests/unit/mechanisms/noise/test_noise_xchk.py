@@ -10,10 +10,11 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from noise_stats import ALPHA, two_sample_chi2
 
 from gpframe.mechanisms import noise
 from gpframe.testing import seeded_rng
+
+from .noise_stats import ALPHA, two_sample_chi2
 
 dp = pytest.importorskip("opendp.prelude")
 pytestmark = pytest.mark.statistical
