@@ -102,9 +102,7 @@ def register_kde(
             [DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, INTEGER, BIGINT], DOUBLE,
         )  # fmt: skip
 
-    return _REGISTRY.install(
-        con, session, KdeRegistration, create, rng=rng, crs=crs, domain=domain
-    )
+    return _REGISTRY.install(con, session, KdeRegistration, create, rng=rng, crs=crs, domain=domain)
 
 
 def _make_udf(reg: KdeRegistration) -> Any:

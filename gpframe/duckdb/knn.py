@@ -169,9 +169,7 @@ def register_knn(
             for sql in _table_macros(sfx, param):
                 con.execute(sql)
 
-    return _REGISTRY.install(
-        con, session, KnnRegistration, create, rng=rng, crs=crs, domain=domain
-    )
+    return _REGISTRY.install(con, session, KnnRegistration, create, rng=rng, crs=crs, domain=domain)
 
 
 def _table_macros(sfx: str, param: str) -> list[str]:
@@ -395,7 +393,6 @@ def _knn_batch(
     ks: np.ndarray,
     amts: np.ndarray,
 ) -> list[Any]:
-
     from gpframe.queries import knn as _k
 
     xy, lens = _lists(xs, ys, rows, fname)
@@ -518,7 +515,6 @@ def _hull_batch(
 
 # ---------------------------------------------------------------------------------------------
 # relation helpers: gp.duckdb.knn / convex_hulls / nearest_users (issue 8, STYLE.md §9)
-
 
 
 def _registration(con: Any, fname: str) -> KnnRegistration:

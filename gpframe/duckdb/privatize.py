@@ -87,7 +87,6 @@ class Registration(_u.UdfRegistration):
     _amounts: dict[tuple[str, float], Fraction] = field(default_factory=dict, repr=False)
 
 
-
 def register_privatize(
     con: Any, session: Any, *, crs: Any = None, domain: Any = None, rng: Any = None
 ) -> Registration:
@@ -108,9 +107,7 @@ def register_privatize(
                 [DOUBLE, DOUBLE, DOUBLE], rtype,
             )  # fmt: skip
 
-    return _REGISTRY.install(
-        con, session, Registration, create, rng=rng, crs=crs, domain=domain
-    )
+    return _REGISTRY.install(con, session, Registration, create, rng=rng, crs=crs, domain=domain)
 
 
 def privatize(

@@ -174,14 +174,18 @@ def kind_amount(
 
     param = "rho" if rho is not None else "eps"
     try:
-        kind, a = metric_amount(rho, eps, example=f"{fname}(..., rho=1e-5)",
-                                filter_kind=filter_kind(session), same_kind=not gp_on_cgp)
+        kind, a = metric_amount(
+            rho,
+            eps,
+            example=f"{fname}(..., rho=1e-5)",
+            filter_kind=filter_kind(session),
+            same_kind=not gp_on_cgp,
+        )
         f = float(a)
         return kind, positive(f, param), f
     except OverflowError:  # an int or Fraction beyond the float range (10**400)
         raise InvalidInputError(
-            f"{fname}: {param} is beyond the float range; it must be finite and > 0. "
-            f"{_NOT_CHARGED}"
+            f"{fname}: {param} is beyond the float range; it must be finite and > 0. {_NOT_CHARGED}"
         ) from None
     except InvalidInputError as exc:  # name the entry point
         raise InvalidInputError(f"{fname}: {exc}") from None

@@ -497,6 +497,7 @@ def charge_batch(
     numpy.ndarray
         The admitted mask per user.
     """
+
     def check(r: Any) -> None:  # no noise yet: raising cancels the reservation
         if all_or_none is not None and not np.asarray(r.admitted, dtype=bool).all():
             raise LedgerError(all_or_none)

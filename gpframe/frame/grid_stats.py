@@ -47,8 +47,6 @@ _OCC_HELP = (
 )
 
 
-
-
 def _value_column(frame: pd.DataFrame, value: Any) -> np.ndarray:
     if not isinstance(value, str) or value not in frame.columns:
         raise InvalidInputError(

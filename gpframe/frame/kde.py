@@ -139,8 +139,6 @@ def _check_options(method: str, rounds: Any, split: str, beta: Any) -> None:
     probability(beta)
 
 
-
-
 def _ledger_allocation(lu: Any, amount: Fraction) -> Fraction:
     """Return the allocation :meth:`Session.reserve` will hold for ``amount`` (rounded up)."""
     return lu.to_fraction(lu.up(amount))

@@ -86,11 +86,15 @@ def test_register_again_points_every_operation_at_the_new_session():
         ("SELECT gp_privatize_gp(7, 'nan'::DOUBLE, 2.0, 0.1)", "x/y has 1 NaN or infinite"),
         ("SELECT gp_in_region(7, 1.0, 2.0, $w, 1e-4, 0)", "gp_in_region: rounds=0 must be in"),
         ("SELECT gp_in_region(7, 1e13, 2.0, $w, 1e-4, 5)", r"beyond ±2\*\*40 m"),
-        ("SELECT gp_kde_contribution(7, 1.0, 2.0, 'inf'::DOUBLE, 0.0, 500.0, 1e-4, 10)",
-         "gp_kde_contribution: qx/qy has 1 NaN or infinite"),
+        (
+            "SELECT gp_kde_contribution(7, 1.0, 2.0, 'inf'::DOUBLE, 0.0, 500.0, 1e-4, 10)",
+            "gp_kde_contribution: qx/qy has 1 NaN or infinite",
+        ),
         ("SELECT gp_kde_contribution(7, 1.0, 2.0, 0.0, 0.0, 500.0, 1e-4, 65)", "rounds=65"),
-        ("SELECT gp_knn(7, [1.0, 'inf'::DOUBLE], [1.0, 2.0], 0.0, 0.0, 1, 1e-4)",
-         "gp_knn: xs/ys has 1 NaN or infinite"),
+        (
+            "SELECT gp_knn(7, [1.0, 'inf'::DOUBLE], [1.0, 2.0], 0.0, 0.0, 1, 1e-4)",
+            "gp_knn: xs/ys has 1 NaN or infinite",
+        ),
         ("SELECT gp_convex_hull(7, [1.0], [1.0], 0.0)", r"rho=0.0 in 1 row\(s\) must be finite"),
     ],
 )
