@@ -21,9 +21,9 @@ from gpframe.errors import (
     LedgerError,
     NoiseOverflowError,
 )
-from gpframe.frame.range_count import First, Last
 from gpframe.ledger import Session
 from gpframe.queries import monitor
+from gpframe.queries.range_count import First, Last
 
 __version__ = "0.1.0"
 

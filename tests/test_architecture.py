@@ -50,10 +50,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 #: the two faces of layer 6, which must not import each other
 FACES = ("gpframe.frame", "gpframe.duckdb")
 
-#: the remaining cycles and edges are removed on other branches; the lead drops these markers
-#: when merging them (strict: the marker itself fails once the graph is clean)
-PENDING = pytest.mark.xfail(strict=True, reason="fixed on branches h/driver, h/duckdb")
-
 Graph = dict[str, set[str]]
 
 
@@ -374,7 +370,6 @@ def test_every_layer_entry_names_modules(graph):
     assert not stale, f"layer entries that match no module: {stale}"
 
 
-@PENDING
 def test_no_import_cycles(graph):
     cycles = find_cycles(graph)
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
@@ -385,7 +380,6 @@ def test_every_import_points_down(graph):
     assert not edges, "imports into a higher layer:\n" + "\n".join(edges)
 
 
-@PENDING
 def test_frame_and_duckdb_do_not_import_each_other(graph):
     edges = cross_face_edges(graph)
     assert not edges, "imports between the two faces:\n" + "\n".join(edges)

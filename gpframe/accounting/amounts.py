@@ -140,11 +140,12 @@ def metric_amount(
             "this session's filters are pure GP: pass eps=... (a CGP or Gaussian charge is never "
             "admitted by a pure-GP filter). Nothing was charged."
         )
-    if same_kind and filter_kind == "cgp" and kind == "gp":
-        raise InvalidInputError("this session's filters are CGP: pass rho=... Nothing was charged.")
     if isinstance(amt, bool):  # exact() reads True as 1
         raise InvalidInputError(f"{name}={amt!r} must be a number > 0. Nothing was charged.")
-    return kind, positive(amt, name)
+    value = positive(amt, name)  # a bad amount is named first, whatever the filter
+    if same_kind and filter_kind == "cgp" and kind == "gp":
+        raise InvalidInputError("this session's filters are CGP: pass rho=... Nothing was charged.")
+    return kind, value
 
 
 class LedgerUnits:

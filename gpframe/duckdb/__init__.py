@@ -1,24 +1,21 @@
 """The DuckDB face: ``gp.duckdb.register(con, session)``, the SQL functions and relation helpers.
 
 :mod:`~gpframe.duckdb.register` installs the ``gp_*`` functions and macros on a connection;
-:mod:`~gpframe.duckdb.udf` holds the per-connection registry and the batch plumbing shared by
-them; one module per operation (``privatize``, ``range_count``, ``kde``, ``knn``, ``grid``)
-holds its SQL functions and its relation helper. The SQL files are in ``gpframe/duckdb/sql/``.
+one module per operation (``privatize``, ``range_count``, ``kde``, ``knn``, ``grid``) holds
+its SQL functions and its relation helper; :mod:`~gpframe.duckdb.udf` holds the per-connection
+registry and the UDF batch plumbing (every batch goes through :func:`gpframe.ledger.run.run`),
+:mod:`~gpframe.duckdb.relations` the relation helpers' shared checks. The SQL files are in
+``gpframe/duckdb/sql/``.
 """
 
 from pathlib import Path
 
-from gpframe.duckdb.register import (
-    Registration,
-    clip_user,
-    convex_hulls,
-    kde_raster,
-    knn,
-    nearest_users,
-    privatize,
-    range_count,
-    register,
-)
+from gpframe.duckdb.grid import clip_user
+from gpframe.duckdb.kde import kde_raster
+from gpframe.duckdb.knn import convex_hulls, knn, nearest_users
+from gpframe.duckdb.privatize import Registration, privatize
+from gpframe.duckdb.range_count import range_count
+from gpframe.duckdb.register import register
 
 #: the folder of the shipped SQL files (``privatize.sql``, ``grid_stats.sql``, ...), e.g.
 #: ``con.execute((gp.duckdb.SQL_DIR / "grid_stats.sql").read_text())`` after ``register``

@@ -47,7 +47,6 @@ Only the **values** are protected: Clip-User needs a public occupancy (clip-user
 from __future__ import annotations
 
 import itertools
-import threading
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -70,15 +69,14 @@ _REGISTRY = _u.Registry()
 
 
 @dataclass
-class GridRegistration:
-    """``gp_grid_release`` on one connection: the session, the plans, counters for tests."""
+class GridRegistration(_u.UdfRegistration):
+    """``gp_grid_release`` on one connection: the session, the plans, counters for tests.
 
-    session: Any
-    rng: Any = None
+    ``units`` is always None: the grid functions take cells, not metres.
+    """
+
     plans: dict[int, Any] = field(default_factory=dict)
     cells_released: int = 0
-    batches: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 def register_grid(con: Any, session: Any, *, rng: Any = None) -> GridRegistration:
@@ -86,23 +84,15 @@ def register_grid(con: Any, session: Any, *, rng: Any = None) -> GridRegistratio
     import duckdb
     from duckdb.sqltypes import BIGINT, DOUBLE
 
-    _u.check_session(session, hint="")
-    rng = _u.checked_rng(rng)
-    reg = _u.reuse(_REGISTRY, con, session, rng)
-    if reg is not None:
-        return reg
-    reg = GridRegistration(session=session, rng=rng)
     names = ("mean", "variance", "variance_unbiased", "mean_error", "variance_error")
-    _u.create_single_udf(
-        con, _UDF, _make_udf(reg), [BIGINT, BIGINT, BIGINT, BIGINT, BIGINT, BIGINT],
-        duckdb.struct_type(dict.fromkeys(names, DOUBLE)),
-    )  # fmt: skip
-    _REGISTRY.put(con, reg)
-    return reg
 
+    def create(con: Any, reg: GridRegistration) -> None:
+        _u.create_single_udf(
+            con, _UDF, _make_udf(reg), [BIGINT, BIGINT, BIGINT, BIGINT, BIGINT, BIGINT],
+            duckdb.struct_type(dict.fromkeys(names, DOUBLE)),
+        )  # fmt: skip
 
-def _lookup(con: Any) -> GridRegistration | None:
-    return _REGISTRY.get(con)
+    return _REGISTRY.install(con, session, GridRegistration, create, rng=rng)
 
 
 def _ident(name: str, what: str) -> str:
@@ -160,18 +150,19 @@ def clip_user(
         With ``params["plan_id"]``, the id ``gp_grid_params`` holds.
     """
     from gpframe.accounting.amounts import exact
-    from gpframe.frame.grid_stats import CLIPS, _finite_pair
     from gpframe.ledger.keys import sql_user_expr
     from gpframe.mechanisms.calibration import check_eps
     from gpframe.queries.clip_user import occupancy_from_records
-    from gpframe.queries.grid_stats import STATISTICS, _admission, central_kind, value_step
+    from gpframe.queries.grid_stats import (
+        CLIPS,
+        STATISTICS,
+        _admission,
+        central_kind,
+        value_bounds,
+        value_step,
+    )
 
-    reg = _lookup(con)
-    if reg is None:
-        raise InvalidInputError(
-            "clip_user needs the gpframe functions on this connection: call "
-            f"gp.duckdb.register(con, session) first. {_NOTHING}"
-        )
+    reg = _REGISTRY.require(con, "clip_user")
     session = reg.session
     central_kind(session)
     if clip not in CLIPS:
@@ -184,7 +175,7 @@ def clip_user(
             f"use the Python grid_stats(occupancy='private'). {_NOTHING}"
         )
     eps = check_eps(epsilon, "epsilon")
-    lo, hi = _finite_pair(bounds)
+    lo, hi = value_bounds(bounds)
     t, u, c, v = (_ident(table, "table"), _ident(user, "user"), _ident(cell, "cell"),
                   _ident(value, "value"))  # fmt: skip
     try:

@@ -55,8 +55,8 @@ __all__ = ["KdeRegistration", "kde_raster", "register_kde"]
 
 _UDF = "gp_kde_contribution_udf"
 _MACRO = "gp_kde_contribution"
-METHOD, SPLIT, BETA = "pt-elim", "doubling", 0.05
-_MAX_ROUNDS = 64
+METHOD = "pt-elim"
+SPLIT, BETA = _u.SPLIT, _u.BETA
 _REGISTRY = _u.Registry()
 _np, _nulls, _objects = _u.to_numpy, _u.nulls, _u.objects
 
@@ -92,23 +92,17 @@ def register_kde(
     """
     from duckdb.sqltypes import BIGINT, DOUBLE, INTEGER
 
-    _u.check_session(session)
-    rng = _u.checked_rng(rng)
-    units = _u.units_for(crs, domain)
-    reg = _u.reuse(_REGISTRY, con, session, rng, units)
-    if reg is not None:
-        return reg
-    reg = KdeRegistration(session=session, rng=rng, units=units)
-    args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(qx AS DOUBLE), CAST(qy AS DOUBLE), "
-            "CAST(bandwidth_m AS DOUBLE), CAST(rho AS DOUBLE), CAST(rounds AS INTEGER), "
-            "CAST(n_users AS BIGINT)")  # fmt: skip
-    _u.create_id_udfs(
-        con, _MACRO, lambda _ints: _make_udf(reg),
-        "x, y, qx, qy, bandwidth_m, rho, rounds, n_users := NULL", args,
-        [DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, INTEGER, BIGINT], DOUBLE,
-    )  # fmt: skip
-    _REGISTRY.put(con, reg)
-    return reg
+    def create(con: Any, reg: KdeRegistration) -> None:
+        args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(qx AS DOUBLE), CAST(qy AS DOUBLE), "
+                "CAST(bandwidth_m AS DOUBLE), CAST(rho AS DOUBLE), CAST(rounds AS INTEGER), "
+                "CAST(n_users AS BIGINT)")  # fmt: skip
+        _u.create_id_udfs(
+            con, _MACRO, lambda _ints: _make_udf(reg),
+            "x, y, qx, qy, bandwidth_m, rho, rounds, n_users := NULL", args,
+            [DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, DOUBLE, INTEGER, BIGINT], DOUBLE,
+        )  # fmt: skip
+
+    return _REGISTRY.install(con, session, KdeRegistration, create, rng=rng, crs=crs, domain=domain)
 
 
 def _make_udf(reg: KdeRegistration) -> Any:
@@ -122,9 +116,7 @@ def _make_udf(reg: KdeRegistration) -> Any:
         out = np.zeros(n)
         if (~null).any():
             rows = np.flatnonzero(~null)
-            # clipped: BIGINT values near 2**63 overflow int64 after the float round trip
-            nu_f = np.clip(np.nan_to_num(_np(n_users, np.float64), nan=-1), -1, 2.0**62)
-            nus = np.where(_nulls(n_users), -1, nu_f).astype(np.int64)
+            nus = _u.union_sizes(n_users)
             f = {k: _np(v, np.float64)[rows] for k, v in
                  dict(x=x, y=y, qx=qx, qy=qy, bw=bw, rho=rho, c=rounds).items()}  # fmt: skip
             val, done = _batch(reg, _u.user_objects(user_id, rows), f, nus[rows])
@@ -141,101 +133,50 @@ def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
     """Validate, reserve, eliminate and charge one batch; returns (contribution, ran) per row."""
     import pandas as pd
 
-    from gpframe.accounting.amounts import positive
-    from gpframe.ledger.charges import filter_kind, ledger_keys
-    from gpframe.queries.elimination import split_fractions
     from gpframe.queries.kde import kde_point
-    from gpframe.queries.privatize import COORD_MAX_M
 
-    pts = np.column_stack([f["x"], f["y"], f["qx"], f["qy"]])
-    if not np.isfinite(pts).all() or (np.abs(pts) >= COORD_MAX_M).any():
-        raise InvalidInputError(
-            "gp_kde_contribution: x, y, qx, qy must be finite metres of a projected CRS (|v| < "
-            "2**40). Nothing was charged for this batch."
-        )
+    fname = "gp_kde_contribution"
     units, scale = reg.units, reg.scale_max  # one registration state for the whole batch
-    if units is not None:  # without crs= the metres are taken as given, as before
-        _u.check_units(units, pts[:, :2], "gp_kde_contribution", "x/y")
-        _u.check_units(units, pts[:, 2:], "gp_kde_contribution", "qx/qy")
-    for name in ("bw", "rho"):
-        bad = ~np.isfinite(f[name]) | (f[name] <= 0)
-        if bad.any():
-            label = "bandwidth_m" if name == "bw" else "rho"
-            raise InvalidInputError(
-                f"gp_kde_contribution: {label}={f[name][bad][0]!r} must be finite and > 0. "
-                "Nothing was charged for this batch."
-            )
+    # without crs= the metres are taken as given (no degrees guess), as before
+    _u.check_points(np.column_stack([f["x"], f["y"]]), fname, units, "x/y", guess=False)
+    _u.check_points(np.column_stack([f["qx"], f["qy"]]), fname, units, "qx/qy", guess=False)
+    bad = ~np.isfinite(f["bw"]) | (f["bw"] <= 0)
+    if bad.any():
+        raise InvalidInputError(
+            f"{fname}: bandwidth_m={float(f['bw'][bad][0])!r} must be finite and > 0. Nothing was "
+            "charged for this batch."
+        )
+    exact = _u.exact_amounts(f["rho"], fname, "rho", "CGP, per m²")
     bw = f["bw"]
-    if ((bw < 2.0**-10) | (bw > 2.0**40)).any():  # tiny ones divided by zero in the kernel
+    out = (bw < 2.0**-10) | (bw > 2.0**40)  # tiny ones divided by zero in the kernel
+    if out.any():
         raise InvalidInputError(
-            f"gp_kde_contribution: bandwidth_m={bw[(bw < 2.0**-10) | (bw > 2.0**40)][0]!r} must be "
-            "between 2**-10 and 2**40 metres. Nothing was charged for this batch."
+            f"{fname}: bandwidth_m={float(bw[out][0])!r} must be between 2**-10 and 2**40 "
+            "metres. Nothing was charged for this batch."
         )
-    rounds = f["c"].astype(np.int64)
-    if ((rounds < 1) | (rounds > _MAX_ROUNDS)).any():
-        raise InvalidInputError(
-            f"gp_kde_contribution: rounds must be in 1..{_MAX_ROUNDS}. Nothing was charged for "
-            "this batch."
-        )
-    for c in np.unique(rounds).tolist():
-        split_fractions(SPLIT, int(c))
+    rounds = _u.check_rounds(f["c"].astype(np.int64), fname)
+    # rows that share (query point, bandwidth, rho, rounds, n) run as one elimination
     key = pd.DataFrame({"qx": f["qx"], "qy": f["qy"], "b": f["bw"], "r": f["rho"], "c": rounds,
                         "n": n_users})  # fmt: skip
     gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
-    codes, uniques = _u.factorize_objects(users)
-    n_u = len(uniques)
     val = np.zeros(len(rounds))
-    with _u.LEDGER_LOCK:  # the allocation and the charge see the same session
-        session = reg.session
-        if filter_kind(session) != "cgp":
-            raise InvalidInputError(
-                "gp_kde_contribution releases Gaussian noise (rho=): the session's filters must be "
-                "CGP. Use the Python API with eps= for GP sessions. Nothing was charged for this "
-                "batch."
-            )
-        lu = session.ledger.units["metric"]
-        row_alloc = {v: lu.to_fraction(lu.up(positive(float(v), "rho")))
-                     for v in np.unique(f["rho"])}  # fmt: skip
-        per_row = np.empty(len(rounds), dtype=object)
-        per_row[:] = [row_alloc[v] for v in f["rho"].tolist()]
-        # each (allocation, rounds) pair's round parts, checked before the reservation: a part
-        # too small to split (rho=5e-324) was refused inside it, so the batch was charged
-        from gpframe.queries.elimination import check_method_parts
 
-        for a, c in {(row_alloc[v], int(c)) for v, c in zip(f["rho"].tolist(), rounds.tolist(),
-                                                            strict=True)}:  # fmt: skip
-            check_method_parts(a, kind="cgp", method=METHOD, rounds=c, split=SPLIT, beta=BETA,
-                               unit=Fraction(1) / lu.scale, scale_max=scale)  # fmt: skip
-        params = {"method": METHOD, "split": SPLIT, "beta": BETA, "rows": len(rounds),
-                  "source": "duckdb"}  # fmt: skip
+    def release(sel: np.ndarray, alloc: np.ndarray, unit: Fraction) -> Any:
+        i0 = sel[0]
+        nu = int(n_users[i0])
+        out = kde_point(
+            np.column_stack([f["x"][sel], f["y"][sel]]), [f["qx"][i0], f["qy"][i0]],
+            bandwidth_m=float(f["bw"][i0]), kind="cgp", amount=alloc, method=METHOD,
+            rounds=int(rounds[i0]), split=SPLIT, beta=BETA, unit=unit, scale_max=scale,
+            n_union=nu if nu > 0 else None, rng=reg.rng,
+        )  # fmt: skip
+        val[sel] = out.contributions
+        return out.charges
 
-        def work(adm_u: np.ndarray) -> list[Fraction]:
-            admitted = adm_u[codes]
-            actual = [Fraction(0)] * n_u
-            for g in range(int(gcode.max()) + 1):
-                sel = np.flatnonzero((gcode == g) & admitted)
-                if sel.size == 0:
-                    continue
-                i0 = sel[0]
-                nu = int(n_users[i0])
-                out = kde_point(
-                    np.column_stack([f["x"][sel], f["y"][sel]]), [f["qx"][i0], f["qy"][i0]],
-                    bandwidth_m=float(f["bw"][i0]), kind="cgp", amount=per_row[sel],
-                    method=METHOD, rounds=int(rounds[i0]), split=SPLIT, beta=BETA,
-                    unit=Fraction(1) / lu.scale, scale_max=scale,
-                    n_union=nu if nu > 0 else None,
-                    rng=reg.rng,
-                )  # fmt: skip
-                val[sel] = out.contributions
-                for i, c in zip(sel.tolist(), out.charges.tolist(), strict=True):
-                    actual[codes[i]] += c
-            return actual
-
-        admitted = _u.charge_batch(
-            session, ledger_keys(uniques), _u.per_user_sum(codes, n_u, per_row), work,
-            query="gp_kde_contribution", params=params, kind=None,
-        )[codes]  # fmt: skip
-        _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
+    admitted = _u.elimination_batch(
+        reg, fname, METHOD, users, (f["rho"], exact), rounds, gcode, release,
+        scale_max=scale, params={"rows": len(rounds)},
+    )  # fmt: skip
     return val, admitted
 
 
@@ -324,41 +265,25 @@ def kde_raster(
     """
     import pyarrow as pa
 
-    from gpframe.duckdb.knn import _SRC, _check_input, _source
-    from gpframe.frame import kde as _kf
-    from gpframe.ledger.keys import sql_user_expr, user_keys
+    from gpframe.duckdb.relations import check_input, kind_amount, one_point_per_user, source
+    from gpframe.queries import kde as _k
 
     fname = "gp.duckdb.kde_raster"
     reg = _REGISTRY.require(con, fname)
     session = reg.session
+    kind, amount, _ = kind_amount(session, rho, eps, fname, gp_on_cgp=False)
     try:
-        h = _kf._length(bandwidth_m, "bandwidth_m")
-        c = _kf._length(cell_m, "cell_m")
-        kind, amount = _kf._check_amount(session, rho, eps)
+        h = _k.check_length(bandwidth_m, "bandwidth_m")
+        c = _k.check_length(cell_m, "cell_m")
         bm = None if bounds is None else _bounds_m(bounds)
     except InvalidInputError as exc:  # name the SQL entry point (the checks are the accessor's)
         raise InvalidInputError(f"{fname}: {exc}") from None
-    rel = _source(con, query_or_relation, fname)
-    u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
-    utype = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))[user]
-    tbl = rel.query(
-        _SRC,
-        f"SELECT {sql_user_expr(utype, u, user)} AS u, CAST({qx} AS DOUBLE) AS x, "
-        f"CAST({qy} AS DOUBLE) AS y FROM {_SRC}",
-    ).to_arrow_table()
-    _codes, keys = user_keys(tbl.column("u"), user)  # the accessor's keys for the same ids
-    if len(keys) != tbl.num_rows:
-        raise InvalidInputError(
-            f"{fname}: several rows per user: kde_raster reads one point per user; pick it in "
-            f"SQL, e.g. SELECT {u}, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM ... GROUP BY "
-            f"{u}. Nothing was charged."
-        )
-    xy = np.column_stack([tbl.column(k).to_numpy() for k in ("x", "y")]).astype(np.float64)
+    rel = source(con, query_or_relation, fname)
+    u, qx, qy = check_input(rel, fname, {"user": user, "x": x, "y": y})
     units = reg.units
-    if units is not None:  # the accessor's to_crs= check and scale; without crs= metres as given
-        _u.check_units(units, xy, fname, "x/y")
+    _tbl, _codes, keys, xy = one_point_per_user(rel, fname, (user, x, y), (u, qx, qy), units)
     with _u.LEDGER_LOCK:  # the SQL functions of other threads charge the same session
-        r = _kf.raster_from_points(
+        r = _k.raster_from_points(
             session, keys, xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=amount,
             correct=bool(correct), scale_max=1 if units is None else units.scale_max,
             crs_m=None if units is None else units.crs.to_string(), rng=reg.rng,

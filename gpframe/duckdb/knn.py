@@ -77,6 +77,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -84,12 +85,26 @@ from typing import Any
 import numpy as np
 
 from gpframe.duckdb import udf as _u
+from gpframe.duckdb.relations import (
+    SRC,
+    check_input,
+    check_rel_units,
+    kind_amount,
+    literal,
+    one_point_per_user,
+    public_columns,
+    query_point,
+    quote,
+    source,
+    warn_dropped,
+)
 from gpframe.errors import InvalidInputError
 
 __all__ = ["KnnRegistration", "convex_hulls", "knn", "nearest_users", "register_knn"]
 
 _KNN, _HULL = "gp_knn", "gp_convex_hull"
 _NOTHING = "Nothing was charged for this batch."
+_NOT_CHARGED = "Nothing was charged."
 
 _REGISTRY = _u.Registry()
 
@@ -132,34 +147,29 @@ def register_knn(
     import duckdb
     from duckdb.sqltypes import BIGINT, DOUBLE, VARCHAR
 
-    _u.check_session(session)
-    rng = _u.checked_rng(rng)
-    units = _u.units_for(crs, domain)
-    reg = _u.reuse(_REGISTRY, con, session, rng, units)
-    if reg is not None:
-        return reg
-    reg = KnnRegistration(session=session, rng=rng, units=units)
-    dlist = duckdb.list_type(DOUBLE)
-    for kind, param in (("cgp", "rho"), ("gp", "eps")):
-        sfx = "" if kind == "cgp" else "_gp"
-        knn_udf, hull_udf = _make_knn_udf(reg, kind), _make_hull_udf(reg, kind)  # _int and _str
-        _u.create_id_udfs(
-            con, _KNN + sfx, lambda _ints, f=knn_udf: f, f"xs, ys, px, py, k, {param}",
-            "CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST(px AS DOUBLE), CAST(py AS DOUBLE), "
-            f"CAST(k AS BIGINT), CAST({param} AS DOUBLE)",
-            [dlist, dlist, DOUBLE, DOUBLE, BIGINT, DOUBLE], duckdb.list_type(BIGINT),
-        )  # fmt: skip
-        # beta and k are optional named arguments (k := 0 picks k per user, spec §8.2)
-        _u.create_id_udfs(
-            con, _HULL + sfx, lambda _ints, f=hull_udf: f, f"xs, ys, {param}, beta := 0.1, k := 0",
-            f"CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST({param} AS DOUBLE), "
-            "CAST(beta AS DOUBLE), CAST(k AS BIGINT)",
-            [dlist, dlist, DOUBLE, DOUBLE, BIGINT], VARCHAR,
-        )  # fmt: skip
-        for sql in _table_macros(sfx, param):
-            con.execute(sql)
-    _REGISTRY.put(con, reg)
-    return reg
+    def create(con: Any, reg: KnnRegistration) -> None:
+        dlist = duckdb.list_type(DOUBLE)
+        for kind, param in (("cgp", "rho"), ("gp", "eps")):
+            sfx = "" if kind == "cgp" else "_gp"
+            knn_udf, hull_udf = _make_knn_udf(reg, kind), _make_hull_udf(reg, kind)  # _int and _str
+            _u.create_id_udfs(
+                con, _KNN + sfx, lambda _ints, f=knn_udf: f, f"xs, ys, px, py, k, {param}",
+                "CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST(px AS DOUBLE), "
+                f"CAST(py AS DOUBLE), CAST(k AS BIGINT), CAST({param} AS DOUBLE)",
+                [dlist, dlist, DOUBLE, DOUBLE, BIGINT, DOUBLE], duckdb.list_type(BIGINT),
+            )  # fmt: skip
+            # beta and k are optional named arguments (k := 0 picks k per user, spec §8.2)
+            _u.create_id_udfs(
+                con, _HULL + sfx, lambda _ints, f=hull_udf: f,
+                f"xs, ys, {param}, beta := 0.1, k := 0",
+                f"CAST(xs AS DOUBLE[]), CAST(ys AS DOUBLE[]), CAST({param} AS DOUBLE), "
+                "CAST(beta AS DOUBLE), CAST(k AS BIGINT)",
+                [dlist, dlist, DOUBLE, DOUBLE, BIGINT], VARCHAR,
+            )  # fmt: skip
+            for sql in _table_macros(sfx, param):
+                con.execute(sql)
+
+    return _REGISTRY.install(con, session, KnnRegistration, create, rng=rng, crs=crs, domain=domain)
 
 
 def _table_macros(sfx: str, param: str) -> list[str]:
@@ -239,36 +249,11 @@ def _lists(xs: Any, ys: Any, rows: np.ndarray, fname: str) -> tuple[np.ndarray, 
             )
     ax = np.asarray(vx.to_numpy(zero_copy_only=False), dtype=np.float64)
     ay = np.asarray(vy.to_numpy(zero_copy_only=False), dtype=np.float64)
-    xy = np.column_stack([ax[idx], ay[idy]])
-    if not np.isfinite(xy).all():
-        raise InvalidInputError(
-            f"{fname}: a coordinate is NaN or infinite; filter with isfinite(x). {_NOTHING}"
-        )
-    from gpframe.queries.knn import COORD_MAX_M
-
-    if (np.abs(xy) >= COORD_MAX_M).any():
-        raise InvalidInputError(
-            f"{fname}: a coordinate is beyond ±2**40 m; xs and ys must be metres of a projected "
-            f"CRS. {_NOTHING}"
-        )
-    return xy, lx
+    return np.column_stack([ax[idx], ay[idy]]), lx
 
 
 _PARAM = {"cgp": "rho", "gp": "eps"}
 _UNIT = {"cgp": "CGP, per m²", "gp": "GP, per m"}
-
-
-def _amounts(vals: np.ndarray, fname: str, kind: str) -> dict[float, Fraction]:
-    """Exact amount of every distinct float argument (finite and > 0, else nothing is charged)."""
-    from gpframe.accounting.amounts import positive
-
-    param = _PARAM[kind]
-    bad = ~np.isfinite(vals) | (vals <= 0)
-    if bad.any():
-        raise InvalidInputError(
-            f"{fname}: {param}={vals[bad][0]!r} must be finite and > 0 ({_UNIT[kind]}). {_NOTHING}"
-        )
-    return {f: positive(f, param) for f in np.unique(vals).tolist()}
 
 
 def _check_session(session: Any, fname: str, kind: str) -> str:
@@ -285,16 +270,32 @@ def _check_session(session: Any, fname: str, kind: str) -> str:
     return fk
 
 
+def _groups(key: dict[str, np.ndarray]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """(group code per row, the groups' key values): rows sharing every key column, in order."""
+    import pandas as pd
+
+    gcode, groups = pd.factorize(pd.MultiIndex.from_frame(pd.DataFrame(key)), sort=False)
+    return np.asarray(gcode, dtype=np.int64), list(groups.tolist())
+
+
 def _run(
     reg: KnnRegistration,
     fname: str,
     kind: str,
     users: np.ndarray,
+    points: tuple[np.ndarray, np.ndarray],
+    gcode: np.ndarray,
     amounts: list[Fraction],
     params: dict[str, Any],
-    work: Any,
-) -> np.ndarray:
-    """Reserve each row's user, run ``work(admitted_rows)``, charge; returns admitted per row.
+    release: Callable[[int, np.ndarray, np.ndarray, np.ndarray], Any],
+) -> list[Any]:
+    """Answer one batch of per-user lists: reserve, release group by group, charge.
+
+    The one runner of ``gp_knn`` and ``gp_convex_hull``. ``points`` are the rows' points
+    (concatenated) and each row's count; the admitted rows of group ``g`` (rows sharing the
+    public parameters) run as one call ``release(g, rows, pts, codes)`` over their users'
+    points (``codes`` numbers the rows 0..), in batch order, so a one-group batch runs exactly
+    as the Python path; it returns one value per row. Refused rows stay None.
 
     ``amounts`` are each row's amount in the mechanism's units (``kind``). Each is converted to
     the filter's units first (ε on a GP filter; ρ, or ε²/2 for a GP release, on a CGP filter:
@@ -304,12 +305,22 @@ def _run(
     from gpframe.accounting.filters import charge_for
     from gpframe.ledger.charges import ledger_keys
 
+    xy, lens = points
+    start = np.zeros(lens.size + 1, dtype=np.int64)
+    np.cumsum(lens, out=start[1:])
+    result: list[Any] = [None] * lens.size
     codes, uniques = _u.factorize_objects(users)
 
     def work_and_charge(adm_u: np.ndarray) -> list[Fraction]:
-        admitted = adm_u[codes]
-        if admitted.any():
-            work(np.flatnonzero(admitted))
+        adm = np.flatnonzero(adm_u[codes])
+        for g in range(int(gcode.max()) + 1) if adm.size else ():
+            sel = adm[gcode[adm] == g]
+            if sel.size == 0:
+                continue
+            pts = np.concatenate([xy[start[i] : start[i + 1]] for i in sel.tolist()])
+            rows = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
+            for i, v in zip(sel.tolist(), release(g, sel, pts, rows), strict=True):
+                result[i] = v
         return [a if ok else Fraction(0) for a, ok in zip(alloc, adm_u.tolist(), strict=True)]
 
     with _u.LEDGER_LOCK:
@@ -324,7 +335,7 @@ def _run(
             kind=None,
         )[codes]  # fmt: skip
         _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
-    return admitted
+    return result
 
 
 def _per_row(cols: tuple[Any, ...], batch: Any, typ: Any) -> Any:
@@ -382,52 +393,38 @@ def _knn_batch(
     ks: np.ndarray,
     amts: np.ndarray,
 ) -> list[Any]:
-    import pandas as pd
-
     from gpframe.queries import knn as _k
 
     xy, lens = _lists(xs, ys, rows, fname)
     if not (np.isfinite(px).all() and np.isfinite(py).all()):
         raise InvalidInputError(f"{fname}: the query point (px, py) must be finite. {_NOTHING}")
-    _u.check_units(reg.units, xy, fname, "xs/ys")
+    _u.check_points(xy, fname, reg.units, "xs/ys")
     _u.check_units(reg.units, np.column_stack([px, py]), fname, "px/py")
     scale = Fraction(reg.scale_max)
     if (ks < 1).any() or (ks != np.floor(ks)).any():
-        raise InvalidInputError(f"{fname}: k={ks[ks < 1][0] if (ks < 1).any() else ks[0]!r} "
+        raise InvalidInputError(f"{fname}: k={float(ks[ks < 1][0] if (ks < 1).any() else ks[0])!r} "
                                 f"must be an integer >= 1. {_NOTHING}")  # fmt: skip
-    exact = _amounts(amts, fname, kind)
+    exact = _u.exact_amounts(amts, fname, _PARAM[kind], _UNIT[kind])
     ks = ks.astype(np.int64)
     # calibrate every (amount, k) before the ledger is touched (bad amounts charge nothing)
     for f, kk, m in zip(amts.tolist(), ks.tolist(), lens.tolist(), strict=True):
         _k.pnn_calibration(_k.call_eps(kind, exact[f], min(int(kk), int(m)), scale))
     _k._check_extent(xy, np.column_stack([px, py]))
-    start = np.zeros(rows.size + 1, dtype=np.int64)
-    np.cumsum(lens, out=start[1:])
-    result: list[Any] = [None] * rows.size
-    # rows sharing (point, k, amount) run as one k-PNN over several users, in batch order
-    key = pd.DataFrame({"x": px, "y": py, "k": ks, "a": amts})
-    gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
+    # rows sharing (point, k, amount) run as one k-PNN over several users
+    gcode, _ = _groups({"x": px, "y": py, "k": ks, "a": amts})
 
-    def work(adm: np.ndarray) -> None:
-        for g in range(int(gcode.max()) + 1):
-            sel = adm[gcode[adm] == g]
-            if sel.size == 0:
-                continue
-            pts = np.concatenate([xy[start[i] : start[i + 1]] for i in sel.tolist()])
-            codes = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
-            i0 = int(sel[0])
-            out = _k.knn_indices(pts, codes, (px[i0], py[i0]), int(ks[i0]), kind=kind,
-                                 amount=exact[float(amts[i0])], scale_max=scale,
-                                 rng=reg.rng)  # fmt: skip
-            off = np.zeros(sel.size, dtype=np.int64)
-            np.cumsum(lens[sel][:-1], out=off[1:])
-            for j, i in enumerate(sel.tolist()):
-                result[i] = (out.rows[j] - off[j] + 1).tolist()  # 1-based list positions
+    def release(_g: int, sel: np.ndarray, pts: np.ndarray, codes: np.ndarray) -> list[Any]:
+        i0 = int(sel[0])
+        out = _k.knn_indices(pts, codes, (px[i0], py[i0]), int(ks[i0]), kind=kind,
+                             amount=exact[float(amts[i0])], scale_max=scale,
+                             rng=reg.rng)  # fmt: skip
+        off = np.zeros(sel.size, dtype=np.int64)
+        np.cumsum(lens[sel][:-1], out=off[1:])
+        return [(out.rows[j] - off[j] + 1).tolist() for j in range(sel.size)]  # 1-based
 
     amounts = [exact[f] for f in amts.tolist()]
     params = {"rows": int(rows.size), "k": sorted({int(v) for v in ks.tolist()})[:16]}
-    _run(reg, fname, kind, users, amounts, params, work)
-    return result
+    return _run(reg, fname, kind, users, (xy, lens), gcode, amounts, params, release)
 
 
 # ------------------------------------------------------------------------------ gp_convex_hull
@@ -464,34 +461,29 @@ def _hull_batch(
     betas: np.ndarray,
     ks: np.ndarray,
 ) -> list[Any]:
-    import pandas as pd
     import shapely
 
-    from gpframe.frame.knn import _hull_preflight
     from gpframe.queries import hull as _h
 
     xy, lens = _lists(xs, ys, rows, fname)
     units, scale = reg.units, Fraction(reg.scale_max)  # one registration state per batch
-    if units is not None:  # without crs= the metres are taken as given, as before
-        _u.check_units(units, xy, fname, "xs/ys")
-    exact = _amounts(amts, fname, kind)
+    # without crs= the metres are taken as given (no degrees guess), as before
+    _u.check_points(xy, fname, units, "xs/ys", guess=False)
+    exact = _u.exact_amounts(amts, fname, _PARAM[kind], _UNIT[kind])
     bad = ~np.isfinite(betas) | (betas <= 0) | (betas >= 1)
     if bad.any():
         raise InvalidInputError(
-            f"{fname}: beta={betas[bad][0]!r} must be a probability in (0, 1). {_NOTHING}"
+            f"{fname}: beta={float(betas[bad][0])!r} must be a probability in (0, 1). {_NOTHING}"
         )
     bad = (ks < 0) | (ks != np.floor(ks))
     if bad.any():
         raise InvalidInputError(
-            f"{fname}: k={ks[bad][0]!r} must be 0 (k per user from the noisy radius, spec §8.2) "
-            f"or an integer >= 1. {_NOTHING}"
+            f"{fname}: k={float(ks[bad][0])!r} must be 0 (k per user from the noisy radius, "
+            f"spec §8.2) or an integer >= 1. {_NOTHING}"
         )
     ks = ks.astype(np.int64)
-    key = pd.DataFrame({"a": amts, "b": betas, "k": ks})
-    gcode, groups = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
-    groups = [(exact[float(a)], float(b), int(k) or None) for a, b, k in groups.tolist()]
-    start = np.zeros(rows.size + 1, dtype=np.int64)
-    np.cumsum(lens, out=start[1:])
+    gcode, keys = _groups({"a": amts, "b": betas, "k": ks})
+    groups = [(exact[float(a)], float(b), int(k) or None) for a, b, k in keys]
     # every check of PCH before the ledger is touched. The dry run on one dummy point covers
     # the centre and radius phases only, so the k-dependent ones (PNN calls and anchor
     # releases at the largest k / n) are calibrated on each group's own point counts: without
@@ -503,220 +495,30 @@ def _hull_batch(
             _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=a,
                              beta=b, k=k, admitted=np.zeros(1, bool),
                              scale_max=scale)  # fmt: skip
-            _hull_preflight(kind, a, b, _h.ALPHA, k, 10.0, n_g, float(scale))  # every k phase
+            _h.hull_preflight(kind, a, b, _h.ALPHA, k, 10.0, n_g, float(scale))  # every k phase
     except InvalidInputError as exc:  # name the SQL function (the checks are shared with Python)
         raise InvalidInputError(f"{fname} ({_PARAM[kind]}={float(a)!r}): {exc}") from None
-    result: list[Any] = [None] * rows.size
 
-    def work(adm: np.ndarray) -> None:
-        for g, (a, b, k) in enumerate(groups):
-            sel = adm[gcode[adm] == g]
-            if sel.size == 0:
-                continue
-            pts = np.concatenate([xy[start[i] : start[i + 1]] for i in sel.tolist()])
-            codes = np.repeat(np.arange(sel.size, dtype=np.int64), lens[sel])
-            out = _h.private_hulls(
-                pts, codes, kind=kind, amount=a, beta=b, k=k, scale_max=scale, rng=reg.rng
-            )
-            # hex text, not a BLOB: DuckDB's .df() turns every BLOB (and GEOMETRY) into a
-            # bytearray, which shapely.from_wkb and GeoSeries.from_wkb refuse
-            wkb = shapely.to_wkb(out.hulls, hex=True)
-            for j, i in enumerate(sel.tolist()):
-                result[i] = str(wkb[j])
+    def release(g: int, _sel: np.ndarray, pts: np.ndarray, codes: np.ndarray) -> list[Any]:
+        a, b, k = groups[g]
+        out = _h.private_hulls(
+            pts, codes, kind=kind, amount=a, beta=b, k=k, scale_max=scale, rng=reg.rng
+        )
+        # hex text, not a BLOB: DuckDB's .df() turns every BLOB (and GEOMETRY) into a
+        # bytearray, which shapely.from_wkb and GeoSeries.from_wkb refuse
+        return [str(w) for w in shapely.to_wkb(out.hulls, hex=True)]
 
     amounts = [exact[f] for f in amts.tolist()]
-    _run(reg, fname, kind, users, amounts, {"rows": int(rows.size)}, work)
-    return result
+    return _run(reg, fname, kind, users, (xy, lens), gcode, amounts, {"rows": int(rows.size)},
+                release)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
 # relation helpers: gp.duckdb.knn / convex_hulls / nearest_users (issue 8, STYLE.md §9)
 
-_SRC = "__gp_src"
-_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-            "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL")  # fmt: skip
-_NOT_CHARGED = "Nothing was charged."
-
 
 def _registration(con: Any, fname: str) -> KnnRegistration:
     return _REGISTRY.require(con, fname)
-
-
-def _quote(name: Any, what: str) -> str:
-    if not isinstance(name, str) or not name:
-        raise InvalidInputError(f"{what}={name!r} must be a non-empty column name. {_NOT_CHARGED}")
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _literal(v: float) -> str:
-    """Write a float as an exact DOUBLE literal (repr round-trips; DuckDB rounds correctly)."""
-    return f"CAST('{float(v)!r}' AS DOUBLE)"
-
-
-def _source(con: Any, query_or_relation: Any, fname: str) -> Any:
-    """Return the input as a relation of ``con``: a SQL string, or a relation made on ``con``."""
-    import uuid
-
-    import duckdb
-
-    if isinstance(query_or_relation, str):
-        try:
-            rel = con.sql(query_or_relation)
-        except duckdb.Error as exc:
-            raise InvalidInputError(
-                f"{fname}: query_or_relation is not a valid query on this connection ({exc}). "
-                f"{_NOT_CHARGED}"
-            ) from None
-        if rel is None:
-            raise InvalidInputError(
-                f"{fname}: query_or_relation must be a SELECT query (it returned no rows). "
-                f"{_NOT_CHARGED}"
-            )
-        return rel
-    if not isinstance(query_or_relation, duckdb.DuckDBPyRelation):
-        raise InvalidInputError(
-            f"{fname}: query_or_relation must be a SQL string or a DuckDBPyRelation, got "
-            f"{type(query_or_relation).__name__}. {_NOT_CHARGED}"
-        )
-    # the relation must run on ``con`` (its UDFs charge con's session): a TEMP macro of con is
-    # visible to it only if it was made on con
-    marker = f"__gp_con_{uuid.uuid4().hex}"
-    con.execute(f"CREATE TEMP MACRO {marker}() AS 1")
-    try:
-        query_or_relation.query(_SRC, f"SELECT {marker}()").fetchall()
-    except duckdb.Error:
-        raise InvalidInputError(
-            f"{fname}: the relation was made on another connection than con; build it with "
-            f"con.sql(...) or con.table(...) on the registered connection. {_NOT_CHARGED}"
-        ) from None
-    finally:
-        con.execute(f"DROP MACRO IF EXISTS temp.{marker}")
-    return query_or_relation
-
-
-def _check_input(
-    rel: Any, fname: str, columns: dict[str, str | None], reserved: tuple[str, ...] = ()
-) -> tuple[str, str, str]:
-    """Check the columns (names, numeric x/y) and the rows (NULL, NaN/inf, ±2**40 m) of ``rel``.
-
-    Returns the quoted (user, x, y). All checks read public facts about the input only.
-    """
-    from gpframe.ledger.keys import sql_user_expr
-    from gpframe.queries.knn import COORD_MAX_M
-
-    cols = list(rel.columns)
-    types = dict(zip(cols, (str(t) for t in rel.types), strict=True))
-    for what, name in columns.items():
-        if name is None:
-            continue
-        _quote(name, what)
-        if name not in types:
-            raise InvalidInputError(
-                f"{fname}: {what}={name!r} is not a column of the input (columns: {cols}). "
-                f"{_NOT_CHARGED}"
-            )
-    for name in reserved:
-        if name in types and name not in columns.values():
-            raise InvalidInputError(
-                f"{fname}: the input already has a column {name!r}, which the output adds; "
-                f"rename it in the query. {_NOT_CHARGED}"
-            )
-    for what in ("x", "y"):
-        t = types[columns[what]]  # type: ignore[index]
-        if not t.startswith(_NUMERIC):
-            raise InvalidInputError(
-                f"{fname}: column {columns[what]!r} ({what}) has type {t}; x and y must be "
-                f"numeric metres of a projected CRS. {_NOT_CHARGED}"
-            )
-    u, x, y = (_quote(columns[w], w) for w in ("user", "x", "y"))
-    sql_user_expr(types[columns["user"]], u, columns["user"])  # float/bool ids: the one refusal
-    n, nu, nx, ny, big = rel.query(
-        _SRC,
-        f"SELECT count(*), count(*) FILTER ({u} IS NULL), "
-        f"count(*) FILTER ({x} IS NULL OR NOT isfinite(CAST({x} AS DOUBLE))), "
-        f"count(*) FILTER ({y} IS NULL OR NOT isfinite(CAST({y} AS DOUBLE))), "
-        f"max(greatest(abs(CAST({x} AS DOUBLE)), abs(CAST({y} AS DOUBLE)))) FROM {_SRC}",
-    ).fetchall()[0]
-    if n == 0:
-        raise InvalidInputError(f"{fname}: the input has no rows: nobody to ask. {_NOT_CHARGED}")
-    if nu:
-        raise InvalidInputError(
-            f"{fname}: column {columns['user']!r} has {nu} NULL value(s); filter them first "
-            f"(WHERE {u} IS NOT NULL). {_NOT_CHARGED}"
-        )
-    for what, bad in (("x", nx), ("y", ny)):
-        if bad:
-            c = _quote(columns[what], what)
-            raise InvalidInputError(
-                f"{fname}: column {columns[what]!r} has {bad} NULL, NaN or infinite value(s); "
-                f"filter them first (WHERE isfinite({c})). {_NOT_CHARGED}"
-            )
-    if big is not None and not float(big) < COORD_MAX_M:
-        raise InvalidInputError(
-            f"{fname}: a coordinate is beyond ±2**40 m; x and y must be metres of a projected "
-            f"CRS. {_NOT_CHARGED}"
-        )
-    return u, x, y
-
-
-def _check_rel_units(reg: KnnRegistration, rel: Any, qx: str, qy: str, fname: str) -> None:
-    """Refuse, before anything runs, rows outside the registered CRS's area of use.
-
-    The UDFs check each batch too, but a later batch's refusal would come after earlier
-    batches were charged; the relation helpers promise nothing is charged on bad input.
-    """
-    if reg.units is None:  # without crs= the metres are taken as given, as before
-        return
-    tbl = rel.query(
-        _SRC, f"SELECT CAST({qx} AS DOUBLE) AS x, CAST({qy} AS DOUBLE) AS y FROM {_SRC}"
-    ).to_arrow_table()
-    xy = np.column_stack([tbl.column(c).to_numpy() for c in ("x", "y")]).astype(np.float64)
-    _u.check_units(reg.units, xy, fname, "x/y")
-
-
-def _kind_amount(session: Any, rho: Any, eps: Any, fname: str) -> tuple[str, Fraction, float]:
-    """(mechanism kind, exact amount, float amount), as the accessor's ``rho=`` / ``eps=``."""
-    import math
-
-    from gpframe.accounting.amounts import positive
-    from gpframe.ledger.charges import filter_kind
-
-    fk = filter_kind(session)
-    if (rho is None) == (eps is None):
-        raise InvalidInputError(
-            f"{fname}: pass exactly one of rho= (CGP, per m²) or eps= (GP, per m), got "
-            f"rho={rho!r}, eps={eps!r}. {_NOT_CHARGED}"
-        )
-    if rho is not None and fk == "gp":
-        raise InvalidInputError(
-            f"{fname}: this session's filters are pure GP: pass eps=... (a CGP charge is never "
-            f"admitted by a pure-GP filter). {_NOT_CHARGED}"
-        )
-    kind, param, amt = ("cgp", "rho", rho) if rho is not None else ("gp", "eps", eps)
-    if isinstance(amt, bool) or not isinstance(amt, (int, float, np.integer, np.floating)):
-        raise InvalidInputError(f"{fname}: {param}={amt!r} must be a number. {_NOT_CHARGED}")
-    if not math.isfinite(float(amt)) or float(amt) <= 0:
-        raise InvalidInputError(
-            f"{fname}: {param}={amt!r} must be finite and > 0 ({_UNIT[kind]}). {_NOT_CHARGED}"
-        )
-    return kind, positive(float(amt), param), float(amt)
-
-
-def _query_point(point: Any, fname: str) -> tuple[float, float]:
-    import shapely
-
-    if isinstance(point, shapely.Point):
-        point = (point.x, point.y) if not point.is_empty else (np.nan, np.nan)
-    try:
-        px, py = (float(v) for v in point)
-    except (TypeError, ValueError):
-        raise InvalidInputError(
-            f"{fname}: point must be (x, y) or a shapely Point in the data's metres, got "
-            f"{point!r}. {_NOT_CHARGED}"
-        ) from None
-    if not (np.isfinite(px) and np.isfinite(py)):
-        raise InvalidInputError(f"{fname}: point {point!r} must be finite. {_NOT_CHARGED}")
-    return px, py
 
 
 def knn(
@@ -791,29 +593,29 @@ def knn(
 
     fname = "gp.duckdb.knn"
     reg = _registration(con, fname)
-    kind, amount, f_amt = _kind_amount(reg.session, rho, eps, fname)
+    kind, amount, f_amt = kind_amount(reg.session, rho, eps, fname)
     kk = _k.check_k(k)
-    px, py = _query_point(point, fname)
-    rel = _source(con, query_or_relation, fname)
+    px, py = query_point(point, fname)
+    rel = source(con, query_or_relation, fname)
     cols = {"user": user, "x": x, "y": y, "order_by": order_by}
-    u, qx, qy = _check_input(rel, fname, cols, reserved=("knn_rank",))
-    keep = _public(rel, public, user, (x, y), fname, reserved=("knn_rank",))
+    u, qx, qy = check_input(rel, fname, cols, reserved=("knn_rank",))
+    keep = public_columns(rel, public, user, (x, y), fname, reserved=("knn_rank",))
     if not max(abs(px), abs(py)) < _k.COORD_MAX_M:
         raise InvalidInputError(f"{fname}: point is beyond ±2**40 m. {_NOT_CHARGED}")
-    _check_rel_units(reg, rel, qx, qy, fname)
+    check_rel_units(reg, rel, qx, qy, fname)
     if reg.units is not None:
         _u.check_units(reg.units, np.array([[px, py]]), fname, "query")
     # calibrate every per-user k before anything runs (the UDF checks again per batch)
     sizes = rel.query(
-        _SRC, f"SELECT DISTINCT least(count(*), {kk}) FROM {_SRC} GROUP BY {u}"
+        SRC, f"SELECT DISTINCT least(count(*), {kk}) FROM {SRC} GROUP BY {u}"
     ).fetchall()
     for (n_k,) in sizes:
         _k.pnn_calibration(_k.call_eps(kind, amount, int(n_k), Fraction(reg.scale_max)))
-    ob = f"{_quote(order_by, 'order_by')}, " if order_by is not None else ""
+    ob = f"{quote(order_by, 'order_by')}, " if order_by is not None else ""
     fx, fy = (f"'{c.replace(chr(39), chr(39) * 2)}'" for c in (x, y))
     fn = _KNN if kind == "cgp" else _KNN + "_gp"
     sql = f"""
-        WITH __gp_s AS MATERIALIZED (SELECT *, row_number() OVER () AS __gp_row FROM {_SRC}),
+        WITH __gp_s AS MATERIALIZED (SELECT *, row_number() OVER () AS __gp_row FROM {SRC}),
         __gp_t AS (
             SELECT {u} AS __gp_u, min(__gp_row) AS __gp_first,
                    list(__gp_s ORDER BY {ob}__gp_row) AS __gp_recs
@@ -822,59 +624,18 @@ def knn(
             SELECT __gp_first, __gp_recs, {fn}(__gp_u,
                 list_transform(__gp_recs, lambda r: CAST(struct_extract(r, {fx}) AS DOUBLE)),
                 list_transform(__gp_recs, lambda r: CAST(struct_extract(r, {fy}) AS DOUBLE)),
-                {_literal(px)}, {_literal(py)}, {kk}, {_literal(f_amt)}) AS __gp_pos
+                {literal(px)}, {literal(py)}, {kk}, {literal(f_amt)}) AS __gp_pos
             FROM __gp_t),
         __gp_o AS (
             SELECT __gp_first, UNNEST(list_transform(__gp_pos,
                 lambda p, i: struct_insert(__gp_recs[p], knn_rank := i)), max_depth := 2)
             FROM __gp_p WHERE __gp_pos IS NOT NULL)
-        SELECT {", ".join(_quote(c, "public") for c in keep)}, knn_rank
+        SELECT {", ".join(quote(c, "public") for c in keep)}, knn_rank
         FROM __gp_o ORDER BY __gp_first, knn_rank
     """
-    out = con.from_arrow(rel.query(_SRC, sql).to_arrow_table())
-    _warn_dropped(rel, keep, (x, y), fname)
+    out = con.from_arrow(rel.query(SRC, sql).to_arrow_table())
+    warn_dropped(rel, keep, (x, y), fname)
     return out
-
-
-def _public(
-    rel: Any, public: Any, user: str, coords: tuple[str, ...], fname: str, reserved: tuple = ()
-) -> tuple[str, ...]:
-    """Validate ``public=`` on a relation: the kept columns, ``user`` first (gpframe.release)."""
-    from gpframe.release import check_public, check_reserved
-
-    try:
-        keep = check_public(list(rel.columns), public, user=user, protected=coords)
-    except InvalidInputError as exc:
-        raise InvalidInputError(f"{fname}: {exc}") from None
-    check_reserved(keep, reserved, fname)
-    _refuse_coordinate_copies(rel, keep[1:], coords, fname)
-    return tuple(str(c) for c in keep)
-
-
-def _refuse_coordinate_copies(rel: Any, public: tuple, coords: tuple[str, ...], fname: str) -> None:
-    """Refuse a public column equal to x or y on every row (as ``df.geopriv`` does)."""
-    types = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
-    for name in public:
-        if not types.get(name, "").startswith(_NUMERIC):
-            continue
-        c = f"CAST({_quote(name, 'public')} AS DOUBLE)"
-        tests = ", ".join(
-            f"bool_and(abs({c} - CAST({_quote(v, 'x')} AS DOUBLE)) <= "
-            f"1e-9 * greatest(1, abs(CAST({_quote(v, 'x')} AS DOUBLE))))"
-            for v in coords
-        )
-        if any(rel.query(_SRC, f"SELECT {tests} FROM {_SRC}").fetchall()[0]):
-            raise InvalidInputError(
-                f"{fname}: public column {name!r} holds the point coordinates (it equals x or y "
-                f"on every row), so it cannot be public. Remove it from public=. {_NOT_CHARGED}"
-            )
-
-
-def _warn_dropped(rel: Any, keep: tuple[str, ...], coords: tuple[str, ...], fname: str) -> None:
-    from gpframe.release import warn_dropped
-
-    dropped = [c for c in rel.columns if c not in keep and c not in coords]
-    warn_dropped(dropped, fname, stacklevel=3)
 
 
 def convex_hulls(
@@ -946,12 +707,11 @@ def convex_hulls(
     import pyarrow as pa
     import shapely
 
-    from gpframe.frame.knn import _hull_preflight
     from gpframe.queries import hull as _h
 
     fname = "gp.duckdb.convex_hulls"
     reg = _registration(con, fname)
-    kind, amount, f_amt = _kind_amount(reg.session, rho, eps, fname)
+    kind, amount, f_amt = kind_amount(reg.session, rho, eps, fname)
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
         raise InvalidInputError(
             f"{fname}: beta={beta!r} must be a probability in (0, 1). {_NOT_CHARGED}"
@@ -962,13 +722,13 @@ def convex_hulls(
         raise InvalidInputError(
             f"{fname}: geometry={geometry!r} is not one of 'wkb', 'wkt', 'geometry'. {_NOT_CHARGED}"
         )
-    rel = _source(con, query_or_relation, fname)
+    rel = source(con, query_or_relation, fname)
     if user == "hull":
         raise InvalidInputError(
             f"{fname}: user='hull' clashes with the output column; rename it. {_NOT_CHARGED}"
         )
-    u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
-    _check_rel_units(reg, rel, qx, qy, fname)
+    u, qx, qy = check_input(rel, fname, {"user": user, "x": x, "y": y})
+    check_rel_units(reg, rel, qx, qy, fname)
     scale = Fraction(reg.scale_max)
     # every check of PCH before anything runs (the UDF checks again per batch)
     _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=amount,
@@ -976,21 +736,21 @@ def convex_hulls(
                      scale_max=scale)  # fmt: skip
     # ... including the k-dependent phases on the users' point counts: the UDF would refuse
     # them per batch, after earlier batches were charged
-    sizes = rel.query(_SRC, f"SELECT DISTINCT count(*) FROM {_SRC} GROUP BY {u}").fetchall()
+    sizes = rel.query(SRC, f"SELECT DISTINCT count(*) FROM {SRC} GROUP BY {u}").fetchall()
     counts = np.array([n for (n,) in sizes], dtype=np.int64)
     kk = None if k is None else int(k)
-    _hull_preflight(kind, amount, float(beta), _h.ALPHA, kk, 10.0, counts, float(scale))
+    _h.hull_preflight(kind, amount, float(beta), _h.ALPHA, kk, 10.0, counts, float(scale))
     fn = _HULL if kind == "cgp" else _HULL + "_gp"
     sql = f"""
         WITH __gp_s AS MATERIALIZED (
             SELECT {u} AS __gp_u, CAST({qx} AS DOUBLE) AS __gp_x, CAST({qy} AS DOUBLE) AS __gp_y,
-                   row_number() OVER () AS __gp_row FROM {_SRC})
+                   row_number() OVER () AS __gp_row FROM {SRC})
         SELECT __gp_u AS {u}, {fn}(__gp_u, list(__gp_x ORDER BY __gp_row),
-               list(__gp_y ORDER BY __gp_row), {_literal(f_amt)}, beta := {_literal(beta)},
+               list(__gp_y ORDER BY __gp_row), {literal(f_amt)}, beta := {literal(beta)},
                k := {int(k or 0)}) AS hull
         FROM __gp_s GROUP BY __gp_u ORDER BY min(__gp_row)
     """
-    tbl = rel.query(_SRC, sql).to_arrow_table()
+    tbl = rel.query(SRC, sql).to_arrow_table()
     if geometry != "wkb":
         hulls = shapely.from_wkb(np.asarray(tbl.column("hull").to_pylist(), dtype=object))
         if geometry == "wkt":
@@ -1085,8 +845,8 @@ def nearest_users(
     """
     import pyarrow as pa
 
-    from gpframe.ledger.charges import filter_kind, ledger_keys
-    from gpframe.ledger.keys import sql_user_expr, user_keys
+    from gpframe.ledger.charges import ledger_keys
+    from gpframe.ledger.run import Charge, run
     from gpframe.queries.elimination import check_method_parts, split_fractions
     from gpframe.queries.knn import check_k
     from gpframe.queries.nearest import (
@@ -1099,13 +859,7 @@ def nearest_users(
     fname = "gp.duckdb.nearest_users"
     reg = _registration(con, fname)
     session = reg.session
-    fk = filter_kind(session)
-    kind, amount, _ = _kind_amount(session, rho, eps, fname)
-    if kind != fk:
-        raise InvalidInputError(
-            f"{fname}: this session's filters are {fk.upper()}: pass "
-            f"{'rho' if fk == 'cgp' else 'eps'}=... for nearest_users. {_NOT_CHARGED}"
-        )
+    kind, amount, _ = kind_amount(session, rho, eps, fname, gp_on_cgp=False)
     if method not in METHODS:
         raise InvalidInputError(
             f"{fname}: method={method!r} is not one of {', '.join(map(repr, METHODS))}. "
@@ -1118,35 +872,21 @@ def nearest_users(
         )
     b = float(beta)
     kk = check_k(k)
-    q = np.array(_query_point(point, fname))
-    rel = _source(con, query_or_relation, fname)
+    q = np.array(query_point(point, fname))
+    rel = source(con, query_or_relation, fname)
     if user in ("nearest_rank", "error_m"):
         raise InvalidInputError(
             f"{fname}: user={user!r} clashes with an output column; rename it. {_NOT_CHARGED}"
         )
-    u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
-    utype = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))[user]
-    tbl = rel.query(
-        _SRC,
-        f"SELECT {sql_user_expr(utype, u, user)} AS u, CAST({qx} AS DOUBLE) AS x, "
-        f"CAST({qy} AS DOUBLE) AS y FROM {_SRC}",
-    ).to_arrow_table()
-    ucodes, ukeys = user_keys(tbl.column("u"), user)  # the accessor's keys for the same ids
+    u, qx, qy = check_input(rel, fname, {"user": user, "x": x, "y": y})
+    units = reg.units
+    tbl, ucodes, ukeys, xy = one_point_per_user(rel, fname, (user, x, y), (u, qx, qy), units)
     users = _u.key_array(ukeys)[ucodes]
-    xy = np.column_stack([tbl.column(c).to_numpy() for c in ("x", "y")]).astype(np.float64)
-    if len(ukeys) != users.size:
-        raise InvalidInputError(
-            f"{fname}: several rows per user: nearest_users reads one point per user; pick it in "
-            f"SQL, e.g. SELECT {u}, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM ... GROUP BY "
-            f"{u} (adaptive-budgeting.md §1.6). {_NOT_CHARGED}"
-        )
     if kk > users.size:
         raise InvalidInputError(f"{fname}: k={k!r} exceeds the {users.size} users. {_NOT_CHARGED}")
     if not np.abs(q).max() < 2.0**40:
         raise InvalidInputError(f"{fname}: point is beyond ±2**40 m. {_NOT_CHARGED}")
-    units = reg.units
     if units is not None:  # the accessor's to_crs= check and scale; without crs= as given
-        _u.check_units(units, xy, fname, "x/y")
         _u.check_units(units, q.reshape(1, 2), fname, "query")
     scale_max = 1 if units is None else units.scale_max
     unit = Fraction(1) / session.ledger.units["metric"].scale
@@ -1156,23 +896,27 @@ def nearest_users(
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
               "point_m": q.tolist(), "source": "duckdb"}  # fmt: skip
     refuse_if_fewer_can_pay(session, ledger_keys(users), amount, kk, prefix=f"{fname}: ")
-    with _u.LEDGER_LOCK, session.reserve(ledger_keys(users), amount, notion="metric",
-                                         query="nearest_users", params=params) as r:  # fmt: skip
+
+    def allocations(admitted: np.ndarray) -> np.ndarray:
+        alloc = np.empty(users.size, dtype=object)
+        alloc[:] = [amount if a else Fraction(0) for a in admitted.tolist()]
+        return alloc
+
+    def check(r: Any) -> None:  # no noise drawn yet: raising cancels the reservation
         adm = np.asarray(r.admitted, dtype=bool)
         if adm.sum() < kk:  # a writer spent budgets since the read-only check
-            r.cancel()
             raise too_few_can_pay(int(adm.sum()), kk, prefix=f"{fname}: ")
-        alloc = np.empty(users.size, dtype=object)
-        alloc[:] = [amount if a else Fraction(0) for a in adm.tolist()]
-        try:  # backstop on the allocations used; no noise was drawn yet, so cancel on refusal
-            check_method_parts(alloc, **checks)
-        except InvalidInputError:
-            r.cancel()
-            raise
+        check_method_parts(allocations(adm), **checks)  # backstop on the allocations used
+
+    def compute(r: Any) -> Charge[Any]:
+        alloc = allocations(np.asarray(r.admitted, dtype=bool))
         out = nearest_users_arrays(xy, q, kk, kind=kind, amount=alloc, method=method,
                                    rounds=rounds, split=split, beta=b, unit=unit,
                                    scale_max=scale_max, rng=reg.rng)  # fmt: skip
-        r.charge(out.charges)
+        return Charge(out, out.charges)
+
+    out = run(session, ledger_keys(users), amount, notion="metric", query="nearest_users",
+              params=params, check=check, compute=compute, lock=_u.LEDGER_LOCK).value  # fmt: skip
     res = pa.table(
         {
             user: tbl.column("u").take(pa.array(np.asarray(out.selected, dtype=np.int64))),

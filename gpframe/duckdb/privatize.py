@@ -1,31 +1,113 @@
-"""``gp.duckdb.privatize``: privatize the rows of a query once, as a materialised relation.
+"""``gp_privatize`` / ``gp_privatize_gp`` and ``gp.duckdb.privatize``: points released with noise.
+
+``register_privatize(con, session)`` (run by :func:`gpframe.duckdb.register`) adds, on ``con``:
+
+``gp_privatize(user_id, x, y, rho)  -> STRUCT(x DOUBLE, y DOUBLE)``
+    The row's point plus lattice Gaussian noise at ``rho`` (CGP, per m²): σ = (1 + √2·g)/√(2ρ)
+    metres per coordinate, g = 2⁻¹⁰ m (secure-noise.md §8, §9.3; concentrated-geo-privacy.md §6.2
+    with n = 1). The user's metric budget is charged ``rho`` for the row.
+``gp_privatize_gp(user_id, x, y, eps)  -> STRUCT(x DOUBLE, y DOUBLE)``
+    The row's point plus planar lattice Laplace noise at ``eps`` (GP, per m): mean radius
+    2·(1 + √2·g)/ε metres (secure-noise.md §7, §9.3). Charged ``eps`` (ε²/2 on a CGP budget).
+
+Both are SQL macros over Arrow UDFs (``gp_privatize_udf_int`` / ``_uint`` / ``_str`` and the
+``gp_privatize_gp_udf_*`` ones); the macro picks the UDF from the type of ``user_id``, so
+integer ids are charged as integers and text ids as text, exactly as the Python accessor keys
+the same column. Units and charging: :mod:`gpframe.duckdb.register`.
+
+Semantics of a row (``per="point"`` in Python terms): each row is one point of its user, released
+at the row's amount; a user with m rows in a query is charged m × amount. The same rows through
+``df.geopriv(...).privatize(rho=..., per="point")`` are charged exactly the same.
 
 ``con.sql("SELECT ..., gp_privatize(...) ...")`` is a lazy relation: every display, ``.df()``
 or ``fetchall()`` runs the query again, draws fresh noise and charges the users again (and
-averaging the displays undoes the noise). This helper runs the query once, fetches the result
-and hands back a relation over the fetched rows, like :func:`gpframe.duckdb.knn.knn`; reading it
-again draws and charges nothing. In SQL, ``CREATE TABLE private AS SELECT ... gp_privatize(...)``
-does the same (``sql/privatize.sql``).
+averaging the displays undoes the noise). :func:`privatize` runs the query once, fetches the
+result and hands back a relation over the fetched rows, like :func:`gpframe.duckdb.knn.knn`;
+reading it again draws and charges nothing. In SQL, ``CREATE TABLE private AS SELECT ...
+gp_privatize(...)`` does the same (``sql/privatize.sql``).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
-from gpframe.duckdb.knn import (
-    _check_input,
-    _kind_amount,
-    _literal,
-    _public,
-    _quote,
-    _source,
-    _warn_dropped,
-)
+import numpy as np
 
-__all__ = ["privatize"]
+from gpframe.accounting.amounts import positive
+from gpframe.duckdb import udf as _u
+from gpframe.duckdb.relations import (
+    SRC,
+    check_input,
+    kind_amount,
+    literal,
+    public_columns,
+    quote,
+    source,
+    warn_dropped,
+)
+from gpframe.errors import InvalidInputError
+from gpframe.queries import privatize as _pv
+
+__all__ = ["Registration", "privatize", "register_privatize"]
 
 _NOT_CHARGED = "Nothing was charged."
-_SRC = "__gp_src"
+
+#: the UDFs and macros register() creates: (udf name, macro name, mode, amount keyword); each
+#: macro dispatches to an integer-id UDF or a text-id UDF, so user 7 is the same ledger user in
+#: SQL and in Python (the ledger keeps 7 and "7" apart)
+FUNCTIONS = (
+    ("gp_privatize_udf", "gp_privatize", "cgp", "rho"),
+    ("gp_privatize_gp_udf", "gp_privatize_gp", "gp", "eps"),
+)
+
+# con -> Registration, so that registering is idempotent per connection
+_REGISTRY = _u.Registry()
+
+
+@dataclass
+class Registration(_u.UdfRegistration):
+    """The functions registered on one connection, and counters for audits and tests.
+
+    Attributes
+    ----------
+    session : gpframe.Session
+        The session the functions charge (the latest one passed to :func:`register`).
+    rows_drawn : int
+        Rows that received noise (every one of them was charged).
+    rows_excluded : int
+        Non-NULL rows of users whose budget could not pay (NULL out, no charge).
+    batches : int
+        UDF calls (Arrow batches) that drew noise.
+    """
+
+    #: (mode, float amount) -> exact amount, validated and calibrated once
+    _amounts: dict[tuple[str, float], Fraction] = field(default_factory=dict, repr=False)
+
+
+def register_privatize(
+    con: Any, session: Any, *, crs: Any = None, domain: Any = None, rng: Any = None
+) -> Registration:
+    """Register ``gp_privatize`` and ``gp_privatize_gp`` on ``con``, charging ``session``.
+
+    Idempotent per connection; :func:`gpframe.duckdb.register` runs it with the other
+    operations' registrations (parameters there).
+    """
+    import duckdb
+    from duckdb.sqltypes import DOUBLE
+
+    def create(con: Any, reg: Registration) -> None:
+        rtype = duckdb.struct_type({"x": DOUBLE, "y": DOUBLE})
+        for _udf, macro, mode, param in FUNCTIONS:  # create_id_udfs names the pair f"{macro}_udf_*"
+            _u.create_id_udfs(
+                con, macro, lambda _id_type, mode=mode: _make_udf(reg, mode),
+                f"x, y, {param}", f"CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST({param} AS DOUBLE)",
+                [DOUBLE, DOUBLE, DOUBLE], rtype,
+            )  # fmt: skip
+
+    return _REGISTRY.install(con, session, Registration, create, rng=rng, crs=crs, domain=domain)
 
 
 def privatize(
@@ -85,29 +167,186 @@ def privatize(
     >>> rel.columns, len(rel.fetchall()), len(rel.fetchall()), session.spent().tolist()
     (['boat', 'x', 'y'], 3, 3, [0.0002, 0.0001])
     """
-    from gpframe.duckdb.register import _REGISTRY
-    from gpframe.queries import privatize as _pv
-
     fname = "gp.duckdb.privatize"
     reg = _REGISTRY.require(con, fname)
-    kind, amount, f_amt = _kind_amount(reg.session, rho, eps, fname)
+    kind, amount, f_amt = kind_amount(reg.session, rho, eps, fname)
     # the UDF's own checks of the amount, now: it would refuse them only batch by batch
     _pv.check_amount(kind, "point", amount)
-    from gpframe.duckdb.register import _preflight_one
-
-    _preflight_one(kind, amount, reg.scale_max)  # at the amount after the CRS's k_max
-    rel = _source(con, query_or_relation, fname)
-    u, qx, qy = _check_input(rel, fname, {"user": user, "x": x, "y": y})
-    keep = _public(rel, public, user, (x, y), fname)
+    _pv.check_point_amount(kind, amount, scale_max=reg.scale_max)  # after the CRS's k_max
+    rel = source(con, query_or_relation, fname)
+    u, qx, qy = check_input(rel, fname, {"user": user, "x": x, "y": y})
+    keep = public_columns(rel, public, user, (x, y), fname)
     fn = "gp_privatize" if kind == "cgp" else "gp_privatize_gp"
-    cols = ", ".join(_quote(c, "public") for c in keep)
+    cols = ", ".join(quote(c, "public") for c in keep)
     # MATERIALIZED: the UDF runs once per row, whatever the projection below reads of its output
     sql = f"""
         WITH __gp_r AS MATERIALIZED (
-            SELECT {cols}, {fn}({u}, {qx}, {qy}, {_literal(f_amt)}) AS __gp_p
-            FROM {_SRC})
+            SELECT {cols}, {fn}({u}, {qx}, {qy}, {literal(f_amt)}) AS __gp_p
+            FROM {SRC})
         SELECT {cols}, __gp_p.x AS {qx}, __gp_p.y AS {qy} FROM __gp_r
     """
-    out = con.from_arrow(rel.query(_SRC, sql).to_arrow_table())
-    _warn_dropped(rel, keep, (x, y), fname)
+    out = con.from_arrow(rel.query(SRC, sql).to_arrow_table())
+    warn_dropped(rel, keep, (x, y), fname)
     return out
+
+
+def _make_udf(reg: Registration, mode: str) -> Any:
+    param = "rho" if mode == "cgp" else "eps"
+
+    def udf(user_id: Any, x: Any, y: Any, amount: Any) -> Any:
+        import pyarrow as pa
+
+        n = len(x)
+        null = _u.nulls(user_id) | _u.nulls(x) | _u.nulls(y) | _u.nulls(amount)
+        ok = ~null
+        out_x = np.full(n, np.nan)
+        out_y = np.full(n, np.nan)
+        if ok.any():
+            rows = np.flatnonzero(ok)
+            xs = _u.to_numpy(x, np.float64)[rows]
+            ys = _u.to_numpy(y, np.float64)[rows]
+            amts = _u.to_numpy(amount, np.float64)[rows]
+            # One batch at a time in the process: the work is Python under the GIL, so parallel
+            # DuckDB threads only contend for it (measured: threads=4 on 2 cores ran ~1.4x
+            # slower with the lock held only around reserve/charge); DuckDB's own scan and
+            # conversion still run in parallel outside the lock.
+            with _u.LEDGER_LOCK:
+                codes, uniques = _u.factorize_ids(user_id, rows)
+                released, xy = _privatize_batch(reg, mode, param, codes, uniques, xs, ys, amts)
+            out_x[rows] = xy[:, 0]
+            out_y[rows] = xy[:, 1]
+            null[rows[~released]] = True
+        mask = pa.array(null)
+        fx = pa.array(out_x, mask=null)
+        fy = pa.array(out_y, mask=null)
+        return pa.StructArray.from_arrays([fx, fy], names=["x", "y"], mask=mask)
+
+    udf.__name__ = f"gp_privatize_{mode}_udf"
+    return udf
+
+
+def _validate_batch(param: str, xy: np.ndarray, amts: np.ndarray, units: Any = None) -> None:
+    unit = "CGP, per m²" if param == "rho" else "GP, per m"
+    _u.exact_amounts(amts, "gp_privatize", param, unit)
+    _u.check_points(xy, "gp_privatize", units)
+
+
+def _exact_amount(reg: Registration, mode: str, param: str, value: float) -> Fraction:
+    """Return the exact amount of a float argument (validated and calibrated once per reg)."""
+    key = (mode, value, reg.scale_max)
+    a = reg._amounts.get(key)
+    if a is None:
+        a = positive(value, param)  # finite and > 0: checked for the batch (_validate_batch)
+        _pv.check_amount(mode, "point", a)
+        # the wrapper's full check at the amount the mechanism runs at (after the CRS's k_max):
+        # the calibration alone accepts eps below 2**-40, which planar_laplace then refuses
+        # after reserve() has charged the user
+        _pv.check_point_amount(mode, a, scale_max=reg.scale_max)
+        reg._amounts[key] = a
+    return a
+
+
+def _units_of_sum(ledger: Any, mode: str, parts: list[tuple[Fraction, np.ndarray]]) -> np.ndarray:
+    """Ledger units of Σ_a cnt_a × charge_for(a) per user, rounded up once, exactly.
+
+    With one amount this is ``ledger.units_for``; with several, the amounts are brought to a
+    common denominator so that the sum is still rounded up only once (as a ``Fraction`` sum
+    would be), in int64 when it cannot overflow, else in Python ints.
+    """
+    from gpframe.accounting.filters import charge_for
+
+    if len(parts) == 1:
+        ((a, cnt),) = parts
+        units, big = ledger.units_for("metric", a, cnt, kind=mode)
+    else:
+        lu, fkind = ledger.units["metric"], ledger.kind["metric"]
+        fr = [charge_for(fkind, mode, a) * lu.scale for a, _ in parts]
+        den = math.lcm(*(f.denominator for f in fr))
+        nums = [f.numerator * (den // f.denominator) for f in fr]
+        top = max(int(c.max()) for _, c in parts)
+        if top * sum(nums) + den < 2**62:
+            tot = sum(c.astype(np.int64) * k for (_, c), k in zip(parts, nums, strict=True))
+            units, big = (tot + (den - 1)) // den, np.zeros(tot.size, dtype=bool)
+        else:
+            tot = sum(c.astype(object) * k for (_, c), k in zip(parts, nums, strict=True))
+            exact_u = -((-tot) // den)
+            big = np.array([u > 2**63 - 1 for u in exact_u.tolist()], dtype=bool)
+            units = np.array([min(u, 2**63 - 1) for u in exact_u.tolist()], dtype=np.int64)
+    if big.any():
+        raise InvalidInputError(
+            "gp_privatize: a user's charge in this batch does not fit the ledger's units; use "
+            "smaller amounts. Nothing was charged for this batch."
+        )
+    return np.asarray(units, dtype=np.int64)
+
+
+def _privatize_batch(
+    reg: Registration,
+    mode: str,
+    param: str,
+    codes: np.ndarray,
+    uniques: np.ndarray,
+    xs: np.ndarray,
+    ys: np.ndarray,
+    amts: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate, reserve, draw and charge one Arrow batch; returns (released mask, noisy xy).
+
+    The caller holds the process-wide lock. One reservation and one charge per batch, both in
+    int64 ledger units computed once per distinct amount (no per-user ``Fraction``); the charge
+    is durable before the batch's values are returned, and an error after the reservation
+    charges the full allocation.
+    """
+    xy = np.column_stack([xs, ys])
+    _validate_batch(param, xy, amts, reg.units)
+    n_users = len(uniques)
+    distinct = np.unique(amts)
+    exact = [(float(f), _exact_amount(reg, mode, param, float(f))) for f in distinct]
+    single = len(exact) == 1
+    sels = [None] if single else [np.flatnonzero(amts == f) for f, _ in exact]
+    cnts = [np.bincount(codes if sel is None else codes[sel], minlength=n_users) for sel in sels]
+    from gpframe.ledger.charges import filter_kind
+
+    session = reg.session
+    filter_kind(session)  # a session without a metric budget: refuse before any write
+    ledger = session.ledger
+    alloc = _units_of_sum(ledger, mode, [(a, c) for (_, a), c in zip(exact, cnts, strict=True)])
+    params = {param: [f for f, _ in exact[:16]], "rows": len(xs), "source": "duckdb"}
+    noisy = np.full(xy.shape, np.nan)
+    released = np.zeros(len(xs), dtype=bool)
+
+    def work(admitted: np.ndarray) -> np.ndarray:
+        nonlocal noisy, released
+        charged: list[tuple[Fraction, np.ndarray]] = []
+        for (_, a), sel, cnt in zip(exact, sels, cnts, strict=True):
+            res = _pv.privatize_points(
+                xy if sel is None else xy[sel],
+                codes if sel is None else codes[sel],
+                n_users,
+                kind=mode,  # type: ignore[arg-type]
+                amount=a,
+                per="point",
+                admitted=admitted,
+                scale_max=reg.scale_max,
+                rng=reg.rng,
+                progress=False,
+                bounds=False,
+            )
+            if sel is None:
+                noisy, released = res.xy, res.released
+            else:
+                noisy[sel] = res.xy
+                released[sel] = res.released
+            # per point the mechanism's guarantee (<= a); one group with per="point"
+            for _users, point_charge in res.charge_groups:
+                charged.append((point_charge, np.where(admitted, cnt, 0)))
+        actual = _units_of_sum(ledger, mode, charged) if charged else np.zeros(n_users, np.int64)
+        return np.where(admitted, actual, 0)
+
+    _u.charge_batch(
+        session, np.asarray(uniques), alloc, work, query="gp_privatize", params=params,
+        kind=None, units=True,
+    )  # fmt: skip
+    n_rel = int(released.sum())
+    _u.tally(reg, n_rel, len(xs) - n_rel)
+    return released, noisy

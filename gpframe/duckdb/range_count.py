@@ -68,8 +68,8 @@ __all__ = ["RangeRegistration", "range_count", "register_range_count"]
 _UDF = "gp_in_region_udf"
 _MACRO = "gp_in_region"
 #: fixed public parameters of the SQL form (the Python API exposes them)
-METHOD, SPLIT, BETA = "dist-elim", "doubling", 0.05
-_MAX_ROUNDS = 64
+METHOD = "dist-elim"
+SPLIT, BETA, _MAX_ROUNDS = _u.SPLIT, _u.BETA, _u.MAX_ROUNDS
 
 _REGISTRY = _u.Registry()
 
@@ -113,22 +113,19 @@ def register_range_count(
     """
     from duckdb.sqltypes import BIGINT, BLOB, BOOLEAN, DOUBLE, INTEGER
 
-    _u.check_session(session)
-    rng = _u.checked_rng(rng)
-    units = _u.units_for(crs, domain)
-    reg = _u.reuse(_REGISTRY, con, session, rng, units)
-    if reg is not None:
-        return reg
-    reg = RangeRegistration(session=session, rng=rng, units=units)
-    args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(region_wkb AS BLOB), CAST(rho AS DOUBLE), "
-            "CAST(rounds AS INTEGER), CAST(n_users AS BIGINT)")  # fmt: skip
-    _u.create_id_udfs(
-        con, _MACRO, lambda _ints: _make_udf(reg),
-        "x, y, region_wkb, rho, rounds, n_users := NULL", args,
-        [DOUBLE, DOUBLE, BLOB, DOUBLE, INTEGER, BIGINT], BOOLEAN,
-    )  # fmt: skip
-    _REGISTRY.put(con, reg)
-    return reg
+    def create(con: Any, reg: RangeRegistration) -> None:
+        args = ("CAST(x AS DOUBLE), CAST(y AS DOUBLE), CAST(region_wkb AS BLOB), "
+                "CAST(rho AS DOUBLE), CAST(rounds AS INTEGER), "
+                "CAST(n_users AS BIGINT)")  # fmt: skip
+        _u.create_id_udfs(
+            con, _MACRO, lambda _ints: _make_udf(reg),
+            "x, y, region_wkb, rho, rounds, n_users := NULL", args,
+            [DOUBLE, DOUBLE, BLOB, DOUBLE, INTEGER, BIGINT], BOOLEAN,
+        )  # fmt: skip
+
+    return _REGISTRY.install(
+        con, session, RangeRegistration, create, rng=rng, crs=crs, domain=domain
+    )
 
 
 def _make_udf(reg: RangeRegistration) -> Any:
@@ -140,11 +137,7 @@ def _make_udf(reg: RangeRegistration) -> Any:
         out = np.zeros(n, dtype=bool)
         if (~null).any():
             rows = np.flatnonzero(~null)
-            nu = _nulls(n_users)
-            # clipped: a BIGINT near 2**63 is no int64 after the float round trip (a larger n
-            # only widens the union bound, so 2**62 is as safe as the value asked for)
-            nu_f = np.clip(np.nan_to_num(_np(n_users, np.float64), nan=-1), -1, 2.0**62)
-            nus = np.where(nu, -1, nu_f).astype(np.int64)
+            nus = _u.union_sizes(n_users)
             wk = _objects(wkb)[rows]
             inside, done = _batch(
                 reg, _u.user_objects(user_id, rows), _np(x, np.float64)[rows],
@@ -161,33 +154,12 @@ def _make_udf(reg: RangeRegistration) -> Any:
 
 def _check_batch(
     xs: np.ndarray, ys: np.ndarray, rhos: np.ndarray, rounds: np.ndarray, units: Any = None
-) -> None:
-    from gpframe.queries.privatize import COORD_MAX_M
-
-    bad = ~np.isfinite(rhos) | (rhos <= 0)
-    if bad.any():
-        raise InvalidInputError(
-            f"gp_in_region: rho={rhos[bad][0]!r} in {int(bad.sum())} row(s) must be finite and > 0 "
-            "(CGP, per m²). Nothing was charged for this batch."
-        )
-    badr = (rounds < 1) | (rounds > _MAX_ROUNDS)
-    if badr.any():
-        raise InvalidInputError(
-            f"gp_in_region: rounds={int(rounds[badr][0])} must be in 1..{_MAX_ROUNDS}. Nothing was "
-            "charged for this batch."
-        )
-    xy = np.column_stack([xs, ys])
-    if not np.isfinite(xy).all():
-        raise InvalidInputError(
-            "gp_in_region: x/y has NaN or infinite values; filter them out (WHERE isfinite(x) AND "
-            "isfinite(y)). Nothing was charged for this batch."
-        )
-    if (np.abs(xy) >= COORD_MAX_M).any():
-        raise InvalidInputError(
-            "gp_in_region: a coordinate is beyond ±2**40 m; x and y must be metres of a projected "
-            "CRS. Nothing was charged for this batch."
-        )
-    _u.check_units(units, xy, "gp_in_region")
+) -> dict[float, Fraction]:
+    """Check a batch's arguments; return the exact amount of each distinct rho."""
+    exact = _u.exact_amounts(rhos, "gp_in_region", "rho", "CGP, per m²")
+    _u.check_rounds(rounds, "gp_in_region")
+    _u.check_points(np.column_stack([xs, ys]), "gp_in_region", units)
+    return exact
 
 
 def _region(wkb: bytes, cache: dict[bytes, Any]) -> Any:
@@ -248,79 +220,35 @@ def _batch(
     """Validate, reserve, eliminate and charge one batch; returns (inside, ran) per row."""
     import pandas as pd
 
-    from gpframe.accounting.amounts import positive
-    from gpframe.ledger.charges import filter_kind, ledger_keys
-    from gpframe.queries.elimination import split_fractions
     from gpframe.queries.range_count import range_count_arrays
 
-    _check_batch(xs, ys, rhos, rounds, reg.units)
+    exact = _check_batch(xs, ys, rhos, rounds, reg.units)
     cache: dict[bytes, Any] = {}
     regions = [_region(bytes(w), cache) for w in wkbs]
     for geom in {id(g): g for g in regions}.values():
         _check_region_units(reg.units, geom, "gp_in_region")
-    for c in np.unique(rounds).tolist():
-        split_fractions(SPLIT, int(c))
-    # groups of rows that share (region, rho, rounds, n): one elimination run each, in the order
-    # of their first row, so a one-group batch runs exactly like the Python path
+    # rows that share (region, rho, rounds, n) run as one elimination
     key = pd.DataFrame({"w": [id(r) for r in regions], "r": rhos, "c": rounds, "n": n_users})
     gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
-    codes, uniques = _u.factorize_objects(users)
-    n_u = len(uniques)
     inside = np.zeros(len(xs), dtype=bool)
-    with _u.LEDGER_LOCK:  # the allocation and the charge see the same session
-        session = reg.session
-        if filter_kind(session) != "cgp":
-            raise InvalidInputError(
-                "gp_in_region releases Gaussian noise (rho=): the session's filters must be CGP "
-                "(a Gaussian step is never admitted by a pure-GP filter). Use the Python API with "
-                "eps= for GP sessions. Nothing was charged for this batch."
-            )
-        lu = session.ledger.units["metric"]
-        # each row's allocation exactly as the Python path gets it: the ledger unit above rho
-        row_alloc = {f: lu.to_fraction(lu.up(positive(float(f), "rho"))) for f in np.unique(rhos)}
-        per_row = np.empty(len(rhos), dtype=object)
-        per_row[:] = [row_alloc[f] for f in rhos.tolist()]
-        # each (allocation, rounds) pair's round parts, checked before the reservation: a part
-        # too small to split (rho=5e-324) was refused inside it, so the batch was charged
-        from gpframe.queries.elimination import check_method_parts
+    scale = reg.scale_max
 
-        for a, c in {(row_alloc[v], int(c)) for v, c in zip(rhos.tolist(), rounds.tolist(),
-                                                            strict=True)}:  # fmt: skip
-            check_method_parts(a, kind="cgp", method=METHOD, rounds=c, split=SPLIT, beta=BETA,
-                               unit=Fraction(1) / lu.scale, scale_max=reg.scale_max)  # fmt: skip
-        params = {
-            "method": METHOD,
-            "split": SPLIT,
-            "beta": BETA,
-            "rows": len(xs),
-            "rho": [float(v) for v in np.unique(rhos)[:16]],
-            "source": "duckdb",
-        }
+    def release(sel: np.ndarray, alloc: np.ndarray, unit: Fraction) -> Any:
+        nu = int(n_users[sel[0]])
+        out = range_count_arrays(
+            np.column_stack([xs[sel], ys[sel]]), np.arange(sel.size), regions[sel[0]],
+            kind="cgp", amount=alloc, method=METHOD, rounds=int(rounds[sel[0]]),
+            split=SPLIT, beta=BETA, unit=unit, scale_max=scale,
+            n_union=nu if nu > 0 else None, rng=reg.rng,
+        )  # fmt: skip
+        inside[sel] = out.inside
+        return out.charges
 
-        def work(adm_u: np.ndarray) -> list[Fraction]:
-            admitted = adm_u[codes]
-            actual = [Fraction(0)] * n_u
-            for g in range(int(gcode.max()) + 1):
-                sel = np.flatnonzero((gcode == g) & admitted)
-                if sel.size == 0:
-                    continue
-                nu = int(n_users[sel[0]])
-                out = range_count_arrays(
-                    np.column_stack([xs[sel], ys[sel]]), np.arange(sel.size), regions[sel[0]],
-                    kind="cgp", amount=per_row[sel], method=METHOD, rounds=int(rounds[sel[0]]),
-                    split=SPLIT, beta=BETA, unit=Fraction(1) / lu.scale, scale_max=reg.scale_max,
-                    n_union=nu if nu > 0 else None, rng=reg.rng,
-                )  # fmt: skip
-                inside[sel] = out.inside
-                for i, c in zip(sel.tolist(), out.charges.tolist(), strict=True):
-                    actual[codes[i]] += c
-            return actual
-
-        admitted = _u.charge_batch(
-            session, ledger_keys(uniques), _u.per_user_sum(codes, n_u, per_row), work,
-            query="gp_in_region", params=params, kind=None,
-        )[codes]  # fmt: skip
-        _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
+    params = {"rows": len(xs), "rho": [float(v) for v in np.unique(rhos)[:16]]}
+    admitted = _u.elimination_batch(
+        reg, "gp_in_region", METHOD, users, (rhos, exact), rounds, gcode, release,
+        scale_max=scale, params=params,
+    )  # fmt: skip
     return inside, admitted
 
 
@@ -364,7 +292,7 @@ def range_count(
     rounds : int
         Elimination rounds, 1..64.
     component : None, (column, value), callable, "first", "last", First, Last
-        Which row is each user's point (:func:`gpframe.frame.range_count.select_component`
+        Which row is each user's point (:func:`gpframe.queries.range_count.select_component`
         on the fetched rows): ``None`` needs one row per user (several rows are refused),
         ``("hour", 7)`` keeps the rows where a public column equals a value, ``"last"`` /
         ``"first"`` (or ``Last("ts", before=...)`` / ``First("ts", after=...)``) keep each
@@ -387,7 +315,7 @@ def range_count(
     >>> con = duckdb.connect()
     >>> session = Session(budget=gp.CGP(rho=1.0))
     >>> _ = gp.duckdb.register(con, session, crs="EPSG:32724")
-    >>> from gpframe.frame.range_count import Last
+    >>> from gpframe.queries.range_count import Last
     >>> q = ("SELECT * FROM (VALUES (1, 1, 5e5, 88e5), (1, 2, 5e5, 88e5), (2, 1, 6e5, 88e5)) "
     ...      "t(u, ts, x, y)")
     >>> box = shapely.box(4.9e5, 87.9e5, 5.1e5, 88.1e5)      # user 1's point, not user 2's
@@ -400,8 +328,8 @@ def range_count(
     import pyarrow as pa
     import shapely
 
-    from gpframe.duckdb.knn import _check_input, _literal, _source
-    from gpframe.frame.range_count import select_component
+    from gpframe.duckdb.relations import check_input, kind_amount, literal, source
+    from gpframe.queries.range_count import select_component
 
     fname = "gp.duckdb.range_count"
     reg = _REGISTRY.require(con, fname)
@@ -432,16 +360,11 @@ def range_count(
         raise InvalidInputError(
             f"{fname}: rounds={rounds!r} must be in 1..{_MAX_ROUNDS}. Nothing was charged."
         )
-    if (
-        isinstance(rho, bool)
-        or not isinstance(rho, (int, float, np.integer, np.floating))
-        or not (np.isfinite(float(rho)) and float(rho) > 0)
-    ):
-        raise InvalidInputError(
-            f"{fname}: rho={rho!r} must be a finite number > 0 (CGP, per m²). Nothing was charged."
-        )
-    rel = _source(con, query_or_relation, fname)
-    _check_input(rel, fname, {"user": user, "x": x, "y": y})
+    if rho is None:  # the SQL form is the Gaussian dist-elim: no eps=
+        raise InvalidInputError(f"{fname}: pass rho= (CGP, per m²). Nothing was charged.")
+    _, _, rho = kind_amount(reg.session, rho, None, fname)  # the accessor's check
+    rel = source(con, query_or_relation, fname)
+    check_input(rel, fname, {"user": user, "x": x, "y": y})
     # the rows stay in this process: the rule reads public columns and row order only
     frame = rel.df()
     pos = select_component(frame, frame[user].to_numpy(), component, reduce)
@@ -456,7 +379,7 @@ def range_count(
         for name, wkb in wkbs.items():
             sql = (
                 f"WITH __gp_r AS MATERIALIZED (SELECT gp_in_region(u, x, y, "
-                f"from_hex('{wkb.hex()}'), {_literal(float(rho))}, {int(rounds)}, {n}) AS i "
+                f"from_hex('{wkb.hex()}'), {literal(float(rho))}, {int(rounds)}, {n}) AS i "
                 f"FROM __gp_src) SELECT count_if(i), count(*) - count(i) FROM __gp_r"
             )
             cnt, excl = src.query("__gp_src", sql).fetchall()[0]

@@ -1,19 +1,24 @@
 """Plumbing shared by the gpframe DuckDB UDF modules (private; STYLE.md §9).
 
-:mod:`gpframe.duckdb`, :mod:`gpframe.duckdb.range_count`, :mod:`gpframe.duckdb.kde`,
+:mod:`gpframe.duckdb.privatize`, :mod:`gpframe.duckdb.range_count`, :mod:`gpframe.duckdb.kde`,
 :mod:`gpframe.duckdb.knn` and :mod:`gpframe.duckdb.grid` all register side-effecting Arrow UDFs
 that reserve and charge a Session once per Arrow batch. What they share lives here:
 
-* registration: :class:`Registry` (one registration per connection, so ``register_*`` is
-  idempotent), :func:`check_session`, :func:`reuse`, :func:`create_udf` and
+* registration: :class:`Registry` (one registration per connection; :meth:`Registry.install`
+  is the one prologue of every ``register_*``, which makes them idempotent),
+  :func:`check_session`, :func:`create_udf` and
   :func:`create_id_udfs` (the ``_int`` / ``_uint`` / ``_str`` UDFs and the ``TEMP MACRO`` that
   picks one from the type of ``user_id``, so user 7 is the same ledger user in SQL and in
   Python, and refuses float, decimal and boolean ids as the accessor does);
+* batch checks, all before the ledger is touched: :func:`check_points`,
+  :func:`check_units`, :func:`exact_amounts`, :func:`check_rounds`;
 * Arrow columns: :func:`to_numpy`, :func:`nulls`, :func:`objects`, :func:`factorize_ids`,
-  :func:`user_objects`;
-* charging: :data:`LEDGER_LOCK` and :func:`charge_batch` (reserve, compute for the admitted
-  users, charge, all under the lock; an error after the reservation charges the full
-  allocation), :func:`tally` for the per-registration counters.
+  :func:`user_objects`, :func:`union_sizes`;
+* charging: :data:`LEDGER_LOCK` and :func:`charge_batch`, one Arrow batch through the one
+  driver :func:`gpframe.ledger.run.run` (reserve, compute for the admitted users, charge, all
+  under the lock; an error after the reservation charges the full allocation);
+  :func:`elimination_batch`, the runner of the elimination functions; :func:`tally` for the
+  per-registration counters.
 
 This module imports nothing from the public DuckDB modules, so each of them can import it at
 module level without an import cycle.
@@ -25,11 +30,13 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from gpframe.errors import InvalidInputError, LedgerError
+from gpframe.ledger.run import Charge, run
 
 #: DuckDB types whose values are charged as Python ints through BIGINT (typeof() is folded when
 #: planning); UBIGINT has its own path (gpframe.ledger.keys)
@@ -81,8 +88,6 @@ class Registry:
         """Return the registration of ``con``; refuse (nothing charged) when there is none."""
         reg = self.get(con)
         if reg is None:
-            from gpframe.errors import InvalidInputError
-
             raise InvalidInputError(
                 f"{fname} needs the gpframe functions on this connection: call "
                 "gp.duckdb.register(con, session) first. Nothing was charged."
@@ -96,12 +101,42 @@ class Registry:
         except TypeError:
             self._by_id[id(con)] = reg
 
+    def install(
+        self,
+        con: Any,
+        session: Any,
+        new: Callable[..., Any],
+        create: Callable[[Any, Any], None],
+        *,
+        rng: Any = None,
+        crs: Any = None,
+        domain: Any = None,
+    ) -> Any:
+        """Register an operation's functions on ``con`` once: the prologue every module shares.
 
-def check_session(session: Any, hint: str = "; pass gp.Session(budget=...)") -> None:
+        Checks the session, resolves ``rng`` and the CRS (before any function exists), then
+        either points the existing registration of ``con`` at them (idempotent) or makes one
+        with ``new(session=, rng=, units=)``, runs ``create(con, reg)`` and remembers it.
+        """
+        check_session(session)
+        rng = checked_rng(rng)
+        units = units_for(crs, domain)
+        reg = self.get(con)
+        if reg is not None:
+            reg.session, reg.rng, reg.units = session, rng, units
+            return reg
+        reg = new(session=session, rng=rng, units=units)
+        create(con, reg)
+        self.put(con, reg)
+        return reg
+
+
+def check_session(session: Any) -> None:
     """Refuse anything that is not a Session, before any function is created."""
     if not hasattr(session, "reserve"):
         raise InvalidInputError(
-            f"session={session!r} is not a gpframe Session{hint}. Nothing was charged."
+            f"session={session!r} is not a gpframe Session; pass gp.Session(budget=...). "
+            "Nothing was charged."
         )
 
 
@@ -114,14 +149,6 @@ def checked_rng(rng: Any) -> Any:
     from gpframe.mechanisms.noise.bits import resolve_rng
 
     return resolve_rng(rng)
-
-
-def reuse(registry: Registry, con: Any, session: Any, rng: Any, units: Any = None) -> Any:
-    """Return the registration of ``con`` pointed at ``session``, ``rng`` and ``units``, or None."""
-    reg = registry.get(con)
-    if reg is not None:
-        reg.session, reg.rng, reg.units = session, rng, units
-    return reg
 
 
 # ---------------------------------------------------------------------------------------- units
@@ -183,6 +210,48 @@ def check_units(units: Any, xy: np.ndarray, fname: str, what: str = "x/y") -> No
             f"crs={units.label} inside {units.source}, over which its scale factor is bounded. "
             f"Degrees passed as metres land here. {fix} Nothing was charged for this batch."
         )
+
+
+def check_points(
+    xy: np.ndarray, fname: str, units: Any = None, what: str = "x/y", *, guess: bool = True
+) -> None:
+    """Refuse a batch whose points are not finite metres of the declared CRS (nothing charged).
+
+    NaN / inf, beyond ±2**40 m (no projected CRS reaches that), then :func:`check_units`
+    (``guess=False`` skips its degrees heuristic when no CRS was declared).
+    """
+    from gpframe.queries.privatize import COORD_MAX_M
+
+    nonfinite = ~np.isfinite(xy).all(axis=1)
+    if nonfinite.any():
+        raise InvalidInputError(
+            f"{fname}: {what} has {int(nonfinite.sum())} NaN or infinite value(s); filter them "
+            "out (WHERE isfinite(x) AND isfinite(y)). Nothing was charged for this batch."
+        )
+    if (np.abs(xy) >= COORD_MAX_M).any():
+        raise InvalidInputError(
+            f"{fname}: a coordinate is beyond ±2**40 m; {what} must be metres of a projected "
+            "CRS. Nothing was charged for this batch."
+        )
+    if units is not None or guess:
+        check_units(units, xy, fname, what)
+
+
+def exact_amounts(vals: np.ndarray, fname: str, param: str, unit: str) -> dict[float, Fraction]:
+    """Exact amount of every distinct float amount of a batch: finite and > 0, else refused.
+
+    The batch form of :func:`gpframe.accounting.amounts.positive` (the relation helpers check
+    their one amount with :func:`gpframe.accounting.amounts.metric_amount`).
+    """
+    from gpframe.accounting.amounts import positive
+
+    bad = ~np.isfinite(vals) | (vals <= 0)
+    if bad.any():
+        raise InvalidInputError(
+            f"{fname}: {param}={float(vals[bad][0])!r} in {int(bad.sum())} row(s) must be finite "
+            f"and > 0 ({unit}). Nothing was charged for this batch."
+        )
+    return {v: positive(v, param) for v in np.unique(vals).tolist()}
 
 
 def _existing(con: Any, names: Iterable[str]) -> set[str]:
@@ -333,6 +402,16 @@ def objects(a: Any) -> np.ndarray:
     return out
 
 
+def union_sizes(n_users: Any) -> np.ndarray:
+    """Return the optional ``n_users`` argument of the elimination functions as int64 (-1: NULL).
+
+    Clipped to 2**62: a BIGINT near 2**63 is no int64 after the float round trip, and a larger
+    n only widens the union bound, so 2**62 is as safe as the value asked for.
+    """
+    n = np.clip(np.nan_to_num(to_numpy(n_users, np.float64), nan=-1), -1, 2.0**62)
+    return np.where(nulls(n_users), -1, n).astype(np.int64)
+
+
 def factorize_ids(a: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes of the non-NULL ``rows``, canonical ledger key of each code).
 
@@ -403,7 +482,8 @@ def charge_batch(
 ) -> np.ndarray:
     """Reserve ``alloc`` for ``users``, run ``work(admitted)``, charge what it returns.
 
-    Under :data:`LEDGER_LOCK` (re-entrant: a caller that computed ``alloc`` from the session
+    One Arrow batch through the one driver, :func:`gpframe.ledger.run.run`, under
+    :data:`LEDGER_LOCK` (re-entrant: a caller that computed ``alloc`` from the session
     may already hold it). ``work`` gets the boolean admitted mask per user, draws noise for the
     admitted users only and returns each user's actual charge (in ledger units if ``units``,
     else exact amounts; 0 for a refused user, at most the allocation). The charge is durable
@@ -417,16 +497,110 @@ def charge_batch(
     numpy.ndarray
         The admitted mask per user.
     """
-    with LEDGER_LOCK:
-        r = session.reserve(
-            users, alloc, notion=notion, kind=kind, query=query, params=params, units=units
-        )
+
+    def check(r: Any) -> None:  # no noise yet: raising cancels the reservation
         if all_or_none is not None and not np.asarray(r.admitted, dtype=bool).all():
-            r.cancel()
             raise LedgerError(all_or_none)
-        with r:  # leaving without charge() (an error after the reservation): full allocation
-            admitted = np.asarray(r.admitted, dtype=bool)
-            r.charge(work(admitted), units=units)  # durable before any value is returned
+
+    def compute(r: Any) -> Charge[np.ndarray]:
+        admitted = np.asarray(r.admitted, dtype=bool)
+        return Charge(value=admitted, charges=work(admitted), units=units)
+
+    ran = run(session, users, alloc, query=query, params=params, notion=notion, kind=kind,
+              units=units, check=check, compute=compute, lock=LEDGER_LOCK)  # fmt: skip
+    return np.asarray(ran.value, dtype=bool)
+
+
+# ------------------------------------------------------------------------ elimination batches
+
+#: the fixed public parameters of the SQL elimination functions (``gp_in_region``,
+#: ``gp_kde_contribution``): doubling split, β = 0.05, at most 64 rounds
+SPLIT, BETA, MAX_ROUNDS = "doubling", 0.05, 64
+
+
+def check_rounds(rounds: np.ndarray, fname: str) -> np.ndarray:
+    """Refuse a batch whose ``rounds`` are outside 1..64 or cannot be split; as int64."""
+    from gpframe.queries.elimination import split_fractions
+
+    bad = (rounds < 1) | (rounds > MAX_ROUNDS)
+    if bad.any():
+        raise InvalidInputError(
+            f"{fname}: rounds={int(rounds[bad][0])} must be in 1..{MAX_ROUNDS}. Nothing was "
+            "charged for this batch."
+        )
+    out = np.asarray(rounds, dtype=np.int64)
+    for c in np.unique(out).tolist():
+        split_fractions(SPLIT, int(c))
+    return out
+
+
+def elimination_batch(
+    reg: Any,
+    fname: str,
+    method: str,
+    users: np.ndarray,
+    amounts: tuple[np.ndarray, dict[float, Fraction]],
+    rounds: np.ndarray,
+    gcode: np.ndarray,
+    release: Callable[[np.ndarray, np.ndarray, Fraction], Any],
+    *,
+    scale_max: float,
+    params: dict[str, Any],
+) -> np.ndarray:
+    """Reserve, eliminate group by group and charge one batch of rows; returns admitted per row.
+
+    The one runner of ``gp_in_region`` and ``gp_kde_contribution``: each row is charged the
+    parts of the rounds it ran, each user the sum over their rows. ``amounts`` are the rows'
+    rho and the exact amount of each distinct value (:func:`exact_amounts`); each row's
+    allocation is the ledger unit above it, as on the Python path. Every (allocation, rounds)
+    pair's round parts are checked before the reservation (a part too small to split was
+    refused inside it, so the batch was charged). The admitted rows of group ``g`` (rows that
+    share the public parameters) run as one ``release(rows, allocations, unit)``, in batch
+    order, so a one-group batch runs exactly as the Python path; it stores its outputs and
+    returns each row's charge.
+    """
+    from gpframe.ledger.charges import filter_kind, ledger_keys
+    from gpframe.queries.elimination import check_method_parts
+
+    rhos, exact = amounts
+    codes, uniques = factorize_objects(users)
+    n_u = len(uniques)
+    with LEDGER_LOCK:  # the allocation and the charge see the same session
+        session = reg.session
+        if filter_kind(session) != "cgp":
+            raise InvalidInputError(
+                f"{fname} releases Gaussian noise (rho=): the session's filters must be CGP (a "
+                "Gaussian step is never admitted by a pure-GP filter). Use the Python API with "
+                "eps= for GP sessions. Nothing was charged for this batch."
+            )
+        lu = session.ledger.units["metric"]
+        unit = Fraction(1) / lu.scale
+        row_alloc = {v: lu.to_fraction(lu.up(a)) for v, a in exact.items()}
+        per_row = np.empty(len(rhos), dtype=object)
+        per_row[:] = [row_alloc[v] for v in rhos.tolist()]
+        for a, c in {(row_alloc[v], int(c)) for v, c in zip(rhos.tolist(), rounds.tolist(),
+                                                            strict=True)}:  # fmt: skip
+            check_method_parts(a, kind="cgp", method=method, rounds=c, split=SPLIT, beta=BETA,
+                               unit=unit, scale_max=scale_max)  # fmt: skip
+
+        def work(adm_u: np.ndarray) -> list[Fraction]:
+            admitted = adm_u[codes]
+            actual = [Fraction(0)] * n_u
+            for g in range(int(gcode.max()) + 1):
+                sel = np.flatnonzero((gcode == g) & admitted)
+                if sel.size == 0:
+                    continue
+                charges = release(sel, per_row[sel], unit)
+                for i, c in zip(sel.tolist(), np.asarray(charges).tolist(), strict=True):
+                    actual[codes[i]] += c
+            return actual
+
+        admitted = charge_batch(
+            session, ledger_keys(uniques), per_user_sum(codes, n_u, per_row), work, query=fname,
+            params={"method": method, "split": SPLIT, "beta": BETA, **params, "source": "duckdb"},
+            kind=None,
+        )[codes]  # fmt: skip
+        tally(reg, int(admitted.sum()), int((~admitted).sum()))
     return admitted
 
 

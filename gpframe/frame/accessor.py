@@ -36,8 +36,8 @@ if TYPE_CHECKING:  # the result classes' modules import this one: annotations on
     import geopandas as gpd
     import shapely
 
-    from gpframe.frame.range_count import First, Last
     from gpframe.mechanisms.noise.bits import BitSource
+    from gpframe.queries.range_count import First, Last
     from gpframe.results import KdeResult, NearestResult, RangeCountResult, Raster
 
 #: which row is each user's one point (see :meth:`GeoPriv.range_count`)

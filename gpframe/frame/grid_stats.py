@@ -32,11 +32,11 @@ import pandas as pd
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
 from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
+from gpframe.queries.grid_stats import CLIPS, value_bounds
 from gpframe.results import GridStatsResult
 
-__all__ = ["CLIPS", "grid_stats", "h3_cells"]
+__all__ = ["grid_stats", "h3_cells"]
 
-CLIPS = ("clip-user", "pseudo-user", "none")
 _NOTHING = "Nothing was charged."
 _OCC_HELP = (
     "grid_stats protects the sample values only; its guarantee (clip-user.md §10) holds only if "
@@ -45,41 +45,6 @@ _OCC_HELP = (
     "checked against the data. If the occupancy comes from private location data (GPS), this mode "
     "gives no protection for where and how often users appear."
 )
-
-
-#: largest |L|, |U| accepted: W² and the Laplace scales stay far inside float range
-_BOUND_MAX = Fraction(10**18)
-#: smallest U − L accepted: W² (the variance's sensitivity) stays above the samplers' 2**-256
-_WIDTH_MIN = Fraction(1, 2**64)
-
-
-def _finite_pair(bounds: Any) -> tuple[Fraction, Fraction]:
-    from gpframe.accounting.amounts import exact
-
-    try:
-        lo, hi = bounds
-    except (TypeError, ValueError):
-        raise InvalidInputError(
-            f"bounds={bounds!r} must be a pair (L, U), e.g. bounds=(0, 65). {_NOTHING}"
-        ) from None
-    lo_f, hi_f = exact(lo, "bounds[0]"), exact(hi, "bounds[1]")
-    if max(abs(lo_f), abs(hi_f)) > _BOUND_MAX:
-        # 10**400 overflowed float(); 1e300 overflowed the plan's error arithmetic (IndexError)
-        raise InvalidInputError(
-            f"bounds=({lo!r}, {hi!r}) must lie within ±1e18 (value units); rescale the value "
-            f"column. {_NOTHING}"
-        )
-    if not hi_f > lo_f:
-        raise InvalidInputError(
-            f"bounds=({lo!r}, {hi!r}) needs L < U; pass e.g. bounds=(0, 65). {_NOTHING}"
-        )
-    if hi_f - lo_f < _WIDTH_MIN:
-        # (0, 1e-300): the sensitivities fell below the samplers' 2**-256 inside the reservation
-        raise InvalidInputError(
-            f"bounds=({lo!r}, {hi!r}) are narrower than 2**-64; rescale the value column. "
-            f"{_NOTHING}"
-        )
-    return lo_f, hi_f
 
 
 def _value_column(frame: pd.DataFrame, value: Any) -> np.ndarray:
@@ -321,7 +286,7 @@ def grid_stats(
     if isinstance(epsilon, (bool, np.bool_)):  # check_eps takes np.True_ as 1
         raise InvalidInputError(f"epsilon={epsilon!r} must be a number > 0. {_NOTHING}")
     eps = check_eps(epsilon, "epsilon")
-    lo, hi = _finite_pair(bounds)
+    lo, hi = value_bounds(bounds)
     x = _value_column(frame, value)
     out_of = (x < float(lo)) | (x > float(hi))
     if out_of.any():

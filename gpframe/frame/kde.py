@@ -2,7 +2,7 @@
 
 Spec: adaptive-budgeting.md §5.2 (KDE, Algorithm 7, rasters), §5.5 (charges), §1.6 (one point per
 user), §7 (pitfalls 8, 10, 14, 19). The algorithms are :mod:`gpframe.queries.kde`; this module
-picks each user's point (with :func:`gpframe.frame.range_count.select_component`), projects
+picks each user's point (with :func:`gpframe.queries.range_count.select_component`), projects
 query points and bounds into the data's metric CRS, reserves, runs, charges and builds the result.
 
 Units: ``bandwidth_m`` and ``cell_m`` are metres on the ground, also for lon/lat input: the points
@@ -26,14 +26,14 @@ import pandas as pd
 import shapely
 
 from gpframe.accounting.amounts import probability
-from gpframe.errors import GpframeInternalError, InvalidInputError
+from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import Charge, run
 from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.queries import kde as _k
 from gpframe.queries.elimination import check_method_parts
-from gpframe.results import KdeResult, Raster
+from gpframe.results import KdeResult
 
-__all__ = ["kde", "kde_raster", "raster_from_points"]
+__all__ = ["kde", "kde_raster"]
 
 _NOTHING = "Nothing was charged."
 
@@ -108,7 +108,7 @@ def _query_points(at: Any, projected: Any) -> tuple[np.ndarray, Any, bool]:
 
 
 def _component(bound: Any, component: Any, reduce: Any) -> Any:
-    from gpframe.frame.range_count import select_component
+    from gpframe.queries.range_count import select_component
 
     p = bound.projected
     users_all = np.asarray(p.users)
@@ -128,25 +128,6 @@ def _component(bound: Any, component: Any, reduce: Any) -> Any:
 
 
 #: the range of a length argument (bandwidth, ν, cell side): below the 2⁻¹⁰ m lattice step a
-#: length means nothing, and beyond 2⁴⁰ m (the coordinate limit) its square overflows the kernel
-#: and error formulas (b = 1e300 gave a ZeroDivisionError after the reservation, so a charge)
-_LENGTH_MIN_M, _LENGTH_MAX_M = 2.0**-10, 2.0**40
-
-
-def _length(v: Any, name: str) -> float:
-    """``v`` as metres in [2⁻¹⁰, 2⁴⁰], else ``InvalidInputError`` (before any reservation)."""
-    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > _LENGTH_MAX_M:
-        f = math.inf  # float(10**400) raises OverflowError inside _positive_finite
-    else:
-        f = _k._positive_finite(v, name)
-    if not _LENGTH_MIN_M <= f <= _LENGTH_MAX_M:
-        raise InvalidInputError(
-            f"{name}={v!r} must be between 2**-10 m (the noise lattice step) and 2**40 m "
-            f"(metres on the ground), e.g. {name}=500. {_NOTHING}"
-        )
-    return f
-
-
 def _check_options(method: str, rounds: Any, split: str, beta: Any) -> None:
     from gpframe.queries.elimination import split_fractions
 
@@ -156,18 +137,6 @@ def _check_options(method: str, rounds: Any, split: str, beta: Any) -> None:
         )
     split_fractions(split, rounds)
     probability(beta)
-
-
-def _preflight(kind: str, amount: Fraction, scale_max: float, method: str) -> None:
-    """Run the wrappers' exact calibration for the whole allocation before reserving."""
-    from gpframe.mechanisms import calibration as cal
-
-    k = Fraction(scale_max)
-    d = 1 if method.startswith("dist") else 2
-    if kind == "cgp":
-        cal.cgp_gaussian(amount / (k * k), d=d)
-    else:
-        cal.gp_laplace(amount / k, d=d)
 
 
 def _ledger_allocation(lu: Any, amount: Fraction) -> Fraction:
@@ -190,25 +159,6 @@ def _alloc_fractions(r: Any, lu: Any) -> np.ndarray:
     uniq, inv = np.unique(units, return_inverse=True)
     fr = np.array([lu.to_fraction(int(u)) for u in uniq], dtype=object)
     return fr[inv]
-
-
-def _alloc_groups(units: np.ndarray, lu: Any) -> tuple[np.ndarray, list[Fraction], list[int]]:
-    """Factorise per-user allocation units: (code per user, −1 for 0; Fractions; units).
-
-    One exact ``Fraction`` per distinct allocation, so 10⁶ users cost a sort at most.
-    """
-    u = np.asarray(units, dtype=np.int64)
-    if u.size and int(u.min()) == int(u.max()):  # the usual case: one allocation for all
-        uniq, inv = u[:1], np.zeros(u.size, dtype=np.int64)
-    else:
-        uniq, inv = np.unique(u, return_inverse=True)
-    vals = uniq.tolist()
-    codes = np.asarray(inv, dtype=np.int64).reshape(-1)
-    if 0 in vals:  # allocation 0: not queried
-        z = vals.index(0)
-        codes = np.where(codes == z, -1, codes - (codes > z))
-        vals.pop(z)
-    return codes, [lu.to_fraction(int(v)) for v in vals], vals
 
 
 def _floats(objs: np.ndarray) -> np.ndarray:
@@ -264,7 +214,7 @@ def kde(
     nu_m : float, optional
         Elimination distance ν (default 3 × bandwidth).
     component, reduce
-        Which row is each user's point (:func:`gpframe.frame.range_count.select_component`).
+        Which row is each user's point (:func:`gpframe.queries.range_count.select_component`).
     progress : bool or None
         tqdm bar over query points (None: on in a terminal or notebook when there are several).
     rng : BitSource or None
@@ -300,13 +250,13 @@ def kde(
     session = bound.session
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     _check_options(method, rounds, split, beta)
-    b = _length(bandwidth_m, "bandwidth_m")
+    b = _k.check_length(bandwidth_m, "bandwidth_m")
     if nu_m is not None:
-        nu_m = _length(nu_m, "nu_m")
+        nu_m = _k.check_length(nu_m, "nu_m")
     kind, amount = _check_amount(session, rho, eps)
     p = _component(bound, component, reduce)
     q_m, q_series, many = _query_points(at, p)
-    _preflight(kind, amount, float(p.scale_max), method)
+    _k.preflight(kind, amount, float(p.scale_max), method)
     users = np.asarray(p.users)
     if len(pd.unique(users)) != users.size:
         raise InvalidInputError(
@@ -431,7 +381,7 @@ def _bounds_m(bounds: Any, projected: Any) -> tuple[float, float, float, float]:
         raise InvalidInputError(
             f"bounds={bounds!r} must be finite with xmax > xmin and ymax > ymin. {_NOTHING}"
         )
-    if max(abs(x0), abs(y0), abs(x1), abs(y1)) >= _LENGTH_MAX_M:
+    if max(abs(x0), abs(y0), abs(x1), abs(y1)) >= _k.LENGTH_MAX_M:
         # GEOS refuses to segmentize such a box; no CRS has coordinates this large
         raise InvalidInputError(
             f"bounds={bounds!r} are beyond ±2**40 in the data's CRS; give them in that CRS "
@@ -519,8 +469,8 @@ def kde_raster(
     """
     session = bound.session
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
-    h = _length(bandwidth_m, "bandwidth_m")
-    c = _length(cell_m, "cell_m")
+    h = _k.check_length(bandwidth_m, "bandwidth_m")
+    c = _k.check_length(cell_m, "cell_m")
     kind, amount = _check_amount(session, rho, eps)
     p = _component(bound, component, reduce)
     users = np.asarray(p.users)
@@ -532,134 +482,8 @@ def kde_raster(
     bm = _bounds_m(bounds, p) if bounds is not None else None
     from gpframe.ledger.charges import ledger_keys
 
-    return raster_from_points(
+    return _k.raster_from_points(
         session, ledger_keys(users), p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind,
         amount=amount, correct=correct, scale_max=p.scale_max, crs_m=p.crs_m.to_string(),
         rng=rng, bandwidth_arg=bandwidth_m,
     )  # fmt: skip
-
-
-def raster_from_points(
-    session: Any,
-    keys: Any,
-    xy_m: np.ndarray,
-    *,
-    bandwidth_m: float,
-    cell_m: float,
-    bounds_m: Any,
-    kind: str,
-    amount: Fraction,
-    correct: bool,
-    scale_max: Any,
-    crs_m: str | None,
-    rng: Any,
-    bandwidth_arg: Any = None,
-) -> Any:
-    """Reserve, release each user's point once, build the raster, charge (``kde_raster``'s core).
-
-    Shared by the accessor (after projecting, one point per user) and ``gp.duckdb.kde_raster``
-    (metres as given; the ``crs=`` of ``register``, if any, gives ``crs_m`` and ``scale_max``):
-    the same checks, reservation, draws and charges for the same points, ledger keys,
-    parameters and rng. ``bandwidth_m`` / ``cell_m`` are checked
-    lengths, ``bounds_m`` a metric envelope or None, ``amount`` the exact allocation.
-    """
-    h, c, bm = bandwidth_m, cell_m, bounds_m
-    bandwidth_arg = h if bandwidth_arg is None else bandwidth_arg
-    scale = float(scale_max)
-    if bm is not None:
-        ny, nx, _tr = _k.grid_for_bounds(bm, c)
-        # the smoothing pads the grid by the kernel's reach (about 5h/cell cells a side): a
-        # bandwidth of 630 km on 100 m cells asked for a 30 GiB array (MemoryError). The bound
-        # is what the bounds=None path can reach (its cell grows with the extent + 6h).
-        reach = math.ceil(5.0 * h / c) + 1
-        if max(ny, nx) + 2 * reach > 3 * _k.MAX_CELLS_SIDE:
-            raise InvalidInputError(
-                f"bandwidth_m={bandwidth_arg!r} spans about {reach} cells of cell_m={c:g}; the "
-                f"smoothed raster would exceed {3 * _k.MAX_CELLS_SIDE} cells a side. Use a larger "
-                f"cell_m (e.g. cell_m={math.ceil(h / 400)}) or a smaller bandwidth. {_NOTHING}"
-            )
-    _preflight(kind, amount, scale, "pt")
-    if correct:
-        _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, amount, scale_max=scale))
-    from gpframe.accounting.amounts import LedgerUnits
-
-    users = np.empty(len(keys), dtype=object)
-    users[:] = list(keys)
-    led = session.ledger
-    lu = led.units["metric"]
-    params: dict[str, Any] = {
-        "bandwidth_m": h, "cell_m": c, "correct": bool(correct),
-        ("rho" if kind == "cgp" else "eps"): float(amount),
-        "crs_m": crs_m, "scale_max": scale,
-    }  # fmt: skip
-    # integer ledger units end to end (as privatize does): one exact conversion per distinct
-    # amount, never a Fraction per user; the amount is in the filter's own units (kind=None)
-    alloc_units, too_big = led.units_for("metric", amount, np.ones(users.size, np.int64))
-    alloc_units[too_big] = LedgerUnits.MAX  # cannot be admitted
-    # the allocation every admitted user will hold is known now: check its single part (and the
-    # bias correction's bandwidth) before reserving
-    checks = dict(kind=kind, method="pt", rounds=1, split="even", beta=0.5,  # beta: unused
-                  unit=Fraction(1) / lu.scale, scale_max=scale_max)  # fmt: skip
-    if users.size and not too_big.all():
-        a0 = lu.to_fraction(int(alloc_units[~too_big][0]))
-        check_method_parts(a0, **checks)
-        if correct:
-            _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, a0, scale_max=scale))
-
-    def reserved_groups(r: Any) -> tuple[np.ndarray, np.ndarray, list[Fraction], list[int]]:
-        adm = np.asarray(r.admitted, dtype=bool) & ~too_big
-        return (adm, *_alloc_groups(np.where(adm, r.allocation_units, 0), lu))
-
-    def check(r: Any) -> None:  # the same checks on the allocations reserved: no noise yet
-        for a in reserved_groups(r)[2]:
-            check_method_parts(a, **checks)
-            if correct:
-                _k.corrected_bandwidth(h, _k.bandwidth_limit(kind, a, scale_max=scale))
-
-    def compute(r: Any) -> Charge[Any]:
-        adm, codes, values, uvals = reserved_groups(r)
-        out = _k.kde_raster_arrays(
-            xy_m, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=values, codes=codes,
-            correct=correct, unit=Fraction(1) / lu.scale, scale_max=scale_max, rng=rng,
-        )  # fmt: skip
-        pv = out.privatized
-        charge_units = np.zeros(users.size, dtype=np.int64)
-        charge_f = np.zeros(users.size, dtype=np.float64)
-        for g, ch in enumerate(pv.group_charges):
-            u, big = led.units_for("metric", ch, np.ones(1, np.int64))
-            if big.any():
-                raise GpframeInternalError("a kde_raster charge does not fit the ledger's units.")
-            sel = pv.group == g
-            charge_units[sel] = u[0]
-            charge_f[sel] = float(ch)
-        return Charge((adm, codes, uvals, out, charge_f), charge_units, units=True)
-
-    r = run(session, keys, alloc_units, notion="metric", query="kde_raster", params=params,
-            units=True, check=check, compute=compute)  # fmt: skip
-    adm, codes, uvals, out, charge_f = r.value
-
-    key_arr = users
-    idx = pd.Index(key_arr[adm])
-    alloc_f = np.array([float(lu.to_fraction(int(v))) for v in uvals], dtype=np.float64)
-    params.update(
-        sigma_m=[float(v) for v in out.sigma_m],
-        bandwidth_used_m=[float(v) for v in out.bandwidth_used_m],
-        bias_correction=out.corrected,
-        cell_m=float(out.transform[0]),
-        n_users=out.n_queried,
-    )
-    return Raster(
-        value=out.density,
-        transform=out.transform,
-        crs=crs_m,
-        confidence=None,
-        mechanism="gaussian_cgp" if kind == "cgp" else "planar_laplace",
-        params=params,
-        kind=kind,
-        metric=("floor", out.privatized.r_min),
-        r_min=out.privatized.r_min,
-        charges=pd.Series(charge_f[adm], index=idx, dtype=np.float64),
-        allocations=pd.Series(alloc_f[codes[adm]], index=idx, dtype=np.float64),
-        excluded=key_arr[~adm].tolist(),
-        query_id=r.query_id,
-    )

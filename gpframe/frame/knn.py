@@ -361,7 +361,7 @@ def convex_hull(
         radius_floor_m=radius_floor_m,
         scale_max=Fraction(float(p.scale_max)),
     )
-    _hull_preflight(kind, amount, b, alpha, k, radius_floor_m, _counts, float(p.scale_max))
+    _h.hull_preflight(kind, amount, b, alpha, k, radius_floor_m, _counts, float(p.scale_max))
     from gpframe.queries.knn import _check_extent
 
     _check_extent(p.xy)
@@ -446,28 +446,6 @@ def _hulls_to_input_crs(geoms: Any, crs_m: Any, crs_in: Any) -> Any:
     return gpd.GeoSeries(out, index=geoms.index, crs=crs_in)
 
 
-def _hull_preflight(kind: str, amount: Fraction, beta: float, alpha: Any, k: Any,
-                    radius_floor_m: Any, counts: np.ndarray, scale_max: float) -> None:  # fmt: skip
-    """Run the checks PCH makes only after its first draws, before the reservation.
-
-    :func:`gpframe.queries.hull.private_hulls`' dry run (no admitted user) stops after the centre
-    and radius phases, so a k-dependent phase it refuses (a PNN call or an anchor release below
-    the supported amounts) used to be refused inside the reservation, charging everybody. k is
-    public (given, or clamped to [16, 128]) and the fallback releases the n points of a user
-    with n <= k, so every group the run can form is checked now (both ends of k and n).
-    """
-    from gpframe.queries import hull as _h
-
-    _h.check_beta_and_floor(beta, radius_floor_m)
-    from gpframe.accounting.amounts import exact
-
-    # exact() as in private_hulls (accepts what its dry run accepted, e.g. a 0-d array)
-    spend = _h._split(kind, amount, exact(alpha, "alpha"))
-    # the PNN and release groups any user can reach (k in the clamp or fixed, the fallback's n)
-    _h._check_k_phases(kind, spend, Fraction(scale_max), counts, None if k is None else int(k),
-                       16, 128)  # fmt: skip
-
-
 # ---------------------------------------------------------------------------------------------
 # nearest users
 
@@ -502,7 +480,7 @@ def nearest_users(
         β/2 eliminations, β/2 final selection.
     component, reduce
         Which row is each user's point (see
-        :func:`gpframe.frame.range_count.select_component`).
+        :func:`gpframe.queries.range_count.select_component`).
     rng : BitSource or None
 
     Returns
@@ -523,9 +501,9 @@ def nearest_users(
     >>> sorted(res.value), res.saved > 0
     ([1, 2], True)
     """
-    from gpframe.frame.range_count import select_component
     from gpframe.queries.elimination import split_fractions
     from gpframe.queries.nearest import METHODS, nearest_users_arrays
+    from gpframe.queries.range_count import select_component
 
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     fk = _filter_kind(bound.session)

@@ -38,6 +38,7 @@ from gpframe.ledger.session import EXCLUDED_KEY
 from gpframe.queries.clip_user import ClipUserPlan, Occupancy, clip_user_plan, h_exact
 
 __all__ = [
+    "CLIPS",
     "CellRelease",
     "GridStatsRun",
     "check_data_matches",
@@ -45,12 +46,15 @@ __all__ = [
     "release_cells",
     "retained_rows",
     "run_grid_stats",
+    "value_bounds",
     "value_step",
 ]
 
 _NOTHING = "Nothing was charged."
 #: statistics released per cell (mean and 1/r variance): the charge multiplier of spec §6.1
 STATISTICS = 2
+#: the contribution bounding choices of ``grid_stats`` / ``clip_user`` (``clip=``)
+CLIPS = ("clip-user", "pseudo-user", "none")
 #: fractional bits of the value grid below W (spec secure-noise §9.5: exact fixed-point sums)
 VALUE_BITS = 16
 
@@ -469,3 +473,37 @@ def run_grid_stats(
         f"grid_stats could not reserve budgets after {max_retries} attempts (other processes kept "
         f"spending); retry later. {_NOTHING}"
     )
+
+
+#: largest |L|, |U| accepted: W² and the Laplace scales stay far inside float range
+_BOUND_MAX = Fraction(10**18)
+#: smallest U − L accepted: W² (the variance's sensitivity) stays above the samplers' 2**-256
+_WIDTH_MIN = Fraction(1, 2**64)
+
+
+def value_bounds(bounds: Any) -> tuple[Fraction, Fraction]:
+    """Return the public value interval ``bounds=(L, U)`` as exact numbers, checked."""
+    try:
+        lo, hi = bounds
+    except (TypeError, ValueError):
+        raise InvalidInputError(
+            f"bounds={bounds!r} must be a pair (L, U), e.g. bounds=(0, 65). {_NOTHING}"
+        ) from None
+    lo_f, hi_f = exact(lo, "bounds[0]"), exact(hi, "bounds[1]")
+    if max(abs(lo_f), abs(hi_f)) > _BOUND_MAX:
+        # 10**400 overflowed float(); 1e300 overflowed the plan's error arithmetic (IndexError)
+        raise InvalidInputError(
+            f"bounds=({lo!r}, {hi!r}) must lie within ±1e18 (value units); rescale the value "
+            f"column. {_NOTHING}"
+        )
+    if not hi_f > lo_f:
+        raise InvalidInputError(
+            f"bounds=({lo!r}, {hi!r}) needs L < U; pass e.g. bounds=(0, 65). {_NOTHING}"
+        )
+    if hi_f - lo_f < _WIDTH_MIN:
+        # (0, 1e-300): the sensitivities fell below the samplers' 2**-256 inside the reservation
+        raise InvalidInputError(
+            f"bounds=({lo!r}, {hi!r}) are narrower than 2**-64; rescale the value column. "
+            f"{_NOTHING}"
+        )
+    return lo_f, hi_f

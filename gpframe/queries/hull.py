@@ -39,7 +39,7 @@ from gpframe.queries.knn import (
     resolve_compat,
 )
 
-__all__ = ["K_RULES", "HullArrays", "choose_k", "hull_error", "private_hulls"]
+__all__ = ["K_RULES", "HullArrays", "choose_k", "hull_error", "hull_preflight", "private_hulls"]
 
 K_RULES = ("reference", "consistent")
 ALPHA = Fraction(23, 25)  # 0.92, the reference harness (spec §8.1, R2)
@@ -493,3 +493,21 @@ def private_hulls(
     charges[:] = [amt if a else Fraction(0) for a in adm.tolist()]
     return HullArrays(hulls, anchors, centre, radius, kk, kraw, fallback, err, spend, charges,
                       r_min)  # fmt: skip
+
+
+def hull_preflight(kind: str, amount: Fraction, beta: float, alpha: Any, k: Any,
+                   radius_floor_m: Any, counts: np.ndarray, scale_max: float) -> None:  # fmt: skip
+    """Run the checks PCH makes only after its first draws, before the reservation.
+
+    :func:`private_hulls`' dry run (no admitted user) stops after the centre and radius phases,
+    so a k-dependent phase it refuses (a PNN call or an anchor release below the supported
+    amounts) used to be refused inside the reservation, charging everybody. k is public (given,
+    or clamped to [16, 128]) and the fallback releases the n points of a user
+    with n <= k, so every group the run can form is checked now (both ends of k and n).
+    """
+    check_beta_and_floor(beta, radius_floor_m)
+    # exact() as in private_hulls (accepts what its dry run accepted, e.g. a 0-d array)
+    spend = _split(kind, amount, exact(alpha, "alpha"))
+    # the PNN and release groups any user can reach (k in the clamp or fixed, the fallback's n)
+    _check_k_phases(kind, spend, Fraction(scale_max), counts, None if k is None else int(k),
+                    16, 128)  # fmt: skip

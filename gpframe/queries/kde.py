@@ -43,6 +43,7 @@ __all__ = [
     "Privatized",
     "RasterArrays",
     "bandwidth_limit",
+    "check_length",
     "corrected_bandwidth",
     "cutoff",
     "error_bound_nominal",
@@ -55,7 +56,9 @@ __all__ = [
     "kernel",
     "kernel_lipschitz",
     "noise_sigma",
+    "preflight",
     "privatize_once",
+    "raster_from_points",
 ]
 
 #: the four methods of spec §5.2
@@ -502,6 +505,37 @@ def _positive_finite(v: Any, name: str) -> float:
     return f
 
 
+#: length means nothing, and beyond 2⁴⁰ m (the coordinate limit) its square overflows the kernel
+#: and error formulas (b = 1e300 gave a ZeroDivisionError after the reservation, so a charge)
+LENGTH_MIN_M, LENGTH_MAX_M = 2.0**-10, 2.0**40
+
+
+def check_length(v: Any, name: str) -> float:
+    """``v`` as metres in [2⁻¹⁰, 2⁴⁰], else ``InvalidInputError`` (before any reservation)."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > LENGTH_MAX_M:
+        f = math.inf  # float(10**400) raises OverflowError inside _positive_finite
+    else:
+        f = _positive_finite(v, name)
+    if not LENGTH_MIN_M <= f <= LENGTH_MAX_M:
+        raise InvalidInputError(
+            f"{name}={v!r} must be between 2**-10 m (the noise lattice step) and 2**40 m "
+            f"(metres on the ground), e.g. {name}=500. {_NOTHING}"
+        )
+    return f
+
+
+def preflight(kind: str, amount: Fraction, scale_max: float, method: str) -> None:
+    """Run the wrappers' exact calibration for the whole allocation before reserving."""
+    from gpframe.mechanisms import calibration as cal
+
+    k = Fraction(scale_max)
+    d = 1 if method.startswith("dist") else 2
+    if kind == "cgp":
+        cal.cgp_gaussian(amount / (k * k), d=d)
+    else:
+        cal.gp_laplace(amount / k, d=d)
+
+
 def kde_point(
     xy_m: Any,
     q_m: Any,
@@ -933,3 +967,156 @@ def kde_raster_arrays(
     if nq:
         dens /= nq
     return RasterArrays(dens, tr, h, used, sig_u, how, pv, nq)
+
+
+# ---------------------------------------------------------------------------------------------
+# kde_raster: reserve, release once per user, raster, charge (both faces)
+
+
+def _alloc_groups(units: np.ndarray, lu: Any) -> tuple[np.ndarray, list[Fraction], list[int]]:
+    """Factorise per-user allocation units: (code per user, −1 for 0; Fractions; units).
+
+    One exact ``Fraction`` per distinct allocation, so 10⁶ users cost a sort at most.
+    """
+    u = np.asarray(units, dtype=np.int64)
+    if u.size and int(u.min()) == int(u.max()):  # the usual case: one allocation for all
+        uniq, inv = u[:1], np.zeros(u.size, dtype=np.int64)
+    else:
+        uniq, inv = np.unique(u, return_inverse=True)
+    vals = uniq.tolist()
+    codes = np.asarray(inv, dtype=np.int64).reshape(-1)
+    if 0 in vals:  # allocation 0: not queried
+        z = vals.index(0)
+        codes = np.where(codes == z, -1, codes - (codes > z))
+        vals.pop(z)
+    return codes, [lu.to_fraction(int(v)) for v in vals], vals
+
+
+def raster_from_points(
+    session: Any,
+    keys: Any,
+    xy_m: np.ndarray,
+    *,
+    bandwidth_m: float,
+    cell_m: float,
+    bounds_m: Any,
+    kind: str,
+    amount: Fraction,
+    correct: bool,
+    scale_max: Any,
+    crs_m: str | None,
+    rng: Any,
+    bandwidth_arg: Any = None,
+) -> Any:
+    """Reserve, release each user's point once, build the raster, charge (``kde_raster``'s core).
+
+    Shared by the accessor (after projecting, one point per user) and ``gp.duckdb.kde_raster``
+    (metres as given; the ``crs=`` of ``register``, if any, gives ``crs_m`` and ``scale_max``):
+    the same checks, reservation, draws and charges for the same points, ledger keys,
+    parameters and rng. ``bandwidth_m`` / ``cell_m`` are checked
+    lengths, ``bounds_m`` a metric envelope or None, ``amount`` the exact allocation.
+    """
+    h, c, bm = bandwidth_m, cell_m, bounds_m
+    bandwidth_arg = h if bandwidth_arg is None else bandwidth_arg
+    scale = float(scale_max)
+    if bm is not None:
+        ny, nx, _tr = grid_for_bounds(bm, c)
+        # the smoothing pads the grid by the kernel's reach (about 5h/cell cells a side): a
+        # bandwidth of 630 km on 100 m cells asked for a 30 GiB array (MemoryError). The bound
+        # is what the bounds=None path can reach (its cell grows with the extent + 6h).
+        reach = math.ceil(5.0 * h / c) + 1
+        if max(ny, nx) + 2 * reach > 3 * MAX_CELLS_SIDE:
+            raise InvalidInputError(
+                f"bandwidth_m={bandwidth_arg!r} spans about {reach} cells of cell_m={c:g}; the "
+                f"smoothed raster would exceed {3 * MAX_CELLS_SIDE} cells a side. Use a larger "
+                f"cell_m (e.g. cell_m={math.ceil(h / 400)}) or a smaller bandwidth. {_NOTHING}"
+            )
+    preflight(kind, amount, scale, "pt")
+    if correct:
+        corrected_bandwidth(h, bandwidth_limit(kind, amount, scale_max=scale))
+    import pandas as pd
+
+    from gpframe.accounting.amounts import LedgerUnits
+    from gpframe.ledger.run import Charge, run
+    from gpframe.queries.elimination import check_method_parts
+    from gpframe.results import Raster
+
+    users = np.empty(len(keys), dtype=object)
+    users[:] = list(keys)
+    led = session.ledger
+    lu = led.units["metric"]
+    params: dict[str, Any] = {
+        "bandwidth_m": h, "cell_m": c, "correct": bool(correct),
+        ("rho" if kind == "cgp" else "eps"): float(amount),
+        "crs_m": crs_m, "scale_max": scale,
+    }  # fmt: skip
+    # integer ledger units end to end (as privatize does): one exact conversion per distinct
+    # amount, never a Fraction per user; the amount is in the filter's own units (kind=None)
+    alloc_units, too_big = led.units_for("metric", amount, np.ones(users.size, np.int64))
+    alloc_units[too_big] = LedgerUnits.MAX  # cannot be admitted
+    # the allocation every admitted user will hold is known now: check its single part (and the
+    # bias correction's bandwidth) before reserving
+    checks = dict(kind=kind, method="pt", rounds=1, split="even", beta=0.5,  # beta: unused
+                  unit=Fraction(1) / lu.scale, scale_max=scale_max)  # fmt: skip
+    if users.size and not too_big.all():
+        a0 = lu.to_fraction(int(alloc_units[~too_big][0]))
+        check_method_parts(a0, **checks)
+        if correct:
+            corrected_bandwidth(h, bandwidth_limit(kind, a0, scale_max=scale))
+
+    def reserved_groups(r: Any) -> tuple[np.ndarray, np.ndarray, list[Fraction], list[int]]:
+        adm = np.asarray(r.admitted, dtype=bool) & ~too_big
+        return (adm, *_alloc_groups(np.where(adm, r.allocation_units, 0), lu))
+
+    def check(r: Any) -> None:  # the same checks on the allocations reserved: no noise yet
+        for a in reserved_groups(r)[2]:
+            check_method_parts(a, **checks)
+            if correct:
+                corrected_bandwidth(h, bandwidth_limit(kind, a, scale_max=scale))
+
+    def compute(r: Any) -> Charge[Any]:
+        adm, codes, values, uvals = reserved_groups(r)
+        out = kde_raster_arrays(
+            xy_m, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=values, codes=codes,
+            correct=correct, unit=Fraction(1) / lu.scale, scale_max=scale_max, rng=rng,
+        )  # fmt: skip
+        pv = out.privatized
+        charge_units = np.zeros(users.size, dtype=np.int64)
+        charge_f = np.zeros(users.size, dtype=np.float64)
+        for g, ch in enumerate(pv.group_charges):
+            u, big = led.units_for("metric", ch, np.ones(1, np.int64))
+            if big.any():
+                raise GpframeInternalError("a kde_raster charge does not fit the ledger's units.")
+            sel = pv.group == g
+            charge_units[sel] = u[0]
+            charge_f[sel] = float(ch)
+        return Charge((adm, codes, uvals, out, charge_f), charge_units, units=True)
+
+    r = run(session, keys, alloc_units, notion="metric", query="kde_raster", params=params,
+            units=True, check=check, compute=compute)  # fmt: skip
+    adm, codes, uvals, out, charge_f = r.value
+    key_arr = users
+    idx = pd.Index(key_arr[adm])
+    alloc_f = np.array([float(lu.to_fraction(int(v))) for v in uvals], dtype=np.float64)
+    params.update(
+        sigma_m=[float(v) for v in out.sigma_m],
+        bandwidth_used_m=[float(v) for v in out.bandwidth_used_m],
+        bias_correction=out.corrected,
+        cell_m=float(out.transform[0]),
+        n_users=out.n_queried,
+    )
+    return Raster(
+        value=out.density,
+        transform=out.transform,
+        crs=crs_m,
+        confidence=None,
+        mechanism="gaussian_cgp" if kind == "cgp" else "planar_laplace",
+        params=params,
+        kind=kind,
+        metric=("floor", out.privatized.r_min),
+        r_min=out.privatized.r_min,
+        charges=pd.Series(charge_f[adm], index=idx, dtype=np.float64),
+        allocations=pd.Series(alloc_f[codes[adm]], index=idx, dtype=np.float64),
+        excluded=key_arr[~adm].tolist(),
+        query_id=r.query_id,
+    )

@@ -105,11 +105,14 @@ def check_amount(kind: str, per: str, amount: Fraction) -> None:
         )
 
 
-def check_point_amount(kind: str, part: Fraction, *, name: str | None = None) -> None:
+def check_point_amount(
+    kind: str, part: Fraction, *, name: str | None = None, scale_max: Any = 1
+) -> None:
     """Run the wrapper's full parameter check for one per-point amount, before any reservation.
 
-    ``part`` is in the mechanism's units (ε per projected metre for GP, ρ per m² for CGP), i.e.
-    after the per-user split and the projection scale. It checks exactly what
+    ``part`` is the per-point amount after the per-user split; the mechanism runs at it divided
+    by the projection's largest scale factor ``scale_max`` (ε/k for GP, ρ/k² for CGP, in its
+    units: ε per projected metre, ρ per m²), and that is what is checked. It checks exactly what
     :func:`~gpframe.mechanisms.planar_laplace` (``check_eps``: ε in [2⁻⁴⁰, 100], secure-noise.md
     §9.4) or :func:`~gpframe.mechanisms.gaussian_cgp` would check, runs the §9.3 calibration,
     and refuses a noise scale above :data:`NOISE_SCALE_MAX_M` (GP 1/ε, CGP σ per coordinate).
@@ -130,6 +133,8 @@ def check_point_amount(kind: str, part: Fraction, *, name: str | None = None) ->
     )
 
     label = name or ("eps" if kind == "gp" else "rho")
+    k = Fraction(scale_max)
+    part = part / k if kind == "gp" else part / (k * k)
     if kind == "gp":
         # the wrapper's own range check: the calibration alone coarsens the lattice without
         # bound, so an ε below 2**-40 would pass it and only fail inside planar_laplace
@@ -428,7 +433,7 @@ def privatize_points(
         part = amount / int(key) if per == "user" else amount
         # callers preflight this before reserving; repeated here so that a direct call never
         # draws noise that cannot be released
-        check_point_amount(kind, part / k if kind == "gp" else part / (k * k))
+        check_point_amount(kind, part, scale_max=k)
         if kind == "gp":
             rel = planar_laplace(xy[rows], eps=part / k, rng=rng)
             to_ground = k

@@ -28,11 +28,15 @@ from gpframe.queries.elimination import Elimination, eliminate_noninteractive
 
 __all__ = [
     "METHODS",
+    "REDUCTIONS",
+    "First",
+    "Last",
     "RangeCountArrays",
     "correctness_radius",
     "range_count_arrays",
     "rectangle_sides",
     "run_range_count",
+    "select_component",
     "shift_for_region",
     "signed_distance",
     "threshold_shift_polygon",
@@ -41,6 +45,9 @@ __all__ = [
 
 #: the four methods of spec §5.1
 METHODS = ("pt", "dist", "pt-elim", "dist-elim")
+#: reductions of several rows of one user in the selected component; both keep one of the
+#: user's own points, chosen by row order (public), so the charge stays one point's (spec §1.6)
+REDUCTIONS = ("first", "last")
 _NOTHING = "Nothing was charged."
 
 
@@ -599,3 +606,197 @@ def run_range_count(
         query_id=ran.query_id,
         spec="adaptive-budgeting.md §4.4, §4.6, §5.1, §5.5",
     )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# component selection
+
+
+@dataclass(frozen=True)
+class Last:
+    """Component rule: each user's last row by the time column ``column``, before ``before``.
+
+    "The user's last fix before τ" reads timestamps only, never locations (spec §7 pitfall 10).
+    Users without a row before ``before`` are not asked (they are not in the count). Exported
+    as ``gp.Last``; pass it as ``component=`` of ``range_count``, ``kde``, ``kde_raster`` and
+    ``nearest_users``.
+
+    >>> import gpframe as gp
+    >>> gp.Last("time", before="2020-12-02 12:00")
+    Last(column='time', before='2020-12-02 12:00')
+    """
+
+    column: str
+    before: Any = None
+
+
+@dataclass(frozen=True)
+class First:
+    """Component rule: each user's first row by the time column ``column``, at/after ``after``.
+
+    Users without a row at or after ``after`` are not asked. Exported as ``gp.First``; pass it
+    as ``component=`` of ``range_count``, ``kde``, ``kde_raster`` and ``nearest_users``.
+
+    >>> import gpframe as gp
+    >>> gp.First("time", after="2020-12-02 06:00")
+    First(column='time', after='2020-12-02 06:00')
+    """
+
+    column: str
+    after: Any = None
+
+
+def _time_column(frame: pd.DataFrame, column: str | None, what: str) -> str:
+    if column is not None:
+        if column not in frame.columns:
+            raise InvalidInputError(
+                f"component={what!r}: column {column!r} is not in the frame (columns: "
+                f"{', '.join(map(str, frame.columns[:12]))}). {_NOTHING}"
+            )
+        return column
+    cands = [c for c in frame.columns if pd.api.types.is_datetime64_any_dtype(frame[c])]
+    if len(cands) != 1:
+        found = ", ".join(map(repr, cands)) or "none"
+        raise InvalidInputError(
+            f"component={what!r} needs one time column; found {found}. Name it: "
+            f"component=gp.{what.title()}('time'). {_NOTHING}"
+        )
+    return str(cands[0])
+
+
+def _as_time(value: Any, col: pd.Series, name: str) -> Any:
+    if value is None:
+        return None
+    try:
+        t = pd.Timestamp(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{name}={value!r} is not a time: {exc}. {_NOTHING}") from None
+    tz = getattr(col.dtype, "tz", None)
+    if tz is not None and t.tzinfo is None:
+        t = t.tz_localize(tz)
+    elif tz is None and t.tzinfo is not None:
+        raise InvalidInputError(
+            f"{name}={value!r} has a time zone but column {col.name!r} has none. {_NOTHING}"
+        )
+    return t
+
+
+def select_component(
+    frame: pd.DataFrame,
+    users: np.ndarray,
+    component: Any = None,
+    reduce: str | None = None,
+) -> np.ndarray:
+    """Return the positions (into ``frame``'s rows) of each user's one selected point.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        The bound frame (rows aligned with ``users``).
+    users : ndarray
+        The user id of each row.
+    component : None, tuple, callable, ``"first"``, ``"last"``, :class:`First` or :class:`Last`
+        ``None``: all rows (each user must have one). ``(column, value)``: rows where
+        ``frame[column] == value`` (e.g. ``("hour", 7)``). A callable ``f(frame)`` returning a
+        boolean mask (it must read public columns only, never the coordinates: pitfall 10).
+        ``"last"`` / ``"first"`` (or ``Last(col, before=t)`` / ``First(col, after=t)``): per user
+        the last / first row by the time column (the frame's only datetime column for the strings).
+    reduce : {"first", "last"}, optional
+        What to do with several rows of one user in the component: keep the first / last in row
+        order. Without it, several rows are an ``InvalidInputError``. A mean is not offered: it is
+        not one of the user's points (and its charge would need the Lipschitz rule of §1.6).
+
+    Returns
+    -------
+    ndarray of int64
+        Row positions, one per selected user, in row order.
+
+    Examples
+    --------
+    >>> df = pd.DataFrame({"u": [1, 1, 2], "hour": [7, 8, 7],
+    ...                    "t": pd.to_datetime(["2020-01-01 07:10", "2020-01-01 08:05",
+    ...                                         "2020-01-01 07:30"])})
+    >>> select_component(df, df["u"].to_numpy(), ("hour", 7)).tolist()
+    [0, 2]
+    >>> select_component(df, df["u"].to_numpy(), "last").tolist()
+    [1, 2]
+    >>> select_component(df, df["u"].to_numpy(), Last("t", before="2020-01-01 08:00")).tolist()
+    [0, 2]
+    """
+    n = len(frame)
+    if reduce is not None and reduce not in REDUCTIONS:
+        raise InvalidInputError(
+            f"reduce={reduce!r} is not one of {', '.join(map(repr, REDUCTIONS))}: a reduction must "
+            f"keep one of the user's own points (spec §1.6). {_NOTHING}"
+        )
+    if isinstance(component, str):
+        if component not in ("first", "last"):
+            raise InvalidInputError(
+                f"component={component!r} is not 'first', 'last', a (column, value) pair or a "
+                f"callable. {_NOTHING}"
+            )
+        col = _time_column(frame, None, component)
+        component = Last(col) if component == "last" else First(col)
+    if component is None:
+        mask = np.ones(n, dtype=bool)
+    elif isinstance(component, (Last, First)):
+        what = "last" if isinstance(component, Last) else "first"
+        col = _time_column(frame, component.column, what)
+        t = frame[col]
+        if t.isna().any():
+            raise InvalidInputError(
+                f"time column {col!r} has {int(t.isna().sum())} missing values; drop them first. "
+                f"{_NOTHING}"
+            )
+        mask = np.ones(n, dtype=bool)
+        if isinstance(component, Last) and component.before is not None:
+            mask &= (t < _as_time(component.before, t, "before")).to_numpy()
+        if isinstance(component, First) and component.after is not None:
+            mask &= (t >= _as_time(component.after, t, "after")).to_numpy()
+        pos = np.flatnonzero(mask)
+        # sort by (user, time, row) and keep the last / first per user: timestamps only
+        order = np.lexsort((pos, t.to_numpy()[pos]))
+        srt = pos[order]
+        keep = ~pd.Series(users[srt]).duplicated(keep="last" if what == "last" else "first")
+        return np.sort(srt[keep.to_numpy()])
+    elif isinstance(component, tuple):
+        if len(component) != 2:
+            raise InvalidInputError(
+                f"component={component!r}: pass a (column, value) pair, e.g. ('hour', 7). "
+                f"{_NOTHING}"
+            )
+        col, value = component
+        if col not in frame.columns:
+            raise InvalidInputError(
+                f"component column {col!r} is not in the frame (columns: "
+                f"{', '.join(map(str, frame.columns[:12]))}). {_NOTHING}"
+            )
+        mask = (frame[col] == value).fillna(False).to_numpy(dtype=bool)
+    elif callable(component):
+        sel = component(frame)
+        mask = np.asarray(sel.to_numpy() if isinstance(sel, pd.Series) else sel)
+        if mask.dtype != bool or mask.shape != (n,):
+            raise InvalidInputError(
+                f"component callable returned {mask.dtype} of shape {mask.shape}; it must return "
+                f"a boolean mask with one entry per row ({n}). {_NOTHING}"
+            )
+    else:
+        raise InvalidInputError(
+            f"component={component!r} is not None, a (column, value) pair, a callable, 'first', "
+            f"'last', First(...) or Last(...). {_NOTHING}"
+        )
+    pos = np.flatnonzero(mask)
+    dup = pd.Series(users[pos]).duplicated(keep=False).to_numpy()
+    if dup.any():
+        if reduce is None:
+            many = pd.unique(users[pos][dup])
+            show = ", ".join(map(repr, many[:5].tolist())) + (", ..." if many.size > 5 else "")
+            raise InvalidInputError(
+                f"{many.size} user(s) have several rows in the selected component (users {show}); "
+                "range_count reads one point per user (spec §1.6). Select one with component="
+                "('hour', 7), component='last' or Last('time', before=...), or pass reduce='last' "
+                f"/ 'first' (row order). {_NOTHING}"
+            )
+        keep = ~pd.Series(users[pos]).duplicated(keep=reduce)
+        pos = pos[keep.to_numpy()]
+    return pos

@@ -241,7 +241,7 @@ def kde_frame_case(kind: str, what: str, *, method: str = "pt-elim", tiers=SLOW,
             name=name,
             # kde_raster releases through raster_from_points, the core the SQL face shares
             covers=(f"gpframe.frame.kde.{what}",)
-            + (("gpframe.frame.kde.raster_from_points",) if what == "kde_raster" else ()),
+            + (("gpframe.queries.kde.raster_from_points",) if what == "kde_raster" else ()),
             run=run,
             inputs=(x0, x1),
             centers=(np.atleast_1d(m0), np.atleast_1d(m1)),

@@ -80,9 +80,12 @@ THIN_WRAPPERS: dict[str, str] = {
         "plumbing of the DuckDB UDFs (checked_rng, charge_batch: reserve, run, charge under one "
         "lock); draws nothing itself. Tortured in guarantees/test_charge_before_release*.py"
     ),
-    "gpframe.duckdb.register": _UDF.format(
-        fn="privatize_points (gp_privatize) and registers the other modules' UDFs",
-        test="duckdb/test_privatize.py",
+    "gpframe.duckdb.register": (
+        "gp.duckdb.register: resolves the rng and the CRS once and runs every operation's "
+        "register_* (each listed here); draws and charges nothing itself. duckdb/test_register.py"
+    ),
+    "gpframe.duckdb.privatize": _UDF.format(
+        fn="privatize_points (gp_privatize, gp.duckdb.privatize)", test="duckdb/test_privatize.py"
     ),
     "gpframe.duckdb.range_count": _UDF.format(
         fn="range_count_arrays (gp_in_region)", test="duckdb/test_range_count.py"

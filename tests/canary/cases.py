@@ -358,7 +358,8 @@ def _sql(ctx: Ctx, q: str, params: list | None = None) -> Any:
 
 
 @case(name="privatize/sql-udf", frontend="sql-macro",
-      covers=("sql.gp_privatize",), modules=(DDB, "gpframe.duckdb.udf"))  # fmt: skip
+      covers=("sql.gp_privatize",),
+      modules=(DDB, "gpframe.duckdb.privatize", "gpframe.duckdb.udf"))  # fmt: skip
 def _sql_privatize(ctx: Ctx) -> Any:
     return _sql(ctx, "SELECT uid, gp_privatize(uid, x, y, 1e-8) AS p FROM pings")
 
@@ -518,7 +519,7 @@ def _privatize_helper_missing() -> str | None:
 
 
 @case(name="privatize/duckdb-relation", frontend="sql-relation", covers=("duckdb.privatize",),
-      modules=(DDB,), missing=_privatize_helper_missing)  # fmt: skip
+      modules=(DDB, "gpframe.duckdb.privatize"), missing=_privatize_helper_missing)  # fmt: skip
 def _rel_privatize(ctx: Ctx) -> Any:
     import gpframe as gp
 
@@ -643,7 +644,8 @@ def _privatize_excluded(ctx: Ctx) -> Any:
 
 
 @case(name="privatize/sql-udf/budget-exclusion", frontend="sql-macro",
-      covers=("sql.gp_privatize",), modules=(DDB, "gpframe.duckdb.udf"))  # fmt: skip
+      covers=("sql.gp_privatize",),
+      modules=(DDB, "gpframe.duckdb.privatize", "gpframe.duckdb.udf"))  # fmt: skip
 def _sql_privatize_excluded(ctx: Ctx) -> Any:
     return _sql(ctx, "SELECT uid, gp_privatize(uid, x, y, 1e3) AS p FROM pings")
 

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpframe as gp
-from gpframe.frame.range_count import First, Last
+from gpframe.queries.range_count import First, Last
 
 from ._harness import assert_budgets, assert_finite, attempt, bad_scalars, good_amounts, scalars
 

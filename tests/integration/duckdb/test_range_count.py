@@ -177,7 +177,7 @@ def _registered(session, seed, **kw):
 
 
 def test_sum_over_all_fixes_counts_rows_but_range_count_counts_users():
-    from gpframe.frame.range_count import Last
+    from gpframe.queries.range_count import Last
 
     fixes = _fixes()
     s_rows, s_users = Session(budget=gp.CGP(rho=1.0)), Session(budget=gp.CGP(rho=1.0))
@@ -201,7 +201,7 @@ def test_sum_over_all_fixes_counts_rows_but_range_count_counts_users():
 
 
 def test_range_count_matches_the_accessor_component_choice_and_charges():
-    from gpframe.frame.range_count import Last
+    from gpframe.queries.range_count import Last
 
     fixes = _fixes(60, 3)
     s_py, s_sql = Session(budget=gp.CGP(rho=1.0)), Session(budget=gp.CGP(rho=1.0))

@@ -126,8 +126,10 @@ def test_forwarder_passes_every_argument_to_its_keyword(
 
 
 def test_first_and_last_are_exported() -> None:
-    assert gp.First is range_count_frame.First
-    assert gp.Last is range_count_frame.Last
+    from gpframe.queries.range_count import First, Last
+
+    assert gp.First is First
+    assert gp.Last is Last
     assert {"First", "Last"} <= set(gp.__all__)
 
 

@@ -13,9 +13,10 @@ import shapely
 import gpframe as gp
 import gpframe.frame.accessor
 from gpframe.frame.accessor import GeoPriv
-from gpframe.frame.range_count import Last, range_count
+from gpframe.frame.range_count import range_count
 from gpframe.ledger import Session
 from gpframe.ledger.plan import plan
+from gpframe.queries.range_count import Last
 from gpframe.results import RangeCountResult
 from gpframe.testing import seeded_rng
 
