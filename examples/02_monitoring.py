@@ -22,7 +22,7 @@ DATA = Path(os.environ.get("GPFRAME_SHARED", Path(__file__).resolve().parents[2]
 tracks = pd.read_parquet(DATA / "data/ais_nyharbor/ais_nyharbor_tracks.parquet")
 zones = gpd.read_parquet(DATA / "data/world_ports/nyharbor_port_zones.parquet")
 
-# the period and the zone are public choices, made before looking at the counts (P-9)
+# the period and the zone are public choices, made before looking at the counts
 START, END = "2020-12-01", "2020-12-08"
 zone = zones.loc[zones["port_names"] == "New York City"]
 print("zone:", zone["port_names"].iloc[0], f"({zone['area_m2'].iloc[0] / 1e6:.0f} km²)")
@@ -33,7 +33,7 @@ print(f"{counts.size} hourly counts; an alert threshold of 25 vessels")
 
 session = gp.Session(central=gp.DP(epsilon=4.0))  # each vessel may lose at most ε = 4
 
-# 1. Laplace AboveThreshold: up to 2 alerts for a fixed ε = 1, charged once (spec §2.4)
+# 1. Laplace AboveThreshold: up to 2 alerts for a fixed ε = 1, charged once
 res = gp.monitor.zone_above_threshold(
     session, tracks, zone, 25, user="mmsi", time="time", start=START, end=END,
     epsilon=1.0, c=2,
@@ -41,7 +41,7 @@ res = gp.monitor.zone_above_threshold(
 print("Laplace alerts at hours", [str(counts.index[i]) for i in res.tops])
 print(f"  charged ε = {res.epsilon_realized:g} per vessel; ±{res.error:.1f} vessels at 95 %")
 
-# 2. Gaussian AboveThreshold with a pure ex-post ε (spec §5, mode R): shares of a public
+# 2. Gaussian AboveThreshold with a pure ex-post ε (mode R): shares of a public
 #    cap N = 50 vessels (Δ = 1/50), runs of at most 12 hours; a run that halts early is
 #    charged less than the worst case it reserved
 res = gp.monitor.zone_above_threshold(

@@ -1,4 +1,4 @@
-"""gpframe's exceptions and warnings (STYLE.md §5).
+"""gpframe's exceptions and warnings.
 
 Every message names the argument or column at fault, says how to fix it and what the ledger
 did ("Nothing was charged."), because inside a DuckDB UDF only the text reaches the user.

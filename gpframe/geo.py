@@ -1,7 +1,7 @@
 """Column resolution, CRS handling, projection to metres and polygon validation.
 
 Every distance-based mechanism in gpframe works in **metres on a projected CRS**: GP's ``eps`` is
-per metre and CGP's ``rho`` per square metre (concentrated-geo-privacy.md §0.2). This module turns
+per metre and CGP's ``rho`` per square metre (``docs/concepts.md``). This module turns
 what the user hands over (a GeoDataFrame, or a DataFrame with ``x=``/``y=`` or ``lon=``/``lat=``
 columns and an explicit ``crs=``) into a validated ``(n, 2)`` float64 array of metres, and maps
 released points back to the input CRS.
@@ -50,7 +50,7 @@ antimeridian is centred correctly (longitudes are unwrapped before the centre is
 
 The scale factor and the privacy guarantee
 ------------------------------------------
-secure-noise.md §7.4(f); concentrated-geo-privacy.md §10 P-U3. A projection with point scale factor
+``docs/concepts.md`` and ``docs/noise.md``. A projection with point scale factor
 ``k`` stretches ground distances by up to ``k_max`` over an extent, so a mechanism calibrated per
 projected metre is only ``eps * k_max``-GP per ground metre. :attr:`Projected.scale_max` is the
 largest Tissot semi-major axis (the largest scale in any direction, so it is right for non-conformal
@@ -124,7 +124,7 @@ class Projected:
         The projected metre CRS the mechanisms run in.
     scale_max : float
         Worst-case point scale factor of ``crs_m`` over the data's extent, at least 1. Pass
-        ``eps / scale_max`` (``rho / scale_max**2``) to a mechanism (secure-noise.md §7.4(f)).
+        ``eps / scale_max`` (``rho / scale_max**2``) to a mechanism (``docs/noise.md``).
     scale_min : float
         Smallest point scale factor over the extent (for the distance-accuracy statement only).
     coords : tuple of str
@@ -1177,7 +1177,7 @@ def project_geometry(
     Parameters
     ----------
     geom_or_series : shapely geometry, sequence, GeoSeries or GeoDataFrame
-        Bare shapely geometries are taken to be in ``crs_in``, the data's CRS (P-U4: one CRS for
+        Bare shapely geometries are taken to be in ``crs_in``, the data's CRS (one CRS for
         data and regions). A GeoSeries/GeoDataFrame with its own CRS is projected from that CRS.
     crs_in, crs_m : CRS-like
         Source and target CRS.

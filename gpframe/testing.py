@@ -1,4 +1,4 @@
-"""Test helpers: the only home of deterministic randomness sources (secure-noise.md §3.1, R1).
+"""Test helpers: the only home of deterministic randomness sources (``docs/noise.md``).
 
 ``seeded_rng(seed)`` is a deterministic byte stream: request ``i`` returns
 ``SHAKE-256(b"gpframe-seeded" || seed || i)``. ``callback_rng(fn)`` serves the bytes a test

@@ -136,7 +136,6 @@ def citation_problems(path: Path, root: Path = ROOT) -> list[str]:
     return problems
 
 
-@pytest.mark.xfail(strict=True, reason="citations rewritten on branch h/cite")
 def test_user_facing_text_cites_only_shipped_pages() -> None:
     problems = [p for path in user_facing_files() for p in citation_problems(path)]
     assert not problems, f"{len(problems)} citation problems, e.g.:\n" + "\n".join(problems[:40])

@@ -1,7 +1,8 @@
 """Privacy accounting: exact amounts, budgets, conversions between notions and filters.
 
-Spec: adaptive-budgeting.md §1–§2; concentrated-geo-privacy.md §1–§3; selection.md §0.4.
-Pure functions and small value objects; nothing here touches data, randomness or storage.
+See ``docs/ledger.md``, ``docs/concepts.md`` and ``docs/operations/monitoring.md``; Liang & Yi,
+'Adaptive Privacy Budgeting' (2026); Liang & Yi, 'Concentrated Geo-Privacy' (2023). Pure functions
+and small value objects; nothing here touches data, randomness or storage.
 """
 
 from gpframe.accounting.amounts import LedgerUnits, exact, nonnegative, positive

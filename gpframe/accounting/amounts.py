@@ -1,4 +1,4 @@
-"""Exact privacy amounts (adaptive-budgeting.md §2.6 rule 5).
+"""Exact privacy amounts (``docs/ledger.md``).
 
 Every amount a user types is read through its shortest decimal form (``repr`` of a float) into a
 :class:`fractions.Fraction`, so that ``0.1 + 0.1 + 0.1`` is exactly ``0.3`` and the next float

@@ -1,7 +1,8 @@
 """Budget and guarantee notions: ``GP``, ``CGP`` (metric) and ``DP``, ``zCDP`` (central).
 
-Spec: adaptive-budgeting.md §1.2, §2.6; concentrated-geo-privacy.md §1, §3.6. A budget object
-names its notion and holds its amount exactly (:func:`gpframe.accounting.amounts.positive`).
+See ``docs/ledger.md`` and ``docs/concepts.md`` (notions, the filter contract, GP and CGP, ledger
+rules); Liang & Yi, 'Concentrated Geo-Privacy' (2023). A budget object names its notion and holds
+its amount exactly (:func:`gpframe.accounting.amounts.positive`).
 """
 
 from __future__ import annotations
@@ -81,9 +82,10 @@ class CGP(Budget):
     def from_approx_gp(cls, eps: object, delta: object, A: object) -> CGP:
         """Return the CGP budget for an approximate-GP target (ε, δ, A): ρ_max, rounded down.
 
-        adaptive-budgeting.md §2.6 rule 3 (Cor 4.2): the filter is a CGP filter with budget
-        ρ_max(ε, δ, A) (:func:`gpframe.accounting.conversions.rho_max`); ``approx`` keeps the
-        target (ε, δ, A) as exact values for reports, which must always state δ and A.
+        ``docs/ledger.md``; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), Cor. 4.2: the filter is
+        a CGP filter with budget ρ_max(ε, δ, A) (:func:`gpframe.accounting.conversions.rho_max`);
+        ``approx`` keeps the target (ε, δ, A) as exact values for reports, which must always state δ
+        and A.
 
         >>> b = CGP.from_approx_gp(eps=0.1, delta=1e-6, A=100)
         >>> f"{float(b.rho):.9e}", b.approx
@@ -157,7 +159,7 @@ class zCDP(Budget):
     def from_approx_dp(cls, epsilon: object, delta: object) -> zCDP:
         """Return the zCDP budget for a central (ε, δ)-DP target: ρ_max(ε, δ, 1), rounded down.
 
-        adaptive-budgeting.md §2.6 rule 3; reports state (ε, δ) from ``approx``.
+        ``docs/ledger.md``; reports state (ε, δ) from ``approx``.
 
         >>> z = zCDP.from_approx_dp(epsilon=1.0, delta=1e-6)
         >>> f"{float(z.rho):.9e}"

@@ -1,6 +1,9 @@
 """Conversions between GP, CGP, approximate GP and central DP, and composition helpers.
 
-Spec: adaptive-budgeting.md §1.3, §2.4, §2.7; concentrated-geo-privacy.md §2.1–§2.2, §3.4, §1.6.
+See ``docs/ledger.md`` and ``docs/concepts.md`` (relations between the notions, approximate GP,
+admission, GP to CGP, CGP to approximate GP, composition of GP blocks via CGP, central DP);
+Liang & Yi, 'Adaptive Privacy Budgeting' (2026), eq. (3), Cor. 4.2; Liang & Yi, 'Concentrated
+Geo-Privacy' (2023), Lem. 3.6, Lem. 3.7.
 
 Two kinds of result live here, and the rounding direction of each is chosen so that the
 library can never claim or spend more privacy than it has:
@@ -143,9 +146,10 @@ def _sqrt_exact(v: Fraction) -> Fraction | None:
 
 
 def gp_to_cgp(eps: object) -> Fraction:
-    """CGP charge of an ε-GP mechanism: ρ = ε²/2, exactly (adaptive-budgeting.md Lem 3.1).
+    """CGP charge of an ε-GP mechanism: ρ = ε²/2, exactly.
 
-    Spec: concentrated-geo-privacy.md §2.1 (Lem. 3.6); adaptive-budgeting.md §2.6 table.
+    See ``docs/ledger.md`` and ``docs/concepts.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023),
+    Lem. 3.6.
 
     >>> gp_to_cgp(0.01)
     Fraction(1, 20000)
@@ -160,8 +164,8 @@ def cgp_block_eps(rho: object, bits: int = _SQRT_BITS) -> Fraction:
     """ε = √(2ρ) at which a CGP algorithm runs a GP block of budget ρ, rounded **down**.
 
     Rounding down gives the block slightly more noise than its charge ρ pays for, never less
-    (concentrated-geo-privacy.md §2.1). The result is an exact ``Fraction`` whose square is at
-    most 2ρ, within a relative 2**-63 of √(2ρ).
+    (``docs/concepts.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Lem. 3.6). The result is
+    an exact ``Fraction`` whose square is at most 2ρ, within a relative 2**-63 of √(2ρ).
 
     >>> cgp_block_eps(Fraction(1, 20000))
     Fraction(1, 100)
@@ -180,7 +184,8 @@ def cgp_block_eps(rho: object, bits: int = _SQRT_BITS) -> Fraction:
 def eps_min(rho: object, delta: object, A: object) -> float:
     """Smallest ε with ρ-CGP ⇒ (ε, δ, A)-GP: ε = ρA + 2√(ρ ln(1/δ)), rounded up (reporting).
 
-    Spec: concentrated-geo-privacy.md §2.2 (printed Lem. 3.7); adaptive-budgeting.md §1.3 eq (3).
+    See ``docs/concepts.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Lem. 3.7; Liang & Yi,
+    'Adaptive Privacy Budgeting' (2026), eq. (3).
 
     >>> round(eps_min(1e-4, 1e-6, 100), 10)
     0.0843384438
@@ -195,7 +200,7 @@ def delta_for(rho: object, eps: object, A: object) -> float:
     """δ with ρ-CGP ⇒ (ε, δ, A)-GP: δ = exp(−(ε − ρA)²/(4ρ)), rounded up (reporting).
 
     Only meaningful for ε > ρA; otherwise no δ < 1 is implied and this returns 1.0.
-    Spec: concentrated-geo-privacy.md §2.2.
+    See ``docs/concepts.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Lem. 3.7.
 
     >>> f"{delta_for(0.01, 1, 10):.9e}"
     '1.605228055e-09'
@@ -215,7 +220,7 @@ def A_max(rho: object, eps: object, delta: object) -> float:
     """Largest distance cap A with ρ-CGP ⇒ (ε, δ, A)-GP: A = (ε − 2√(ρL))/ρ, rounded down.
 
     Returns 0.0 when no cap works (then ρ-CGP implies no (ε, δ)-GP claim at all).
-    Spec: concentrated-geo-privacy.md §2.2.
+    See ``docs/concepts.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Lem. 3.7.
 
     >>> round(A_max(1e-4, 0.1, 1e-6), 6)
     256.615562
@@ -233,11 +238,13 @@ def rho_max(eps: object, delta: object, A: object) -> Fraction:
     """Largest CGP budget implying (ε, δ, A)-GP: ρ = ((√(L + Aε) − √L)/A)², rounded **down**.
 
     Used as the budget of a CGP filter that stands for an approximate-GP target
-    (adaptive-budgeting.md §2.6 rule 3, Cor 4.2). The value is an exact ``Fraction`` with at
-    most 15 significant decimal digits that is a proven lower bound on the real ρ_max (float
-    error is far below the 1e-12 margin taken before truncation).
+    (``docs/ledger.md``; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), Cor. 4.2). The value is an
+    exact ``Fraction`` with at most 15 significant decimal digits that is a proven lower bound on
+    the real ρ_max (float error is far below the 1e-12 margin taken before truncation).
 
-    Spec: adaptive-budgeting.md §1.3, §2.7; concentrated-geo-privacy.md §2.2.
+    See ``docs/ledger.md`` and ``docs/concepts.md`` (relations between the notions, admission);
+    Liang & Yi, 'Adaptive Privacy Budgeting' (2026), eq. (3); Liang & Yi, 'Concentrated Geo-Privacy'
+    (2023), Lem. 3.7.
 
     >>> r = rho_max(0.1, 1e-6, 100); f"{float(r):.9e}"
     '1.353014690e-04'
@@ -274,7 +281,8 @@ def _decimal_floor(x: Fraction, digits: int) -> Fraction:
 def zcdp_to_dp(rho: object, delta: object) -> float:
     """ρ-zCDP ⇒ (ε, δ)-DP with ε = ρ + 2√(ρ ln(1/δ)), rounded up (reporting).
 
-    Spec: concentrated-geo-privacy.md §1.6 (Lem. 2.2); adaptive-budgeting.md §2.5, §2.7.
+    See ``docs/ledger.md`` and ``docs/concepts.md`` (central DP, admission); Liang & Yi,
+    'Concentrated Geo-Privacy' (2023), Lem. 2.2.
 
     >>> round(zcdp_to_dp(0.5, 1e-6), 8)
     5.75652177
@@ -290,9 +298,9 @@ def dp_advanced_composition(
     """Advanced composition of ``k`` (ε', δ')-DP mechanisms: (ε, kδ' + δ), ε rounded up.
 
     ε = √(2k ln(1/δ))·ε' + kε'(e^ε' − 1).
-    Spec: concentrated-geo-privacy.md §1.6 (Lem. 2.5, eq. (1)).
-    Central DP only: under a Euclidean metric GP has no advanced composition (§3.3); use
-    :func:`gp_advanced_via_cgp` there.
+    See ``docs/concepts.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Lem. 2.5, eq. (1).
+    Central DP only: under a Euclidean metric GP has no advanced composition (``docs/ledger.md``);
+    use :func:`gp_advanced_via_cgp` there.
 
     >>> eps, dl = dp_advanced_composition(0.1, 100, 1e-6); round(eps, 8), f"{dl:.3g}"
     (6.30823095, '1e-06')
@@ -310,8 +318,8 @@ def gp_advanced_via_cgp(eps: object, k: int, A: object, delta: object) -> float:
 
     L = ln(1/δ).
 
-    Spec: concentrated-geo-privacy.md §3.4 (Lem. 3.6 + Thm. 3.2 + Lem. 3.7). Beats basic
-    composition (kε') only while A is moderate; compare before quoting it.
+    See ``docs/concepts.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Lem. 3.6, Thm. 3.2,
+    Lem. 3.7. Beats basic composition (kε') only while A is moderate; compare before quoting it.
 
     >>> round(gp_advanced_via_cgp(0.001, 100, 100, 1e-10), 10)
     0.0728614042
@@ -371,8 +379,8 @@ def cks_delta(
     in d, it is evaluated on a grid of d ∈ (0, A] (linear and geometric, ``n_grid`` points each,
     d = A included) and the maximum is returned, rounded up and capped at 1.
 
-    Spec: adaptive-budgeting.md §2.4 (default off; shown beside, never instead of, eq. (3)).
-    Never use it to admit queries.
+    See ``docs/ledger.md`` (default off; shown beside, never instead of, eq. (3)); Liang & Yi,
+    'Adaptive Privacy Budgeting' (2026), Cor. 4.2. Never use it to admit queries.
 
     >>> f"{cks_delta(1e-4, 0.1, 100):.6e}"
     '1.171417e-10'
@@ -406,7 +414,8 @@ def eps_delta(rho: object, *, s: float = 10.4, delta: float = 1e-10) -> tuple[fl
     ε_δ = s/(s−1)·2√(ρ ln(2/((s+1)δ))), A = ε_δ/(sρ). This reproduces the paper's GP-vs-CGP
     plots. It is **not** implied by the printed Lem. 3.7 (which needs an ε about 3.6% larger at
     the same A), so it must never charge a ledger or appear in a privacy statement.
-    Spec: concentrated-geo-privacy.md §2.2 ("The reference harness's GP budget").
+    See ``docs/concepts.md`` ("The reference harness's GP budget"); Liang & Yi, 'Concentrated
+    Geo-Privacy' (2023), Lem. 3.7.
 
     >>> e, a = eps_delta(5e-5); round(e, 10), round(a, 6)
     (0.0721873727, 138.821871)
@@ -427,7 +436,7 @@ def gaussian_rho(sigma: object, K: object = 1) -> Fraction:
     """Nominal CGP/zCDP cost of a continuous Gaussian: ρ = K²/(2σ²), exact.
 
     Holds only for lattice-exact inputs; the mechanisms charge ``Released.guarantee``, never a
-    value recomputed from σ (adaptive-budgeting.md §1.4). Spec: adaptive-budgeting.md §2.7.
+    value recomputed from σ (``docs/concepts.md``). See ``docs/ledger.md``.
 
     >>> gaussian_rho(100)
     Fraction(1, 20000)
@@ -441,7 +450,8 @@ def gaussian_sigma(rho: object, K: object = 1) -> float:
     """Nominal Gaussian standard deviation σ = K/√(2ρ) in metres (rounded up: more noise).
 
     This is the continuous, nominal value of the oracle tables; the lattice wrappers add their
-    own g/r_min term (secure-noise.md §9.3). Spec: adaptive-budgeting.md §1.4, §2.7.
+    own g/r_min term (``docs/noise.md``). See ``docs/ledger.md`` and ``docs/concepts.md`` (canonical
+    mechanisms, admission).
 
     >>> gaussian_sigma(2e-6)
     500.0
@@ -460,9 +470,10 @@ def gaussian_sigma(rho: object, K: object = 1) -> float:
 def gp_composition_counterexample(eps: float, k: int, lam: float, delta: float) -> dict[str, float]:
     """Evaluate the k-fold 1-D Laplace composition that is not ((1−λ)kε, δ)-GP (Thm. 3.5).
 
-    Spec: concentrated-geo-privacy.md §3.3 (why GP has no advanced composition). Returns the
-    distance ``Delta`` = (2/(λε)) ln k, ``p`` = P[Y∈S*], ``log_p_prime`` = ln P[Y'∈S*] (it
-    underflows floats), ``lower_bound`` on D^δ_∞ and the claim ``(1-lam)*k*eps*Delta`` it beats.
+    See ``docs/concepts.md`` (why GP has no advanced composition); Liang & Yi, 'Concentrated
+    Geo-Privacy' (2023), Lem. 3.4, Thm. 3.5. Returns the distance ``Delta`` = (2/(λε)) ln k, ``p`` =
+    P[Y∈S*], ``log_p_prime`` = ln P[Y'∈S*] (it underflows floats), ``lower_bound`` on D^δ_∞ and the
+    claim ``(1-lam)*k*eps*Delta`` it beats.
 
     >>> c = gp_composition_counterexample(0.01, 10, 0.5, 0.1)
     >>> round(c["Delta"], 7), round(c["lower_bound"], 7)
@@ -489,8 +500,10 @@ def gaussian_gp_counterexample(
 ) -> dict[str, float]:
     """Show a Gaussian with fixed σ is not (ε, δ)-GP: x, x − Δ and S = {y ≥ x} (Lem. 3.8).
 
-    Spec: concentrated-geo-privacy.md §2.2, §3.3. Valid for Δ > max(4εσ², ln 4/ε). Returns
-    ``p_prime`` = 1 − Φ(Δ/σ), ``lower_bound`` = ln((1/2 − δ)/p_prime) on D^δ_∞ and ``claim`` = εΔ.
+    See ``docs/concepts.md`` (CGP to approximate GP, no advanced composition for GP); Liang & Yi,
+    'Concentrated Geo-Privacy' (2023), Lem. 3.7, Lem. 3.4, Thm. 3.5. Valid for Δ > max(4εσ², ln
+    4/ε). Returns ``p_prime`` = 1 − Φ(Δ/σ), ``lower_bound`` = ln((1/2 − δ)/p_prime) on D^δ_∞ and
+    ``claim`` = εΔ.
 
     >>> c = gaussian_gp_counterexample(100, 0.01, 0.1, 401)
     >>> round(c["lower_bound"], 6), c["claim"]

@@ -1,20 +1,24 @@
 """Privacy filters: what a filter is charged for a mechanism, and an in-memory reference filter.
 
-Spec: adaptive-budgeting.md §2.2–§2.6 (filter (7), the §2.6 contract, charging table and rules),
-§2.7 (admission oracles); concentrated-geo-privacy.md §3.6 (ledger rules); selection.md §0.4,
-§6.3 and P-13 (the Gaussian selection exception on a central pure-DP filter).
+See ``docs/ledger.md`` and ``docs/operations/monitoring.md`` (filter (7), the contract, charging
+table and rules, admission oracles, ledger rules, conventions, the pure ex-post filter, the Gaussian
+selection exception on a central pure-DP filter); Liang & Yi, 'Adaptive Privacy Budgeting' (2026),
+Thm. 4.2.
 
 Filter kinds (the budget a user holds) and guarantee kinds (what ``Released.guarantee`` states):
 
 * ``gp`` (metric): pure geo-privacy, ε per metre (Laplace, planar Laplace).
 * ``cgp`` (metric): concentrated geo-privacy, ρ per m² (Gaussian).
 * ``dp`` (central): user-level pure ε-DP, ex-ante (Laplace; the Gaussian Report-Noisy-Max at its
-  certified pure ε, selection.md §4).
+  certified pure ε, ``docs/operations/monitoring.md``; Lebensold, Precup & Balle, 'On the Privacy of
+  Selection Mechanisms with Gaussian Noise' (2024), Thm. 8).
 * ``zcdp`` (central): user-level ρ-zCDP (Gaussian).
 * ``dp_expost`` (central, guarantee kind only): the *realized* pure ε of a Gaussian
-  AboveThreshold run (selection.md §5, §6.3). A central pure-DP filter admits it at ε and turns
-  ex-post charges into an ex-ante guarantee by basic composition. A zCDP filter refuses it
-  (selection.md P-13: charge the run's worst-case pure ε R there as kind ``dp``, costing R²/2).
+  AboveThreshold run (``docs/operations/monitoring.md``: Gaussian AboveThreshold, the pure ex-post
+  filter; Lebensold, Precup & Balle, 'On the Privacy of Selection Mechanisms with Gaussian Noise'
+  (2024), Alg. 1). A central pure-DP filter admits it at ε and turns ex-post charges into an ex-ante
+  guarantee by basic composition. A zCDP filter refuses it (``docs/operations/monitoring.md``:
+  charge the run's worst-case pure ε R there as kind ``dp``, costing R²/2).
 
 Charging table (:func:`charge_for`; rows: the filter, columns: the mechanism's guarantee)::
 
@@ -84,7 +88,7 @@ def _filter_kind(filter_kind: object) -> str:
 def charge_for(filter_kind: str | Budget, guarantee_kind: str, amount: object) -> Fraction:
     """Return what a ``filter_kind`` filter is charged for a step with guarantee ``(kind, amount)``.
 
-    Implements the charging table of adaptive-budgeting.md §2.6 (with selection.md §0.4): the
+    Implements the charging table of ``docs/ledger.md``: the
     result is exact (ε²/2 of a GP step on a CGP filter is a ``Fraction``); rounding up to ledger
     units is the ledger's job.
 
@@ -142,7 +146,7 @@ def charge_for(filter_kind: str | Budget, guarantee_kind: str, amount: object) -
     if fk == "gp":  # gk == "cgp"
         raise BudgetExceededError(
             f"a pure-GP budget cannot pay for a Gaussian (CGP) mechanism ({shown}): a Gaussian "
-            "has no finite eps per metre at any distance (concentrated-geo-privacy.md Lem. 3.8). "
+            "has no finite eps per metre at any distance (docs/ledger.md). "
             "Open the session with gp.CGP(rho=...) to run Gaussian methods, or use a "
             "Laplace-based method on this GP budget. Nothing was charged."
         )
@@ -151,12 +155,12 @@ def charge_for(filter_kind: str | Budget, guarantee_kind: str, amount: object) -
             f"a pure-DP budget cannot pay for a zCDP (Gaussian) mechanism ({shown}): its pure "
             "epsilon is infinite. Open the session with central=gp.zCDP(rho=...), or use a "
             "Laplace mechanism or a bounded Gaussian selection mechanism that certifies a pure "
-            "epsilon (selection.md §4-§6). Nothing was charged."
+            "epsilon (docs/operations/monitoring.md). Nothing was charged."
         )
     # fk == "zcdp", gk == "dp_expost"
     raise BudgetExceededError(
         f"a zCDP budget cannot settle an ex-post epsilon ({shown}): ex-post losses compose only "
-        "under a pure-DP filter (selection.md P-13). Charge the run's worst-case pure epsilon R "
+        "under a pure-DP filter (docs/ledger.md). Charge the run's worst-case pure epsilon R "
         "as kind 'dp' (cost R²/2), or open the session with central=gp.DP(epsilon=...). "
         "Nothing was charged."
     )
@@ -171,7 +175,7 @@ class Reservation:
 
 
 class Filter:
-    """Pure in-memory reference privacy filter (adaptive-budgeting.md §2.6 contract).
+    """Pure in-memory reference privacy filter (the filter contract of ``docs/ledger.md``).
 
     ``spent`` and ``held`` are exact; ``admits(p)`` is ``spent + held + p <= budget`` with no
     tolerance. With ``units`` (a :class:`~gpframe.accounting.amounts.LedgerUnits`) the filter
@@ -280,7 +284,7 @@ class Filter:
         return self._out(amount)
 
     def settle(self, token: Reservation) -> Fraction:
-        """Charge the full reservation (a query left without a commit, §2.6)."""
+        """Charge the full reservation (a query left without a commit, ``docs/ledger.md``)."""
         held = self._take(token)
         self._held -= held
         self._spent += held

@@ -1,18 +1,20 @@
-"""Adaptive budgeting across a sequence of queries: Algorithm 3 (adaptive-budgeting.md §3).
+"""Adaptive budgeting across a sequence of queries: Algorithm 3.
+
+See ``docs/ledger.md``; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), Alg. 3.
 
 Each user has a budget B_i for T queries. Query t gets the allocation
 
     a_i^t = B_i/T + λ_t · pool_i,     pool_i ← (1 − λ_t) · pool_i,
 
 and after it ran, the user's saving a_i^t − u_i^t (allocation minus what the query actually
-charged) is added to the pool. The schedules λ_t (spec §3.2):
+charged) is added to the pool. The schedules λ_t (``docs/ledger.md``):
 
 ``even``        λ_t = 1/(T − t + 1)           spread the pool over the remaining queries
 ``linear``      λ_t = (t − 1)/(T − 1)         rising share (the default)
 ``proportion``  λ_t = λ (default 1/2), λ_T = 1
 
 All arithmetic is exact (``Fraction``), so Σ_t u_i^t = B_i − pool_i ≤ B_i holds exactly
-(spec §3.3). With a ledger, every allocation is further capped by what the filter has left
+(``docs/ledger.md``). With a ledger, every allocation is further capped by what the filter has left
 (other operations may have spent from it), and the filter has the last word.
 """
 
@@ -30,12 +32,12 @@ from gpframe.errors import InvalidInputError
 
 __all__ = ["SCHEDULES", "Plan", "schedule_lambda", "simulate"]
 
-#: re-use schedules of spec §3.2
+#: re-use schedules of docs/ledger.md
 SCHEDULES = ("even", "linear", "proportion")
 
 
 def schedule_lambda(schedule: str, t: int, T: int, lam: Fraction = Fraction(1, 2)) -> Fraction:
-    """Return the share λ_t of the pool released to query t (1-based), exactly (spec §3.2).
+    """Return the share λ_t of the pool released to query t (1-based), exactly (``docs/ledger.md``).
 
     >>> [schedule_lambda("even", t, 4) for t in (1, 2, 3, 4)]
     [Fraction(0, 1), Fraction(1, 3), Fraction(1, 2), Fraction(1, 1)]
@@ -89,7 +91,7 @@ class Plan:
     queries : int
         T, the number of queries (the horizon, for open-ended sequences).
     schedule : {"linear", "even", "proportion"}
-        The re-use schedule λ_t (spec §3.2); ``linear`` is the default.
+        The re-use schedule λ_t (``docs/ledger.md``); ``linear`` is the default.
     lam : float
         The constant share of ``proportion`` (the last query always takes λ = 1).
     users : sequence, optional
@@ -97,7 +99,7 @@ class Plan:
 
     Examples
     --------
-    The oracle of spec §3.4 (T = 4, B = 1, linear):
+    The oracle of ``docs/ledger.md`` (T = 4, B = 1, linear):
 
     >>> plan = Plan(1, queries=4, schedule="linear")
     >>> a1 = plan.next_allocations(); plan.record(Fraction(1, 10))
@@ -147,12 +149,12 @@ class Plan:
         """Return the allocations a_i^t of the next query (exact); move λ_t·pool out of the pool.
 
         ``remaining`` (optional, one per user or a Series indexed by user) caps each allocation
-        by what the user's filter has left: a_i^t = min(a_i^t, remaining_i) (spec §3.3 [G]).
+        by what the user's filter has left: a_i^t = min(a_i^t, remaining_i) (``docs/ledger.md``).
         """
         if self._open is not None:
             raise InvalidInputError(
                 "the previous query's charges were not recorded; call plan.record(charges) first "
-                "(allocations are set before a query runs, pitfall 12)."
+                "(allocations are set before a query runs)."
             )
         if self.t >= self.T:
             raise InvalidInputError(
@@ -214,7 +216,7 @@ def simulate(
 
     Returns the allocations and charges of every query and the final plan.
 
-    >>> def use(t, a):          # the usage pattern of the spec §3.4 oracle
+    >>> def use(t, a):          # the usage pattern of the oracle
     ...     return [Fraction(1, 10)] if t == 1 else a * 2 / 3 if t == 3 else a
     >>> allocs, used, plan = simulate(1, 4, "even", use)
     >>> [str(a[0]) for a in allocs]

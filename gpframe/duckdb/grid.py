@@ -1,7 +1,9 @@
 """Grid mean/variance in DuckDB: Clip-User plans in Python, exact sums in SQL, noise in a UDF.
 
-Spec: clip-user.md §7–§10 (plan, release, pseudo-user, public occupancy), §6.4 (charges);
-secure-noise.md §9.3 (central Laplace, real statistic), §9.5 (exact statistics); STYLE.md §9.
+See ``docs/operations/grid_stats.md``, ``docs/noise.md`` and ``docs/sql.md`` (plan, release,
+pseudo-user, public occupancy, charges, central Laplace, real statistic, exact statistics);
+Rameshwar & Tandon, 'On Improving the Composition Privacy Loss in Differential Privacy for Fixed
+Estimation Error' (2024), Alg. 1, Thm. II.2.
 
 Three steps (the SQL of step 2–3 is ``sql/grid_stats.sql``):
 
@@ -11,12 +13,12 @@ Three steps (the SQL of step 2–3 is ``sql/grid_stats.sql``):
    public and free), and writes three TEMP objects on ``con``:
 
    * ``gp_grid_input(user_id, cell, value, ord)``: a view over the table (``ord`` is the
-     canonical per-user order: ``order_by`` then ``rowid``, spec §2.2);
+     canonical per-user order: ``order_by`` then ``rowid``, ``docs/operations/grid_stats.md``);
    * ``gp_retention(user_id, cell, cell_idx, r)``: the retained count of every kept
      (user, cell) pair (suppressed pairs have no row);
    * ``gp_occupancy(user_id, cell, m)``: the occupancy planned on (the SQL re-counts the table
      and passes the number of differing pairs to the UDF, which refuses to release if it is not
-     0: fail closed, P15);
+     0: fail closed);
    * ``gp_grid_params(plan_id, L, q, T)``: the fixed-point grid of the exact sums.
 
 2. The SQL ranks each (user, cell)'s rows by ``ord``, keeps the first ``r``, snaps each value
@@ -35,13 +37,14 @@ Charging: each Arrow batch of cells reserves and charges, under the process-wide
 every user kept in each of the batch's cells, before the values leave the UDF. Over all cells a
 user pays ``epsilon × 2 × |G′_ℓ|``, the Python charge. Every evaluation is charged (DuckDB may
 evaluate a row twice; over-charging is allowed, under-charging never). A batch whose exact count
-differs from the plan (the table changed after planning) raises and charges nothing (P15).
+differs from the plan (the table changed after planning) raises and charges nothing.
 The SQL output names no user; the per-user charges of each batch, and the users the plan left
 out for lack of budget, are the curator's view: ``session.report(query_id=...)`` (the batches'
 query ids are in ``session.history(user)``).
 
-Only the **values** are protected: Clip-User needs a public occupancy (clip-user.md §10), so
-``occupancy="public"`` (or a public table, checked against the data) must be passed.
+Only the **values** are protected: Clip-User needs a public occupancy
+(``docs/operations/grid_stats.md``), so ``occupancy="public"`` (or a public table, checked against
+the data) must be passed.
 """
 
 from __future__ import annotations
@@ -118,9 +121,11 @@ def clip_user(
 ) -> Any:
     """Plan a grid release of ``table`` in DuckDB and write the retention table (module doc).
 
-    Spec: clip-user.md §7 (Clip-User), §8 (admission), §8.1 (plan/release split), §9, §10.
-    Public and free: reads the occupancy and the ledger's remaining budgets, draws nothing and
-    charges nothing (the charge happens in ``gp_grid_release``).
+    See ``docs/operations/grid_stats.md`` (Clip-User, admission, plan/release split, pseudo-user
+    step, what is public); Rameshwar & Tandon, 'On Improving the Composition Privacy Loss in
+    Differential Privacy for Fixed Estimation Error' (2024), Alg. 1, Prop. V.1, eq. (15). Public and
+    free: reads the occupancy and the ledger's remaining budgets, draws nothing and charges nothing
+    (the charge happens in ``gp_grid_release``).
 
     Parameters
     ----------
@@ -135,8 +140,9 @@ def clip_user(
     epsilon : float
         Central ε per statistic per cell (mean and variance each); per-cell ε is 2 × epsilon.
     occupancy : "public" or DataFrame
-        Required: the acknowledgement that the occupancy is public (spec §10), or the public
-        table (user, cell, count), checked against the data (fail closed).
+        Required: the acknowledgement that the occupancy is public
+        (``docs/operations/grid_stats.md``), or the public table (user, cell, count), checked
+        against the data (fail closed).
     clip : {"clip-user", "pseudo-user", "none"}
     clamp : bool
     order_by : str, optional
@@ -170,7 +176,8 @@ def clip_user(
     if occupancy is None or (isinstance(occupancy, str) and occupancy != "public"):
         raise InvalidInputError(
             f"occupancy={occupancy!r}: Clip-User's guarantee holds only if the occupancy (which "
-            "users have how many samples in which cells) is public (clip-user.md §10); pass "
+            "users have how many samples in which cells) is public "
+            "(docs/operations/grid_stats.md); pass "
             "occupancy='public' or the public table (user, cell, count). For private occupancy "
             f"use the Python grid_stats(occupancy='private'). {_NOTHING}"
         )
@@ -209,12 +216,12 @@ def clip_user(
         raise InvalidInputError(
             f"column {value!r} has {bad[1]} NULL/NaN/inf or non-numeric value(s); filter them out "
             "first "
-            f"(clip-user.md P15: validate before fixing the occupancy). {_NOTHING}"
+            f"(docs/operations/grid_stats.md: validate before fixing the occupancy). {_NOTHING}"
         )
     if bad[2] and not clamp:
         raise InvalidInputError(
             f"column {value!r} has {bad[2]} value(s) outside bounds=({L:g}, {U:g}); widen bounds "
-            f"or pass clamp=True (clip-user.md P4). {_NOTHING}"
+            f"or pass clamp=True (docs/operations/grid_stats.md). {_NOTHING}"
         )
     occ_df = con.execute(
         f"SELECT {uk} AS user, {c} AS cell, count(*) AS count FROM {t} GROUP BY ALL"
@@ -233,7 +240,7 @@ def clip_user(
         if not same:
             raise InvalidInputError(
                 "the public occupancy table does not match the table's per-(user, cell) counts; "
-                f"failing closed (clip-user.md §10, P15). {_NOTHING}"
+                f"failing closed (docs/operations/grid_stats.md). {_NOTHING}"
             )
     plan_kw = {"lower": lo, "upper": hi, "eps_cell": eps * STATISTICS, "clip": clip,
                **plan_options}  # fmt: skip
@@ -293,7 +300,8 @@ def _make_udf(reg: GridRegistration) -> Any:
             raise InvalidInputError(
                 "gp_grid_release: the table's per-(user, cell) counts differ from the occupancy "
                 "gp.duckdb.clip_user planned on (the table changed since); the sensitivities "
-                f"are valid only for that occupancy (clip-user.md P15). Re-plan. {_NOTHING}"
+                f"are valid only for that occupancy (docs/operations/grid_stats.md). Re-plan. "
+                f"{_NOTHING}"
             )
 
         size = len(cell_idx)
@@ -347,7 +355,7 @@ def _release_batch(
         raise InvalidInputError(
             "gp_grid_release: a cell's kept count differs from the plan; the table changed after "
             "gp.duckdb.clip_user, or the query does not keep the first r rows of gp_retention "
-            f"(clip-user.md P15). Re-plan. {_NOTHING}"
+            f"(docs/operations/grid_stats.md). Re-plan. {_NOTHING}"
         )
     L, U = plan.lower, plan.upper
     q = value_step(L, U)

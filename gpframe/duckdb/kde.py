@@ -1,16 +1,18 @@
 """DuckDB SQL function for private KDE: ``gp_kde_contribution``.
 
-STYLE.md §9; adaptive-budgeting.md §5.2.
+``docs/operations/kde.md`` and ``docs/sql.md``; Liang & Yi, 'Adaptive Privacy Budgeting' (2026),
+Alg. 7.
 
 ``register_kde(con, session)`` adds, on the connection ``con``:
 
 ``gp_kde_contribution(user_id, x, y, qx, qy, bandwidth_m, rho, rounds [, n_users := NULL])``
     A ``DOUBLE``: the row's privatized contribution exp(−d̂²/(2b²)) to the KDE at the query point
     (qx, qy), from ``pt-elim`` (Algorithm 7: Algorithm 4 with h = ||x − q||, ν = 3b, doubling split
-    over ``rounds`` rounds, β = 0.05; spec §5.2). A row eliminated as farther than ν contributes 0.
-    The KDE is post-processing: ``AVG(gp_kde_contribution(...))``. The user's CGP budget is charged
-    the parts of the rounds the row ran (spec §4.6): a far row stopped at round r pays
-    ρ·(2^r − 1)/(2^c − 1), a near one ρ. A user with several rows pays for each row.
+    over ``rounds`` rounds, β = 0.05; ``docs/operations/kde.md``). A row eliminated as farther than
+    ν contributes 0. The KDE is post-processing: ``AVG(gp_kde_contribution(...))``. The user's CGP
+    budget is charged the parts of the rounds the row ran (``docs/operations/range_count.md``): a
+    far row stopped at round r pays ρ·(2^r − 1)/(2^c − 1), a near one ρ. A user with several rows
+    pays for each row.
 
 Units: x, y, qx, qy are **metres of one projected CRS**; the function never projects. With
 ``register(con, session, crs=...)`` points outside that CRS's area of use are refused and its

@@ -1,33 +1,36 @@
-"""DuckDB SQL functions for k-PNN and the private convex hull (STYLE.md §9; spec §7, §8).
+"""DuckDB SQL functions for k-PNN and the private convex hull.
+
+See ``docs/sql.md``; ``docs/operations/knn.md`` and ``docs/operations/convex_hull.md``.
 
 ``register_knn(con, session)`` (run by ``gp.duckdb.register``) adds, on the connection ``con``:
 
 ``gp_knn(user_id, xs, ys, px, py, k, rho) -> LIST<BIGINT>``
     The 1-based positions, in rank order, of the user's k private nearest neighbours of the public
     point (px, py) among the points (xs[i], ys[i]) of the user's aggregated lists (k-PNN,
-    concentrated-geo-privacy.md §7.3: k PNN calls at ε = √(2ρ/k) each, random scan order,
-    γ₀ = 0). A list shorter than k gives all its positions ranked. ``list_extract(xs, pos)`` or
-    an ``UNNEST`` joins them back to the rows. The user is charged ``rho`` for the row.
+    ``docs/operations/knn.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Alg. 3: k PNN calls
+    at ε = √(2ρ/k) each, random scan order, γ₀ = 0). A list shorter than k gives all its positions
+    ranked. ``list_extract(xs, pos)`` or an ``UNNEST`` joins them back to the rows. The user is
+    charged ``rho`` for the row.
 ``gp_knn_gp(user_id, xs, ys, px, py, k, eps) -> LIST<BIGINT>``
     The same under GP (ε per m): k PNN calls at ε/k each. Charged ``eps`` on a GP budget, ε²/2
     on a CGP budget (as the Python ``eps=`` path).
 ``gp_convex_hull(user_id, xs, ys, rho [, beta := 0.1, k := 0]) -> VARCHAR``
-    The user's private convex hull as hex-encoded WKB (PCH, §8.1: reference split, α = 0.92;
-    ``beta`` the failure probability of the radius enlargement; ``k`` anchors, 0 = from the
-    noisy radius by the reference rule clamped to [16, 128]); a Point or LineString when the
-    noisy anchors are degenerate. ``shapely.from_wkb`` and ``geopandas.GeoSeries.from_wkb``
-    read it as fetched, from ``fetchall()`` and ``.df()`` alike (text, because DuckDB hands
-    every BLOB to pandas as a ``bytearray``, which neither accepts). In SQL,
-    ``ST_GeomFromWKB(from_hex(hull))`` is a ``GEOMETRY``, which ``COPY ... TO 'x.parquet'``
+    The user's private convex hull as hex-encoded WKB (PCH, ``docs/operations/convex_hull.md``:
+    reference split, α = 0.92; ``beta`` the failure probability of the radius enlargement; ``k``
+    anchors, 0 = from the noisy radius by the reference rule clamped to [16, 128]); a Point or
+    LineString when the noisy anchors are degenerate. ``shapely.from_wkb`` and
+    ``geopandas.GeoSeries.from_wkb`` read it as fetched, from ``fetchall()`` and ``.df()`` alike
+    (text, because DuckDB hands every BLOB to pandas as a ``bytearray``, which neither accepts). In
+    SQL, ``ST_GeomFromWKB(from_hex(hull))`` is a ``GEOMETRY``, which ``COPY ... TO 'x.parquet'``
     writes as GeoParquet. The user is charged ``rho`` for the row.
 ``gp_convex_hull_gp(user_id, xs, ys, eps [, beta := 0.1, k := 0]) -> VARCHAR``
     The same under GP (Laplace phases). Charged ``eps`` (ε²/2 on a CGP budget).
 
 All four take **one row per user** holding the user's whole tuple, e.g.
 ``SELECT user_id, list(x ORDER BY ts) AS xs, list(y ORDER BY ts) AS ys FROM pings GROUP BY
-user_id``: the tuple is the privacy unit (§0.2), so the function must see all of a user's points at
-once. Units are **metres of one projected CRS** for the points and the query point (the functions
-never project, P-U1..P-U4); the hull is in that CRS. With ``gp.duckdb.register(con, session,
+user_id``: the tuple is the privacy unit (``docs/concepts.md``), so the function must see all of a
+user's points at once. Units are **metres of one projected CRS** for the points and the query point
+(the functions never project); the hull is in that CRS. With ``gp.duckdb.register(con, session,
 crs=...)`` points outside that CRS's area of use are refused and its k_max divides the amount,
 as the accessor's ``to_crs=`` does (:mod:`gpframe.duckdb`, "Units").
 
@@ -158,7 +161,7 @@ def register_knn(
                 f"CAST(py AS DOUBLE), CAST(k AS BIGINT), CAST({param} AS DOUBLE)",
                 [dlist, dlist, DOUBLE, DOUBLE, BIGINT, DOUBLE], duckdb.list_type(BIGINT),
             )  # fmt: skip
-            # beta and k are optional named arguments (k := 0 picks k per user, spec §8.2)
+            # beta and k are optional named arguments (k := 0 picks k per user)
             _u.create_id_udfs(
                 con, _HULL + sfx, lambda _ints, f=hull_udf: f,
                 f"xs, ys, {param}, beta := 0.1, k := 0",
@@ -173,7 +176,9 @@ def register_knn(
 
 
 def _table_macros(sfx: str, param: str) -> list[str]:
-    """Return the ``TEMP`` table macros ``gp_knn_rows{sfx}``, ``gp_convex_hulls{sfx}`` (STYLE §9).
+    """Return the ``TEMP`` table macros ``gp_knn_rows{sfx}``, ``gp_convex_hulls{sfx}``.
+
+    See ``docs/sql.md``.
 
     Both read a query string through ``query(q)`` and aggregate one row per user before calling
     the per-user UDF, so each user is charged once per call of the macro. The columns are named
@@ -341,7 +346,7 @@ def _run(
 def _per_row(cols: tuple[Any, ...], batch: Any, typ: Any) -> Any:
     """Answer one Arrow batch of a list-valued UDF.
 
-    Rows with a NULL argument give NULL and draw nothing (STYLE.md §9); ``batch(rows)`` answers
+    Rows with a NULL argument give NULL and draw nothing (``docs/sql.md``); ``batch(rows)`` answers
     the others, in order.
     """
     import pyarrow as pa
@@ -479,7 +484,7 @@ def _hull_batch(
     if bad.any():
         raise InvalidInputError(
             f"{fname}: k={float(ks[bad][0])!r} must be 0 (k per user from the noisy radius, "
-            f"spec §8.2) or an integer >= 1. {_NOTHING}"
+            f"docs/operations/convex_hull.md) or an integer >= 1. {_NOTHING}"
         )
     ks = ks.astype(np.int64)
     gcode, keys = _groups({"a": amts, "b": betas, "k": ks})
@@ -514,7 +519,7 @@ def _hull_batch(
 
 
 # ---------------------------------------------------------------------------------------------
-# relation helpers: gp.duckdb.knn / convex_hulls / nearest_users (issue 8, STYLE.md §9)
+# relation helpers: gp.duckdb.knn / convex_hulls / nearest_users (docs/sql.md)
 
 
 def _registration(con: Any, fname: str) -> KnnRegistration:
@@ -535,7 +540,9 @@ def knn(
     order_by: str | None = None,
     public: Any = None,
 ) -> Any:
-    """Each user's k private nearest rows to a public point, as a relation (k-PNN, spec §7.3).
+    """Each user's k private nearest rows to a public point, as a relation.
+
+    See ``docs/operations/knn.md`` (k-PNN).
 
     Runs ``gp_knn`` (``rho=``) or ``gp_knn_gp`` (``eps=``) once per user over the input's rows
     grouped by ``user``, executes the query once, and hands back the result.
@@ -574,7 +581,7 @@ def knn(
     Notes
     -----
     Noise per PNN call: discrete Laplace of scale 3K'/ε_call (Z, W) and 6K'/ε_call (V), K' = 1 +
-    g/r_min (secure-noise.md §9.3). Charge per user: ρ (or ε; ε²/2 on a CGP filter) once, as
+    g/r_min (``docs/noise.md``). Charge per user: ρ (or ε; ε²/2 on a CGP filter) once, as
     ``df.geopriv(...).knn(point, k, rho=...)`` on the same rows.
 
     Examples
@@ -651,7 +658,9 @@ def convex_hulls(
     k: int | None = None,
     geometry: str = "wkb",
 ) -> Any:
-    """One private convex hull per user, as a relation (PCH, concentrated-geo-privacy.md §8).
+    """One private convex hull per user, as a relation.
+
+    See ``docs/operations/convex_hull.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Alg. 4.
 
     Runs ``gp_convex_hull`` (``rho=``) or ``gp_convex_hull_gp`` (``eps=``) once per user over the
     input's rows grouped by ``user``, executes the query once, and hands back the result.
@@ -670,7 +679,7 @@ def convex_hulls(
         Failure probability of the radius enlargement (default 0.1).
     k : int, optional
         Anchors per user; None picks k from the noisy radius (reference rule, clamped to
-        [16, 128], spec §8.2).
+        [16, 128], ``docs/operations/convex_hull.md``).
     geometry : {"wkb", "wkt", "geometry"}
         Type of the ``hull`` column: hex-encoded WKB (VARCHAR, as ``gp_convex_hull`` returns
         it; ``shapely.from_wkb`` / ``GeoSeries.from_wkb`` read it from ``.df()`` and
@@ -787,10 +796,12 @@ def nearest_users(
 ) -> Any:
     """Find the k users nearest to a public point, one point per user, as a relation (Alg. 8).
 
-    Spec: adaptive-budgeting.md §5.3 (nearest users), §4.5 (interactive elimination), §5.5
-    (charges). Multi-round, so it runs in Python (STYLE.md §9): the input is read once, the
-    rounds run as :func:`gpframe.queries.nearest.nearest_users_arrays`, and the result comes
-    back as a relation. There is no SQL function or table macro for it.
+    See ``docs/operations/knn.md``, ``docs/operations/nearest_users.md`` and
+    ``docs/operations/range_count.md`` (nearest users, interactive elimination, charges);
+    Liang & Yi, 'Adaptive Privacy Budgeting' (2026), Alg. 8, Alg. 5. Multi-round, so it runs in
+    Python (``docs/sql.md``): the input is read once, the rounds run as
+    :func:`gpframe.queries.nearest.nearest_users_arrays`, and the result comes back as a relation.
+    There is no SQL function or table macro for it.
 
     Parameters
     ----------

@@ -4,11 +4,13 @@
 
 ``gp_privatize(user_id, x, y, rho)  -> STRUCT(x DOUBLE, y DOUBLE)``
     The row's point plus lattice Gaussian noise at ``rho`` (CGP, per m²): σ = (1 + √2·g)/√(2ρ)
-    metres per coordinate, g = 2⁻¹⁰ m (secure-noise.md §8, §9.3; concentrated-geo-privacy.md §6.2
-    with n = 1). The user's metric budget is charged ``rho`` for the row.
+    metres per coordinate, g = 2⁻¹⁰ m (``docs/operations/privatize.md`` and ``docs/noise.md``:
+    Gaussian noise on points, noise parameters and charges; Liang & Yi, 'Concentrated Geo-Privacy'
+    (2023), Thm. 4.8 with n = 1). The user's metric budget is charged ``rho`` for the row.
 ``gp_privatize_gp(user_id, x, y, eps)  -> STRUCT(x DOUBLE, y DOUBLE)``
     The row's point plus planar lattice Laplace noise at ``eps`` (GP, per m): mean radius
-    2·(1 + √2·g)/ε metres (secure-noise.md §7, §9.3). Charged ``eps`` (ε²/2 on a CGP budget).
+    2·(1 + √2·g)/ε metres (``docs/noise.md``: lattice Laplace, noise parameters and charges).
+    Charged ``eps`` (ε²/2 on a CGP budget).
 
 Both are SQL macros over Arrow UDFs (``gp_privatize_udf_int`` / ``_uint`` / ``_str`` and the
 ``gp_privatize_gp_udf_*`` ones); the macro picks the UDF from the type of ``user_id``, so

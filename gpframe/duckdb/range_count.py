@@ -1,14 +1,17 @@
-"""DuckDB SQL function for range counting: ``gp_in_region`` (STYLE.md §9; spec §5.1).
+"""DuckDB SQL function for range counting: ``gp_in_region``.
+
+See ``docs/sql.md``; ``docs/operations/range_count.md``.
 
 ``register_range_count(con, session)`` adds, on the connection ``con``:
 
 ``gp_in_region(user_id, x, y, region_wkb, rho, rounds [, n_users := NULL]) -> BOOLEAN``
     The row's privatized in/out outcome of ``dist-elim`` (Algorithm 4 with h = the signed
     distance to the region's boundary, doubling split over ``rounds`` rounds, β = 0.05, then the
-    Appendix B threshold shift for users still undecided; spec §5.1, §4.4). The count is
-    post-processing: ``SUM(gp_in_region(...)::INT)`` (local model: each user's outcome is released
-    independently). The user's CGP budget is charged the parts of the rounds the row ran (spec
-    §4.6): a row decided at round r pays ρ·(2^r − 1)/(2^c − 1), an undecided one ρ.
+    Appendix B threshold shift for users still undecided; ``docs/operations/range_count.md``). The
+    count is post-processing: ``SUM(gp_in_region(...)::INT)`` (local model: each user's outcome is
+    released independently). The user's CGP budget is charged the parts of the rounds the row ran
+    (``docs/operations/range_count.md``): a row decided at round r pays ρ·(2^r − 1)/(2^c − 1), an
+    undecided one ρ.
 
     **Per row, not per user.** Each row is released and charged on its own, so
     ``SUM(gp_in_region(...)::INT)`` over a table of fixes counts *rows* (a user with 500 fixes
@@ -18,7 +21,7 @@
     rules and returns the count of users.
 
 Noise: lattice Gaussian on the signed distance, σ_j = (1 + g)/√(2ρ_j) metres in round j, ρ_j the
-round's part (secure-noise.md §9.3). Units: x, y and the region are **metres of one projected
+round's part (``docs/noise.md``). Units: x, y and the region are **metres of one projected
 CRS** (the function never projects; the region is WKB, e.g. ``ST_AsWKB(geom)`` or
 ``shapely.to_wkb``). NULL in any argument (but ``n_users``) gives NULL and no charge; a user whose
 budget cannot pay for the batch's rows gets NULL and no charge.

@@ -41,7 +41,7 @@ Charging, and why it may over-charge
 ------------------------------------
 DuckDB calls an Arrow UDF once per batch of up to 2,048 rows, from several threads. Each call
 draws the noise for all of its rows in one sampler call per distinct amount (never per row:
-secure-noise.md §10), and makes one ``session.reserve`` and one ``charge`` for the batch, under a
+``docs/noise.md``), and makes one ``session.reserve`` and one ``charge`` for the batch, under a
 process-wide lock, through the Session's own store (never through this DuckDB connection, so a
 failed or rolled-back query cannot undo a charge). Consequences, all on the safe side:
 

@@ -1,4 +1,4 @@
-"""Plumbing shared by the gpframe DuckDB UDF modules (private; STYLE.md §9).
+"""Plumbing shared by the gpframe DuckDB UDF modules (private; ``docs/sql.md``).
 
 :mod:`gpframe.duckdb.privatize`, :mod:`gpframe.duckdb.range_count`, :mod:`gpframe.duckdb.kde`,
 :mod:`gpframe.duckdb.knn` and :mod:`gpframe.duckdb.grid` all register side-effecting Arrow UDFs

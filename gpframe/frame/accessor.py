@@ -1,4 +1,4 @@
-"""``df.geopriv``: the pandas / geopandas face of gpframe (STYLE.md §1, §4, §10; DESIGN.md §3).
+"""``df.geopriv``: the pandas / geopandas face of gpframe (``docs/internals.md``).
 
 Importing this module registers the ``geopriv`` accessor on :class:`pandas.DataFrame` (and so on
 :class:`geopandas.GeoDataFrame`, a subclass). The accessor is stateless: pandas rebuilds it on
@@ -8,7 +8,7 @@ queries::
 
     pings.geopriv(session, user="taxi_id").privatize(rho=1e-4)
 
-What the model protects (concentrated-geo-privacy.md §0.2): the coordinates of a user's points.
+What the model protects (``docs/concepts.md``): the coordinates of a user's points.
 The number of a user's points and their order are public. Other columns leave only when the
 caller declares them public (``public=[...]``): a column computed from the locations (a step
 length, a speed) would carry them out, so every output is built by :mod:`gpframe.release` from
@@ -805,10 +805,11 @@ class GeoPriv:
         progress: bool | None = None,
         rng: BitSource | None = None,
     ) -> gpd.GeoDataFrame:
-        """Release a noisy copy of every point (concentrated-geo-privacy.md §6).
+        """Release a noisy copy of every point.
 
-        Spec: §6.1 GP Basic (``eps=``), §6.2 CGP Basic (``rho=``), §6.3 contract;
-        secure-noise.md §9.3 (lattice calibration), §7.4(f) (projection scale).
+        See ``docs/operations/privatize.md`` (GP Basic with ``eps=``, CGP Basic with ``rho=``, the
+        contract) and ``docs/noise.md`` (lattice calibration, projection scale); Liang & Yi,
+        'Concentrated Geo-Privacy' (2023), Thm. 4.6, 4.8.
 
         Parameters
         ----------
@@ -1015,7 +1016,7 @@ def _preflight(kind: str, amount: Fraction, per: str, counts: np.ndarray, scale_
     """Run the mechanisms' exact calibration for every per-point amount before any reservation.
 
     The calibration raises ``InvalidInputError`` for amounts outside the supported ranges
-    (secure-noise.md §9.4); doing it here keeps the ledger untouched on such input.
+    (``docs/noise.md``); doing it here keeps the ledger untouched on such input.
     """
     k = Fraction(scale_max)
     distinct = {1} if per == "point" else {int(n) for n in counts if n > 0}

@@ -1,15 +1,15 @@
 """The pandas / geopandas face of ``grid_stats``: per-H3-cell private mean and variance.
 
-Spec: clip-user.md (all; §10 for what is public), secure-noise.md §9.3, §9.5. The accessor method
-``df.geopriv(session, user=...).grid_stats(value=..., bounds=(L, U), epsilon=..., cells=...,
-occupancy="public")`` delegates to :func:`grid_stats` with the bound
+See ``docs/operations/grid_stats.md`` and ``docs/noise.md`` (noise parameters and charges, exact
+statistics). The accessor method ``df.geopriv(session, user=...).grid_stats(value=..., bounds=(L,
+U), epsilon=..., cells=..., occupancy="public")`` delegates to :func:`grid_stats` with the bound
 :class:`~gpframe.frame.accessor.GeoPriv` object.
 
-**What is protected.** This mechanism follows the paper's model (spec §1.2, §1.3, §10): the
-*occupancy* — which users have samples in which cells, and how many — is **public**, and only the
-sample **values** are protected (user-level DP under "replace one user's values"). The caller must
-say so: ``occupancy="public"``, or pass the public occupancy table, which is checked against the
-data (fail closed on any mismatch). Occupancy derived from private GPS traces is *not* protected
+**What is protected.** This mechanism follows the paper's model (``docs/operations/grid_stats.md``):
+the *occupancy* — which users have samples in which cells, and how many — is **public**, and only
+the sample **values** are protected (user-level DP under "replace one user's values"). The caller
+must say so: ``occupancy="public"``, or pass the public occupancy table, which is checked against
+the data (fail closed on any mismatch). Occupancy derived from private GPS traces is *not* protected
 by this mode.
 
 ``occupancy="private"`` is the common case where the occupancy itself comes from private data: it
@@ -39,7 +39,8 @@ __all__ = ["grid_stats", "h3_cells"]
 
 _NOTHING = "Nothing was charged."
 _OCC_HELP = (
-    "grid_stats protects the sample values only; its guarantee (clip-user.md §10) holds only if "
+    "grid_stats protects the sample values only; its guarantee (docs/operations/grid_stats.md) "
+    "holds only if "
     "the occupancy (which users have how many samples in which cells) is public. State it with "
     "occupancy='public', or pass the public occupancy table (columns user, cell, count), which is "
     "checked against the data. If the occupancy comes from private location data (GPS), this mode "
@@ -165,7 +166,8 @@ def _occupancy(occupancy: Any, users: np.ndarray, cells: np.ndarray) -> Occupanc
     if not same:
         raise InvalidInputError(
             "the public occupancy table does not match the data's per-(user, cell) counts; "
-            "grid_stats fails closed (clip-user.md §10, P15). Rebuild the table from the same "
+            "grid_stats fails closed (docs/operations/grid_stats.md). Rebuild the table from the "
+            "same "
             f"cleaned data and cells. {_NOTHING}"
         )
     return table
@@ -207,10 +209,12 @@ def grid_stats(
     protect_worst_grid: bool = True,
     rollback_incomplete_stage: bool = False,
 ) -> Any:
-    """Private mean and variance of ``value`` per H3 cell under user-level ε-DP (clip-user.md).
+    """Private mean and variance of ``value`` per H3 cell under user-level ε-DP.
 
-    Spec: clip-user.md §6.1 (Laplace release), §6.2 (error bounds), §6.4 (charges), §7 (Clip-User),
-    §8 (release, admission), §9 (pseudo-user), §10 (public occupancy); secure-noise.md §9.3.
+    See ``docs/operations/grid_stats.md`` and ``docs/noise.md`` (Laplace release, error bounds,
+    charges, Clip-User, release, admission, pseudo-user, public occupancy); Rameshwar & Tandon, 'On
+    Improving the Composition Privacy Loss in Differential Privacy for Fixed Estimation Error'
+    (2024), Thm. II.1, Prop. II.1, Thm. II.2, Alg. 1, Prop. V.1, eq. (15).
 
     Parameters
     ----------
@@ -225,7 +229,7 @@ def grid_stats(
     cells : int or str
         H3 resolution, or a column of H3 cells (str or int).
     clip : {"clip-user", "pseudo-user", "none"}
-        Suppression before release (spec §7, §9).
+        Suppression before release (``docs/operations/grid_stats.md``).
     occupancy : "public" or DataFrame
         Required acknowledgement that the occupancy is public, or the public table
         (user, cell, count) checked against the data.
@@ -235,7 +239,7 @@ def grid_stats(
         Failure probability of each cell's error bounds.
     order_by : str, optional
         Column giving the canonical per-user order of samples (then row position) for the
-        pseudo-user cap (spec §2.2); default row position.
+        pseudo-user cap (``docs/operations/grid_stats.md``); default row position.
     rng : BitSource or None
         Randomness source; None is the OS CSPRNG.
     public_cells : list of H3 cells or shapely geometry, optional
@@ -295,7 +299,7 @@ def grid_stats(
             raise InvalidInputError(
                 f"column {value!r} has {int(out_of.sum())} values outside bounds=({float(lo):g}, "
                 f"{float(hi):g}) (rows {rows}); the sensitivity needs every value in [L, U] "
-                f"(clip-user.md P4). Widen bounds or pass clamp=True. {_NOTHING}"
+                f"(docs/operations/grid_stats.md). Widen bounds or pass clamp=True. {_NOTHING}"
             )
         x = np.clip(x, float(lo), float(hi))
     if occupancy is None:

@@ -1,9 +1,10 @@
 """The pandas / geopandas face of the private KDE: ``kde`` (point queries) and ``kde_raster``.
 
-Spec: adaptive-budgeting.md §5.2 (KDE, Algorithm 7, rasters), §5.5 (charges), §1.6 (one point per
-user), §7 (pitfalls 8, 10, 14, 19). The algorithms are :mod:`gpframe.queries.kde`; this module
-picks each user's point (with :func:`gpframe.queries.range_count.select_component`), projects
-query points and bounds into the data's metric CRS, reserves, runs, charges and builds the result.
+See ``docs/operations/kde.md`` and ``docs/ledger.md`` (KDE, Algorithm 7, rasters, charges, one point
+per user, pitfalls); Liang & Yi, 'Adaptive Privacy Budgeting' (2026), Alg. 7, Thm. 5.1. The
+algorithms are :mod:`gpframe.queries.kde`; this module picks each user's point (with
+:func:`gpframe.queries.range_count.select_component`), projects query points and bounds into the
+data's metric CRS, reserves, runs, charges and builds the result.
 
 Units: ``bandwidth_m`` and ``cell_m`` are metres on the ground, also for lon/lat input: the points
 are projected with :mod:`gpframe.geo` (local UTM or a transverse Mercator, scale within ±0.1 %), and
@@ -187,10 +188,11 @@ def kde(
     progress: bool | None = None,
     rng: Any = None,
 ) -> KdeResult:
-    """Private Gaussian KDE at the query point(s) ``at`` (adaptive-budgeting.md §5.2, Algorithm 7).
+    """Private Gaussian KDE at the query point(s) ``at``.
 
-    Spec: §5.2 (kernel exp(−d²/(2b²)), baselines, error bounds, Algorithm 7 with ν = 3b), §4.4 +
-    §4.6 (elimination and its exact charge), §4.7 (GP: Laplace), §5.5 (charges).
+    See ``docs/operations/kde.md`` (kernel exp(−d²/(2b²)), baselines, error bounds, Algorithm 7 with
+    ν = 3b), ``docs/operations/kde.md`` and ``docs/operations/range_count.md`` (elimination and its
+    exact charge, GP: Laplace, charges).
 
     Parameters
     ----------
@@ -208,7 +210,7 @@ def kde(
         ``dist``, ``pt-elim`` and ``dist-elim`` are one query per query point (charges add up);
         the ``*-elim`` versions stop far users early (they pay the rounds run).
     rounds, split : int, {"doubling", "even"}
-        Elimination rounds c and split π (spec §4.3).
+        Elimination rounds c and split π (``docs/operations/range_count.md``).
     beta : float
         Failure probability of each point's error bound.
     nu_m : float, optional
@@ -228,10 +230,11 @@ def kde(
     -----
     Noise: point releases σ = (1 + √2·g/r_min)·k/√(2ρ_j) per coordinate (GP: planar Laplace),
     distance releases σ = (1 + g/r_min)·k/√(2ρ_j) (GP: Laplace), ρ_j the round's part, k the
-    projection scale (secure-noise.md §9.3, §7.4(f)). Charge per user: ``pt`` the allocation once;
-    ``dist`` the allocation per query point; ``*-elim`` per query point the parts of the rounds run.
-    Error: with probability ≥ 1 − β, |kde − KDE| ≤ (L_K/n)·Σ_{i∈S} w_i + (n_far/n)·e^{−ν²/(2b²)},
-    L_K = e^{−1/2}/b, w_i from the noise actually sampled (capped at 1).
+    projection scale (``docs/noise.md``: noise parameters and charges, projection scale). Charge per
+    user: ``pt`` the allocation once; ``dist`` the allocation per query point; ``*-elim`` per query
+    point the parts of the rounds run. Error: with probability ≥ 1 − β, |kde − KDE| ≤
+    (L_K/n)·Σ_{i∈S} w_i + (n_far/n)·e^{−ν²/(2b²)}, L_K = e^{−1/2}/b, w_i from the noise actually
+    sampled (capped at 1).
 
     Examples
     --------
@@ -261,7 +264,7 @@ def kde(
     if len(pd.unique(users)) != users.size:
         raise InvalidInputError(
             "several rows per user: kde reads one point per user; select it with component=... "
-            f"or reduce='last' (spec §1.6). {_NOTHING}"
+            f"or reduce='last' (docs/ledger.md). {_NOTHING}"
         )
     from gpframe.ledger.charges import ledger_keys
 
@@ -412,8 +415,9 @@ def kde_raster(
 ) -> Any:
     """Private density raster: each user's point privatized once, KDE with the noise removed.
 
-    Spec: adaptive-budgeting.md §5.2 "Rasters" (the ``pt`` baseline, charged once however many
-    cells; its bias correction), §5.5; secure-noise.md §9.3 (σ actually sampled).
+    See ``docs/operations/kde.md`` and ``docs/noise.md`` (Rasters, the ``pt`` baseline, charged once
+    however many cells; its bias correction, charges, σ actually sampled); Liang & Yi, 'Adaptive
+    Privacy Budgeting' (2026), Alg. 7.
 
     Parameters
     ----------
@@ -424,7 +428,7 @@ def kde_raster(
         Cell side, metres.
     bounds : (xmin, ymin, xmax, ymax), optional
         Public extent in the data's CRS (degrees for lon/lat input). None: the extent of the
-        released points (post-processing; never the true points, pitfall 8), padded by 3h.
+        released points (post-processing; never the true points), padded by 3h.
     rho, eps : float
         The allocation per user: ``rho`` (CGP, Gaussian noise, exact bias correction) or ``eps``
         (GP, planar Laplace, second-moment correction).
@@ -477,7 +481,7 @@ def kde_raster(
     if len(pd.unique(users)) != users.size:
         raise InvalidInputError(
             "several rows per user: kde_raster reads one point per user; select it with "
-            f"component=... or reduce='last' (spec §1.6). {_NOTHING}"
+            f"component=... or reduce='last' (docs/ledger.md). {_NOTHING}"
         )
     bm = _bounds_m(bounds, p) if bounds is not None else None
     from gpframe.ledger.charges import ledger_keys

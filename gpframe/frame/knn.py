@@ -1,9 +1,11 @@
 """The pandas / geopandas face of ``knn``, ``convex_hull`` and ``nearest_users``.
 
-Spec: concentrated-geo-privacy.md §7 (k-PNN), §8 (PCH), §10; adaptive-budgeting.md §5.3
-(nearest users), §5.5 (charges). The algorithms are :mod:`gpframe.queries.knn`,
-:mod:`gpframe.queries.hull` and :mod:`gpframe.queries.nearest`; this module validates everything
-before the ledger is touched, reserves, runs, charges, and shapes the output.
+See ``docs/operations/knn.md``, ``docs/operations/convex_hull.md`` and
+``docs/operations/nearest_users.md`` (k-PNN, PCH, pitfalls, nearest users, charges); Liang & Yi,
+'Concentrated Geo-Privacy' (2023), Alg. 2, 3, Alg. 4; Liang & Yi, 'Adaptive Privacy Budgeting'
+(2026), Alg. 8. The algorithms are :mod:`gpframe.queries.knn`, :mod:`gpframe.queries.hull` and
+:mod:`gpframe.queries.nearest`; this module validates everything before the ledger is touched,
+reserves, runs, charges, and shapes the output.
 
 The accessor's bound object (``df.geopriv(session, user=...)``, a
 :class:`gpframe.frame.accessor.GeoPriv` holding ``frame``, ``session``, ``projected`` and ``user``)
@@ -128,7 +130,8 @@ def knn(
 ) -> Any:
     """Each user's k private nearest neighbours of ``point`` among the user's own rows (k-PNN).
 
-    Spec: concentrated-geo-privacy.md §7.1–§7.3 (PNN, k-PNN, contract), §9.4 (``compat``).
+    See ``docs/operations/knn.md`` (PNN, k-PNN, contract, ``compat``); Liang & Yi, 'Concentrated
+    Geo-Privacy' (2023), Alg. 2.
 
     Parameters
     ----------
@@ -141,9 +144,11 @@ def knn(
     rho, eps : float
         Each user's budget: ``rho`` (CGP, PNN calls at ε = √(2ρ/k)) or ``eps`` (GP, ε/k).
     compat : {None, "reference"}
-        "reference": the authors' input-order scan and γ₀ = −2·3/ε (spec §9.4 parity mode).
+        "reference": the authors' input-order scan and γ₀ = −2·3/ε (``docs/operations/knn.md``:
+        parity mode).
     gamma0, scan_order, max_cycles
-        Public threshold shift (units of b = 3/ε_call), scan order and cap (§7.1, §7.3).
+        Public threshold shift (units of b = 3/ε_call), scan order and cap
+        (``docs/operations/knn.md``).
     beta : float
         Failure probability of the reported error bound.
     rng : BitSource or None
@@ -208,7 +213,7 @@ def knn(
     if not len(uniques):
         raise InvalidInputError(f"the frame has no rows: nobody to ask. {_NOTHING}")
     ks = Fraction(float(p.scale_max))
-    for n_k in np.unique(np.minimum(counts, kk)).tolist():  # calibrate before reserving (R8)
+    for n_k in np.unique(np.minimum(counts, kk)).tolist():  # calibrate before reserving
         _k.pnn_calibration(_k.call_eps(kind, amount, int(n_k), ks))
     params = {"k": kk, "gamma0": g0, "scan_order": order, "compat": compat, "beta": b,
               "max_cycles": int(max_cycles), "crs_m": p.crs_m.to_string(),
@@ -232,7 +237,7 @@ def knn(
         value=value,
         error=float(np.nanmax(out.error[adm])) if adm.any() else None,
         confidence=1.0 - b,
-        mechanism="pnn (laplace_gp draws, secure-noise §9.3)",
+        mechanism="pnn (laplace_gp draws, docs/noise.md)",
         params={
             **params,
             "capped": int(sum(int(out.capped[u].sum()) for u in np.flatnonzero(adm))),
@@ -298,7 +303,9 @@ def convex_hull(
     radius_floor_m: float = 10.0,
     rng: Any = None,
 ) -> Any:
-    """One private convex hull per user (PCH; concentrated-geo-privacy.md §8).
+    """One private convex hull per user.
+
+    See ``docs/operations/convex_hull.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Alg. 4.
 
     Parameters
     ----------
@@ -465,7 +472,10 @@ def nearest_users(
     reduce: str | None = None,
     rng: Any = None,
 ) -> Any:
-    """Find the k users nearest to ``point``, one point per user (adaptive-budgeting §5.3, Alg. 8).
+    """Find the k users nearest to ``point``, one point per user.
+
+    See ``docs/operations/nearest_users.md``; Liang & Yi, 'Adaptive Privacy Budgeting' (2026),
+    Alg. 8.
 
     Parameters
     ----------
@@ -533,7 +543,7 @@ def nearest_users(
     if len(pd.unique(users)) != users.size:
         raise InvalidInputError(
             "several rows per user: nearest_users reads one point per user; select it with "
-            f"component=... or reduce='last' (spec §1.6). {_NOTHING}"
+            f"component=... or reduce='last' (docs/ledger.md). {_NOTHING}"
         )
     from gpframe.queries.knn import check_k
 

@@ -1,16 +1,17 @@
 """The pandas / geopandas face of ``range_count``: components, regions, results, plots.
 
-Spec: adaptive-budgeting.md §1.6 (one component per user, charged to the user's one filter),
-§5.1 (range counting), §5.5 (charges), §7 (pitfalls 8, 10, 19). The algorithm and the ledger
-driver are :mod:`gpframe.queries.range_count`; this module only
+See ``docs/operations/range_count.md`` and ``docs/ledger.md`` (one component per user, charged to
+the user's one filter, range counting, charges, pitfalls); Liang & Yi, 'Adaptive Privacy Budgeting'
+(2026), Thm. 5.1, Alg. 6. The algorithm and the ledger driver are
+:mod:`gpframe.queries.range_count`; this module only
 
 * picks each user's component (one point per user) by a rule that reads no location
-  (pitfall 10): a column value, a callable on the public columns, or the user's first / last fix
+ : a column value, a callable on the public columns, or the user's first / last fix
   by a time column, optionally before / after a time;
 * validates and projects the region(s) (a shapely Polygon / MultiPolygon in the data's CRS, or a
   GeoSeries / GeoDataFrame in any CRS) before the ledger is touched;
 * runs one private count per region (each region is a query: K regions charge up to K times the
-  allocation per user, spec §1.6) and gathers them in a :class:`RangeCountResult`.
+  allocation per user, ``docs/ledger.md``) and gathers them in a :class:`RangeCountResult`.
 
 The accessor method ``df.geopriv(session, user=...).range_count(region, rho=...)`` delegates to
 :func:`range_count` with the bound :class:`~gpframe.frame.accessor.GeoPriv` object.
@@ -177,11 +178,11 @@ def range_count(
     progress: bool | None = None,
     rng: Any = None,
 ) -> RangeCountResult:
-    """Private count of users inside ``region`` (adaptive-budgeting.md §5.1, Algorithm 6).
+    """Private count of users inside ``region``.
 
-    Spec: §5.1 (signed distance, ``pt`` / ``dist`` with the Appendix B shift, ``*-elim``),
-    §4.4 + §4.6 (elimination and its exact charge), §4.7 (GP: Laplace), §1.6 (components),
-    §5.5 (charges), §3 (allocations from a plan).
+    See ``docs/operations/range_count.md`` and ``docs/ledger.md`` (signed distance, ``pt`` /
+    ``dist`` with the Appendix B shift, ``*-elim``, elimination and its exact charge, GP: Laplace,
+    components, charges, allocations from a plan).
 
     Parameters
     ----------
@@ -197,7 +198,8 @@ def range_count(
     method : {"pt", "dist", "pt-elim", "dist-elim"}
         Point / distance privatization, without or with iterative elimination.
     rounds, split : int, {"doubling", "even"}
-        Elimination rounds c and the split π (spec §4.3; c4 / c64 = even, log-c10 = doubling 10).
+        Elimination rounds c and the split π (``docs/operations/range_count.md``; c4 / c64 = even,
+        log-c10 = doubling 10).
     beta : float
         Failure probability of the error bound (β/2 eliminations, β/2 survivors for ``*-elim``).
     component : None, (column, value), callable, "first", "last", First, Last
@@ -221,11 +223,11 @@ def range_count(
     -----
     Noise: ``dist``: the signed distance f(x) with lattice Gaussian σ = (1 + g/r_min)·k/√(2ρ_j) (GP:
     Laplace scale (1 + g/r_min)·k/ε_j); ``pt``: the point, σ = (1 + √2·g/r_min)·k/√(2ρ_j); ρ_j the
-    round's part, k the projection scale factor (secure-noise.md §9.3, §7.4(f)).
-    Charge per user and region: the allocation for ``pt`` / ``dist``; for ``*-elim`` the parts of
-    the rounds run (a user decided at round r pays a·Σ_{j≤r} π_j, the rest stays in the budget).
-    Error: with probability ≥ 1 − β, |count − true count| ≤ U = #{undecided users whose final
-    estimate lies within its width of 0} (released values only).
+    round's part, k the projection scale factor (``docs/noise.md``: noise parameters and charges,
+    projection scale). Charge per user and region: the allocation for ``pt`` / ``dist``; for
+    ``*-elim`` the parts of the rounds run (a user decided at round r pays a·Σ_{j≤r} π_j, the rest
+    stays in the budget). Error: with probability ≥ 1 − β, |count − true count| ≤ U = #{undecided
+    users whose final estimate lies within its width of 0} (released values only).
 
     Examples
     --------

@@ -1,4 +1,4 @@
-"""The ledger: per-user privacy filters, their store and the audit log (DESIGN.md §4)."""
+"""The ledger: per-user privacy filters, their store and the audit log (``docs/ledger.md``)."""
 
 from gpframe.ledger.session import Ledger, Reservation, Session
 from gpframe.ledger.store import SqliteStore, Store

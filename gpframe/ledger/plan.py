@@ -1,10 +1,13 @@
-"""``session.plan(...)``: Algorithm 3 on a real ledger (adaptive-budgeting.md §3).
+"""``session.plan(...)``: Algorithm 3 on a real ledger.
+
+See ``docs/ledger.md``; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), Alg. 3.
 
 A :class:`SessionPlan` gives each next query of a sequence its per-user allocation
-a_i^t = B/T + λ_t·pool_i (spec §3.2), capped by what the user's filter has left (§3.3 [G]) and
-rounded *down* to the ledger's unit (the ledger rounds reservations up; rounding down first keeps
-every allocation admissible and never lets a user's total exceed the plan's budget), and records
-what the query actually charged, so the saving flows into later queries::
+a_i^t = B/T + λ_t·pool_i (``docs/ledger.md``), capped by what the user's filter has left
+(``docs/ledger.md``) and rounded *down* to the ledger's unit (the ledger rounds reservations up;
+rounding down first keeps every allocation admissible and never lets a user's total exceed the
+plan's budget), and records what the query actually charged, so the saving flows into later
+queries::
 
     plan = session.plan(total=1e-4, queries=24, schedule="linear")
     for hour in range(24):
@@ -14,8 +17,9 @@ Passing the plan as ``allocations=`` draws the next allocation and records the c
 ``plan.next_allocations(users)`` (a Series by user) plus ``plan.record(result)`` works for any
 query that takes per-user allocations.
 
-Invariants (spec §3.3): Σ_t charge_i^t ≤ total for every user (exactly: the plan's arithmetic is
-in ``Fraction``), and each allocation ≤ the filter's remaining budget when it was drawn.
+Invariants (``docs/ledger.md``): Σ_t charge_i^t ≤ total for every user (exactly: the plan's
+arithmetic is in ``Fraction``), and each allocation ≤ the filter's remaining budget when it was
+drawn.
 """
 
 from __future__ import annotations
@@ -185,7 +189,7 @@ def plan(
     *,
     lam: float | Fraction = Fraction(1, 2),
 ) -> SessionPlan:
-    """Start Algorithm 3 for ``queries`` queries with ``total`` per user (spec §3.2, §3.3).
+    """Start Algorithm 3 for ``queries`` queries with ``total`` per user (``docs/ledger.md``).
 
     Parameters
     ----------

@@ -1,10 +1,10 @@
 """Per-user privacy filters over a :class:`~gpframe.ledger.store.Store`: ``Session``.
 
-Spec: adaptive-budgeting.md §1.6, §2.6 (the filter contract and its rules), §2.7 (admission
-oracles); concentrated-geo-privacy.md §3.6. One filter per user and notion (``"metric"``: GP or
-CGP; ``"central"``: DP or zCDP); every query of a user charges it. A query *reserves* each
-user's allocation (refused users cost nothing and output ⊥), the mechanism runs, and the query
-*charges* the actual amounts (≤ allocation), durably, before it returns anything.
+See ``docs/ledger.md`` (one component per user, the filter contract and its rules, admission
+oracles); Liang & Yi, 'Adaptive Privacy Budgeting' (2026), Thm. 5.1. One filter per user and notion
+(``"metric"``: GP or CGP; ``"central"``: DP or zCDP); every query of a user charges it. A query
+*reserves* each user's allocation (refused users cost nothing and output ⊥), the mechanism runs, and
+the query *charges* the actual amounts (≤ allocation), durably, before it returns anything.
 
 Amounts are integer ledger units of ``10**-exponent`` (:class:`~gpframe.accounting.amounts.
 LedgerUnits`, the exponent chosen from the notion's default budget): charges and reservations
@@ -970,7 +970,7 @@ class Ledger:
         Abandoned: left open by a dead process on this host, or by a Session of this process
         that was dropped without ``close()``.
 
-        A crash after noise was drawn must not lose the charge (adaptive-budgeting.md §2.6):
+        A crash after noise was drawn must not lose the charge (``docs/ledger.md``):
         abandoned reservations are charged in full, never released. Reservations of other
         hosts, or of live processes, are left alone (they keep holding their amounts).
         """
@@ -1343,7 +1343,7 @@ class Reservation:
     def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
         if self.state == "open" and not self.replay:
             # left without a charge, or by an exception: noise may have been drawn, so the
-            # admitted users pay their full allocation (adaptive-budgeting.md §2.6)
+            # admitted users pay their full allocation (docs/ledger.md)
             try:
                 self._ledger._commit(self, self.allocation_units, "settle")
             except ChargeConflictError:
@@ -1375,7 +1375,7 @@ def _refuse_missing_anchored(path: str, where: str) -> None:
 
 
 class Session:
-    """Per-user privacy budgets and their ledger (DESIGN.md §4; adaptive-budgeting.md §2.6).
+    """Per-user privacy budgets and their ledger (``docs/ledger.md``).
 
     Parameters
     ----------
@@ -1641,7 +1641,8 @@ class Session:
         """Plan per-user allocations for a sequence of queries (Algorithm 3).
 
         Savings of earlier queries are re-allocated to later ones and no user's total ever
-        exceeds ``total`` (adaptive-budgeting.md §3). See :func:`gpframe.ledger.plan.plan`.
+        exceeds ``total`` (``docs/ledger.md``; Liang & Yi, 'Adaptive Privacy Budgeting' (2026),
+        Alg. 3). See :func:`gpframe.ledger.plan.plan`.
         """
         from gpframe.ledger.plan import plan
 

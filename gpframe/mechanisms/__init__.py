@@ -1,8 +1,8 @@
 """Release wrappers: calibrate from the charged amount, snap, sample on a lattice, release.
 
-Spec: secure-noise.md §9, §13; docs/internals.md ("Release wrappers"). Every wrapper returns a
-:class:`Released` whose ``guarantee`` is what the ledger must be charged. The exact samplers live in
-:mod:`gpframe.mechanisms.noise`.
+See ``docs/noise.md`` (mechanism wrappers) and ``docs/internals.md`` ("Release wrappers"). Every
+wrapper returns a :class:`Released` whose ``guarantee`` is what the ledger must be charged. The
+exact samplers live in :mod:`gpframe.mechanisms.noise`.
 """
 
 from gpframe.mechanisms import selection

@@ -1,16 +1,17 @@
 """Exact noise calibration of the release wrappers.
 
-Spec: secure-noise.md §6.3, §7.4, §8, §9.1, §9.3, §9.4.
+See ``docs/noise.md`` (representation of the variance, snapping and the r_min floor, Gaussian noise
+on points, lattice choice, noise parameters and charges, parameter ranges).
 
 Everything here is pure ``Fraction`` arithmetic: no float and no randomness. Each function takes the
 amount the ledger will be charged and returns the lattice and the noise parameter the sampler is
 called with, rounded so that the noise is never smaller than what was paid for: rates are rounded
 down and variances up. Irrational factors (√d, √m) are replaced by upper bounds with at least 60
-significant bits (§8), which can only add noise.
+significant bits (``docs/noise.md``), which can only add noise.
 
-The location lattice policy (§9.1): g = 2⁻¹⁰ m and r_min = 1 m by default. When the noise scale
-exceeds 2²⁴ lattice steps (ε g < 2⁻²⁴ for planar Laplace, σ/g > 2²⁴ for CGP) the lattice is
-coarsened to the smallest power of two that restores the range and r_min is raised to
+The location lattice policy (``docs/noise.md``): g = 2⁻¹⁰ m and r_min = 1 m by default. When the
+noise scale exceeds 2²⁴ lattice steps (ε g < 2⁻²⁴ for planar Laplace, σ/g > 2²⁴ for CGP) the lattice
+is coarsened to the smallest power of two that restores the range and r_min is raised to
 max(r_min, 2¹⁰ g). The same trigger is used for the 1-D GP wrapper, so that one session lattice
 serves every location mechanism.
 """
@@ -54,23 +55,23 @@ __all__ = [
     "sqrt_up",
 ]
 
-#: default location lattice step, metres (§9.1)
+#: default location lattice step, metres
 G_LOC = Fraction(1, 2**10)
-#: default floor of the metric d_r, metres (§7.4(c2))
+#: default floor of the metric d_r, metres
 R_MIN = Fraction(1)
-#: allowed eps / epsilon per unit (§9.4): [2^-40, eps_max = 100]
+#: allowed eps / epsilon per unit: [2^-40, eps_max = 100]
 EPS_RANGE = (Fraction(1, 2**40), Fraction(100))
-#: discrete Laplace rate in lattice units (§5.6, §9.4)
+#: discrete Laplace rate in lattice units
 LAM_RANGE = (Fraction(1, 2**40), Fraction(2**10))
-#: lattice Laplace rate a = eps g / K' (§9.4)
+#: lattice Laplace rate a = eps g / K'
 A_RANGE = (Fraction(1, 2**24), Fraction(2**4))
-#: discrete Gaussian sigma in lattice units (§6.3, §9.4)
+#: discrete Gaussian sigma in lattice units
 SIGMA_G_RANGE = (Fraction(1, 2**4), Fraction(2**24))
-#: largest location noise scale, in lattice steps, before the lattice is coarsened (§9.1)
+#: largest location noise scale, in lattice steps, before the lattice is coarsened
 LOC_SCALE_MAX = Fraction(2**24)
-#: largest dimension of the lattice Laplace sampler (§7.2)
+#: largest dimension of the lattice Laplace sampler
 D_MAX = 4
-#: fractional bits of the upper bounds of square roots (§8: "a ceiling of √2 at 2⁻⁶⁰")
+#: fractional bits of the upper bounds of square roots ("a ceiling of √2 at 2⁻⁶⁰")
 SQRT_BITS = 60
 #: magnitudes every positive parameter (ε, ρ, K, r_min, sensitivities, draw_scale) must lie in:
 #: far outside any meaningful use, and keeps exact arithmetic and float messages in range
@@ -173,7 +174,7 @@ def sqrt_up(x: Fraction | int, bits: int = SQRT_BITS) -> Fraction:
 def round_down_float(x: Fraction) -> Fraction:
     """Return the largest float64 value (53 significant bits) that is ≤ x, as an exact Fraction.
 
-    Used for the lattice Laplace rate ``a``, which must be an exact float (secure-noise.md §7.2).
+    Used for the lattice Laplace rate ``a``, which must be an exact float (``docs/noise.md``).
 
     >>> r = round_down_float(Fraction(1, 10))
     >>> r <= Fraction(1, 10) < r * (1 + Fraction(1, 2**52)), Fraction(float(r)) == r
@@ -187,7 +188,7 @@ def round_down_float(x: Fraction) -> Fraction:
 
 
 def round_up_sigma2(s2: Fraction) -> Fraction:
-    """Round a lattice variance up as secure-noise.md §6.3 says.
+    """Round a lattice variance up as ``docs/noise.md`` says.
 
     To an integer when σ_g² ≥ 2¹⁶, otherwise to a multiple of 2⁻¹⁶.
 
@@ -203,8 +204,8 @@ def round_up_sigma2(s2: Fraction) -> Fraction:
 def eps_from_rho(rho: Fraction) -> Fraction:
     """Return the GP ε at which a CGP algorithm runs a Laplace block: √(2ρ), rounded **down**.
 
-    concentrated-geo-privacy.md §2.1: an ε-GP block costs ε²/2 ≤ ρ, so rounding ε down only adds
-    noise; the ledger is charged ρ.
+    ``docs/concepts.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Lem. 3.6: an ε-GP block
+    costs ε²/2 ≤ ρ, so rounding ε down only adds noise; the ledger is charged ρ.
 
     >>> eps_from_rho(Fraction(1, 20000))
     Fraction(1, 100)
@@ -215,7 +216,7 @@ def eps_from_rho(rho: Fraction) -> Fraction:
 
 
 # --------------------------------------------------------------------------------------------
-# parameter validation (R8: before any bit is drawn)
+# parameter validation (before any bit is drawn)
 
 
 def check_positive(value: object, name: str) -> Fraction:
@@ -244,7 +245,7 @@ def check_positive(value: object, name: str) -> Fraction:
 
 
 def check_eps(value: object, name: str) -> Fraction:
-    """ε or epsilon in [2⁻⁴⁰, 100] (secure-noise.md §9.4).
+    """ε or epsilon in [2⁻⁴⁰, 100] (``docs/noise.md``).
 
     >>> check_eps(0.01, "eps")
     Fraction(1, 100)
@@ -254,14 +255,14 @@ def check_eps(value: object, name: str) -> Fraction:
     if not lo <= x <= hi:
         raise InvalidInputError(
             f"{name}={_fmt(x)} is outside the supported range [2**-40, 100] "
-            "(secure-noise.md §9.4). "
+            "(docs/noise.md). "
             f"Pass a value in that range. Nothing was charged."
         )
     return x
 
 
 def check_rho(value: object, name: str = "rho") -> Fraction:
-    """ρ: finite and > 0 (secure-noise.md §9.4).
+    """ρ: finite and > 0 (``docs/noise.md``).
 
     >>> check_rho(5e-5)
     Fraction(1, 20000)
@@ -270,7 +271,7 @@ def check_rho(value: object, name: str = "rho") -> Fraction:
 
 
 def check_g(value: object, name: str = "g") -> Fraction:
-    """Check a lattice step: a positive power of two (secure-noise.md R4).
+    """Check a lattice step: a positive power of two (``docs/noise.md``).
 
     >>> check_g(2**-10)
     Fraction(1, 1024)
@@ -289,7 +290,7 @@ def check_g(value: object, name: str = "g") -> Fraction:
 
 
 def check_draw_scale(value: object) -> Fraction:
-    """Check the multi-draw scale factor s of secure-noise.md §9.3: exact and >= 1.
+    """Check the multi-draw scale factor s of ``docs/noise.md``: exact and >= 1.
 
     >>> check_draw_scale(4)
     Fraction(4, 1)
@@ -297,7 +298,7 @@ def check_draw_scale(value: object) -> Fraction:
     s = check_positive(value, "draw_scale")
     if s < 1:
         raise InvalidInputError(
-            f"draw_scale={value!r} must be >= 1 (it divides eps; secure-noise.md §9.3 multi-draw). "
+            f"draw_scale={value!r} must be >= 1 (it divides eps; docs/noise.md). "
             f"Nothing was charged."
         )
     return s
@@ -329,9 +330,9 @@ def central_laplace(
     m: int = 1,
     s: Fraction = Fraction(1),
 ) -> CentralCalibration:
-    """Central Laplace rows of secure-noise.md §9.3 (ε-DP, ℓ1 sensitivity Δ of an m-vector).
+    """Central Laplace rows of ``docs/noise.md`` (ε-DP, ℓ1 sensitivity Δ of an m-vector).
 
-    Integer statistic: g = 1, λ = ε/(sΔ). Real statistic: g = 2^(⌊log₂Δ⌋−20) (§9.1) and
+    Integer statistic: g = 1, λ = ε/(sΔ). Real statistic: g = 2^(⌊log₂Δ⌋−20) (``docs/noise.md``) and
     λ = ε/(s(⌊Δ/g⌋ + m)); for m = 1 this is the table's ⌊Δ/g⌋+1. Each of the m coordinates adds at
     most one lattice step by snapping (|rint a − rint b| ≤ ⌊|a−b|⌋ + 1) and Σ⌊|δⱼ|/g⌋ ≤ ⌊Δ/g⌋.
     ``s`` is the multi-draw scale factor (SVT: 2 and 4).
@@ -350,7 +351,7 @@ def central_laplace(
         if not lo <= lam <= hi:
             raise InvalidInputError(
                 f"epsilon/sensitivity = {_fmt(lam)} is outside the discrete Laplace range "
-                f"[2**-40, 2**10] (secure-noise.md §5.6); change epsilon or sensitivity. "
+                f"[2**-40, 2**10] (docs/noise.md); change epsilon or sensitivity. "
                 f"Nothing was charged."
             )
         return CentralCalibration(Fraction(1), lam, width, Fraction(1))
@@ -370,10 +371,11 @@ def central_laplace(
 def central_gaussian(
     rho: Fraction, l2_sensitivity: Fraction, *, integer: bool, m: int = 1
 ) -> CentralCalibration:
-    """Central Gaussian rows of secure-noise.md §9.3 (ρ-zCDP, ℓ2 sensitivity Δ₂ of an m-vector).
+    """Central Gaussian rows of ``docs/noise.md`` (ρ-zCDP, ℓ2 sensitivity Δ₂ of an m-vector).
 
-    Integer: g = 1, σ_g² ≥ Δ₂²/(2ρ). Real: g = 2^(⌊log₂σ₀⌋−16) with σ₀ = Δ₂/√(2ρ) (§9.1) and
-    σ_g² ≥ (Δ₂/g + √m)²/(2ρ). Both rounded up as §6.3 says.
+    Integer: g = 1, σ_g² ≥ Δ₂²/(2ρ). Real: g = 2^(⌊log₂σ₀⌋−16) with σ₀ = Δ₂/√(2ρ)
+    (``docs/noise.md``) and σ_g² ≥ (Δ₂/g + √m)²/(2ρ). Both rounded up as representation of the
+    variance says.
 
     >>> central_gaussian(Fraction(1, 2), Fraction(1), integer=True).param
     Fraction(1, 1)
@@ -392,7 +394,7 @@ def central_gaussian(
         raise InvalidInputError(
             f"rho={_fmt(rho)} with l2_sensitivity={_fmt(l2_sensitivity)} gives a lattice "
             f"sigma of {_fmt(sqrt_up(s2, 8))} steps, outside [2**-4, 2**24] "
-            "(secure-noise.md §6.3). "
+            "(docs/noise.md). "
             f"Change rho (or use integer=False for real statistics). Nothing was charged."
         )
     return CentralCalibration(g, s2, width, Fraction(1))
@@ -408,7 +410,7 @@ class LocationCalibration:
 
     ``param`` is ``lam`` (1-D Laplace), ``a`` (lattice Laplace) or ``sigma2`` (Gaussian), in
     lattice units. ``r_min`` is None in lattice-exact mode (Euclidean metric). ``coarsen`` is
-    g / g_requested (1 unless §9.1 coarsened the lattice).
+    g / g_requested (1 unless the lattice policy coarsened the lattice).
     """
 
     g: Fraction
@@ -424,7 +426,7 @@ class LocationCalibration:
 
 
 def _lipschitz(K: Fraction, d: int, g: Fraction, r_min: Fraction | None) -> Fraction:
-    # K' = K + √d g / r_min: the snapped query moves by at most K·dist + √d·g (§7.4(b), §8)
+    # K' = K + √d g / r_min: the snapped query moves by at most K·dist + √d·g
     if r_min is None:
         return K
     return K + sqrt_up(d) * g / r_min
@@ -448,10 +450,10 @@ def _location(
         if kind == "lam":  # GP 1-D: λ = εg/(s K')
             param = amount * g / (s * kp)
             too_coarse = param < 1 / LOC_SCALE_MAX
-        elif kind == "a":  # GP d-dim: a = εg/(s K'), an exact float rounded down (§7.2)
+        elif kind == "a":  # GP d-dim: a = εg/(s K'), an exact float rounded down
             param = round_down_float(amount * g / (s * kp))
             too_coarse = param < 1 / LOC_SCALE_MAX
-        else:  # CGP: σ_g² = K'²/(2ρg²), rounded up (§6.3, §8)
+        else:  # CGP: σ_g² = K'²/(2ρg²), rounded up
             param = round_up_sigma2(kp * kp / (2 * amount * g * g))
             too_coarse = param > LOC_SCALE_MAX**2
         if not too_coarse:
@@ -461,7 +463,7 @@ def _location(
             raise InvalidInputError(
                 f"{name}={_fmt(amount)} needs noise above 2**24 lattice steps of "
                 f"g={float(g):g} m; lattice-exact inputs cannot be moved to a coarser lattice "
-                "(secure-noise.md §9.1). Pass lattice_exact=False or a coarser g. "
+                "(docs/noise.md). Pass lattice_exact=False or a coarser g. "
                 "Nothing was charged."
             )
         g *= 2
@@ -477,7 +479,7 @@ def _location(
     if not ok:
         raise InvalidInputError(
             f"{name}={_fmt(amount)} asks for noise finer than the lattice g={_fmt(g)} m "
-            f"allows ({rng}, secure-noise.md §9.4). Lower {name} or pass a finer g. "
+            f"allows ({rng}, docs/noise.md). Lower {name} or pass a finer g. "
             "Nothing was charged."
         )
     return LocationCalibration(g, floor, param, g / g0, kp)
@@ -493,10 +495,10 @@ def gp_laplace(
     lattice_exact: bool = False,
     s: Fraction = Fraction(1),
 ) -> LocationCalibration:
-    """GP rows of secure-noise.md §9.3: λ (d = 1) or a (d ≥ 2) = εg/(s(K + √d·g/r_min)).
+    """GP rows of ``docs/noise.md``: λ (d = 1) or a (d ≥ 2) = εg/(s(K + √d·g/r_min)).
 
-    In lattice-exact mode the √d·g/r_min term is dropped (§7.4(d)). ``s`` is the multi-draw
-    scale factor (SVT W: 2, V: 4; PNN Z, W: 3, V: 6). Defaults g = 2⁻¹⁰ m, r_min = 1 m.
+    In lattice-exact mode the √d·g/r_min term is dropped (``docs/noise.md``). ``s`` is the
+    multi-draw scale factor (SVT W: 2, V: 4; PNN Z, W: 3, V: 6). Defaults g = 2⁻¹⁰ m, r_min = 1 m.
 
     >>> gp_laplace(Fraction(1, 100)).param == Fraction(1, 100) / 1024 / (1 + Fraction(1, 1024))
     True
@@ -519,9 +521,9 @@ def cgp_gaussian(
     r_min: Fraction = R_MIN,
     lattice_exact: bool = False,
 ) -> LocationCalibration:
-    """CGP rows of secure-noise.md §9.3: σ_g = (K + √d·g/r_min)/(g√(2ρ)), as σ_g² rounded up.
+    """CGP rows of ``docs/noise.md``: σ_g = (K + √d·g/r_min)/(g√(2ρ)), as σ_g² rounded up.
 
-    In lattice-exact mode σ_g = K/(g√(2ρ)) (§8, lattice inputs).
+    In lattice-exact mode σ_g = K/(g√(2ρ)) (``docs/noise.md``, lattice inputs).
 
     >>> cgp_gaussian(Fraction(1, 20000), lattice_exact=True).param   # (100 m / 2**-10)**2
     Fraction(10485760000, 1)

@@ -1,8 +1,11 @@
 """Gaussian release wrappers: central ρ-zCDP and ρ-CGP, with exact discrete Gaussian noise.
 
-Spec: secure-noise.md §6, §8, §9.1–§9.4, §13; concentrated-geo-privacy.md §4.2, §6.2;
-adaptive-budgeting.md §1.4. The σ's of the oracle tables are nominal (σ = K/√(2ρ)); the released
-noise adds the lattice term of §9.3 and is never smaller than what the charge pays for.
+See ``docs/noise.md``, ``docs/internals.md``, ``docs/operations/privatize.md`` and
+``docs/concepts.md`` (discrete Gaussian, Gaussian noise on points, lattice choice, exact snapping,
+noise parameters and charges, parameter ranges, release wrappers, Gaussian mechanism, CGP Basic);
+Liang & Yi, 'Concentrated Geo-Privacy' (2023), Thm. 3.1, Thm. 4.8. The σ's of the oracle tables are
+nominal (σ = K/√(2ρ)); the released noise adds the lattice term of ``docs/noise.md`` and is never
+smaller than what the charge pays for.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ def gaussian_zcdp(
 ) -> Released:
     """Release statistics under central ρ-zCDP with discrete Gaussian noise on a lattice.
 
-    Spec: secure-noise.md §6.4, §9.1, §9.3 (central Gaussian rows), §9.4.
+    See ``docs/noise.md`` (discrete Gaussian accounting, lattice choice, central Gaussian rows,
+    parameter ranges).
 
     Parameters
     ----------
@@ -64,7 +68,7 @@ def gaussian_zcdp(
     integer : bool
         True for integer statistics (counts): g = 1, values must be integers.
     rng : BitSource or None
-        The randomness source (secure-noise.md §3); None is the OS CSPRNG.
+        The randomness source (``docs/noise.md``); None is the OS CSPRNG.
 
     Returns
     -------
@@ -75,10 +79,10 @@ def gaussian_zcdp(
     Notes
     -----
     Noise: integer, σ_g² ≥ Δ₂²/(2ρ) on Z; real, g = 2^(⌊log₂σ₀⌋−16) with σ₀ = Δ₂/√(2ρ) and
-    σ_g² ≥ (Δ₂/g + √m)²/(2ρ); rounded up as secure-noise.md §6.3 says.
+    σ_g² ≥ (Δ₂/g + √m)²/(2ρ); rounded up as ``docs/noise.md`` says.
     Charge: ``rho`` per row on the user's central ledger (``Released.guarantee``).
     Error: |y − x| ≤ σ·√(2 ln(2/β)) + g/2 per coordinate with probability ≥ 1 − β
-    (sub-Gaussian, secure-noise.md §6.4–§6.5).
+    (sub-Gaussian, ``docs/noise.md``).
 
     Examples
     --------
@@ -113,7 +117,7 @@ def gaussian_zcdp(
         y,
         cal.g,
         {"sigma2": cal.param, "scale": scale, "width": cal.width},
-        Guarantee("zcdp", rho_f, "hamming", f"secure-noise §6.4, §9.3 (central Gaussian, {row})"),
+        Guarantee("zcdp", rho_f, "hamming", f"docs/noise.md (central Gaussian, {row})"),
     )
 
 
@@ -129,9 +133,10 @@ def gaussian_cgp(
 ) -> Released:
     """Release points under rho-CGP with lattice Gaussian noise (privatize: rho/n per point).
 
-    Spec: secure-noise.md §8, §9.3; concentrated-geo-privacy.md §4.2, §6.2 (CGP Basic).
-    [aligned with issue 02 §1: name `gaussian_cgp`, returns `Released`, `rng` keyword-only,
-    secure default]
+    See ``docs/noise.md`` and ``docs/operations/privatize.md`` (Gaussian noise on points, noise
+    parameters and charges, Gaussian mechanism, CGP Basic); Liang & Yi, 'Concentrated Geo-Privacy'
+    (2023), Thm. 3.1, Thm. 4.8. [name `gaussian_cgp`, returns `Released`, `rng` keyword-only, secure
+    default]
 
     Parameters
     ----------
@@ -143,13 +148,14 @@ def gaussian_cgp(
         Lipschitz constant of the released function (1 for points; sqrt(2) for a bounding-box
         centre).
     g : float or None
-        Lattice step in metres, a power of two; None is 2⁻¹⁰ m (secure-noise.md §9.1).
+        Lattice step in metres, a power of two; None is 2⁻¹⁰ m (``docs/noise.md``).
     r_min : float
         Floor of the metric d_r(x, x') = max(||x − x'||, r_min), metres (default 1 m).
     lattice_exact : bool
-        The points already lie on g·Z^d (checked): σ = K/√(2ρ), Euclidean metric (§8).
+        The points already lie on g·Z^d (checked): σ = K/√(2ρ), Euclidean metric
+        (``docs/noise.md``).
     rng : BitSource or None
-        The randomness source (secure-noise.md §3); None is the OS CSPRNG (tests pass a seeded one).
+        The randomness source (``docs/noise.md``); None is the OS CSPRNG (tests pass a seeded one).
 
     Returns
     -------
@@ -161,16 +167,16 @@ def gaussian_cgp(
     Notes
     -----
     Noise: discrete Gaussian on the lattice g·Z² (g = 2⁻¹⁰ m), each coordinate with
-    sigma = (K + sqrt(2) g / r_min) / sqrt(2 rho) metres, r_min = 1 m (secure-noise.md §9.3).
+    sigma = (K + sqrt(2) g / r_min) / sqrt(2 rho) metres, r_min = 1 m (``docs/noise.md``).
     Charge: rho on the user's metric ledger, w.r.t. the floored metric d_r (Released.guarantee).
     Error (K = 1): ||y_i - x_i|| <= sqrt(ln(1 / beta) / rho) with probability >= 1 - beta for the
-    continuous law; the reported bound uses the lattice tail (secure-noise.md §6.4,
+    continuous law; the reported bound uses the lattice tail (``docs/noise.md``,
     :func:`gpframe.mechanisms.tails.gaussian_radius_bound`).
 
     Examples
     --------
     >>> import gpframe as gp
-    >>> gp.mechanisms.cgp_sigma(rho=5e-5, n=1)   # nominal sigma, §4.2 oracle (no lattice term)
+    >>> gp.mechanisms.cgp_sigma(rho=5e-5, n=1)   # nominal sigma oracle (no lattice term)
     100.0
     >>> r = gp.mechanisms.gaussian_cgp([[500_000.0, 4_649_776.2]], rho=5e-5)
     >>> round(float(r.noise["scale"]), 4)      # (1 + √2·2**-10)·100 m
@@ -195,7 +201,7 @@ def gaussian_cgp(
     if not 1 <= d <= D_MAX:
         raise InvalidInputError(
             f"points has {d} columns; gaussian_cgp supports 1..{D_MAX} dimensions "
-            "(secure-noise.md §8). Nothing was charged."
+            "(docs/noise.md). Nothing was charged."
         )
     key2 = None if key is None else (*key, (bool, bool(lattice_exact)), (int, d))
 
@@ -213,7 +219,5 @@ def gaussian_cgp(
     else:
         y = _lattice_release(x, cal.g, cal.param, "discrete_gaussian_nd", rng, "points", d)
     noise = {"sigma2": cal.param, "scale": scale}
-    where = "§8 (lattice inputs)" if lattice_exact else "§8"
-    return _location_released(
-        y, cal, noise, "cgp", rho_f, f"secure-noise {where}, §9.3 (CGP {d}-dim)"
-    )
+    where = ", lattice inputs" if lattice_exact else ""
+    return _location_released(y, cal, noise, "cgp", rho_f, f"docs/noise.md (CGP {d}-dim{where})")

@@ -1,9 +1,11 @@
 """Laplace-type release wrappers: central ε-DP, 1-D ε-GP and planar / d-dim ε-GP.
 
-Spec: secure-noise.md §5, §7, §9.1–§9.4, §13; concentrated-geo-privacy.md §4.3. Each wrapper checks
-its parameters and inputs, computes the exact lattice rate from the amount charged
-(:mod:`gpframe.mechanisms.calibration`), snaps the inputs to the lattice, draws all noise in one
-sampler call, and returns :class:`~gpframe.mechanisms.released.Released`.
+See ``docs/noise.md`` and ``docs/internals.md`` (discrete Laplace, lattice Laplace, lattice choice,
+exact snapping, noise parameters and charges, parameter ranges, release wrappers); Liang & Yi,
+'Concentrated Geo-Privacy' (2023), Lem. 2.6. Each wrapper checks its parameters and inputs, computes
+the exact lattice rate from the amount charged (:mod:`gpframe.mechanisms.calibration`), snaps the
+inputs to the lattice, draws all noise in one sampler call, and returns
+:class:`~gpframe.mechanisms.released.Released`.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from gpframe.mechanisms.released import (
 
 __all__ = ["laplace_dp", "laplace_gp", "planar_laplace"]
 
-#: location noise scales outside [1 m, 100 km] trigger a GpframeWarning (STYLE.md §5)
+#: location noise scales outside [1 m, 100 km] trigger a GpframeWarning
 SCALE_WARN_LOW = Fraction(1)
 SCALE_WARN_HIGH = Fraction(100_000)
 
@@ -101,12 +103,13 @@ def laplace_dp(
 ) -> Released:
     """Release statistics under central ε-DP with discrete Laplace noise on a lattice.
 
-    Spec: secure-noise.md §5.1, §9.1, §9.3 (central Laplace rows), §9.4.
+    See ``docs/noise.md`` (discrete Laplace, lattice choice, central Laplace rows, parameter
+    ranges).
 
     Parameters
     ----------
     values : array_like, shape (n,) or (n, m)
-        The exactly computed statistics (secure-noise.md §9.5). Each row is one release: a scalar,
+        The exactly computed statistics (``docs/noise.md``). Each row is one release: a scalar,
         or an m-vector whose ℓ1 sensitivity is ``sensitivity``.
     sensitivity : float
         ℓ1 sensitivity Δ of one row (user-level), in the statistic's units. Finite, > 0.
@@ -115,10 +118,10 @@ def laplace_dp(
     integer : bool
         True for integer statistics (counts): the lattice is g = 1 and values must be integers.
     draw_scale : float
-        The multi-draw factor s of §9.3 (SVT: 2 for the threshold, 4 per query): the noise is
-        that of ε/s while the guarantee states the run's ε, charged once by the caller.
+        The multi-draw factor s of ``docs/noise.md`` (SVT: 2 for the threshold, 4 per query): the
+        noise is that of ε/s while the guarantee states the run's ε, charged once by the caller.
     rng : BitSource or None
-        The randomness source (secure-noise.md §3); None is the OS CSPRNG.
+        The randomness source (``docs/noise.md``); None is the OS CSPRNG.
 
     Returns
     -------
@@ -131,7 +134,7 @@ def laplace_dp(
     Noise: integer statistic, g = 1 and λ = ε/(sΔ); real statistic, g = 2^(⌊log₂Δ⌋−20) and
     λ = ε/(s(⌊Δ/g⌋ + m)), so the scale (⌊Δ/g⌋ + m)g/ε is at least Δ/ε.
     Charge: ``epsilon`` per row on the user's central ledger (``Released.guarantee``).
-    Error: |y − x| ≤ (g/λ)·ln(2/β) + g/2 with probability ≥ 1 − β (secure-noise.md §6.5;
+    Error: |y − x| ≤ (g/λ)·ln(2/β) + g/2 with probability ≥ 1 − β (``docs/noise.md``;
     :func:`gpframe.mechanisms.tails.laplace_bound`).
 
     Examples
@@ -176,12 +179,12 @@ def laplace_dp(
             "draw_scale": s,
             "coarsen": cal.coarsen,
         },
-        Guarantee("dp", eps_f, "hamming", f"secure-noise §5.1, §9.3 (central Laplace, {row})"),
+        Guarantee("dp", eps_f, "hamming", f"docs/noise.md (central Laplace, {row})"),
     )
 
 
 def _sample(name: str, param: Fraction, n: int, bits: Any, d: int | None = None) -> np.ndarray:
-    """One sampler call for the whole release (never per row: secure-noise.md §10)."""
+    """One sampler call for the whole release (never per row: ``docs/noise.md``)."""
     if n == 0:
         return np.zeros((0,) if d is None else (0, d), dtype=np.int64)
     fn = _noise_fn(name)
@@ -191,7 +194,7 @@ def _sample(name: str, param: Fraction, n: int, bits: Any, d: int | None = None)
 def _lattice_release(
     x: np.ndarray, g: Fraction, param: Fraction, sampler: str, rng: Any, name: str, d: int | None
 ) -> np.ndarray:
-    """Snap ``x`` to g·Z, add one sampler call of lattice noise and release (secure-noise §9.2).
+    """Snap ``x`` to g·Z, add one sampler call of lattice noise and release (``docs/noise.md``).
 
     ``d`` None: scalar noise per entry (any shape); otherwise ``x`` is (n, d) rows of points.
     The order of the calls (source, snap, sample, release) is what seeded outputs pin.
@@ -219,8 +222,9 @@ def laplace_gp(
 ) -> Released:
     """Release K-Lipschitz real values (metres) under ε-GP with 1-D lattice Laplace noise.
 
-    Spec: secure-noise.md §5, §7.4(c2)/(d), §9.1, §9.3 (GP 1-D row); concentrated-geo-privacy.md
-    §4.3 (d = 1), §5.3 (SVT draws), §7.1 (PNN draws).
+    See ``docs/noise.md`` and ``docs/operations/knn.md`` (discrete Laplace, the r_min floor, lattice
+    choice, GP 1-D row, d = 1, SVT draws, PNN draws); Liang & Yi, 'Concentrated Geo-Privacy' (2023),
+    Lem. 2.6, Alg. 1, Alg. 2.
 
     Parameters
     ----------
@@ -231,16 +235,17 @@ def laplace_gp(
     K : float
         Lipschitz constant of the released function (an upper bound; 1 for a distance).
     g : float or None
-        Lattice step in metres, a power of two; None is 2⁻¹⁰ m (secure-noise.md §9.1).
+        Lattice step in metres, a power of two; None is 2⁻¹⁰ m (``docs/noise.md``).
     r_min : float
         Floor of the metric d_r(x, x') = max(||x − x'||, r_min), metres (default 1 m).
     lattice_exact : bool
-        The values already lie on g·Z (checked): no snapping term, Euclidean metric (§7.4(d)).
+        The values already lie on g·Z (checked): no snapping term, Euclidean metric
+        (``docs/noise.md``).
     draw_scale : float
-        Multi-draw factor s of §9.3 (SVT: W 2, V 4; PNN: Z, W 3, V 6); the noise is that of ε/s
-        and the guarantee states the run's ε, charged once by the caller.
+        Multi-draw factor s of ``docs/noise.md`` (SVT: W 2, V 4; PNN: Z, W 3, V 6); the noise is
+        that of ε/s and the guarantee states the run's ε, charged once by the caller.
     rng : BitSource or None
-        The randomness source (secure-noise.md §3); None is the OS CSPRNG.
+        The randomness source (``docs/noise.md``); None is the OS CSPRNG.
 
     Returns
     -------
@@ -251,9 +256,9 @@ def laplace_gp(
     Notes
     -----
     Noise: discrete Laplace on g·Z at rate λ = εg/(s(K + g/r_min)) per step, i.e. a scale
-    s(K + g/r_min)/ε metres; g = 2⁻¹⁰ m, r_min = 1 m, coarsened above 2²⁴ steps (§9.1).
+    s(K + g/r_min)/ε metres; g = 2⁻¹⁰ m, r_min = 1 m, coarsened above 2²⁴ steps (``docs/noise.md``).
     Charge: ``eps`` per row on the user's metric ledger, w.r.t. d_r (``Released.guarantee``).
-    Error: |y − x| ≤ scale·ln(2/β) + g/2 with probability ≥ 1 − β (secure-noise.md §6.5).
+    Error: |y − x| ≤ scale·ln(2/β) + g/2 with probability ≥ 1 − β (``docs/noise.md``).
 
     Examples
     --------
@@ -280,8 +285,8 @@ def laplace_gp(
         _warn_location_scale(scale, "1-D Laplace")
     y = _lattice_release(x, cal.g, cal.param, "discrete_laplace", rng, "values", None)
     noise = {"lam": cal.param, "scale": scale, "draw_scale": s}
-    where = "§7.4(d)" if lattice_exact else "§7.4(c2)"
-    return _location_released(y, cal, noise, "gp", eps_f, f"secure-noise {where}, §9.3 (GP 1-D)")
+    where = "lattice inputs" if lattice_exact else "floored metric"
+    return _location_released(y, cal, noise, "gp", eps_f, f"docs/noise.md (GP 1-D, {where})")
 
 
 def planar_laplace(
@@ -296,8 +301,9 @@ def planar_laplace(
 ) -> Released:
     """Release points (or K-Lipschitz vectors) under ε-GP with lattice planar / d-dim Laplace noise.
 
-    Spec: secure-noise.md §7, §9.1, §9.3 (GP d-dim row); concentrated-geo-privacy.md §4.3, §6.1
-    (``privatize`` calls it with eps/n per point).
+    See ``docs/noise.md`` and ``docs/operations/privatize.md`` (lattice Laplace, lattice choice, GP
+    d-dim row, Laplace mechanism, ``privatize`` calls it with eps/n per point); Liang & Yi,
+    'Concentrated Geo-Privacy' (2023), Lem. 2.6, Thm. 4.6.
 
     Parameters
     ----------
@@ -308,13 +314,14 @@ def planar_laplace(
     K : float
         Lipschitz constant of the released function (1 for points; √2 for a bounding-box centre).
     g : float or None
-        Lattice step in metres, a power of two; None is 2⁻¹⁰ m (secure-noise.md §9.1).
+        Lattice step in metres, a power of two; None is 2⁻¹⁰ m (``docs/noise.md``).
     r_min : float
         Floor of the metric d_r(x, x') = max(||x − x'||, r_min), metres (default 1 m).
     lattice_exact : bool
-        The points already lie on g·Z^d (checked): no snapping term, Euclidean metric (§7.4(d)).
+        The points already lie on g·Z^d (checked): no snapping term, Euclidean metric
+        (``docs/noise.md``).
     rng : BitSource or None
-        The randomness source (secure-noise.md §3); None is the OS CSPRNG.
+        The randomness source (``docs/noise.md``); None is the OS CSPRNG.
 
     Returns
     -------
@@ -326,10 +333,10 @@ def planar_laplace(
     Notes
     -----
     Noise: P(k) ∝ exp(−a||k||) on Z^d with a = εg/(K + √d·g/r_min) rounded down to a float;
-    g = 2⁻¹⁰ m, r_min = 1 m, so the scale is 1.00138/ε for K = 1, d = 2 (secure-noise.md §7.4(c2)).
+    g = 2⁻¹⁰ m, r_min = 1 m, so the scale is 1.00138/ε for K = 1, d = 2 (``docs/noise.md``).
     Charge: ``eps`` per row on the user's metric ledger, w.r.t. d_r (``Released.guarantee``).
     Error: ||y − x|| ≤ scale·(−W₋₁(−β/e) − 1) + √2·g with probability ≥ 1 − β (d = 2;
-    concentrated-geo-privacy.md §4.3, secure-noise.md §6.5;
+    ``docs/noise.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Lem. 2.6;
     :func:`gpframe.mechanisms.tails.planar_bound`).
 
     Examples
@@ -363,7 +370,5 @@ def planar_laplace(
         _warn_location_scale(scale, "planar Laplace")
     y = _lattice_release(x, cal.g, cal.param, "lattice_laplace", rng, "points", d)
     noise = {"a": cal.param, "scale": scale}
-    where = "§7.4(d)" if lattice_exact else "§7.4(c2), §7.4(e)"
-    return _location_released(
-        y, cal, noise, "gp", eps_f, f"secure-noise {where}, §9.3 (GP {d}-dim)"
-    )
+    where = "lattice inputs" if lattice_exact else "floored metric"
+    return _location_released(y, cal, noise, "gp", eps_f, f"docs/noise.md (GP {d}-dim, {where})")

@@ -1,6 +1,6 @@
 """What a release wrapper returns: the lattice values, the exact noise used and the guarantee.
 
-Spec: secure-noise.md §13 (``Released``), docs/internals.md (release wrappers). Queries charge the
+See ``docs/internals.md`` (``Released``, release wrappers). Queries charge the
 ledger with :attr:`Released.guarantee`, never with a nominal amount recomputed from a noise scale.
 """
 
@@ -27,13 +27,13 @@ class Guarantee:
         The exact amount in that notion's units (m⁻¹, m⁻², or unitless): the charge.
     metric : str or tuple
         ``"euclidean"`` (lattice-exact inputs), ``("floor", r_min)`` for the floored metric
-        d_r(x, x') = max(||x - x'||, r_min) of secure-noise.md §7.4(c2), or ``"hamming"`` (central).
+        d_r(x, x') = max(||x - x'||, r_min) of ``docs/noise.md``, or ``"hamming"`` (central).
     spec : str
-        The spec sections the guarantee rests on.
+        The docs pages and papers the guarantee rests on.
 
     Examples
     --------
-    >>> Guarantee("gp", Fraction(1, 100), ("floor", Fraction(1)), "secure-noise §7.4(c2)").kind
+    >>> Guarantee("gp", Fraction(1, 100), ("floor", Fraction(1)), "docs/noise.md").kind
     'gp'
     """
 
@@ -67,14 +67,14 @@ class Released:
     noise : dict of str to Fraction
         The exact noise parameters the sampler was called with (``lam``, ``a`` or ``sigma2`` in
         lattice units), the real-unit ``scale``, and for location mechanisms the effective
-        ``r_min`` and ``coarsen`` (the factor the lattice was coarsened by, secure-noise.md §9.1).
+        ``r_min`` and ``coarsen`` (the factor the lattice was coarsened by, ``docs/noise.md``).
     guarantee : Guarantee
         What the ledger must be charged for this release.
 
     Examples
     --------
     >>> r = Released(np.array([0.5, 1.0]), Fraction(1, 2), {"lam": Fraction(1, 3)},
-    ...              Guarantee("dp", Fraction(1), "hamming", "secure-noise §9.3"))
+    ...              Guarantee("dp", Fraction(1), "hamming", "docs/noise.md"))
     >>> np.asarray(r)
     array([0.5, 1. ])
     """
@@ -169,7 +169,7 @@ def _location_released(
 
     ``noise`` holds the mechanism's own entries (sampler parameter, ``scale``, ...); this appends
     the location calibration's ``coarsen`` and, unless the inputs were lattice-exact, its effective
-    ``r_min`` (secure-noise.md §9.1), and states the guarantee w.r.t. ``cal.metric``.
+    ``r_min`` (``docs/noise.md``), and states the guarantee w.r.t. ``cal.metric``.
     """
     noise = {**noise, "coarsen": cal.coarsen}
     if cal.r_min is not None:
@@ -219,7 +219,7 @@ def _as_array(values: Any, name: str, *, min_ndim: int, max_ndim: int) -> np.nda
 def _check_central_range(x: np.ndarray, g: Fraction, params: str) -> None:
     """Refuse values too large for the lattice step a central wrapper derived from ``params``.
 
-    Central wrappers choose g from the noise scale (secure-noise.md §9.1), so the caller cannot
+    Central wrappers choose g from the noise scale (``docs/noise.md``), so the caller cannot
     pass a coarser g: the message names the parameters that set it, not g.
     """
     from gpframe.errors import InvalidInputError
@@ -230,13 +230,13 @@ def _check_central_range(x: np.ndarray, g: Fraction, params: str) -> None:
         raise InvalidInputError(
             f"values has {int(big.sum())} entries at or above {lim:.3g}, too large for the noise "
             f"that {params} ask for: the lattice step g={float(g):.3g} follows from them "
-            "(secure-noise.md §9.1) and |values / g| must stay below 2**52. Raise the "
+            "(docs/noise.md) and |values / g| must stay below 2**52. Raise the "
             "sensitivity, lower the privacy amount, or recentre the data. Nothing was charged."
         )
 
 
 def _check_on_lattice(x: np.ndarray, g: Fraction, name: str) -> None:
-    """Lattice-exact mode (secure-noise.md §7.4(d)): assert rint(x/g)*g == x."""
+    """Lattice-exact mode (``docs/noise.md``): assert rint(x/g)*g == x."""
     from gpframe.errors import InvalidInputError
 
     gf = float(g)
@@ -245,5 +245,5 @@ def _check_on_lattice(x: np.ndarray, g: Fraction, name: str) -> None:
         raise InvalidInputError(
             f"lattice_exact=True but {int(off.sum())} entries of {name} are not multiples of "
             f"g={gf:g}. Snap them first, or pass lattice_exact=False (the floored metric, "
-            "secure-noise.md §7.4(c2)). Nothing was charged."
+            "docs/noise.md). Nothing was charged."
         )

@@ -1,20 +1,21 @@
 """The sparse vector technique under GP and CGP, with a vectorised block scan.
 
-Spec: concentrated-geo-privacy.md §5 (Algorithm 1, "below" form, its privacy and the gpframe rules
-of §5.3), §7.1 (the PNN draws), §10 P-S1..P-S8; secure-noise.md §9.3 "Multi-draw mechanisms".
+See ``docs/operations/knn.md`` and ``docs/noise.md`` (Algorithm 1, "below" form, its privacy and the
+gpframe rules, the PNN draws, pitfalls, Multi-draw mechanisms); Liang & Yi, 'Concentrated
+Geo-Privacy' (2023), Alg. 1, Alg. 2.
 
 One SVT run draws the threshold noise W once and a fresh query noise V_j per visited query, and
 halts at the first j with g_j(x) + V_j <= T + W. The scan here draws the V's of a whole *block* of
 visits at once, tests the block and keeps the first passing position; the rest of the block is
-discarded, never reused (§5.3 "Vectorised scan"). Because every V_j is an independent draw and the
-decision at visit j reads V_1..V_j only, the output has exactly the law of the one-at-a-time
-algorithm: same visiting order, same halting position. Several independent runs (users, or
-repetitions) are scanned together, so one sampler call serves many runs.
+discarded, never reused (``docs/operations/knn.md``: Vectorised scan). Because every V_j is an
+independent draw and the decision at visit j reads V_1..V_j only, the output has exactly the law of
+the one-at-a-time algorithm: same visiting order, same halting position. Several independent runs
+(users, or repetitions) are scanned together, so one sampler call serves many runs.
 
-Every draw is an exact lattice discrete Laplace (secure-noise.md §5) at the GP 1-D row of §9.3
-with ε replaced by ε/s: the threshold at s = 2, the queries at s = 4 (PNN: 3 and 6). All values
-are compared as integers on one lattice, so no float decides an outcome. The run is charged its ε
-(or ρ, run at ε = √(2ρ)) once, never per draw.
+Every draw is an exact lattice discrete Laplace (``docs/noise.md``) at the GP 1-D row of
+``docs/noise.md`` with ε replaced by ε/s: the threshold at s = 2, the queries at s = 4 (PNN: 3 and
+6). All values are compared as integers on one lattice, so no float decides an outcome. The run is
+charged its ε (or ρ, run at ε = √(2ρ)) once, never per draw.
 """
 
 from __future__ import annotations
@@ -67,13 +68,14 @@ STEP_DRAWS = 1 << 20
 POOL_CHUNK = 2048
 #: largest refill of a growing pool
 POOL_CHUNK_MAX = 1 << 18
-#: default public cap of a cyclic scan, in full passes over the list (§7.3 contract)
+#: default public cap of a cyclic scan, in full passes over the list (the k-PNN contract of
+#: docs/operations/knn.md)
 MAX_CYCLES = 1000
 
 
 @dataclass(frozen=True)
 class SVTCalibration:
-    """The lattice and the exact rates of every draw of one SVT/PNN run (secure-noise.md §9.3).
+    """The lattice and the exact rates of every draw of one SVT/PNN run (``docs/noise.md``).
 
     Attributes
     ----------
@@ -108,10 +110,11 @@ def calibrate_draws(
     g: Fraction = G_LOC,
     r_min: Fraction = Fraction(1),
 ) -> SVTCalibration:
-    """Exact rates of a multi-draw run at GP amount ``eps`` (secure-noise.md §9.3 multi-draw).
+    """Exact rates of a multi-draw run at GP amount ``eps`` (``docs/noise.md``: multi-draw).
 
-    The largest draw scale is calibrated first; if its noise needs a coarser lattice (§9.1), every
-    other draw uses that same lattice and floor, so all values compare as integers of one step.
+    The largest draw scale is calibrated first; if its noise needs a coarser lattice
+    (``docs/noise.md``), every other draw uses that same lattice and floor, so all values compare as
+    integers of one step.
 
     >>> c = calibrate_draws(Fraction(1, 100), {"threshold": 2, "query": 4})
     >>> c.scale["threshold"] == 2 * (1 + Fraction(1, 1024)) * 100, c.g
@@ -140,8 +143,9 @@ class LaplacePool:
 
     ``take(n)`` returns the next ``n`` draws of the pool, refilling it with one sampler call of
     ``max(n, chunk)`` draws when it runs short. Draws already handed out are never returned again:
-    a block's unused tail is simply dropped by the caller (§5.3). Draws still in the pool have been
-    looked at by nothing, so handing them to the next run is the same as drawing them then.
+    a block's unused tail is simply dropped by the caller (``docs/operations/knn.md``). Draws still
+    in the pool have been looked at by nothing, so handing them to the next run is the same as
+    drawing them then.
 
     ``grow=True`` doubles the refill after each sampler call (up to ``POOL_CHUNK_MAX``): a scan
     whose length is unknown in advance then pays O(log) sampler calls and wastes at most the last
@@ -196,8 +200,8 @@ def scan(
     first t with ``answer + V_t <= threshold[r]`` (integers, lattice units; ``threshold`` already
     holds T + W). The returned position is ``t mod length[r]`` (−1 when the cap was reached: the
     all-⊥ transcript). Each step tests a block of B visits of every still-running run with one
-    ``pool.take``; the block's draws past the first pass are discarded (§5.3). The first block
-    is ``block`` visits (default: ``FIRST_STEP_DRAWS`` shared by the runs, at least
+    ``pool.take``; the block's draws past the first pass are discarded (``docs/operations/knn.md``).
+    The first block is ``block`` visits (default: ``FIRST_STEP_DRAWS`` shared by the runs, at least
     ``BLOCK_FIRST``); blocks then double. Block sizes depend on R only, never on the data.
     """
     R = int(start.size)
@@ -301,16 +305,16 @@ def sparse_vector(
 ) -> SVTResult:
     """Sparse vector technique (AboveThreshold / BelowThreshold) under ε-GP or ρ-CGP.
 
-    Spec: concentrated-geo-privacy.md §5.1 (Algorithm 1), §5.2 (privacy, CGP at ε = √(2ρ)), §5.3
-    (cap, block scan, lattice noise); secure-noise.md §9.3 multi-draw.
+    See ``docs/operations/knn.md`` and ``docs/noise.md`` (privacy, CGP at ε = √(2ρ), cap, block
+    scan, lattice noise, multi-draw); Liang & Yi, 'Concentrated Geo-Privacy' (2023), Alg. 1.
 
     Parameters
     ----------
     values : array_like, shape (m,) or (runs, m)
         The answers g_j(x) of K-Lipschitz queries (metres), in visiting order. The order must not
-        depend on the private data (P-S4). One row per run, or one row shared by all runs.
+        depend on the private data. One row per run, or one row shared by all runs.
     threshold : float
-        The public threshold T (metres; data-independent, P-S7).
+        The public threshold T (metres; data-independent).
     eps, rho : float
         The budget of each run: ``eps`` (GP, m⁻¹) or ``rho`` (CGP, m⁻², run at ε = √(2ρ) rounded
         down). Exactly one.
@@ -340,9 +344,9 @@ def sparse_vector(
     Notes
     -----
     Noise: W ~ discrete Laplace of scale 2K'/ε, each V_j of scale 4K'/ε, K' = K + g/r_min
-    (secure-noise.md §9.3 with ε/2 and ε/4), on the lattice g·Z; values and T are snapped to it.
+    (``docs/noise.md`` with ε/2 and ε/4), on the lattice g·Z; values and T are snapped to it.
     Charge: ε (GP) or ρ (CGP) per run, once, w.r.t. d_r (``SVTResult.guarantee``), whatever the
-    number of ⊥ answers (§5.2).
+    number of ⊥ answers (``docs/operations/knn.md``).
 
     Examples
     --------
@@ -383,7 +387,10 @@ def sparse_vector(
     cap = np.full(runs, m * max_cycles if cyclic else m, dtype=np.int64)
     pool = LaplacePool(cal.lam["query"], bits, chunk=max(POOL_CHUNK, min(runs * m, 1 << 20)))
     pos, capped = scan(u, start, length, thr, cap, pool)
-    spec = "concentrated-geo-privacy §5 (Alg. 1), secure-noise §9.3 (multi-draw)"
+    spec = (
+        "docs/operations/knn.md and docs/noise.md (multi-draw); Liang & Yi, 'Concentrated "
+        "Geo-Privacy' (2023), Alg. 1"
+    )
     guarantee = Guarantee(kind, amount, cal.metric(), spec)
     noise = {
         "lam_threshold": cal.lam["threshold"],
@@ -397,7 +404,9 @@ def sparse_vector(
 
 
 def svt_law(values: Any, threshold: float, eps: float, K: float = 1.0) -> NDArray[np.float64]:
-    """Exact output law of Algorithm 1 on a finite list, continuous Laplace (test oracle, §5).
+    """Exact output law of Algorithm 1 on a finite list, continuous Laplace.
+
+    See ``docs/operations/knn.md`` (test oracle).
 
     Returns P[halt at 1..m] and P[none] by numerical integration over W (scipy); used by tests
     only, never to release anything.

@@ -1,11 +1,14 @@
 """Error bounds and nominal scales for results (utility statements, not releases).
 
-Spec: concentrated-geo-privacy.md §4.2–§4.4, §6.1–§6.2; secure-noise.md §6.4–§6.5, §7.5;
-adaptive-budgeting.md §1.4, §2.7. Floats (and scipy) are fine here: these numbers describe the
-noise, they never decide it. Every ``*_bound`` function is a *proven* bound for the lattice noise
-gpframe releases, with the parameters actually sampled (``Released.noise``), plus the snapping
-error; the ``*_quantile`` / ``nominal`` helpers are the continuous formulas of the oracle tables.
-A bound for n points at once splits β over them (union bound, ``n=``).
+See ``docs/noise.md``, ``docs/operations/privatize.md``, ``docs/concepts.md`` and ``docs/ledger.md``
+(Gaussian mechanism, Laplace mechanism, radius laws, GP Basic, CGP Basic, discrete Gaussian
+accounting, lattice error bounds, utility on the lattice, canonical mechanisms, admission);
+Liang & Yi, 'Concentrated Geo-Privacy' (2023), Thm. 3.1, Lem. 2.6, Lem. 4.1, 4.7, Thm. 4.6,
+Thm. 4.8. Floats (and scipy) are fine here: these numbers describe the noise, they never decide it.
+Every ``*_bound`` function is a *proven* bound for the lattice noise gpframe releases, with the
+parameters actually sampled (``Released.noise``), plus the snapping error; the ``*_quantile`` /
+``nominal`` helpers are the continuous formulas of the oracle tables. A bound for n points at once
+splits β over them (union bound, ``n=``).
 """
 
 from __future__ import annotations
@@ -116,7 +119,8 @@ def _beta(beta: object, n: int) -> float:
 def cgp_sigma(rho: object, n: int = 1, K: object = 1) -> float:
     """Nominal CGP standard deviation σ = K·√(n/(2ρ)) m per coordinate (before the lattice term).
 
-    concentrated-geo-privacy.md §4.2 and §6.2 (``privatize`` gives each of n points ρ/n).
+    ``docs/noise.md`` and ``docs/operations/privatize.md`` (Gaussian mechanism, ``privatize`` gives
+    each of n points ρ/n); Liang & Yi, 'Concentrated Geo-Privacy' (2023), Thm. 3.1, Thm. 4.8.
 
     >>> cgp_sigma(rho=5e-5, n=1)
     100.0
@@ -139,7 +143,10 @@ def gp_scale(eps: object, n: int = 1, K: object = 1) -> float:
 
 @_check_args
 def gp_to_rate(eps: object, n: int = 1, K: object = 1) -> float:
-    """Nominal per-point Laplace rate ε' = ε/(n·K) in m⁻¹ (concentrated-geo-privacy.md §4.3, §6.1).
+    """Nominal per-point Laplace rate ε' = ε/(n·K) in m⁻¹.
+
+    See ``docs/noise.md`` and ``docs/operations/privatize.md``: Laplace mechanism, GP Basic;
+    Liang & Yi, 'Concentrated Geo-Privacy' (2023), Lem. 2.6, Thm. 4.6.
 
     >>> gp_to_rate(eps=0.2282765162, n=5000)
     4.565530324e-05
@@ -174,7 +181,8 @@ def _w_minus1(z: float) -> float:
 def planar_quantile(beta: object, scale: object, n: int = 1) -> float:
     """Continuous planar Laplace radius (1 − β)-quantile: scale·(−W₋₁(−β/e) − 1).
 
-    concentrated-geo-privacy.md §4.3; ``scale`` = K/ε metres.
+    ``docs/noise.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Lem. 2.6; ``scale`` = K/ε
+    metres.
 
     >>> round(planar_quantile(0.1, 100), 7)
     388.972017
@@ -198,10 +206,11 @@ def lem45_bound(beta: object, scale: object, n: int = 1) -> float:
 def planar_bound(beta: object, scale: object, g: object, *, d: int = 2, n: int = 1) -> float:
     """Proven (1 − β) bound on ||y − x|| for lattice Laplace noise of scale g/a plus snapping.
 
-    secure-noise.md §6.5, §7.5: "the continuous Gamma(d) quantile plus √d·g". Proof: every lattice
-    point k and every z in its unit cell satisfy | ||z|| − ||k|| | ≤ √d/2, so the lattice tail
-    P(||k|| > R) ≤ e^{√d·a}·P_Gamma(d, 1/a)(r > R − √d/2). Solving at β·e^{−√d·a} and adding the
-    snapping error √d·g/2 gives scale·q_d(β e^{−√d a}) + √d·g metres.
+    ``docs/noise.md`` (lattice error bounds, utility on the lattice): "the continuous Gamma(d)
+    quantile plus √d·g". Proof: every lattice point k and every z in its unit cell satisfy | ||z|| −
+    ||k|| | ≤ √d/2, so the lattice tail P(||k|| > R) ≤ e^{√d·a}·P_Gamma(d, 1/a)(r > R − √d/2).
+    Solving at β·e^{−√d·a} and adding the snapping error √d·g/2 gives scale·q_d(β e^{−√d a}) + √d·g
+    metres.
 
     >>> # √2·g plus the effect of the e^{√2a} factor
     >>> round(planar_bound(0.1, 100, 2**-10) - planar_quantile(0.1, 100), 4)
@@ -262,7 +271,7 @@ def gaussian_radius_bound(
 ) -> float:
     """Proven (1 − β) bound on ||y − x|| for lattice Gaussian noise (sampled σ) plus snapping.
 
-    secure-noise.md §6.4 "Utility": the discrete Gaussian is sub-Gaussian with variance proxy σ²
+    ``docs/noise.md`` (Utility): the discrete Gaussian is sub-Gaussian with variance proxy σ²
     (Canonne–Kamath–Steinke 2020), so E e^{λ||k||²} ≤ (1 − 2λσ²)^{−d/2} and Chernoff gives
     P(||k|| ≥ σ√(2u)) ≤ (2u/d)^{d/2} e^{−(u − d/2)}; for d = 2 this is e·u·e^{−u}, solved by
     u = −W₋₁(−β/e). For d = 2 the tighter of this and a unit-cell comparison with the continuous
@@ -293,7 +302,7 @@ def gaussian_radius_bound(
 def laplace_bound(beta: object, scale: object, g: object, *, n: int = 1) -> float:
     """Proven (1 − β) bound on |y − x| for 1-D lattice Laplace noise (λ = g/scale) plus snapping.
 
-    secure-noise.md §6.5: P(|k| ≥ m) = 2e^{−λm}/(1 + e^{−λ}) for integer m, so
+    ``docs/noise.md``: P(|k| ≥ m) = 2e^{−λm}/(1 + e^{−λ}) for integer m, so
     |y − x| ≤ scale·ln(2/(β(1 + e^{−λ}))) + g/2.
 
     >>> round(laplace_bound(0.1, 100, 2**-10), 3)     # ≈ 100·ln(10) + 0.0005

@@ -1,10 +1,10 @@
 """Per-cell mean and variance when the occupancy is private: user-level contribution bounding.
 
-This is ``grid_stats(occupancy="private")``. It is **not** the paper's mechanism (clip-user.md):
-Clip-User's guarantee needs a public occupancy (spec §1.2, §10, pitfall P1), because its
-sensitivities, its suppressions and the set of released cells are all functions of the counts.
-When the counts come from private location data (GPS pings), they must be protected too, and this
-module uses the standard recipe instead.
+This is ``grid_stats(occupancy="private")``. It is **not** the paper's mechanism
+(``docs/operations/grid_stats.md``): Clip-User's guarantee needs a public occupancy
+(``docs/operations/grid_stats.md``), because its sensitivities, its suppressions and the set of
+released cells are all functions of the counts. When the counts come from private location data (GPS
+pings), they must be protected too, and this module uses the standard recipe instead.
 
 Neighbouring relation: add or remove **one user with all of their records** (any cells, any
 values, any number of rows). Everything that depends on the data is protected: values, which
@@ -21,24 +21,24 @@ cells a user visits and how often. What is public: the cell list, [L, U], ε, ``
    so adding or removing one user changes no other user's kept rows. A hash, rather than "the
    smallest cell keys", spreads the dropped cells uniformly instead of always dropping the same
    region. The salt must be fixed before looking at the data (the default is a constant).
-3. **Exact sums** (secure-noise.md §9.5). Kept values are snapped to the fixed-point grid q of
+3. **Exact sums** (``docs/noise.md``). Kept values are snapped to the fixed-point grid q of
    :func:`~gpframe.queries.grid_stats.value_step` (integers k in [0, T], T = ⌊W/q⌋) and summed in
    int64, so the sums do not depend on the summation order. With H = T·q/2 and centre c = L + H,
    three statistics per cell are released:
    ``n`` (count, sensitivity p = ``max_per_cell``), ``s1 = Σ(x̂ − c)`` (sensitivity p·H) and
    ``s2 = Σ((x̂ − c)² − H²/2)`` (sensitivity p·H²/2): adding or removing one user adds or
    removes at most p terms of a cell, each in [−1, 1], [−H, H] and [−H²/2, H²/2] respectively.
-4. **Noise.** ``laplace_dp`` per statistic per cell at ``epsilon`` (secure-noise.md §9.3: the count
+4. **Noise.** ``laplace_dp`` per statistic per cell at ``epsilon`` (``docs/noise.md``: the count
    on g = 1 with λ = ε/p; the sums on g = 2^(⌊log₂Δ⌋−20) with λ = ε/(⌊Δ/g⌋+1)). Released values:
    ``count = ñ``, ``mean = c + s̃1/ñ``, ``variance = s̃2/ñ + H²/2 − (s̃1/ñ)²`` (post-processing,
    clamped to [L, U] and [0, W²/4]; NaN when ñ < 1).
 5. **Accounting.** A user with kept rows in |G′_ℓ| ≤ ``max_cells`` cells is charged
    ``epsilon × 3 × |G′_ℓ|`` on the central ledger (a user changes at most |G′_ℓ| cells, each
-   statistic of each cell being ε-DP; spec §6.4's per-user composition argument). The worst case
-   over users is ``epsilon × 3 × max_cells``; equivalently, each statistic's vector over all
-   cells has ℓ1 sensitivity ``max_cells`` × (that statistic's per-cell sensitivity) and costs
-   ε × ``max_cells``. Users whose budget cannot pay are dropped (their own ledger state alone
-   decides it) and charged nothing.
+   statistic of each cell being ε-DP; ``docs/operations/grid_stats.md``'s per-user composition
+   argument). The worst case over users is ``epsilon × 3 × max_cells``; equivalently, each
+   statistic's vector over all cells has ℓ1 sensitivity ``max_cells`` × (that statistic's per-cell
+   sensitivity) and costs ε × ``max_cells``. Users whose budget cannot pay are dropped (their own
+   ledger state alone decides it) and charged nothing.
 
 Differences from ``occupancy="public"`` (Clip-User): the public mode protects values only and
 adapts its noise to the (public) counts: a cell with many users gets sensitivity W·r*/r, which
@@ -329,9 +329,9 @@ def release_private_cells(
 ) -> PrivateCellRelease:
     """Release count, centred sum and centred sum of squares of every listed cell (steps 3–4).
 
-    Spec: module docstring; secure-noise.md §9.3 (central Laplace, integer and real rows), §9.5.
-    Noise: count λ = ε/p on g = 1; s1 and s2 on g = 2^(⌊log₂Δ⌋−20) with Δ = p·H and p·H²/2.
-    Charge: the caller charges ``epsilon`` per statistic per cell a user is kept in.
+    See module docstring; ``docs/noise.md`` (central Laplace, integer and real rows, exact
+    statistics). Noise: count λ = ε/p on g = 1; s1 and s2 on g = 2^(⌊log₂Δ⌋−20) with Δ = p·H and
+    p·H²/2. Charge: the caller charges ``epsilon`` per statistic per cell a user is kept in.
 
     Parameters
     ----------
@@ -444,7 +444,7 @@ def run_private_grid_stats(
     rng: Any = None,
     params: dict[str, Any] | None = None,
 ) -> PrivateRun:
-    """Bound, admit, charge and release (module docstring, steps 1–5; DESIGN "charge first").
+    """Bound, admit, charge and release (module docstring, steps 1–5; charge first, release second).
 
     Noise: :func:`release_private_cells`. Charge: ``epsilon × 3 × |G′_ℓ|`` per user on the central
     ledger (ε-DP draws compose as ε²/2 each on a zCDP filter); users whose remaining budget cannot

@@ -1,8 +1,9 @@
 """Iterative elimination: the machinery behind range counts, KDE and nearest users.
 
-Spec: adaptive-budgeting.md §4 (importance functions and valid triples §4.1, the Gaussian
-toolkit §4.2, split schedules §4.3, Algorithm 4 §4.4, Algorithm 5 §4.5, the exact charge §4.6,
-the GP (Laplace) instantiation §4.7) and the pitfalls of §7.
+See ``docs/operations/range_count.md`` (importance functions and valid triples, the Gaussian
+toolkit, split schedules, Algorithm 4, Algorithm 5, the exact charge, the GP (Laplace)
+instantiation); Liang & Yi, 'Adaptive Privacy Budgeting' (2026) and the pitfalls of
+``docs/operations/range_count.md``.
 
 Each user holds one value of a 1-Lipschitz importance function h (``triple="dist"``: h(x) is
 released with 1-D noise) or one point x (``triple="pt"``: x is released, h is applied to the
@@ -17,8 +18,8 @@ round is its ``Released.guarantee.amount`` (times the projection factor), never 
 amount recomputed from a noise scale.
 
 Widths are computed from the noise actually sampled (``Released.noise``), with tail bounds valid
-for the lattice laws plus the snapping error (spec §4.2 [G]); the ``*_nominal`` helpers are the
-continuous formulas of the oracle tables.
+for the lattice laws plus the snapping error (``docs/operations/range_count.md``); the ``*_nominal``
+helpers are the continuous formulas of the oracle tables.
 """
 
 from __future__ import annotations
@@ -64,20 +65,22 @@ __all__ = [
 
 #: privacy notions: "cgp" (Gaussian noise, charges in rho) and "gp" (Laplace noise, charges in eps)
 KINDS = ("cgp", "gp")
-#: split schedules of spec §4.3
+#: split schedules of docs/operations/range_count.md
 SPLITS = ("even", "doubling")
-#: valid triples: distance privatization (Cor. 6.2, §4.7) and point privatization (Cor. 6.1, §4.7)
+#: valid triples: distance privatization (Cor. 6.2) and point privatization (Cor. 6.1)
 TRIPLES = ("dist", "pt")
 
 _NOTHING = "Nothing was charged."
 
 
 # ---------------------------------------------------------------------------------------------
-# §4.2 Gaussian toolkit (continuous formulas; the oracle tables of §4.8)
+# Gaussian toolkit (continuous formulas; the oracle tables of docs/operations/range_count.md)
 
 
 def gamma_laurent_massart(d: int, beta: float) -> float:
-    """Laurent–Massart radius factor √(d + 2√(d ln(1/β)) + 2 ln(1/β)) (spec §4.2, Lemma 6.1).
+    """Laurent–Massart radius factor √(d + 2√(d ln(1/β)) + 2 ln(1/β)).
+
+    See ``docs/operations/range_count.md``.
 
     With probability ≥ 1 − β, ||Z|| ≤ σ·γ for Z ~ N(0, σ² I_d). Looser than :func:`gamma_d` for
     d = 1, 2.
@@ -90,7 +93,9 @@ def gamma_laurent_massart(d: int, beta: float) -> float:
 
 
 def gamma_d(d: int, beta: float) -> float:
-    """γ_d(β): ||Z|| ≤ σ·γ_d(β) with probability ≥ 1 − β for Z ~ N(0, σ² I_d) (spec §4.2).
+    """γ_d(β): ||Z|| ≤ σ·γ_d(β) with probability ≥ 1 − β for Z ~ N(0, σ² I_d).
+
+    See ``docs/operations/range_count.md``.
 
     d = 1: √(2 ln(2/β)); d = 2: √(2 ln(1/β)) (exact, χ²₂); d ≥ 3: Laurent–Massart.
 
@@ -127,7 +132,9 @@ def width_dist_nominal(rho_cum: Any, beta: float) -> Any:
 
 
 def weighted_average(outputs: Any, parts: Any) -> Any:
-    """Precision-weighted average Σ_j (ρ_j/ρ^(≤j)) y_j of independent releases (spec §4.2).
+    """Precision-weighted average Σ_j (ρ_j/ρ^(≤j)) y_j of independent releases.
+
+    See ``docs/operations/range_count.md``.
 
     ``outputs`` and ``parts`` have the rounds along the last axis (points: ``outputs`` of shape
     (..., j, d) with ``parts`` (..., j)).
@@ -143,11 +150,13 @@ def weighted_average(outputs: Any, parts: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# §4.7 Laplace tails
+# Laplace tails
 
 
 def laplace_sum_tail(t: float, m: int) -> float:
-    """P(|L_1 + ... + L_m| > t) for i.i.d. Lap(1) (spec §4.7, the exact Gamma-difference tail).
+    """P(|L_1 +... + L_m| > t) for i.i.d. Lap(1).
+
+    See ``docs/operations/range_count.md`` (the exact Gamma-difference tail).
 
     Computed in log space, so it is accurate for large m and t.
 
@@ -179,7 +188,9 @@ def laplace_sum_tail(t: float, m: int) -> float:
 
 
 def laplace_width_t(m: int, beta: float) -> float:
-    """t_m(β): the t with P(|Σ_{j≤m} L_j| > t) = β, L_j i.i.d. Lap(1) (spec §4.7), by bisection.
+    """t_m(β): the t with P(|Σ_{j≤m} L_j| > t) = β, L_j i.i.d. Lap(1), by bisection.
+
+    See ``docs/operations/range_count.md``.
 
     The returned value is the upper end of the final bracket, so the tail there is ≤ β.
 
@@ -202,7 +213,9 @@ def laplace_width_t(m: int, beta: float) -> float:
 
 
 def planar_radius_nominal(eps: float, beta: float) -> float:
-    """Continuous planar Laplace radius (−W₋₁(−β/e) − 1)/ε at failure probability β (§1.4, §4.8).
+    """Continuous planar Laplace radius (−W₋₁(−β/e) − 1)/ε at failure probability β.
+
+    See ``docs/operations/range_count.md`` and ``docs/concepts.md``.
 
     >>> round(planar_radius_nominal(0.01, 0.05), 7)
     474.3864518
@@ -214,11 +227,13 @@ def planar_radius_nominal(eps: float, beta: float) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# §4.3 split schedules and §4.6 exact parts
+# split schedules and docs/operations/range_count.md exact parts
 
 
 def split_fractions(split: str, rounds: int) -> tuple[Fraction, ...]:
-    """Return the exact fractions π_1..π_c of the allocation used in each round (spec §4.3).
+    """Return the exact fractions π_1..π_c of the allocation used in each round.
+
+    See ``docs/operations/range_count.md``.
 
     ``even``: 1/c each; ``doubling``: 2^(j−1)/(2^c − 1). They sum to exactly 1.
 
@@ -242,7 +257,8 @@ def split_fractions(split: str, rounds: int) -> tuple[Fraction, ...]:
         den = 2**c - 1
         return tuple(Fraction(2 ** (j - 1), den) for j in range(1, c + 1))
     raise InvalidInputError(
-        f"split={split!r} is not one of 'even', 'doubling' (spec §4.3). {_NOTHING}"
+        f"split={split!r} is not one of 'even', 'doubling' (docs/operations/range_count.md). "
+        f"{_NOTHING}"
     )
 
 
@@ -266,7 +282,9 @@ def _floor_mantissa(x: Fraction, bits: int) -> Fraction:
 def round_parts(
     allocation: Fraction, pi: Sequence[Fraction], unit: Fraction | None = None
 ) -> tuple[Fraction, ...]:
-    """Return the parts ρ^(j) = π_j·a, each rounded down to a multiple of ``unit`` (spec §4.6 [G]).
+    """Return the parts ρ^(j) = π_j·a, each rounded down to a multiple of ``unit``.
+
+    See ``docs/operations/range_count.md``.
 
     Rounding down makes Σ_j ρ^(j) ≤ a hold exactly, whatever the split.
 
@@ -281,7 +299,9 @@ def round_parts(
 def charge_if_stopped(
     allocation: Fraction, pi: Sequence[Fraction], r: int, unit: Fraction | None = None
 ) -> Fraction:
-    """Return the charge of a user who took part in rounds 1..r: Σ_{j≤r} ρ^(j) (spec §4.6).
+    """Return the charge of a user who took part in rounds 1..r: Σ_{j≤r} ρ^(j).
+
+    See ``docs/operations/range_count.md``.
 
     >>> float(charge_if_stopped(Fraction(1, 10**4), split_fractions("doubling", 10), 3))
     6.842619745845552e-07
@@ -290,13 +310,15 @@ def charge_if_stopped(
 
 
 # ---------------------------------------------------------------------------------------------
-# the decision rules (pure; the oracles of §4.8)
+# the decision rules (pure; the oracles of docs/operations/range_count.md)
 
 
 def decide_noninteractive(
     est: Any, width: Any, nu_low: float, nu_high: float
 ) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
-    """Algorithm 4's test: (to I_low: est + w < ν_low, to I_high: est − w > ν_high) (spec §4.4).
+    """Algorithm 4's test: (to I_low: est + w < ν_low, to I_high: est − w > ν_high).
+
+    See ``docs/operations/range_count.md``.
 
     >>> lo, hi = decide_noninteractive([-900.0, 400.0], [755.9236519, 755.9236519], 0.0, 0.0)
     >>> lo.tolist(), hi.tolist()
@@ -310,7 +332,9 @@ def decide_noninteractive(
 
 
 def interactive_step(est: Any, width: Any, k: int) -> NDArray[np.bool_]:
-    """Algorithm 5's test: keep the users whose left end ≤ the k-th smallest right end (§4.5).
+    """Algorithm 5's test: keep the users whose left end ≤ the k-th smallest right end.
+
+    See ``docs/operations/range_count.md``.
 
     >>> interactive_step([10, 12, 30, 16, 40], [5, 5, 5, 5, 5], 2).tolist()
     [True, True, False, True, False]
@@ -376,7 +400,7 @@ def prepare_parts(
     max_groups: int = 64,
     mantissa_bits: int = 7,
 ) -> Parts:
-    """Fix every user's parts before round 1 (spec §4.3, §4.6; pitfall 11).
+    """Fix every user's parts before round 1 (``docs/operations/range_count.md``).
 
     Users with equal allocations share parts (and sampler calls). When there are more than
     ``max_groups`` distinct allocations, each is first rounded down to ``mantissa_bits``
@@ -459,8 +483,8 @@ class _GaussAcc(_Acc):
     """Gaussian releases, precision-weighted (weights 1/σ_j², σ_j the sampled scale).
 
     The weighted average of independent σ_j²-sub-Gaussian noises is sub-Gaussian with proxy
-    1/Σ_j σ_j^(−2) (= 1/(2ρ^(≤j)) nominally, spec §4.2); the snapping error of every round is at
-    most √d·g/2, so the average's is at most √d·max g/2.
+    1/Σ_j σ_j^(−2) (= 1/(2ρ^(≤j)) nominally, ``docs/operations/range_count.md``); the snapping error
+    of every round is at most √d·g/2, so the average's is at most √d·max g/2.
     """
 
     def __init__(self, n: int, d: int, h: Callable[[np.ndarray], np.ndarray] | None) -> None:
@@ -494,7 +518,7 @@ class _GaussAcc(_Acc):
 
 
 class _LaplaceDistAcc(_Acc):
-    """1-D Laplace releases z_j = h(x) + noise at ε_j (spec §4.7).
+    """1-D Laplace releases z_j = h(x) + noise at ε_j (``docs/operations/range_count.md``).
 
     Estimate Σ ε_j z_j / E_m. A discrete Laplace k of rate λ couples with a continuous Lap(1/λ)
     within 1 lattice step (k = ⌊E₁/λ⌋ − ⌊E₂/λ⌋), so the noise of the estimate is
@@ -540,7 +564,9 @@ class _LaplaceDistAcc(_Acc):
 
 
 class _PlanarAcc(_Acc):
-    """Planar Laplace releases: the intersection of per-round intervals h(x̃_j) ± r_j (§4.7).
+    """Planar Laplace releases: the intersection of per-round intervals h(x̃_j) ± r_j.
+
+    See ``docs/operations/range_count.md``.
 
     r_j is the proven planar-lattice radius at the run's per-estimate failure probability; the
     estimate is the midpoint and the width the half-length (negative if the intervals do not
@@ -663,7 +689,7 @@ def _release(
 
 
 def _validate_parts(kind: str, triple: str, parts: Parts, k: Fraction) -> None:
-    """Check every part against the wrappers' ranges before any noise is drawn (pitfall 3)."""
+    """Check every part against the wrappers' ranges before any noise is drawn."""
     from gpframe.mechanisms import calibration as cal
 
     d = 1 if triple == "dist" else 2
@@ -693,7 +719,7 @@ def check_parts(
     The same checks as the start of :func:`eliminate_noninteractive` / :func:`eliminate_interactive`
     (β, the split schedule, the projection factor, every user's parts at the ledger's ``unit``
     and each part against the release wrappers' ranges), so a driver can refuse bad parameters
-    *before* it reserves (pitfall 3), and can prove that an ``InvalidInputError`` raised here
+    *before* it reserves, and can prove that an ``InvalidInputError`` raised here
     came before any noise. Raises ``InvalidInputError``; returns None.
 
     >>> check_parts(1e-4, 3, kind="cgp", triple="dist", rounds=4, split="even", beta=0.05)
@@ -912,7 +938,9 @@ def eliminate_noninteractive(
     scale_max: float | Fraction = 1,
     rng: Any = None,
 ) -> Elimination:
-    """Algorithm 4, non-interactive iterative elimination, vectorised over users (spec §4.4).
+    """Algorithm 4, non-interactive iterative elimination, vectorised over users.
+
+    See ``docs/operations/range_count.md``.
 
     Parameters
     ----------
@@ -926,22 +954,23 @@ def eliminate_noninteractive(
         Gaussian noise (``gaussian_cgp``) or Laplace (``laplace_gp``; ``planar_laplace`` for
         ``triple="pt"``).
     triple : {"dist", "pt"}
-        Distance privatization (Cor. 6.2 / §4.7) or point privatization (Cor. 6.1 / §4.7).
+        Distance privatization (Cor. 6.2 / ``docs/operations/range_count.md``) or point
+        privatization (Cor. 6.1 / ``docs/operations/range_count.md``).
     h : callable
         For ``triple="pt"``: the 1-Lipschitz importance function on an (m, 2) array of points.
     nu_low, nu_high : float
         Thresholds: a user goes to I_low once est + w < ν_low, to I_high once est − w > ν_high.
     rounds, split : int, {"even", "doubling"}
-        c and the split schedule π, fixed before round 1 (spec §4.3).
+        c and the split schedule π, fixed before round 1 (``docs/operations/range_count.md``).
     beta : float
         Failure probability of the eliminations: each of the n·c tests uses β/(n·c).
     n_union : int, optional
         The n of the union bound (default: the number of queried users; public).
     unit : Fraction, optional
-        Ledger unit the parts are rounded down to (spec §4.6).
+        Ledger unit the parts are rounded down to (``docs/operations/range_count.md``).
     scale_max : float
         Projection scale factor k ≥ 1: the mechanisms run at ρ/k² (ε/k) per projected metre and
-        the charge is the guarantee × k² (× k), as ``privatize`` does (secure-noise.md §7.4(f)).
+        the charge is the guarantee × k² (× k), as ``privatize`` does (``docs/noise.md``).
     rng : BitSource or None
         Randomness; None is the OS CSPRNG (tests pass ``gpframe.testing.seeded_rng``).
 
@@ -953,9 +982,9 @@ def eliminate_noninteractive(
     -----
     Noise: round j releases h(x_i) (or x_i) for the still-undecided users only, at part
     ρ_i^(j) = π_j a_i rounded down (σ = (1 + √d·g/r_min)/√(2ρ_i^(j)) for CGP, Laplace scale
-    (1 + g/r_min)/ε_i^(j) for GP, secure-noise.md §9.3).
+    (1 + g/r_min)/ε_i^(j) for GP, ``docs/noise.md``).
     Charge: Σ_{j ≤ r_i} of the rounds' ``Released.guarantee`` amounts, r_i the rounds user i took
-    part in (the eliminating round included; spec §4.6, pitfall 1).
+    part in (the eliminating round included; ``docs/operations/range_count.md``).
     Lemma 5.2: with probability ≥ 1 − β every user in I_low has h < ν_low and every user in
     I_high has h > ν_high.
 
@@ -1015,7 +1044,9 @@ def eliminate_interactive(
     scale_max: float | Fraction = 1,
     rng: Any = None,
 ) -> Elimination:
-    """Algorithm 5, interactive iterative elimination: keep the k users with the smallest h (§4.5).
+    """Algorithm 5, interactive iterative elimination: keep the k users with the smallest h.
+
+    See ``docs/operations/range_count.md``.
 
     Parameters are those of :func:`eliminate_noninteractive`, with ``k`` (1 ≤ k ≤ number of
     queried users) instead of the thresholds.
@@ -1024,8 +1055,8 @@ def eliminate_interactive(
     -------
     Elimination
         ``state`` 0 for the kept set S (|S| ≥ k), 2 for the users dropped; ``rounds_run`` and
-        ``charges`` as in §4.6: dropped users pay the rounds up to and including the one that
-        dropped them, survivors pay the rounds run before the loop stopped.
+        ``charges`` as in ``docs/operations/range_count.md``: dropped users pay the rounds up to and
+        including the one that dropped them, survivors pay the rounds run before the loop stopped.
 
     Notes
     -----

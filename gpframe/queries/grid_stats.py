@@ -1,17 +1,18 @@
 """Release of per-cell means and variances after a Clip-User plan, with user-level charges.
 
-Spec: clip-user.md §2.2 (which samples are kept), §2.3 (clipped estimators), §6.1 (Laplace release),
-§6.2 (error bounds), §6.4 (per-user charge ε·|G′_ℓ|), §8 (release and admission by the budget
-filter), §13 (pitfalls P2, P4, P5, P8, P13, P14, P15); secure-noise.md §9.1, §9.3 (central Laplace,
-real statistic), §9.5 (the statistic is computed exactly).
+See ``docs/operations/grid_stats.md`` and ``docs/noise.md`` (which samples are kept, clipped
+estimators, Laplace release, error bounds, per-user charge ε·|G′_ℓ|, release and admission by the
+budget filter, pitfalls, lattice choice, central Laplace, real statistic, the statistic is computed
+exactly); Rameshwar & Tandon, 'On Improving the Composition Privacy Loss in Differential Privacy for
+Fixed Estimation Error' (2024), eq. (6), (7), Thm. II.1, Prop. II.1, Thm. II.2, Prop. V.1.
 
 Pipeline of :func:`run_grid_stats` (the only function here that touches the ledger):
 
 1. (caller) validate the data; build the public :class:`~gpframe.queries.clip_user.Occupancy`.
 2. Plan with :func:`~gpframe.queries.clip_user.clip_user_plan` (free), then the admission loop of
-   spec §8: users whose central budget cannot cover ``epsilon × statistics × cells kept`` are
-   forced to r = 0 everywhere and the plan is recomputed until nothing changes (budgets are public
-   ledger state, so this is public computation).
+   ``docs/operations/grid_stats.md``: users whose central budget cannot cover ``epsilon × statistics
+   × cells kept`` are forced to r = 0 everywhere and the plan is recomputed until nothing changes
+   (budgets are public ledger state, so this is public computation).
 3. Reserve each remaining user's charge (one transaction); charge first, then release.
 4. Exact statistics: every kept value is snapped to the fixed-point grid q = 2^(⌊log₂W⌋−16)
    above L (an integer in [0, ⌊W/q⌋], so the snapped value stays in [L, U]); per-cell sums of k
@@ -51,11 +52,12 @@ __all__ = [
 ]
 
 _NOTHING = "Nothing was charged."
-#: statistics released per cell (mean and 1/r variance): the charge multiplier of spec §6.1
+#: statistics released per cell (mean and 1/r variance): the charge multiplier of
+#: docs/operations/grid_stats.md
 STATISTICS = 2
 #: the contribution bounding choices of ``grid_stats`` / ``clip_user`` (``clip=``)
 CLIPS = ("clip-user", "pseudo-user", "none")
-#: fractional bits of the value grid below W (spec secure-noise §9.5: exact fixed-point sums)
+#: fractional bits of the value grid below W (docs/noise.md: exact fixed-point sums)
 VALUE_BITS = 16
 
 
@@ -71,14 +73,14 @@ def value_step(lower: Fraction, upper: Fraction) -> Fraction:
 
 
 def check_data_matches(plan_occ: Occupancy, rows_u: np.ndarray, rows_j: np.ndarray) -> None:
-    """Fail closed unless the data's per-(user, cell) counts equal the plan's occupancy (P15).
+    """Fail closed unless the data's per-(user, cell) counts equal the plan's occupancy.
 
     ``rows_u`` / ``rows_j`` index ``plan_occ.users`` / ``plan_occ.cells`` (-1: not in the plan).
     """
     if rows_u.size and (rows_u.min() < 0 or rows_j.min() < 0):
         raise InvalidInputError(
             "the data has (user, cell) pairs that the public occupancy does not list; the "
-            "occupancy must equal the counts of the cleaned data (clip-user.md §8.1, P15). "
+            "occupancy must equal the counts of the cleaned data (docs/operations/grid_stats.md). "
             f"Rebuild the occupancy table from the data you release. {_NOTHING}"
         )
     n_u = max(plan_occ.n_users, 1)
@@ -92,19 +94,24 @@ def check_data_matches(plan_occ: Occupancy, rows_u: np.ndarray, rows_j: np.ndarr
     ):
         raise InvalidInputError(
             "the data's per-(user, cell) sample counts differ from the public occupancy; the "
-            "sensitivities of clip-user.md §4 are valid only for the occupancy they were planned "
-            f"on (P15). Pass an occupancy table equal to the data's counts. {_NOTHING}"
+            "sensitivities of docs/operations/grid_stats.md are valid only for the occupancy they "
+            "were planned "
+            f"on. Pass an occupancy table equal to the data's counts. {_NOTHING}"
         )
 
 
 def retained_rows(
     plan: ClipUserPlan, rows_u: np.ndarray, rows_j: np.ndarray, order: np.ndarray | None = None
 ) -> np.ndarray:
-    """Boolean mask of the data rows that the plan keeps (clip-user.md §2.2, §8 step 1).
+    """Boolean mask of the data rows that the plan keeps.
+
+    See ``docs/operations/grid_stats.md``: which samples are kept, release and admission;
+    Rameshwar & Tandon, 'On Improving the Composition Privacy Loss in Differential Privacy for Fixed
+    Estimation Error' (2024), Prop. V.1.
 
     In each (user, cell) group the first r_ℓj rows in the canonical order are kept: ``order``
     (e.g. timestamps, then row position), or row position alone. The choice reads only the user's
-    own rows and public information (pitfall P6).
+    own rows and public information.
     """
     occ = plan.occupancy
     n_u = max(occ.n_users, 1)
@@ -123,7 +130,7 @@ def retained_rows(
 def exact_cell_stats(
     values: np.ndarray, cells: np.ndarray, n_cells: int, lower: Fraction, upper: Fraction
 ) -> tuple[list[Fraction | None], list[Fraction | None], np.ndarray]:
-    """Exact per-cell clipped mean and 1/r variance of snapped values (secure-noise.md §9.5).
+    """Exact per-cell clipped mean and 1/r variance of snapped values (``docs/noise.md``).
 
     Parameters
     ----------
@@ -175,7 +182,9 @@ class CellRelease:
 
     Arrays are aligned with the plan's cells; unreleased (emptied) cells are NaN.
     ``mean_error`` / ``var_error`` hold together with probability >= 1 − β per cell
-    (clip-user.md §6.2: worst-case bias + lattice Laplace tail at β/2 each + fixed-point snapping).
+    (``docs/operations/grid_stats.md``; Rameshwar & Tandon, 'On Improving the Composition Privacy
+    Loss in Differential Privacy for Fixed Estimation Error' (2024), Prop. II.1: worst-case bias +
+    lattice Laplace tail at β/2 each + fixed-point snapping).
     """
 
     mean: np.ndarray
@@ -207,14 +216,17 @@ def release_cells(
     rng: Any = None,
     only: np.ndarray | None = None,
 ) -> CellRelease:
-    """Release every cell with r_j >= 1: mean and variance, fresh Laplace draws (spec §8 step 3).
+    """Release every cell with r_j >= 1: mean and variance, fresh Laplace draws.
+
+    See ``docs/operations/grid_stats.md``.
 
     Noise: per cell, ``laplace_dp`` with sensitivity W·r*/r at ε_mu and W²·h(r*, r) at ε_V
-    (exact Fractions from the plan's final counts, pitfall P14); lattice g = 2^(⌊log₂Δ⌋−20),
-    λ = ε/(⌊Δ/g⌋ + 1) (secure-noise.md §9.3). A cell with r = 1 has V̄ = 0 for every dataset:
-    0 is released exactly (spec §6.1). Cells sharing (r, r*) share their noise parameters and
-    are drawn in one sampler call (independent draws, ascending cell order; never per row).
-    Charge: the caller charges ε_mu + ε_V per kept cell per user (the guarantees returned).
+    (exact Fractions from the plan's final counts); lattice g = 2^(⌊log₂Δ⌋−20),
+    λ = ε/(⌊Δ/g⌋ + 1) (``docs/noise.md``). A cell with r = 1 has V̄ = 0 for every dataset:
+    0 is released exactly (``docs/operations/grid_stats.md``). Cells sharing (r, r*) share their
+    noise parameters and are drawn in one sampler call (independent draws, ascending cell order;
+    never per row). Charge: the caller charges ε_mu + ε_V per kept cell per user (the guarantees
+    returned).
 
     ``only`` (cell indices) restricts the release to those cells (the DuckDB UDF releases one
     Arrow batch of cells at a time); the other cells stay NaN.
@@ -268,7 +280,7 @@ def release_cells(
         # fixed-point snapping moves each value by at most q: the mean by <= q, the standard
         # deviation by <= q (centring is a projection), so the variance by <= q(W + q)
         ev = ev + float(q * (W + q))
-        # post-processing (spec §6.1): clamp to the ranges that contain the true statistics
+        # post-processing: clamp to the ranges that contain the true statistics
         mu = np.clip(mu, float(L), float(U))
         v = np.clip(v, 0.0, float(W * W) / 4)
         out["mean"][cj], out["var"][cj] = mu, v
@@ -324,7 +336,7 @@ def _admission(
     stat_eps: tuple[Fraction, Fraction],
     excluded: set[Any],
 ) -> tuple[ClipUserPlan, int]:
-    """Spec §8 admission loop on public ledger state (reads only; charges nothing).
+    """Run the admission loop on public ledger state (reads only; charges nothing).
 
     Compares in the ledger's integer units, exactly as the reservation will.
     """
@@ -371,12 +383,16 @@ def run_grid_stats(
     params: dict[str, Any] | None = None,
     max_retries: int = 3,
 ) -> GridStatsRun:
-    """Plan, admit, charge and release (clip-user.md §7–§9, §6.4; DESIGN "charge first").
+    """Plan, admit, charge and release.
 
-    ``epsilon`` is the budget per statistic (spec §6.1, issue 05): each user is charged
-    ``epsilon × 2 × cells kept`` on the central ledger (in the filter's units: ε-DP draws compose
-    on a zCDP filter as ε²/2 each). ``values`` must already be in [L, U] and validated; the data's
-    counts must equal ``occ`` (checked, fail closed).
+    See ``docs/operations/grid_stats.md``: Clip-User, release and admission, pseudo-user step,
+    charges; Rameshwar & Tandon, 'On Improving the Composition Privacy Loss in Differential Privacy
+    for Fixed Estimation Error' (2024), Alg. 1, Prop. V.1, eq. (15), Thm. II.2.
+
+    ``epsilon`` is the budget per statistic (``docs/operations/grid_stats.md``): each user is
+    charged ``epsilon × 2 × cells kept`` on the central ledger (in the filter's units: ε-DP draws
+    compose on a zCDP filter as ε²/2 each). ``values`` must already be in [L, U] and validated; the
+    data's counts must equal ``occ`` (checked, fail closed).
     """
     fkind = central_kind(session)
     check_data_matches(occ, rows_u, rows_j)
@@ -403,7 +419,7 @@ def run_grid_stats(
         plan, rounds = _admission(session, occ, plan_kw, stat_eps, excluded)
         payers = np.flatnonzero(plan.cells_kept > 0)
         users = occ.users[payers].tolist()
-        # one ε-DP draw per statistic per kept cell (spec §6.4): ε_mu·|G′| + ε_V·|G′|
+        # one ε-DP draw per statistic per kept cell: ε_mu·|G′| + ε_V·|G′|
         units = np.zeros(len(users), np.int64)
         too_big = np.zeros(len(users), bool)
         for amt in stat_eps:

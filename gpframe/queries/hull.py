@@ -1,15 +1,16 @@
 """Private convex hull of each user's points (PCH).
 
-Spec: concentrated-geo-privacy.md §8.1 (the algorithm, reference structure, CGP), §8.2 (choosing
-k: the "reference" and "consistent" rules and the clamp), §8.3 (GP variant), §8.4 (error
-components), §8.5 (output contract), §10 P-B3, P-D1, P-O1, P-O2; secure-noise.md §9.3.
+See ``docs/operations/convex_hull.md`` and ``docs/noise.md`` (the algorithm, reference structure,
+CGP, choosing k: the "reference" and "consistent" rules and the clamp, GP variant, error components,
+output contract, pitfalls); Liang & Yi, 'Concentrated Geo-Privacy' (2023), Alg. 4, Thm. 4.16.
 
-Per user: a noisy bounding-box centre c̃ and radius R̃ (ρ₀ = ρ/20), k from R̃ by the spec's rule
+Per user: a noisy bounding-box centre c̃ and radius R̃ (ρ₀ = ρ/20), k from R̃ by the paper's rule
 clamped to [k_min, k_max], k PNN calls toward k points evenly spaced on the circle (c̃, R̃) at
 αρ₁/k each (without replacement), and the k chosen points released with Gaussian (GP: planar
 Laplace) noise at (1 − α)ρ₁/k each; the hull of the noisy anchors is post-processing. When
 k ≥ n the PNNs are skipped and all n points are released at ρ₁ (Remark 1). Only c̃, R̃, k, the
-noisy anchors and their hull are returned (§8.5). All users are processed together.
+noisy anchors and their hull are returned (``docs/operations/convex_hull.md``). All users are
+processed together.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from gpframe.queries.knn import (
 __all__ = ["K_RULES", "HullArrays", "choose_k", "hull_error", "hull_preflight", "private_hulls"]
 
 K_RULES = ("reference", "consistent")
-ALPHA = Fraction(23, 25)  # 0.92, the reference harness (spec §8.1, R2)
+ALPHA = Fraction(23, 25)  # 0.92, the reference harness
 _NOTHING = "Nothing was charged."
 
 
@@ -58,14 +59,17 @@ def choose_k(
     k_min: int = 16,
     k_max: int = 128,
 ) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
-    """(k_raw, clamped k) per user from public n, R̃, budget, β, α (spec §8.2, §8.3).
+    """(k_raw, clamped k) per user from public n, R̃, budget, β, α.
+
+    See ``docs/operations/convex_hull.md``.
 
     CGP: L = ln(2/β) + ln(4n+2), A = (15L + 3√(2L))/√2, B = √(ln(2/β)); "reference" uses A^(2/3),
-    B^(2/3) inside C = A/√α + B/√(1−α); k_raw = (4πR̃√ρ₁/C)^(2/3), ρ₁ = 0.95ρ. GP: A' = 15L + 3√(2L),
-    B' = √(2 ln(2/β)) + ln(2/β), C' = A'/α + B'/(1−α), k_raw = √(2π ε₁ R̃/C'). k = clamp(⌊k_raw⌋).
+    B^(2/3) inside C = A/√α + B/√(1−α); k_raw = (4πR̃√ρ₁/C)^(2/3), ρ₁ = 0.95ρ. GP: A' = 15L +
+    3√(2L), B' = √(2 ln(2/β)) + ln(2/β), C' = A'/α + B'/(1−α), k_raw = √(2π ε₁ R̃/C'). k =
+    clamp(⌊k_raw⌋).
 
     >>> kr, k = choose_k("cgp", 5e-4, [20000, 20000], [7326.0, 30000.0])
-    >>> [round(float(v), 6) for v in kr], k.tolist()        # spec §8.2 oracle
+    >>> [round(float(v), 6) for v in kr], k.tolist()        # oracle
     ([14.540085, 37.216583], [16, 37])
     >>> choose_k("gp", 0.2282765162, [5000], [7250.0])[0].round(6).tolist()
     [5.787598]
@@ -95,7 +99,9 @@ def choose_k(
 def hull_error(
     kind: str, amount: float, n: Any, k: Any, R: Any, *, beta: float = 0.1, alpha: float = 0.92
 ) -> tuple[Any, Any, Any]:
-    """Return the paper's (as stated) hull error components γ₁, γ₂, γ₃ in metres (spec §8.4).
+    """Return the paper's (as stated) hull error components γ₁, γ₂, γ₃ in metres.
+
+    See ``docs/operations/convex_hull.md``.
 
     ``n``, ``k`` and ``R`` may be arrays (one entry per user); the components are then arrays.
 
@@ -141,7 +147,8 @@ class HullArrays:
     fallback : ndarray of bool
         Remark 1 applied (k ≥ n: all points released at ρ₁).
     error : ndarray
-        γ₁ + γ₂ + γ₃ per user (the paper's bound as stated, §8.4 caveat), metres.
+        γ₁ + γ₂ + γ₃ per user (the paper's bound as stated, ``docs/operations/convex_hull.md``
+        caveat), metres.
     spend : dict of str to Fraction
         The budget split per user: centre, radius, pnn, release (sums to the amount).
     charges : ndarray of object (Fraction)
@@ -223,7 +230,7 @@ def _check_k_phases(
     k_min: int,
     k_max: int,
 ) -> None:
-    """Calibrate every PNN and release group PCH may run, before any bit is drawn (R8).
+    """Calibrate every PNN and release group PCH may run, before any bit is drawn.
 
     k per user is drawn from R̃ (a noisy quantity), but it is public that it lies in
     [k_min, k_max] (or equals the fixed ``k``), and that a user with n ≤ k takes the fallback
@@ -279,7 +286,7 @@ def private_hulls(
     scale_max: float | Fraction = 1,
     rng: Any = None,
 ) -> HullArrays:
-    """Private convex hull of every user's points (PCH; spec §8.1, §8.3).
+    """Private convex hull of every user's points (PCH; ``docs/operations/convex_hull.md``).
 
     Parameters
     ----------
@@ -289,7 +296,7 @@ def private_hulls(
         ``amount`` is ρ (m⁻²; Gaussian centre, radius and release) or ε (m⁻¹; Laplace).
     amount : float
         Each user's budget; split ρ₀ = ρ/20 (⅔ centre, ⅓ radius), α·ρ₁ to the PNNs and
-        (1 − α)·ρ₁ to the release (spec §8.1 steps 1–6, P-B3).
+        (1 − α)·ρ₁ to the release (``docs/operations/convex_hull.md``).
     admitted : array_like of bool, optional
         Users to answer; the others draw nothing and are charged 0.
     beta : float
@@ -298,11 +305,11 @@ def private_hulls(
         PNN share of ρ₁ (default 0.92, the reference harness).
     k : int, optional
         Fixed number of anchors; None (default) picks k per user from R̃ by ``k_rule``, clamped to
-        [k_min, k_max] (§8.2). k affects utility only, never privacy.
+        [k_min, k_max] (``docs/operations/convex_hull.md``). k affects utility only, never privacy.
     radius_floor_m : float
-        R̃ ← max(R̃, radius_floor_m) (post-processing, R4).
+        R̃ ← max(R̃, radius_floor_m) (post-processing).
     scan_order, max_cycles
-        PNN scan order (default random) and public cap (§7.1, §7.3).
+        PNN scan order (default random) and public cap (``docs/operations/knn.md``).
     scale_max : float
         Projection scale factor k_s: mechanisms run at ρ/k_s² (ε/k_s) per metric-CRS metre.
     rng : BitSource or None
@@ -317,9 +324,10 @@ def private_hulls(
     σ = (1 + g/r_min)/√(2ρ_r), enlarged by σ√(2 ln(2/β)) + g; PNN calls at ε_j = √(2αρ₁/k)
     (draw scales 3 and 6); anchors σ = (1 + √2·g/r_min)/√(2(1 − α)ρ₁/k). GP: planar Laplace
     (K = √2) at 2ε₀/3, laplace_gp at ε₀/3 enlarged by scale·ln(2/β) + g, PNN at αε₁/k, planar
-    Laplace at (1 − α)ε₁/k (secure-noise.md §9.3).
+    Laplace at (1 − α)ε₁/k (``docs/noise.md``).
     Charge per admitted user: ρ (or ε), the exact sum of the four shares.
-    Error: the paper's sandwich bound γ₁ + γ₂ + γ₃ (§8.4, "as stated").
+    Error: the paper's sandwich bound γ₁ + γ₂ + γ₃ (``docs/operations/convex_hull.md``, "as
+    stated").
 
     Examples
     --------
@@ -364,7 +372,7 @@ def private_hulls(
     spend = _split(kind, amt, al)
     if sum(spend.values()) != amt:  # pragma: no cover - exact Fractions
         raise InvalidInputError("the PCH budget split does not sum to the amount.")
-    # validate the fixed phases before any bit is drawn (R8)
+    # validate the fixed phases before any bit is drawn
     from gpframe.mechanisms import calibration as cal_
 
     if kind == "cgp":
@@ -373,7 +381,7 @@ def private_hulls(
     else:
         cal_.gp_laplace(check_eps(spend["centre"] / ks, "eps (centre)"), K=sqrt_up(2), d=2)
         cal_.gp_laplace(check_eps(spend["radius"] / ks, "eps (radius)"), d=1)
-    # ... and the k-dependent phases too (R8): k depends on R̃, but only within public bounds
+    # ... and the k-dependent phases too: k depends on R̃, but only within public bounds
     _check_k_phases(kind, spend, ks, counts, k, int(k_min), int(k_max))
     bits = resolve_rng(rng)
 
@@ -400,7 +408,7 @@ def private_hulls(
     ps = p if ident else p[srt]
     lo = np.minimum.reduceat(ps, start, axis=0)
     hi = np.maximum.reduceat(ps, start, axis=0)
-    # step 2: centre, √2-Lipschitz (P-N6), at 2ρ₀/3
+    # step 2: centre, √2-Lipschitz, at 2ρ₀/3
     rel_c = _release_points(kind, ((lo + hi) / 2)[users], spend["centre"], ks, sqrt_up(2), bits)
     centre[users] = np.asarray(rel_c)
     # step 3: max distance to the *released* centre, 1-Lipschitz, at ρ₀/3
@@ -422,7 +430,7 @@ def private_hulls(
         if isinstance(rel.guarantee.metric, tuple):
             r_min = max(r_min, float(rel.guarantee.metric[1]))
     radius[users] = np.maximum(np.asarray(rel_r) + enl, float(radius_floor_m))
-    # step 4: k from public quantities only (P-D1)
+    # step 4: k from public quantities only
     kr, kc = choose_k(kind, float(amt), counts[users], radius[users], beta=b, alpha=float(al),
                       rule=k_rule, k_min=int(k_min), k_max=int(k_max))  # fmt: skip
     kraw[users] = kr

@@ -1,11 +1,14 @@
 """Private Gaussian KDE over arrays: point queries (Algorithm 7) and bias-corrected rasters.
 
-Spec: adaptive-budgeting.md §5.2 (kernel, baselines, error bounds, bias, Algorithm 7, rasters),
-§4 (elimination, through :mod:`gpframe.queries.elimination`), §5.5 (charges), §7 (pitfalls);
-secure-noise.md §6.4-§6.5, §9.3 (what the wrappers charge, the σ actually sampled).
+See ``docs/operations/kde.md``, ``docs/operations/range_count.md`` and ``docs/noise.md`` (kernel,
+baselines, error bounds, bias, Algorithm 7, rasters, elimination, through
+:mod:`gpframe.queries.elimination`, charges, pitfalls, discrete Gaussian accounting, lattice error
+bounds, what the wrappers charge, the σ actually sampled); Liang & Yi, 'Adaptive Privacy Budgeting'
+(2026), Alg. 7.
 
-Kernel (spec §5.2, the 2b² convention): K_b(x, q) = exp(−||x − q||²/(2b²)), b the bandwidth in
-metres, and KDE(q) = (1/n) Σ_i K_b(x_i, q) ∈ [0, 1], n the users asked (public in the local model).
+Kernel (``docs/operations/kde.md``, the 2b² convention): K_b(x, q) = exp(−||x − q||²/(2b²)), b the
+bandwidth in metres, and KDE(q) = (1/n) Σ_i K_b(x_i, q) ∈ [0, 1], n the users asked (public in the
+local model).
 
 Point queries (:func:`kde_point`, :func:`kde_points_pt`): ``pt`` privatizes each user's point once
 and reuses it for any number of query points; ``dist`` releases ||x_i − q|| with 1-D noise, tied to
@@ -61,9 +64,9 @@ __all__ = [
     "raster_from_points",
 ]
 
-#: the four methods of spec §5.2
+#: the four methods of docs/operations/kde.md
 METHODS = ("pt", "dist", "pt-elim", "dist-elim")
-#: ν = NU_FACTOR · b, the elimination distance (spec §5.2 [G]: 3b, cut-off e^{-4.5})
+#: ν = NU_FACTOR · b, the elimination distance (3b, cut-off e^{-4.5})
 NU_FACTOR = 3.0
 #: largest raster side in cells (a 4096 × 4096 float64 grid is 128 MiB)
 MAX_CELLS_SIDE = 4096
@@ -71,11 +74,13 @@ _NOTHING = "Nothing was charged."
 
 
 # ---------------------------------------------------------------------------------------------
-# formulas (the oracle table of spec §5.6, "KDE")
+# formulas (the oracle table of docs/operations/kde.md, "KDE")
 
 
 def kernel(d: Any, bandwidth_m: float) -> Any:
-    """Gaussian kernel K_b = exp(−d²/(2b²)) of a distance d (spec §5.2, 2b² convention).
+    """Gaussian kernel K_b = exp(−d²/(2b²)) of a distance d.
+
+    See ``docs/operations/kde.md`` (2b² convention).
 
     >>> round(float(kernel(50.0, 100.0)), 10), round(float(kernel(100.0, 100.0)), 10)
     (0.8824969026, 0.6065306597)
@@ -85,7 +90,9 @@ def kernel(d: Any, bandwidth_m: float) -> Any:
 
 
 def kernel_lipschitz(bandwidth_m: float) -> float:
-    """L_K = e^{−1/2}/b: the Lipschitz constant of r ↦ e^{−r²/(2b²)} and of x ↦ K_b(x, q) (§5.2).
+    """L_K = e^{−1/2}/b: the Lipschitz constant of r ↦ e^{−r²/(2b²)} and of x ↦ K_b(x, q).
+
+    See ``docs/operations/kde.md``.
 
     >>> round(kernel_lipschitz(100.0), 12)
     0.006065306597
@@ -94,7 +101,9 @@ def kernel_lipschitz(bandwidth_m: float) -> float:
 
 
 def cutoff(nu_m: float, bandwidth_m: float) -> float:
-    """e^{−ν²/(2b²)}: the most a user farther than ν from q adds to n·KDE(q) (spec §5.2, Cor. 6.4).
+    """e^{−ν²/(2b²)}: the most a user farther than ν from q adds to n·KDE(q).
+
+    See ``docs/operations/kde.md``.
 
     >>> round(cutoff(200.0, 100.0), 10), round(cutoff(300.0, 100.0), 11)
     (0.1353352832, 0.01110899654)
@@ -105,9 +114,11 @@ def cutoff(nu_m: float, bandwidth_m: float) -> float:
 def error_bound_nominal(
     n: int, beta: float, allocation: float, bandwidth_m: float, method: str = "pt"
 ) -> float:
-    """Continuous baseline bound (L_K/n)·Σ_i r_i, r_i = √(ln(m·n/β)/a) (§5.2; m = 1 pt, 2 dist).
+    """Continuous baseline bound (L_K/n)·Σ_i r_i, r_i = √(ln(m·n/β)/a).
 
-    Equal allocations ``a``; uncapped (the spec's table shows the vacuous 1.9087 at a = 1e-4).
+    See ``docs/operations/kde.md`` (m = 1 pt, 2 dist).
+
+    Equal allocations ``a``; uncapped (the bound is vacuous at a = 1e-4: 1.9087).
     The bound gpframe reports uses the noise actually sampled instead (:func:`kde_point`).
 
     >>> round(error_bound_nominal(1000, 0.05, 1e-2, 100.0, "pt"), 10)
@@ -120,7 +131,9 @@ def error_bound_nominal(
 
 
 def expected_kernel_pt(sigma: float, D: float, bandwidth_m: float) -> float:
-    """E K_b(x̃, q) for x̃ = x + N(0, σ²I₂), ||x − q|| = D: b²/(b²+σ²)·e^{−D²/(2(b²+σ²))} (§5.2).
+    """E K_b(x̃, q) for x̃ = x + N(0, σ²I₂), ||x − q|| = D: b²/(b²+σ²)·e^{−D²/(2(b²+σ²))}.
+
+    See ``docs/operations/kde.md``.
 
     >>> round(expected_kernel_pt(50, 100, 100), 10)
     0.5362560368
@@ -130,7 +143,9 @@ def expected_kernel_pt(sigma: float, D: float, bandwidth_m: float) -> float:
 
 
 def expected_kernel_dist(sigma: float, D: float, bandwidth_m: float) -> float:
-    """E e^{−z²/(2b²)} for z = D + N(0, σ²): b/√(b²+σ²)·e^{−D²/(2(b²+σ²))} (spec §5.2).
+    """E e^{−z²/(2b²)} for z = D + N(0, σ²): b/√(b²+σ²)·e^{−D²/(2(b²+σ²))}.
+
+    See ``docs/operations/kde.md``.
 
     >>> round(expected_kernel_dist(100, 300, 100), 11)
     0.07452850642
@@ -143,7 +158,7 @@ def noise_sigma(released: Any) -> float:
     """Return the per-coordinate standard deviation parameter of a release, in metres.
 
     Gaussian (CGP): √(σ_g²)·g from the exact sampler parameter ``noise["sigma2"]`` (the σ actually
-    sampled; it includes the g/r_min term of secure-noise.md §9.3, so it is slightly above the
+    sampled; it includes the g/r_min term of ``docs/noise.md``, so it is slightly above the
     nominal 1/√(2ρ)). Planar Laplace (GP): √3 · scale, the per-coordinate std of the continuous
     planar Laplace (E r² = 6·scale²).
     """
@@ -172,7 +187,7 @@ def corrected_bandwidth(bandwidth_m: float, sigma_m: Any) -> Any:
     Each user's term is a positive density, so the estimate is ≥ 0 and integrates to 1 (no
     negative lobes, unlike Fourier deconvolution). Its variance grows like 1/s² as h ↓ σ.
 
-    The lattice release is the discrete Gaussian on g·Z² (variance ≤ σ², secure-noise.md §6.4)
+    The lattice release is the discrete Gaussian on g·Z² (variance ≤ σ², ``docs/noise.md``)
     after snapping (a shift of at most g/2 = 0.5 mm per axis); both differences are of order g²
     relative to σ² and are ignored.
 
@@ -235,7 +250,7 @@ def bandwidth_limit(kind: str, amount: Any, *, scale_max: float = 1.0) -> float:
 
 @dataclass
 class Privatized:
-    """Each queried user's point released once (spec §5.2 ``pt``).
+    """Each queried user's point released once (``docs/operations/kde.md`` ``pt``).
 
     Per-user amounts are kept per *group* (one group per distinct allocation, one wrapper call
     each), so 10⁶ users cost a few exact ``Fraction`` values, not 10⁶; ``charges`` and
@@ -350,7 +365,9 @@ def privatize_once(
     rng: Any = None,
     codes: Any = None,
 ) -> Privatized:
-    """Release each user's point once at its whole allocation (spec §5.2 ``pt``; §5.5).
+    """Release each user's point once at its whole allocation.
+
+    See ``docs/operations/kde.md`` (``pt``).
 
     Parameters
     ----------
@@ -376,8 +393,9 @@ def privatize_once(
     Notes
     -----
     Noise: ``gaussian_cgp`` (σ = (1 + √2·g/r_min)·k/√(2a)) or ``planar_laplace`` (scale
-    (1 + √2·g/r_min)·k/a), one call per distinct allocation (secure-noise.md §9.3, §10).
-    Charge: the guarantee of the user's call, in ground units (≤ the allocation).
+    (1 + √2·g/r_min)·k/a), one call per distinct allocation (``docs/noise.md``: noise parameters and
+    charges, side channels). Charge: the guarantee of the user's call, in ground units (≤ the
+    allocation).
 
     Examples
     --------
@@ -442,7 +460,7 @@ def privatize_once(
 
 @dataclass
 class KdePoint:
-    """One query point's private KDE (spec §5.2, Algorithm 7).
+    """One query point's private KDE (``docs/operations/kde.md``).
 
     Attributes
     ----------
@@ -553,7 +571,9 @@ def kde_point(
     n_union: int | None = None,
     rng: Any = None,
 ) -> KdePoint:
-    """Private KDE at one query point q, Algorithm 7 (spec §5.2) or a one-round baseline.
+    """Private KDE at one query point q, Algorithm 7 or a one-round baseline.
+
+    See ``docs/operations/kde.md``.
 
     Parameters
     ----------
@@ -569,7 +589,7 @@ def kde_point(
         Allocation per user in ground units; 0: not queried.
     method : {"pt", "dist", "pt-elim", "dist-elim"}
     rounds, split : int, {"doubling", "even"}
-        For ``*-elim`` (spec §4.3); baselines run one round.
+        For ``*-elim`` (``docs/operations/range_count.md``); baselines run one round.
     beta : float
         Failure probability of the error bound: ``*-elim`` spends β/2 on the eliminations and
         β/2 on the survivors, the baselines β on the survivors.
@@ -624,7 +644,7 @@ def kde_point(
         return np.hypot(p[:, 0] - q[0], p[:, 1] - q[1])
 
     # dist: the true distance is the released function's input (1-Lipschitz); it only ever
-    # reaches the wrapper, never a decision (pitfall 9)
+    # reaches the wrapper, never a decision
     data, triple, hh = (h(x), "dist", None) if is_dist else (x, "pt", h)
     common = dict(kind=kind, triple=triple, h=hh, unit=unit, scale_max=scale_max, rng=rng,
                   n_union=n_union)  # fmt: skip
@@ -662,7 +682,9 @@ def kde_point(
 
 @dataclass
 class KdePoints:
-    """Private KDE at several query points from one privatization per user (``pt``, spec §5.2).
+    """Private KDE at several query points from one privatization per user.
+
+    See ``docs/operations/kde.md`` (``pt``).
 
     Attributes
     ----------
@@ -692,7 +714,9 @@ def kde_points_pt(
     rng: Any = None,
     chunk: int = 2**22,
 ) -> KdePoints:
-    """``pt`` baseline at m query points: privatize once, evaluate everywhere (spec §5.2).
+    """``pt`` baseline at m query points: privatize once, evaluate everywhere.
+
+    See ``docs/operations/kde.md``.
 
     Noise and charge as :func:`privatize_once` (charged once however many points). Error:
     (L_K/n)·Σ_i r_i with r_i user i's radius at β/n from the sampled noise, capped at 1.
@@ -868,7 +892,9 @@ def kde_raster_arrays(
     rng: Any = None,
     codes: Any = None,
 ) -> RasterArrays:
-    """Density raster from one privatization per user, with the noise bias removed (spec §5.2).
+    """Density raster from one privatization per user, with the noise bias removed.
+
+    See ``docs/operations/kde.md``.
 
     Parameters
     ----------

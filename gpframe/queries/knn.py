@@ -1,15 +1,15 @@
 """Private nearest neighbours of a public point in each user's own tuple: PNN and k-PNN.
 
-Spec: concentrated-geo-privacy.md §7.1 (PNN, Algorithm 2), §7.2 (utility), §7.3 (k-PNN,
-Algorithm 3, its contract and error bound), §9.4 (``compat="reference"``), §10 (P-S1..P-S8, P-B1,
-P-O1, P-O2), §11 (R5, R6); secure-noise.md §9.3 (multi-draw).
+See ``docs/operations/knn.md`` and ``docs/noise.md`` (PNN, Algorithm 2, utility, k-PNN, Algorithm 3,
+its contract and error bound, ``compat="reference"``, pitfalls, reference implementation,
+multi-draw); Liang & Yi, 'Concentrated Geo-Privacy' (2023), Alg. 2, Thm. 4.10, 4.11, Alg. 3.
 
 For each user the output is the ordered list of the row indices of k of the user's own points:
 rank j is the j-th PNN call's answer over the candidates left after the first j − 1 (no
 duplicates). Each call noises the exact minimum distance over its remaining candidates (Z), draws
 its own SVT threshold noise (W) and a fresh V per visit, and scans the remaining candidates in a
 data-independent order, cyclically, up to a public cap. Nothing is shared between calls, and no
-distance or noise is returned (P-O1, P-S3).
+distance or noise is returned.
 
 All users are processed together: each call of every user is one vectorised step, and the scans
 of all users share the sampler calls (:func:`gpframe.mechanisms.svt.scan`).
@@ -51,20 +51,22 @@ __all__ = [
     "thm412_gamma",
 ]
 
-#: ``compat`` values: None (gpframe defaults) or "reference" (spec §9.4 parity mode)
+#: ``compat`` values: None (gpframe defaults) or "reference"
 COMPAT = (None, "reference")
 SCAN_ORDERS = ("random", "input")
-#: the reference's kNN threshold shift, in units of each call's b = 3/ε (spec §7.1, R5)
+#: the reference's kNN threshold shift, in units of each call's b = 3/ε
 REFERENCE_GAMMA0 = -2.0
 _NOTHING = "Nothing was charged."
 
 
 # ---------------------------------------------------------------------------------------------
-# error bounds (public quantities only, P-O2)
+# error bounds (public quantities only)
 
 
 def thm412_gamma(n: int, k: int, beta: float, eps_call: float, *, all_ranks: bool = True) -> float:
-    """Thm. 4.12 k-PNN error (γ₀ = 0): (15L + 3√(2L))/ε_call, L = ln((4n+2)k/β) (spec §7.3).
+    """Thm. 4.12 k-PNN error (γ₀ = 0): (15L + 3√(2L))/ε_call, L = ln((4n+2)k/β).
+
+    See ``docs/operations/knn.md``.
 
     ``all_ranks=False`` gives the per-rank L = ln((4n+2)/β). ε_call = √(2ρ/k) (CGP), ε/k (GP).
 
@@ -79,7 +81,7 @@ def thm412_gamma(n: int, k: int, beta: float, eps_call: float, *, all_ranks: boo
 
 @lru_cache(maxsize=64)
 def expected_visits(gamma0_b: float) -> float:
-    """E[R]: expected visits to the true nearest point before the halt (spec §7.1 table).
+    """E[R]: expected visits to the true nearest point before the halt (``docs/operations/knn.md``).
 
     E[1/P(V ≤ Y + γ₀ | Y)] with Y = Z + W (Z, W ~ Lap(b)), V ~ Lap(2b), γ₀ in units of b.
 
@@ -101,15 +103,17 @@ def expected_visits(gamma0_b: float) -> float:
 
 
 def knn_error_bound(n: Any, k: int, beta: float, b: float, gamma0_b: float = 0.0) -> Any:
-    """Distance error of every rank at once, metres, with probability ≥ 1 − β (spec §7.2–§7.3).
+    """Distance error of every rank at once, metres, with probability ≥ 1 − β.
+
+    See ``docs/operations/knn.md``.
 
     ``n`` may be an array (one bound per user). ``b`` is the threshold noise scale of one call
     (3/ε_call nominally; gpframe passes the scale actually sampled). γ₀ = 0: Thm. 4.12 for all
     ranks, b(5L + √(2L)) with L = ln((4n+2)k/β).
-    Other γ₀: the derived form of §7.2 per rank at β/k (β/(3k) to each term):
+    Other γ₀: the derived form of ``docs/operations/knn.md`` per rank at β/k (β/(3k) to each term):
     γ₁ + γ₂ + γ₀ with γ₁ = b(√(2 ln 1/β₁) + ln 1/β₁), γ₂ = 2b ln(E[R] n/(β₂β₃)).
 
-    >>> round(knn_error_bound(20000, 1, 0.1, 3 / math.sqrt(1e-3), -2.0), 3)   # §7 oracle row
+    >>> round(knn_error_bound(20000, 1, 0.1, 3 / math.sqrt(1e-3), -2.0), 3)   # oracle row
     3981.202
     >>> knn_error_bound(np.array([20000, 20000]), 1, 0.1, 3 / math.sqrt(1e-3), -2.0).round(3)
     array([3981.202, 3981.202])
@@ -136,7 +140,7 @@ def knn_error_bound(n: Any, k: int, beta: float, b: float, gamma0_b: float = 0.0
 class ScanOrder:
     """A uniform random scan order per run, drawn lazily: only the visited prefix is ever made.
 
-    ``ScanOrder(length, "input")`` is the identity (the reference's input order, R6).
+    ``ScanOrder(length, "input")`` is the identity (the reference's input order).
     ``ScanOrder(length, "random", bits)`` is a uniform random permutation of 0..n_r−1 per run r,
     built front to back as the scan asks for positions: the distinct values of i.i.d. uniform
     draws on 0..n_r−1, in order of first appearance, form a uniformly random ordered sample
@@ -148,7 +152,7 @@ class ScanOrder:
     order only; 64-bit draws beyond 2³¹ points.)
 
     Every bit comes from the query's randomness ``bits`` and nothing else: the order never
-    depends on the data (P-S4) and is independent of the SVT's noise, so the SVT's output law
+    depends on the data and is independent of the SVT's noise, so the SVT's output law
     given the order is unchanged. A scan that stops after a few hundred visits pays for a few
     hundred positions, never for a sort of all n_r keys; the k calls of k-PNN and PCH extend
     one shared prefix. :meth:`materialize` completes every run up front.
@@ -304,7 +308,9 @@ def group_rows(codes: NDArray[np.int64]) -> NDArray[np.int64]:
 
 @lru_cache(maxsize=256)
 def pnn_calibration(eps_call: Fraction) -> SVTCalibration:
-    """Draw rates of one PNN call: Z and W at scale 3K'/ε, each V at 6K'/ε (spec §7.1, P-S8).
+    """Draw rates of one PNN call: Z and W at scale 3K'/ε, each V at 6K'/ε.
+
+    See ``docs/operations/knn.md``.
 
     Cached per ε (the calibration is a pure function of it; the result is frozen).
     """
@@ -330,7 +336,7 @@ def k_pnn(
     max_cycles: int = MAX_CYCLES,
     bits: Any,
 ) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
-    """K PNN calls for U users at once (Algorithm 3; spec §7.3). Internal engine.
+    """K PNN calls for U users at once (Algorithm 3; ``docs/operations/knn.md``). Internal engine.
 
     ``rows`` holds the candidate row ids of all users, grouped by user (contiguous blocks, any
     fixed order), ``length`` the number per user (all ≥ k); ``order`` maps a user's scan position
@@ -355,9 +361,9 @@ def k_pnn(
     # calls over a shrinking list far fewer (public: k and U only, never the data)
     block = max(BLOCK_FIRST, (FIRST_STEP_DRAWS if k <= 2 else FIRST_STEP_DRAWS // 4) // U)
     all_runs = np.arange(U, dtype=np.int64)
-    # γ₀ is public: a multiple of the call's nominal b = 3/ε (P-S7), in whole lattice steps
+    # γ₀ is public: a multiple of the call's nominal b = 3/ε, in whole lattice steps
     gamma_int = round(Fraction(gamma0_b) * 3 / (cal.eps * cal.g))
-    # (Z, W) of all k calls in one sampler call: each pair is used by one call only (P-S1)
+    # (Z, W) of all k calls in one sampler call: each pair is used by one call only
     zw = LaplacePool(cal.lam["threshold"], bits, chunk=2 * U * k)
     vpool = LaplacePool(cal.lam["query"], bits, chunk=max(1024, min(64 * U, 1 << 20)), grow=True)
     inv_g = float(1 / cal.g)  # a power of two: the products are exact
@@ -387,11 +393,11 @@ def k_pnn(
             idx = start[runs, None] + so(runs, local(runs, t))
             return np.rint(np.sqrt(d2[idx]) * inv_g).astype(np.int64)
 
-        noise = zw.take(2 * U).reshape(U, 2)  # (Z, W): fresh for every call (P-S1)
+        noise = zw.take(2 * U).reshape(U, 2)  # (Z, W): fresh for every call
         thr = h + noise[:, 0] + gamma_int + noise[:, 1]
         rank, capped = scan(u, start, m_rem, thr, m_rem * max_cycles, vpool, block=block)
         if capped.any():
-            # all-⊥ transcript: a uniform remaining index from the query's randomness (§7.3)
+            # all-⊥ transcript: a uniform remaining index from the query's randomness
             r = bits.arr(int(capped.sum()), np.uint64)
             rank[capped] = (r % m_rem[capped].astype(np.uint64)).astype(np.int64)
         pos = local(all_runs, rank[:, None])[:, 0]
@@ -417,10 +423,10 @@ class KnnArrays:
     rows : list of ndarray
         Per user, the selected row positions (into the input arrays) in rank order.
     k : ndarray of int64
-        Ranks returned per user: min(k, n_u) (n_u is public, §0.2).
+        Ranks returned per user: min(k, n_u) (n_u is public, ``docs/concepts.md``).
     capped : list of ndarray of bool
         Per user and rank, whether that call reached the public cap (its answer is then a uniform
-        random remaining row, §7.3 contract).
+        random remaining row, the k-PNN contract of ``docs/operations/knn.md``).
     eps_call : ndarray of float64
         The GP amount of each PNN call of the user (m⁻¹ of the metric CRS).
     charges : ndarray of object (Fraction)
@@ -446,10 +452,14 @@ class KnnArrays:
 def resolve_compat(
     compat: str | None, gamma0: float | None, scan_order: str | None
 ) -> tuple[float, str]:
-    """(γ₀ in units of b, scan order) for a ``compat`` mode (spec §9.4), with overrides."""
+    """(γ₀ in units of b, scan order) for a ``compat`` mode, with overrides.
+
+    See ``docs/operations/knn.md``.
+    """
     if compat not in COMPAT:
         raise InvalidInputError(
-            f"compat={compat!r} is not one of None, 'reference' (spec §9.4 parity mode). {_NOTHING}"
+            f"compat={compat!r} is not one of None, 'reference' (docs/operations/knn.md). "
+            f"{_NOTHING}"
         )
     g0 = REFERENCE_GAMMA0 if compat == "reference" else 0.0
     order = "input" if compat == "reference" else "random"
@@ -497,7 +507,7 @@ def _check_common(
 
 
 #: coordinates (and query points) must lie within ±2⁴⁰ m, so that every distance d has
-#: |d/g| < 2⁵² on the finest lattice (exact snapping, secure-noise.md §9.2)
+#: |d/g| < 2⁵² on the finest lattice (exact snapping, docs/noise.md)
 COORD_MAX_M = float(2**40)
 
 
@@ -528,11 +538,13 @@ def check_k(k: Any) -> int:
 
 @lru_cache(maxsize=256)  # exact square roots of Fractions are slow; the result is immutable
 def call_eps(kind: str, amount: Fraction, k: int, scale_max: Fraction) -> Fraction:
-    """GP amount of one of k PNN calls, per metric-CRS metre (spec §7.3, P-B1, secure-noise §7.4f).
+    """GP amount of one of k PNN calls, per metric-CRS metre.
+
+    See ``docs/operations/knn.md``; ``docs/noise.md``.
 
     CGP: √(2ρ/k)/scale rounded down (each call costs ρ/k); GP: ε/(k·scale).
 
-    >>> float(call_eps("cgp", Fraction(1, 2000), 4, Fraction(1)))   # §7 oracle: 0.0158113883
+    >>> float(call_eps("cgp", Fraction(1, 2000), 4, Fraction(1)))   # oracle: 0.0158113883
     0.015811388300841896
     """
     if kind == "gp":
@@ -558,10 +570,11 @@ def knn_indices(
     scale_max: float | Fraction = 1,
     rng: Any = None,
 ) -> KnnArrays:
-    """K private nearest neighbours of ``point_m`` in every user's own points (k-PNN, §7.3).
+    """K private nearest neighbours of ``point_m`` in every user's own points.
 
-    Spec: concentrated-geo-privacy.md §7.1 (PNN), §7.3 (k-PNN and its contract), §9.4 (parity
-    mode), §10 P-S1..P-S8; secure-noise.md §9.3 multi-draw, §7.4(f) projection scale.
+    See ``docs/operations/knn.md`` and ``docs/noise.md`` (PNN, k-PNN and its contract, parity mode,
+    pitfalls, multi-draw, projection scale); Liang & Yi, 'Concentrated Geo-Privacy' (2023), Alg. 2,
+    Alg. 3.
 
     Parameters
     ----------
@@ -581,14 +594,14 @@ def knn_indices(
     admitted : array_like of bool, shape (U,), optional
         Users to answer (default all); others draw nothing and are charged 0.
     compat : {None, "reference"}
-        None: random scan order and γ₀ = 0 (spec defaults). "reference": input-order scan and
-        γ₀ = −2·3/ε_call, as the authors' code (spec §9.4).
+        None: random scan order and γ₀ = 0 (the paper's defaults). "reference": input-order scan and
+        γ₀ = −2·3/ε_call, as the authors' code (``docs/operations/knn.md``).
     gamma0 : float, optional
-        Threshold shift in units of the call's b = 3/ε_call (public, P-S7); overrides ``compat``.
+        Threshold shift in units of the call's b = 3/ε_call (public); overrides ``compat``.
     scan_order : {"random", "input"}, optional
-        Overrides ``compat``'s order. Never an order computed from the data (P-S4).
+        Overrides ``compat``'s order. Never an order computed from the data.
     max_cycles : int
-        Public cap: passes over the remaining candidates per call (§7.3).
+        Public cap: passes over the remaining candidates per call (``docs/operations/knn.md``).
     beta : float
         Failure probability of the reported error bound.
     scale_max : float
@@ -602,10 +615,11 @@ def knn_indices(
     Notes
     -----
     Noise per call: Z, W discrete Laplace of scale 3K'/ε_call, each V of scale 6K'/ε_call,
-    K' = 1 + g/r_min (secure-noise.md §9.3, draw scales 3 and 6).
+    K' = 1 + g/r_min (``docs/noise.md``, draw scales 3 and 6).
     Charge per admitted user: ρ (or ε) once, w.r.t. d_r, whatever the number of visits.
     Error: with probability ≥ 1 − β, every rank j has ||x_{t_j} − p|| ≤ ||x_{t*_j} − p|| + error
-    (Thm. 4.12 all ranks for γ₀ = 0, the derived §7.2 form otherwise; lattice scales, plus 5 g).
+    (Thm. 4.12 all ranks for γ₀ = 0, the derived form of ``docs/operations/knn.md`` otherwise;
+    lattice scales, plus 5 g).
 
     Examples
     --------
@@ -639,7 +653,7 @@ def knn_indices(
     if adm.shape != (U,):
         raise InvalidInputError(f"admitted must have shape ({U},). {_NOTHING}")
     ku = np.minimum(counts, k)
-    # calibrate every group before any bit is drawn (R8): bad amounts raise with nothing charged
+    # calibrate every group before any bit is drawn: bad amounts raise with nothing charged
     cals = {int(kk): pnn_calibration(call_eps(kind, amt, int(kk), ks)) for kk in np.unique(ku)}
     bits = resolve_rng(rng)
     _check_extent(p, q)

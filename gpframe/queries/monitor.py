@@ -1,10 +1,13 @@
 """Monitoring streams of bounded statistics: AboveThreshold, Report-Noisy-Max, threshold queries.
 
-Spec: selection.md §2 (Laplace AboveThreshold / sparse vector), §4 (Gaussian Report-Noisy-Max),
-§5–§6.3 (Gaussian AboveThreshold, ex-post charges, modes R and S), adaptive-budgeting.md §5.4
-(threshold query). Every operation charges the session's per-user **central** ledger before any
-answer is released (DESIGN §3: charge first, release second) and returns a
-:class:`MonitorResult` with the realized ε beside the worst case and the ex-ante comparison.
+See ``docs/operations/monitoring.md`` (Laplace AboveThreshold / sparse vector, Gaussian
+Report-Noisy-Max, Gaussian AboveThreshold, ex-post charges, modes R and S, threshold query); Lyu,
+Su & Li, 'Understanding the Sparse Vector Technique for Differential Privacy' (2017), Alg. 1;
+Lebensold, Precup & Balle, 'On the Privacy of Selection Mechanisms with Gaussian Noise' (2024),
+Thm. 8, Alg. 1; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), Alg. 9. Every operation charges the
+session's per-user **central** ledger before any answer is released (charge first, release second)
+and returns a :class:`MonitorResult` with the realized ε beside the worst case and the ex-ante
+comparison.
 
 Published view. A :class:`MonitorResult` is central-DP, so it holds no user ids, per-user
 charges or user counts (who is in ``users`` is what DP protects): every user pays the same
@@ -15,7 +18,7 @@ Users and queries. ``users`` are the ids of everyone whose data the queries read
 charge. The queries are precomputed values or zero-argument callables over data the caller
 holds, so a user cannot be removed from them: a run starts only if **every** user is admitted,
 otherwise monitoring stops (the reservation is cancelled before any noise, nothing is charged
-for that run; P-10: membership never changes inside a run).
+for that run: membership never changes inside a run).
 """
 
 from __future__ import annotations
@@ -218,9 +221,11 @@ def above_threshold(
 ) -> MonitorResult:
     """Watch a stream of queries and answer ⊤ when one crosses ``threshold`` (up to ``c`` times).
 
-    Spec: selection.md §2 (``noise="laplace"``: one run, LSL17 Alg 1 with c ⊤, ε ex-ante),
-    §5 and §6.3 (``noise="gaussian"``: a fresh run per ⊤, exact normals (§5.9 (A)), realized
-    ex-post ε under mode R or S).
+    See ``docs/operations/monitoring.md`` (``noise="laplace"``: one run, Lyu, Su & Li (2017) Alg 1
+    with c ⊤, ε ex-ante, Gaussian AboveThreshold, ``noise="gaussian"``: a fresh run per ⊤, exact
+    normals, realized ex-post ε under mode R or S); Lyu, Su & Li, 'Understanding the Sparse Vector
+    Technique for Differential Privacy' (2017), Alg. 1; Lebensold, Precup & Balle, 'On the Privacy
+    of Selection Mechanisms with Gaussian Noise' (2024), Alg. 1.
 
     Parameters
     ----------
@@ -231,11 +236,12 @@ def above_threshold(
         Numbers or zero-argument callables, asked in order; each has user-level sensitivity
         ``sensitivity`` and must be chosen from public information and earlier answers only.
     threshold : float
-        The public threshold (ρ in selection.md §5).
+        The public threshold (ρ in ``docs/operations/monitoring.md``; Lebensold, Precup & Balle, 'On
+        the Privacy of Selection Mechanisms with Gaussian Noise' (2024), Alg. 1).
     users : sequence
         Ids of all users the queries read; each is charged.
     sensitivity : float
-        Δ of every query (e.g. 1/N for a share of a public N; never an observed count, P-9).
+        Δ of every query (e.g. 1/N for a share of a public N; never an observed count).
     noise : {"laplace", "gaussian"}
     epsilon : float
         Laplace: the run's ε (required).
@@ -253,10 +259,12 @@ def above_threshold(
     integer : bool
         Laplace: integer queries (lattice g = 1).
     mode : {"R", "S"}
-        Gaussian ledger mode (§6.3): R reserves each run's worst case and settles to the
-        realized ε (default); S checks every step against the remaining budget (prefix filter).
+        Gaussian ledger mode (``docs/operations/monitoring.md``): R reserves each run's worst case
+        and settles to the realized ε (default); S checks every step against the remaining budget
+        (prefix filter).
     beta : float
-        Failure probability of the reported Laplace accuracy bound (§2.3).
+        Failure probability of the reported Laplace accuracy bound
+        (``docs/operations/monitoring.md``).
     rng : BitSource or None
         The randomness source; None is the OS CSPRNG.
 
@@ -312,7 +320,7 @@ def above_threshold(
     if sigma is None or bounds is None:
         raise InvalidInputError(
             "noise='gaussian' needs sigma=... (σ_X) and bounds=(a, b) (public hard bounds of the "
-            "queries; selection.md P-3). Nothing was charged."
+            "queries; docs/operations/monitoring.md). Nothing was charged."
         )
     p = ATParams.make(
         sigma_x=sigma, sigma_z=sigma_z, threshold=threshold, bounds=bounds, sensitivity=sensitivity
@@ -320,12 +328,14 @@ def above_threshold(
     if max_steps is None and stream.remaining() is None:
         raise InvalidInputError(
             "noise='gaussian' over an unsized stream needs max_steps=... (the public cap of a "
-            "run; its worst-case ε is unbounded otherwise, selection.md §5.5). Nothing was charged."
+            "run; its worst-case ε is unbounded otherwise, docs/operations/monitoring.md). Nothing "
+            "was charged."
         )
     if fkind == "zcdp" and mode == "S":
         raise InvalidInputError(
             "mode='S' needs a pure-DP central budget (ex-post charges compose only there, "
-            "selection.md P-13); use mode='R' (charged R²/2 ex-ante). Nothing was charged."
+            "docs/operations/monitoring.md); use mode='R' (charged R²/2 ex-ante). Nothing was "
+            "charged."
         )
     return _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng)
 
@@ -340,7 +350,7 @@ def _laplace_monitor(
         threshold=threshold, epsilon=epsilon, sensitivity=sensitivity, c=c,
         monotone=monotone, integer=integer, rng=rng,
     )  # fmt: skip
-    # the public number of queries the run may ask (selection.md §2.3 "at most k queries")
+    # the public number of queries the run may ask (docs/operations/monitoring.md)
     cap = min((x for x in (max_steps, stream.remaining()) if x is not None), default=None)
     params = {"noise": "laplace", "epsilon": float(epsilon), "sensitivity": float(sensitivity),
               "threshold": float(threshold), "c": c, "monotone": bool(monotone)}  # fmt: skip
@@ -375,7 +385,10 @@ def _laplace_monitor(
         value=ans, error=err, error_kind="threshold margin α (query units)",
         confidence=1 - beta, mechanism="laplace_above_threshold", params=params, kind="dp"
         if session.ledger.kind["central"] == "dp" else "zcdp", metric="hamming",
-        query_id=qid, spec="selection §2.1-2.4",
+        query_id=qid, spec="docs/operations/monitoring.md; Roth & Smith, 'Additional tools and "
+                           "applications for DP-stability' (lecture notes); Lyu, Su & Li, "
+                           "'Understanding the Sparse Vector Technique for Differential Privacy' "
+                           "(2017), Alg. 1",
         spent_at_most=_per_user(session, _units(session, "dp", run.epsilon)),
         tops=tuple(int(i) for i in np.flatnonzero(ans)),
         runs=[{"start": 0, "steps": int(ans.size), "output": "top" if ans.any() else "bottom",
@@ -386,11 +399,14 @@ def _laplace_monitor(
 
 def _laplace_margin(run: LaplaceSVTRun, sensitivity: float, beta: float, asked: int,
                     cap: int | None) -> float:  # fmt: skip
-    """Return the threshold margin α of selection.md §2.3 at confidence 1 − β, in query units.
+    """Return the threshold margin α at confidence 1 − β, in query units.
+
+    See ``docs/operations/monitoring.md``; Roth & Smith, 'Additional tools and applications for
+    DP-stability' (lecture notes).
 
     With a public cap k (``max_steps`` or a sized stream) every one of the ≤ k + 1 draws stays
     within its scale × ln((k + 1)/β) (union bound), so α = (b_t + b_q)·ln((k + 1)/β), and for
-    c = 1 at least the spec's (8Δ/ε)·ln((k + 1)/β). k must be the cap, not the number of queries
+    c = 1 at least the textbook (8Δ/ε)·ln((k + 1)/β). k must be the cap, not the number of queries
     the run happened to ask: that number depends on the draws, and a union bound over a random
     k does not hold at 1 − β. Without a cap the i-th query draw gets β/(2i(i + 1)) and the
     threshold draw β/2 (Σ = β over any length), so α = b_t ln(2/β) + b_q ln(2K(K + 1)/β) with K
@@ -454,7 +470,8 @@ def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng)
             stopped = "budget"
         if len(tops) >= c:
             stopped = "c_tops"
-        # a run that hit its cap without ⊤ is followed by a fresh run (selection.md §6.5)
+        # a run that hit its cap without ⊤ is followed by a fresh run
+        # (docs/operations/monitoring.md)
     real = float(sum(rn["charged"] for rn in runs))
     worst = float(sum(rn["reserved"] for rn in runs))
     ans_arr = np.array(answers, dtype=bool)
@@ -462,7 +479,9 @@ def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng)
         value=ans_arr, mechanism="gaussian_above_threshold", params=params,
         kind="dp_expost" if fkind == "dp" else "zcdp", metric="hamming",
         spent_at_most=_per_user(session, paid), query_id=qid, query_ids=tuple(all_qids),
-        spec="selection §5.3-5.4, §5.9 (A), §6.3 mode " + mode,
+        spec=f"docs/operations/monitoring.md (exact normals, ledger mode {mode}); Lebensold, "
+             "Precup & Balle, 'On the Privacy of Selection Mechanisms with Gaussian Noise' "
+             "(2024), Thm. 10 (corrected)",
         tops=tuple(tops), runs=runs, epsilon_realized=real, epsilon_worst=worst,
         epsilon_exante=None if exante is None else exante * len(runs), stopped=stopped,
     )  # fmt: skip
@@ -478,9 +497,12 @@ def _exante(p: ATParams) -> float | None:
 
 
 def _run_mode_r(session, stream, p, ulist, t_max, fkind, rng, params):
-    """Mode R: reserve R for all users, run, settle to the realized ex-post ε (§6.3)."""
+    """Mode R: reserve R for all users, run, settle to the realized ex-post ε.
+
+    See ``docs/operations/monitoring.md``.
+    """
     R = at_run_reservation(p, t_max)
-    kind = "dp_expost" if fkind == "dp" else "dp"  # zCDP: R as pure ε, ex-ante (P-13)
+    kind = "dp_expost" if fkind == "dp" else "dp"  # zCDP: R as pure ε, ex-ante
 
     def compute(r: Any) -> Charge[tuple[list[bool], float]]:
         run = GaussianATRun(p, rng)
@@ -564,8 +586,10 @@ def report_noisy_max(
 ) -> MonitorResult:
     """Return the index of the (noisily) largest candidate, charged on the central ledger.
 
-    Spec: selection.md §4 (Gaussian: certified pure ε of §4.2; give ``sigma``, or ``epsilon``
-    to calibrate σ by §4.4), DR14 Report Noisy Max with discrete Laplace 2Δ/ε (``noise="laplace"``).
+    See ``docs/operations/monitoring.md`` (Gaussian: certified pure ε; give ``sigma``, or
+    ``epsilon`` to calibrate σ); Lebensold, Precup & Balle, 'On the Privacy of Selection Mechanisms
+    with Gaussian Noise' (2024), Thm. 8, Dwork & Roth (2014) Report Noisy Max with discrete Laplace
+    2Δ/ε (``noise="laplace"``).
 
     Examples
     --------
@@ -589,7 +613,8 @@ def report_noisy_max(
         if bounds is None or (sigma is None) == (epsilon is None):
             raise InvalidInputError(
                 "noise='gaussian' needs bounds=(a, b) and exactly one of sigma=... or "
-                "epsilon=... (a target ε to calibrate σ, selection.md §4.4). Nothing was charged."
+                "epsilon=... (a target ε to calibrate σ, docs/operations/monitoring.md). Nothing "
+                "was charged."
             )
         if sigma is None:
             sigma = sigma_for_eps_rnm(epsilon, sensitivity=sensitivity, bounds=bounds, d=x.size)
@@ -637,11 +662,11 @@ def report_noisy_max(
 
 
 # --------------------------------------------------------------------------------------------
-# Threshold query (adaptive-budgeting.md §5.4)
+# Threshold query (docs/operations/monitoring.md)
 
 
 def _laplace_sum_tail_t(m: int, beta: float) -> float:
-    """t_m(β): P(|Σ_{j≤m} L_j| > t) = β for i.i.d. Lap(1) (adaptive-budgeting.md §4.7)."""
+    """t_m(β): P(|Σ_{j≤m} L_j| > t) = β for i.i.d. Lap(1) (``docs/operations/range_count.md``)."""
 
     def tail(t: float) -> float:
         s = 0.0
@@ -676,12 +701,13 @@ def threshold_query(
 ) -> MonitorResult:
     """Is a count of distinct users ≥ ``tau``? Cheap when the count is far from ``tau``.
 
-    Spec: adaptive-budgeting.md §5.4 (App C, Alg 9) with the doubling split π_j = 2^(j−1)/(2^c − 1):
-    round j releases the count with fresh noise of budget π_j·(total), stops as soon as the
-    weighted estimate ± its width clears ``tau``; every user pays only the rounds run. Central
-    zCDP (``rho``): discrete Gaussian (``gaussian_zcdp``); central DP (``epsilon``): discrete
-    Laplace (``laplace_dp``, §4.7 width). ``count`` must count each user at most once
-    (sensitivity 1) and ``tau`` must be public (e.g. p·N with a public N).
+    See ``docs/operations/monitoring.md`` (App C, Alg 9); Liang & Yi, 'Adaptive Privacy Budgeting'
+    (2026), Alg. 9 with the doubling split π_j = 2^(j−1)/(2^c − 1): round j releases the count with
+    fresh noise of budget π_j·(total), stops as soon as the weighted estimate ± its width clears
+    ``tau``; every user pays only the rounds run. Central zCDP (``rho``): discrete Gaussian
+    (``gaussian_zcdp``); central DP (``epsilon``): discrete Laplace (``laplace_dp``, with the
+    Laplace-tail width of ``docs/operations/range_count.md``). ``count`` must count each user at
+    most once (sensitivity 1) and ``tau`` must be public (e.g. p·N with a public N).
 
     Examples
     --------
@@ -764,7 +790,8 @@ def threshold_query(
         value=bool(answer), error=wid, error_kind="count margin (users)", confidence=1 - beta,
         mechanism="threshold_query", params=params, kind=fkind, metric="hamming",
         spent_at_most=_per_user(session, _units(session, kind, used)), query_id=qid,
-        spec="adaptive-budgeting §5.4", runs=[{"start": 0, "steps": len(outs), "output": answer,
+        spec="docs/operations/monitoring.md; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), "
+             "Alg. 9", runs=[{"start": 0, "steps": len(outs), "output": answer,
         "reserved": float(total), "charged": float(used)}],
         epsilon_realized=float(used),
         epsilon_worst=float(total), stopped="decided" if len(outs) < c else "end",
@@ -806,8 +833,8 @@ def zone_counts(
     """Count distinct users inside ``region`` per time bin (the exact, unprotected statistic).
 
     One user changes each bin's count by at most 1, whatever their number of rows, so the
-    series has user-level sensitivity 1 per query (selection.md §0.3). The bins are
-    ``[start, end)`` at ``freq`` and must be public (chosen before the data are read, P-9);
+    series has user-level sensitivity 1 per query (``docs/operations/monitoring.md``). The bins are
+    ``[start, end)`` at ``freq`` and must be public (chosen before the data are read);
     bins without users count 0.
 
     Parameters
@@ -892,11 +919,14 @@ def zone_above_threshold(
     Builds :func:`zone_counts` and runs :func:`above_threshold` on it; every user in ``data``
     is charged (any of them could have been in the zone). Laplace: integer counts, Δ = 1.
     Gaussian: shares count/N of a public ``n_public`` = N, clamped to [0, 1], Δ = 1/N,
-    ``threshold`` given as a count and converted to a share (selection.md §6.6, P-9: N must
-    come from configuration, never from the data).
+    ``threshold`` given as a count and converted to a share (``docs/operations/monitoring.md``: N
+    must come from configuration, never from the data).
 
-    Spec: selection.md §2 / §5–§6.3 (through :func:`above_threshold`). Other keyword
-    arguments (``epsilon``, ``sigma``, ``max_steps``, ``c``, ``mode``, ``rng``, …) are passed on.
+    See ``docs/operations/monitoring.md`` (Laplace AboveThreshold and sparse vector, through
+    :func:`above_threshold`); Lyu, Su & Li, 'Understanding the Sparse Vector Technique for
+    Differential Privacy' (2017), Alg. 1; Lebensold, Precup & Balle, 'On the Privacy of Selection
+    Mechanisms with Gaussian Noise' (2024), Alg. 1. Other keyword arguments (``epsilon``, ``sigma``,
+    ``max_steps``, ``c``, ``mode``, ``rng``, …) are passed on.
 
     Examples
     --------

@@ -1,8 +1,9 @@
 """Nearest users: the k users whose one point is nearest to a public point (Algorithm 8).
 
-Spec: adaptive-budgeting.md §5.3 (baselines ``pt`` / ``dist``, Lemmas 6.4–6.7, Algorithm 8 over
-Algorithm 5, ties), §4.5 (interactive elimination), §4.6 and §5.5 (charges: a user dropped at
-round r pays the parts of rounds 1..r), §7 (pitfalls 8, 9, 19, 20).
+See ``docs/operations/nearest_users.md`` and ``docs/operations/range_count.md`` (baselines ``pt`` /
+``dist``, Lemmas 6.4–6.7, Algorithm 8 over Algorithm 5, ties, interactive elimination, the exact
+charge, charges: a user dropped at round r pays the parts of rounds 1..r, pitfalls); Liang & Yi,
+'Adaptive Privacy Budgeting' (2026), Alg. 8, Alg. 5.
 
 Each user contributes one point (one component); h(x) = ||x − q|| is 1-Lipschitz. The elimination
 machinery is :func:`gpframe.queries.elimination.eliminate_interactive`; this module adds the
@@ -45,7 +46,8 @@ class NearestArrays:
         Distance error (metres) of every output rank at confidence 1 − β: 0 when ``exact``, else
         E_{i_j} + max_i E_i with each user's width at β_post/n (Lemmas 6.4–6.7).
     charges, allocations : ndarray of object (Fraction)
-        Per user, in the filter's units (eliminated users pay less, §4.6).
+        Per user, in the filter's units (eliminated users pay less,
+        ``docs/operations/range_count.md``).
     rounds_run : ndarray of int64
     elimination : Elimination
     """
@@ -74,7 +76,9 @@ def nearest_users_arrays(
     scale_max: float | Fraction = 1,
     rng: Any = None,
 ) -> NearestArrays:
-    """Find the k users nearest to ``point_m``, one point per user (Algorithm 8; spec §5.3).
+    """Find the k users nearest to ``point_m``, one point per user.
+
+    See ``docs/operations/nearest_users.md`` (Algorithm 8).
 
     Parameters
     ----------
@@ -91,7 +95,8 @@ def nearest_users_arrays(
     method : {"pt", "dist", "pt-elim", "dist-elim"}
         Point or distance privatization, one round (baselines) or interactive elimination.
     rounds, split : int, {"even", "doubling"}
-        Elimination rounds c and split π (spec §4.3; default doubling, c = 10).
+        Elimination rounds c and split π (``docs/operations/range_count.md``; default doubling, c =
+        10).
     beta : float
         Total failure probability: β/2 for the eliminations, β/2 for the final selection.
     unit : Fraction, optional
@@ -166,12 +171,12 @@ def nearest_users_arrays(
         sel = S[np.argsort(est, kind="stable")] if np.isfinite(est).all() else S
         exact_out, err = True, 0.0
     else:
-        # ties (and the order of equal estimates) by a random permutation of the query (§5.3 (6))
+        # ties (and the order of equal estimates) by a random permutation of the query
         keys = bits.arr(S.size, np.uint64)
         order = np.lexsort((keys, est))
         sel = S[order[:k]]
         w = out.width_fn(b_post / max(queried, 1))
-        # Lemmas 6.4–6.7 with each user's own width (unequal allocations, [D]): E_{i_j} + max E
+        # Lemmas 6.4–6.7 with each user's own width (unequal allocations): E_{i_j} + max E
         err = float(np.nanmax(w[sel]) + np.nanmax(w[S])) if S.size else math.nan
         exact_out = False
     return NearestArrays(

@@ -1,7 +1,8 @@
 """The identity query ``privatize``: release a noisy copy of every point of every user.
 
-Spec: concentrated-geo-privacy.md §6 (GP Basic §6.1, CGP Basic §6.2, contract §6.3);
-secure-noise.md §7.4(c2), §7.4(f), §9.3 (lattice calibration), §10 (never sample per row).
+See ``docs/operations/privatize.md`` and ``docs/noise.md`` (GP Basic, CGP Basic, contract, the r_min
+floor, projection scale, lattice calibration, never sample per row); Liang & Yi, 'Concentrated
+Geo-Privacy' (2023).
 
 This module is the pure algorithm over arrays. It knows nothing of pandas or of the ledger: the
 caller (the accessor, the DuckDB UDF) groups rows into users, reserves the allocations that
@@ -12,8 +13,8 @@ Two ways to spend a user's amount (``per=``):
 
 ``per="user"``
     The user's amount is split over their n points: each point gets ε/n (GP) or ρ/n (CGP), so
-    the whole tuple is ε-GP / ρ-CGP under the max-over-points metric (§6.1-§6.2). The user is
-    charged the amount.
+    the whole tuple is ε-GP / ρ-CGP under the max-over-points metric
+    (``docs/operations/privatize.md``). The user is charged the amount.
 ``per="point"``
     Every point is released at the amount; the user is charged n × amount. This is what a SQL
     UDF that sees one row at a time does, and the Python path offers it so both agree exactly.
@@ -21,7 +22,7 @@ Two ways to spend a user's amount (``per=``):
 Units. ε is per metre of the ground and ρ per square metre. The projection stretches distances
 by at most ``scale_max`` over the data (UTM: ≤ 1.001 inside its zone), so the mechanism runs at
 ε/scale_max (ρ/scale_max²) per projected metre: the guarantee then holds in ground metres
-(secure-noise.md §7.4(f)). The charge is the mechanism's :class:`Guarantee` amount converted back
+(``docs/noise.md``). The charge is the mechanism's :class:`Guarantee` amount converted back
 to ground units, never a recomputed nominal value.
 """
 
@@ -59,9 +60,9 @@ KINDS = ("gp", "cgp")
 #: how a user's amount is spent over their points
 PERS = ("user", "point")
 
-#: largest GP eps per metre a mechanism accepts (secure-noise.md §9.4: eps_max = 100)
+#: largest GP eps per metre a mechanism accepts (docs/noise.md: eps_max = 100)
 EPS_MAX = Fraction(100)
-#: coordinates must satisfy |x / g| < 2**52 for exact snapping (secure-noise.md §9.2); with
+#: coordinates must satisfy |x / g| < 2**52 for exact snapping (docs/noise.md); with
 #: g <= 2**-10 m that is |x| < 2**42 m. We refuse far earlier: no projected CRS goes near 2**40 m.
 COORD_MAX_M = float(2**40)
 #: largest noise scale privatize releases at, metres (GP 1/ε, CGP σ per coordinate): about
@@ -113,10 +114,10 @@ def check_point_amount(
     ``part`` is the per-point amount after the per-user split; the mechanism runs at it divided
     by the projection's largest scale factor ``scale_max`` (ε/k for GP, ρ/k² for CGP, in its
     units: ε per projected metre, ρ per m²), and that is what is checked. It checks exactly what
-    :func:`~gpframe.mechanisms.planar_laplace` (``check_eps``: ε in [2⁻⁴⁰, 100], secure-noise.md
-    §9.4) or :func:`~gpframe.mechanisms.gaussian_cgp` would check, runs the §9.3 calibration,
-    and refuses a noise scale above :data:`NOISE_SCALE_MAX_M` (GP 1/ε, CGP σ per coordinate).
-    A failure here leaves the ledger untouched.
+    :func:`~gpframe.mechanisms.planar_laplace` (``check_eps``: ε in [2⁻⁴⁰, 100], ``docs/noise.md``)
+    or :func:`~gpframe.mechanisms.gaussian_cgp` would check, runs the calibration, and refuses a
+    noise scale above :data:`NOISE_SCALE_MAX_M` (GP 1/ε, CGP σ per coordinate). A failure here
+    leaves the ledger untouched.
 
     >>> check_point_amount("cgp", Fraction(1, 10**4))
     >>> check_point_amount("cgp", Fraction(1, 10**20))
@@ -220,7 +221,8 @@ def per_point_amounts(counts: NDArray[np.integer], amount: Fraction, per: str) -
     """Return the ground-unit amount each point of each user is released at.
 
     ``per="user"`` splits the user's amount over their n points, exactly: n parts of
-    ``amount / n`` sum to ``amount``, never more (concentrated-geo-privacy.md §6.1-§6.2).
+    ``amount / n`` sum to ``amount``, never more (``docs/operations/privatize.md``; Liang & Yi,
+    'Concentrated Geo-Privacy' (2023), Thm. 4.6, Thm. 4.8).
 
     >>> per_point_amounts(np.array([1, 4]), Fraction(1, 10), "user")
     [Fraction(1, 10), Fraction(1, 40)]
@@ -231,7 +233,7 @@ def per_point_amounts(counts: NDArray[np.integer], amount: Fraction, per: str) -
 
 
 def progress_enabled(progress: bool | None) -> bool:
-    """``progress=None`` means on in a terminal or a notebook, off otherwise (STYLE.md §10).
+    """``progress=None`` means on in a terminal or a notebook, off otherwise.
 
     >>> progress_enabled(False)
     False
@@ -264,8 +266,9 @@ class PrivatizeArrays:
         Per user, the radius all of that user's points stay within w.p. ≥ 1 − β (NaN if not
         admitted), in metres of the projected CRS: the proven lattice bound of
         :func:`gpframe.mechanisms.error_bound` with a union bound over the user's n points
-        (continuous forms: CGP √(n ln(n/β)/ρ) for per="user", concentrated-geo-privacy.md §6.2;
-        GP (n/ε)(−W₋₁(−β/(ne)) − 1), §6.1).
+        (continuous forms: CGP √(n ln(n/β)/ρ) for per="user", ``docs/operations/privatize.md``;
+        Liang & Yi, 'Concentrated Geo-Privacy' (2023), Thm. 4.8; GP (n/ε)(−W₋₁(−β/(ne)) − 1),
+        ``docs/operations/privatize.md``).
     max_error_all_m : float
         The radius that every released point stays within, w.p. ≥ 1 − β (union over all).
     noise_scale_m : ndarray, float64, shape (n_users,)
@@ -315,8 +318,9 @@ def privatize_points(
 ) -> PrivatizeArrays:
     """Release every point of the admitted users under GP Basic or CGP Basic.
 
-    Spec: concentrated-geo-privacy.md §6.1 (GP Basic), §6.2 (CGP Basic), §6.3 (contract);
-    secure-noise.md §9.3 (lattice calibration), §7.4(f) (projection scale), §10 (batching).
+    See ``docs/operations/privatize.md`` and ``docs/noise.md`` (GP Basic, CGP Basic, contract,
+    lattice calibration, projection scale, batching); Liang & Yi, 'Concentrated Geo-Privacy' (2023),
+    Thm. 4.6, Thm. 4.8.
 
     Parameters
     ----------
@@ -364,7 +368,7 @@ def privatize_points(
     units (× scale_max for GP, × scale_max² for CGP): ε (ρ) for ``per="user"``, n × ε for
     ``per="point"``; 0 for users not admitted.
     All noise is drawn in one sampler call per distinct per-point amount (per="point": one call;
-    per="user": one per distinct point count), never per row (secure-noise.md §10).
+    per="user": one per distinct point count), never per row (``docs/noise.md``).
 
     Examples
     --------
@@ -410,7 +414,7 @@ def privatize_points(
 
     # Users with the same per-point amount share one sampler call: with per="point" that is
     # everybody, with per="user" one call per distinct point count. Never one call per row:
-    # a single-sample call leaks its noise through its run time (secure-noise.md §10).
+    # a single-sample call leaks its noise through its run time (docs/noise.md).
     # Grouping is vectorised (no per-user Python): a group's rows are the positions of the
     # stable by-user order whose user is in the group, i.e. users ascending, rows in input
     # order within a user.
@@ -530,7 +534,7 @@ def make_privatize_result(
     }
     if g is not None:
         params["g_m"] = g
-    # the floor of the guarantee: 1 m unless a very coarse noise scale raised it (secure-noise §9.1)
+    # the floor of the guarantee: 1 m unless a very coarse noise scale raised it (docs/noise.md)
     floors = [
         float(g.metric[1])
         for g in out.guarantees
@@ -551,7 +555,8 @@ def make_privatize_result(
         allocations=alloc,
         excluded=ids[~np.asarray(admitted, dtype=bool) & (np.asarray(counts) > 0)].tolist(),
         query_id=str(query_id),
-        spec="concentrated-geo-privacy.md §6.1-§6.3; secure-noise.md §7.4, §9.3",
+        spec="docs/operations/privatize.md and docs/noise.md; Liang & Yi, 'Concentrated "
+        "Geo-Privacy' (2023), Thm. 4.6, Thm. 4.8",
     )
 
 

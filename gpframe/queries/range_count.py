@@ -1,8 +1,9 @@
 """Private range counting over polygons: ``pt``, ``dist``, ``pt-elim``, ``dist-elim``.
 
-Spec: adaptive-budgeting.md §5.1 (signed distance (11), Lemma 6.3, the baselines, the threshold
-shift of Appendix B, Algorithm 6, the error bound), §4 (elimination), §5.5 (charges), §7
-(pitfalls). Each user contributes one point (one component, §1.6); the caller picks it.
+See ``docs/operations/range_count.md`` (signed distance (11), Lemma 6.3, the baselines, the
+threshold shift of Appendix B, Algorithm 6, the error bound, elimination, charges, pitfalls);
+Liang & Yi, 'Adaptive Privacy Budgeting' (2026), Alg. 6. Each user contributes one point (one
+component, ``docs/ledger.md``); the caller picks it.
 
 This module is the pure algorithm over projected arrays (:func:`range_count_arrays`) plus a thin
 ledger driver (:func:`run_range_count`) that reserves, runs, charges and builds the
@@ -43,10 +44,10 @@ __all__ = [
     "threshold_shift_rectangle",
 ]
 
-#: the four methods of spec §5.1
+#: the four methods of docs/operations/range_count.md
 METHODS = ("pt", "dist", "pt-elim", "dist-elim")
 #: reductions of several rows of one user in the selected component; both keep one of the
-#: user's own points, chosen by row order (public), so the charge stays one point's (spec §1.6)
+#: user's own points, chosen by row order (public), so the charge stays one point's
 REDUCTIONS = ("first", "last")
 _NOTHING = "Nothing was charged."
 
@@ -74,9 +75,10 @@ def _check_region(region: Any, name: str = "region") -> Any:
 def signed_distance(xy: Any, region: Any) -> NDArray[np.float64]:
     """Signed distance f(x) to the boundary of ``region``: −dist inside (closed), +dist outside.
 
-    Spec §5.1 eq. (11). The boundary includes every ring (holes, all parts of a MultiPolygon),
-    so f is 1-Lipschitz (Lemma 6.3). Vectorised with shapely 2, in projected metres; a point on
-    the boundary has f = 0 and counts as inside.
+    See ``docs/operations/range_count.md``; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), Alg. 6,
+    eq. (11). The boundary includes every ring (holes, all parts of a MultiPolygon), so f is
+    1-Lipschitz (Lemma 6.3). Vectorised with shapely 2, in projected metres; a point on the boundary
+    has f = 0 and counts as inside.
 
     Parameters
     ----------
@@ -123,7 +125,9 @@ def rectangle_sides(region: Any) -> tuple[float, float] | None:
 
 
 def threshold_shift_rectangle(w: Any, a: float, b: float) -> Any:
-    """Appendix B threshold shift s(w; a, b) for a rectangle with sides a, b (θ = −s), spec §5.1.
+    """Appendix B threshold shift s(w; a, b) for a rectangle with sides a, b (θ = −s).
+
+    See ``docs/operations/range_count.md``.
 
     Case 1 (inner rectangle non-empty): s₁ = ((a+b) − √((a+b)² − 16w²))/4; case 2:
     s₂ = w − (√((a+b)² + 4ab) − (a+b))/4; clipped to [0, w]. Vectorised over ``w``.
@@ -151,7 +155,9 @@ def _bands(region: Any, w: float, s: float) -> tuple[float, float]:
 
 
 def threshold_shift_polygon(w: float, region: Any, *, iterations: int = 50) -> float:
-    r"""Appendix B shift for any polygon, by bisection on buffered areas (spec §5.1 [D]).
+    r"""Appendix B shift for any polygon, by bisection on buffered areas.
+
+    See ``docs/operations/range_count.md``.
 
     Finds s ∈ [0, w] with area(buffer(R, w−s) \\ R) = area(R \\ buffer(R, −(w+s))). With no sign
     change: s = 0 when the outer band is already the smaller, else s = w.
@@ -199,7 +205,9 @@ def shift_for_region(w: Any, region: Any) -> NDArray[np.float64]:
 
 
 def correctness_radius(n: int, beta: float, a: Any, method: str) -> Any:
-    """Baseline correctness radii (continuous): pt √(ln(n/β)/a), dist √(ln(2n/β)/a) (spec §5.1).
+    """Baseline correctness radii (continuous): pt √(ln(n/β)/a), dist √(ln(2n/β)/a).
+
+    See ``docs/operations/range_count.md``.
 
     >>> round(float(correctness_radius(10000, 0.05, 1e-4, "pt")), 7)
     349.3719028
@@ -223,7 +231,8 @@ class RangeCountArrays:
     estimate : int
         The private count of queried users inside the region.
     error : int
-        U: with probability ≥ 1 − β, |estimate − true count| ≤ U (spec §5.1, released values only).
+        U: with probability ≥ 1 − β, |estimate − true count| ≤ U
+        (``docs/operations/range_count.md``, released values only).
     confidence : float
         1 − β.
     charges : ndarray of object (Fraction), shape (n,)
@@ -282,14 +291,14 @@ def range_count_arrays(
     n_union: int | None = None,
     rng: Any = None,
 ) -> RangeCountArrays:
-    """Private count of users inside ``region_m`` (spec §5.1, Algorithm 6).
+    """Private count of users inside ``region_m`` (``docs/operations/range_count.md``).
 
     Parameters
     ----------
     xy_m : array_like, shape (n, 2)
         One point per user, projected metres.
     users : array_like, shape (n,)
-        User ids (only checked for uniqueness: one component per user, spec §1.6).
+        User ids (only checked for uniqueness: one component per user, ``docs/ledger.md``).
     region_m : shapely Polygon or MultiPolygon
         The range, in the same projected metres (holes and several parts allowed).
     kind : {"cgp", "gp"}
@@ -298,16 +307,17 @@ def range_count_arrays(
         Per-user allocation in ground units; 0: the user is not queried (e.g. refused).
     method : {"pt", "dist", "pt-elim", "dist-elim"}
     rounds, split : int, {"even", "doubling"}
-        For the ``*-elim`` methods (spec §4.3); the baselines use one round.
+        For the ``*-elim`` methods (``docs/operations/range_count.md``); the baselines use one
+        round.
     beta : float
         Failure probability of the error bound; the elimination methods spend β/2 on the
-        eliminations and β/2 on the survivors (spec §5.1 [G]).
+        eliminations and β/2 on the survivors (``docs/operations/range_count.md``).
     shift : bool, optional
         Appendix B threshold shift (default: on for ``dist`` methods, off for ``pt``).
     unit : Fraction, optional
         The ledger unit parts are rounded down to.
     scale_max : float
-        Projection scale factor (secure-noise.md §7.4(f)); noise runs at ρ/k² (ε/k).
+        Projection scale factor (``docs/noise.md``); noise runs at ρ/k² (ε/k).
     n_union : int, optional
         The n of the union bounds (default: the queried users). A caller that processes users
         in batches (a vectorised SQL UDF) passes the query's total so results do not depend on
@@ -323,8 +333,9 @@ def range_count_arrays(
     Noise: ``pt`` releases each point once (``gaussian_cgp`` d = 2 or ``planar_laplace``), ``dist``
     the signed distance once (``gaussian_cgp`` d = 1 or ``laplace_gp``), at the allocation; the
     ``*-elim`` methods release round j's part to the still-undecided users (Algorithm 4, h = f,
-    ν = 0). Charge: baselines the allocation; ``*-elim`` the parts of the rounds run (§4.6, §5.5).
-    Error: U = #{i ∈ S: |f̂_i| ≤ r_i}, r_i the width of user i's final estimate at β_post/n.
+    ν = 0). Charge: baselines the allocation; ``*-elim`` the parts of the rounds run
+    (``docs/operations/range_count.md``). Error: U = #{i ∈ S: |f̂_i| ≤ r_i}, r_i the width of user
+    i's final estimate at β_post/n.
 
     Examples
     --------
@@ -353,7 +364,7 @@ def range_count_arrays(
     if len(np.unique(uid)) != uid.size:
         raise InvalidInputError(
             "users has repeated ids: range_count reads one point (component) per user; select it "
-            f"with component=... or reduce the rows first (spec §1.6). {_NOTHING}"
+            f"with component=... or reduce the rows first (docs/ledger.md). {_NOTHING}"
         )
     b = probability(beta)
     is_dist = method.startswith("dist")
@@ -364,7 +375,7 @@ def range_count_arrays(
     def h(p: np.ndarray) -> np.ndarray:
         return signed_distance(p, region)
 
-    # n of the union bounds: the users asked, fixed before the query (pitfall 20)
+    # n of the union bounds: the users asked, fixed before the query
     common = dict(kind=kind, unit=unit, scale_max=scale_max, rng=rng, n_union=n_union)
     if is_dist:
         data, triple, hh = signed_distance(xy, region), "dist", None
@@ -476,7 +487,9 @@ def run_range_count(
     rng: Any = None,
     query: str = "range_count",
 ) -> Any:
-    """Reserve → run → charge → :class:`~gpframe.results.Result` for one region (spec §5.1, §4.6).
+    """Reserve → run → charge → :class:`~gpframe.results.Result` for one region.
+
+    See ``docs/operations/range_count.md``.
 
     Parameters
     ----------
@@ -503,7 +516,7 @@ def run_range_count(
     -----
     Invalid regions or parameters raise :class:`~gpframe.errors.InvalidInputError` before the
     ledger is touched. The charge (Σ of the rounds' guarantees) is committed before the Result
-    is built (pitfall 3).
+    is built.
     """
     from gpframe.geo import project_geometry
     from gpframe.mechanisms.noise.bits import resolve_rng
@@ -522,14 +535,15 @@ def run_range_count(
     if kind == "cgp" and (rho is None or eps is not None):
         if allocations is None:
             raise InvalidInputError(
-                f"this session's filters are CGP: pass rho=... (the Gaussian versions; spec §4.7). "
+                f"this session's filters are CGP: pass rho=... (the Gaussian versions; "
+                "docs/operations/range_count.md). "
                 f"{_NOTHING}"
             )
     if kind == "gp" and (eps is None or rho is not None):
         if allocations is None:
             raise InvalidInputError(
                 "this session's filters are pure GP: pass eps=... (a Gaussian step is never "
-                f"admitted by a pure-GP filter; spec §7 pitfall 5). {_NOTHING}"
+                f"admitted by a pure-GP filter; docs/operations/range_count.md). {_NOTHING}"
             )
     if method not in METHODS:
         raise InvalidInputError(
@@ -543,7 +557,7 @@ def run_range_count(
     if len(np.unique(users)) != users.size:
         raise InvalidInputError(
             "several rows per user: range_count reads one point per user; select it with "
-            f"component=... (spec §1.6). {_NOTHING}"
+            f"component=... (docs/ledger.md). {_NOTHING}"
         )
     amt: Any = allocations if allocations is not None else (rho if kind == "cgp" else eps)
     params = {"method": method, "rounds": rounds, "split": split, "beta": beta,
@@ -604,7 +618,8 @@ def run_range_count(
         allocations=pd.Series([float(a) for a in alloc[adm]], index=idx, dtype=np.float64),
         excluded=users[~adm].tolist(),
         query_id=ran.query_id,
-        spec="adaptive-budgeting.md §4.4, §4.6, §5.1, §5.5",
+        spec="docs/operations/range_count.md; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), "
+             "Alg. 4, Alg. 6",
     )  # fmt: skip
 
 
@@ -616,10 +631,10 @@ def run_range_count(
 class Last:
     """Component rule: each user's last row by the time column ``column``, before ``before``.
 
-    "The user's last fix before τ" reads timestamps only, never locations (spec §7 pitfall 10).
-    Users without a row before ``before`` are not asked (they are not in the count). Exported
-    as ``gp.Last``; pass it as ``component=`` of ``range_count``, ``kde``, ``kde_raster`` and
-    ``nearest_users``.
+    "The user's last fix before τ" reads timestamps only, never locations
+    (``docs/operations/range_count.md``). Users without a row before ``before`` are not asked (they
+    are not in the count). Exported as ``gp.Last``; pass it as ``component=`` of ``range_count``,
+    ``kde``, ``kde_raster`` and ``nearest_users``.
 
     >>> import gpframe as gp
     >>> gp.Last("time", before="2020-12-02 12:00")
@@ -698,13 +713,14 @@ def select_component(
     component : None, tuple, callable, ``"first"``, ``"last"``, :class:`First` or :class:`Last`
         ``None``: all rows (each user must have one). ``(column, value)``: rows where
         ``frame[column] == value`` (e.g. ``("hour", 7)``). A callable ``f(frame)`` returning a
-        boolean mask (it must read public columns only, never the coordinates: pitfall 10).
+        boolean mask (it must read public columns only, never the coordinates).
         ``"last"`` / ``"first"`` (or ``Last(col, before=t)`` / ``First(col, after=t)``): per user
         the last / first row by the time column (the frame's only datetime column for the strings).
     reduce : {"first", "last"}, optional
         What to do with several rows of one user in the component: keep the first / last in row
         order. Without it, several rows are an ``InvalidInputError``. A mean is not offered: it is
-        not one of the user's points (and its charge would need the Lipschitz rule of §1.6).
+        not one of the user's points (and its charge would need the Lipschitz rule of
+        ``docs/ledger.md``).
 
     Returns
     -------
@@ -727,7 +743,7 @@ def select_component(
     if reduce is not None and reduce not in REDUCTIONS:
         raise InvalidInputError(
             f"reduce={reduce!r} is not one of {', '.join(map(repr, REDUCTIONS))}: a reduction must "
-            f"keep one of the user's own points (spec §1.6). {_NOTHING}"
+            f"keep one of the user's own points (docs/ledger.md). {_NOTHING}"
         )
     if isinstance(component, str):
         if component not in ("first", "last"):
@@ -793,7 +809,7 @@ def select_component(
             show = ", ".join(map(repr, many[:5].tolist())) + (", ..." if many.size > 5 else "")
             raise InvalidInputError(
                 f"{many.size} user(s) have several rows in the selected component (users {show}); "
-                "range_count reads one point per user (spec §1.6). Select one with component="
+                "range_count reads one point per user (docs/ledger.md). Select one with component="
                 "('hour', 7), component='last' or Last('time', before=...), or pass reduce='last' "
                 f"/ 'first' (row order). {_NOTHING}"
             )

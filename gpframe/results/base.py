@@ -1,9 +1,9 @@
 """Result objects returned by every query: the value, its error bound and what it cost.
 
-DESIGN.md §3 step 6; STYLE.md §4, §10. A :class:`Result` carries the private value, an error
-bound at a stated confidence 1 − β (computed from released values and public parameters only,
-adaptive-budgeting.md §7 pitfall 19), the mechanism and its parameters, the guarantee (notion,
-metric and the r_min floor of secure-noise.md §7.4(c2)), and the per-user charges committed to
+See ``docs/internals.md`` (one call's data flow). A :class:`Result` carries the private value, an
+error bound at a stated confidence 1 − β (computed from released values and public parameters only,
+never from the true data), the mechanism and its parameters, the guarantee (notion,
+metric and the r_min floor of ``docs/noise.md``), and the per-user charges committed to
 the ledger before the result was built. Operations subclass it (one module per family in
 :mod:`gpframe.results`) and override :meth:`Result._value_summary`.
 
@@ -36,7 +36,7 @@ from gpframe.errors import GpframeError, InvalidInputError
 
 __all__ = ["CuratorViewError", "Result", "ResultAttr"]
 
-# parameter name and unit of each notion, as users type them (STYLE.md §2)
+# parameter name and unit of each notion, as users type them
 _PARAM = {"gp": "eps", "cgp": "rho", "dp": "epsilon", "zcdp": "rho", "dp_expost": "epsilon"}
 _UNIT = {"gp": " m⁻¹", "cgp": " m⁻²", "dp": "", "zcdp": "", "dp_expost": ""}
 _NOTION = {
@@ -145,7 +145,7 @@ class Result:
     metric : str or tuple
         The metric of the guarantee: ``"euclidean"``, ``("floor", r_min)`` or ``"hamming"``.
     r_min : float or None
-        The lattice floor in metres (secure-noise.md §7.4(c2)); None for central notions.
+        The lattice floor in metres (``docs/noise.md``); None for central notions.
     charges : Series or mapping
         Amount committed per admitted user (index: user id), in the filter's units. Metric
         notions only: a central result drops it (it is ``None``; see ``query_id``).
@@ -159,10 +159,10 @@ class Result:
         The id of the query in the ledger. For a central result, the curator's per-user view
         (charges, allocations, exclusions) is ``session.report(query_id=result.query_id)``.
     spec : str
-        The spec sections the operation implements.
+        The docs pages and papers the operation implements.
     approx : tuple or None
         Optional (δ, A) to add, for information only, the approximate-GP reading of a CGP
-        charge ("≈ (ε, δ, A)-GP via Lem. 3.7", concentrated-geo-privacy.md §3.6).
+        charge ("≈ (ε, δ, A)-GP via Lem. 3.7", ``docs/ledger.md``).
     spent_at_most : float or None
         Central notions: what any one user can have been charged by this query, in the filter's
         units, computed from public parameters (e.g. 3·ε per cell × ``max_cells``) or from
@@ -292,7 +292,9 @@ class Result:
 
     @property
     def saved(self) -> float:
-        """Total saving: allocations minus charges, summed over users (adaptive-budgeting §4.6).
+        """Total saving: allocations minus charges, summed over users.
+
+        See ``docs/operations/range_count.md``.
 
         Metric notions only (a central saving is summed over the data's users).
         """
@@ -326,7 +328,7 @@ class Result:
         }
 
     def privacy_statement(self) -> str:
-        """One paragraph saying what the charges protect, per notion (DESIGN.md §4)."""
+        """One paragraph saying what the charges protect, per notion (``docs/ledger.md``)."""
         amt = self._amount(self.spent_max)
         if self.kind == "gp":
             core = (
@@ -364,7 +366,8 @@ class Result:
         else:
             core = (
                 f"Each charged user was charged the realized ex-post {amt} of this output "
-                "(selection.md §6.3); the pure-DP filter keeps the user's total within budget."
+                "(docs/operations/monitoring.md); the pure-DP filter keeps the user's total within "
+                "budget."
             )
         if self.notion == "metric":
             core += (

@@ -26,7 +26,11 @@ class GridStatsResult(Result):
     mechanism: str = "laplace_dp"
     kind: str = "dp"
     metric: str | tuple = "hamming"
-    spec: str = "clip-user.md §6-§9; secure-noise.md §9.3"
+    spec: str = (
+        "docs/operations/grid_stats.md and docs/noise.md; Rameshwar & Tandon, 'On Improving the "
+        "Composition Privacy Loss in Differential Privacy for Fixed Estimation Error' (2024), "
+        "Alg. 1, Prop. V.1, eq. (15)"
+    )
     Gamma: int = 0
     Gamma_prime: int = 0
     E_star: float = math.nan

@@ -17,12 +17,14 @@ __all__ = ["KdeResult"]
 
 @dataclass(frozen=True, eq=False, repr=False)
 class KdeResult(Result):
-    """Result of ``kde`` (adaptive-budgeting.md §5.2): the private KDE at each query point.
+    """Result of ``kde``: the private KDE at each query point.
+
+    See ``docs/operations/kde.md``; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), Alg. 7.
 
     ``value`` is a float for one query point, else a GeoDataFrame (one row per query point, in the
     query points' CRS) with ``kde``, ``error`` (w.p. ``confidence``, |kde − true KDE| ≤ error),
     ``n_far`` / ``n_near`` (users eliminated as farther than ν / kept), ``saving`` and ``query_id``.
-    KDE(q) = (1/n) Σ_i exp(−||x_i − q||²/(2b²)) ∈ [0, 1] (the spec's 2b² convention).
+    KDE(q) = (1/n) Σ_i exp(−||x_i − q||²/(2b²)) ∈ [0, 1] (the 2b² convention of Liang & Yi).
 
     Examples
     --------
@@ -35,7 +37,10 @@ class KdeResult(Result):
 
     error_kind: str = "absolute KDE error"
     mechanism: str = "gaussian_cgp"
-    spec: str = "adaptive-budgeting.md §4.4, §4.6, §5.2, §5.5"
+    spec: str = (
+        "docs/operations/kde.md and docs/operations/range_count.md; Liang & Yi, 'Adaptive Privacy "
+        "Budgeting' (2026), Alg. 4, Alg. 7"
+    )
     #: per query point table (a GeoDataFrame), also for a single point
     points: Any = None
 

@@ -20,7 +20,10 @@ class KnnResult(Result):
     """
 
     error_kind: str = "distance error of every rank (m)"
-    spec: str = "concentrated-geo-privacy.md §7.1-§7.3, §9.4"
+    spec: str = (
+        "docs/operations/knn.md; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Alg. 2, Thm. 4.10, "
+        "4.11, Alg. 3"
+    )
     errors: Any = None
 
     def _value_summary(self) -> str:
@@ -32,11 +35,14 @@ class HullResult(Result):
     """Result of ``convex_hull``: one private hull per user (``value``, a GeoDataFrame).
 
     ``params["spend"]`` is the per-user budget split (centre, radius, pnn, release); ``error`` the
-    largest paper bound γ₁ + γ₂ + γ₃ (metres, "as stated", spec §8.4).
+    largest paper bound γ₁ + γ₂ + γ₃ (metres, "as stated", ``docs/operations/convex_hull.md``).
     """
 
     error_kind: str = "hull error, paper bound as stated (m)"
-    spec: str = "concentrated-geo-privacy.md §8.1-§8.5"
+    spec: str = (
+        "docs/operations/convex_hull.md; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Alg. 4, "
+        "Thm. 4.16"
+    )
 
     def _value_summary(self) -> str:
         return f"<{len(self.value)} hulls>"
@@ -61,7 +67,11 @@ class NearestResult(Result):
     """Result of ``nearest_users``: ``value`` is the list of the k user ids (nearest first)."""
 
     error_kind: str = "distance error of every rank (m)"
-    spec: str = "adaptive-budgeting.md §4.5, §5.3, §5.5"
+    spec: str = (
+        "docs/operations/knn.md, docs/operations/range_count.md and "
+        "docs/operations/nearest_users.md; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), "
+        "Alg. 5, Alg. 8"
+    )
 
     def _value_summary(self) -> str:
         return f"<{len(self.value)} users>"

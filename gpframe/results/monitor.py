@@ -32,7 +32,8 @@ class MonitorResult(Result):
     epsilon_worst : float
         Σ of the per-run worst cases (Gaussian mode R: the reservations R).
     epsilon_exante : float or None
-        ZW20's ex-ante (ε, δ = 10⁻⁵) bound summed over runs, for comparison only (Gaussian).
+        Zhu & Wang's (2020) ex-ante (ε, δ = 10⁻⁵) bound summed over runs, for comparison only
+        (Gaussian).
     stopped : str
         Why monitoring ended: ``"c_tops"``, ``"end"``, ``"max_steps"`` or ``"budget"``.
     spent_at_most : float

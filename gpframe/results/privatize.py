@@ -12,7 +12,9 @@ __all__ = ["PrivatizeResult"]
 
 @dataclass(frozen=True, eq=False, repr=False)
 class PrivatizeResult(Result):
-    """Result of ``privatize``: the users' points released with noise (concentrated-geo-privacy §6).
+    """Result of ``privatize``: the users' points released with noise.
+
+    See ``docs/operations/privatize.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023).
 
     ``value`` is an (n, 2) array of projected metres or a GeoDataFrame of points.
 
@@ -29,7 +31,7 @@ class PrivatizeResult(Result):
 
     error_kind: str = "max point error (m)"
     mechanism: str = "gaussian_cgp"
-    spec: str = "concentrated-geo-privacy.md §6"
+    spec: str = "docs/operations/privatize.md; Liang & Yi, 'Concentrated Geo-Privacy' (2023)"
     #: per-user bound (metres) on the distance of all of that user's points, w.p. >= 1 - beta
     max_error_m: Any = None
 

@@ -15,7 +15,9 @@ __all__ = ["RangeCountResult"]
 
 @dataclass(frozen=True, eq=False, repr=False)
 class RangeCountResult(Result):
-    """Result of ``range_count`` (adaptive-budgeting.md §5.1): private counts per region.
+    """Result of ``range_count``: private counts per region.
+
+    See ``docs/operations/range_count.md``; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), Alg. 6.
 
     ``value`` is the private count (an int) for one polygon, or a (Geo)DataFrame with one row per
     region (index of the regions) for a GeoSeries / GeoDataFrame. :meth:`to_frame` always gives the
@@ -35,7 +37,10 @@ class RangeCountResult(Result):
     """
 
     error_kind: str = "count error (users)"
-    spec: str = "adaptive-budgeting.md §1.6, §4.4, §4.6, §5.1, §5.5"
+    spec: str = (
+        "docs/operations/range_count.md and docs/ledger.md; Liang & Yi, 'Adaptive Privacy "
+        "Budgeting' (2026), Thm. 5.1, Alg. 4, Alg. 6"
+    )
     #: per-region table (see the class docstring)
     regions: Any = None
     #: Σ over regions of the number of users who stopped after exactly r rounds (index r)
@@ -53,7 +58,7 @@ class RangeCountResult(Result):
 
     @property
     def saving_fraction(self) -> float:
-        """Saved / allocated over all charged users (the spec §6.2 privacy saving)."""
+        """Saved / allocated over all charged users (the privacy saving)."""
         if self.allocations is None or not self.n_charged:
             return 0.0
         tot = float(math.fsum(self.allocations.to_numpy()))

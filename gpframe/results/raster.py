@@ -1,10 +1,11 @@
 """``Raster``: a private density grid with its transform, CRS, privacy statement and exports.
 
-Returned by ``df.geopriv(...).kde_raster(...)`` (adaptive-budgeting.md §5.2 "Rasters"). It is a
-:class:`~gpframe.results.Result` whose ``value`` is the 2-D numpy array (row 0 = north), plus the
-georeferencing: ``transform`` is the GDAL / ``affine`` 6-tuple (a, b, c, d, e, f) with
-x = a·col + b·row + c and y = d·col + e·row + f at the cell's upper-left corner, and ``crs`` the
-projected metre CRS the grid lives in. Everything here is post-processing of released values.
+Returned by ``df.geopriv(...).kde_raster(...)`` (``docs/operations/kde.md``: Rasters; Liang & Yi,
+'Adaptive Privacy Budgeting' (2026), Alg. 7). It is a :class:`~gpframe.results.Result` whose
+``value`` is the 2-D numpy array (row 0 = north), plus the georeferencing: ``transform`` is the GDAL
+/ ``affine`` 6-tuple (a, b, c, d, e, f) with x = a·col + b·row + c and y = d·col + e·row + f at the
+cell's upper-left corner, and ``crs`` the projected metre CRS the grid lives in. Everything here is
+post-processing of released values.
 
 Optional dependencies are imported inside the methods: matplotlib for :meth:`Raster.plot`,
 xarray for :meth:`Raster.to_xarray`, rasterio for :meth:`Raster.to_geotiff`.
@@ -56,7 +57,10 @@ class Raster(Result):
     units: str = "density (per m², integrates to 1)"
     error_kind: str = "max cell error (per m²)"
     mechanism: str = "gaussian_cgp"
-    spec: str = "adaptive-budgeting.md §5.2 (rasters), §5.5; secure-noise.md §9.3"
+    spec: str = (
+        "docs/operations/kde.md and docs/noise.md (rasters); Liang & Yi, 'Adaptive Privacy "
+        "Budgeting' (2026), Alg. 7"
+    )
 
     # ------------------------------------------------------------------ geometry
 

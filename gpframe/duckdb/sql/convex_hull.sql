@@ -1,5 +1,5 @@
 -- Private convex hull per user in DuckDB with gp_convex_hull / gp_convex_hull_gp
--- (concentrated-geo-privacy.md §8; issue 8).
+-- (docs/operations/convex_hull.md; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Alg. 4).
 --
 -- Setup (Python):
 --     import duckdb, gpframe as gp

@@ -1,4 +1,6 @@
--- Private per-cell mean and variance in DuckDB after a Clip-User plan (clip-user.md §7-§10; issue 6).
+-- Private per-cell mean and variance in DuckDB after a Clip-User plan
+-- (docs/operations/grid_stats.md; Rameshwar & Tandon, 'On Improving the Composition Privacy Loss in
+-- Differential Privacy for Fixed Estimation Error' (2024), Alg. 1, Prop. V.1, eq. (15)).
 --
 -- Setup (Python):
 --     import duckdb, gpframe as gp

@@ -1,4 +1,5 @@
--- Private Gaussian KDE in DuckDB with gp_kde_contribution (adaptive-budgeting.md §5.2; issue 7).
+-- Private Gaussian KDE in DuckDB with gp_kde_contribution (docs/operations/kde.md; Liang & Yi,
+-- 'Adaptive Privacy Budgeting' (2026), Alg. 7).
 --
 -- Setup (Python):
 --     import duckdb, gpframe as gp
@@ -7,7 +8,8 @@
 --     session = gp.Session("ledger.sqlite", budget=gp.CGP(rho=1e-4))
 --     register_kde(con, session)
 -- and tables in one projected metre CRS (e.g. UTM 18N, EPSG:32618):
---     pings(user_id, x, y)   one row per user: the user's selected point (a component, §1.6)
+--     pings(user_id, x, y)   one row per user: the user's selected point (a component,
+--     docs/ledger.md)
 --     probes(name, qx, qy)   public query points
 --
 -- Each user's contribution exp(-d^2 / (2 b^2)) is released on its own (pt-elim, nu = 3b, doubling

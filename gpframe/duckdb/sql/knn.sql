@@ -1,5 +1,5 @@
 -- Private k nearest neighbours per user in DuckDB with gp_knn / gp_knn_gp
--- (concentrated-geo-privacy.md §7; issue 8).
+-- (docs/operations/knn.md; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Alg. 2, 3).
 --
 -- Setup (Python):
 --     import duckdb, gpframe as gp

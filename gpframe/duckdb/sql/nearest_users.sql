@@ -1,9 +1,10 @@
--- Private nearest users from DuckDB (adaptive-budgeting.md §5.3, Algorithm 8; issue 8).
+-- Private nearest users from DuckDB (docs/operations/nearest_users.md; Liang & Yi, 'Adaptive
+-- Privacy Budgeting' (2026), Alg. 8).
 --
 -- Nearest users is multi-round: each round releases noisy distances of the users still in
 -- play and drops the ones that are surely not among the k nearest, and a user's charge depends
 -- on the round they were dropped at. A SQL function sees one batch at a time and cannot run
--- rounds across users, so there is no gp_ function or table macro for it (STYLE.md §9): the
+-- rounds across users, so there is no gp_ function or table macro for it (docs/sql.md): the
 -- rounds run in Python and the result comes back as a relation.
 --
 -- Setup (Python):
@@ -14,7 +15,8 @@
 -- and a table in one projected metre CRS (e.g. UTM 18N, EPSG:32618):
 --     pings(user_id, ts, x, y)   one row per fix
 
--- 1. Nearest users reads ONE point per user (spec §1.6): pick it in SQL, here each user's last fix.
+-- 1. Nearest users reads ONE point per user (docs/ledger.md): pick it in SQL, here each user's last
+-- fix.
 CREATE OR REPLACE TEMP VIEW last_fix AS
 SELECT user_id, arg_max(x, ts) AS x, arg_max(y, ts) AS y
 FROM pings

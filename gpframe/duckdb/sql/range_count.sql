@@ -1,4 +1,5 @@
--- Private range count in DuckDB with gp_in_region (adaptive-budgeting.md §5.1; issue 5).
+-- Private range count in DuckDB with gp_in_region (docs/operations/range_count.md; Liang & Yi,
+-- 'Adaptive Privacy Budgeting' (2026), Alg. 6).
 --
 -- Setup (Python):
 --     import duckdb, gpframe as gp

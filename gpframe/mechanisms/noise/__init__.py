@@ -1,4 +1,4 @@
-"""Exact, vectorised lattice noise samplers in lattice units (secure-noise.md §3-§9).
+"""Exact, vectorised lattice noise samplers in lattice units (``docs/noise.md``).
 
 Every sampler takes exact rational parameters and a :class:`BitSource` (None: OS CSPRNG), returns
 int64 lattice indices whose law is exactly the target pmf, and lets no float decide an outcome

@@ -1,21 +1,24 @@
-"""Vectorised exact Bernoulli(exp(-gamma)): the batch form of CKS20 Alg. 1 (secure-noise.md §4.4).
+"""Vectorised exact Bernoulli(exp(-gamma)): the batch form of CKS20 Alg. 1.
 
-Inputs are float arrays ``glo <= gamma <= ghi`` (certified enclosures, §4.3) and an exact callback
-``exact_less(i, W, m, M)`` that decides ``U * M < gamma_i`` for a uniform ``U`` whose first
-``m`` bits are ``W``, drawing more bits of the same ``U`` when needed.
+See ``docs/noise.md``; Canonne, Kamath & Steinke, 'The Discrete Gaussian for Differential Privacy'
+(2020), Alg. 1.
+
+Inputs are float arrays ``glo <= gamma <= ghi`` (certified enclosures, ``docs/noise.md``) and an
+exact callback ``exact_less(i, W, m, M)`` that decides ``U * M < gamma_i`` for a uniform ``U`` whose
+first ``m`` bits are ``W``, drawing more bits of the same ``U`` when needed.
 
 First the integer part: ``j = floor(glo)`` is an integer with ``j <= gamma`` (a float's floor
 is exact), so ``exp(-gamma) = exp(-j) * exp(-(gamma - j))``. Bernoulli(exp(-j)) is a
 constant-probability draw (one 32-bit word against ``floor(exp(-j) 2**32)``, ties by
 :class:`LazyUniform`), and the remainder's enclosure ``[glo - j, ghi - j]`` is exact by
-Sterbenz's lemma. As in CKS20, who multiply ``floor(gamma)`` Bernoulli(exp(-1)) draws, this
-leaves a remainder below 1 (up to the margin), so one vectorised step replaces the
-``ceil(gamma)`` sequential pieces of §4.4 step 1 for large gamma.
+Sterbenz's lemma. As in Canonne, Kamath & Steinke (2020), who multiply ``floor(gamma)``
+Bernoulli(exp(-1)) draws, this leaves a remainder below 1 (up to the margin), so one vectorised step
+replaces the ``ceil(gamma)`` sequential pieces of ``docs/noise.md`` for large gamma.
 
 The remainder ``r`` is split into ``n_i = max(1, ceil(rhi_i))`` pieces ``r / n_i <= 1`` (almost
-always ``n_i = 1``), and CKS20 Alg. 1 runs on each piece: ``K = 1``; while
-Bernoulli(r / (n_i K)) succeeds, ``K += 1``; the piece succeeds iff ``K`` is odd. Every
-Bernoulli draw is one certified 16-bit draw (Lemma 1, §4.3):
+always ``n_i = 1``), and Canonne, Kamath & Steinke (2020) Alg. 1 runs on each piece: ``K = 1``;
+while Bernoulli(r / (n_i K)) succeeds, ``K += 1``; the piece succeeds iff ``K`` is odd. Every
+Bernoulli draw is one certified 16-bit draw (Lemma 1, ``docs/noise.md``):
 
 * ``(W + 1) * M / 2**16 <= glo`` proves ``U * M < gamma`` (success);
 * ``W * M / 2**16 >= ghi`` proves ``U * M >= gamma`` (failure);
@@ -74,7 +77,10 @@ def enclose(glo: np.ndarray, ghi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def lazy_rational_less(W: int, m: int, M: int, num: int, den: int, bits: BitSource) -> bool:
-    """Decide ``U * M < num / den`` exactly, ``U`` uniform with ``m``-bit prefix ``W`` (§4.2)."""
+    """Decide ``U * M < num / den`` exactly, ``U`` uniform with ``m``-bit prefix ``W``.
+
+    See ``docs/noise.md``.
+    """
     m_max = m + 64 * MAX_EXTENSIONS
     while True:
         rhs = num << m
@@ -91,8 +97,9 @@ def lazy_rational_less(W: int, m: int, M: int, num: int, den: int, bits: BitSour
 def _check_rounds(K: float) -> None:
     """Raise when a Bernoulli(exp(-gamma)) draw reaches round ``K_MAX`` (a stuck source).
 
-    Round K of CKS20 Alg. 1 (on one piece, gamma/n_i <= 1) continues with probability at most
-    1/K, so a draw reaches round K_MAX with probability at most 1/(K_MAX - 1)! < 2**-700.
+    Round K of Canonne, Kamath & Steinke (2020) Alg. 1 (on one piece, gamma/n_i <= 1) continues with
+    probability at most 1/K, so a draw reaches round K_MAX with probability at most 1/(K_MAX - 1)! <
+    2**-700.
     """
     if K >= K_MAX:
         raise broken_source(f"a Bernoulli(exp(-gamma)) draw reached round {int(K)}", "2**-700")

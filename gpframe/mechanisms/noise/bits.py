@@ -1,4 +1,4 @@
-"""Where every random bit comes from (secure-noise.md §3).
+"""Where every random bit comes from (``docs/noise.md``).
 
 The default source is the operating system's CSPRNG (``os.urandom``, Linux ``getrandom(2)``). An
 optional AES-256-CTR keystream (``AesCtrRandom``) keys itself afresh from ``os.urandom`` on every
@@ -11,7 +11,7 @@ library's own source classes only, recognised by exact class (not by attributes,
 objects and subclasses defined elsewhere are refused), and a test source only while enabled,
 whatever its ``seeded`` attribute says.
 
-Samplers never cache bytes across calls (R7): every call draws what it needs, in an order fixed by
+Samplers never cache bytes across calls: every call draws what it needs, in an order fixed by
 the call's arguments and the bits themselves.
 
 >>> src = resolve_rng(None)
@@ -44,7 +44,7 @@ __all__ = [
 
 @runtime_checkable
 class BitSource(Protocol):
-    """A source of uniform random bytes (secure-noise.md §3.2)."""
+    """A source of uniform random bytes (``docs/noise.md``)."""
 
     name: str
     seeded: bool
@@ -105,7 +105,7 @@ class OsRandom(_Derived):
 class AesCtrRandom(_Derived):
     """AES-256-CTR keystream with a fresh ``os.urandom`` key and counter block per request.
 
-    Opt-in fast backend (extra ``gpframe[fast]``, secure-noise.md §3.1): each ``bytes(n)`` call
+    Opt-in fast backend (extra ``gpframe[fast]``, ``docs/noise.md``): each ``bytes(n)`` call
     draws a new 32-byte key and 16-byte initial counter from ``os.urandom`` and returns the first
     ``n`` keystream bytes, so a request's key never outlives the request.
     """

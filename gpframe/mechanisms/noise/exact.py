@@ -1,4 +1,4 @@
-"""Exact constants and lazily refined uniforms (secure-noise.md §4.1-§4.2).
+"""Exact constants and lazily refined uniforms (``docs/noise.md``).
 
 Everything here uses Python integers and ``Fraction`` only: no float and no transcendental
 function decides anything.
@@ -41,7 +41,9 @@ def _ceil_div(a: int, b: int) -> int:
 
 @lru_cache(maxsize=4096)
 def exp_neg_bounds(x: Fraction, P: int) -> tuple[int, int]:
-    """Integers ``(lo, hi)`` with ``lo <= exp(-x) * 2**P <= hi`` for rational ``x >= 0`` (§4.1).
+    """Integers ``(lo, hi)`` with ``lo <= exp(-x) * 2**P <= hi`` for rational ``x >= 0``.
+
+    See ``docs/noise.md``.
 
     Range reduction ``exp(-x) = exp(-x/m)**m`` with ``x/m <= 1/4``, an alternating series
     bracketed by consecutive exact partial sums, then repeated squaring with floor (lower bound)
@@ -90,7 +92,7 @@ def exp_neg_bounds(x: Fraction, P: int) -> tuple[int, int]:
 
 
 class ExactProb:
-    """A probability ``p`` known through integer bounds at any precision (§4.1).
+    """A probability ``p`` known through integer bounds at any precision (``docs/noise.md``).
 
     ``bounds(P)`` returns ``(lo, hi)`` with ``lo <= p * 2**P <= hi``; ``floor(k)`` raises ``P``
     by 64 until the floors of the two bounds agree. That terminates because every ``p`` used here is
@@ -125,7 +127,10 @@ class ExactProb:
 
     @classmethod
     def logistic_exp_neg(cls, x: Fraction) -> ExactProb:
-        """``p = E / (1 + E)`` with ``E = exp(-x)`` (design A digits, §5.4); increasing in E."""
+        """``p = E / (1 + E)`` with ``E = exp(-x)``; increasing in E.
+
+        See ``docs/noise.md`` (design A digits).
+        """
         x = Fraction(x)
 
         def b(P: int) -> tuple[int, int]:
@@ -137,7 +142,10 @@ class ExactProb:
 
     @classmethod
     def p_zero(cls, x: Fraction) -> ExactProb:
-        """``p0 = (1 - E) / (1 + E)``, ``E = exp(-x)`` (coarse Laplace, §5.5); decreasing in E."""
+        """``p0 = (1 - E) / (1 + E)``, ``E = exp(-x)``; decreasing in E.
+
+        See ``docs/noise.md`` (coarse Laplace).
+        """
         x = Fraction(x)
 
         def b(P: int) -> tuple[int, int]:
@@ -161,7 +169,7 @@ def refine_msg(times: int) -> str:
 
 
 class LazyUniform:
-    """A uniform ``U`` in [0, 1) known through its first ``m`` bits ``W`` (§4.2).
+    """A uniform ``U`` in [0, 1) known through its first ``m`` bits ``W`` (``docs/noise.md``).
 
     ``less_than(p)`` returns exactly ``1[U < p]``, drawing 64 more bits of the same ``U`` whenever
     the prefix ties with ``floor(p * 2**m)``.
@@ -219,7 +227,7 @@ def as_fraction(
     ------
     InvalidInputError
         NaN, infinities, non-numbers, or a value outside ``[lo, hi]`` (``(lo, hi]`` if ``lo_open``),
-        naming ``name``; raised before any bit is drawn (R8).
+        naming ``name``; raised before any bit is drawn.
     """
     import numpy as np
 
@@ -246,7 +254,7 @@ def as_fraction(
         br = "(" if lo_open else "["
         raise InvalidInputError(
             f"{name}={float(fr):.6g} is outside the supported range {br}{lo_s}, {hi_s}] "
-            "(secure-noise.md §9.4). Choose a coarser or finer lattice step g so the lattice-unit "
+            "(docs/noise.md). Choose a coarser or finer lattice step g so the lattice-unit "
             "parameter falls in range. Nothing was charged."
         )
     return fr

@@ -1,11 +1,13 @@
-"""Exact discrete Gaussian on Z and Z^d, in lattice units (secure-noise.md §6, §8).
+"""Exact discrete Gaussian on Z and Z^d, in lattice units.
+
+See ``docs/noise.md``: discrete Gaussian, Gaussian noise on points.
 
 >>> from fractions import Fraction
 >>> discrete_gaussian(Fraction(100), 3, None).shape
 (3,)
 >>> discrete_gaussian_nd(Fraction(100), 2, 3, None).shape
 (3, 2)
->>> round_sigma2(Fraction(1, 3)) * 2**16        # rounded up to a multiple of 2**-16 (§6.3)
+>>> round_sigma2(Fraction(1, 3)) * 2**16        # rounded up to a multiple of 2**-16
 Fraction(21846, 1)
 """
 
@@ -28,14 +30,14 @@ from gpframe.mechanisms.noise.laplace import _collect, check_n, param_key
 
 __all__ = ["discrete_gaussian", "discrete_gaussian_nd", "round_sigma2"]
 
-SIGMA2_MIN, SIGMA2_MAX = Fraction(1, 2**8), Fraction(2**48)  # sigma_g in [2^-4, 2^24] (§6.3)
+SIGMA2_MIN, SIGMA2_MAX = Fraction(1, 2**8), Fraction(2**48)  # sigma_g in [2^-4, 2^24]
 ACC_GAUSSIAN = 0.70
-_REL = 2.0**-49  # 16u margin against a proven 6.1u (§4.3, §6.2)
+_REL = 2.0**-49  # 16u margin against a proven 6.1u
 K_FAST = 1 << 37  # |k| dt < 2^62 in int64 (dt <= 2^24 + 2^16)
 
 
 def round_sigma2(sigma2: Fraction) -> Fraction:
-    """Round ``sigma2`` **up** to the §6.3 representation (more noise is always safe).
+    """Round ``sigma2`` **up** to the representation (more noise is always safe).
 
     An integer when ``sigma2 >= 2**16``, otherwise a multiple of ``2**-16``.
     """
@@ -82,14 +84,17 @@ def _gauss_plan(sigma2: Any) -> _GaussPlan:
 
 
 def discrete_gaussian(sigma2: Any, n: int, bits: BitSource | None) -> np.ndarray:
-    """Exact discrete Gaussian ``P(k) ∝ exp(-k**2 / (2 sigma2))`` on the integers (§6.2).
+    """Exact discrete Gaussian ``P(k) ∝ exp(-k**2 / (2 sigma2))`` on the integers.
 
-    CKS20 Alg. 3 in batch form: the design-B Laplace proposal at ``t = floor(sigma) + 1`` and one
-    exact Bernoulli(exp(-gamma)) with ``gamma = e/t + (|k| - sigma2/t)**2 / (2 sigma2)``, deciding
-    the proposal's deficit and the Gaussian correction together. The wrappers calibrate
-    ``sigma2 >= Delta**2 / (2 rho)`` (§9.3) and charge rho-zCDP (or rho-CGP).
+    See ``docs/noise.md``.
 
-    ``sigma2`` may be any positive rational in range; it is rounded **up** internally to the §6.3
+    Canonne, Kamath & Steinke (2020) Alg. 3 in batch form: the design-B Laplace proposal at ``t =
+    floor(sigma) + 1`` and one exact Bernoulli(exp(-gamma)) with ``gamma = e/t + (|k| - sigma2/t)**2
+    / (2 sigma2)``, deciding the proposal's deficit and the Gaussian correction together. The
+    wrappers calibrate ``sigma2 >= Delta**2 / (2 rho)`` (``docs/noise.md``) and charge rho-zCDP (or
+    rho-CGP).
+
+    ``sigma2`` may be any positive rational in range; it is rounded **up** internally to the
     representation (:func:`round_sigma2`), so the law sampled is that of the rounded value.
 
     Parameters
@@ -154,14 +159,14 @@ def discrete_gaussian(sigma2: Any, n: int, bits: BitSource | None) -> np.ndarray
 
 
 def discrete_gaussian_nd(sigma2: Any, d: int, n: int, bits: BitSource | None) -> np.ndarray:
-    """``n`` points of independent discrete Gaussians per axis on ``Z^d`` (secure-noise.md §8).
+    """``n`` points of independent discrete Gaussians per axis on ``Z^d`` (``docs/noise.md``).
 
     The joint pmf is ``∝ exp(-||k||² / (2 sigma2))``: the isotropic Gaussian restricted to the
     lattice, so no joint acceptance is needed. Returns ``int64[n, d]``.
     """
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 1 <= int(d) <= 4:
         raise InvalidInputError(
-            f"d={d!r} must be an integer from 1 to 4 (secure-noise.md §8). Nothing was charged."
+            f"d={d!r} must be an integer from 1 to 4 (docs/noise.md). Nothing was charged."
         )
     d = int(d)
     n = check_n(n)

@@ -1,12 +1,12 @@
 """Geometric building blocks: the V table, the design-B block proposal and design-A digits.
 
-* :class:`VTable` (secure-noise.md §5.3 step 1): ``V ~ Geometric(Q)`` with ``Q = exp(-x)``, from one
+* :class:`VTable` (``docs/noise.md``): ``V ~ Geometric(Q)`` with ``Q = exp(-x)``, from one
   32-bit word per draw via a 2**16-entry bucket table; words that tie with a threshold ``T_v =
   floor(Q**v 2**32)`` (or equal 0) are decided exactly by :class:`LazyUniform`.
-* :class:`BlockGeometric` (§5.3 steps 1-3): the proposal ``k = (B V + R)`` or ``-(B V + R) - 1``
+* :class:`BlockGeometric` (``docs/noise.md``): the proposal ``k = (B V + R)`` or ``-(B V + R) - 1``
   at rate ``lam`` with block ``B = 2**L``, ``lam B in (1/32, 1/16]`` (``B = 1`` for coarse rates).
-* :class:`DigitGeometric` (§5.4, design A): the same geometric through independent binary digits,
-  with integer comparisons only.
+* :class:`DigitGeometric` (``docs/noise.md``, design A): the same geometric through independent
+  binary digits, with integer comparisons only.
 
 All tables are built with exact integer arithmetic, cached by the exact ``Fraction`` and read-only.
 """
@@ -147,7 +147,7 @@ def _word_dtype(nbits: int) -> np.dtype:
 
 
 class BlockGeometric:
-    """Design-B proposal at rate ``lam`` (secure-noise.md §5.3 steps 1-3).
+    """Design-B proposal at rate ``lam`` (``docs/noise.md``).
 
     ``L = max{l >= 0 : lam 2**l <= 1/16}`` (0 when ``lam > 1/32``), ``B = 2**L`` and
     ``Q = exp(-lam B)``.
@@ -168,7 +168,7 @@ class BlockGeometric:
         self.rs_dtype = _word_dtype(L + 1)
         self.vlimit = (_LIMIT >> L) - 1
         # Byte layout of one request: largest word type first, so every view is aligned (the
-        # order is fixed by the parameters, R7).
+        # order is fixed by the parameters).
         rs = self.rs_dtype.itemsize
         segs = sorted(
             [
@@ -233,7 +233,7 @@ FORCE_EXACT_DIGITS = False
 
 
 class DigitGeometric:
-    """Design-A geometric magnitude (secure-noise.md §5.4): no float operation at all.
+    """Design-A geometric magnitude (``docs/noise.md``): no float operation at all.
 
     ``G = B V + R`` with ``lam B in (1/2, 1]`` (``B = 1`` when ``lam > 1/2``), ``V`` from the 32-bit
     table at ``Q = exp(-lam B)``, and ``R``'s ``L`` binary digits independent with

@@ -1,9 +1,11 @@
-"""T-IEEE: known-answer checks of assumption A-IEEE, run once at import (secure-noise.md §4.3, §12).
+"""T-IEEE: known-answer checks of assumption A-IEEE, run once at import.
+
+See ``docs/noise.md``: certified float comparisons, tests.
 
 The fast paths rely on numpy's float64 ``+ - * / sqrt`` and int64->float64 casts being IEEE-754
 binary64 with round-to-nearest-even. If any known answer is wrong, ``EXACT_ONLY`` becomes True and
-the samplers switch to design A (§5.4, no float at all) and to exact acceptance bounds, with a
-``GpframeWarning``.
+the samplers switch to design A (``docs/noise.md``, no float at all) and to exact acceptance bounds,
+with a ``GpframeWarning``.
 
 >>> self_test()
 True
@@ -67,8 +69,8 @@ def self_test() -> bool:
 EXACT_ONLY: bool = not self_test()
 if EXACT_ONLY:  # pragma: no cover - only on a non-IEEE numpy build
     warnings.warn(
-        "gpframe: numpy float64 arithmetic failed the IEEE-754 known-answer tests (secure-noise.md "
-        "§4.3); noise samplers use the slower float-free paths.",
+        "gpframe: numpy float64 arithmetic failed the IEEE-754 known-answer tests (docs/noise.md); "
+        "noise samplers use the slower float-free paths.",
         GpframeWarning,
         stacklevel=2,
     )

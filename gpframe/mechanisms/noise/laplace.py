@@ -1,4 +1,6 @@
-"""Exact discrete Laplace and lattice Laplace samplers, in lattice units (secure-noise.md §5, §7).
+"""Exact discrete Laplace and lattice Laplace samplers, in lattice units.
+
+See ``docs/noise.md``: discrete Laplace, lattice Laplace.
 
 >>> from fractions import Fraction
 >>> k = discrete_laplace(Fraction(1, 3), 5, None)
@@ -45,12 +47,12 @@ LAM_MIN, LAM_MAX = Fraction(1, 2**40), Fraction(2**10)
 A_MIN, A_MAX = Fraction(1, 2**24), Fraction(2**4)
 D_MAX = 4
 
-#: Internal chunk of proposals (secure-noise.md §10): arrays that stay in cache run faster.
+#: Internal chunk of proposals (docs/noise.md): arrays that stay in cache run faster.
 CHUNK = 1 << 18
-#: Fixed acceptance constants (R7): batch sizes depend on (n, parameters) only.
+#: Fixed acceptance constants: batch sizes depend on (n, parameters) only.
 ACC_LAPLACE = 0.96
 ACC_LATTICE = {1: 0.9, 2: 0.72, 3: 0.55, 4: 0.42}
-_REL = 2.0**-50  # margin for lam * e: 8u against a proven 2.01u (§4.3)
+_REL = 2.0**-50  # margin for lam * e: 8u against a proven 2.01u
 _PLANAR_MARGIN = 2.0**-44
 #: Rows with some |k_i| at or above this take the exact path (float N would not be exact).
 BIG_K = 1 << 52
@@ -106,7 +108,7 @@ def _collect(n: int, acc: float, draw: Any, width: int = 0, chunk: int = CHUNK) 
 
 
 # --------------------------------------------------------------------------------------------
-# 1-D discrete Laplace, design B (§5.3) and the coarse path (§5.5)
+# 1-D discrete Laplace, design B and the coarse path
 
 
 def param_key(x: Any) -> tuple[int, int] | None:
@@ -133,7 +135,7 @@ class _LaplacePlan:
         self.coarse = self.geo.L == 0
         self.lam_f = float(lam)
         self.num, self.den = lam.numerator, lam.denominator
-        # The coarse path (§5.5) needs p0 and the V table at q = exp(-lam).
+        # The coarse path needs p0 and the V table at q = exp(-lam).
         self.p0 = _p0(lam) if self.coarse else None
         self.vt = v_table(lam) if self.coarse else None
 
@@ -175,7 +177,7 @@ def _p0(lam: Fraction) -> tuple[ExactProb, int]:
 
 
 def _laplace_coarse_batch(lam: Any, m: int, bits: BitSource) -> np.ndarray:
-    """§5.5: 0 with probability (1-q)/(1+q), else a fair sign times 1 + Geometric(q)."""
+    """Coarse scales: 0 with probability (1-q)/(1+q), else a fair sign times 1 + Geometric(q)."""
     plan = lam if isinstance(lam, _LaplacePlan) else _laplace_plan(lam)
     p0, T0 = plan.p0
     vt = plan.vt
@@ -192,16 +194,20 @@ def _laplace_coarse_batch(lam: Any, m: int, bits: BitSource) -> np.ndarray:
 
 
 def discrete_laplace(lam: Any, n: int, bits: BitSource | None) -> np.ndarray:
-    """Exact discrete Laplace ``P(k) ∝ exp(-lam |k|)`` on the integers (secure-noise.md §5.3, §5.5).
+    """Exact discrete Laplace ``P(k) ∝ exp(-lam |k|)`` on the integers.
+
+    See ``docs/noise.md``: block-geometric proposal, coarse scales.
 
     Design B: a block-geometric proposal with a shifted sign and one exact Bernoulli(exp(-lam e))
-    per proposal; for ``lam > 1/32`` (scale ``t < 32``) the rejection-free three-way split of §5.5.
-    Callers calibrate ``lam = epsilon / Delta`` in lattice units (§9.3) and charge epsilon.
+    per proposal; for ``lam > 1/32`` (scale ``t < 32``) the rejection-free three-way split of
+    ``docs/noise.md``. Callers calibrate ``lam = epsilon / Delta`` in lattice units
+    (``docs/noise.md``) and charge epsilon.
 
     Parameters
     ----------
     lam : Fraction, int or float
-        The rate ``1/t`` in lattice units, converted exactly; range ``[2**-40, 2**10]`` (§5.6).
+        The rate ``1/t`` in lattice units, converted exactly; range ``[2**-40, 2**10]``
+        (``docs/noise.md``).
     n : int
         Number of samples.
     bits : BitSource or None
@@ -215,7 +221,7 @@ def discrete_laplace(lam: Any, n: int, bits: BitSource | None) -> np.ndarray:
     Raises
     ------
     InvalidInputError
-        ``lam`` not finite or out of range, or a bad ``n``, before any bit is drawn (R8).
+        ``lam`` not finite or out of range, or a bad ``n``, before any bit is drawn.
     NoiseOverflowError
         A draw with ``|k| >= 2**62`` (probability below ``exp(-2**22)``).
     """
@@ -232,11 +238,13 @@ def discrete_laplace(lam: Any, n: int, bits: BitSource | None) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------
-# Design A (§5.4): no float at all
+# Design A: no float at all
 
 
 def discrete_laplace_design_a(lam: Any, n: int, bits: BitSource | None) -> np.ndarray:
-    """Exact discrete Laplace by independent binary digits, with no float operation (§5.4).
+    """Exact discrete Laplace by independent binary digits, with no float operation.
+
+    See ``docs/noise.md``.
 
     The cross-check of design B (T-XCHK) and the automatic fallback when T-IEEE fails. Same law,
     parameters and errors as :func:`discrete_laplace`; about half its speed.
@@ -263,7 +271,7 @@ def discrete_laplace_design_a(lam: Any, n: int, bits: BitSource | None) -> np.nd
 
 
 # --------------------------------------------------------------------------------------------
-# Lattice Laplace on Z^d (§7.2)
+# Lattice Laplace on Z^d
 
 
 def _round_down_float(a: Fraction) -> Fraction:
@@ -288,7 +296,7 @@ def _lattice_params(a: Fraction, d: int) -> tuple[Fraction, Fraction]:
 
 def _bad_d(d: Any) -> None:
     raise InvalidInputError(
-        f"d={d!r} must be an integer from 1 to {D_MAX} (secure-noise.md §7.2). Nothing was charged."
+        f"d={d!r} must be an integer from 1 to {D_MAX} (docs/noise.md). Nothing was charged."
     )
 
 
@@ -304,17 +312,17 @@ def _lattice_plan(num: int, den: int, d: int) -> tuple:
 
 
 def lattice_laplace(a: Any, d: int, n: int, bits: BitSource | None) -> np.ndarray:
-    """Exact lattice Laplace ``P(k) ∝ exp(-a ||k||_2)`` on ``Z^d``, ``d <= 4`` (§7.2).
+    """Exact lattice Laplace ``P(k) ∝ exp(-a ||k||_2)`` on ``Z^d``, ``d <= 4`` (``docs/noise.md``).
 
     Per-axis design-B proposals at the dyadic rate ``lam <= a / sqrt(d)`` (no per-axis acceptance)
     and one joint exact Bernoulli(exp(-(a ||k||_2 - lam B sum V))). ``a = eps g`` in lattice units;
     it is rounded **down** to a float (more noise) if it is not one. The release wrappers calibrate
-    ``a`` per §7.4/§9.3 and charge eps-GP w.r.t. the metric ``d_r``.
+    ``a`` per ``docs/noise.md`` and charge eps-GP w.r.t. the metric ``d_r``.
 
     Parameters
     ----------
     a : Fraction, int or float
-        Rate in lattice units, range ``[2**-24, 2**4]`` (§9.4).
+        Rate in lattice units, range ``[2**-24, 2**4]`` (``docs/noise.md``).
     d : int
         Dimension, 1 to 4.
     n : int
@@ -358,7 +366,7 @@ def lattice_laplace(a: Any, d: int, n: int, bits: BitSource | None) -> np.ndarra
         r *= a_f
         c = vs.astype(np.float64)
         c *= lamB_f
-        # gamma = r - c within 7u r; the 2^-44 r margin (and its own rounding) dominates (§4.3).
+        # gamma = r - c within 7u r; the 2^-44 r margin (and its own rounding) dominates.
         glo = r * (1.0 - _PLANAR_MARGIN)
         glo -= c
         np.maximum(glo, 0.0, out=glo)

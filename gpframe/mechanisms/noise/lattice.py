@@ -1,4 +1,4 @@
-"""Exact snapping to the lattice ``g Z^d`` and exact release (secure-noise.md §9.2).
+"""Exact snapping to the lattice ``g Z^d`` and exact release (``docs/noise.md``).
 
 ``g`` is a power of two, so ``x / g`` is exact, ``rint`` is exact, and ``(u + k) * g`` is exact
 while ``|u + k| < 2**53``: the released floats are lattice points and carry no trace of the
@@ -70,14 +70,14 @@ def check_g(g: Any, name: str = "g") -> Fraction:
         ok = ok and abs((p.bit_length() - 1) - (q.bit_length() - 1)) <= 1000
     if not ok:
         raise InvalidInputError(
-            f"{name}={g!r} must be a power of two such as 2**-10 (secure-noise.md §9.1), so that "
+            f"{name}={g!r} must be a power of two such as 2**-10 (docs/noise.md), so that "
             "snapping and release are exact. Nothing was charged."
         )
     return fr  # type: ignore[return-value]
 
 
 def snap(x: Any, g: Any, name: str) -> np.ndarray:
-    """Return ``rint(x / g)`` as int64, exactly (secure-noise.md §9.2).
+    """Return ``rint(x / g)`` as int64, exactly (``docs/noise.md``).
 
     Raises
     ------
@@ -114,7 +114,7 @@ def snap(x: Any, g: Any, name: str) -> np.ndarray:
 
 
 def release(u: Any, k: Any, g: Any) -> np.ndarray:
-    """Return ``(u + k) * g`` as float64, exactly (secure-noise.md §9.2).
+    """Return ``(u + k) * g`` as float64, exactly (``docs/noise.md``).
 
     Raises
     ------

@@ -1,15 +1,18 @@
 """Selection mechanisms: AboveThreshold / sparse vector, Report-Noisy-Max, and their accounting.
 
-Spec: selection.md (all sections); secure-noise.md §0 (the Gaussian selection exception), §9.3.
+See ``docs/operations/monitoring.md`` and ``docs/noise.md`` (the Gaussian selection exception, noise
+parameters and charges).
 
-* Laplace AboveThreshold and sparse vector (§2): :func:`laplace_above_threshold`,
-  :class:`LaplaceSVTRun` — exact discrete Laplace, ε charged ex-ante.
-* Gaussian AboveThreshold (§5): :func:`gaussian_above_threshold`, :class:`GaussianATRun` —
-  exact continuous normals (§5.9 option (A)), pure ex-post ε (:func:`eps_at_top`,
-  :func:`eps_at_bottom`, :func:`at_run_reservation`), ZW20's ex-ante bound for comparison.
-* Report-Noisy-Max (§4): :func:`gaussian_report_noisy_max` with its certified pure ε
-  (:func:`eps_rnm`, :func:`sigma_for_eps_rnm`), :func:`laplace_report_noisy_max`.
-* Subsampling (§3.1): :func:`poisson_subsample`, :func:`amplified_eps`.
+* Laplace AboveThreshold and sparse vector (``docs/operations/monitoring.md``):
+  :func:`laplace_above_threshold`, :class:`LaplaceSVTRun` — exact discrete Laplace, ε charged
+  ex-ante.
+* Gaussian AboveThreshold (``docs/operations/monitoring.md``): :func:`gaussian_above_threshold`,
+  :class:`GaussianATRun` — exact continuous normals (``docs/operations/monitoring.md``: exact
+  normals), pure ex-post ε (:func:`eps_at_top`, :func:`eps_at_bottom`, :func:`at_run_reservation`),
+  Zhu & Wang's (2020) ex-ante bound for comparison.
+* Report-Noisy-Max (``docs/operations/monitoring.md``): :func:`gaussian_report_noisy_max` with its
+  certified pure ε (:func:`eps_rnm`, :func:`sigma_for_eps_rnm`), :func:`laplace_report_noisy_max`.
+* Subsampling (``docs/operations/monitoring.md``): :func:`poisson_subsample`, :func:`amplified_eps`.
 
 Outputs are answer bits or an index only; no noisy value ever leaves these functions.
 """

@@ -13,13 +13,16 @@ from gpframe.mechanisms.released import Guarantee, _as_array
 
 __all__ = ["IDEALISED_NOTE", "ATRelease", "RNMRelease", "as_values", "clamp_fractions"]
 
-#: not used while option (A) ships; kept so a fallback would have one wording (selection.md §5.9)
+#: not used while option (A) ships; kept so a fallback would have one wording
+#: (docs/operations/monitoring.md)
 IDEALISED_NOTE = ""
 
 
 @dataclass(frozen=True)
 class ATRelease:
-    """The output of one AboveThreshold / sparse-vector run: answer bits only (selection.md §0.3).
+    """The output of one AboveThreshold / sparse-vector run: answer bits only.
+
+    See ``docs/operations/monitoring.md``.
 
     Attributes
     ----------
@@ -54,7 +57,11 @@ class ATRelease:
 
 @dataclass(frozen=True)
 class RNMRelease:
-    """The output of Report-Noisy-Max: the index only (never a noisy value, selection.md §2.5)."""
+    """The output of Report-Noisy-Max: the index only.
+
+    See ``docs/operations/monitoring.md``; Lyu, Su & Li, 'Understanding the Sparse Vector Technique
+    for Differential Privacy' (2017), Fig. 1.
+    """
 
     index: int
     epsilon: Fraction
@@ -72,7 +79,11 @@ def as_values(values: Any, name: str = "values") -> np.ndarray:
 
 
 def clamp_fractions(x: np.ndarray, a: float, b: float) -> list[Fraction]:
-    """Clamp into [a, b] (selection.md §4.1, P-3: inside the mechanism) as exact Fractions."""
+    """Clamp into [a, b] as exact Fractions.
+
+    See ``docs/operations/monitoring.md``; Lebensold, Precup & Balle, 'On the Privacy of Selection
+    Mechanisms with Gaussian Noise' (2024), Thm. 8.
+    """
     if np.isnan(x).any():
         raise InvalidInputError("values contain NaN. Nothing was charged.")
     return [Fraction(float(v)) for v in np.clip(x, a, b)]

@@ -1,14 +1,19 @@
-"""Laplace AboveThreshold and the sparse vector technique with up to c ⊤ (selection.md §2).
+"""Laplace AboveThreshold and the sparse vector technique with up to c ⊤.
 
-Noise: the exact discrete Laplace of secure-noise.md §5 on the statistic's lattice (§2.2
-"Discrete noise"), threshold drawn **once** per run, fresh noise for every query, only the ⊥/⊤
-bits released. Scales: c = 1 (the default, §0.4): threshold 2Δ/ε and queries 4Δ/ε (§2.1); c > 1:
-LSL17 Alg 1 (§2.4(a)), threshold Δ/ε₁ and queries 2cΔ/ε₂ (cΔ/ε₂ for ``monotone``), ε₁ + ε₂ = ε.
-Each draw uses the central Laplace row of secure-noise.md §9.3 with its draw scale s; the run is
-charged ε once, ex-ante, however many queries it answers.
+See ``docs/operations/monitoring.md``; Lyu, Su & Li, 'Understanding the Sparse Vector Technique for
+Differential Privacy' (2017), Alg. 1.
 
-The broken variants of §2.5 (no query noise, no cap on ⊤, noise ignoring c, a released noisy
-value) are not implemented; the audit carries them as mutants only.
+Noise: the exact discrete Laplace of ``docs/noise.md`` on the statistic's lattice
+(``docs/operations/monitoring.md``: Discrete noise), threshold drawn **once** per run, fresh noise
+for every query, only the ⊥/⊤ bits released. Scales: c = 1 (the default,
+``docs/operations/monitoring.md``): threshold 2Δ/ε and queries 4Δ/ε
+(``docs/operations/monitoring.md``); c > 1: Lyu, Su & Li (2017) Alg 1
+(``docs/operations/monitoring.md``), threshold Δ/ε₁ and queries 2cΔ/ε₂ (cΔ/ε₂ for ``monotone``), ε₁
++ ε₂ = ε. Each draw uses the central Laplace row of ``docs/noise.md`` with its draw scale s; the run
+is charged ε once, ex-ante, however many queries it answers.
+
+The broken variants of ``docs/operations/monitoring.md`` (no query noise, no cap on ⊤, noise
+ignoring c, a released noisy value) are not implemented; the audit carries them as mutants only.
 """
 
 from __future__ import annotations
@@ -30,7 +35,10 @@ from gpframe.mechanisms.selection.certified import svt_laplace_split
 
 __all__ = ["LaplaceSVTRun", "laplace_above_threshold"]
 
-SPEC = "selection §2.1-2.4 (LSL17 Alg 1), secure-noise §5, §9.3 (multi-draw)"
+SPEC = (
+    "docs/operations/monitoring.md and docs/noise.md (Lyu, Su & Li (2017) Alg 1, multi-draw); "
+    "Roth & Smith, 'Additional tools and applications for DP-stability' (lecture notes)"
+)
 
 
 def _count(c: object, name: str) -> int:
@@ -45,7 +53,7 @@ class LaplaceSVTRun:
     Examples
     --------
     >>> run = LaplaceSVTRun(threshold=50, epsilon=1, sensitivity=1, integer=True)
-    >>> run.scales                       # (threshold, query) = (2Δ/ε, 4Δ/ε), §2.1
+    >>> run.scales                       # (threshold, query) = (2Δ/ε, 4Δ/ε)
     (Fraction(2, 1), Fraction(4, 1))
     >>> run.step(10) in (True, False)
     True
@@ -71,11 +79,11 @@ class LaplaceSVTRun:
                 f"threshold={threshold!r} must be a finite public number. Nothing was charged."
             )
         if self.c == 1 and not monotone:
-            e1 = e2 = eps / 2  # §2.1 / §0.4: Lap(2Δ/ε) and Lap(4Δ/ε)
+            e1 = e2 = eps / 2  # Lap(2Δ/ε) and Lap(4Δ/ε)
         else:
             e1, e2 = svt_laplace_split(eps, self.c, bool(monotone))
         mult = self.c if monotone else 2 * self.c
-        s_t, s_q = eps / e1, mult * eps / e2  # draw scales of secure-noise.md §9.3
+        s_t, s_q = eps / e1, mult * eps / e2  # draw scales of docs/noise.md
         cal_t = central_laplace(eps, delta, integer=bool(integer), s=s_t)
         cal_q = central_laplace(eps, delta, integer=bool(integer), s=s_q)
         if cal_t.g != cal_q.g:
@@ -92,7 +100,7 @@ class LaplaceSVTRun:
         # ⊤ iff u + k_q − k_t ≥ ceil(T/g): exact on the lattice (T is public)
         tg = Fraction(t) / self.g
         self._t_units = -((-tg.numerator) // tg.denominator)
-        self._k_t = int(discrete_laplace(self.lam_t, 1, self._bits)[0])  # drawn once (P-8)
+        self._k_t = int(discrete_laplace(self.lam_t, 1, self._bits)[0])  # drawn once
         self.answers: list[bool] = []
 
     @property
@@ -134,8 +142,10 @@ def laplace_above_threshold(
 ) -> ATRelease:
     """Laplace AboveThreshold (c = 1) / sparse vector (c > 1) over precomputed query values.
 
-    Spec: selection.md §2.1–2.2 (c = 1), §2.4(a) (LSL17 Alg 1), §2.3 (accuracy);
-    secure-noise.md §5, §9.3 (multi-draw rows).
+    See ``docs/operations/monitoring.md`` and ``docs/noise.md`` (c = 1, Lyu, Su & Li (2017) Alg 1,
+    accuracy, discrete Laplace, multi-draw rows); Roth & Smith, 'Additional tools and applications
+    for DP-stability' (lecture notes); Lyu, Su & Li, 'Understanding the Sparse Vector Technique for
+    Differential Privacy' (2017), Alg. 1.
 
     Parameters
     ----------
@@ -168,7 +178,7 @@ def laplace_above_threshold(
     Notes
     -----
     Noise: discrete Laplace, threshold scale Δ/ε₁ and query scale 2cΔ/ε₂ (c = 1: 2Δ/ε, 4Δ/ε), in
-    lattice units rounded up (P-7). Charge: ε on each user's central ledger, whatever the length.
+    lattice units rounded up. Charge: ε on each user's central ledger, whatever the length.
 
     Examples
     --------

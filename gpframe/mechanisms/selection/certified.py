@@ -1,12 +1,18 @@
-"""Certified privacy amounts for the selection mechanisms (selection.md §2.4, §3.1, §4, §5, §6.3).
+"""Certified privacy amounts for the selection mechanisms.
+
+See ``docs/operations/monitoring.md``: sparse vector with c positives, amplification by subsampling,
+Gaussian Report-Noisy-Max, Gaussian AboveThreshold, the pure ex-post filter; Lyu, Su & Li,
+'Understanding the Sparse Vector Technique for Differential Privacy' (2017), Alg. 1; Roth & Smith,
+'Additional tools and applications for DP-stability' (lecture notes); Lebensold, Precup & Balle, 'On
+the Privacy of Selection Mechanisms with Gaussian Noise' (2024), Thm. 8, Alg. 1.
 
 Every pure ε here is an **upper** bound that is never below the true value: the log-concave
-integrals of §4.3 are bracketed by tangent (upper) and chord (lower) bounds per cell, the float
-error is covered by a 10⁻¹⁰ margin, and the result is moved one float towards +∞
-(:func:`round_charge`). Any NaN or infinity raises; it never becomes a zero charge (P-5).
+integrals of ``docs/operations/monitoring.md`` are bracketed by tangent (upper) and chord (lower)
+bounds per cell, the float error is covered by a 10⁻¹⁰ margin, and the result is moved one float
+towards +∞ (:func:`round_charge`). Any NaN or infinity raises; it never becomes a zero charge.
 
 Pure functions of public parameters; nothing here touches data, randomness or the ledger.
-(selection.md §6.6 places these in ``accounting/``; they live here because that package has
+(The layer plan puts these in ``accounting/``; they live here because that package has
 another owner. They import nothing from ``ledger``.)
 """
 
@@ -42,7 +48,7 @@ __all__ = [
     "zw20_rdp",
 ]
 
-#: default bracket width for ln J (selection.md §4.3)
+#: default bracket width for ln J (docs/operations/monitoring.md)
 TOL = 1e-9
 #: cap on the cells of one bracket: refinement stops there and keeps the valid upper end
 _MAX_CELLS = 1 << 21
@@ -65,7 +71,7 @@ def round_charge(x: float) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# §4.3 the certified bracket of ln ∫ φ(x) Π Φ(s_k x + c_k)^{w_k} dx
+# the certified bracket of ln ∫ φ(x) Π Φ(s_k x + c_k)^{w_k} dx
 
 
 def _lnshc(y: np.ndarray, upper: bool) -> np.ndarray:
@@ -236,8 +242,8 @@ def log_integral_bracket(
 ) -> tuple[float, float]:
     """Return ``(lo, up)`` with ``lo <= ln J <= up`` for J = E[Π Φ(s_k X + c_k)^{w_k}], X ~ N(0,1).
 
-    Spec: selection.md §4.3 (the bracket contract, tails, refinement and fail-closed rules) with
-    third-order cell bounds in place of the tangent / chord pair of step 5. On a cell
+    See ``docs/operations/monitoring.md`` (the bracket contract, tails, refinement and fail-closed
+    rules) with third-order cell bounds in place of the tangent / chord pair of step 5. On a cell
     [x_m − r, x_m + r] the exact curvature κ(x) = −ℓ″(x) lies in [κ_lo, κ_hi], read off the edge
     values of the monotone terms (:class:`_Integrand3`), so Taylor's theorem with the Lagrange
     remainder gives ℓ_m + s_m u − κ_hi u²/2 ≤ ℓ(x_m + u) ≤ ℓ_m + s_m u − κ_lo u²/2; both sides
@@ -312,7 +318,7 @@ def log_integral_bracket(
         k = np.minimum(k, 4096).astype(np.int64)
         if int(k.sum()) > _MAX_CELLS:
             # an unreachable tol (below float resolution) would grow the grid without bound;
-            # stop and return the current bracket, whose upper end is valid (§4.3 step 9)
+            # stop and return the current bracket, whose upper end is valid
             break
         x0, h = edges[:-1], 2.0 * r
         offs = np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)
@@ -324,7 +330,9 @@ def log_integral_bracket(
 def _log_integral_bracket_tangent(
     terms: tuple[tuple[float, float, float], ...], tol: float = TOL
 ) -> tuple[float, float]:
-    """Bracket ln J with the second-order cells of selection.md §4.3 (tangent / chord), as shipped.
+    """Bracket ln J with the second-order cells, as shipped.
+
+    See ``docs/operations/monitoring.md``: tangent / chord.
 
     Kept as the reference that the faster :func:`log_integral_bracket` is tested and benchmarked
     against; same contract (``lo <= ln J <= up``), but an O(h²) gap per cell, hence ~10⁵ cells
@@ -410,7 +418,7 @@ def _bracket_diff(num: tuple, den: tuple, tol: float) -> tuple[float, float]:
 
 
 # --------------------------------------------------------------------------------------------
-# §4 Gaussian Report-Noisy-Max
+# Gaussian Report-Noisy-Max
 
 
 def _pos_float(x: object, name: str) -> float:
@@ -451,13 +459,14 @@ def eps_rnm(
 
     The value is the charged one (rounded up).
 
-    Spec: selection.md §4.2 (GSM Thm 8 with the ln restored), §4.3 (certified numerics).
-    ε = ln I((c − 2Δ_eff)/σ) − ln I(c/σ), I(m) = E[Φ(Z − m)^(d−1)], c = b − a,
-    Δ_eff = min(Δ, c); returned as ``round_charge`` of the certified upper end.
+    See ``docs/operations/monitoring.md`` (Lebensold et al. Thm 8 with the ln restored, certified
+    numerics); Lebensold, Precup & Balle, 'On the Privacy of Selection Mechanisms with Gaussian
+    Noise' (2024), Thm. 8. ε = ln I((c − 2Δ_eff)/σ) − ln I(c/σ), I(m) = E[Φ(Z − m)^(d−1)], c = b −
+    a, Δ_eff = min(Δ, c); returned as ``round_charge`` of the certified upper end.
 
     Examples
     --------
-    >>> e = eps_rnm(0.3, sensitivity=0.01, bounds=(0, 1), d=2)   # §4.6: 0.125942142403524
+    >>> e = eps_rnm(0.3, sensitivity=0.01, bounds=(0, 1), d=2)   # 0.125942142403524
     >>> 0 <= e - 0.125942142403524 < 1e-8
     True
     """
@@ -479,8 +488,8 @@ def sigma_for_eps_rnm(
 ) -> float:
     """Smallest σ (up to 10⁻⁹ relative, on the safe side) with certified ε_RNM(σ) ≤ ``epsilon``.
 
-    Spec: selection.md §4.4: bracket, bisect on ln σ with the charged value, return the upper
-    end and re-verify it.
+    See ``docs/operations/monitoring.md``: bracket, bisect on ln σ with the charged value, return
+    the upper end and re-verify it.
 
     Examples
     --------
@@ -525,9 +534,11 @@ def _bisect_sigma(e, target: float) -> float:
 def bw18_eps(sigma: float, l2_sensitivity: float, delta: float) -> float:
     """Classical (ε, δ) of the Gaussian mechanism (Balle & Wang 2018, Thm 8), for comparison only.
 
-    Spec: selection.md §4.5 (with Δ_q = √d·Δ for the RNM baseline). Not a charge.
+    See ``docs/operations/monitoring.md`` (with Δ_q = √d·Δ for the RNM baseline); Lebensold,
+    Precup & Balle, 'On the Privacy of Selection Mechanisms with Gaussian Noise' (2024), App. B. Not
+    a charge.
 
-    >>> round(bw18_eps(0.3, 0.01 * 2**0.5, 1e-5), 4)     # §8.1: 0.150076
+    >>> round(bw18_eps(0.3, 0.01 * 2**0.5, 1e-5), 4)     # 0.150076
     0.1501
     """
     from scipy.optimize import brentq
@@ -549,12 +560,12 @@ def bw18_eps(sigma: float, l2_sensitivity: float, delta: float) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# §5 Gaussian AboveThreshold
+# Gaussian AboveThreshold
 
 
 @dataclass(frozen=True)
 class ATParams:
-    """The public parameters of one Gaussian AboveThreshold run (one immutable object, P-7).
+    """The public parameters of one Gaussian AboveThreshold run (one immutable object).
 
     The floats are the exact values the sampler uses (it converts them with ``Fraction``).
     """
@@ -576,7 +587,10 @@ class ATParams:
         bounds: object,
         sensitivity: object,
     ) -> ATParams:
-        """Validate; ``sigma_z=None`` is √3·σ_X (GSM's choice, §7.1), rounded to a float once."""
+        """Validate; ``sigma_z=None`` is √3·σ_X, rounded to a float once.
+
+        See ``docs/operations/monitoring.md`` (Lebensold et al.'s choice).
+        """
         sx = _pos_float(sigma_x, "sigma")
         sz = float(math.sqrt(3.0) * sx) if sigma_z is None else _pos_float(sigma_z, "sigma_z")
         a, b = _bounds(bounds)
@@ -615,20 +629,24 @@ def _eps_bot(p: ATParams, T: int, tol: float) -> tuple[float, float]:
 def eps_at_top(params: ATParams, t: int, tol: float = TOL) -> float:
     """Charged ex-post ε of a Gaussian AboveThreshold run whose output is ⊥^(t−1)⊤.
 
-    Spec: selection.md §5.3 (corrected GSM Thm 10/17: ln of the ratio, ρ − b, −σ_X x in the ⊤
-    factor), §5.6 numerics.
+    See ``docs/operations/monitoring.md`` (corrected Lebensold et al. Thm 10/17: ln of the ratio, ρ
+    − b, −σ_X x in the ⊤ factor, Gaussian AboveThreshold); Lebensold, Precup & Balle, 'On the
+    Privacy of Selection Mechanisms with Gaussian Noise' (2024), Thm. 10 (corrected), Alg. 1
+    numerics.
 
     Examples
     --------
     >>> p = ATParams.make(sigma_x=0.3, threshold=0.75, bounds=(0, 1), sensitivity=1e-3)
-    >>> 0 <= eps_at_top(p, 3) - 0.00796829839498567 < 1e-8     # §5.8 anchor
+    >>> 0 <= eps_at_top(p, 3) - 0.00796829839498567 < 1e-8     # anchor
     True
     """
     return round_charge(_eps_top(params, _count(t, "t"), tol)[1])
 
 
 def eps_at_bottom(params: ATParams, T: int, tol: float = TOL) -> float:
-    """Charged ex-post ε of a run stopped without ⊤ after ``T`` queries (output ⊥^T; §5.4).
+    """Charged ex-post ε of a run stopped without ⊤ after ``T`` queries.
+
+    See ``docs/operations/monitoring.md`` (output ⊥^T).
 
     Examples
     --------
@@ -647,12 +665,15 @@ def at_step_needs(params: ATParams, t_max: int, tol: float = TOL) -> list[tuple[
 
 
 def at_run_reservation(params: ATParams, t_max: int, tol: float = TOL) -> float:
-    """Mode R's worst case R = max(max_t ε_⊤(t), max_T ε_⊥(T)) over t, T ≤ t_max (§6.3 step 2).
+    """Mode R's worst case R = max(max_t ε_⊤(t), max_T ε_⊥(T)) over t, T ≤ t_max.
 
-    The maxima are taken explicitly (monotonicity in t is only observed, §5.5).
+    See ``docs/operations/monitoring.md``.
+
+    The maxima are taken explicitly (monotonicity in t is only observed,
+    ``docs/operations/monitoring.md``).
 
     >>> p = ATParams.make(sigma_x=0.3, threshold=0.75, bounds=(0, 1), sensitivity=1e-3)
-    >>> 0 <= at_run_reservation(p, 12) - 0.0163224654837 < 1e-8      # §6.5
+    >>> 0 <= at_run_reservation(p, 12) - 0.0163224654837 < 1e-8
     True
     """
     t_max = _count(t_max, "max_steps")
@@ -669,7 +690,10 @@ def sigma_x_for_eps_at(
     ratio: float = math.sqrt(3.0),
     tol: float = TOL,
 ) -> float:
-    """Smallest σ_X (σ_Z = ratio·σ_X) whose run of ``max_steps`` costs ≤ ``epsilon`` (§5.7)."""
+    """Smallest σ_X (σ_Z = ratio·σ_X) whose run of ``max_steps`` costs ≤ ``epsilon``.
+
+    See ``docs/operations/monitoring.md``.
+    """
     target = _pos_float(epsilon, "epsilon")
 
     def e(sx: float) -> float:
@@ -685,7 +709,9 @@ def sigma_x_for_eps_at(
 def zw20_rdp(alpha: float, params: ATParams) -> float:
     """ZW20 Thm 7 (GSM Thm 7) Rényi bound of one Gaussian AboveThreshold run (ex-ante baseline).
 
-    Spec: selection.md §5.2. Valid when σ_Z ≥ √3 σ_X, ρ ≥ 0 and the queries are ≥ 0. Not a charge.
+    See ``docs/operations/monitoring.md``; Lebensold, Precup & Balle, 'On the Privacy of Selection
+    Mechanisms with Gaussian Noise' (2024), Thm. 6, 7. Valid when σ_Z ≥ √3 σ_X, ρ ≥ 0 and the
+    queries are ≥ 0. Not a charge.
     """
     sx, sz, r, d = params.sigma_x, params.sigma_z, params.threshold, params.sensitivity
     return (
@@ -701,8 +727,10 @@ def zw20_rdp(alpha: float, params: ATParams) -> float:
 def zw20_eps(params: ATParams, delta: float, conversion: str = "bbghs") -> float:
     """ZW20's ex-ante ε at ``delta``, minimised over α: ``"bbghs"`` (approximate DP) or ``"pdp"``.
 
-    Spec: selection.md §1.1, §5.2 (anchor: 0.0275337158656 BBGHS, 0.0363862213663 Markov pDP).
-    For comparison in Results and benchmarks only (P-13: never charged).
+    See ``docs/operations/monitoring.md`` (definitions, anchor: 0.0275337158656 BBGHS,
+    0.0363862213663 Markov pDP); Lebensold, Precup & Balle, 'On the Privacy of Selection Mechanisms
+    with Gaussian Noise' (2024), Thm. 6, 7. For comparison in Results and benchmarks only (never
+    charged).
 
     >>> p = ATParams.make(sigma_x=0.3, threshold=0.75, bounds=(0, 1), sensitivity=1e-3)
     >>> round(zw20_eps(p, 1e-5), 8), round(zw20_eps(p, 1e-5, "pdp"), 8)
@@ -724,7 +752,7 @@ def zw20_eps(params: ATParams, delta: float, conversion: str = "bbghs") -> float
 
 
 # --------------------------------------------------------------------------------------------
-# §2 Laplace sparse vector, §3.1 amplification
+# Laplace sparse vector amplification
 
 
 def svt_laplace_split(
@@ -732,8 +760,9 @@ def svt_laplace_split(
 ) -> tuple[Fraction, Fraction]:
     """Return the exact LSL17 split ε = ε₁ + ε₂, ε₁ : ε₂ = 1 : (2c)^(2/3) (monotone 1 : c^(2/3)).
 
-    Spec: selection.md §2.4(a). ε₁ is a 2⁻⁴⁰-grid rational near the optimum and ε₂ = ε − ε₁
-    exactly, so the run's charge is exactly ε (any split is private; only optimality is
+    See ``docs/operations/monitoring.md``; Lyu, Su & Li, 'Understanding the Sparse Vector Technique
+    for Differential Privacy' (2017), Alg. 1. ε₁ is a 2⁻⁴⁰-grid rational near the optimum and ε₂ = ε
+    − ε₁ exactly, so the run's charge is exactly ε (any split is private; only optimality is
     approximate).
 
     >>> e1, e2 = svt_laplace_split(1, 1)
@@ -750,24 +779,30 @@ def svt_laplace_split(
 
 
 def laplace_at_accuracy(epsilon: float, *, sensitivity: float, k: int, beta: float = 0.05) -> float:
-    """α = (8Δ/ε)·ln((k + 1)/β) of selection.md §2.3 (continuous Laplace, one ⊤, even split).
+    """α = (8Δ/ε)·ln((k + 1)/β).
+
+    See ``docs/operations/monitoring.md``: continuous Laplace, one ⊤, even split; Roth & Smith,
+    'Additional tools and applications for DP-stability' (lecture notes).
 
     With probability ≥ 1 − β: ⊥ at step i ⇒ f_i < t + α, ⊤ ⇒ f_i ≥ t − α.
 
-    >>> round(laplace_at_accuracy(1, sensitivity=1, k=99), 8)       # §2.3 oracle
+    >>> round(laplace_at_accuracy(1, sensitivity=1, k=99), 8)       # oracle
     60.80721968
     """
     return 8.0 * float(sensitivity) / float(epsilon) * math.log((k + 1) / float(beta))
 
 
 def amplified_eps(epsilon0: object, p: object, direction: str = "add") -> float:
-    """ε′ = ln(1 + p(e^ε₀ − 1)) of Poisson subsampling at rate p (selection.md §3.1), rounded up.
+    """ε′ = ln(1 + p(e^ε₀ − 1)) of Poisson subsampling at rate p, rounded up.
+
+    See ``docs/operations/monitoring.md``; Roth & Smith, 'Additional tools and applications for
+    DP-stability' (lecture notes).
 
     ``direction="remove"`` gives −ln(1 − p(1 − e^−ε₀)) (never larger; for the oracle table).
-    Never the notes' printed "(ε, εδ)" (P-2). Computed with mpmath at 50 digits, then rounded
+    Never the notes' printed "(ε, εδ)". Computed with mpmath at 50 digits, then rounded
     up to a float.
 
-    >>> round(amplified_eps(1, 0.1), 12)          # §3.1 oracle 0.158565078740
+    >>> round(amplified_eps(1, 0.1), 12)          # oracle 0.158565078740
     0.15856507874
     """
     import mpmath as mp

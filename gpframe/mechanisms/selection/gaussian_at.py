@@ -1,10 +1,14 @@
-"""Gaussian AboveThreshold with a pure ex-post ε (selection.md §5, §6.3).
+"""Gaussian AboveThreshold with a pure ex-post ε.
 
-Noise: exact continuous normals (option (A) of §5.9, :mod:`.normal_exact`): the threshold
-ρ̂ = ρ + σ_X·X is drawn once per run, each query gets a fresh σ_Z·Z_t, and only the comparison
-bits are released. A run ends at its first ⊤ (output ⊥^(t−1)⊤, charged ε_⊤(t), §5.3) or when it is
-stopped without ⊤ after T public steps (output ⊥^T, charged ε_⊥(T), §5.4). Several ⊤ need several
-runs, each with a fresh threshold draw (§6.3 step 6; P-8).
+See ``docs/operations/monitoring.md``: Gaussian AboveThreshold, the pure ex-post filter; Lebensold,
+Precup & Balle, 'On the Privacy of Selection Mechanisms with Gaussian Noise' (2024), Alg. 1.
+
+Noise: exact continuous normals (the exact normals of ``docs/operations/monitoring.md``,
+:mod:`.normal_exact`): the threshold ρ̂ = ρ + σ_X·X is drawn once per run, each query gets a fresh
+σ_Z·Z_t, and only the comparison bits are released. A run ends at its first ⊤ (output ⊥^(t−1)⊤,
+charged ε_⊤(t), ``docs/operations/monitoring.md``) or when it is stopped without ⊤ after T public
+steps (output ⊥^T, charged ε_⊥(T), ``docs/operations/monitoring.md``). Several ⊤ need several runs,
+each with a fresh threshold draw (``docs/operations/monitoring.md``).
 """
 
 from __future__ import annotations
@@ -30,14 +34,18 @@ from gpframe.mechanisms.selection.normal_exact import ExactNormal, decide_ge
 
 __all__ = ["GaussianATRun", "gaussian_above_threshold"]
 
-SPEC = "selection §5.3-5.4 (GSM Thm 17 corrected), §5.9 (A), §6.3"
+SPEC = (
+    "docs/operations/monitoring.md (Lebensold et al. Thm 17 corrected, exact normals); Lebensold, "
+    "Precup & Balle, 'On the Privacy of Selection Mechanisms with Gaussian Noise' (2024), Thm. 10 "
+    "(corrected)"
+)
 
 
 class GaussianATRun:
     """One Gaussian AboveThreshold run, stepped one query at a time (for streams).
 
     The threshold noise is drawn when the run is created; ``step(value)`` compares one clamped
-    query value and returns the answer bit. After a ⊤ the run refuses further steps (P-8).
+    query value and returns the answer bit. After a ⊤ the run refuses further steps.
 
     Examples
     --------
@@ -69,12 +77,12 @@ class GaussianATRun:
         if self.done:
             raise InvalidInputError(
                 "this Gaussian AboveThreshold run already answered ⊤; start a new run (a fresh "
-                "threshold draw, selection.md §6.3). Nothing more was released."
+                "threshold draw, docs/operations/monitoring.md). Nothing more was released."
             )
         v = float(value)
         if not np.isfinite(v):
             raise InvalidInputError(f"query value {value!r} is not finite. Nothing was charged.")
-        q = min(max(Fraction(v), self._a), self._b)  # clamp inside the mechanism (P-3)
+        q = min(max(Fraction(v), self._a), self._b)  # clamp inside the mechanism
         z = ExactNormal.draw(self._bits)
         top = decide_ge([(self._sz, z), (-self._sx, self._x)], q - self._rho)
         self.answers.append(top)
@@ -103,8 +111,9 @@ def gaussian_above_threshold(
 ) -> ATRelease:
     """One Gaussian AboveThreshold run over precomputed query values, halting at the first ⊤.
 
-    Spec: selection.md §5.1 (mechanism), §5.3–5.4 (ex-post ε), §5.9 option (A) (exact normals),
-    §6.3 (charging).
+    See ``docs/operations/monitoring.md`` (mechanism, ex-post ε, exact normals, charging);
+    Lebensold, Precup & Balle, 'On the Privacy of Selection Mechanisms with Gaussian Noise' (2024),
+    Alg. 1, Thm. 10 (corrected).
 
     Parameters
     ----------
@@ -130,13 +139,15 @@ def gaussian_above_threshold(
     ATRelease
         ``answers`` (bits only), ``epsilon`` (the realized ex-post ε, ε_⊤(t) or ε_⊥(T)),
         ``epsilon_max`` (R over outputs of at most T_max steps) and
-        ``noise["epsilon_exante"]`` (ZW20 Thm 7 at δ = 10⁻⁵, BBGHS; for comparison only).
+        ``noise["epsilon_exante"]`` (Zhu & Wang (2020) Thm 7 at δ = 10⁻⁵, BBGHS; for comparison
+        only).
 
     Notes
     -----
-    Noise: threshold N(0, σ_X²) once, each query N(0, σ_Z²), continuous and exact (§5.9 (A)).
-    Charge: the realized ex-post ε on the central pure-DP ledger (guarantee kind ``dp_expost``),
-    after reserving ``epsilon_max`` (mode R); a zCDP ledger pays R²/2 ex-ante (P-13).
+    Noise: threshold N(0, σ_X²) once, each query N(0, σ_Z²), continuous and exact
+    (``docs/operations/monitoring.md``: exact normals). Charge: the realized ex-post ε on the
+    central pure-DP ledger (guarantee kind ``dp_expost``), after reserving ``epsilon_max`` (mode R);
+    a zCDP ledger pays R²/2 ex-ante.
 
     Examples
     --------

@@ -1,19 +1,19 @@
 """Exact, lazily refined continuous normal deviates (Karney 2016, algorithm N).
 
-Spec: selection.md §5.9 option (A); secure-noise.md §0 (the exception for Gaussian selection:
-only comparison outcomes or an index are released, never a value).
+See ``docs/operations/monitoring.md`` and ``docs/noise.md`` (exact normals, the exception for
+Gaussian selection: only comparison outcomes or an index are released, never a value).
 
 A deviate is kept as ``s·(k + x)`` with a sign s, an integer k ≥ 0 and a *partially sampled*
 uniform x ∈ [X/2^m, (X + 1)/2^m) whose further bits are uniform and drawn on demand. Every
 decision (Karney's acceptance tests and the mechanisms' comparisons) is made with Python
 integers and ``Fraction``: no float and no transcendental function decides anything
-(secure-noise.md §0 properties 1 and 3). Decisions refine the deviates 64 bits at a time until
+(``docs/noise.md``). Decisions refine the deviates 64 bits at a time until
 the sign of the compared quantity is certain, so the released outcome has exactly the law it
 would have under exact N(0, 1) draws.
 
 Why the unsampled bits stay uniform: the acceptance of algorithm N depends on x only through
 comparisons that read a prefix of x; conditioned on that prefix and on acceptance, the unread
-bits are independent of everything examined, hence uniform (Karney 2016, §2). The mixture of
+bits are independent of everything examined, hence uniform (Karney 2016, Section 2). The mixture of
 these uniform cells has density ∝ exp(−(k + x)²/2) on [k, k + 1).
 
 Examples
@@ -89,7 +89,7 @@ def _less(u: _U, v: _U) -> bool:
 
 
 def _bern_exp_half(bits: Any) -> bool:
-    """Exactly Bernoulli(e^(−1/2)) (secure-noise.md §4.1–4.2 lazy uniform against exact bounds)."""
+    """Exactly Bernoulli(e^(−1/2)) (a lazy uniform against exact bounds, ``docs/noise.md``)."""
     return LazyUniform(bits.int_bits(_CHUNK), _CHUNK, bits).less_than(_EXP_HALF)
 
 

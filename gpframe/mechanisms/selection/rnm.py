@@ -1,6 +1,10 @@
-"""Report-Noisy-Max: Gaussian with a certified pure ε (selection.md §4) and Laplace (discrete).
+"""Report-Noisy-Max: Gaussian with a certified pure ε and Laplace (discrete).
 
-Only the index is released, never a noisy value (§2.5, StatDP ``noisy_max_v1b``).
+See ``docs/operations/monitoring.md``; Lebensold, Precup & Balle, 'On the Privacy of Selection
+Mechanisms with Gaussian Noise' (2024), Thm. 8.
+
+Only the index is released, never a noisy value (``docs/operations/monitoring.md``, StatDP
+``noisy_max_v1b``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ def gaussian_report_noisy_max(
 ) -> RNMRelease:
     """Index of the largest of ``values`` (clamped to [a, b]) plus exact N(0, σ²) noise.
 
-    Spec: selection.md §4.1 (mechanism), §4.2–4.3 (certified pure ε), §5.9 option (A).
+    See ``docs/operations/monitoring.md`` (mechanism, certified pure ε, exact normals); Lebensold,
+    Precup & Balle, 'On the Privacy of Selection Mechanisms with Gaussian Noise' (2024), Thm. 8.
 
     Parameters
     ----------
@@ -50,7 +55,8 @@ def gaussian_report_noisy_max(
     -------
     RNMRelease
         ``index``, ``epsilon`` (certified pure ε, charged as kind ``dp``) and
-        ``noise["epsilon_classical"]`` (BW18 (ε, δ = 10⁻⁵) with Δ_q = √d·Δ, comparison only).
+        ``noise["epsilon_classical"]`` (Balle & Wang (2018) (ε, δ = 10⁻⁵) with Δ_q = √d·Δ,
+        comparison only).
 
     Notes
     -----
@@ -83,7 +89,9 @@ def gaussian_report_noisy_max(
         int(idx),
         Fraction(eps),
         Guarantee("dp", Fraction(eps), "hamming",
-                  "selection §4.2-4.3 (GSM Thm 8 with ln), §5.9 (A)"),
+                  "docs/operations/monitoring.md (Lebensold et al. Thm 8 with ln, exact normals); "
+                  "Lebensold, Precup & Balle, 'On the Privacy of Selection Mechanisms with "
+                  "Gaussian Noise' (2024), Thm. 8"),
         {"sigma": s, "bounds": (a, b), "sensitivity": dl, "d": d, "epsilon_classical": classical,
          "sampler": "exact continuous normals (Karney 2016 N)"},
     )  # fmt: skip
@@ -99,12 +107,14 @@ def laplace_report_noisy_max(
 ) -> RNMRelease:
     """Index of the largest of ``values`` plus discrete Laplace noise of scale 2Δ/ε (ties: lowest).
 
-    Spec: DR14 Report Noisy Max with the scale 2Δ/ε valid when every score may move in either
-    direction; on the lattice the proof uses only shifts of one candidate's noise by 2Δ (the
-    argument of selection.md §2.2 "Discrete noise"), which the discrete Laplace ratio bound and
-    the lowest-index tie rule survive. Noise: :func:`~gpframe.mechanisms.laplace_dp` with draw
-    scale s = 2 (secure-noise.md §9.3). Charge: ε (kind ``dp``), ex-ante. The noisy values stay
-    inside this function.
+    Dwork & Roth, 'The Algorithmic Foundations of Differential Privacy' (2014): Report Noisy Max
+    with the scale 2Δ/ε valid when every score may move in either direction; on the lattice the
+    proof uses only shifts of one candidate's noise by 2Δ (the argument of
+    ``docs/operations/monitoring.md`` (Discrete noise); Roth & Smith, 'Additional tools and
+    applications for DP-stability' (lecture notes)), which the discrete Laplace ratio bound and the
+    lowest-index tie rule survive. Noise: :func:`~gpframe.mechanisms.laplace_dp` with draw scale s =
+    2 (``docs/noise.md``). Charge: ε (kind ``dp``), ex-ante. The noisy values stay inside this
+    function.
 
     Examples
     --------
@@ -124,6 +134,11 @@ def laplace_report_noisy_max(
     return RNMRelease(
         idx,
         g.amount,
-        Guarantee("dp", g.amount, "hamming", "selection §0.3 (index only), secure-noise §9.3 s=2"),
+        Guarantee(
+            "dp",
+            g.amount,
+            "hamming",
+            "docs/operations/monitoring.md and docs/noise.md (index only)",
+        ),
         {"lam": rel.noise["lam"], "g": rel.g, "scale": rel.noise["scale"]},
     )

@@ -1,10 +1,14 @@
-"""Poisson subsampling and its amplification (selection.md §3.1).
+"""Poisson subsampling and its amplification.
+
+See ``docs/operations/monitoring.md``; Roth & Smith, 'Additional tools and applications for
+DP-stability' (lecture notes).
 
 ``poisson_subsample`` keeps each row independently with probability p using exact Bernoulli(p)
 draws from the BitSource (a rational p, compared with a lazily refined uniform). The sample must
 stay secret. The accounting helper :func:`~.certified.amplified_eps` gives the charge
 ε′ = ln(1 + p(e^ε₀ − 1)) of running an ε₀-DP mechanism on the sample (add/remove neighbours,
-pure ex-ante ε only: never combine with ex-post charges, §3.1 conditions).
+pure ex-ante ε only: never combine with ex-post charges, ``docs/operations/monitoring.md``
+conditions).
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ __all__ = ["amplified_eps", "poisson_subsample"]
 
 
 def poisson_subsample(n: int, *, p: float, rng: Any = None) -> np.ndarray:
-    """Return a mask of ``n`` independent exact Bernoulli(``p``) draws (the secret sample, §3.1).
+    """Return a mask of ``n`` independent exact Bernoulli(``p``) draws.
+
+    See ``docs/operations/monitoring.md`` (the secret sample).
 
     Each draw compares a 64-bit word W with ⌊p·2⁶⁴⌋; a tie (probability 2⁻⁶⁴) is decided with
     more bits of the same uniform, so P(keep) = p exactly.

@@ -1,10 +1,11 @@
 """Clip-User's error model: the helper h, per-cell sensitivities, worst-case biases and ERR.
 
-Spec: clip-user.md §3 (helper h), §4 (sensitivities), §5 (worst-case biases), §6.3 (error metric).
-Pure functions of public integers (counts, retained counts) and the interval [L, U]; the planner
-(:mod:`gpframe.queries.clip_user.planner`) and the pseudo-user step
-(:mod:`gpframe.queries.clip_user.pseudo_user`) score candidates with the one :func:`err` here, so
-identical triples (m, r, r*) give bit-identical floats.
+See ``docs/operations/grid_stats.md`` (helper h, sensitivities, worst-case biases, error metric);
+Rameshwar & Tandon, 'On Improving the Composition Privacy Loss in Differential Privacy for Fixed
+Estimation Error' (2024), Thm. IV.1, IV.2, eq. (10)-(13). Pure functions of public integers (counts,
+retained counts) and the interval [L, U]; the planner (:mod:`gpframe.queries.clip_user.planner`) and
+the pseudo-user step (:mod:`gpframe.queries.clip_user.pseudo_user`) score candidates with the one
+:func:`err` here, so identical triples (m, r, r*) give bit-identical floats.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import numpy as np
 from gpframe.accounting.amounts import exact
 from gpframe.errors import InvalidInputError
 
-#: default noise weight of the error metric: the Laplace s.d. √2·b (spec §6.3 [CHOICE])
+#: default noise weight of the error metric: the Laplace s.d. √2·b
 KAPPA = math.sqrt(2.0)
 _NOTHING = "Nothing was charged."
 
 
 # ---------------------------------------------------------------------------------------------
-# §3 helper h and the exact one-cell formulas (§4, §5)
+# helper h and the exact one-cell formulas
 
 
 def _t(k: Any, n: Any) -> Any:
@@ -34,7 +35,9 @@ def _t(k: Any, n: Any) -> Any:
 
 
 def h(k: Any, n: Any) -> Any:
-    """Return h(k, n) = t(n − t)/n², t = min(k, ⌊n/2⌋) (clip-user.md §3), vectorised float64.
+    """Return h(k, n) = t(n − t)/n², t = min(k, ⌊n/2⌋), vectorised float64.
+
+    See ``docs/operations/grid_stats.md``.
 
     The numerator and denominator are exact integers; the one division is correctly rounded, so
     the value is a deterministic function of (k, n).
@@ -82,7 +85,10 @@ def _counts(counts: Sequence[int], name: str = "counts") -> np.ndarray:
 
 
 def mean_sensitivity(retained: Sequence[int], lower: float, upper: float) -> Fraction:
-    """User-level sensitivity of the clipped mean, W·r*/r (clip-user.md §4.1), exact.
+    """User-level sensitivity of the clipped mean, W·r*/r, exact.
+
+    See ``docs/operations/grid_stats.md``; Rameshwar & Tandon, 'On Improving the Composition Privacy
+    Loss in Differential Privacy for Fixed Estimation Error' (2024), eq. (9).
 
     >>> float(mean_sensitivity([3, 1, 2], 0, 65)), mean_sensitivity([2, 2, 2, 1], 10, 40)
     (32.5, Fraction(60, 7))
@@ -95,7 +101,10 @@ def mean_sensitivity(retained: Sequence[int], lower: float, upper: float) -> Fra
 
 
 def variance_sensitivity(retained: Sequence[int], lower: float, upper: float) -> Fraction:
-    """User-level sensitivity of the clipped 1/r variance, W²·h(r*, r) (clip-user.md §4.2), exact.
+    """User-level sensitivity of the clipped 1/r variance, W²·h(r*, r), exact.
+
+    See ``docs/operations/grid_stats.md``; Rameshwar & Tandon, 'On Improving the Composition Privacy
+    Loss in Differential Privacy for Fixed Estimation Error' (2024), Lem. III.3.
 
     >>> variance_sensitivity([4, 1, 2], 10, 40), variance_sensitivity([1] * 5, 0, 1)
     (Fraction(10800, 49), Fraction(4, 25))
@@ -118,7 +127,10 @@ def _bias_counts(original: Sequence[int], retained: Sequence[int]) -> tuple[int,
 def mean_bias(
     original: Sequence[int], retained: Sequence[int], lower: float, upper: float
 ) -> Fraction:
-    """Worst-case clipping bias of the mean, W·c/m (clip-user.md §5.1), exact.
+    """Worst-case clipping bias of the mean, W·c/m, exact.
+
+    See ``docs/operations/grid_stats.md``; Rameshwar & Tandon, 'On Improving the Composition Privacy
+    Loss in Differential Privacy for Fixed Estimation Error' (2024), Thm. IV.1.
 
     >>> mean_bias([5, 2, 2, 1], [2, 2, 2, 1], 10, 40), mean_bias([4, 2, 1], [0, 2, 1], 0, 30)
     (Fraction(9, 1), Fraction(120, 7))
@@ -130,7 +142,10 @@ def mean_bias(
 def variance_bias(
     original: Sequence[int], retained: Sequence[int], lower: float, upper: float
 ) -> Fraction:
-    """Worst-case clipping bias of the variance, W²·h(c, m) (clip-user.md §5.2), exact.
+    """Worst-case clipping bias of the variance, W²·h(c, m), exact.
+
+    See ``docs/operations/grid_stats.md``; Rameshwar & Tandon, 'On Improving the Composition Privacy
+    Loss in Differential Privacy for Fixed Estimation Error' (2024), Thm. IV.2.
 
     >>> variance_bias([5, 2, 2, 1], [2, 2, 2, 1], 10, 40)
     Fraction(189, 1)
@@ -139,18 +154,24 @@ def variance_bias(
     """
     m, r = _bias_counts(original, retained)
     if r < 1:
-        raise InvalidInputError("the clipped variance needs r >= 1 (clip-user.md §5.2).")
+        raise InvalidInputError(
+            "the clipped variance needs r >= 1 (docs/operations/grid_stats.md)."
+        )
     w = _width(lower, upper)
     return w * w * h_exact(m - r, m)
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.3 the error metric
+# the error metric
 
 
 @dataclass(frozen=True)
 class ErrorModel:
-    """Constants of the worst-case error metric of clip-user.md §6.3 (all public).
+    """Constants of the worst-case error metric.
+
+    See ``docs/operations/grid_stats.md``: all public; Rameshwar & Tandon, 'On Improving the
+    Composition Privacy Loss in Differential Privacy for Fixed Estimation Error' (2024),
+    eq. (10)-(13).
 
     ``eps_mu`` and ``eps_v`` are the per-statistic budgets (per-cell ε split); ``kappa`` weighs the
     noise terms (√2: the Laplace standard deviation).
@@ -181,10 +202,13 @@ class ErrorModel:
 
 
 def err(m: Any, r: Any, rs: Any, model: ErrorModel) -> np.ndarray:
-    """ERR(m, r, r*) of clip-user.md §7.3: worst-case biases + κ·(b_mu + b_V); +inf when r = 0.
+    """ERR(m, r, r*): worst-case biases + κ·(b_mu + b_V); +inf when r = 0.
+
+    See ``docs/operations/grid_stats.md``; Rameshwar & Tandon, 'On Improving the Composition Privacy
+    Loss in Differential Privacy for Fixed Estimation Error' (2024), Alg. 1.
 
     >>> model = ErrorModel(W=65.0, eps_mu=0.5, eps_v=0.5)
-    >>> round(float(err(8, 7, 5, model)), 6)          # spec §12.6 worked check
+    >>> round(float(err(8, 7, 5, model)), 6)          # worked check
     3528.110435
     >>> float(err(3, 0, 0, model))
     inf
@@ -193,7 +217,7 @@ def err(m: Any, r: Any, rs: Any, model: ErrorModel) -> np.ndarray:
     r = np.asarray(r, dtype=np.int64)
     rs = np.asarray(rs, dtype=np.int64)
     W = model.W
-    # one expression, one operation order: identical triples give identical floats (spec §6.3)
+    # one expression, one operation order: identical triples give identical floats
     with np.errstate(invalid="ignore", divide="ignore"):
         c = m - r
         e = (

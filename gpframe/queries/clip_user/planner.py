@@ -1,19 +1,21 @@
 """Clip-User: public planning of per-cell mean/variance releases under user-level ε-DP.
 
-Spec: clip-user.md §3 (helper h), §4 (sensitivities), §5 (worst-case biases), §6.3 (error metric),
-§6.4 (composition and per-user charges), §7 (Clip-User, canonical orders and ties, §7.6 efficient
-form), §8 (admission by the budget filter: forced zeros), §8.1 (the plan/release split), §9 (the
-pseudo-user step, delegated to :mod:`gpframe.queries.clip_user.pseudo_user`).
+See ``docs/operations/grid_stats.md`` (helper h, sensitivities, worst-case biases, error metric,
+composition and per-user charges, Clip-User, canonical orders and ties, efficient form, admission by
+the budget filter: forced zeros, the plan/release split, the pseudo-user step, delegated to
+:mod:`gpframe.queries.clip_user.pseudo_user`); Rameshwar & Tandon, 'On Improving the Composition
+Privacy Loss in Differential Privacy for Fixed Estimation Error' (2024), Thm. IV.1, IV.2,
+eq. (10)-(13), Thm. II.2, Alg. 1, Prop. V.1, eq. (15).
 
-Everything in this module is **public and free** (spec §10): it reads the occupancy array (how many
-samples each user has in each cell), the interval [L, U] and the privacy parameters, never a sample
-value, draws no randomness and charges nothing. :func:`clip_user_plan` returns a
-:class:`ClipUserPlan`; :mod:`gpframe.queries.grid_stats` releases it.
+Everything in this module is **public and free** (``docs/operations/grid_stats.md``): it reads the
+occupancy array (how many samples each user has in each cell), the interval [L, U] and the privacy
+parameters, never a sample value, draws no randomness and charges nothing. :func:`clip_user_plan`
+returns a :class:`ClipUserPlan`; :mod:`gpframe.queries.grid_stats` releases it.
 
-Notation (spec §0.3): ``m`` total samples of a cell, ``r`` retained samples, ``rs`` = r* the largest
-retained per-user count, ``c = m - r`` the clipped samples, ``W = U - L``.
+Notation (``docs/operations/grid_stats.md``): ``m`` total samples of a cell, ``r`` retained samples,
+``rs`` = r* the largest retained per-user count, ``c = m - r`` the clipped samples, ``W = U - L``.
 
-Determinism (spec §6.3 implementation note, §7.2): the error of a cell is one float64 function of
+Determinism (``docs/operations/grid_stats.md``): the error of a cell is one float64 function of
 the integer triple (m, r, r*) with a fixed operation order (:func:`err`), used for E*, for every
 candidate and for the pseudo-user step; identical triples give bit-identical floats, so exact ties
 are detected and broken by the smallest cell key.
@@ -71,7 +73,9 @@ _NOTHING = "Nothing was charged."
 
 @dataclass(frozen=True)
 class Occupancy:
-    """The public occupancy array as sorted COO rows (clip-user.md §1.2, §7.6).
+    """The public occupancy array as sorted COO rows.
+
+    See ``docs/operations/grid_stats.md``: public occupancy, sparse occupancy.
 
     ``users`` and ``cells`` are the sorted unique keys; ``u``/``j`` index them; ``m`` is the count
     (>= 1). Rows are sorted by (cell, user).
@@ -106,7 +110,7 @@ def _sorted_keys(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]
     except TypeError:
         raise InvalidInputError(
             f"{name} keys are not mutually comparable (mixed types?); the canonical orders of "
-            f"clip-user.md §7.2 need sortable keys. Use one type. {_NOTHING}"
+            f"docs/operations/grid_stats.md need sortable keys. Use one type. {_NOTHING}"
         ) from None
     return keys, inv.reshape(-1).astype(np.int64)
 
@@ -158,15 +162,17 @@ def occupancy_from_records(users: Any, cells: Any, counts: Any = None) -> Occupa
 
 @dataclass(frozen=True, eq=False)
 class ClipUserPlan:
-    """Everything Clip-User (and the pseudo-user step) decided; all public (clip-user.md §8.1).
+    """Everything Clip-User (and the pseudo-user step) decided; all public.
 
-    Per COO row (aligned with ``occupancy``): ``r`` the retained count (after §9 when it ran) and
-    ``r_clip`` the count after Clip-User alone. Per cell (aligned with ``occupancy.cells``):
-    ``m``, ``r_cell``, ``r_star``, ``m_star``, ``m_ub`` (0 for an emptied cell), ``E0`` the baseline
-    error, ``E_clip`` the error after Clip-User, and the final ``E_mu``, ``E_V``, ``b_mu``, ``b_V``,
-    ``E``. Per user (aligned with ``occupancy.users``): ``cells_kept`` = |G′_ℓ|, ``excluded``.
-    ``charges`` maps user -> ε_cell·|G′_ℓ| (exact). ``trace`` has one entry per trial:
-    (stage, g, user, cell or None, error, accepted).
+    See ``docs/operations/grid_stats.md``.
+
+    Per COO row (aligned with ``occupancy``): ``r`` the retained count (after the pseudo-user step
+    when it ran) and ``r_clip`` the count after Clip-User alone. Per cell (aligned with
+    ``occupancy.cells``): ``m``, ``r_cell``, ``r_star``, ``m_star``, ``m_ub`` (0 for an emptied
+    cell), ``E0`` the baseline error, ``E_clip`` the error after Clip-User, and the final ``E_mu``,
+    ``E_V``, ``b_mu``, ``b_V``, ``E``. Per user (aligned with ``occupancy.users``): ``cells_kept`` =
+    |G′_ℓ|, ``excluded``. ``charges`` maps user -> ε_cell·|G′_ℓ| (exact). ``trace`` has one entry
+    per trial: (stage, g, user, cell or None, error, accepted).
     """
 
     occupancy: Occupancy
@@ -203,7 +209,10 @@ class ClipUserPlan:
 
     @property
     def charges(self) -> pd.Series:
-        """Per-user central charge ε_cell·|G′_ℓ| (spec §6.4), exact Fractions, index = user key."""
+        """Per-user central charge ε_cell·|G′_ℓ|, exact Fractions, index = user key.
+
+        See ``docs/operations/grid_stats.md``.
+        """
         vals = [self.eps_cell * int(k) for k in self.cells_kept.tolist()]
         return pd.Series(
             vals, index=pd.Index(self.occupancy.users, name="user"), dtype=object, name="charge"
@@ -211,12 +220,15 @@ class ClipUserPlan:
 
     @property
     def worst_case_loss(self) -> Fraction:
-        """Γ′·ε_cell: the user-level ε of the whole release (spec §6.4)."""
+        """Γ′·ε_cell: the user-level ε of the whole release (``docs/operations/grid_stats.md``)."""
         return self.eps_cell * self.Gamma_prime
 
     @property
     def released_cells(self) -> np.ndarray:
-        """Boolean per cell: r_j >= 1 (emptied cells are not released: ⊥, spec §8)."""
+        """Boolean per cell: r_j >= 1.
+
+        See ``docs/operations/grid_stats.md`` (emptied cells are not released: ⊥).
+        """
         return self.r_cell >= 1
 
     def retained_frame(self) -> pd.DataFrame:
@@ -276,7 +288,10 @@ def _check_split(split: Any) -> tuple[Fraction, Fraction]:
 
 
 class _CellState:
-    """Per-cell retained totals and multiset tops (spec §7.6): r_j, top1, its multiplicity, top2."""
+    """Per-cell retained totals and multiset tops: r_j, top1, its multiplicity, top2.
+
+    See ``docs/operations/grid_stats.md``.
+    """
 
     def __init__(self, occ: Occupancy, r: np.ndarray) -> None:
         n = occ.n_cells
@@ -332,10 +347,14 @@ def clip_user_plan(
     user_order: str = "spec",
     trace_candidates: bool = False,
 ) -> ClipUserPlan:
-    """Run Clip-User (clip-user.md §7) and optionally the pseudo-user step (§9) on public counts.
+    """Run Clip-User and optionally the pseudo-user step on public counts.
 
-    Pure, public and free (spec §8.1, §10): reads no sample value, draws no randomness, charges
-    nothing.
+    See ``docs/operations/grid_stats.md``; Rameshwar & Tandon, 'On Improving the Composition Privacy
+    Loss in Differential Privacy for Fixed Estimation Error' (2024), Alg. 1;
+    ``docs/operations/grid_stats.md``.
+
+    Pure, public and free (``docs/operations/grid_stats.md``): reads no sample value, draws no
+    randomness, charges nothing.
 
     Parameters
     ----------
@@ -345,25 +364,27 @@ def clip_user_plan(
     lower, upper : float
         The interval [L, U] known to contain every value; U > L.
     eps_cell : float
-        Per-cell ε (mean and variance together): ``grid_stats(epsilon=e)`` passes 2e (spec §6.1).
+        Per-cell ε (mean and variance together): ``grid_stats(epsilon=e)`` passes 2e
+        (``docs/operations/grid_stats.md``).
     kappa : float
-        Noise weight of the error metric (default √2, spec §6.3). Never affects privacy.
+        Noise weight of the error metric (default √2, ``docs/operations/grid_stats.md``). Never
+        affects privacy.
     split : (float, float)
         (ε_mu, ε_V) as fractions of ``eps_cell``; default (½, ½).
     error_cap : float, optional
-        The acceptance cap (default E*, spec §7.5).
+        The acceptance cap (default E*, ``docs/operations/grid_stats.md``).
     protect_worst_grid, rollback_incomplete_stage : bool
-        Flags of spec §7.1 (defaults True, False).
+        Flags of ``docs/operations/grid_stats.md`` (defaults True, False).
     clip : {"clip-user", "pseudo-user", "none"}
-        ``"none"``: no suppression (Baseline); ``"clip-user"``: §7 only;
-        ``"pseudo-user"``: §7 then §9.
+        ``"none"``: no suppression (Baseline); ``"clip-user"``: Clip-User only;
+        ``"pseudo-user"``: Clip-User then the pseudo-user step.
     excluded : sequence of user keys
-        Users left out by the budget filter (spec §8): forced to r = 0 everywhere, never candidates;
-        bias is still measured against the original counts; E* and j_worst are taken over the
-        cells still non-empty.
+        Users left out by the budget filter (``docs/operations/grid_stats.md``): forced to r = 0
+        everywhere, never candidates; bias is still measured against the original counts; E* and
+        j_worst are taken over the cells still non-empty.
     user_order : {"spec", "key"}
-        ``"spec"``: (−|G_ℓ|, key) as spec §7.2 says. ``"key"`` exists only for the negative test
-        of spec §12.6.
+        ``"spec"``: (−|G_ℓ|, key) as ``docs/operations/grid_stats.md`` says. ``"key"`` exists only
+        for the negative test of ``docs/operations/grid_stats.md``.
     trace_candidates : bool
         Record every candidate error of every trial in ``params["candidates"]`` (tests, small data).
 
@@ -373,7 +394,7 @@ def clip_user_plan(
 
     Examples
     --------
-    The end-to-end instance of spec §12.6:
+    The end-to-end instance of ``docs/operations/grid_stats.md``:
 
     >>> occ = pd.DataFrame({"user": ["u0", "u0", "u1", "u1", "u1", "u2", "u2", "u2", "u3", "u3",
     ...                              "u3", "u3"],
@@ -550,7 +571,10 @@ def _run(
     suppressed: list[Any],
     candidates: list[Any] | None,
 ) -> str:
-    """Run the stage loop of spec §7.3 on the incremental state of §7.6 (mutates r, state, E)."""
+    """Run the stage loop on the incremental state.
+
+    See ``docs/operations/grid_stats.md``; ``docs/operations/grid_stats.md``: mutates r, state, E.
+    """
     n_u = occ.n_users
     # per-user rows (positions into the COO arrays), in ascending cell key order: COO rows are
     # sorted by (cell, user), so a stable sort by user keeps the cell order within each user
@@ -585,7 +609,7 @@ def _run(
             if candidates is not None:
                 cand = list(zip([ckey[c] for c in cells.tolist()], e.tolist(), strict=True))
                 candidates.append((ukey[u], cand))
-            k = int(np.argmin(e))  # first minimum = smallest cell key (strict < in the spec)
+            k = int(np.argmin(e))  # first minimum = smallest cell key (strict <)
             best = float(e[k])
             if not best <= cap:  # +inf (no candidate, or all would empty a cell) or above cap
                 where = None if math.isinf(best) else ckey[int(cells[k])]

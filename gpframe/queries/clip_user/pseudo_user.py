@@ -1,11 +1,13 @@
 """Pseudo-user post-processing of a Clip-User plan: a per-cell cap m_UB on retained counts.
 
-Spec: clip-user.md §9 (eq (15)): for each cell with r̄_j >= 1 scan **every** integer
-m_UB in 1..r̄*_j (the function is not unimodal, §12.7), set r_ℓj = min(r̄_ℓj, m_UB), score
-ERR(m_j, Σ_ℓ r_ℓj, min(r̄*_j, m_UB)) with the one error function of §6.3 (bias against the
-original m_j, sensitivity from the clipped counts), and keep the argmin, ties to the **largest**
-m_UB (clips least). m_UB >= 1 keeps at least one sample of every retained user, so the sets
-G′_ℓ, Γ′ and the charges do not change. Public and free like Clip-User (§10).
+See ``docs/operations/grid_stats.md``; Rameshwar & Tandon, 'On Improving the Composition Privacy
+Loss in Differential Privacy for Fixed Estimation Error' (2024), eq. (15): for each cell with r̄_j
+>= 1 scan **every** integer m_UB in 1..r̄*_j (the function is not unimodal,
+``docs/operations/grid_stats.md``), set r_ℓj = min(r̄_ℓj, m_UB), score ERR(m_j, Σ_ℓ r_ℓj, min(r̄*_j,
+m_UB)) with the one error function of ``docs/operations/grid_stats.md`` (bias against the original
+m_j, sensitivity from the clipped counts), and keep the argmin, ties to the **largest** m_UB (clips
+least). m_UB >= 1 keeps at least one sample of every retained user, so the sets G′_ℓ, Γ′ and the
+charges do not change. Public and free like Clip-User (``docs/operations/grid_stats.md``).
 
 The scan is vectorised over all cells at once: Σ_j r̄*_j candidates in total.
 """
@@ -71,12 +73,14 @@ def pseudo_user_errors(
 def pseudo_user(
     cells: np.ndarray, r: np.ndarray, m_cell: np.ndarray, model: Any
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Apply spec §9: return the capped retained counts per row and m_UB^opt per cell (0 if empty).
+    """Apply: return the capped retained counts per row and m_UB^opt per cell (0 if empty).
+
+    See ``docs/operations/grid_stats.md``.
 
     >>> from gpframe.queries.clip_user import ErrorModel
     >>> model = ErrorModel(W=65.0, eps_mu=0.5, eps_v=0.5)
     >>> cells = np.zeros(8, np.int64); r = np.array([12, 1, 1, 1, 1, 1, 1, 1])
-    >>> r_new, m_ub = pseudo_user(cells, r, np.array([19]), model)      # spec §12.7
+    >>> r_new, m_ub = pseudo_user(cells, r, np.array([19]), model)
     >>> m_ub.tolist(), r_new.tolist()
     ([1], [1, 1, 1, 1, 1, 1, 1, 1])
     """

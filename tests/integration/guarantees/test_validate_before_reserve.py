@@ -205,9 +205,11 @@ def test_kde_backstop_cancels(monkeypatch: pytest.MonkeyPatch, method: str) -> N
 
 
 def test_kde_raster_backstop_cancels(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpframe.frame import kde as kde_frame
+    # the raster's preflight and its backstop (gpframe.queries.kde) both read the check from
+    # gpframe.queries.elimination at call time
+    from gpframe.queries import elimination
 
-    _fail_on_second_call(monkeypatch, kde_frame, "check_method_parts")
+    _fail_on_second_call(monkeypatch, elimination, "check_method_parts")
     s, b = _bound(gp.CGP(rho=1e-3))
     with pytest.raises(InvalidInputError, match="injected"):
         b.kde_raster(bandwidth_m=1000, cell_m=200, rho=1e-4, bounds=BOX.bounds)

@@ -136,7 +136,7 @@ def test_guarantee_is_exactly_the_request(fn, kw, kind, amount, metric):
     assert r.guarantee.kind == kind
     assert r.guarantee.amount == amount and isinstance(r.guarantee.amount, Fraction)
     assert r.guarantee.metric == metric
-    assert "§9.3" in r.guarantee.spec
+    assert "docs/noise.md" in r.guarantee.spec
 
 
 class _no:

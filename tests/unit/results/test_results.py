@@ -89,7 +89,9 @@ def test_to_dict_is_json_serialisable(res):
     assert "protection below r_min = 1 m equals that at 1 m" in back["guarantee"]["statement"]
     assert len(back["value"]) == 1000 and back["value"][0] == [0.0, 0.0]
     assert back["error"] == 412.3 and back["confidence"] == 0.95
-    assert back["spec"] == "concentrated-geo-privacy.md §6"
+    assert back["spec"] == (
+        "docs/operations/privatize.md; Liang & Yi, 'Concentrated Geo-Privacy' (2023)"
+    )
 
 
 def test_to_dict_handles_frames_geometries_and_numpy_scalars():
