@@ -70,25 +70,9 @@ def _escape_bars(text: str) -> str:
     return "".join(parts)
 
 
-# Docstrings whose structure napoleon cannot parse; each entry inserts a section heading before
-# a paragraph that was written directly under the last parameter. Remove an entry once the
-# docstring is fixed in gpframe/ (a missing anchor text makes the entry a no-op).
-_SECTION_BREAKS: dict[str, tuple[str, str]] = {
-    "gpframe.ledger.session.Session": ("Opening checks the file", "Notes"),
-    "gpframe.Session": ("Opening checks the file", "Notes"),
-}
-
-
 def _process_docstring(
     app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]
 ) -> None:
-    fix = _SECTION_BREAKS.get(name)
-    if fix is not None:
-        anchor, heading = fix
-        for i, line in enumerate(lines):
-            if line.startswith(anchor):
-                lines[i:i] = [heading, "-" * len(heading), ""]
-                break
     lines[:] = _escape_bars("\n".join(lines)).split("\n")
 
 

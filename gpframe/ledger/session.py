@@ -1409,6 +1409,8 @@ class Session:
         anchor. A ledger behind its anchor raises :class:`~gpframe.errors.LedgerCorruptError`
         (see SECURITY.md, "Ledger integrity: what is detected").
 
+    Notes
+    -----
     Opening checks the file against its audit log cheaply (:meth:`Ledger.check`): a ledger
     altered outside gpframe raises :class:`~gpframe.errors.LedgerCorruptError`.
 
