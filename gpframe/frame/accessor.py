@@ -1018,13 +1018,12 @@ def _preflight(kind: str, amount: Fraction, per: str, counts: np.ndarray, scale_
     The calibration raises ``InvalidInputError`` for amounts outside the supported ranges
     (``docs/noise.md``); doing it here keeps the ledger untouched on such input.
     """
-    k = Fraction(scale_max)
     distinct = {1} if per == "point" else {int(n) for n in counts if n > 0}
     for n in distinct:
-        part = amount / n
-        # the wrapper's full check (range, calibration, largest noise scale), not only the
-        # calibration: anything it would refuse after reserve() must be refused here
-        _pv.check_point_amount(kind, part / k if kind == "gp" else part / (k * k))
+        # the wrapper's full check (range, calibration, largest noise scale) at the amount the
+        # mechanism runs at after the CRS's scale factor: anything it would refuse after
+        # reserve() must be refused here
+        _pv.check_point_amount(kind, amount / n, scale_max=Fraction(scale_max))
 
 
 def _build_output(
