@@ -87,6 +87,7 @@ from typing import Any
 
 import numpy as np
 
+from gpframe.accounting.amounts import probability
 from gpframe.duckdb import udf as _u
 from gpframe.duckdb.relations import (
     SRC,
@@ -721,10 +722,7 @@ def convex_hulls(
     fname = "gp.duckdb.convex_hulls"
     reg = _registration(con, fname)
     kind, amount, f_amt = kind_amount(reg.session, rho, eps, fname)
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
-        raise InvalidInputError(
-            f"{fname}: beta={beta!r} must be a probability in (0, 1). {_NOT_CHARGED}"
-        )
+    probability(beta)  # the one entry-point check of both faces
     if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
         raise InvalidInputError(f"{fname}: k={k!r} must be None or an integer >= 1. {_NOT_CHARGED}")
     if geometry not in ("wkb", "wkt", "geometry"):
@@ -877,11 +875,7 @@ def nearest_users(
             f"{_NOT_CHARGED}"
         )
     split_fractions(split, rounds)
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
-        raise InvalidInputError(
-            f"{fname}: beta={beta!r} must be a probability in (0, 1). {_NOT_CHARGED}"
-        )
-    b = float(beta)
+    b = probability(beta)
     kk = check_k(k)
     q = np.array(query_point(point, fname))
     rel = source(con, query_or_relation, fname)
