@@ -39,7 +39,6 @@ from gpframe.queries.knn import (
     pnn_calibration,
     resolve_compat,
 )
-from gpframe.queries.privatize import NOISE_SCALE_MAX_M
 
 __all__ = [
     "K_RULES",
@@ -56,6 +55,10 @@ ALPHA = Fraction(23, 25)  # 0.92, the reference harness
 _NOTHING = "Nothing was charged."
 #: largest |coordinate| of a PNN anchor target: inside the data's range (|x| < 2**40 m)
 _TARGET_MAX_M = float(np.nextafter(COORD_MAX_M, 0.0))
+#: largest noise scale (metres) of a phase that releases a coordinate: 2**40 m / 2**12, so that
+#: the anchor circle c̃ ± R̃ stays inside ±2**40 m but with probability below e^(-500)
+#: (:func:`check_noise_range`)
+NOISE_SCALE_MAX_M = Fraction(int(COORD_MAX_M), 2**12)
 
 
 def choose_k(
@@ -230,14 +233,16 @@ def check_noise_range(kind: str, amount: Fraction, scales: dict[str, Fraction]) 
     """Refuse an amount whose noise would put the released coordinates beyond the supported range.
 
     ``scales`` are the noise scales (metres) of the phases that release coordinates: the centre
-    c̃, the radius R̃ (the anchor targets P_j lie within R̃ of c̃) and the anchor (or fallback)
-    releases. Each must stay within privatize's bound :data:`NOISE_SCALE_MAX_M` (about the size
-    of the Earth): the released points carry no location beyond it, and a tiny amount (ρ = 1e-30
-    gives a centre σ of about 5·10¹⁵ m) puts c̃ ± R̃ beyond ±2**40 m, which shows only after the
-    centre and radius draws, when the query is spent. Within it, c̃ ± R̃ reaches ±2**40 m only
-    for data near that edge or after a deviation of more than 10⁴ noise scales (probability
-    below e^(-10000)); the anchor targets are clamped into the range for the rest. Run by both
-    faces' preflight (:func:`hull_preflight`) and by :func:`private_hulls` before any draw.
+    c̃, the radius R̃ (the anchor targets P_j = c̃ + R̃·u lie on the circle they span) and the
+    anchor (or fallback) releases. A tiny amount (ρ = 1e-30 gives a centre σ of about 5·10¹⁵ m)
+    puts the circle beyond ±2**40 m, which shows only after the centre and radius draws, when
+    the query is spent; so every scale must be at most :data:`NOISE_SCALE_MAX_M` (2**28 m).
+    Then the enlargement of R̃ (at most ln(2/β) ≤ 691 scales, β ≥ 1e-300) is below 2**38 m, and
+    a centre or radius deviation beyond 2**37 m takes more than 512 scales (probability below
+    e^(-500)); with data in any real CRS (|x| < 2**26 m) and the radius floor below 2**39 m,
+    c̃ ± R̃ and the released points stay inside ±2**40 m but with that probability. A target
+    still outside (data at the edge of the range) is clamped by :func:`private_hulls`. Run by
+    both faces' preflight (:func:`hull_preflight`) and by :func:`private_hulls` before a draw.
 
     >>> check_noise_range("cgp", Fraction(1, 10**30), {"centre": Fraction(10**16)})
     Traceback (most recent call last):
@@ -255,10 +260,10 @@ def check_noise_range(kind: str, amount: Fraction, scales: dict[str, Fraction]) 
     least = amount * (ratio * ratio if kind == "cgp" else ratio)
     raise InvalidInputError(
         f"{name}={float(amount):g} is too small for convex_hull: its {phase} noise would be "
-        f"{float(scale):.3g} m, above the supported maximum {float(NOISE_SCALE_MAX_M):g} m "
-        "(the size of the Earth), so the released centre, radius and anchors would carry no "
-        "location and could land beyond ±2**40 m after the draws. Use a larger "
-        f"{name} (about {float(least) * 1.01:.3g} or more). {_NOTHING}"
+        f"{float(scale):.3g} m, above the supported maximum 2**28 m "
+        f"({float(NOISE_SCALE_MAX_M):.3g} m), so the released centre and radius could put the "
+        "anchors beyond ±2**40 m after the draws (and no released point would carry a "
+        f"location). Use a larger {name} (about {float(least) * 1.01:.3g} or more). {_NOTHING}"
     )
 
 
