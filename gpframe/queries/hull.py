@@ -279,15 +279,13 @@ def check_beta_and_floor(beta: float, radius_floor_m: Any) -> None:
         )
     r = radius_floor_m
     # comparisons, not math.isfinite (which overflows on huge ints); NaN and ±inf fail them.
-    # Beyond 2**39 m the anchors (within R̃ of c̃) would fail the extent check after the draws.
-    if (
-        isinstance(r, bool)
-        or not isinstance(r, (int, float))
-        or not -COORD_MAX_M < r < COORD_MAX_M / 2
-    ):
+    # Beyond 2**39 m the anchor circle (radius R̃ around c̃) could leave ±2**40 m. Below 0 the
+    # floor let R̃ = max(r̃ + enlargement, floor) go negative when the radius noise was, and k's
+    # rule took the square root of it after the draws (NaN k, charged).
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r < COORD_MAX_M / 2:
         raise InvalidInputError(
-            f"radius_floor_m={r!r} must be a finite number of metres below 2**39 (the anchors "
-            f"lie within it of the centre). {_NOTHING}"
+            f"radius_floor_m={r!r} must be a finite number of metres, at least 0 and below "
+            f"2**39 (the anchors lie within it of the centre). {_NOTHING}"
         )
 
 
@@ -384,7 +382,7 @@ def private_hulls(
         Fixed number of anchors; None (default) picks k per user from R̃ by ``k_rule``, clamped to
         [k_min, k_max] (``docs/operations/convex_hull.md``). k affects utility only, never privacy.
     radius_floor_m : float
-        R̃ ← max(R̃, radius_floor_m) (post-processing).
+        R̃ ← max(R̃, radius_floor_m) (post-processing); at least 0 and below 2**39 m.
     scan_order, max_cycles
         PNN scan order (default random) and public cap (``docs/operations/knn.md``).
     scale_max : float

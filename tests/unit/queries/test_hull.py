@@ -207,3 +207,19 @@ def test_anchor_targets_beyond_the_range_are_clamped_not_refused_after_the_draws
     assert out.centre[0, 0] + out.radius[0] >= 2.0**40  # a target was beyond the range
     assert not out.fallback[0] and out.anchors[0].shape == (16, 2)
     assert np.isfinite(out.anchors[0]).all() and out.hulls[0] is not None
+
+
+def test_negative_radius_floor_refused_before_any_draw():
+    # regression (fuzz): a negative floor let R̃ = max(r̃ + enlargement, floor) go negative when
+    # the radius noise did (this seed), and k's rule took its square root after the draws
+    xy = np.array([[500_000.0, 4_500_000.0]])
+    rng = seeded_rng(78)
+    with pytest.raises(InvalidInputError, match=r"^radius_floor_m=-20698380 must be .*at least 0"):
+        private_hulls(xy, np.zeros(1, np.int64), kind="gp", amount=3.16,
+                      radius_floor_m=-20698380, rng=rng)  # fmt: skip
+    assert _undrawn(rng)
+    # the same draws with the floor at 0: R̃ is floored at 0 and k comes out of the clamp
+    out = private_hulls(xy, np.zeros(1, np.int64), kind="gp", amount=3.16, radius_floor_m=0,
+                        rng=seeded_rng(78))  # fmt: skip
+    assert out.radius[0] == 0.0 and out.k[0] == 1 and out.fallback[0]
+    assert np.isfinite(out.anchors[0]).all() and np.isfinite(out.error[0])
