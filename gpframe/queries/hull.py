@@ -305,7 +305,8 @@ def _check_k_phases(
     (all n points at ρ₁/n; Remark 1). Each part shrinks as k (or n) grows and every calibration
     accepts an interval of amounts, so calibrating the smallest and largest k (and n) that any
     user can reach covers every group the run can form. ``counts`` are the public n per user.
-    Returns the largest noise scale (metres) of the anchor and fallback releases that can run.
+    Returns the largest noise scale (metres) of each coordinate release that can run: the
+    anchor release and the fallback release, for :func:`check_noise_range`.
     """
     from gpframe.mechanisms import calibration as cal
 
@@ -576,7 +577,9 @@ def hull_preflight(kind: str, amount: Fraction, beta: float, alpha: Any, k: Any,
     so a k-dependent phase it refuses (a PNN call or an anchor release below the supported
     amounts) used to be refused inside the reservation, charging everybody. k is public (given,
     or clamped to [16, 128]) and the fallback releases the n points of a user
-    with n <= k, so every group the run can form is checked now (both ends of k and n).
+    with n <= k, so every group the run can form is checked now (both ends of k and n). Last,
+    :func:`check_noise_range` refuses an amount whose centre, radius or anchor noise could put
+    the anchors beyond ±2**40 m, which PCH would only see after its draws.
     """
     check_beta_and_floor(beta, radius_floor_m)
     # exact() as in private_hulls (accepts what its dry run accepted, e.g. a 0-d array)
