@@ -58,7 +58,7 @@ _TARGET_MAX_M = float(np.nextafter(COORD_MAX_M, 0.0))
 #: largest noise scale (metres) of a phase that releases a coordinate: 2**40 m / 2**12, so that
 #: the anchor circle c̃ ± R̃ stays inside ±2**40 m but with probability below e^(-500)
 #: (:func:`check_noise_range`)
-NOISE_SCALE_MAX_M = Fraction(int(COORD_MAX_M), 2**12)
+ANCHOR_NOISE_MAX_M = Fraction(int(COORD_MAX_M), 2**12)
 
 
 def choose_k(
@@ -236,7 +236,7 @@ def check_noise_range(kind: str, amount: Fraction, scales: dict[str, Fraction]) 
     c̃, the radius R̃ (the anchor targets P_j = c̃ + R̃·u lie on the circle they span) and the
     anchor (or fallback) releases. A tiny amount (ρ = 1e-30 gives a centre σ of about 5·10¹⁵ m)
     puts the circle beyond ±2**40 m, which shows only after the centre and radius draws, when
-    the query is spent; so every scale must be at most :data:`NOISE_SCALE_MAX_M` (2**28 m).
+    the query is spent; so every scale must be at most :data:`ANCHOR_NOISE_MAX_M` (2**28 m).
     Then the enlargement of R̃ (at most ln(2/β) ≤ 691 scales, β ≥ 1e-300) is below 2**38 m, and
     a centre or radius deviation beyond 2**37 m takes more than 512 scales (probability below
     e^(-500)); with data in any real CRS (|x| < 2**26 m) and the radius floor below 2**39 m,
@@ -252,16 +252,16 @@ def check_noise_range(kind: str, amount: Fraction, scales: dict[str, Fraction]) 
     if not scales:
         return
     phase, scale = max(scales.items(), key=lambda kv: kv[1])
-    if scale <= NOISE_SCALE_MAX_M:
+    if scale <= ANCHOR_NOISE_MAX_M:
         return
     name = "rho" if kind == "cgp" else "eps"
     # CGP σ ∝ 1/√ρ, GP 1/ε ∝ 1/ε (up to the lattice rounding, hence "about")
-    ratio = scale / NOISE_SCALE_MAX_M
+    ratio = scale / ANCHOR_NOISE_MAX_M
     least = amount * (ratio * ratio if kind == "cgp" else ratio)
     raise InvalidInputError(
         f"{name}={float(amount):g} is too small for convex_hull: its {phase} noise would be "
         f"{float(scale):.3g} m, above the supported maximum 2**28 m "
-        f"({float(NOISE_SCALE_MAX_M):.3g} m), so the released centre and radius could put the "
+        f"({float(ANCHOR_NOISE_MAX_M):.3g} m), so the released centre and radius could put the "
         "anchors beyond ±2**40 m after the draws (and no released point would carry a "
         f"location). Use a larger {name} (about {float(least) * 1.01:.3g} or more). {_NOTHING}"
     )
