@@ -40,11 +40,25 @@ from gpframe.queries.knn import (
     resolve_compat,
 )
 
-__all__ = ["K_RULES", "HullArrays", "choose_k", "hull_error", "hull_preflight", "private_hulls"]
+__all__ = [
+    "K_RULES",
+    "HullArrays",
+    "check_noise_range",
+    "choose_k",
+    "hull_error",
+    "hull_preflight",
+    "private_hulls",
+]
 
 K_RULES = ("reference", "consistent")
 ALPHA = Fraction(23, 25)  # 0.92, the reference harness
 _NOTHING = "Nothing was charged."
+#: largest |coordinate| of a PNN anchor target: inside the data's range (|x| < 2**40 m)
+_TARGET_MAX_M = float(np.nextafter(COORD_MAX_M, 0.0))
+#: largest noise scale (metres) of a phase that releases a coordinate: 2**40 m / 2**12, so that
+#: the anchor circle c̃ ± R̃ stays inside ±2**40 m but with probability below e^(-500)
+#: (:func:`check_noise_range`)
+ANCHOR_NOISE_MAX_M = Fraction(int(COORD_MAX_M), 2**12)
 
 
 def choose_k(
@@ -197,6 +211,62 @@ def _release_points(
     return _quiet(mech.planar_laplace, pts, eps=part / ks, K=K, rng=bits)
 
 
+def _scale(kind: str, c: Any) -> Fraction:
+    """Noise scale of a calibrated release in metres: GP 1/rate, CGP σ per coordinate."""
+    return c.g / c.param if kind == "gp" else sqrt_up(c.param) * c.g
+
+
+def _fixed_phases(kind: str, spend: dict[str, Fraction], ks: Fraction) -> dict[str, Fraction]:
+    """Calibrate the centre and radius releases; return their noise scales in metres."""
+    from gpframe.mechanisms import calibration as cal
+
+    if kind == "cgp":
+        c = cal.cgp_gaussian(spend["centre"] / (ks * ks), K=sqrt_up(2), d=2)
+        r = cal.cgp_gaussian(spend["radius"] / (ks * ks), d=1)
+    else:
+        c = cal.gp_laplace(check_eps(spend["centre"] / ks, "eps (centre)"), K=sqrt_up(2), d=2)
+        r = cal.gp_laplace(check_eps(spend["radius"] / ks, "eps (radius)"), d=1)
+    return {"centre": _scale(kind, c), "radius": _scale(kind, r)}
+
+
+def check_noise_range(kind: str, amount: Fraction, scales: dict[str, Fraction]) -> None:
+    """Refuse an amount whose noise would put the released coordinates beyond the supported range.
+
+    ``scales`` are the noise scales (metres) of the phases that release coordinates: the centre
+    c̃, the radius R̃ (the anchor targets P_j = c̃ + R̃·u lie on the circle they span) and the
+    anchor (or fallback) releases. A tiny amount (ρ = 1e-30 gives a centre σ of about 5·10¹⁵ m)
+    puts the circle beyond ±2**40 m, which shows only after the centre and radius draws, when
+    the query is spent; so every scale must be at most :data:`ANCHOR_NOISE_MAX_M` (2**28 m).
+    Then the enlargement of R̃ (at most ln(2/β) ≤ 691 scales, β ≥ 1e-300) is below 2**38 m, and
+    a centre or radius deviation beyond 2**37 m takes more than 512 scales (probability below
+    e^(-500)); with data in any real CRS (|x| < 2**26 m) and the radius floor below 2**39 m,
+    c̃ ± R̃ and the released points stay inside ±2**40 m but with that probability. A target
+    still outside (data at the edge of the range) is clamped by :func:`private_hulls`. Run by
+    both faces' preflight (:func:`hull_preflight`) and by :func:`private_hulls` before a draw.
+
+    >>> check_noise_range("cgp", Fraction(1, 10**30), {"centre": Fraction(10**16)})
+    Traceback (most recent call last):
+    ...
+    gpframe.errors.InvalidInputError: rho=1e-30 is too small for convex_hull: ...
+    """
+    if not scales:
+        return
+    phase, scale = max(scales.items(), key=lambda kv: kv[1])
+    if scale <= ANCHOR_NOISE_MAX_M:
+        return
+    name = "rho" if kind == "cgp" else "eps"
+    # CGP σ ∝ 1/√ρ, GP 1/ε ∝ 1/ε (up to the lattice rounding, hence "about")
+    ratio = scale / ANCHOR_NOISE_MAX_M
+    least = amount * (ratio * ratio if kind == "cgp" else ratio)
+    raise InvalidInputError(
+        f"{name}={float(amount):g} is too small for convex_hull: its {phase} noise would be "
+        f"{float(scale):.3g} m, above the supported maximum 2**28 m "
+        f"({float(ANCHOR_NOISE_MAX_M):.3g} m), so the released centre and radius could put the "
+        "anchors beyond ±2**40 m after the draws (and no released point would carry a "
+        f"location). Use a larger {name} (about {float(least) * 1.01:.3g} or more). {_NOTHING}"
+    )
+
+
 def check_beta_and_floor(beta: float, radius_floor_m: Any) -> None:
     """Refuse a β or radius floor that PCH could only reject after its first draws.
 
@@ -209,15 +279,13 @@ def check_beta_and_floor(beta: float, radius_floor_m: Any) -> None:
         )
     r = radius_floor_m
     # comparisons, not math.isfinite (which overflows on huge ints); NaN and ±inf fail them.
-    # Beyond 2**39 m the anchors (within R̃ of c̃) would fail the extent check after the draws.
-    if (
-        isinstance(r, bool)
-        or not isinstance(r, (int, float))
-        or not -COORD_MAX_M < r < COORD_MAX_M / 2
-    ):
+    # Beyond 2**39 m the anchor circle (radius R̃ around c̃) could leave ±2**40 m. Below 0 the
+    # floor let R̃ = max(r̃ + enlargement, floor) go negative when the radius noise was, and k's
+    # rule took the square root of it after the draws (NaN k, charged).
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r < COORD_MAX_M / 2:
         raise InvalidInputError(
-            f"radius_floor_m={r!r} must be a finite number of metres below 2**39 (the anchors "
-            f"lie within it of the centre). {_NOTHING}"
+            f"radius_floor_m={r!r} must be a finite number of metres, at least 0 and below "
+            f"2**39 (the anchors lie within it of the centre). {_NOTHING}"
         )
 
 
@@ -229,7 +297,7 @@ def _check_k_phases(
     k: int | None,
     k_min: int,
     k_max: int,
-) -> None:
+) -> dict[str, Fraction]:
     """Calibrate every PNN and release group PCH may run, before any bit is drawn.
 
     k per user is drawn from R̃ (a noisy quantity), but it is public that it lies in
@@ -237,33 +305,41 @@ def _check_k_phases(
     (all n points at ρ₁/n; Remark 1). Each part shrinks as k (or n) grows and every calibration
     accepts an interval of amounts, so calibrating the smallest and largest k (and n) that any
     user can reach covers every group the run can form. ``counts`` are the public n per user.
+    Returns the largest noise scale (metres) of each coordinate release that can run: the
+    anchor release and the fallback release, for :func:`check_noise_range`.
     """
     from gpframe.mechanisms import calibration as cal
 
     n = np.asarray(counts, dtype=np.int64)
     if n.size == 0:
-        return
+        return {}
     k_lo, k_hi = (int(k), int(k)) if k is not None else (k_min, k_max)
     pnn_n = n[n > k_lo]  # users that can run the PNN phase (k_u < n_u for some allowed k_u)
     pnn_ks = {k_lo, min(k_hi, int(pnn_n.max()) - 1)} if pnn_n.size else set()
     fb_n = n[n <= k_hi]  # users that can take the fallback (k_u >= n_u for some allowed k_u)
     fb_ns = {int(fb_n.min()), int(fb_n.max())} if fb_n.size else set()
+    scales: dict[str, Fraction] = {}
     for kk in sorted(pnn_ks):
         if kind == "cgp":
             pnn_calibration(check_eps(eps_from_rho(spend["pnn"] / (kk * ks * ks)),
                                       "sqrt(2*rho/k) (one PCH anchor call)"))  # fmt: skip
-            cal.cgp_gaussian(cal.check_rho(spend["release"] / (kk * ks * ks),
-                                           "rho (PCH anchor release)"), d=2)  # fmt: skip
+            c = cal.cgp_gaussian(cal.check_rho(spend["release"] / (kk * ks * ks),
+                                               "rho (PCH anchor release)"), d=2)  # fmt: skip
         else:
             pnn_calibration(check_eps(spend["pnn"] / (kk * ks), "eps (one PCH anchor call)"))
-            cal.gp_laplace(check_eps(spend["release"] / (kk * ks), "eps (PCH anchor release)"),
-                           d=2)  # fmt: skip
+            c = cal.gp_laplace(check_eps(spend["release"] / (kk * ks),
+                                         "eps (PCH anchor release)"), d=2)  # fmt: skip
+        scales["anchor release"] = max(scales.get("anchor release", Fraction(0)), _scale(kind, c))
     for n_u in sorted(fb_ns):
         part = (spend["pnn"] + spend["release"]) / n_u
         if kind == "cgp":
-            cal.cgp_gaussian(cal.check_rho(part / (ks * ks), "rho (PCH fallback release)"), d=2)
+            c = cal.cgp_gaussian(cal.check_rho(part / (ks * ks), "rho (PCH fallback release)"),
+                                 d=2)  # fmt: skip
         else:
-            cal.gp_laplace(check_eps(part / ks, "eps (PCH fallback release)"), d=2)
+            c = cal.gp_laplace(check_eps(part / ks, "eps (PCH fallback release)"), d=2)
+        scales["fallback release"] = max(scales.get("fallback release", Fraction(0)),
+                                         _scale(kind, c))  # fmt: skip
+    return scales
 
 
 def private_hulls(
@@ -307,7 +383,7 @@ def private_hulls(
         Fixed number of anchors; None (default) picks k per user from R̃ by ``k_rule``, clamped to
         [k_min, k_max] (``docs/operations/convex_hull.md``). k affects utility only, never privacy.
     radius_floor_m : float
-        R̃ ← max(R̃, radius_floor_m) (post-processing).
+        R̃ ← max(R̃, radius_floor_m) (post-processing); at least 0 and below 2**39 m.
     scan_order, max_cycles
         PNN scan order (default random) and public cap (``docs/operations/knn.md``).
     scale_max : float
@@ -373,16 +449,11 @@ def private_hulls(
     if sum(spend.values()) != amt:  # pragma: no cover - exact Fractions
         raise InvalidInputError("the PCH budget split does not sum to the amount.")
     # validate the fixed phases before any bit is drawn
-    from gpframe.mechanisms import calibration as cal_
-
-    if kind == "cgp":
-        cal_.cgp_gaussian(spend["centre"] / (ks * ks), K=sqrt_up(2), d=2)
-        cal_.cgp_gaussian(spend["radius"] / (ks * ks), d=1)
-    else:
-        cal_.gp_laplace(check_eps(spend["centre"] / ks, "eps (centre)"), K=sqrt_up(2), d=2)
-        cal_.gp_laplace(check_eps(spend["radius"] / ks, "eps (radius)"), d=1)
+    scales = _fixed_phases(kind, spend, ks)
     # ... and the k-dependent phases too: k depends on R̃, but only within public bounds
-    _check_k_phases(kind, spend, ks, counts, k, int(k_min), int(k_max))
+    scales.update(_check_k_phases(kind, spend, ks, counts, k, int(k_min), int(k_max)))
+    if adm.any():  # nothing is drawn otherwise (the faces' dry run: hull_preflight checks)
+        check_noise_range(kind, amt, scales)
     bits = resolve_rng(rng)
 
     users = np.flatnonzero(adm)
@@ -438,16 +509,6 @@ def private_hulls(
     fallback[users] = kk[users] >= counts[users]
     grouped = srt
     px, py = np.ascontiguousarray(p[:, 0]), np.ascontiguousarray(p[:, 1])
-    # the anchors P_j lie within R̃ of c̃: bound them like the data (exact snapping). R̃ is noisy,
-    # so this can only be checked now, after the centre and radius draws: the query is spent
-    try:
-        _check_extent(centre[users] + radius[users, None], centre[users] - radius[users, None])
-    except InvalidInputError:
-        raise InvalidInputError(
-            "the released hull centre and radius put the anchors beyond ±2**40 m (the budget is "
-            "far too small for this extent); the query's draws were made and it is charged. "
-            "Use a larger rho/eps."
-        ) from None
     # Remark 1: k >= n, release all n points at ρ₁ (per point ρ₁/n), grouped by n
     fb_users = users[fallback[users]]
     for n_u in np.unique(counts[fb_users]).tolist():
@@ -479,6 +540,11 @@ def private_hulls(
 
         def values(j: int, r: Any, owner: Any, cg=cg, rg=rg, theta=theta, gx=gx, gy=gy) -> Any:
             P = cg + rg[:, None] * np.array([math.cos(theta[j]), math.sin(theta[j])])
+            # the target P_j lies within R̃ of c̃, both noisy: a target beyond ±2**40 m (data near
+            # that edge; check_noise_range refused the amounts that reach it) is clamped into the
+            # data's range, where every distance snaps exactly. This is post-processing of c̃ and
+            # R̃ and a no-op otherwise; it replaces a refusal that came after the draws (charged)
+            np.clip(P, -_TARGET_MAX_M, _TARGET_MAX_M, out=P)
             if P.shape[0] == 1:  # one user: broadcast instead of gathering
                 return (gx - P[0, 0]) ** 2 + (gy - P[0, 1]) ** 2
             return (gx - P[owner, 0]) ** 2 + (gy - P[owner, 1]) ** 2
@@ -511,11 +577,17 @@ def hull_preflight(kind: str, amount: Fraction, beta: float, alpha: Any, k: Any,
     so a k-dependent phase it refuses (a PNN call or an anchor release below the supported
     amounts) used to be refused inside the reservation, charging everybody. k is public (given,
     or clamped to [16, 128]) and the fallback releases the n points of a user
-    with n <= k, so every group the run can form is checked now (both ends of k and n).
+    with n <= k, so every group the run can form is checked now (both ends of k and n). Last,
+    :func:`check_noise_range` refuses an amount whose centre, radius or anchor noise could put
+    the anchors beyond ±2**40 m, which PCH would only see after its draws.
     """
     check_beta_and_floor(beta, radius_floor_m)
     # exact() as in private_hulls (accepts what its dry run accepted, e.g. a 0-d array)
     spend = _split(kind, amount, exact(alpha, "alpha"))
+    ks = Fraction(scale_max)
+    scales = _fixed_phases(kind, spend, ks)
     # the PNN and release groups any user can reach (k in the clamp or fixed, the fallback's n)
-    _check_k_phases(kind, spend, Fraction(scale_max), counts, None if k is None else int(k),
-                    16, 128)  # fmt: skip
+    scales.update(_check_k_phases(kind, spend, ks, counts, None if k is None else int(k),
+                                  16, 128))  # fmt: skip
+    # last, so that every calibration refusal above keeps its own message
+    check_noise_range(kind, amount, scales)

@@ -547,3 +547,23 @@ def test_a_column_name_that_is_not_in_the_query_is_refused_before_charging(call)
     with pytest.raises(duckdb.BinderException, match=r"Could not find key \"(user_id|boat|x)\""):
         con.execute(f"SELECT * FROM {call}").fetchall()
     assert s.ledger.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    ("budget", "sql"),
+    [
+        ("cgp", "SELECT gp_convex_hull(user_id, xs, ys, 1.5e-49) FROM tuples"),
+        ("gp", "SELECT gp_convex_hull_gp(user_id, xs, ys, 1e-10) FROM tuples"),
+        ("cgp", "FROM gp_convex_hulls('SELECT * FROM pings', 1.5e-49)"),
+    ],
+)
+def test_hull_noise_beyond_the_range_refused_untouched(budget, sql):
+    # regression (fuzz): with 4 points per user (fallback) every calibration accepts these
+    # amounts; the centre draw then put the anchors beyond ±2**40 m inside the reservation
+    s = Session(budget=gp.CGP(rho=1e3) if budget == "cgp" else gp.GP(eps=1e3))
+    con = _con(s, 43, _pings(n_users=3, n_pts=4, seed=7))
+    before = s.ledger.snapshot()
+    with pytest.raises(duckdb.Error, match=r"InvalidInputError: gp_convex_hull.*too small for "
+                       r"convex_hull.*Use a larger (rho|eps) .*Nothing was charged\."):  # fmt: skip
+        con.execute(sql).fetchall()
+    assert s.ledger.snapshot() == before

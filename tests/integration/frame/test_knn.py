@@ -116,3 +116,21 @@ def test_accessor_form(pings):
     b = _bound(pings, s)
     assert len(b.knn((501_500.0, 4_501_500.0), 2, rho=1e-4, rng=seeded_rng(5))) == 6
     assert len(b.convex_hull(rho=1e-3, rng=seeded_rng(6))) == 3
+
+
+@pytest.mark.parametrize(("budget", "amount"), [(CGP(rho=1e3), {"rho": 1.5e-49}),
+                                                (GP(eps=1e3), {"eps": 1e-10})])  # fmt: skip
+def test_convex_hull_noise_beyond_the_range_refused_untouched(budget, amount):
+    # regression (fuzz): 6 users x 4 points take the fallback, so every calibration accepted
+    # rho=1.5e-49; the centre draw then put the anchors beyond ±2**40 m inside the reservation
+    # and everybody was charged
+    i = np.arange(24)
+    df = pd.DataFrame({"boat": np.repeat(np.arange(6), 4), "x": 500_000.0 + (i * 137) % 3000,
+                       "y": 4_500_000.0 + (i * 251) % 3000})  # fmt: skip
+    s = Session(budget=budget)
+    before = s.ledger.snapshot()
+    name = next(iter(amount))
+    with pytest.raises(InvalidInputError, match=rf"^{name}=.* too small for convex_hull.* "
+                       rf"Use a larger {name} .*Nothing was charged\.$"):  # fmt: skip
+        kf.convex_hull(_bound(df, s), rng=seeded_rng(7), **amount)
+    assert s.ledger.snapshot() == before

@@ -159,3 +159,67 @@ def test_k_phase_checks_accept_what_runs():
     out = private_hulls(_blob(3, 4), np.zeros(3, np.int64), kind="cgp", amount=1e8,
                         rng=seeded_rng(14))  # fmt: skip
     assert out.fallback[0] and out.k[0] == 3
+
+
+@pytest.mark.parametrize(
+    ("kind", "amount", "phase"),
+    [
+        # the fuzz harness's example: n <= 16 (fallback), every calibration accepts the amount,
+        # but the centre sigma (~1e25 m) put c̃ ± R̃ beyond ±2**40 m after the draws (charged)
+        ("cgp", 1.5e-49, "centre"),
+        ("gp", 1e-10, "radius"),
+        # the anchor release at k = 128 is the widest phase (alpha = 0.99 leaves it 1%)
+        ("cgp", 1e-14, "anchor release"),
+    ],
+)
+def test_noise_beyond_the_earth_refused_before_any_draw(kind, amount, phase):
+    n = 4 if phase != "anchor release" else 400
+    kw = {"alpha": 0.99} if phase == "anchor release" else {}
+    rng = seeded_rng(15)
+    name = "rho" if kind == "cgp" else "eps"
+    match = rf"^{name}=.* too small for convex_hull: its {phase} noise .*Use a larger {name} "
+    with pytest.raises(InvalidInputError, match=match + r".*Nothing was charged\.$"):
+        private_hulls(_blob(n, 5), np.zeros(n, np.int64), kind=kind, amount=amount, rng=rng, **kw)
+    assert _undrawn(rng)
+
+
+@pytest.mark.parametrize(("kind", "amount"), [("cgp", 1.5e-49), ("gp", 1e-10), ("gp", 1e-7)])
+def test_the_suggested_amount_runs(kind, amount):
+    # the refusal's "about X or more" is an amount the query accepts (the bound is not stricter
+    # than the phases' own noise scales)
+    import re
+
+    with pytest.raises(InvalidInputError) as info:
+        private_hulls(_blob(4, 6), np.zeros(4, np.int64), kind=kind, amount=amount)
+    least = float(re.search(r"about (\S+) or more", str(info.value)).group(1))
+    out = private_hulls(_blob(4, 6), np.zeros(4, np.int64), kind=kind, amount=least,
+                        rng=seeded_rng(16))  # fmt: skip
+    assert out.fallback[0] and np.isfinite(out.anchors[0]).all()
+
+
+def test_anchor_targets_beyond_the_range_are_clamped_not_refused_after_the_draws():
+    # regression: data reaching to within 10 m of 2**40 m put c̃ + R̃ (enlarged by ~100 m)
+    # beyond the range; PCH refused only after the centre and radius draws (the query spent)
+    x = np.linspace(5e11, 2.0**40 - 10, 40)
+    xy = np.column_stack([x, np.zeros_like(x)])
+    out = private_hulls(xy, np.zeros(40, np.int64), kind="cgp", amount=1e-2, k=16,
+                        rng=seeded_rng(17))  # fmt: skip
+    assert out.centre[0, 0] + out.radius[0] >= 2.0**40  # a target was beyond the range
+    assert not out.fallback[0] and out.anchors[0].shape == (16, 2)
+    assert np.isfinite(out.anchors[0]).all() and out.hulls[0] is not None
+
+
+def test_negative_radius_floor_refused_before_any_draw():
+    # regression (fuzz): a negative floor let R̃ = max(r̃ + enlargement, floor) go negative when
+    # the radius noise did (this seed), and k's rule took its square root after the draws
+    xy = np.array([[500_000.0, 4_500_000.0]])
+    rng = seeded_rng(78)
+    with pytest.raises(InvalidInputError, match=r"^radius_floor_m=-20698380 must be .*at least 0"):
+        private_hulls(xy, np.zeros(1, np.int64), kind="gp", amount=3.16,
+                      radius_floor_m=-20698380, rng=rng)  # fmt: skip
+    assert _undrawn(rng)
+    # the same draws with the floor at 0: R̃ is floored at 0 and k comes out of the clamp
+    out = private_hulls(xy, np.zeros(1, np.int64), kind="gp", amount=3.16, radius_floor_m=0,
+                        rng=seeded_rng(78))  # fmt: skip
+    assert out.radius[0] == 0.0 and out.k[0] == 1 and out.fallback[0]
+    assert np.isfinite(out.anchors[0]).all() and np.isfinite(out.error[0])
