@@ -200,7 +200,7 @@ def kde_frame_case(kind: str, what: str, *, method: str = "pt-elim", tiers=SLOW,
 
     # defined below cases_range_count's import of the registry: imported here, when the case is
     # built (the registry imports the cases_* modules while cases_range_count may be half-loaded)
-    from .cases_range_count import _FRAME_CRS, _FRAME_X0, _FRAME_Y0, _ground_distance
+    from .frames import _FRAME_CRS, _FRAME_X0, _FRAME_Y0, _ground_distance
 
     a = AMOUNT[kind]
     d0, d1 = PAIRS[(kind, "near")]

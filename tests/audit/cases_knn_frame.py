@@ -34,7 +34,7 @@ def _frame_helpers():
     Imported when a case is built: these names come after cases_range_count's import of the
     registry, which imports the cases_* modules while cases_range_count may be half-loaded.
     """
-    from .cases_range_count import _FRAME_CRS, _FRAME_X0, _FRAME_Y0, _ground_distance
+    from .frames import _FRAME_CRS, _FRAME_X0, _FRAME_Y0, _ground_distance
 
     return _FRAME_CRS, np.array([_FRAME_X0, _FRAME_Y0]), _ground_distance
 

@@ -252,6 +252,7 @@ def rounds_from_charges(charges: np.ndarray, records: list[Release], k2: float) 
 # The registry is imported only here, after everything that cases_kde and test_mutants_ops import
 # from this module: the registry imports every cases_* module, so whichever of them is imported
 # first, the helpers above are complete when the others ask for them.
+from .frames import _FRAME_CRS, _FRAME_X0, _FRAME_Y0, _ground_distance  # noqa: E402
 from .registry import AUDITED_MODULES, FAST, SLOW, _quiet, register  # noqa: E402
 
 for _m in (
@@ -394,19 +395,6 @@ def eliminate_case(
 # --------------------------------------------------------------------------------------------
 
 #: UTM 18N, on the central meridian (scale factor 0.9996 < 1, so scale_max = 1)
-_FRAME_CRS = "EPSG:32618"
-_FRAME_X0, _FRAME_Y0 = 500_000.0, 4_500_000.0
-
-
-def _ground_distance(x0: np.ndarray, x1: np.ndarray) -> float:
-    from pyproj import Geod, Transformer
-
-    tr = Transformer.from_crs(_FRAME_CRS, 4326, always_xy=True)
-    lon0, lat0 = tr.transform(*x0)
-    lon1, lat1 = tr.transform(*x1)
-    return float(Geod(ellps="WGS84").inv(lon0, lat0, lon1, lat1)[2])
-
-
 def frame_case(
     kind: str, method: str, split: str, where: str, *, rounds: int = 4, tiers=SLOW,
     n_fast: int = 10_000, n_slow: int = 100_000,
