@@ -394,7 +394,6 @@ def eliminate_case(
 # the frame-level entry point (Session, ledger, projection): range_count_frame.range_count
 # --------------------------------------------------------------------------------------------
 
-#: UTM 18N, on the central meridian (scale factor 0.9996 < 1, so scale_max = 1)
 def frame_case(
     kind: str, method: str, split: str, where: str, *, rounds: int = 4, tiers=SLOW,
     n_fast: int = 10_000, n_slow: int = 100_000,

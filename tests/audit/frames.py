@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+#: UTM 18N, on the central meridian (scale factor 0.9996 < 1, so scale_max = 1)
 _FRAME_CRS = "EPSG:32618"
 _FRAME_X0, _FRAME_Y0 = 500_000.0, 4_500_000.0
 
