@@ -391,8 +391,9 @@ def eliminate_case(
 
 
 # --------------------------------------------------------------------------------------------
-# the frame-level entry point (Session, ledger, projection): range_count_frame.range_count
+# the frame-level entry point (Session, ledger, projection): gpframe.frame.range_count
 # --------------------------------------------------------------------------------------------
+
 
 def frame_case(
     kind: str, method: str, split: str, where: str, *, rounds: int = 4, tiers=SLOW,
