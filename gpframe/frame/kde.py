@@ -113,8 +113,14 @@ def _component(bound: Any, component: Any, reduce: Any, operation: str) -> Any:
 
     p = bound.projected
     users_all = np.asarray(p.users)
-    pos = select_component(bound.frame, users_all, component, reduce, operation=operation,
-                           skip=(bound.user, *bound.protected))
+    pos = select_component(
+        bound.frame,
+        users_all,
+        component,
+        reduce,
+        operation=operation,
+        skip=(bound.user, *bound.protected),
+    )
     if pos.size == 0:
         raise InvalidInputError(
             f"the selected component has no rows. Check component={component!r}. {_NOTHING}"
