@@ -19,6 +19,8 @@ examples:
   gpframe demo                         privatize the packaged sample into ./gpframe-demo
   gpframe demo --out /tmp/gp           ... into another directory
   gpframe ledger report ledger.sqlite  per-user budgets and spend of a ledger file
+  gpframe ledger report ledger.sqlite --user 42 --notion central --format csv
+  gpframe ledger report ledger.sqlite --totals --format json
 """
 
 
@@ -66,6 +68,29 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "path", metavar="PATH", help="the ledger file (e.g. gpframe-demo/ledger.sqlite)"
     )
+    report.add_argument(
+        "--user",
+        action="append",
+        metavar="ID",
+        help="only this user (repeat for several; ids are compared as text)",
+    )
+    report.add_argument(
+        "--notion",
+        choices=("metric", "central"),
+        help="only this budget: metric (geo-privacy, per metre) or central (DP / zCDP)",
+    )
+    report.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="table (default: rows, then totals per notion), csv (the rows) or json "
+        '({"rows": [...], "totals": [...]})',
+    )
+    report.add_argument(
+        "--totals",
+        action="store_true",
+        help="only the totals per notion (users, budget, spent, held, remaining, exhausted)",
+    )
     return parser
 
 
@@ -77,6 +102,90 @@ def _print_report(report: object) -> None:
             print(report.to_string())
     else:
         print(report)
+
+
+def _totals(rows: object) -> object:
+    """Per notion: users, summed budget / spent / held / remaining, largest spend, exhausted.
+
+    A user is exhausted when nothing of their budget remains.
+    """
+    import pandas as pd
+
+    assert isinstance(rows, pd.DataFrame)
+    g = rows.groupby(["notion", "kind"], sort=False)
+    out = g.agg(
+        users=("user", "size"),
+        budget=("budget", "sum"),
+        spent=("spent", "sum"),
+        held=("held", "sum"),
+        remaining=("remaining", "sum"),
+        spent_max=("spent", "max"),
+        exhausted=("remaining", lambda r: int((r <= 0).sum())),
+    )
+    return out.reset_index()
+
+
+def _ledger_report(args: argparse.Namespace) -> int:
+    """``gpframe ledger report``: read-only; filters, totals, table / csv / json."""
+    import json
+    import os
+
+    from gpframe.errors import GpframeError
+    from gpframe.ledger import Session
+
+    if not os.path.exists(args.path):
+        print(
+            f"gpframe: no ledger file at {args.path!r}. Check the path: ledger files are made by "
+            "gp.Session(path=...) in Python or by `gpframe demo`; this command only reads them.",
+            file=sys.stderr,
+        )
+        return 1
+    # read-only: a report never writes the file (no schema, no WAL switch, no migration,
+    # no settlement of abandoned reservations), whatever state the file is in
+    try:
+        session = Session(path=args.path, create=False, readonly=True)
+    except GpframeError as exc:
+        print(f"gpframe: {exc}", file=sys.stderr)
+        return 1
+    try:
+        rows = session.report()
+    except GpframeError as exc:
+        print(f"gpframe: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        session.close()
+    if args.notion is not None:
+        if args.notion not in set(rows["notion"]):
+            print(f"gpframe: this ledger has no {args.notion} budget.", file=sys.stderr)
+            return 1
+        rows = rows[rows["notion"] == args.notion]
+    if args.user:
+        text = rows["user"].map(str)
+        missing = [u for u in args.user if u not in set(text)]
+        if missing:
+            print(
+                f"gpframe: no user {', '.join(map(repr, missing))} in this ledger (ids are "
+                "compared as text).",
+                file=sys.stderr,
+            )
+            return 1
+        rows = rows[text.isin(args.user).to_numpy()]
+    rows = rows.reset_index(drop=True)
+    totals = _totals(rows)
+    if args.format == "json":
+        doc: dict[str, object] = {"totals": json.loads(totals.to_json(orient="records"))}
+        if not args.totals:
+            doc["rows"] = json.loads(rows.to_json(orient="records"))
+        print(json.dumps(doc, indent=2))
+    elif args.format == "csv":
+        sys.stdout.write((totals if args.totals else rows).to_csv(index=False))
+    else:
+        if not args.totals:
+            _print_report(rows)
+            print()
+        print("Totals:")
+        _print_report(totals)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,25 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.ledger_command != "report":
             parser.parse_args(["ledger", "--help"])
             return 2
-        from gpframe.errors import GpframeError
-        from gpframe.ledger import Session
-
-        # read-only: a report never writes the file (no schema, no WAL switch, no migration,
-        # no settlement of abandoned reservations), whatever state the file is in
-        try:
-            session = Session(path=args.path, create=False, readonly=True)
-        except GpframeError as exc:
-            print(f"gpframe: {exc}", file=sys.stderr)
-            return 1
-        try:
-            report = session.report()
-        except GpframeError as exc:
-            print(f"gpframe: {exc}", file=sys.stderr)
-            return 1
-        finally:
-            session.close()
-        _print_report(report)
-        return 0
+        return _ledger_report(args)
     parser.print_help()
     return 2
 

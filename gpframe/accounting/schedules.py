@@ -139,6 +139,8 @@ class Plan:
         self.pool = np.full(n, Fraction(0), dtype=object)
         self.spent = np.full(n, Fraction(0), dtype=object)
         self._open: np.ndarray | None = None  # allocations of the query in flight
+        # (t, pool) before the open query was drawn, so a drawn query can be cancelled
+        self._before: tuple[int, np.ndarray] | None = None
 
     @property
     def n_users(self) -> int:
@@ -160,6 +162,7 @@ class Plan:
             raise InvalidInputError(
                 f"all {self.T} queries of this plan were allocated; make a new Plan."
             )
+        self._before = (self.t, self.pool.copy())
         self.t += 1
         lam = schedule_lambda(self.schedule, self.t, self.T, self.lam)
         alloc = self.base + self.pool * lam
@@ -192,6 +195,24 @@ class Plan:
         self.pool = self.pool + (self._open - u)
         self.spent = self.spent + u
         self._open = None
+        self._before = None
+
+    def cancel(self) -> None:
+        """Withdraw the open query's allocations as if they had never been drawn.
+
+        Restores t and the pool, so the next :meth:`next_allocations` returns the same values.
+        Only for a query that did not run (nothing charged): a query that ran is recorded.
+
+        >>> plan = Plan(1, queries=2, schedule="linear")
+        >>> a = plan.next_allocations(); plan.cancel()
+        >>> plan.t, [str(v) for v in plan.next_allocations()] == [str(v) for v in a]
+        (0, True)
+        """
+        if self._open is None or self._before is None:
+            return
+        self.t, self.pool = self._before
+        self._open = None
+        self._before = None
 
     def frame(self) -> pd.DataFrame:
         """Per-user budget, spent and pool as floats (for reports)."""

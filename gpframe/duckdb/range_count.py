@@ -370,7 +370,9 @@ def range_count(
     check_input(rel, fname, {"user": user, "x": x, "y": y})
     # the rows stay in this process: the rule reads public columns and row order only
     frame = rel.df()
-    pos = select_component(frame, frame[user].to_numpy(), component, reduce)
+    pos = select_component(
+        frame, frame[user].to_numpy(), component, reduce, operation=fname, skip=(user, x, y)
+    )
     picked = frame.iloc[pos]
     n = len(picked)
     rows = []

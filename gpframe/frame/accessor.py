@@ -255,7 +255,10 @@ class GeoPriv:
             ``(column, value)``: the rows where ``frame[column] == value``. A callable
             ``f(frame)`` returning a boolean mask over public columns (never the coordinates).
             ``"first"`` / ``"last"`` or ``gp.First(col, after=t)`` / ``gp.Last(col, before=t)``:
-            each user's first / last row by a time column.
+            each user's first / last row by a time column. A trajectory (several rows per
+            user) needs one of these: gpframe does not choose the point for you, because which
+            point is part of the question; every rule keeps one row per user, so the charge is
+            the same as for one-point data (``docs/operations/range_count.md``).
         reduce : {"first", "last"}, optional
             Keep the first / last row (row order) of a user with several rows in the component;
             without it several rows are an error.
@@ -344,7 +347,8 @@ class GeoPriv:
         nu_m : float, optional
             Elimination distance ν in metres (default 3 × ``bandwidth_m``).
         component : None, (column, value), callable, "first", "last", gp.First or gp.Last
-            Which row is each user's point (as in :meth:`range_count`).
+            Which row is each user's point (as in :meth:`range_count`); required for a
+            trajectory (several rows per user), e.g. ``gp.Last('time')``.
         reduce : {"first", "last"}, optional
             Keep the first / last row of a user with several rows in the component.
         progress : bool, optional
@@ -420,7 +424,8 @@ class GeoPriv:
             Remove the noise's extra smoothing. Impossible when the Gaussian noise's σ is at
             least h: the call is refused before anything is charged.
         component : None, (column, value), callable, "first", "last", gp.First or gp.Last
-            Which row is each user's point (as in :meth:`range_count`).
+            Which row is each user's point (as in :meth:`range_count`); required for a
+            trajectory (several rows per user), e.g. ``gp.Last('time')``.
         reduce : {"first", "last"}, optional
             Keep the first / last row of a user with several rows in the component.
         progress : bool, optional
@@ -760,7 +765,8 @@ class GeoPriv:
         beta : float
             Failure probability (half for the eliminations, half for the final selection).
         component : None, (column, value), callable, "first", "last", gp.First or gp.Last
-            Which row is each user's point (as in :meth:`range_count`).
+            Which row is each user's point (as in :meth:`range_count`); required for a
+            trajectory (several rows per user), e.g. ``gp.Last('time')``.
         reduce : {"first", "last"}, optional
             Keep the first / last row of a user with several rows in the component.
         rng : BitSource, optional

@@ -108,12 +108,19 @@ def _query_points(at: Any, projected: Any) -> tuple[np.ndarray, Any, bool]:
     return xy, series, many
 
 
-def _component(bound: Any, component: Any, reduce: Any) -> Any:
+def _component(bound: Any, component: Any, reduce: Any, operation: str) -> Any:
     from gpframe.queries.range_count import select_component
 
     p = bound.projected
     users_all = np.asarray(p.users)
-    pos = select_component(bound.frame, users_all, component, reduce)
+    pos = select_component(
+        bound.frame,
+        users_all,
+        component,
+        reduce,
+        operation=operation,
+        skip=(bound.user, *bound.protected),
+    )
     if pos.size == 0:
         raise InvalidInputError(
             f"the selected component has no rows. Check component={component!r}. {_NOTHING}"
@@ -257,7 +264,7 @@ def kde(
     if nu_m is not None:
         nu_m = _k.check_length(nu_m, "nu_m")
     kind, amount = _check_amount(session, rho, eps)
-    p = _component(bound, component, reduce)
+    p = _component(bound, component, reduce, "kde")
     q_m, q_series, many = _query_points(at, p)
     _k.preflight(kind, amount, float(p.scale_max), method)
     users = np.asarray(p.users)
@@ -476,7 +483,7 @@ def kde_raster(
     h = _k.check_length(bandwidth_m, "bandwidth_m")
     c = _k.check_length(cell_m, "cell_m")
     kind, amount = _check_amount(session, rho, eps)
-    p = _component(bound, component, reduce)
+    p = _component(bound, component, reduce, "kde_raster")
     users = np.asarray(p.users)
     if len(pd.unique(users)) != users.size:
         raise InvalidInputError(

@@ -532,7 +532,14 @@ def nearest_users(
     p = bound.projected
     q = _point_m(point, p)
     users_all = np.asarray(p.users)
-    pos = select_component(bound.frame, users_all, component, reduce)
+    pos = select_component(
+        bound.frame,
+        users_all,
+        component,
+        reduce,
+        operation="nearest_users",
+        skip=(bound.user, *bound.protected),
+    )
     if pos.size == 0:
         raise InvalidInputError(f"the selected component has no rows. {_NOTHING}")
     users = users_all[pos]

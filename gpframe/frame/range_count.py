@@ -253,7 +253,14 @@ def range_count(
     _check_amount(session, rho, eps, allocations)
     p = bound.projected
     users_all = np.asarray(p.users)
-    pos = select_component(bound.frame, users_all, component, reduce)
+    pos = select_component(
+        bound.frame,
+        users_all,
+        component,
+        reduce,
+        operation="range_count",
+        skip=(bound.user, *bound.protected),
+    )
     if pos.size == 0:
         raise InvalidInputError(
             f"the selected component has no rows: nobody to count. Check component={component!r}. "

@@ -90,6 +90,9 @@ class SessionPlan:
         self.schedule = schedule
         self.lam = lam
         self.inner: Plan | None = None
+        # what the ledger had left for the plan's users when the open query was drawn: a repeated
+        # next_allocations() with the ledger unchanged is a peek and returns the same step
+        self._drawn_remaining: dict[Any, Fraction] | None = None
         # validate T and lam now (a bad plan must fail before any query)
         Plan(self.total, queries, schedule, lam)
         if users is not None:
@@ -116,14 +119,31 @@ class SessionPlan:
 
     @property
     def t(self) -> int:
-        """Queries allocated so far."""
-        return 0 if self.inner is None else self.inner.t
+        """Queries recorded so far (a drawn, unrecorded query does not count)."""
+        if self.inner is None:
+            return 0
+        return self.inner.t - (self.inner._open is not None)
 
     def next_allocations(self, users: Any = None) -> pd.Series:
         """Allocations of the next query, exact ``Fraction`` per user (index: user id).
 
         Each is min(a_i^t, remaining_i) rounded down to a ledger unit; users ``users`` asks for
         that are not in the plan get 0 (not asked).
+
+        Looking is free: the step is taken by :meth:`record` (which ``allocations=plan`` calls
+        after the query), so calling this again before recording returns the same allocations,
+        and a query run with ``allocations=plan`` afterwards gets them too. If the ledger charged
+        the plan's users since the allocations were drawn (a query ran with them), record its
+        charges with :meth:`record` first, or :meth:`cancel` the drawn step.
+
+        Examples
+        --------
+        >>> import gpframe as gp
+        >>> from gpframe.ledger import Session
+        >>> p = plan(Session(budget=gp.CGP(rho=1e-3)), total=4e-4, queries=4, users=[1, 2])
+        >>> a = p.next_allocations()
+        >>> p.next_allocations().equals(a), p.t       # a peek: same step, nothing consumed
+        (True, 0)
         """
         if self.inner is None:
             if users is None:
@@ -136,6 +156,18 @@ class SessionPlan:
         assert inner is not None
         lu = self.session.ledger.units["metric"]
         rem = self.session.remaining_exact(list(inner.users))
+        if inner._open is not None:
+            drawn = self._drawn_remaining
+            changed = drawn is None or any(
+                drawn.get(k, v) != v for k, v in zip(rem.index, rem.to_numpy(), strict=True)
+            )
+            if changed:
+                raise InvalidInputError(
+                    "the ledger charged this plan's users since its allocations were drawn: if a "
+                    "query ran with them, call plan.record(result) first; if not, "
+                    f"plan.cancel() draws them afresh. {_NOTHING}"
+                )
+            inner.cancel()  # a peek: re-draw the same step from the same state
         a = inner.next_allocations(remaining=rem)
         # floor to the ledger unit: the ledger reserves rounded up, so an allocation that is not a
         # multiple of the unit could be refused at the last query; what is cut stays in the pool
@@ -143,6 +175,7 @@ class SessionPlan:
         floored[:] = [Fraction(lu.down(v), 1) / lu.scale for v in a]
         inner._open = floored  # the open query's cap is the floored allocation
         inner.pool = inner.pool + (a - floored)
+        self._drawn_remaining = dict(zip(rem.index, rem.to_numpy(), strict=True))
         out = pd.Series(floored, index=inner.users, dtype=object, name="allocation")
         if users is not None:
             from gpframe.ledger.charges import ledger_keys
@@ -150,6 +183,12 @@ class SessionPlan:
             keys = ledger_keys(np.asarray(users))
             out = out.reindex(pd.Index(keys, dtype=object)).fillna(Fraction(0))
         return out
+
+    def cancel(self) -> None:
+        """Withdraw allocations drawn by :meth:`next_allocations` for a query that did not run."""
+        if self.inner is not None:
+            self.inner.cancel()
+        self._drawn_remaining = None
 
     def record(self, charges: Any) -> None:
         """Record what the query charged: a Result (its ``charges``) or a Series by user.
@@ -172,6 +211,7 @@ class SessionPlan:
         for p, v in zip(pos, s.to_numpy(), strict=True):
             vals[p] = conv[v]
         self.inner.record(vals)
+        self._drawn_remaining = None
 
     def frame(self) -> pd.DataFrame:
         """Per-user budget, spent and pool of the plan (floats)."""

@@ -16,15 +16,22 @@ the per-user charges from the ledger: ``session.report(query_id=result.query_id)
 
 Users and queries. ``users`` are the ids of everyone whose data the queries read; each pays the
 charge. The queries are precomputed values or zero-argument callables over data the caller
-holds, so a user cannot be removed from them: a run starts only if **every** user is admitted,
-otherwise monitoring stops (the reservation is cancelled before any noise, nothing is charged
-for that run: membership never changes inside a run).
+holds, so a user cannot be removed from them: by default (``on_exhausted="raise"``) a run
+starts only if **every** user is admitted, otherwise monitoring stops (the reservation is
+cancelled before any noise, nothing is charged for that run: membership never changes inside a
+run) and the error names the users who cannot pay. With ``on_exhausted="exclude"`` a run goes
+ahead with the users who can pay, and the queries are computed from their data only: the caller
+passes the queries as a callable ``f(users)`` (``zone_above_threshold`` does this itself). The
+exclusion depends on the ledger only, never on the data being monitored; the answers are then
+about the admitted users (a different population), and who was left out is in the curator's
+view (``session.report(query_id=...)``, status ``"excluded"``), never in the published result.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -35,6 +42,7 @@ from gpframe.accounting.amounts import positive, probability
 from gpframe.errors import BudgetExceededError, InvalidInputError
 from gpframe.ledger import run as driver
 from gpframe.ledger.run import Charge
+from gpframe.ledger.session import EXCLUDED_KEY
 from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.mechanisms.selection import (
     ATParams,
@@ -61,6 +69,8 @@ __all__ = [
 
 _NOISES = ("laplace", "gaussian")
 _MODES = ("R", "S")
+#: what a monitor does when some users cannot pay (docs/operations/monitoring.md)
+ON_EXHAUSTED = ("raise", "exclude")
 
 
 # --------------------------------------------------------------------------------------------
@@ -114,19 +124,77 @@ def _central_kind(session: Any) -> str:
     return kind
 
 
+@dataclass(frozen=True)
+class _PerUsers:
+    """Queries computed from the data of the users a run admits: ``fn(users)`` -> the values.
+
+    ``length`` is the public number of queries when known before the data are read.
+    """
+
+    fn: Callable[[list[Any]], Iterable[Any]]
+    length: int | None = None
+
+
+def _per_users(queries: Any) -> bool:
+    """Whether ``queries`` is a callable of the admitted users (not an iterable of queries)."""
+    return isinstance(queries, _PerUsers) or (
+        callable(queries) and not isinstance(queries, Iterable)
+    )
+
+
 class _Stream:
-    """The query stream: values or zero-argument callables, read one at a time (public order)."""
+    """The query stream: values or zero-argument callables, read one at a time (public order).
+
+    Built from a callable ``f(users)`` (or :class:`_PerUsers`), the values are computed by
+    :meth:`bind` over each run's admitted users; the position carries over between runs.
+    """
 
     def __init__(self, queries: Iterable[Any]) -> None:
+        self._factory: Callable[[list[Any]], Iterable[Any]] | None = None
+        self._peek: list[Any] = []
+        self.pos = 0
+        if _per_users(queries):
+            per = queries if isinstance(queries, _PerUsers) else _PerUsers(queries)  # type: ignore[arg-type]
+            self._factory, self._len, self._bound = per.fn, per.length, False
+            self._it: Iterator[Any] = iter(())
+            return
         if isinstance(queries, (str, bytes)) or not isinstance(queries, Iterable):
             raise InvalidInputError(
                 f"queries={type(queries).__name__} must be an iterable of numbers or of "
-                "zero-argument callables. Nothing was charged."
+                "zero-argument callables, or a callable f(users) returning the values. Nothing "
+                "was charged."
             )
         self._len = len(queries) if hasattr(queries, "__len__") else None  # type: ignore[arg-type]
-        self._it: Iterator[Any] = iter(queries)
-        self._peek: list[Any] = []
-        self.pos = 0
+        self._it = iter(queries)
+        self._bound = True
+
+    @property
+    def per_users(self) -> bool:
+        """Whether the values are computed from the admitted users' data."""
+        return self._factory is not None
+
+    def bind(self, users: list[Any]) -> None:
+        """Compute the values over ``users`` (a run's admitted users), from the current position.
+
+        Called from a reservation's check, so a bad result cancels it: nothing is charged.
+        """
+        if self._factory is None:
+            return
+        values = self._factory(list(users))
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise InvalidInputError(
+                f"queries(users) returned {type(values).__name__}, not an iterable of numbers. "
+                "Nothing was charged."
+            )
+        vals = list(values)
+        if self._len is None:
+            self._len = len(vals)
+        elif len(vals) != self._len:
+            raise InvalidInputError(
+                f"queries(users) returned {len(vals)} values, expected {self._len}: the number "
+                "of queries must not depend on who is admitted. Nothing was charged."
+            )
+        self._it, self._peek, self._bound = iter(vals[self.pos :]), [], True
 
     def remaining(self) -> int | None:
         return None if self._len is None else self._len - self.pos
@@ -134,6 +202,8 @@ class _Stream:
     def has_next(self) -> bool:
         if self._peek:
             return True
+        if not self._bound:  # values not computed yet: the public length decides
+            return self._len is None or self.pos < self._len
         try:
             self._peek.append(next(self._it))
         except StopIteration:
@@ -153,14 +223,109 @@ class _Stream:
         return f
 
 
-def _everyone(message: Callable[[Any], str]) -> Callable[[Any], None]:
-    """Return a driver check refusing (cancelled) unless every user is admitted."""
+def _refused_users(r: Any, ulist: list[Any], shown: int = 5) -> str:
+    """Name the users a reservation refused: the first ``shown``, then "and N more"."""
+    idx = np.flatnonzero(~np.asarray(r.admitted, dtype=bool))
+    text = ", ".join(repr(ulist[i]) for i in idx[:shown])
+    return text + (f" and {idx.size - shown} more" if idx.size > shown else "")
 
-    def check(r: Any) -> None:
-        if not r.admitted.all():
-            raise BudgetExceededError(message(r))
 
-    return check
+def _exhausted_error(r: Any, ulist: list[Any], what: str, fix: str) -> BudgetExceededError:
+    return BudgetExceededError(
+        f"{r.n_refused} of {len(ulist)} users cannot afford {what}: {_refused_users(r, ulist)}. "
+        f"{fix} session.report() shows what each user has left. Nothing was charged."
+    )
+
+
+def _exclude_fix(per_users: bool, lower: str, arg: str = "queries") -> str:
+    how = (
+        "" if per_users else
+        f" ({arg} must then be a callable f(users) computed from the admitted users' data "
+        "only)"
+    )  # fmt: skip
+    return f"Pass on_exhausted='exclude' to run without them{how}, {lower}, or raise their budgets."
+
+
+def _affordable(session: Any, ulist: list[Any], amount: Any, kind: str) -> np.ndarray:
+    """Which users' central filters can pay ``amount`` of ``kind`` now (reads only).
+
+    Compares in the ledger's integer units, rounded up exactly as the reservation will.
+    """
+    ledger = session.ledger
+    need, big = ledger.units_for("central", Fraction(amount), kind=kind)
+    if bool(big[0]):
+        return np.zeros(len(ulist), dtype=bool)
+    scale = ledger.units["central"].scale
+    rem = session.remaining_exact(ulist, notion="central").to_numpy()
+    return np.array([int(x * scale) >= int(need[0]) for x in rem.tolist()], dtype=bool)
+
+
+def _run_central(
+    session: Any,
+    ulist: list[Any],
+    amount: Any,
+    *,
+    kind: str,
+    query: str,
+    params: dict[str, Any],
+    compute: Callable[[Any], Charge[Any]],
+    on_exhausted: str,
+    what: str,
+    fix: str,
+    bind: Callable[[list[Any]], None] | None = None,
+    quiet: bool = False,
+    retries: int = 3,
+) -> Any:
+    """Reserve ``amount`` on the central ledger for a monitor run, then run ``compute``.
+
+    ``"raise"``: every user must be admitted, else a :class:`BudgetExceededError` naming the
+    users who cannot pay (nothing charged). ``"exclude"``: the users who can pay now are
+    reserved and the others recorded as excluded (``session.report(query_id=...)``); if the
+    ledger changed in between (another process spent), it is read again. ``bind(users)``
+    computes the queries over the run's users inside the reservation's check, so a bad value
+    cancels it. ``quiet``: a refusal returns None instead of raising (a later run of a
+    monitor stops there).
+    """
+
+    def check_for(users: list[Any]) -> Callable[[Any], bool]:
+        def check(r: Any) -> bool:
+            if not r.admitted.all():
+                if quiet or on_exhausted == "exclude":
+                    return False  # stop here (quiet) or read the ledger again (exclude)
+                raise _exhausted_error(r, ulist, what, fix)
+            if bind is not None:
+                bind(users)
+            return True
+
+        return check
+
+    if on_exhausted == "raise":
+        ran = driver.run(session, ulist, amount, notion="central", kind=kind, query=query,
+                         params=params, check=check_for(ulist), compute=compute)  # fmt: skip
+        return None if ran.status == "refused" else ran
+    for _ in range(retries):
+        ok = _affordable(session, ulist, amount, kind)
+        payers = [u for u, k in zip(ulist, ok, strict=True) if k]
+        if not payers:
+            if quiet:
+                return None
+            raise BudgetExceededError(
+                f"none of the {len(ulist)} users can afford {what}; raise their budgets. "
+                "Nothing was charged."
+            )
+        left_out = [u for u, k in zip(ulist, ok, strict=True) if not k]
+        # the curator's record of who was left out; never part of the published result
+        rec = {**params, EXCLUDED_KEY: left_out} if left_out else params
+        ran = driver.run(session, payers, amount, notion="central", kind=kind, query=query,
+                         params=rec, check=check_for(payers), compute=compute)  # fmt: skip
+        if ran.status != "refused":
+            return ran
+    if quiet:
+        return None
+    raise BudgetExceededError(
+        f"the users' budgets changed {retries} times while admitting {what} (another process "
+        "is spending from this ledger); try again. Nothing was charged."
+    )
 
 
 def _check_rounds(kind: str, parts: list[Fraction]) -> None:
@@ -218,6 +383,7 @@ def above_threshold(
     mode: str = "R",
     beta: float = 0.05,
     rng: Any = None,
+    on_exhausted: str = "raise",
 ) -> MonitorResult:
     """Watch a stream of queries and answer ⊤ when one crosses ``threshold`` (up to ``c`` times).
 
@@ -232,9 +398,11 @@ def above_threshold(
     session : gp.Session
         Charged on its central budget (``gp.DP``; a ``gp.zCDP`` budget pays Gaussian runs R²/2
         ex-ante and Laplace runs ε²/2).
-    queries : iterable
+    queries : iterable or callable
         Numbers or zero-argument callables, asked in order; each has user-level sensitivity
         ``sensitivity`` and must be chosen from public information and earlier answers only.
+        Or a callable ``f(users)`` returning them computed from the data of ``users`` only
+        (each run's admitted users): required by ``on_exhausted="exclude"``.
     threshold : float
         The public threshold (ρ in ``docs/operations/monitoring.md``; Lebensold, Precup & Balle, 'On
         the Privacy of Selection Mechanisms with Gaussian Noise' (2024), Alg. 1).
@@ -267,6 +435,12 @@ def above_threshold(
         (``docs/operations/monitoring.md``).
     rng : BitSource or None
         The randomness source; None is the OS CSPRNG.
+    on_exhausted : {"raise", "exclude"}
+        Some users cannot pay a run: ``"raise"`` refuses it (``BudgetExceededError`` naming
+        them, nothing charged); ``"exclude"`` runs it over the users who can pay, with
+        ``queries(admitted users)``; the excluded users are charged nothing and listed in
+        ``session.report(query_id=...)`` only (``docs/operations/monitoring.md``). Not with
+        ``mode="S"`` (membership must not change inside a run, and S re-admits every step).
 
     Returns
     -------
@@ -281,7 +455,8 @@ def above_threshold(
     InvalidInputError
         Bad parameters; nothing is charged.
     BudgetExceededError
-        Not every user can pay the first run; nothing is charged.
+        Not every user can pay the first run (or, with ``on_exhausted="exclude"``, nobody
+        can); the message names them; nothing is charged.
 
     Examples
     --------
@@ -302,7 +477,20 @@ def above_threshold(
     max_steps = _int(max_steps, "max_steps", allow_none=True)
     probability(beta)  # the Laplace run's margin uses it after the charge: refuse it now
     fkind = _central_kind(session)
+    on_exhausted = _choice(on_exhausted, "on_exhausted", ON_EXHAUSTED)
     stream = _Stream(queries)
+    if on_exhausted == "exclude" and not stream.per_users:
+        raise InvalidInputError(
+            "on_exhausted='exclude' needs queries=f(users), a callable computing the values "
+            "from the admitted users' data only: precomputed values include every user, and an "
+            "excluded user is charged nothing, so their data must not be in them. Nothing was "
+            "charged."
+        )
+    if on_exhausted == "exclude" and noise == "gaussian" and mode == "S":
+        raise InvalidInputError(
+            "on_exhausted='exclude' needs mode='R' with noise='gaussian': mode S admits users "
+            "at every step and a run's users must not change inside it. Nothing was charged."
+        )
     if noise == "laplace":
         if epsilon is None:
             raise InvalidInputError(
@@ -315,7 +503,7 @@ def above_threshold(
             )
         return _laplace_monitor(
             session, stream, threshold, ulist, sensitivity, epsilon, c, monotone, integer,
-            max_steps, beta, rng,
+            max_steps, beta, rng, on_exhausted,
         )  # fmt: skip
     if sigma is None or bounds is None:
         raise InvalidInputError(
@@ -337,12 +525,13 @@ def above_threshold(
             "docs/operations/monitoring.md); use mode='R' (charged R²/2 ex-ante). Nothing was "
             "charged."
         )
-    return _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng)
+    return _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng,
+                             on_exhausted)  # fmt: skip
 
 
 def _laplace_monitor(
     session, stream, threshold, ulist, sensitivity, epsilon, c, monotone, integer, max_steps,
-    beta, rng,
+    beta, rng, on_exhausted="raise",
 ) -> MonitorResult:  # fmt: skip
     # the run is built (and every parameter checked) before the reservation; its threshold
     # draw is discarded unreleased if the reservation is refused
@@ -354,6 +543,8 @@ def _laplace_monitor(
     cap = min((x for x in (max_steps, stream.remaining()) if x is not None), default=None)
     params = {"noise": "laplace", "epsilon": float(epsilon), "sensitivity": float(sensitivity),
               "threshold": float(threshold), "c": c, "monotone": bool(monotone)}  # fmt: skip
+    if on_exhausted != "raise":
+        params["on_exhausted"] = on_exhausted
 
     def compute(r: Any) -> Charge[str]:
         stopped = "end"
@@ -369,13 +560,10 @@ def _laplace_monitor(
                 break
         return Charge(stopped, run.epsilon)
 
-    ran = driver.run(
-        session, ulist, run.epsilon, notion="central", kind="dp", query="above_threshold",
-        params=params, compute=compute,
-        check=_everyone(lambda r: (
-            f"{r.n_refused} of {len(ulist)} users cannot afford epsilon={float(epsilon):g}; a "
-            "monitor cannot leave users out of precomputed queries. Lower epsilon or raise "
-            "their budgets. Nothing was charged.")),
+    ran = _run_central(
+        session, ulist, run.epsilon, kind="dp", query="above_threshold", params=params,
+        compute=compute, on_exhausted=on_exhausted, what=f"epsilon={float(epsilon):g}",
+        fix=_exclude_fix(stream.per_users, "lower epsilon"), bind=stream.bind,
     )  # fmt: skip
     stopped, qid = ran.value, ran.query_id
     ans = np.array(run.answers, dtype=bool)
@@ -425,7 +613,8 @@ def _laplace_margin(run: LaplaceSVTRun, sensitivity: float, beta: float, asked: 
     return err + float(run.g)
 
 
-def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng) -> MonitorResult:
+def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng,
+                      on_exhausted="raise") -> MonitorResult:  # fmt: skip
     paid = 0  # ledger units each user paid over all runs (the same for every user)
     all_qids: list[str] = []
     answers: list[bool] = []
@@ -434,6 +623,8 @@ def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng)
     params = {"noise": "gaussian", "mode": mode, "sigma_x": p.sigma_x, "sigma_z": p.sigma_z,
               "threshold": p.threshold, "bounds": (p.a, p.b), "sensitivity": p.sensitivity,
               "max_steps": max_steps, "c": c}  # fmt: skip
+    if on_exhausted != "raise":
+        params["on_exhausted"] = on_exhausted
     stopped = "end"
     qid = ""
     exante = _exante(p)
@@ -444,16 +635,15 @@ def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng)
         rem = stream.remaining()
         t_max = min(x for x in (max_steps, rem) if x is not None)
         start = stream.pos
+        # the first run names the users who cannot pay; a later refusal stops monitoring
+        admit = {"on_exhausted": on_exhausted, "what": f"the run's worst case over {t_max} steps",
+                 "fix": _exclude_fix(stream.per_users, "lower the cap max_steps, raise sigma"),
+                 "bind": stream.bind, "quiet": bool(runs)}  # fmt: skip
         if mode == "R":
-            out = _run_mode_r(session, stream, p, ulist, t_max, fkind, rng, params)
+            out = _run_mode_r(session, stream, p, ulist, t_max, fkind, rng, params, admit)
         else:
-            out = _run_mode_s(session, stream, p, ulist, t_max, rng, params)
+            out = _run_mode_s(session, stream, p, ulist, t_max, rng, params, admit)
         if out is None:  # refused before any noise: nothing charged for this run
-            if not runs:
-                raise BudgetExceededError(
-                    f"not every user can afford the first run (worst case over {t_max} steps); "
-                    "lower the cap max_steps, raise sigma or the budgets. Nothing was charged."
-                )
             stopped = "budget"
             break
         ans, reserved, charged, qids, budget_stop, units = out
@@ -496,7 +686,7 @@ def _exante(p: ATParams) -> float | None:
     return None
 
 
-def _run_mode_r(session, stream, p, ulist, t_max, fkind, rng, params):
+def _run_mode_r(session, stream, p, ulist, t_max, fkind, rng, params, admit):
     """Mode R: reserve R for all users, run, settle to the realized ex-post ε.
 
     See ``docs/operations/monitoring.md``.
@@ -512,18 +702,17 @@ def _run_mode_r(session, stream, p, ulist, t_max, fkind, rng, params):
         used = run.epsilon() if fkind == "dp" else R
         return Charge((list(run.answers), used), Fraction(used))
 
-    ran = driver.run(
-        session, ulist, Fraction(R), notion="central", kind=kind, query="above_threshold",
-        params={**params, "run_max_steps": t_max, "reserved": R},
-        check=lambda r: bool(r.admitted.all()), compute=compute,
+    ran = _run_central(
+        session, ulist, Fraction(R), kind=kind, query="above_threshold",
+        params={**params, "run_max_steps": t_max, "reserved": R}, compute=compute, **admit,
     )  # fmt: skip
-    if ran.status == "refused":
+    if ran is None:
         return None
     answers, used = ran.value
     return answers, R, used, [ran.query_id], False, _units(session, kind, used)
 
 
-def _run_mode_s(session, stream, p, ulist, t_max, rng, params):
+def _run_mode_s(session, stream, p, ulist, t_max, rng, params, admit):
     """Mode S: before step t hold need_t − (already charged); charge the realized increment."""
     needs = at_step_needs(p, t_max)
     charged = Fraction(0)  # this run's cumulative charge (the provisional ε_⊥ of its prefix)
@@ -544,12 +733,14 @@ def _run_mode_s(session, stream, p, ulist, t_max, rng, params):
             top = run.step(stream.next_value())
             return Charge(top, max(Fraction(0), Fraction(run.epsilon()) - charged))
 
-        ran = driver.run(
-            session, ulist, inc, notion="central", kind="dp_expost", query="above_threshold",
-            params={**params, "step": t, "need": float(need)},
-            check=lambda r: bool(r.admitted.all()), compute=compute,
+        # the run's first step admits (naming refused users if it is the first run); later
+        # steps of the run need everyone, else the filter stops the run (mode S is "raise" only)
+        ran = _run_central(
+            session, ulist, inc, kind="dp_expost", query="above_threshold",
+            params={**params, "step": t, "need": float(need)}, compute=compute,
+            **(admit if run is None else {**admit, "quiet": True, "bind": None}),
         )  # fmt: skip
-        if ran.status == "refused":
+        if ran is None:
             if run is None:
                 return None
             budget_stop = True  # the filter stops the run: output ⊥^(t−1), already paid
@@ -583,6 +774,7 @@ def report_noisy_max(
     bounds: tuple[float, float] | None = None,
     integer: bool = False,
     rng: Any = None,
+    on_exhausted: str = "raise",
 ) -> MonitorResult:
     """Return the index of the (noisily) largest candidate, charged on the central ledger.
 
@@ -590,6 +782,11 @@ def report_noisy_max(
     ``epsilon`` to calibrate σ); Lebensold, Precup & Balle, 'On the Privacy of Selection Mechanisms
     with Gaussian Noise' (2024), Thm. 8, Dwork & Roth (2014) Report Noisy Max with discrete Laplace
     2Δ/ε (``noise="laplace"``).
+
+    ``on_exhausted="raise"`` (the only choice here) refuses the call, naming the users who
+    cannot pay: ``values`` were computed over every user and the charge depends on their number,
+    so leaving someone out means recomputing ``values`` without them and passing ``users=``
+    without them.
 
     Examples
     --------
@@ -602,6 +799,12 @@ def report_noisy_max(
     """
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     noise = _choice(noise, "noise", _NOISES)
+    if _choice(on_exhausted, "on_exhausted", ON_EXHAUSTED) == "exclude":
+        raise InvalidInputError(
+            "report_noisy_max takes on_exhausted='raise' only: its values were computed over "
+            "every user; recompute them without the users who cannot pay and pass users= "
+            "without them. Nothing was charged."
+        )
     ulist = _users(users)
     _central_kind(session)
     x = np.asarray(values, dtype=np.float64) if not callable(values) else None
@@ -640,12 +843,11 @@ def report_noisy_max(
             )
         return Charge(rel, rel.epsilon)
 
-    ran = driver.run(
-        session, ulist, Fraction(eps), notion="central", kind="dp", query="report_noisy_max",
-        params=params, compute=compute,
-        check=_everyone(lambda r: (
-            f"{r.n_refused} of {len(ulist)} users cannot afford epsilon={float(eps):.6g}. "
-            "Raise sigma (or lower epsilon) or the budgets. Nothing was charged.")),
+    ran = _run_central(
+        session, ulist, Fraction(eps), kind="dp", query="report_noisy_max", params=params,
+        compute=compute, on_exhausted="raise", what=f"epsilon={float(eps):.6g}",
+        fix="Recompute values without them and pass users= without them, raise sigma (or "
+            "lower epsilon), or raise their budgets.",
     )  # fmt: skip
     rel, qid = ran.value, ran.query_id
     classical = rel.noise.get("epsilon_classical")
@@ -698,6 +900,7 @@ def threshold_query(
     rounds: int = 10,
     beta: float = 0.05,
     rng: Any = None,
+    on_exhausted: str = "raise",
 ) -> MonitorResult:
     """Is a count of distinct users ≥ ``tau``? Cheap when the count is far from ``tau``.
 
@@ -708,6 +911,11 @@ def threshold_query(
     (``gaussian_zcdp``); central DP (``epsilon``): discrete Laplace (``laplace_dp``, with the
     Laplace-tail width of ``docs/operations/range_count.md``). ``count`` must count each user at
     most once (sensitivity 1) and ``tau`` must be public (e.g. p·N with a public N).
+
+    ``on_exhausted="raise"`` (default) refuses the query if some user cannot pay, naming them;
+    ``"exclude"`` runs it over the users who can, with ``count`` a callable ``f(users)`` counting
+    the admitted users only (the excluded are charged nothing and appear in
+    ``session.report(query_id=...)`` only; ``docs/operations/monitoring.md``).
 
     Examples
     --------
@@ -725,13 +933,25 @@ def threshold_query(
     c = int(_int(rounds, "rounds"))  # type: ignore[arg-type]
     if (epsilon is None) == (rho is None):
         raise InvalidInputError("pass exactly one of epsilon=... or rho=.... Nothing was charged.")
-    v = count() if callable(count) else count
-    try:
-        cnt = float(v)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"count={v!r} is not a number. Nothing was charged.") from exc
-    if not math.isfinite(cnt) or cnt != round(cnt):
-        raise InvalidInputError(f"count={v!r} must be an integer count. Nothing was charged.")
+    on_exhausted = _choice(on_exhausted, "on_exhausted", ON_EXHAUSTED)
+    per_users = on_exhausted == "exclude"
+    if per_users and not callable(count):
+        raise InvalidInputError(
+            "on_exhausted='exclude' needs count=f(users), a callable counting the admitted "
+            "users only: a precomputed count includes every user, and an excluded user is "
+            "charged nothing. Nothing was charged."
+        )
+
+    def read_count(v: Any) -> float:
+        try:
+            f = float(v)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"count={v!r} is not a number. Nothing was charged.") from exc
+        if not math.isfinite(f) or f != round(f):
+            raise InvalidInputError(f"count={v!r} must be an integer count. Nothing was charged.")
+        return f
+
+    cnt = 0.0 if per_users else read_count(count() if callable(count) else count)
     probability(beta)
     # Read exactly (0.1 is 1/10): Fraction(0.1) would be the binary double 0.1000000000000000055...,
     # which the ledger rounds up, so three queries at 0.1 would not fit a budget of 0.3.
@@ -744,6 +964,15 @@ def threshold_query(
     outs: list[float] = []
     wts: list[Fraction] = []
     params = {"tau": float(tau), "kind": kind, "total": float(total), "rounds": c, "beta": beta}
+    if per_users:
+        params["on_exhausted"] = on_exhausted
+
+    lower = f"lower {'epsilon' if kind == 'dp' else 'rho'}"
+
+    def bind(users: list[Any]) -> None:
+        nonlocal cnt
+        if per_users:  # the count of the admitted users; a bad one cancels (nothing charged)
+            cnt = read_count(count(list(users)))
 
     def compute(r: Any) -> Charge[tuple[bool, float, Fraction]]:
         answer = None
@@ -778,12 +1007,10 @@ def threshold_query(
             answer = bool(cbar >= tau)
         return Charge((answer, wid, used), used)
 
-    ran = driver.run(
-        session, ulist, total, notion="central", kind=kind, query="threshold_query",
-        params=params, compute=compute,
-        check=_everyone(lambda r: (
-            f"{r.n_refused} of {len(ulist)} users cannot afford {kind} {float(total):g}. "
-            "Nothing was charged.")),
+    ran = _run_central(
+        session, ulist, total, kind=kind, query="threshold_query", params=params,
+        compute=compute, on_exhausted=on_exhausted, what=f"{kind} {float(total):g}",
+        fix=_exclude_fix(per_users, lower, "count"), bind=bind,
     )  # fmt: skip
     (answer, wid, used), qid = ran.value, ran.query_id
     return MonitorResult(
@@ -912,6 +1139,7 @@ def zone_above_threshold(
     lat: str = "lat",
     noise: str = "laplace",
     n_public: int | None = None,
+    on_exhausted: str = "raise",
     **kwargs: Any,
 ) -> MonitorResult:
     """Alert when the number of distinct users in ``region`` per ``freq`` crosses ``threshold``.
@@ -927,6 +1155,12 @@ def zone_above_threshold(
     Differential Privacy' (2017), Alg. 1; Lebensold, Precup & Balle, 'On the Privacy of Selection
     Mechanisms with Gaussian Noise' (2024), Alg. 1. Other keyword arguments (``epsilon``, ``sigma``,
     ``max_steps``, ``c``, ``mode``, ``rng``, …) are passed on.
+
+    ``on_exhausted="raise"`` (default) refuses a run some user cannot pay, naming them.
+    ``"exclude"`` runs it over the users who can pay, counting only their rows: the counts are
+    recomputed for each run's admitted users, the excluded are charged nothing, and they are
+    listed in ``session.report(query_id=...)`` (status ``"excluded"``), never in the result.
+    The alert is then about the admitted users' counts (``docs/operations/monitoring.md``).
 
     Examples
     --------
@@ -946,14 +1180,30 @@ def zone_above_threshold(
     )
     users = pd.unique(data[user])
     noise = _choice(noise, "noise", _NOISES)
+    on_exhausted = _choice(on_exhausted, "on_exhausted", ON_EXHAUSTED)
+    n = 1 if noise == "laplace" else _int(n_public, "n_public")
+    from gpframe.ledger.keys import canonical
+
+    # each row's ledger key, to keep the rows of a run's admitted users only
+    row_keys = pd.Series(canonical(data[user].to_numpy(), "users"), dtype=object)
+
+    def admitted_counts(admitted: list[Any]) -> np.ndarray:
+        rows = data[row_keys.isin(set(admitted)).to_numpy()]
+        c = zone_counts(rows, region, user=user, time=time, start=start, end=end,
+                        freq=freq, lon=lon, lat=lat).to_numpy()  # fmt: skip
+        return c / n if n != 1 else c
+
+    # the counts are computed inside each run's reservation, over its users (everyone unless
+    # on_exhausted="exclude"); the number of bins is public (start, end, freq)
+    queries = _PerUsers(admitted_counts, length=len(counts))
     if noise == "laplace":
         kwargs.setdefault("integer", True)
         return above_threshold(
-            session, counts.to_numpy(), threshold, users=users, sensitivity=1, noise="laplace",
-            **kwargs,
+            session, queries, threshold, users=users, sensitivity=1, noise="laplace",
+            on_exhausted=on_exhausted, **kwargs,
         )  # fmt: skip
-    n = _int(n_public, "n_public")
     return above_threshold(
-        session, counts.to_numpy() / n, float(threshold) / n, users=users,
-        sensitivity=1.0 / n, noise="gaussian", bounds=(0.0, 1.0), **kwargs,
+        session, queries, float(threshold) / n, users=users,
+        sensitivity=1.0 / n, noise="gaussian", bounds=(0.0, 1.0), on_exhausted=on_exhausted,
+        **kwargs,
     )  # fmt: skip

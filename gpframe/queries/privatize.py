@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -38,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from gpframe.errors import GpframeInternalError, InvalidInputError
+from gpframe.errors import GpframeInternalError, GpframeWarning, InvalidInputError
 
 __all__ = [
     "KINDS",
@@ -438,12 +439,16 @@ def privatize_points(
         # callers preflight this before reserving; repeated here so that a direct call never
         # draws noise that cannot be released
         check_point_amount(kind, part, scale_max=k)
-        if kind == "gp":
-            rel = planar_laplace(xy[rows], eps=part / k, rng=rng)
-            to_ground = k
-        else:
-            rel = gaussian_cgp(xy[rows], rho=part / (k * k), rng=rng)
-            to_ground = k * k
+        # the sampler warns about an implausible noise scale once per call, i.e. once per
+        # distinct point count: those warnings are silenced here and summed up in one below
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_SCALE_WARNING, category=GpframeWarning)
+            if kind == "gp":
+                rel = planar_laplace(xy[rows], eps=part / k, rng=rng)
+                to_ground = k
+            else:
+                rel = gaussian_cgp(xy[rows], rho=part / (k * k), rng=rng)
+                to_ground = k * k
         n_calls += 1
         guarantees.append(rel.guarantee)
         if rel.guarantee.kind != kind:
@@ -470,6 +475,8 @@ def privatize_points(
         scale_m[users_arr] = float(rel.noise["scale"])
         releases.append(rel)
 
+    _warn_scales(scale_m, kind, per)
+
     # The overall bound: a union bound over every released point of every user (β/N each).
     n_released = int(released.sum())
     all_bounds = float("nan")
@@ -485,6 +492,56 @@ def privatize_points(
         n_calls=n_calls,
         guarantees=guarantees,
         charge_groups=charge_groups,
+    )
+
+
+#: the sampler's own noise-scale warning (gpframe.mechanisms), summed up by _warn_scales
+_SCALE_WARNING = r"the (planar Laplace|Gaussian) noise scale is "
+
+
+def _warn_scales(scale_m: NDArray[np.float64], kind: str, per: str) -> None:
+    """Warn once per call when some users' noise scale is outside [1 m, 100 km].
+
+    The same test as the samplers' (``docs/noise.md``), over all users of the call: one warning
+    with how many users and the range of their scales, instead of one per sampler call.
+    """
+    from gpframe.geo import _stacklevel_outside_gpframe
+    from gpframe.mechanisms.laplace_mech import SCALE_WARN_HIGH, SCALE_WARN_LOW
+
+    s = scale_m[np.isfinite(scale_m)]
+    if not s.size:
+        return
+    low, high = s[s < float(SCALE_WARN_LOW)], s[s > float(SCALE_WARN_HIGH)]
+    what = "planar Laplace" if kind == "gp" else "Gaussian"
+
+    def span(v: NDArray[np.float64], unit: float, fmt: str, name: str) -> str:
+        lo, hi = format(v.min() / unit, fmt), format(v.max() / unit, fmt)
+        return f"{lo} {name}" if lo == hi else f"{lo} to {hi} {name}"
+
+    parts = []
+    if low.size:
+        parts.append(
+            f"below 1 m for {low.size} of {s.size} users ({span(low, 1.0, '.3g', 'm')}): "
+            "their released locations are almost exact"
+        )
+    if high.size:
+        parts.append(
+            f"above 100 km for {high.size} of {s.size} users ({span(high, 1000.0, '.4g', 'km')}): "
+            "their released locations carry little information"
+        )
+    if not parts:
+        return
+    split = (
+        " With per='user' a user's amount is split over their points, so users with more "
+        "points get more noise."
+        if per == "user" and high.size
+        else ""
+    )
+    warnings.warn(
+        f"the {what} noise scale is " + "; ".join(parts) + ". Check the budget's units (eps per "
+        f"metre, rho per square metre).{split}",
+        GpframeWarning,
+        stacklevel=_stacklevel_outside_gpframe(),
     )
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "Last",
     "RangeCountArrays",
     "correctness_radius",
+    "one_point_hint",
     "range_count_arrays",
     "rectangle_sides",
     "run_range_count",
@@ -671,10 +672,17 @@ def _time_column(frame: pd.DataFrame, column: str | None, what: str) -> str:
         return column
     cands = [c for c in frame.columns if pd.api.types.is_datetime64_any_dtype(frame[c])]
     if len(cands) != 1:
+        rule = f"gp.{what.title()}"
+        if cands:
+            fix = "name one: " + " or ".join(f"component={rule}({c!r})" for c in cands[:4])
+        else:
+            fix = (
+                "convert a time column with pd.to_datetime and pass "
+                f"component={rule}(column), or use reduce={what!r} (row order)"
+            )
         found = ", ".join(map(repr, cands)) or "none"
         raise InvalidInputError(
-            f"component={what!r} needs one time column; found {found}. Name it: "
-            f"component=gp.{what.title()}('time'). {_NOTHING}"
+            f"component={what!r} needs one time column; found {found}: {fix}. {_NOTHING}"
         )
     return str(cands[0])
 
@@ -696,11 +704,49 @@ def _as_time(value: Any, col: pd.Series, name: str) -> Any:
     return t
 
 
+def one_point_hint(frame: pd.DataFrame, skip: Any = ()) -> str:
+    """Return how to pick one point per user, naming only rules that work on ``frame``.
+
+    ``skip`` holds the user and coordinate columns (never a component column). A datetime column
+    yields ``gp.Last(col)`` / ``gp.First(col)``; a non-float column yields ``(col, value)``;
+    ``reduce=`` always works (``docs/operations/range_count.md``).
+
+    >>> df = pd.DataFrame({"u": [1], "x": [0.0], "t": pd.to_datetime(["2020-01-01"]),
+    ...                    "hour": [7]})
+    >>> print(one_point_hint(df, skip=("u", "x")))
+    Choose each user's point with component=gp.Last('t') (the latest fix), gp.First('t') or gp.Last('t', before=...); component=('hour', value); or reduce='last' / 'first' (row order).
+    """  # noqa: E501
+    skip = set(skip)
+    cols = [c for c in frame.columns if c not in skip]
+    times = [c for c in cols if pd.api.types.is_datetime64_any_dtype(frame[c])]
+    # a (column, value) rule wants a column of a few labels (hour, day, trip id): not a float
+    # (a measurement) and not a geometry
+    keys = [
+        c for c in cols
+        if c not in times and not pd.api.types.is_float_dtype(frame[c])
+        and getattr(frame[c].dtype, "name", "") != "geometry"
+    ]  # fmt: skip
+    opts = []
+    if times:
+        t = times[0]
+        opts.append(
+            f"component=gp.Last({t!r}) (the latest fix), gp.First({t!r}) or "
+            f"gp.Last({t!r}, before=...)"
+        )
+    if keys:
+        opts.append(f"component=({keys[0]!r}, value)")
+    opts.append("or reduce='last' / 'first' (row order)")
+    return "Choose each user's point with " + "; ".join(opts) + "."
+
+
 def select_component(
     frame: pd.DataFrame,
     users: np.ndarray,
     component: Any = None,
     reduce: str | None = None,
+    *,
+    operation: str = "range_count",
+    skip: Any = (),
 ) -> np.ndarray:
     """Return the positions (into ``frame``'s rows) of each user's one selected point.
 
@@ -721,6 +767,10 @@ def select_component(
         order. Without it, several rows are an ``InvalidInputError``. A mean is not offered: it is
         not one of the user's points (and its charge would need the Lipschitz rule of
         ``docs/ledger.md``).
+    operation : str
+        The operation's name, for messages (``"kde_raster"``, ``"gp.duckdb.range_count"``...).
+    skip : sequence
+        The user and coordinate columns: never suggested as a component column.
 
     Returns
     -------
@@ -778,8 +828,8 @@ def select_component(
     elif isinstance(component, tuple):
         if len(component) != 2:
             raise InvalidInputError(
-                f"component={component!r}: pass a (column, value) pair, e.g. ('hour', 7). "
-                f"{_NOTHING}"
+                f"component={component!r}: pass a (column, value) pair. "
+                f"{one_point_hint(frame, skip)} {_NOTHING}"
             )
         col, value = component
         if col not in frame.columns:
@@ -809,9 +859,9 @@ def select_component(
             show = ", ".join(map(repr, many[:5].tolist())) + (", ..." if many.size > 5 else "")
             raise InvalidInputError(
                 f"{many.size} user(s) have several rows in the selected component (users {show}); "
-                "range_count reads one point per user (docs/ledger.md). Select one with component="
-                "('hour', 7), component='last' or Last('time', before=...), or pass reduce='last' "
-                f"/ 'first' (row order). {_NOTHING}"
+                f"{operation} reads one point per user, so a trajectory needs a rule for which "
+                f"point (docs/operations/range_count.md). {one_point_hint(frame, skip)} "
+                f"{_NOTHING}"
             )
         keep = ~pd.Series(users[pos]).duplicated(keep=reduce)
         pos = pos[keep.to_numpy()]

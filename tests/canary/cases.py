@@ -347,6 +347,29 @@ def _zone(ctx: Ctx) -> Any:
                                 rng=ctx.rng(24))  # fmt: skip
 
 
+@case(name="zone_above_threshold/monitor/exclude", frontend="monitor",
+      covers=("monitor.zone_above_threshold",), modules=(MON,), public=NOTHING, central=True,
+      neighbour="all")  # fmt: skip
+def _zone_exclude(ctx: Ctx) -> Any:
+    import shapely
+
+    import gpframe as gp
+    from gpframe.queries.monitor import zone_above_threshold
+
+    # one user cannot pay: on_exhausted="exclude" leaves them out of the counts; the exclusion
+    # is the curator's (session.report(query_id=...)), never in the result. A session of its
+    # own, so the shared one keeps every user's budget for the other cases.
+    s = gp.Session(budget=gp.CGP(rho=1.0), central=gp.DP(epsilon=1e5))
+    s.set_budget([ctx.data.users[0]], gp.DP(epsilon=0.1))
+    res = zone_above_threshold(s, ctx.data.lonlat, shapely.box(0.0, 43.0, 4.0, 44.0), 3,
+                               user="uid", time="ts", start=T0, end=T0 + pd.Timedelta("24h"),
+                               freq="2h", epsilon=1.0, on_exhausted="exclude",
+                               rng=ctx.rng(25))  # fmt: skip
+    rep = s.report(query_id=res.query_id)
+    assert rep.loc[rep["status"] == "excluded", "user"].tolist() == [ctx.data.users[0]]
+    return res
+
+
 # --------------------------------------------------------------------------------------------
 # DuckDB: SQL functions, macros, table macros, relation helpers
 

@@ -66,3 +66,94 @@ def test_entry_point_module_runs():
         timeout=60,
     )
     assert r.returncode == 0 and "report" in r.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# gpframe ledger report: filters, totals, machine-readable output (read-only)
+
+
+@pytest.fixture
+def ledger_file(tmp_path):
+    import gpframe as gp
+
+    path = tmp_path / "ledger.sqlite"
+    s = gp.Session(path=str(path), create=True, budget=gp.CGP(rho=1e-3),
+                   central=gp.DP(epsilon=1.0))  # fmt: skip
+    with s.reserve(["ann", "bob", 7], 0.5, notion="central", query="count") as r:
+        r.charge([0.5, 0.25, 0.5])
+    with s.reserve(["ann"], 1e-4, notion="metric", query="privatize") as r:
+        r.charge([1e-4])
+    s.set_budget(["bob"], gp.DP(epsilon=0.25))  # bob has nothing left
+    s.close()
+    return path
+
+
+def _digest(path):
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_ledger_report_prints_rows_then_totals(ledger_file, capsys):
+    before = _digest(ledger_file)
+    assert main(["ledger", "report", str(ledger_file)]) == 0
+    out = capsys.readouterr().out
+    rows, totals = out.split("Totals:")
+    assert "ann" in rows and "bob" in rows and "central" in rows and "metric" in rows
+    assert "exhausted" in totals and "spent_max" in totals
+    assert _digest(ledger_file) == before  # read-only
+
+
+def test_ledger_report_filters_users_and_notion_as_csv(ledger_file, capsys):
+    import io
+
+    import pandas as pd
+
+    args = ["ledger", "report", str(ledger_file), "--user", "7", "--user", "ann",
+            "--notion", "central", "--format", "csv"]  # fmt: skip
+    assert main(args) == 0
+    df = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert sorted(df["user"].astype(str)) == ["7", "ann"]
+    assert set(df["notion"]) == {"central"}
+    assert df.set_index(df["user"].astype(str))["spent"].to_dict() == {"ann": 0.5, "7": 0.5}
+
+
+def test_ledger_report_json_has_rows_and_totals(ledger_file, capsys):
+    import json
+
+    assert main(["ledger", "report", str(ledger_file), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["rows"]) == 6
+    central = next(t for t in doc["totals"] if t["notion"] == "central")
+    assert central["users"] == 3 and central["spent"] == pytest.approx(1.25)
+    assert central["exhausted"] == 1  # bob
+    assert central["spent_max"] == pytest.approx(0.5)
+
+
+def test_ledger_report_totals_only(ledger_file, capsys):
+    import io
+
+    import pandas as pd
+
+    assert main(["ledger", "report", str(ledger_file), "--totals", "--format", "csv"]) == 0
+    df = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(df["notion"]) == ["metric", "central"] and "user" not in df.columns
+    assert df.set_index("notion").loc["metric", "spent"] == pytest.approx(1e-4)
+
+
+def test_ledger_report_unknown_user_or_notion_fails_cleanly(ledger_file, tmp_path, capsys):
+    assert main(["ledger", "report", str(ledger_file), "--user", "zed"]) == 1
+    assert "no user 'zed'" in capsys.readouterr().err
+    import gpframe as gp
+
+    only_metric = tmp_path / "metric.sqlite"
+    gp.Session(path=str(only_metric), create=True, budget=gp.CGP(rho=1e-3)).close()
+    assert main(["ledger", "report", str(only_metric), "--notion", "central"]) == 1
+    assert "no central budget" in capsys.readouterr().err
+
+
+def test_missing_ledger_message_speaks_to_cli_users(tmp_path, capsys):
+    assert main(["ledger", "report", str(tmp_path / "missing.sqlite")]) == 1
+    err = capsys.readouterr().err
+    assert "create=True" not in err and "no ledger file" in err
+    assert not (tmp_path / "missing.sqlite").exists()

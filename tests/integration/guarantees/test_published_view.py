@@ -343,6 +343,33 @@ def test_zone_monitor_adding_one_user_outside_the_zone_changes_nothing_published
     _no_user_named(out[1], [*IDS, EXTRA])
 
 
+def test_zone_monitor_excluding_an_exhausted_user_publishes_what_running_without_them_does():
+    # on_exhausted="exclude": the exhausted user's rows are left out of the counts and the
+    # exclusion is the curator's to read; the published result equals that of a run on data
+    # without that user, so it says nothing about them (not even that someone was excluded)
+    import shapely
+
+    t = pd.to_datetime(["2020-01-01 00:10", "2020-01-01 01:20", "2020-01-01 02:30"] * 4)
+    df = pd.DataFrame({"id": IDS, "lon": [0.5] * 12, "lat": [0.5] * 12, "t": t})
+    runs = []
+    for data, short in ((df, True), (df[df["id"] != IDS[0]], False)):
+        s = Session(central=gp.DP(epsilon=5.0))
+        if short:
+            s.set_budget([IDS[0]], gp.DP(epsilon=0.1))  # cannot pay the run: excluded
+        res = monitor.zone_above_threshold(
+            s, data, shapely.box(0, 0, 1, 1), 3, user="id", time="t", start="2020-01-01",
+            end="2020-01-01 03:00", epsilon=0.5, on_exhausted="exclude", rng=seeded_rng(38),
+        )  # fmt: skip
+        runs.append((s, res))
+    (s1, r1), (_, r2) = runs
+    assert _texts(r1) == _texts(r2)
+    _no_user_named(r1, IDS)
+    _per_user_attributes_are_curator_only(r1)
+    rep = s1.report(query_id=r1.query_id)
+    assert rep.loc[rep["status"] == "excluded", "user"].tolist() == [IDS[0]]
+    assert s1.spent([IDS[0]], notion="central").tolist() == [0.0]
+
+
 def test_report_query_id_must_be_known():
     s = Session(central=gp.DP(epsilon=1.0))
     before = s.ledger.snapshot()
