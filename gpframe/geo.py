@@ -82,7 +82,9 @@ from gpframe.errors import CRSError, GpframeWarning, InvalidInputError
 
 __all__ = [
     "MAX_SCALE_ERROR",
+    "Located",
     "Projected",
+    "locate_points",
     "metric_crs_for",
     "points_frame",
     "project_geometry",
@@ -572,6 +574,39 @@ def resolve_points(
     >>> bool(np.allclose(lon, df["lon"], rtol=0, atol=1e-9))
     True
     """
+    return locate_points(
+        df, user=user, x=x, y=y, lon=lon, lat=lat, crs=crs, to_crs=to_crs,
+        max_scale_error=max_scale_error, domain=domain,
+    ).project()  # fmt: skip
+
+
+def locate_points(
+    df: pd.DataFrame,
+    *,
+    user: str,
+    x: str | None = None,
+    y: str | None = None,
+    lon: str | None = None,
+    lat: str | None = None,
+    crs: Any = None,
+    to_crs: Any = None,
+    max_scale_error: float = MAX_SCALE_ERROR,
+    domain: Sequence[float] | None = None,
+) -> Located:
+    """Validate a frame's user ids and coordinates, ``domain=`` and ``to_crs=``; project nothing.
+
+    The first half of :func:`resolve_points` (same arguments, same errors for bad columns, a
+    malformed ``domain=`` or an unusable ``to_crs=``). Operations on public cells use
+    :meth:`Located.lonlat`; metric ones :meth:`Located.project`, which may still refuse the data
+    (an extent too wide for the automatic choice, points outside a public extent).
+
+    Examples
+    --------
+    >>> df = pd.DataFrame({"uid": [1, 2], "lon": [-170.0, -65.0], "lat": [55.0, 18.5]})
+    >>> loc = locate_points(df, user="uid", lon="lon", lat="lat", crs="EPSG:4326")
+    >>> loc.lonlat()[0].tolist()                  # as given: no metric CRS needed
+    [-170.0, -65.0]
+    """
     if not isinstance(df, pd.DataFrame):
         raise InvalidInputError(
             f"expected a pandas DataFrame or GeoDataFrame; got {type(df).__name__}. {_NOTHING}"
@@ -664,22 +699,123 @@ def resolve_points(
         cx, cy = gname, gname
 
     dom = _check_domain(domain) if domain is not None else None
-    xy_m, crs_m, rng, back, choice, ext = _project(
-        xs, ys, crs_in, to_crs, dom, index, (cx, cy), max_scale_error
-    )
-    return Projected(
-        xy=xy_m,
-        users=users,
-        index=index,
-        crs_in=crs_in,
-        crs_m=crs_m,
-        scale_max=max(1.0, rng[1]),
-        scale_min=rng[0],
-        coords=coords,
-        crs_choice=choice,
-        extent=tuple(float(v) for v in ext),
-        _back=back,
-    )
+    _check_input_crs(xs, ys, crs_in, index, (cx, cy))
+    if to_crs is not None:  # public: refuse an unusable to_crs= here, whatever the operation
+        _named_metric(to_crs, dom, "to_crs")
+    return Located(
+        xs=xs, ys=ys, users=users, index=index, crs_in=crs_in, coords=coords, cols=(cx, cy),
+        to_crs=to_crs, domain=dom, max_scale_error=max_scale_error,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class Located:
+    """Validated points in their input CRS, not yet projected (made by :func:`locate_points`).
+
+    Operations on public cells (H3) need only :meth:`lonlat`; the metric ones call
+    :meth:`project`, which chooses the metric CRS (the policy of the module docstring) and may
+    refuse the data (an extent too wide, points outside a public extent). Validation of the
+    columns, ``domain=`` and a named ``to_crs=`` is already done.
+    """
+
+    xs: np.ndarray
+    ys: np.ndarray
+    users: np.ndarray
+    index: pd.Index
+    crs_in: pyproj.CRS
+    coords: tuple[str, ...]
+    cols: tuple[str, str]
+    to_crs: Any = None
+    domain: Box | None = None
+    max_scale_error: float = MAX_SCALE_ERROR
+
+    def __len__(self) -> int:
+        return int(self.xs.shape[0])
+
+    def lonlat(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every point's WGS 84 longitude and latitude, with no metric projection.
+
+        lon/lat input in WGS 84 comes back as it is (the very arrays); other CRSs are
+        transformed to ``EPSG:4326`` (a datum shift or an inverse projection).
+        """
+        if self.crs_in.is_geographic and self.crs_in.equals(_WGS84, ignore_axis_order=True):
+            return self.xs, self.ys
+        lon, lat = pyproj.Transformer.from_crs(self.crs_in, _WGS84, always_xy=True).transform(
+            self.xs, self.ys
+        )
+        lon = np.asarray(lon, dtype=np.float64)
+        lat = np.asarray(lat, dtype=np.float64)
+        bad = ~(np.isfinite(lon) & np.isfinite(lat))
+        if bad.any():
+            n, rows = _rows(bad, self.index)
+            raise CRSError(
+                f"columns {self.cols[0]!r}/{self.cols[1]!r}: {_plural(n, 'point')} fall outside "
+                f"the valid area of {_describe(self.crs_in)} {rows}. Check the crs. {_NOTHING}"
+            )
+        return lon, lat
+
+    def to_crs_xy(self) -> tuple[np.ndarray, np.ndarray]:
+        """Return the points in metres of the named ``to_crs=`` (NaN where undefined), unchecked.
+
+        For the safety check on declared-public columns only; the mechanisms use
+        :meth:`project`.
+        """
+        crs_m = _horizontal(_as_crs(self.to_crs, "to_crs"))
+        tr = pyproj.Transformer.from_crs(self.crs_in, crs_m, always_xy=True)
+        x, y = tr.transform(self.xs, self.ys, errcheck=False)
+        return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+
+    def project(self) -> Projected:
+        """Choose the metric CRS and project the points to metres (see :func:`resolve_points`)."""
+        xy_m, crs_m, rng, back, choice, ext = _project(
+            self.xs, self.ys, self.crs_in, self.to_crs, self.domain, self.index, self.cols,
+            self.max_scale_error,
+        )  # fmt: skip
+        return Projected(
+            xy=xy_m,
+            users=self.users,
+            index=self.index,
+            crs_in=self.crs_in,
+            crs_m=crs_m,
+            scale_max=max(1.0, rng[1]),
+            scale_min=rng[0],
+            coords=self.coords,
+            crs_choice=choice,
+            extent=tuple(float(v) for v in ext),
+            _back=back,
+        )
+
+
+_WGS84 = pyproj.CRS.from_epsg(4326)
+
+
+def _check_input_crs(
+    xs: np.ndarray, ys: np.ndarray, crs_in: pyproj.CRS, index: pd.Index, cols: tuple[str, str]
+) -> None:
+    """Refuse an input CRS that is neither geographic in degrees nor projected, and bad degrees."""
+    if crs_in.is_geographic:
+        unit = crs_in.axis_info[0].unit_name.lower()
+        if "degree" not in unit:
+            raise CRSError(
+                f"geographic CRS {_describe(crs_in)} is in {unit}, not degrees. {_NOTHING}"
+            )
+        for vals, col, lim, what in (
+            (xs, cols[0], 180.0, "longitude"),
+            (ys, cols[1], 90.0, "latitude"),
+        ):
+            bad = np.abs(vals) > lim
+            if bad.any():
+                n, rows = _rows(bad, index)
+                raise InvalidInputError(
+                    f"column {col!r} has {n} {what} {'value' if n == 1 else 'values'} outside "
+                    f"[-{lim:g}, {lim:g}] {rows}. Check that lon and lat are not swapped and that "
+                    f"the CRS {_describe(crs_in)} is right. {_NOTHING}"
+                )
+    elif not crs_in.is_projected:
+        raise CRSError(
+            f"{_describe(crs_in)} is neither geographic (lon/lat) nor projected; gpframe needs one "
+            f"of those. {_NOTHING}"
+        )
 
 
 def _has_active_geometry(df: pd.DataFrame) -> bool:
@@ -973,32 +1109,8 @@ def _project(
     cols: tuple[str, str],
     tol: float,
 ) -> tuple[np.ndarray, pyproj.CRS, tuple[float, float], pyproj.Transformer | None, str, Box]:
-    if crs_in.is_geographic:
-        unit = crs_in.axis_info[0].unit_name.lower()
-        if "degree" not in unit:
-            raise CRSError(
-                f"geographic CRS {_describe(crs_in)} is in {unit}, not degrees. {_NOTHING}"
-            )
-        for vals, col, lim, what in (
-            (xs, cols[0], 180.0, "longitude"),
-            (ys, cols[1], 90.0, "latitude"),
-        ):
-            bad = np.abs(vals) > lim
-            if bad.any():
-                n, rows = _rows(bad, index)
-                raise InvalidInputError(
-                    f"column {col!r} has {n} {what} {'value' if n == 1 else 'values'} outside "
-                    f"[-{lim:g}, {lim:g}] {rows}. Check that lon and lat are not swapped and that "
-                    f"the CRS {_describe(crs_in)} is right. {_NOTHING}"
-                )
-        geod = crs_in
-    elif crs_in.is_projected:
-        geod = crs_in.geodetic_crs
-    else:
-        raise CRSError(
-            f"{_describe(crs_in)} is neither geographic (lon/lat) nor projected; gpframe needs one "
-            f"of those. {_NOTHING}"
-        )
+    _check_input_crs(xs, ys, crs_in, index, cols)
+    geod = crs_in if crs_in.is_geographic else crs_in.geodetic_crs
 
     # Everything up to the containment check below reads only public inputs (the CRSs, domain=,
     # max_scale_error), never xs/ys: that is what keeps crs_m and scale_max data-independent.
