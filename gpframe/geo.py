@@ -27,8 +27,13 @@ looking at the data) if given, else the CRS's published area of use
    is reprojected, keeping the input's datum, to the automatic choice for a lon/lat box: the UTM
    zone of the box's centre if its scale error over the box is within the bound (at most 0.098 %
    inside a zone), else a transverse Mercator centred on the box (``lon_0`` = centre, ``k_0`` = 1;
-   fine up to about ±2.5° / cos(latitude) of longitude), else :class:`~gpframe.errors.CRSError`.
-   The box is
+   fine up to about ±2.5° / cos(latitude) of longitude), else (a country, a continent) the
+   candidate with the least noise inflation ``scale_max / scale_min`` over the box: UTM, that
+   transverse Mercator, an azimuthal equidistant centred on the box's mid-meridian or a Lambert
+   conformal conic secant inside it (about 1.03 over the contiguous US, 1.08 from Alaska to
+   Puerto Rico, 1.05 over Europe; ``docs/wide-extents.md``), with a
+   :class:`~gpframe.errors.GpframeWarning` above 3 % and a :class:`~gpframe.errors.CRSError`
+   above 2 (about a hemisphere). The box is
 
    a. ``domain=`` when given: public, ``crs_choice="domain"``;
    b. otherwise the bounding box of the data **rounded outward to whole degrees**:
@@ -76,16 +81,24 @@ import pandas as pd
 import pyproj
 import shapely
 from pyproj.crs import ProjectedCRS
-from pyproj.crs.coordinate_operation import TransverseMercatorConversion, UTMConversion
+from pyproj.crs.coordinate_operation import (
+    AzimuthalEquidistantConversion,
+    LambertConformalConic2SPConversion,
+    TransverseMercatorConversion,
+    UTMConversion,
+)
 
 from gpframe.errors import CRSError, GpframeWarning, InvalidInputError
 
 __all__ = [
+    "MAX_INFLATION",
     "MAX_SCALE_ERROR",
+    "WARN_INFLATION",
     "Located",
     "Projected",
     "locate_points",
     "metric_crs_for",
+    "noise_inflation",
     "points_frame",
     "project_geometry",
     "resolve_points",
@@ -158,6 +171,15 @@ class Projected:
 
     def __len__(self) -> int:
         return int(self.xy.shape[0])
+
+    @property
+    def noise_inflation(self) -> float:
+        """Worst ground noise over :attr:`extent` as a multiple of the nominal noise.
+
+        ``scale_max / scale_min`` (:func:`noise_inflation`): about 1.0014 inside a UTM zone,
+        the azimuthal equidistant's ``scale_max`` over a country or a continent.
+        """
+        return noise_inflation((self.scale_min, self.scale_max))
 
     @property
     def reprojected(self) -> bool:
@@ -369,6 +391,84 @@ def _within(rng: tuple[float, float], tol: float) -> bool:
     return rng[1] - 1.0 <= tol and 1.0 - rng[0] <= tol
 
 
+def _aeqd(lon_c: float, lat_c: float, geodetic: pyproj.CRS) -> pyproj.CRS:
+    # Azimuthal equidistant: scale 1 along every geodesic from the centre, c/sin(c) across them
+    # (c the angular distance), so k >= 1 everywhere and about 1 + c^2/6 at distance c.
+    lon_c = round(float(_wrap(lon_c)), 2)
+    lat_c = round(float(lat_c), 2)
+    return ProjectedCRS(
+        conversion=AzimuthalEquidistantConversion(
+            latitude_natural_origin=lat_c, longitude_natural_origin=lon_c
+        ),
+        geodetic_crs=geodetic,
+        name=f"gpframe azimuthal equidistant lon_0={lon_c} lat_0={lat_c}",
+    )
+
+
+def noise_inflation(rng: tuple[float, float]) -> float:
+    """Worst ground-metre noise of a projection, as a multiple of the nominal noise.
+
+    Mechanisms run at eps / scale_max (scale_max = max(1, k_max)), so where the local scale in
+    a direction is k the ground noise is scale_max / k times the nominal one: between 1 (at
+    k = k_max) and ``scale_max / k_min``, the number returned (``docs/wide-extents.md``).
+
+    Examples
+    --------
+    >>> round(noise_inflation((0.9996, 1.000981)), 6)     # a whole UTM zone at the equator
+    1.001382
+    >>> noise_inflation((1.0, 1.2))                        # azimuthal equidistant: k >= 1
+    1.2
+    """
+    lo, hi = rng
+    return float(max(1.0, hi) / lo) if lo > 0 and np.isfinite(hi) else float("inf")
+
+
+#: Above this noise inflation no automatic projection is accepted (the extent is too wide for
+#: one projection: about a hemisphere), and above WARN_INFLATION the choice warns.
+MAX_INFLATION, WARN_INFLATION = 2.0, 1.03
+
+
+def _wide_candidates(
+    lon_min: float, lat_min: float, lon_max: float, lat_max: float, geod: pyproj.CRS
+) -> list[tuple[pyproj.CRS, tuple[float, float]]]:
+    """Projections for a wide box, each with its scale range over it; only the box is read.
+
+    Azimuthal equidistant projections centred on the box's mid-meridian at a few latitudes (the
+    worst factor is set by the farthest corners; moving the centre balances the northern and
+    southern ones), and, for a box in one hemisphere, Lambert conformal conics secant on
+    parallels at 10 %, 1/6 and 25 % of its height from each edge (best for boxes wide east-west,
+    such as the US).
+    """
+    lon_c = (lon_min + lon_max) / 2.0
+    out = []
+    for f in np.linspace(-0.25, 0.25, 9):
+        lat_c = float(np.clip((lat_min + lat_max) / 2.0 + f * (lat_max - lat_min), -89.0, 89.0))
+        crs = _aeqd(lon_c, lat_c, geod)
+        out.append((crs, scale_range(crs, lon_min, lat_min, lon_max, lat_max)))
+    if lat_min * lat_max > 0:  # a cone needs both parallels in one hemisphere
+        for f in (0.1, 1 / 6, 0.25):
+            h = lat_max - lat_min
+            crs = _lcc(lon_c, lat_min + f * h, lat_max - f * h, (lat_min + lat_max) / 2, geod)
+            out.append((crs, scale_range(crs, lon_min, lat_min, lon_max, lat_max)))
+    return out
+
+
+def _lcc(lon_c: float, lat_1: float, lat_2: float, lat_0: float, geodetic: pyproj.CRS) -> Any:
+    # Lambert conformal conic, secant on two parallels inside the box: k < 1 between them, > 1
+    # outside; conformal, so the noise stays round on the ground (wide east-west extents).
+    lon_c, lat_1, lat_2, lat_0 = (round(float(v), 2) for v in (_wrap(lon_c), lat_1, lat_2, lat_0))
+    return ProjectedCRS(
+        conversion=LambertConformalConic2SPConversion(
+            latitude_first_parallel=lat_1,
+            latitude_second_parallel=lat_2,
+            latitude_false_origin=lat_0,
+            longitude_false_origin=lon_c,
+        ),
+        geodetic_crs=geodetic,
+        name=f"gpframe Lambert conformal conic lon_0={lon_c} lat_1={lat_1} lat_2={lat_2}",
+    )
+
+
 def metric_crs_for(
     lon_min: float,
     lat_min: float,
@@ -379,12 +479,18 @@ def metric_crs_for(
     *,
     label: str = "the data",
 ) -> tuple[pyproj.CRS, tuple[float, float]]:
-    """Choose the automatic metric CRS for a lon/lat box (UTM of its centre, else a local TM).
+    """Choose the automatic metric CRS for a lon/lat box.
 
-    Returns the CRS and its (min, max) scale factor over the box; raises :class:`CRSError` when
-    neither keeps |k - 1| within ``max_scale_error``. The result depends only on the box: pass a
-    public box (``domain=``) to keep the choice independent of the data. ``label`` names the box
-    in the error message.
+    The UTM zone of its centre, else a transverse Mercator centred on it, if one keeps |k - 1|
+    within ``max_scale_error``; else (a country, a continent) the candidate (UTM, that
+    transverse Mercator, azimuthal equidistant projections centred on the box, Lambert conformal
+    conics secant inside it) with the least noise inflation (:func:`noise_inflation`), warned
+    about (:class:`~gpframe.errors.GpframeWarning`) above 3 % and refused (:class:`CRSError`)
+    above 2 (``docs/wide-extents.md``).
+
+    Returns the CRS and its (min, max) scale factor over the box. The result depends only on the
+    box: pass a public box (``domain=``) to keep the choice independent of the data. ``label``
+    names the box in messages.
 
     Examples
     --------
@@ -394,28 +500,52 @@ def metric_crs_for(
     >>> crs, _ = metric_crs_for(-79.0, 39.0, -77.0, 41.0)          # straddles zones 17 and 18
     >>> crs.name
     'gpframe local transverse Mercator lon_0=-78.0'
+    >>> crs, rng = metric_crs_for(-10.0, 36.0, 30.0, 60.0)          # western Europe
+    >>> crs.name, round(noise_inflation(rng), 3)
+    ('gpframe azimuthal equidistant lon_0=10.0 lat_0=46.5', 1.017)
     """
     geod = _horizontal(_as_crs(geodetic, "geodetic"))
     geod = geod if geod.is_geographic else geod.geodetic_crs
     lon_c = (lon_min + lon_max) / 2.0
     lat_c = (lat_min + lat_max) / 2.0
     utm = utm_crs_for(lon_c, lat_c, geodetic=geod)
-    rng = scale_range(utm, lon_min, lat_min, lon_max, lat_max)
-    if _within(rng, max_scale_error):
-        return utm, rng
+    rng_utm = scale_range(utm, lon_min, lat_min, lon_max, lat_max)
+    if _within(rng_utm, max_scale_error):
+        return utm, rng_utm
     tm = _local_tm(lon_c, geod)
-    rng = scale_range(tm, lon_min, lat_min, lon_max, lat_max)
-    if _within(rng, max_scale_error):
-        return tm, rng
-    err = 100 * max(rng[1] - 1.0, 1.0 - rng[0])
-    raise CRSError(
+    rng_tm = scale_range(tm, lon_min, lat_min, lon_max, lat_max)
+    if _within(rng_tm, max_scale_error):
+        return tm, rng_tm
+    cands = [(utm, rng_utm), (tm, rng_tm), *_wide_candidates(lon_min, lat_min, lon_max, lat_max,
+                                                              geod)]  # fmt: skip
+    crs, rng = min(cands, key=lambda c: noise_inflation(c[1]))  # first of equals: stable
+    f = noise_inflation(rng)
+    span = (
         f"{label} spans lon {_wrap(lon_min):.4f}..{_wrap(lon_max):.4f}, lat "
-        f"{lat_min:.4f}..{lat_max:.4f}: too wide for one transverse Mercator projection (scale "
-        f"error up to {err:.3g} % > {100 * max_scale_error:.3g} %), so distances would not be "
-        "metres. Pass an explicit to_crs= (a projected CRS in metres suited to the whole extent; "
-        "its worst-case scale factor is then reported as scale_max and divides eps), or split the "
-        f"data by region. {_NOTHING}"
+        f"{lat_min:.4f}..{lat_max:.4f}"
     )
+    if not f <= MAX_INFLATION:
+        err = 100 * max(rng_tm[1] - 1.0, 1.0 - rng_tm[0])
+        raise CRSError(
+            f"{span}: too wide for one transverse Mercator projection (scale error up to "
+            f"{err:.3g} % > {100 * max_scale_error:.3g} %) and for any one projection gpframe "
+            f"chooses (the best, {crs.name}, would multiply the noise by up to {f:.3g}), so "
+            "distances would not be metres. Pass an explicit to_crs= (a projected CRS in metres "
+            "suited to the whole extent; its worst-case scale factor is then reported as "
+            f"scale_max and divides eps), or split the data by a public region. {_NOTHING}"
+        )
+    if f > WARN_INFLATION:
+        warnings.warn(
+            f"{span}: too wide for UTM or a local transverse Mercator, so distances are "
+            f"measured in {crs.name}, the projection with the least distortion over that "
+            f"extent. Its scale factor (up to {max(1.0, rng[1]):.4f}) divides eps, so the noise "
+            f"is up to {f:.3f} times the nominal noise (more near the centre). To avoid it, pass "
+            "a smaller public domain=, or analyse each public region (a state, a country) "
+            "separately with its own domain=.",
+            GpframeWarning,
+            stacklevel=_stacklevel_outside_gpframe(),
+        )
+    return crs, rng
 
 
 # --------------------------------------------------------------------------------------------------

@@ -275,6 +275,7 @@ def kde(
     params = {"method": method, "bandwidth_m": b, "rounds": int(rounds), "split": split,
               "beta": float(beta), "nu_m": _k.NU_FACTOR * b if nu_m is None else float(nu_m),
               "crs_m": p.crs_m.to_string(), "scale_max": float(p.scale_max),
+              "noise_inflation": float(p.noise_inflation),
               ("rho" if kind == "cgp" else "eps"): float(amount)}  # fmt: skip
     charges = np.full(users.size, Fraction(0), dtype=object)
     allocs = np.full(users.size, Fraction(0), dtype=object)

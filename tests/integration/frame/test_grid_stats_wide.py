@@ -98,18 +98,36 @@ def test_same_charges_as_on_single_zone_data():
     assert wide.spent().gt(0).all()
 
 
-def test_metric_operations_still_refuse_multi_zone_data_before_charging():
+def test_metric_operations_on_multi_zone_data_get_the_wide_projection_and_say_so():
     df = _frame(WIDE_SITES)
     session = Session(budget=gp.CGP(rho=1e-2), central=gp.DP(epsilon=100.0))
-    bound = df.geopriv(session, user="vessel", lon="lon", lat="lat", crs="EPSG:4326")
+    bound = df.geopriv(session, user="vessel", lon="lon", lat="lat", crs="EPSG:4326",
+                       public=["speed"])  # fmt: skip
     assert "not chosen yet" in repr(bound)
+    with pytest.warns(gp.GpframeWarning) as rec:
+        out = bound.privatize(rho=1e-4, rng=seeded_rng(1))
+    msgs = " ".join(str(w.message) for w in rec)
+    assert "whole degrees" in msgs and "least distortion" in msgs
+    params = out.attrs["geopriv"].params
+    assert "gpframe Lambert conformal conic" in params["crs_m"]
+    assert 1.0 < params["scale_max"] < params["noise_inflation"] < 1.1
+    r = bound.kde((-100.0, 40.0), bandwidth_m=50_000.0, rho=1e-4, reduce="first", rng=seeded_rng(1))
+    assert r.params["noise_inflation"] == params["noise_inflation"]
+
+
+def test_metric_operations_refuse_world_wide_data_before_charging():
+    df = pd.DataFrame({"vessel": [1, 2, 3, 4], "lon": [-170.0, -60.0, 50.0, 160.0],
+                       "lat": [-50.0, 0.0, 60.0, 10.0], "speed": [1.0, 2.0, 3.0, 4.0]})  # fmt: skip
+    session = Session(budget=gp.CGP(rho=1e-2), central=gp.DP(epsilon=100.0))
+    bound = df.geopriv(session, user="vessel", lon="lon", lat="lat", crs="EPSG:4326")
     before = session.ledger.snapshot()
     with pytest.raises(CRSError, match="too wide for one transverse Mercator"):
         bound.privatize(rho=1e-4, rng=seeded_rng(1))
     with pytest.raises(CRSError, match="too wide"):
         bound.kde((-100.0, 40.0), bandwidth_m=1000.0, rho=1e-4, rng=seeded_rng(1))
     assert session.ledger.snapshot() == before
-    _grid(df, session)  # the same binding still runs grid_stats
+    bound.grid_stats(value="speed", bounds=(0, 30), epsilon=0.5, cells=RES,
+                     occupancy="public", rng=seeded_rng(3))  # fmt: skip
     assert session.ledger.snapshot() != before
 
 

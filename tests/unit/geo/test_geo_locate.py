@@ -9,7 +9,7 @@ import pyproj
 import pytest
 
 from gpframe import geo
-from gpframe.errors import CRSError, InvalidInputError
+from gpframe.errors import CRSError, GpframeWarning, InvalidInputError
 
 # lon -173.6 .. -64.4, lat 18 .. 60: Alaska to Puerto Rico, many UTM zones
 WIDE = pd.DataFrame({"u": [1, 2, 3, 4], "lon": [-173.6, -150.0, -100.0, -64.4],
@@ -28,12 +28,31 @@ def test_multi_zone_lonlat_is_located_without_projection(monkeypatch):
     assert len(loc) == 4 and loc.users.tolist() == [1, 2, 3, 4] and loc.coords == ("lon", "lat")
 
 
-def test_project_still_refuses_the_too_wide_extent():
+def test_project_chooses_the_wide_projection_and_says_so():
     loc = geo.locate_points(WIDE, user="u", lon="lon", lat="lat", crs="EPSG:4326")
+    with pytest.warns(GpframeWarning) as rec:
+        p = loc.project()
+    msgs = [str(w.message) for w in rec]
+    assert any("whole degrees" in m for m in msgs)
+    (wide,) = [m for m in msgs if "least distortion" in m]
+    assert p.crs_m.name in wide and f"{p.noise_inflation:.3f} times" in wide
+    assert "domain=" in wide
+    assert p.crs_m.name.startswith("gpframe ") and 1.05 < p.noise_inflation < 1.1
+    # the centre comes from the public whole-degree box, never from the exact points
+    moved = WIDE.assign(lon=WIDE.lon + np.array([0.3, 0, 0, -0.3]))
+    q = geo.locate_points(moved, user="u", lon="lon", lat="lat", crs="EPSG:4326")
+    with pytest.warns(GpframeWarning):
+        q = q.project()
+    assert q.crs_m.to_wkt() == p.crs_m.to_wkt() and q.scale_max == p.scale_max
+
+
+def test_project_refuses_an_extent_too_wide_for_any_projection():
+    world = pd.DataFrame(
+        {"u": [1, 2, 3, 4], "lon": [-170.0, -60.0, 50.0, 160.0], "lat": [-50.0, 0.0, 60.0, 10.0]}
+    )
+    loc = geo.locate_points(world, user="u", lon="lon", lat="lat", crs="EPSG:4326")
     with pytest.raises(CRSError, match="too wide for one transverse Mercator"):
         loc.project()
-    with pytest.raises(CRSError, match="too wide"):
-        geo.resolve_points(WIDE, user="u", lon="lon", lat="lat", crs="EPSG:4326")
 
 
 def test_public_arguments_and_columns_are_still_checked_eagerly():
