@@ -94,7 +94,8 @@ class GeoPrivAccessor:
             CRS of the coordinate columns (a GeoDataFrame brings its own).
         to_crs : CRS-like, optional
             Metric CRS to compute in (default: the input CRS if it is in metres, else a local UTM
-            zone; see :mod:`gpframe.geo`).
+            zone, or for a country- or continent-wide extent the projection with the least
+            noise inflation; see :mod:`gpframe.geo` and ``docs/wide-extents.md``).
         domain : tuple of 4 floats, optional
             Public extent ``(lon_min, lat_min, lon_max, lat_max)`` of the data. With ``to_crs=`` or
             ``domain=`` the metric CRS and its scale factor depend on public information only;
