@@ -32,7 +32,7 @@ looking at the data) if given, else the CRS's published area of use
    transverse Mercator, an azimuthal equidistant centred on the box's mid-meridian or a Lambert
    conformal conic secant inside it (about 1.03 over the contiguous US, 1.08 from Alaska to
    Puerto Rico, 1.05 over Europe; ``docs/wide-extents.md``), with a
-   :class:`~gpframe.errors.GpframeWarning` above 3 % and a :class:`~gpframe.errors.CRSError`
+   :class:`~gpframe.errors.GpframeWarning` above 5 % and a :class:`~gpframe.errors.CRSError`
    above 2 (about a hemisphere). The box is
 
    a. ``domain=`` when given: public, ``crs_choice="domain"``;
@@ -425,7 +425,7 @@ def noise_inflation(rng: tuple[float, float]) -> float:
 
 #: Above this noise inflation no automatic projection is accepted (the extent is too wide for
 #: one projection: about a hemisphere), and above WARN_INFLATION the choice warns.
-MAX_INFLATION, WARN_INFLATION = 2.0, 1.03
+MAX_INFLATION, WARN_INFLATION = 2.0, 1.05
 
 
 def _wide_candidates(
@@ -485,7 +485,7 @@ def metric_crs_for(
     within ``max_scale_error``; else (a country, a continent) the candidate (UTM, that
     transverse Mercator, azimuthal equidistant projections centred on the box, Lambert conformal
     conics secant inside it) with the least noise inflation (:func:`noise_inflation`), warned
-    about (:class:`~gpframe.errors.GpframeWarning`) above 3 % and refused (:class:`CRSError`)
+    about (:class:`~gpframe.errors.GpframeWarning`) above 5 % and refused (:class:`CRSError`)
     above 2 (``docs/wide-extents.md``).
 
     Returns the CRS and its (min, max) scale factor over the box. The result depends only on the
@@ -1223,6 +1223,7 @@ def metric_frame(crs: Any, domain: Any = None, *, name: str = "crs") -> MetricFr
     """
     dom = _check_domain(domain) if domain is not None else None
     crs_m, rng, ext, source = _named_metric(crs, dom, name)
+    _warn_named_inflation(crs_m, rng, ext, source, name, crs_m.geodetic_crs)
     return MetricFrame(
         crs=crs_m, scale_max=max(1.0, rng[1]), extent=ext, source=source,
         label=crs_m.to_string(), footprint=_footprint(crs_m, ext),
@@ -1249,6 +1250,7 @@ def _project(
     if to_crs is not None:
         crs_m, rng, ext, source = _named_metric(to_crs, domain, "to_crs")
         choice = _CHOICE_TO_CRS
+        _warn_named_inflation(crs_m, rng, ext, source, "to_crs", geod)
     else:
         source = ""
         if (
@@ -1317,7 +1319,80 @@ def _project(
             f"projected to {_describe(crs_m)} {rows}. Check the input CRS {_describe(crs_in)}. "
             f"{_NOTHING}"
         )
+    if choice == _CHOICE_TO_CRS:
+        _refuse_lossy_round_trip(xs, ys, xy, crs_in, crs_m, back, index, cols)
     return xy, crs_m, rng, back, choice, ext
+
+
+def _refuse_lossy_round_trip(
+    xs: np.ndarray,
+    ys: np.ndarray,
+    xy: np.ndarray,
+    crs_in: pyproj.CRS,
+    crs_m: pyproj.CRS,
+    back: pyproj.Transformer,
+    index: pd.Index,
+    cols: tuple[str, str],
+) -> None:
+    """Refuse a ``to_crs=`` whose round trip from the input does not come back within g.
+
+    A datum shift without its grid (NAD27 in Alaska: 141 m) would move every released point by
+    that much on the way back to the input CRS, noise or not; g = 2⁻¹⁰ m is the lattice spacing
+    the mechanisms guarantee their points on.
+    """
+    from gpframe.mechanisms.calibration import G_LOC
+
+    bx, by = back.transform(xy[:, 0], xy[:, 1])
+    bx, by = np.asarray(bx, dtype=np.float64), np.asarray(by, dtype=np.float64)
+    if crs_in.is_geographic:
+        _, _, d = crs_in.get_geod().inv(xs, ys, bx, by)
+        d = np.asarray(d, dtype=np.float64)
+    else:
+        d = np.hypot(bx - xs, by - ys) * _linear_unit(crs_in)[1]
+    bad = ~(d <= float(G_LOC))
+    if bad.any():
+        n, rows = _rows(bad, index)
+        worst = float(np.nanmax(np.where(np.isfinite(d), d, np.inf)))
+        raise CRSError(
+            f"to_crs={_describe(crs_m)}: {_plural(n, 'point')} of columns {cols[0]!r}/{cols[1]!r} "
+            f"do not come back to the input CRS {_describe(crs_in)} within the lattice spacing "
+            f"2**-10 m (up to {worst:.3g} m) {rows}: the transformation between their datums "
+            "is approximate there (a missing shift grid), so released points would move by that "
+            "much. Name a to_crs= on the input's datum (e.g. its UTM zone on that datum), or omit "
+            f"to_crs= and give domain= so that gpframe chooses one. {_NOTHING}"
+        )
+
+
+def _warn_named_inflation(
+    crs_m: pyproj.CRS, rng: tuple[float, float], ext: Box, source: str, name: str, geod: Any
+) -> None:
+    """Warn when a named metric CRS inflates the noise by more than WARN_INFLATION over its extent.
+
+    The message names the factor and what gpframe's own choice for the same public extent
+    would give (``docs/wide-extents.md``).
+    """
+    f = noise_inflation(rng)
+    if not f > WARN_INFLATION:
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            auto, rng_a = metric_crs_for(*ext, geodetic=geod)
+        alt = (
+            f" gpframe's own choice for that extent ({auto.name}) would give "
+            f"{noise_inflation(rng_a):.4g}: omit {name}= and pass domain= instead, or name a CRS "
+            "suited to the extent (docs/wide-extents.md)."
+        )
+    except CRSError:
+        alt = " Pass a smaller public domain= (docs/wide-extents.md)."
+    warnings.warn(
+        f"{name}={_describe(crs_m)}: its scale factor over {source} ({_box_text(ext, 2)}) "
+        f"ranges {rng[0]:.4g}..{rng[1]:.4g}, so eps is divided by scale_max = "
+        f"{max(1.0, rng[1]):.4g} and the noise on the ground is up to {f:.4g} times the "
+        f"nominal noise.{alt}",
+        GpframeWarning,
+        stacklevel=_stacklevel_outside_gpframe(),
+    )
 
 
 # --------------------------------------------------------------------------------------------------
