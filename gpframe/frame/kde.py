@@ -490,5 +490,5 @@ def kde_raster(
     return _k.raster_from_points(
         session, ledger_keys(users), p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind,
         amount=amount, correct=correct, scale_max=p.scale_max, crs_m=p.crs_m.to_string(),
-        rng=rng, bandwidth_arg=bandwidth_m,
+        rng=rng, bandwidth_arg=bandwidth_m, noise_inflation=p.noise_inflation,
     )  # fmt: skip

@@ -567,7 +567,9 @@ def nearest_users(
 
     refuse_if_fewer_can_pay(bound.session, ledger_keys(users), amount, kk)
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
-              "point_m": q.tolist(), "crs_m": p.crs_m.to_string()}  # fmt: skip
+              "point_m": q.tolist(), "crs_m": p.crs_m.to_string(),
+              "scale_max": float(p.scale_max),
+              "noise_inflation": float(p.noise_inflation)}  # fmt: skip
 
     def allocations(r: Any) -> np.ndarray:
         alloc = np.empty(users.size, dtype=object)

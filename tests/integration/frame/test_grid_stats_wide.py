@@ -160,3 +160,33 @@ def test_public_copy_of_projected_coordinates_refused_at_the_metric_operation():
     ):
         bound.privatize(rho=1e-4, rng=seeded_rng(1))
     assert session.ledger.snapshot() == before
+
+
+def test_every_metric_result_states_crs_factor_and_inflation():
+    import shapely
+
+    df = _frame(WIDE_SITES).groupby("vessel", as_index=False).first()  # one point per user
+    session = Session(budget=gp.CGP(rho=10.0))
+    bound = df.geopriv(session, user="vessel", lon="lon", lat="lat", crs="EPSG:4326",
+                       domain=(-174, 18, -64, 61), public=["speed"])  # fmt: skip
+    with pytest.warns(gp.GpframeWarning, match="least distortion"):
+        bound.projected  # noqa: B018 - choose the CRS once, here
+    p = bound.projected
+    want = (p.crs_m.to_string(), float(p.scale_max), float(p.noise_inflation))
+    assert 1.05 < want[2] < 1.1
+    results = [
+        bound.range_count(shapely.box(-130, 30, -60, 50), rho=1e-4, rng=seeded_rng(1)),
+        bound.kde((-100.0, 40.0), bandwidth_m=50_000.0, rho=1e-4, rng=seeded_rng(2)),
+        bound.kde_raster(
+            bandwidth_m=50_000.0,
+            cell_m=20_000.0,
+            bounds=(-101, 39, -99, 41),
+            rho=1e-4,
+            rng=seeded_rng(3),
+        ),
+        bound.nearest_users((-100.0, 40.0), 2, rho=1e-4, rng=seeded_rng(4)),
+    ]
+    for r in results:
+        r = getattr(r, "attrs", {}).get("geopriv", r)
+        got = (r.params["crs_m"], r.params["scale_max"], r.params["noise_inflation"])
+        assert got == want, type(r).__name__
