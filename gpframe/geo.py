@@ -27,8 +27,13 @@ looking at the data) if given, else the CRS's published area of use
    is reprojected, keeping the input's datum, to the automatic choice for a lon/lat box: the UTM
    zone of the box's centre if its scale error over the box is within the bound (at most 0.098 %
    inside a zone), else a transverse Mercator centred on the box (``lon_0`` = centre, ``k_0`` = 1;
-   fine up to about ±2.5° / cos(latitude) of longitude), else :class:`~gpframe.errors.CRSError`.
-   The box is
+   fine up to about ±2.5° / cos(latitude) of longitude), else (a country, a continent) the
+   candidate with the least noise inflation ``scale_max / scale_min`` over the box: UTM, that
+   transverse Mercator, an azimuthal equidistant centred on the box's mid-meridian or a Lambert
+   conformal conic secant inside it (about 1.03 over the contiguous US, 1.08 from Alaska to
+   Puerto Rico, 1.05 over Europe; ``docs/wide-extents.md``), with a
+   :class:`~gpframe.errors.GpframeWarning` above 5 % and a :class:`~gpframe.errors.CRSError`
+   above 2 (about a hemisphere). The box is
 
    a. ``domain=`` when given: public, ``crs_choice="domain"``;
    b. otherwise the bounding box of the data **rounded outward to whole degrees**:
@@ -76,14 +81,24 @@ import pandas as pd
 import pyproj
 import shapely
 from pyproj.crs import ProjectedCRS
-from pyproj.crs.coordinate_operation import TransverseMercatorConversion, UTMConversion
+from pyproj.crs.coordinate_operation import (
+    AzimuthalEquidistantConversion,
+    LambertConformalConic2SPConversion,
+    TransverseMercatorConversion,
+    UTMConversion,
+)
 
 from gpframe.errors import CRSError, GpframeWarning, InvalidInputError
 
 __all__ = [
+    "MAX_INFLATION",
     "MAX_SCALE_ERROR",
+    "WARN_INFLATION",
+    "Located",
     "Projected",
+    "locate_points",
     "metric_crs_for",
+    "noise_inflation",
     "points_frame",
     "project_geometry",
     "resolve_points",
@@ -156,6 +171,15 @@ class Projected:
 
     def __len__(self) -> int:
         return int(self.xy.shape[0])
+
+    @property
+    def noise_inflation(self) -> float:
+        """Worst ground noise over :attr:`extent` as a multiple of the nominal noise.
+
+        ``scale_max / scale_min`` (:func:`noise_inflation`): about 1.0014 inside a UTM zone,
+        the azimuthal equidistant's ``scale_max`` over a country or a continent.
+        """
+        return noise_inflation((self.scale_min, self.scale_max))
 
     @property
     def reprojected(self) -> bool:
@@ -367,6 +391,84 @@ def _within(rng: tuple[float, float], tol: float) -> bool:
     return rng[1] - 1.0 <= tol and 1.0 - rng[0] <= tol
 
 
+def _aeqd(lon_c: float, lat_c: float, geodetic: pyproj.CRS) -> pyproj.CRS:
+    # Azimuthal equidistant: scale 1 along every geodesic from the centre, c/sin(c) across them
+    # (c the angular distance), so k >= 1 everywhere and about 1 + c^2/6 at distance c.
+    lon_c = round(float(_wrap(lon_c)), 2)
+    lat_c = round(float(lat_c), 2)
+    return ProjectedCRS(
+        conversion=AzimuthalEquidistantConversion(
+            latitude_natural_origin=lat_c, longitude_natural_origin=lon_c
+        ),
+        geodetic_crs=geodetic,
+        name=f"gpframe azimuthal equidistant lon_0={lon_c} lat_0={lat_c}",
+    )
+
+
+def noise_inflation(rng: tuple[float, float]) -> float:
+    """Worst ground-metre noise of a projection, as a multiple of the nominal noise.
+
+    Mechanisms run at eps / scale_max (scale_max = max(1, k_max)), so where the local scale in
+    a direction is k the ground noise is scale_max / k times the nominal one: between 1 (at
+    k = k_max) and ``scale_max / k_min``, the number returned (``docs/wide-extents.md``).
+
+    Examples
+    --------
+    >>> round(noise_inflation((0.9996, 1.000981)), 6)     # a whole UTM zone at the equator
+    1.001382
+    >>> noise_inflation((1.0, 1.2))                        # azimuthal equidistant: k >= 1
+    1.2
+    """
+    lo, hi = rng
+    return float(max(1.0, hi) / lo) if lo > 0 and np.isfinite(hi) else float("inf")
+
+
+#: Above this noise inflation no automatic projection is accepted (the extent is too wide for
+#: one projection: about a hemisphere), and above WARN_INFLATION the choice warns.
+MAX_INFLATION, WARN_INFLATION = 2.0, 1.05
+
+
+def _wide_candidates(
+    lon_min: float, lat_min: float, lon_max: float, lat_max: float, geod: pyproj.CRS
+) -> list[tuple[pyproj.CRS, tuple[float, float]]]:
+    """Projections for a wide box, each with its scale range over it; only the box is read.
+
+    Azimuthal equidistant projections centred on the box's mid-meridian at a few latitudes (the
+    worst factor is set by the farthest corners; moving the centre balances the northern and
+    southern ones), and, for a box in one hemisphere, Lambert conformal conics secant on
+    parallels at 10 %, 1/6 and 25 % of its height from each edge (best for boxes wide east-west,
+    such as the US).
+    """
+    lon_c = (lon_min + lon_max) / 2.0
+    out = []
+    for f in np.linspace(-0.25, 0.25, 9):
+        lat_c = float(np.clip((lat_min + lat_max) / 2.0 + f * (lat_max - lat_min), -89.0, 89.0))
+        crs = _aeqd(lon_c, lat_c, geod)
+        out.append((crs, scale_range(crs, lon_min, lat_min, lon_max, lat_max)))
+    if lat_min * lat_max > 0:  # a cone needs both parallels in one hemisphere
+        for f in (0.1, 1 / 6, 0.25):
+            h = lat_max - lat_min
+            crs = _lcc(lon_c, lat_min + f * h, lat_max - f * h, (lat_min + lat_max) / 2, geod)
+            out.append((crs, scale_range(crs, lon_min, lat_min, lon_max, lat_max)))
+    return out
+
+
+def _lcc(lon_c: float, lat_1: float, lat_2: float, lat_0: float, geodetic: pyproj.CRS) -> Any:
+    # Lambert conformal conic, secant on two parallels inside the box: k < 1 between them, > 1
+    # outside; conformal, so the noise stays round on the ground (wide east-west extents).
+    lon_c, lat_1, lat_2, lat_0 = (round(float(v), 2) for v in (_wrap(lon_c), lat_1, lat_2, lat_0))
+    return ProjectedCRS(
+        conversion=LambertConformalConic2SPConversion(
+            latitude_first_parallel=lat_1,
+            latitude_second_parallel=lat_2,
+            latitude_false_origin=lat_0,
+            longitude_false_origin=lon_c,
+        ),
+        geodetic_crs=geodetic,
+        name=f"gpframe Lambert conformal conic lon_0={lon_c} lat_1={lat_1} lat_2={lat_2}",
+    )
+
+
 def metric_crs_for(
     lon_min: float,
     lat_min: float,
@@ -377,12 +479,18 @@ def metric_crs_for(
     *,
     label: str = "the data",
 ) -> tuple[pyproj.CRS, tuple[float, float]]:
-    """Choose the automatic metric CRS for a lon/lat box (UTM of its centre, else a local TM).
+    """Choose the automatic metric CRS for a lon/lat box.
 
-    Returns the CRS and its (min, max) scale factor over the box; raises :class:`CRSError` when
-    neither keeps |k - 1| within ``max_scale_error``. The result depends only on the box: pass a
-    public box (``domain=``) to keep the choice independent of the data. ``label`` names the box
-    in the error message.
+    The UTM zone of its centre, else a transverse Mercator centred on it, if one keeps |k - 1|
+    within ``max_scale_error``; else (a country, a continent) the candidate (UTM, that
+    transverse Mercator, azimuthal equidistant projections centred on the box, Lambert conformal
+    conics secant inside it) with the least noise inflation (:func:`noise_inflation`), warned
+    about (:class:`~gpframe.errors.GpframeWarning`) above 5 % and refused (:class:`CRSError`)
+    above 2 (``docs/wide-extents.md``).
+
+    Returns the CRS and its (min, max) scale factor over the box. The result depends only on the
+    box: pass a public box (``domain=``) to keep the choice independent of the data. ``label``
+    names the box in messages.
 
     Examples
     --------
@@ -392,28 +500,52 @@ def metric_crs_for(
     >>> crs, _ = metric_crs_for(-79.0, 39.0, -77.0, 41.0)          # straddles zones 17 and 18
     >>> crs.name
     'gpframe local transverse Mercator lon_0=-78.0'
+    >>> crs, rng = metric_crs_for(-10.0, 36.0, 30.0, 60.0)          # western Europe
+    >>> crs.name, round(noise_inflation(rng), 3)
+    ('gpframe azimuthal equidistant lon_0=10.0 lat_0=46.5', 1.017)
     """
     geod = _horizontal(_as_crs(geodetic, "geodetic"))
     geod = geod if geod.is_geographic else geod.geodetic_crs
     lon_c = (lon_min + lon_max) / 2.0
     lat_c = (lat_min + lat_max) / 2.0
     utm = utm_crs_for(lon_c, lat_c, geodetic=geod)
-    rng = scale_range(utm, lon_min, lat_min, lon_max, lat_max)
-    if _within(rng, max_scale_error):
-        return utm, rng
+    rng_utm = scale_range(utm, lon_min, lat_min, lon_max, lat_max)
+    if _within(rng_utm, max_scale_error):
+        return utm, rng_utm
     tm = _local_tm(lon_c, geod)
-    rng = scale_range(tm, lon_min, lat_min, lon_max, lat_max)
-    if _within(rng, max_scale_error):
-        return tm, rng
-    err = 100 * max(rng[1] - 1.0, 1.0 - rng[0])
-    raise CRSError(
+    rng_tm = scale_range(tm, lon_min, lat_min, lon_max, lat_max)
+    if _within(rng_tm, max_scale_error):
+        return tm, rng_tm
+    cands = [(utm, rng_utm), (tm, rng_tm), *_wide_candidates(lon_min, lat_min, lon_max, lat_max,
+                                                              geod)]  # fmt: skip
+    crs, rng = min(cands, key=lambda c: noise_inflation(c[1]))  # first of equals: stable
+    f = noise_inflation(rng)
+    span = (
         f"{label} spans lon {_wrap(lon_min):.4f}..{_wrap(lon_max):.4f}, lat "
-        f"{lat_min:.4f}..{lat_max:.4f}: too wide for one transverse Mercator projection (scale "
-        f"error up to {err:.3g} % > {100 * max_scale_error:.3g} %), so distances would not be "
-        "metres. Pass an explicit to_crs= (a projected CRS in metres suited to the whole extent; "
-        "its worst-case scale factor is then reported as scale_max and divides eps), or split the "
-        f"data by region. {_NOTHING}"
+        f"{lat_min:.4f}..{lat_max:.4f}"
     )
+    if not f <= MAX_INFLATION:
+        err = 100 * max(rng_tm[1] - 1.0, 1.0 - rng_tm[0])
+        raise CRSError(
+            f"{span}: too wide for one transverse Mercator projection (scale error up to "
+            f"{err:.3g} % > {100 * max_scale_error:.3g} %) and for any one projection gpframe "
+            f"chooses (the best, {crs.name}, would multiply the noise by up to {f:.3g}), so "
+            "distances would not be metres. Pass an explicit to_crs= (a projected CRS in metres "
+            "suited to the whole extent; its worst-case scale factor is then reported as "
+            f"scale_max and divides eps), or split the data by a public region. {_NOTHING}"
+        )
+    if f > WARN_INFLATION:
+        warnings.warn(
+            f"{span}: too wide for UTM or a local transverse Mercator, so distances are "
+            f"measured in {crs.name}, the projection with the least distortion over that "
+            f"extent. Its scale factor (up to {max(1.0, rng[1]):.4f}) divides eps, so the noise "
+            f"is up to {f:.3f} times the nominal noise (more near the centre). To avoid it, pass "
+            "a smaller public domain=, or analyse each public region (a state, a country) "
+            "separately with its own domain=.",
+            GpframeWarning,
+            stacklevel=_stacklevel_outside_gpframe(),
+        )
+    return crs, rng
 
 
 # --------------------------------------------------------------------------------------------------
@@ -572,6 +704,39 @@ def resolve_points(
     >>> bool(np.allclose(lon, df["lon"], rtol=0, atol=1e-9))
     True
     """
+    return locate_points(
+        df, user=user, x=x, y=y, lon=lon, lat=lat, crs=crs, to_crs=to_crs,
+        max_scale_error=max_scale_error, domain=domain,
+    ).project()  # fmt: skip
+
+
+def locate_points(
+    df: pd.DataFrame,
+    *,
+    user: str,
+    x: str | None = None,
+    y: str | None = None,
+    lon: str | None = None,
+    lat: str | None = None,
+    crs: Any = None,
+    to_crs: Any = None,
+    max_scale_error: float = MAX_SCALE_ERROR,
+    domain: Sequence[float] | None = None,
+) -> Located:
+    """Validate a frame's user ids and coordinates, ``domain=`` and ``to_crs=``; project nothing.
+
+    The first half of :func:`resolve_points` (same arguments, same errors for bad columns, a
+    malformed ``domain=`` or an unusable ``to_crs=``). Operations on public cells use
+    :meth:`Located.lonlat`; metric ones :meth:`Located.project`, which may still refuse the data
+    (an extent too wide for the automatic choice, points outside a public extent).
+
+    Examples
+    --------
+    >>> df = pd.DataFrame({"uid": [1, 2], "lon": [-170.0, -65.0], "lat": [55.0, 18.5]})
+    >>> loc = locate_points(df, user="uid", lon="lon", lat="lat", crs="EPSG:4326")
+    >>> loc.lonlat()[0].tolist()                  # as given: no metric CRS needed
+    [-170.0, -65.0]
+    """
     if not isinstance(df, pd.DataFrame):
         raise InvalidInputError(
             f"expected a pandas DataFrame or GeoDataFrame; got {type(df).__name__}. {_NOTHING}"
@@ -664,22 +829,123 @@ def resolve_points(
         cx, cy = gname, gname
 
     dom = _check_domain(domain) if domain is not None else None
-    xy_m, crs_m, rng, back, choice, ext = _project(
-        xs, ys, crs_in, to_crs, dom, index, (cx, cy), max_scale_error
-    )
-    return Projected(
-        xy=xy_m,
-        users=users,
-        index=index,
-        crs_in=crs_in,
-        crs_m=crs_m,
-        scale_max=max(1.0, rng[1]),
-        scale_min=rng[0],
-        coords=coords,
-        crs_choice=choice,
-        extent=tuple(float(v) for v in ext),
-        _back=back,
-    )
+    _check_input_crs(xs, ys, crs_in, index, (cx, cy))
+    if to_crs is not None:  # public: refuse an unusable to_crs= here, whatever the operation
+        _named_metric(to_crs, dom, "to_crs")
+    return Located(
+        xs=xs, ys=ys, users=users, index=index, crs_in=crs_in, coords=coords, cols=(cx, cy),
+        to_crs=to_crs, domain=dom, max_scale_error=max_scale_error,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class Located:
+    """Validated points in their input CRS, not yet projected (made by :func:`locate_points`).
+
+    Operations on public cells (H3) need only :meth:`lonlat`; the metric ones call
+    :meth:`project`, which chooses the metric CRS (the policy of the module docstring) and may
+    refuse the data (an extent too wide, points outside a public extent). Validation of the
+    columns, ``domain=`` and a named ``to_crs=`` is already done.
+    """
+
+    xs: np.ndarray
+    ys: np.ndarray
+    users: np.ndarray
+    index: pd.Index
+    crs_in: pyproj.CRS
+    coords: tuple[str, ...]
+    cols: tuple[str, str]
+    to_crs: Any = None
+    domain: Box | None = None
+    max_scale_error: float = MAX_SCALE_ERROR
+
+    def __len__(self) -> int:
+        return int(self.xs.shape[0])
+
+    def lonlat(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every point's WGS 84 longitude and latitude, with no metric projection.
+
+        lon/lat input in WGS 84 comes back as it is (the very arrays); other CRSs are
+        transformed to ``EPSG:4326`` (a datum shift or an inverse projection).
+        """
+        if self.crs_in.is_geographic and self.crs_in.equals(_WGS84, ignore_axis_order=True):
+            return self.xs, self.ys
+        lon, lat = pyproj.Transformer.from_crs(self.crs_in, _WGS84, always_xy=True).transform(
+            self.xs, self.ys
+        )
+        lon = np.asarray(lon, dtype=np.float64)
+        lat = np.asarray(lat, dtype=np.float64)
+        bad = ~(np.isfinite(lon) & np.isfinite(lat))
+        if bad.any():
+            n, rows = _rows(bad, self.index)
+            raise CRSError(
+                f"columns {self.cols[0]!r}/{self.cols[1]!r}: {_plural(n, 'point')} fall outside "
+                f"the valid area of {_describe(self.crs_in)} {rows}. Check the crs. {_NOTHING}"
+            )
+        return lon, lat
+
+    def to_crs_xy(self) -> tuple[np.ndarray, np.ndarray]:
+        """Return the points in metres of the named ``to_crs=`` (NaN where undefined), unchecked.
+
+        For the safety check on declared-public columns only; the mechanisms use
+        :meth:`project`.
+        """
+        crs_m = _horizontal(_as_crs(self.to_crs, "to_crs"))
+        tr = pyproj.Transformer.from_crs(self.crs_in, crs_m, always_xy=True)
+        x, y = tr.transform(self.xs, self.ys, errcheck=False)
+        return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+
+    def project(self) -> Projected:
+        """Choose the metric CRS and project the points to metres (see :func:`resolve_points`)."""
+        xy_m, crs_m, rng, back, choice, ext = _project(
+            self.xs, self.ys, self.crs_in, self.to_crs, self.domain, self.index, self.cols,
+            self.max_scale_error,
+        )  # fmt: skip
+        return Projected(
+            xy=xy_m,
+            users=self.users,
+            index=self.index,
+            crs_in=self.crs_in,
+            crs_m=crs_m,
+            scale_max=max(1.0, rng[1]),
+            scale_min=rng[0],
+            coords=self.coords,
+            crs_choice=choice,
+            extent=tuple(float(v) for v in ext),
+            _back=back,
+        )
+
+
+_WGS84 = pyproj.CRS.from_epsg(4326)
+
+
+def _check_input_crs(
+    xs: np.ndarray, ys: np.ndarray, crs_in: pyproj.CRS, index: pd.Index, cols: tuple[str, str]
+) -> None:
+    """Refuse an input CRS that is neither geographic in degrees nor projected, and bad degrees."""
+    if crs_in.is_geographic:
+        unit = crs_in.axis_info[0].unit_name.lower()
+        if "degree" not in unit:
+            raise CRSError(
+                f"geographic CRS {_describe(crs_in)} is in {unit}, not degrees. {_NOTHING}"
+            )
+        for vals, col, lim, what in (
+            (xs, cols[0], 180.0, "longitude"),
+            (ys, cols[1], 90.0, "latitude"),
+        ):
+            bad = np.abs(vals) > lim
+            if bad.any():
+                n, rows = _rows(bad, index)
+                raise InvalidInputError(
+                    f"column {col!r} has {n} {what} {'value' if n == 1 else 'values'} outside "
+                    f"[-{lim:g}, {lim:g}] {rows}. Check that lon and lat are not swapped and that "
+                    f"the CRS {_describe(crs_in)} is right. {_NOTHING}"
+                )
+    elif not crs_in.is_projected:
+        raise CRSError(
+            f"{_describe(crs_in)} is neither geographic (lon/lat) nor projected; gpframe needs one "
+            f"of those. {_NOTHING}"
+        )
 
 
 def _has_active_geometry(df: pd.DataFrame) -> bool:
@@ -957,6 +1223,7 @@ def metric_frame(crs: Any, domain: Any = None, *, name: str = "crs") -> MetricFr
     """
     dom = _check_domain(domain) if domain is not None else None
     crs_m, rng, ext, source = _named_metric(crs, dom, name)
+    _warn_named_inflation(crs_m, rng, ext, source, name, crs_m.geodetic_crs)
     return MetricFrame(
         crs=crs_m, scale_max=max(1.0, rng[1]), extent=ext, source=source,
         label=crs_m.to_string(), footprint=_footprint(crs_m, ext),
@@ -973,32 +1240,8 @@ def _project(
     cols: tuple[str, str],
     tol: float,
 ) -> tuple[np.ndarray, pyproj.CRS, tuple[float, float], pyproj.Transformer | None, str, Box]:
-    if crs_in.is_geographic:
-        unit = crs_in.axis_info[0].unit_name.lower()
-        if "degree" not in unit:
-            raise CRSError(
-                f"geographic CRS {_describe(crs_in)} is in {unit}, not degrees. {_NOTHING}"
-            )
-        for vals, col, lim, what in (
-            (xs, cols[0], 180.0, "longitude"),
-            (ys, cols[1], 90.0, "latitude"),
-        ):
-            bad = np.abs(vals) > lim
-            if bad.any():
-                n, rows = _rows(bad, index)
-                raise InvalidInputError(
-                    f"column {col!r} has {n} {what} {'value' if n == 1 else 'values'} outside "
-                    f"[-{lim:g}, {lim:g}] {rows}. Check that lon and lat are not swapped and that "
-                    f"the CRS {_describe(crs_in)} is right. {_NOTHING}"
-                )
-        geod = crs_in
-    elif crs_in.is_projected:
-        geod = crs_in.geodetic_crs
-    else:
-        raise CRSError(
-            f"{_describe(crs_in)} is neither geographic (lon/lat) nor projected; gpframe needs one "
-            f"of those. {_NOTHING}"
-        )
+    _check_input_crs(xs, ys, crs_in, index, cols)
+    geod = crs_in if crs_in.is_geographic else crs_in.geodetic_crs
 
     # Everything up to the containment check below reads only public inputs (the CRSs, domain=,
     # max_scale_error), never xs/ys: that is what keeps crs_m and scale_max data-independent.
@@ -1007,6 +1250,7 @@ def _project(
     if to_crs is not None:
         crs_m, rng, ext, source = _named_metric(to_crs, domain, "to_crs")
         choice = _CHOICE_TO_CRS
+        _warn_named_inflation(crs_m, rng, ext, source, "to_crs", geod)
     else:
         source = ""
         if (
@@ -1075,7 +1319,80 @@ def _project(
             f"projected to {_describe(crs_m)} {rows}. Check the input CRS {_describe(crs_in)}. "
             f"{_NOTHING}"
         )
+    if choice == _CHOICE_TO_CRS:
+        _refuse_lossy_round_trip(xs, ys, xy, crs_in, crs_m, back, index, cols)
     return xy, crs_m, rng, back, choice, ext
+
+
+def _refuse_lossy_round_trip(
+    xs: np.ndarray,
+    ys: np.ndarray,
+    xy: np.ndarray,
+    crs_in: pyproj.CRS,
+    crs_m: pyproj.CRS,
+    back: pyproj.Transformer,
+    index: pd.Index,
+    cols: tuple[str, str],
+) -> None:
+    """Refuse a ``to_crs=`` whose round trip from the input does not come back within g.
+
+    A datum shift without its grid (NAD27 in Alaska: 141 m) would move every released point by
+    that much on the way back to the input CRS, noise or not; g = 2⁻¹⁰ m is the lattice spacing
+    the mechanisms guarantee their points on.
+    """
+    from gpframe.mechanisms.calibration import G_LOC
+
+    bx, by = back.transform(xy[:, 0], xy[:, 1])
+    bx, by = np.asarray(bx, dtype=np.float64), np.asarray(by, dtype=np.float64)
+    if crs_in.is_geographic:
+        _, _, d = crs_in.get_geod().inv(xs, ys, bx, by)
+        d = np.asarray(d, dtype=np.float64)
+    else:
+        d = np.hypot(bx - xs, by - ys) * _linear_unit(crs_in)[1]
+    bad = ~(d <= float(G_LOC))
+    if bad.any():
+        n, rows = _rows(bad, index)
+        worst = float(np.nanmax(np.where(np.isfinite(d), d, np.inf)))
+        raise CRSError(
+            f"to_crs={_describe(crs_m)}: {_plural(n, 'point')} of columns {cols[0]!r}/{cols[1]!r} "
+            f"do not come back to the input CRS {_describe(crs_in)} within the lattice spacing "
+            f"2**-10 m (up to {worst:.3g} m) {rows}: the transformation between their datums "
+            "is approximate there (a missing shift grid), so released points would move by that "
+            "much. Name a to_crs= on the input's datum (e.g. its UTM zone on that datum), or omit "
+            f"to_crs= and give domain= so that gpframe chooses one. {_NOTHING}"
+        )
+
+
+def _warn_named_inflation(
+    crs_m: pyproj.CRS, rng: tuple[float, float], ext: Box, source: str, name: str, geod: Any
+) -> None:
+    """Warn when a named metric CRS inflates the noise by more than WARN_INFLATION over its extent.
+
+    The message names the factor and what gpframe's own choice for the same public extent
+    would give (``docs/wide-extents.md``).
+    """
+    f = noise_inflation(rng)
+    if not f > WARN_INFLATION:
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            auto, rng_a = metric_crs_for(*ext, geodetic=geod)
+        alt = (
+            f" gpframe's own choice for that extent ({auto.name}) would give "
+            f"{noise_inflation(rng_a):.4g}: omit {name}= and pass domain= instead, or name a CRS "
+            "suited to the extent (docs/wide-extents.md)."
+        )
+    except CRSError:
+        alt = " Pass a smaller public domain= (docs/wide-extents.md)."
+    warnings.warn(
+        f"{name}={_describe(crs_m)}: its scale factor over {source} ({_box_text(ext, 2)}) "
+        f"ranges {rng[0]:.4g}..{rng[1]:.4g}, so eps is divided by scale_max = "
+        f"{max(1.0, rng[1]):.4g} and the noise on the ground is up to {f:.4g} times the "
+        f"nominal noise.{alt}",
+        GpframeWarning,
+        stacklevel=_stacklevel_outside_gpframe(),
+    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 Importing this module registers the ``geopriv`` accessor on :class:`pandas.DataFrame` (and so on
 :class:`geopandas.GeoDataFrame`, a subclass). The accessor is stateless: pandas rebuilds it on
 every attribute access, so ``__init__`` only keeps the frame. Calling it binds a session and the
-column roles, validates and projects the points, and returns a :class:`GeoPriv` whose methods run
-queries::
+column roles, validates the points, and returns a :class:`GeoPriv` whose methods run queries (the
+points are projected to metres on first use by an operation that needs distances)::
 
     pings.geopriv(session, user="taxi_id").privatize(rho=1e-4)
 
@@ -75,7 +75,10 @@ class GeoPrivAccessor:
         domain: Any = None,
         public: Any = None,
     ) -> GeoPriv:
-        """Validate the columns and points, project them to metres and bind ``session``.
+        """Validate the columns and points and bind ``session``.
+
+        The metric CRS is chosen (and the points projected) only when an operation needs metres;
+        ``grid_stats`` takes the lon/lat as they are, whatever their extent.
 
         Parameters
         ----------
@@ -91,7 +94,8 @@ class GeoPrivAccessor:
             CRS of the coordinate columns (a GeoDataFrame brings its own).
         to_crs : CRS-like, optional
             Metric CRS to compute in (default: the input CRS if it is in metres, else a local UTM
-            zone; see :mod:`gpframe.geo`).
+            zone, or for a country- or continent-wide extent the projection with the least
+            noise inflation; see :mod:`gpframe.geo` and ``docs/wide-extents.md``).
         domain : tuple of 4 floats, optional
             Public extent ``(lon_min, lat_min, lon_max, lat_max)`` of the data. With ``to_crs=`` or
             ``domain=`` the metric CRS and its scale factor depend on public information only;
@@ -108,7 +112,7 @@ class GeoPrivAccessor:
         -------
         GeoPriv
         """
-        from gpframe.geo import resolve_points
+        from gpframe.geo import locate_points
 
         if session is None or not hasattr(session, "reserve"):
             raise InvalidInputError(
@@ -116,7 +120,9 @@ class GeoPrivAccessor:
                 "df.geopriv(gp.Session(budget=gp.CGP(rho=1e-4)), user='user_id'). "
                 "Nothing was charged."
             )
-        projected = resolve_points(
+        # Validation only: the metric CRS is chosen on first use by an operation that needs
+        # metres (GeoPriv.projected); grid_stats works on H3 cells of the lon/lat as given.
+        located = locate_points(
             self._obj,
             user=user,
             x=x,
@@ -128,9 +134,9 @@ class GeoPrivAccessor:
             domain=domain,
         )
         cols = public_columns(self._obj, user=user, x=x, y=y, lon=lon, lat=lat, public=public,
-                              coords=projected.coords)  # fmt: skip
-        _refuse_coordinate_copies(self._obj, cols[1:], projected)
-        return GeoPriv(self._obj, session, projected, user=user, public=cols)
+                              coords=located.coords)  # fmt: skip
+        _refuse_coordinate_copies(self._obj, cols[1:], located)
+        return GeoPriv(self._obj, session, located, user=user, public=cols)
 
 
 def public_columns(frame: pd.DataFrame, *, user: str, x: Any = None, y: Any = None,
@@ -143,22 +149,27 @@ def public_columns(frame: pd.DataFrame, *, user: str, x: Any = None, y: Any = No
     return check_public(frame.columns, public, user=user, protected=prot)
 
 
-def _refuse_coordinate_copies(frame: pd.DataFrame, public: Any, projected: Any) -> None:
+def _refuse_coordinate_copies(frame: pd.DataFrame, public: Any, points: Any) -> None:
     """Refuse a declared-public column that is a copy of the x or y coordinates.
 
     A safety net for the commonest mistake: a GeoDataFrame built with
     ``points_from_xy(df.lon, df.lat)`` still holds ``lon``/``lat``, and declaring them public
     would release the true points. A column equal (to 1e-9, relative) on every row to the input
-    or projected x or y is such a copy. Columns computed from the points in other ways cannot be
-    recognised: only the caller knows what is public.
+    x or y (``points`` a :class:`~gpframe.geo.Located`), or to the projected ones (``points`` a
+    :class:`~gpframe.geo.Projected`, checked when the projection is made) is such a copy.
+    Columns computed from the points in other ways cannot be recognised: only the caller knows
+    what is public.
     """
-    if not len(public) or not len(projected):
+    if not len(public) or not len(points):
         return
-    refs = [projected.xy[:, 0], projected.xy[:, 1]]
-    if len(projected.coords) == 2:
-        refs += [frame[c].to_numpy(dtype=np.float64) for c in projected.coords]
+    if hasattr(points, "xy"):
+        refs = [points.xy[:, 0], points.xy[:, 1]]
     else:
-        refs += list(frame.geometry.get_coordinates().to_numpy(dtype=np.float64).T)
+        refs = [points.xs, points.ys]
+        if points.to_crs is not None:
+            # the named metric CRS is public and known now: catch a copy in its metres at once
+            # (a copy in an automatically chosen CRS is caught when that CRS is chosen)
+            refs += list(points.to_crs_xy())
     for name in public:
         col = frame[name]
         if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
@@ -181,25 +192,43 @@ class GeoPriv:
         self,
         frame: pd.DataFrame,
         session: Any,
-        projected: Any,
+        located: Any,
         *,
         user: str,
         public: tuple[Any, ...] | None = None,
     ) -> None:
         self.frame = frame
         self.session = session
-        self.projected = projected
+        #: the validated points in their input CRS (gpframe.geo.Located), or already projected
+        self.located = located
+        self._projected = located if hasattr(located, "xy") else None
         self.user = user
         #: the declared-public columns (user first) that outputs keep; see gpframe.release
         self.public = (user,) if public is None else tuple(public)
         #: the columns holding the protected coordinates (never in an output)
-        self.protected = protected_columns(frame, getattr(projected, "coords", ()))
+        self.protected = protected_columns(frame, getattr(located, "coords", ()))
+
+    @property
+    def projected(self) -> Any:
+        """The points in metres (:class:`gpframe.geo.Projected`), projected on first use.
+
+        Only operations that need distances read it, so data too wide for one metric CRS
+        still runs ``grid_stats`` (H3 cells of the lon/lat as given). Choosing the CRS may
+        raise (:class:`~gpframe.errors.CRSError`) or warn (the data-extent convenience path),
+        before anything is charged.
+        """
+        if self._projected is None:
+            p = self.located.project()
+            _refuse_coordinate_copies(self.frame, self.public[1:], p)
+            self._projected = p
+        return self._projected
 
     def __repr__(self) -> str:
-        p = self.projected
+        p = self.located
+        crs = "not chosen yet" if self._projected is None else self._projected.crs_m.to_string()
         return (
             f"GeoPriv({len(p)} points, {len(pd.unique(p.users))} users, "
-            f"metric CRS {p.crs_m.to_string()}, user={self.user!r})"
+            f"metric CRS {crs}, user={self.user!r})"
         )
 
     # Every query method below is a thin forwarder to its module in gpframe.queries (the

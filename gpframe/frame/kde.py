@@ -282,6 +282,7 @@ def kde(
     params = {"method": method, "bandwidth_m": b, "rounds": int(rounds), "split": split,
               "beta": float(beta), "nu_m": _k.NU_FACTOR * b if nu_m is None else float(nu_m),
               "crs_m": p.crs_m.to_string(), "scale_max": float(p.scale_max),
+              "noise_inflation": float(p.noise_inflation),
               ("rho" if kind == "cgp" else "eps"): float(amount)}  # fmt: skip
     charges = np.full(users.size, Fraction(0), dtype=object)
     allocs = np.full(users.size, Fraction(0), dtype=object)
@@ -496,5 +497,5 @@ def kde_raster(
     return _k.raster_from_points(
         session, ledger_keys(users), p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind,
         amount=amount, correct=correct, scale_max=p.scale_max, crs_m=p.crs_m.to_string(),
-        rng=rng, bandwidth_arg=bandwidth_m,
+        rng=rng, bandwidth_arg=bandwidth_m, noise_inflation=p.noise_inflation,
     )  # fmt: skip

@@ -217,7 +217,8 @@ def knn(
         _k.pnn_calibration(_k.call_eps(kind, amount, int(n_k), ks))
     params = {"k": kk, "gamma0": g0, "scan_order": order, "compat": compat, "beta": b,
               "max_cycles": int(max_cycles), "crs_m": p.crs_m.to_string(),
-              "scale_max": float(p.scale_max), "point_m": q.tolist()}  # fmt: skip
+              "scale_max": float(p.scale_max), "noise_inflation": float(p.noise_inflation),
+              "point_m": q.tolist()}  # fmt: skip
 
     def compute(adm: np.ndarray) -> Any:
         return _k.knn_indices(p.xy, codes, q, kk, kind=kind, amount=amount,
@@ -374,7 +375,8 @@ def convex_hull(
     _check_extent(p.xy)
     params = {"beta": b, "k": k, "alpha": float(alpha), "k_rule": k_rule,
               "radius_floor_m": float(radius_floor_m), "crs_m": p.crs_m.to_string(),
-              "scale_max": float(p.scale_max)}  # fmt: skip
+              "scale_max": float(p.scale_max),
+              "noise_inflation": float(p.noise_inflation)}  # fmt: skip
 
     def compute(adm: np.ndarray) -> Any:
         return _h.private_hulls(p.xy, codes, kind=kind, amount=amount, n_users=len(uniques),
@@ -572,7 +574,9 @@ def nearest_users(
 
     refuse_if_fewer_can_pay(bound.session, ledger_keys(users), amount, kk)
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
-              "point_m": q.tolist(), "crs_m": p.crs_m.to_string()}  # fmt: skip
+              "point_m": q.tolist(), "crs_m": p.crs_m.to_string(),
+              "scale_max": float(p.scale_max),
+              "noise_inflation": float(p.noise_inflation)}  # fmt: skip
 
     def allocations(r: Any) -> np.ndarray:
         alloc = np.empty(users.size, dtype=object)

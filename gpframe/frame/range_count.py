@@ -325,6 +325,7 @@ def range_count(
         rho=None if rho is None else float(rho), eps=None if eps is None else float(eps),
         component=repr(component), reduce=reduce, n_regions=len(polys),
         crs_m=p.crs_m.to_string(), scale_max=float(p.scale_max),
+        noise_inflation=float(p.noise_inflation),
     ), confidence=1.0 - float(beta), kind=session.ledger.kind["metric"])  # fmt: skip
 
 

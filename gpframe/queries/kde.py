@@ -1033,6 +1033,7 @@ def raster_from_points(
     crs_m: str | None,
     rng: Any,
     bandwidth_arg: Any = None,
+    noise_inflation: float | None = None,
 ) -> Any:
     """Reserve, release each user's point once, build the raster, charge (``kde_raster``'s core).
 
@@ -1076,6 +1077,8 @@ def raster_from_points(
         ("rho" if kind == "cgp" else "eps"): float(amount),
         "crs_m": crs_m, "scale_max": scale,
     }  # fmt: skip
+    if noise_inflation is not None:  # the accessor's projection states it (docs/wide-extents.md)
+        params["noise_inflation"] = float(noise_inflation)
     # integer ledger units end to end (as privatize does): one exact conversion per distinct
     # amount, never a Fraction per user; the amount is in the filter's own units (kind=None)
     alloc_units, too_big = led.units_for("metric", amount, np.ones(users.size, np.int64))

@@ -587,6 +587,7 @@ def make_privatize_result(
         "n_points": int(np.sum(counts)),
         "crs_m": projected.crs_m.to_string(),
         "scale_max": float(projected.scale_max),
+        "noise_inflation": float(projected.noise_inflation),
         "sampler_calls": out.n_calls,
     }
     if g is not None:

@@ -611,6 +611,7 @@ def run_range_count(
             "n_low": out.n_low, "n_high": out.n_high, "n_undecided": out.n_undecided,
             "saving": out.saving, "sampler_calls": out.n_calls,
             "crs_m": projected.crs_m.to_string(), "scale_max": float(projected.scale_max),
+            "noise_inflation": float(projected.noise_inflation),
         },
         kind=kind,
         metric=("floor", out.r_min),

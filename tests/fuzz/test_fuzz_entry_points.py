@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import gpframe as gp
 from gpframe.cli import main as cli_main
-from gpframe.geo import resolve_points
+from gpframe.geo import locate_points, resolve_points
 
 from ._harness import (
     COUNTS,
@@ -202,11 +202,19 @@ def _privatize(session, bound):
 
 def _accessor(session, df, kw, pkw):
     ok, _ = attempt("geo.resolve_points", _names(kw), resolve_points, df, ledger=session.path, **kw)
+    ok_loc, _ = attempt("geo.locate_points", _names(kw), locate_points, df, ledger=session.path,
+                        **kw)  # fmt: skip
     ok2, bound = attempt(
         "accessor.geopriv", _names(kw), df.geopriv, session, ledger=session.path, **kw
     )
-    assert ok == ok2, "resolve_points and df.geopriv disagree on the same input"
-    if ok2:
+    # df.geopriv validates (locate_points) and projects on first metric use (resolve_points)
+    assert ok_loc == ok2, "locate_points and df.geopriv disagree on the same input"
+    assert ok2 or not ok, "resolve_points accepts what df.geopriv refuses"
+    if ok2 and not ok:  # refused by the projection: at the first metric operation, uncharged
+        ok3, _ = attempt("accessor.projected", _names(kw), lambda: bound.projected,
+                         ledger=session.path)  # fmt: skip
+        assert not ok3, "resolve_points refuses what the bound projection accepts"
+    elif ok2:
         _privatize(session, bound)(pkw)
 
 

@@ -763,7 +763,7 @@ def _grid_kw(bound, fkind, kw):
 
     kw = dict(kw)
     occ = kw["occupancy"]
-    p = bound.projected
+    p = bound.located
     if isinstance(occ, str) and occ.startswith("occ_"):
         from gpframe.frame.grid_stats import h3_cells
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 import geopandas as gpd
@@ -213,12 +214,16 @@ def test_resolve_zone_edge_at_equator_falls_back_from_utm_to_local_tm():
     assert np.all(np.abs(pair_ratios(p, lon, lat) - 1) < 1e-3)
 
 
-def test_resolve_too_wide_extent_refused_with_to_crs_hint_then_accepted_with_scale_max():
+def test_resolve_wide_extent_gets_the_azimuthal_equidistant_then_to_crs_with_scale_max():
     lon, lat = grid(-100.0, 30.0, 30.0, 15.0, n=5)
     df = lonlat_frame(lon, lat)
-    with pytest.raises(CRSError, match=r"too wide.*to_crs=") as exc:
-        geo.resolve_points(df, user="uid", lon="lon", lat="lat", crs=4326)
-    assert NOTHING in str(exc.value)
+    # too wide for one transverse Mercator: the least distorting projection of the public
+    # (whole-degree) box (here a Lambert conformal conic), calibrated by its k_max
+    p = resolve_auto(df, user="uid", lon="lon", lat="lat", crs=4326)
+    assert p.crs_m.name.startswith("gpframe Lambert") and 1.005 < p.noise_inflation < 1.03
+    assert p.noise_inflation == pytest.approx(max(1, p.scale_max) / p.scale_min, rel=1e-12)
+    ratios = pair_ratios(p, lon, lat)
+    assert np.all(ratios <= p.scale_max) and np.all(ratios >= p.scale_min)
     # An explicit metre CRS (Albers equal area, not conformal) is honoured; scale_max is the
     # Tissot semi-major maximum, which bounds every pair's stretch (secure-noise.md §7.4(f)).
     p = geo.resolve_points(df, user="uid", lon="lon", lat="lat", crs=4326, to_crs="EPSG:5070")
@@ -241,16 +246,23 @@ def test_resolve_antimeridian_data_is_centred_on_180():
 
 
 def test_resolve_max_scale_error_is_a_knob():
+    # it bounds |k - 1| for UTM / a local transverse Mercator; past it the least distorting
+    # candidate is taken (inflation far below the warning)
     lon, lat = grid(-78.9, 39.5, 1.8, 1.0, n=3)
-    with pytest.raises(CRSError, match="too wide"):
-        geo.resolve_points(
-            lonlat_frame(lon, lat),
-            user="uid",
-            lon="lon",
-            lat="lat",
-            crs=4326,
-            max_scale_error=1e-5,
-        )
+    kw = {"user": "uid", "lon": "lon", "lat": "lat", "crs": 4326}
+    p = resolve_auto(lonlat_frame(lon, lat), **kw, max_scale_error=1e-5)
+    assert "transverse" not in p.crs_m.name and p.crs_m.name.startswith("gpframe ")
+    assert p.noise_inflation < 1.0001
+    p = resolve_auto(lonlat_frame(lon, lat), **kw)
+    assert "transverse Mercator" in p.crs_m.name
+
+
+def test_resolve_extent_too_wide_for_any_one_projection_is_refused():
+    lon = np.array([-170.0, -60.0, 50.0, 160.0])
+    lat = np.array([-50.0, 0.0, 60.0, 10.0])
+    with pytest.raises(CRSError, match=r"too wide.*to_crs=") as exc:
+        geo.resolve_points(lonlat_frame(lon, lat), user="uid", lon="lon", lat="lat", crs=4326)
+    assert NOTHING in str(exc.value)
 
 
 @pytest.mark.parametrize(
@@ -483,13 +495,17 @@ def test_project_geometry_regions_share_the_data_metric_crs():
 # real data smoke tests
 
 
-def test_real_gotrack_refused_whole_then_accepted_with_to_crs_and_local_box():
+def test_real_gotrack_wide_whole_then_to_crs_and_local_box():
     gps = pd.read_parquet(GOTRACK)
     assert {"user_id", "lon", "lat"} <= set(gps.columns)
     # 92 % of the fixes are in Aracaju, but user 1 has tracks 1,800 km away: one TM cannot keep
-    # the scale error below 0.1 %.
-    with pytest.raises(CRSError, match="to_crs="):
-        geo.resolve_points(gps, user="user_id", lon="lon", lat="lat", crs="EPSG:4326")
+    # the scale error below 0.1 %, so the whole set gets the least distorting projection of its
+    # whole-degree box, at a stated noise inflation.
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        p = geo.resolve_points(gps, user="user_id", lon="lon", lat="lat", crs="EPSG:4326")
+    assert p.crs_m.name.startswith("gpframe ") and 1.0 < p.noise_inflation < 1.1
+    assert any("whole degrees" in str(w.message) for w in rec)
     # Zone 24S's area of use (lon -42..-36) does not hold user 1's far tracks: refused, naming rows.
     with pytest.raises(CRSError, match="outside the area of use of to_crs=EPSG:32724"):
         geo.resolve_points(

@@ -171,7 +171,7 @@ def test_domain_too_wide_for_the_automatic_choice_names_domain():
     with pytest.raises(CRSError, match=r"domain= spans .*too wide.*to_crs="):
         geo.resolve_points(
             reviewer_frame(-77.3), user="u", lon="lon", lat="lat", crs=4326,
-            domain=(-100, 30, -70, 45),
+            domain=(-179, -70, 179, 80),
         )  # fmt: skip
 
 
@@ -267,7 +267,7 @@ def test_coarse_box_rounds_outward_to_whole_degrees(box, cover):
     assert geo._coarse_box(box) == cover
 
 
-def test_convenience_path_warns_once_per_accessor_call_and_public_paths_do_not():
+def test_convenience_path_warns_once_per_binding_and_public_paths_do_not():
     import warnings
 
     import gpframe as gp
@@ -276,8 +276,10 @@ def test_convenience_path_warns_once_per_accessor_call_and_public_paths_do_not()
 
     df = nyc_frame(-72.31)
     s = Session(budget=gp.CGP(rho=1.0))
+    # the metric CRS is chosen (and the warning given) by the first operation that needs metres
+    bound = df.geopriv(s, user="u", lon="lon", lat="lat", crs="EPSG:4326")
     with pytest.warns(GpframeWarning) as rec:
-        df.geopriv(s, user="u", lon="lon", lat="lat", crs="EPSG:4326")
+        bound.privatize(rho=1e-4)
     assert len(rec) == 1
     msg = str(rec[0].message)
     # It names the coarse box that becomes public and the two ways to avoid it; no exact value.
@@ -285,6 +287,9 @@ def test_convenience_path_warns_once_per_accessor_call_and_public_paths_do_not()
     assert "to_crs='EPSG:32618'" in msg and "domain=" in msg
     assert "72.31" not in msg and "40.75" not in msg
     assert rec[0].filename == __file__  # points at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bound.privatize(rho=1e-4)  # the binding's CRS is chosen once
     with pytest.warns(GpframeWarning) as rec:
         geo.resolve_points(df, user="u", lon="lon", lat="lat", crs=4326)
     assert len(rec) == 1 and rec[0].filename == __file__  # from any entry point
@@ -302,9 +307,9 @@ def test_accessor_outputs_on_the_convenience_path_do_not_move_inside_a_degree():
 
     def run(east: float) -> tuple:
         s = Session(budget=gp.CGP(rho=1.0))
+        bound = nyc_frame(east).geopriv(s, user="u", lon="lon", lat="lat", crs="EPSG:4326")
         with pytest.warns(GpframeWarning, match="coarse extent becomes public"):
-            bound = nyc_frame(east).geopriv(s, user="u", lon="lon", lat="lat", crs="EPSG:4326")
-        r = bound.privatize(rho=1e-4).attrs["geopriv"]
+            r = bound.privatize(rho=1e-4).attrs["geopriv"]
         return r.params["crs_m"], r.params["scale_max"]
 
     assert run(-72.31) == run(-72.30)

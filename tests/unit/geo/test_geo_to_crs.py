@@ -1,0 +1,72 @@
+"""A named to_crs= is no silent trap: a datum-shifting round trip that does not come back within
+the lattice spacing is refused, and a CRS that inflates the noise by more than 5 % over its extent
+warns with the factor, which every metric Result also states."""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+import pytest
+
+import gpframe as gp
+import gpframe.frame.accessor  # registers df.geopriv
+from gpframe import geo
+from gpframe.errors import CRSError, GpframeWarning
+from gpframe.ledger import Session
+from gpframe.testing import seeded_rng
+
+CONUS = pd.DataFrame({"u": [1, 2], "lon": [-74.0, -100.0], "lat": [40.7, 35.0]})
+WITH_ALASKA = pd.DataFrame({"u": [1, 2, 3], "lon": [-74.0, -100.0, -150.0],
+                            "lat": [40.7, 35.0, 61.0]})  # fmt: skip
+
+
+def test_world_mercator_warns_with_its_factor_and_the_result_states_it():
+    session = Session(budget=gp.CGP(rho=1.0))
+    bound = CONUS.geopriv(session, user="u", lon="lon", lat="lat", crs="EPSG:4326",
+                          to_crs="EPSG:3395")  # fmt: skip
+    with pytest.warns(GpframeWarning, match=r"EPSG:3395.*up to 9\.535 times the nominal noise"):
+        out = bound.privatize(rho=1e-4, rng=seeded_rng(2))
+    params = out.attrs["geopriv"].params
+    assert params["scale_max"] == pytest.approx(9.535, abs=1e-3)
+    assert params["noise_inflation"] == pytest.approx(9.535, abs=1e-3)
+
+
+def test_equidistant_cylindrical_warns_and_names_the_better_choice():
+    with pytest.warns(GpframeWarning, match=r"EPSG:4087.*up to 1\.556 times") as rec:
+        geo.resolve_points(CONUS, user="u", lon="lon", lat="lat", crs=4326, to_crs="EPSG:4087",
+                           domain=(-125, 24, -66, 50))  # fmt: skip
+    assert "gpframe's own choice" in str(rec[0].message)
+    assert "would give 1.027" in str(rec[0].message)
+
+
+def test_a_crs_within_a_few_percent_does_not_warn():
+    p = geo.resolve_points(CONUS, user="u", lon="lon", lat="lat", crs=4326, to_crs="EPSG:5070",
+                           domain=(-101, 34, -73, 41))  # fmt: skip
+    assert p.noise_inflation < 1.05
+
+
+def test_nad27_round_trip_outside_its_grid_is_refused_before_charging():
+    session = Session(budget=gp.CGP(rho=1.0))
+    bound = WITH_ALASKA.geopriv(session, user="u", lon="lon", lat="lat", crs="EPSG:4326",
+                                to_crs="EPSG:26718", domain=(-160, 30, -70, 65))  # fmt: skip
+    before = session.ledger.snapshot()
+    with (
+        pytest.warns(GpframeWarning, match="1.964 times"),  # a UTM zone over this domain
+        pytest.raises(CRSError, match=r"1 point .* within the lattice spacing .*\(rows 2\)") as e,
+    ):
+        bound.privatize(rho=1e-4, rng=seeded_rng(2))
+    assert "Nothing was charged." in str(e.value)
+    assert session.ledger.snapshot() == before
+
+
+def test_nad27_inside_its_grid_comes_back_within_the_lattice_spacing():
+    # 0.2 mm on the round trip in the contiguous US: less than g = 2**-10 m, accepted
+    p = geo.resolve_points(CONUS.iloc[:1], user="u", lon="lon", lat="lat", crs=4326,
+                           to_crs="EPSG:26718")  # fmt: skip
+    assert p.crs_choice == "to_crs"
+
+
+def test_sql_register_warns_like_to_crs():
+    session = Session(budget=gp.CGP(rho=1.0))
+    with pytest.warns(GpframeWarning, match=r"crs=EPSG:3395.*9\.535 times"):
+        gp.duckdb.register(duckdb.connect(), session, crs="EPSG:3395")
