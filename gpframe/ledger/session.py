@@ -402,7 +402,7 @@ class Ledger:
         if new.any():
             start = len(self._index)
             fresh = keys[new]
-            self.store.add_users(start, fresh.tolist())
+            self.store.add_users(start, fresh)  # an array: one set-based insert
             idx[new] = start + np.arange(fresh.size, dtype=np.int64)
             self._append_users(fresh.tolist())
         return idx
