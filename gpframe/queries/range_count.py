@@ -361,7 +361,7 @@ def range_count_arrays(
         raise InvalidInputError(
             f"users has shape {uid.shape}; expected ({xy.shape[0]},), one per point. {_NOTHING}"
         )
-    if len(np.unique(uid)) != uid.size:
+    if not pd.Index(uid).is_unique:  # a hash table: np.unique would sort or hash slower
         raise InvalidInputError(
             "users has repeated ids: range_count reads one point (component) per user; select it "
             f"with component=... or reduce the rows first (docs/ledger.md). {_NOTHING}"
@@ -559,7 +559,7 @@ def run_range_count(
     split_fractions(split, rounds)
     region_m = _check_region(project_geometry(region, projected.crs_in, projected.crs_m))
     users = np.asarray(projected.users)
-    if len(np.unique(users)) != users.size:
+    if not pd.Index(users).is_unique:
         raise InvalidInputError(
             "several rows per user: range_count reads one point per user; select it with "
             f"component=... (docs/ledger.md). {_NOTHING}"
