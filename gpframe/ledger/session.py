@@ -213,7 +213,11 @@ def _big(arr: np.ndarray, name: str = "users") -> np.ndarray:
     return out
 
 
-def _make_index(uids: list[Any]) -> pd.Index:
+def _make_index(uids: list[Any] | np.ndarray) -> pd.Index:
+    if isinstance(uids, np.ndarray):
+        if uids.dtype.kind == "i":  # int64 keys (gpframe.ledger.keys): no Python int per user
+            return pd.Index(uids.astype(np.int64, copy=False))
+        uids = uids.tolist()
     if uids and pd.api.types.infer_dtype(uids, skipna=False) == "integer":
         try:
             return pd.Index(np.asarray(uids, dtype=np.int64))
@@ -378,7 +382,9 @@ class Ledger:
     def _read(self) -> Any:
         return _Txn(self, self.store.read())
 
-    def _append_users(self, uids: list[Any]) -> None:
+    def _append_users(self, uids: list[Any] | np.ndarray) -> None:
+        if isinstance(uids, np.ndarray) and uids.dtype.kind != "i":
+            uids = uids.tolist()  # object keys (str, ids above int64) as Python objects
         ix = _make_index(uids)
         self._index = _append(self._index, ix)
         self._uhash.update(uid_bytes(ix.to_numpy() if ix.dtype.kind == "i" else uids))
@@ -404,7 +410,7 @@ class Ledger:
             fresh = keys[new]
             self.store.add_users(start, fresh)  # an array: one set-based insert
             idx[new] = start + np.arange(fresh.size, dtype=np.int64)
-            self._append_users(fresh.tolist())
+            self._append_users(fresh)
         return idx
 
     def _add_charge(self, row: ChargeRow) -> None:
