@@ -213,6 +213,21 @@ def _big(arr: np.ndarray, name: str = "users") -> np.ndarray:
     return out
 
 
+def _factorize_objects(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes and distinct objects of an object array, in order of first appearance.
+
+    Grouped by identity (the addresses of the live objects, int64 work in numpy), not by
+    hashing each element: hashing a ``Fraction`` costs a modular inverse, one per user. Equal
+    values held by distinct objects land in distinct groups; each group is converted on its
+    own, so the units per user are the same as converting every element.
+    """
+    ids = np.fromiter(map(id, arr.tolist()), dtype=np.uint64, count=arr.size)
+    codes, uniq = pd.factorize(ids)  # codes in order of first appearance
+    # the running maximum of the codes steps to j where code j first appears
+    first = np.searchsorted(np.maximum.accumulate(codes), np.arange(uniq.size))
+    return codes.astype(np.int64, copy=False), arr[first]
+
+
 def _make_index(uids: list[Any] | np.ndarray) -> pd.Index:
     if isinstance(uids, np.ndarray):
         if uids.dtype.kind == "i":  # int64 keys (gpframe.ledger.keys): no Python int per user
@@ -644,7 +659,10 @@ class Ledger:
                 )
         elif arr.dtype.kind == "b":
             raise InvalidInputError(f"{name} is boolean; pass amounts. Nothing was charged.")
-        codes, uniques = pd.factorize(arr, use_na_sentinel=False)
+        if arr.dtype.kind == "O":
+            codes, uniques = _factorize_objects(arr)
+        else:
+            codes, uniques = pd.factorize(arr, use_na_sentinel=False)
         conv_u = [conv(v) for v in np.asarray(uniques, dtype=object).tolist()]
         big_u = np.array([u > MAX for u in conv_u], dtype=bool)
         units_u = np.array([min(u, MAX) for u in conv_u], dtype=np.int64)
