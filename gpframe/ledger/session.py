@@ -213,6 +213,16 @@ def _big(arr: np.ndarray, name: str = "users") -> np.ndarray:
     return out
 
 
+def _exact_sum(a: np.ndarray) -> int:
+    """Exact sum of an int64 array as a Python int, in numpy (no Python int per element).
+
+    Two 32-bit halves (arithmetic shift, so negative values split exactly too): neither
+    half's sum can overflow int64 below 2**31 elements.
+    """
+    a = np.asarray(a, dtype=np.int64)
+    return (int((a >> 32).sum()) << 32) + int((a & 0xFFFFFFFF).sum())
+
+
 def _factorize_objects(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Codes and distinct objects of an object array, in order of first appearance.
 
@@ -431,7 +441,7 @@ class Ledger:
     def _add_charge(self, row: ChargeRow) -> None:
         """Store a charge and count it into the next audit row's ``state``."""
         self.store.add_charge(row)
-        total = sum(row.amount.tolist())
+        total = _exact_sum(row.amount)
         self._d_spent[row.notion] = self._d_spent.get(row.notion, 0) + total
         self._d_charges += 1
 
@@ -830,7 +840,7 @@ class Ledger:
                 {
                     "reservation": rid, "query": query, "notion": notion, "kind": kind_s,
                     "charge_id": cid, "n": int(keys.size), "admitted": int(a_idx.size),
-                    "held": str(sum(a_alloc.tolist())), "digest": _digest(notion, a_idx, a_alloc),
+                    "held": str(_exact_sum(a_alloc)), "digest": _digest(notion, a_idx, a_alloc),
                 },
             )  # fmt: skip
         return Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, alloc)
@@ -942,7 +952,7 @@ class Ledger:
                 op,
                 {
                     "reservation": res.id, "charge_id": res.charge_id, "notion": res.notion,
-                    "n": int(c_idx.size), "total": str(sum(c_amt.tolist())), "digest": digest,
+                    "n": int(c_idx.size), "total": str(_exact_sum(c_amt)), "digest": digest,
                 },
             )  # fmt: skip
         return True
@@ -983,7 +993,7 @@ class Ledger:
                 op,
                 {
                     "reservation": r.id, "charge_id": cid, "notion": r.notion,
-                    "n": int(c_idx.size), "total": str(sum(c_amt.tolist())), "digest": digest,
+                    "n": int(c_idx.size), "total": str(_exact_sum(c_amt)), "digest": digest,
                 },
             )  # fmt: skip
         return len(rows)

@@ -537,3 +537,13 @@ def test_amounts_given_as_objects_convert_once_per_distinct_object():
     with pytest.raises(gp.InvalidInputError, match="-1"):  # the first bad value, in user order
         s.reserve([7, 8, 9], np.array([0.1, Fraction(-1), -2.0], dtype=object), query="u")
     assert s.ledger.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], [2**63 - 1] * 5, [-(2**63), -1, 5, 2**63 - 1], list(range(-1000, 10**5, 7))],
+)
+def test_exact_sum_of_units_matches_python_ints(values):
+    from gpframe.ledger.session import _exact_sum
+
+    assert _exact_sum(np.array(values, dtype=np.int64)) == sum(values)
