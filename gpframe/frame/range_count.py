@@ -355,7 +355,8 @@ def _combine(
     else:
         charges = pd.Series(dtype=np.float64)
         allocs = pd.Series(dtype=np.float64)
-    excluded = [u for u in pd.unique(users).tolist() if u not in charges.index]
+    seen = pd.Index(pd.unique(users))
+    excluded = seen[~seen.isin(charges.index)].tolist()  # vectorised: no lookup per user
     # baselines run one round (histogram of length 2), elimination c rounds (length c + 1)
     hist = np.zeros(max(len(r["rounds_histogram"]) for r in rows), dtype=np.int64)
     for r in rows:

@@ -213,7 +213,36 @@ def _big(arr: np.ndarray, name: str = "users") -> np.ndarray:
     return out
 
 
-def _make_index(uids: list[Any]) -> pd.Index:
+def _exact_sum(a: np.ndarray) -> int:
+    """Exact sum of an int64 array as a Python int, in numpy (no Python int per element).
+
+    Two 32-bit halves (arithmetic shift, so negative values split exactly too): neither
+    half's sum can overflow int64 below 2**31 elements.
+    """
+    a = np.asarray(a, dtype=np.int64)
+    return (int((a >> 32).sum()) << 32) + int((a & 0xFFFFFFFF).sum())
+
+
+def _factorize_objects(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes and distinct objects of an object array, in order of first appearance.
+
+    Grouped by identity (the addresses of the live objects, int64 work in numpy), not by
+    hashing each element: hashing a ``Fraction`` costs a modular inverse, one per user. Equal
+    values held by distinct objects land in distinct groups; each group is converted on its
+    own, so the units per user are the same as converting every element.
+    """
+    ids = np.fromiter(map(id, arr.tolist()), dtype=np.uint64, count=arr.size)
+    codes, uniq = pd.factorize(ids)  # codes in order of first appearance
+    # the running maximum of the codes steps to j where code j first appears
+    first = np.searchsorted(np.maximum.accumulate(codes), np.arange(uniq.size))
+    return codes.astype(np.int64, copy=False), arr[first]
+
+
+def _make_index(uids: list[Any] | np.ndarray) -> pd.Index:
+    if isinstance(uids, np.ndarray):
+        if uids.dtype.kind == "i":  # int64 keys (gpframe.ledger.keys): no Python int per user
+            return pd.Index(uids.astype(np.int64, copy=False))
+        uids = uids.tolist()
     if uids and pd.api.types.infer_dtype(uids, skipna=False) == "integer":
         try:
             return pd.Index(np.asarray(uids, dtype=np.int64))
@@ -378,7 +407,9 @@ class Ledger:
     def _read(self) -> Any:
         return _Txn(self, self.store.read())
 
-    def _append_users(self, uids: list[Any]) -> None:
+    def _append_users(self, uids: list[Any] | np.ndarray) -> None:
+        if isinstance(uids, np.ndarray) and uids.dtype.kind != "i":
+            uids = uids.tolist()  # object keys (str, ids above int64) as Python objects
         ix = _make_index(uids)
         self._index = _append(self._index, ix)
         self._uhash.update(uid_bytes(ix.to_numpy() if ix.dtype.kind == "i" else uids))
@@ -402,15 +433,15 @@ class Ledger:
         if new.any():
             start = len(self._index)
             fresh = keys[new]
-            self.store.add_users(start, fresh.tolist())
+            self.store.add_users(start, fresh)  # an array: one set-based insert
             idx[new] = start + np.arange(fresh.size, dtype=np.int64)
-            self._append_users(fresh.tolist())
+            self._append_users(fresh)
         return idx
 
     def _add_charge(self, row: ChargeRow) -> None:
         """Store a charge and count it into the next audit row's ``state``."""
         self.store.add_charge(row)
-        total = sum(row.amount.tolist())
+        total = _exact_sum(row.amount)
         self._d_spent[row.notion] = self._d_spent.get(row.notion, 0) + total
         self._d_charges += 1
 
@@ -638,7 +669,10 @@ class Ledger:
                 )
         elif arr.dtype.kind == "b":
             raise InvalidInputError(f"{name} is boolean; pass amounts. Nothing was charged.")
-        codes, uniques = pd.factorize(arr, use_na_sentinel=False)
+        if arr.dtype.kind == "O":
+            codes, uniques = _factorize_objects(arr)
+        else:
+            codes, uniques = pd.factorize(arr, use_na_sentinel=False)
         conv_u = [conv(v) for v in np.asarray(uniques, dtype=object).tolist()]
         big_u = np.array([u > MAX for u in conv_u], dtype=bool)
         units_u = np.array([min(u, MAX) for u in conv_u], dtype=np.int64)
@@ -806,7 +840,7 @@ class Ledger:
                 {
                     "reservation": rid, "query": query, "notion": notion, "kind": kind_s,
                     "charge_id": cid, "n": int(keys.size), "admitted": int(a_idx.size),
-                    "held": str(sum(a_alloc.tolist())), "digest": _digest(notion, a_idx, a_alloc),
+                    "held": str(_exact_sum(a_alloc)), "digest": _digest(notion, a_idx, a_alloc),
                 },
             )  # fmt: skip
         return Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, alloc)
@@ -918,7 +952,7 @@ class Ledger:
                 op,
                 {
                     "reservation": res.id, "charge_id": res.charge_id, "notion": res.notion,
-                    "n": int(c_idx.size), "total": str(sum(c_amt.tolist())), "digest": digest,
+                    "n": int(c_idx.size), "total": str(_exact_sum(c_amt)), "digest": digest,
                 },
             )  # fmt: skip
         return True
@@ -959,7 +993,7 @@ class Ledger:
                 op,
                 {
                     "reservation": r.id, "charge_id": cid, "notion": r.notion,
-                    "n": int(c_idx.size), "total": str(sum(c_amt.tolist())), "digest": digest,
+                    "n": int(c_idx.size), "total": str(_exact_sum(c_amt)), "digest": digest,
                 },
             )  # fmt: skip
         return len(rows)

@@ -43,6 +43,7 @@ __all__ = [
     "SPLITS",
     "TRIPLES",
     "Elimination",
+    "GroupedAmounts",
     "charge_if_stopped",
     "check_method_parts",
     "check_parts",
@@ -375,7 +376,53 @@ class Parts:
     quantized: bool
 
 
+@dataclass(frozen=True)
+class GroupedAmounts:
+    """Per-user amounts given by value: user i's amount is ``values[codes[i]]``.
+
+    The ledger keeps amounts as int64 units; a caller that holds them so groups its users by
+    value with ``numpy.unique`` (:meth:`from_units`) and hands over the groups, so that no
+    step hashes or converts one ``Fraction`` per user. Accepted wherever the elimination takes
+    ``allocations`` (one value per user).
+
+    >>> g = GroupedAmounts.from_units(np.array([3, 0, 3]), Fraction(1, 10))
+    >>> g.codes.tolist(), g.values, len(g)
+    ([1, 0, 1], (Fraction(0, 1), Fraction(3, 10)), 3)
+    """
+
+    codes: NDArray[np.int64]
+    values: tuple[Fraction, ...]
+
+    @classmethod
+    def from_units(cls, units: Any, unit: Fraction) -> GroupedAmounts:
+        """Group int64 ledger units by value; each value is ``units × unit`` exactly."""
+        uniq, inv = np.unique(np.asarray(units, dtype=np.int64).reshape(-1), return_inverse=True)
+        return cls(inv.astype(np.int64).reshape(-1), tuple(unit * u for u in uniq.tolist()))
+
+    def __len__(self) -> int:
+        return int(self.codes.size)
+
+    def to_array(self) -> NDArray[Any]:
+        """One ``Fraction`` per user (object array; equal values share one object)."""
+        vals = np.empty(len(self.values) + 1, dtype=object)
+        vals[:-1] = list(self.values)
+        return vals[self.codes]
+
+
 def _unique_allocations(allocations: Any, n: int) -> tuple[NDArray[np.int64], list[Fraction]]:
+    if isinstance(allocations, GroupedAmounts):
+        if allocations.codes.size != n:
+            raise InvalidInputError(
+                f"allocations has {allocations.codes.size} users but there are {n}. {_NOTHING}"
+            )
+        # merge equal values (a caller may pass duplicates): a dict over the few groups
+        first: dict[Fraction, int] = {}
+        remap = np.array(
+            [first.setdefault(exact(v, "allocations"), len(first)) for v in allocations.values],
+            dtype=np.int64,
+        )
+        codes = remap[allocations.codes] if remap.size else allocations.codes
+        return codes.astype(np.int64, copy=False), list(first)
     if np.ndim(allocations) == 0:
         a = exact(allocations, "allocations")
         return np.zeros(n, dtype=np.int64), [a]
@@ -651,6 +698,10 @@ class Elimination:
     width_fn: Callable[[float], NDArray[np.float64]] | None = field(default=None, repr=False)
     quantized: bool = False
     saving: Fraction = Fraction(0)
+    #: ``charges`` by value: user i pays ``charge_table[charge_codes[i]]`` (few distinct
+    #: values, one per group and rounds run), so a caller converts each value once
+    charge_codes: NDArray[np.int64] | None = field(default=None, repr=False)
+    charge_table: NDArray[Any] | None = field(default=None, repr=False)
 
     @property
     def charges_float(self) -> NDArray[np.float64]:
@@ -762,7 +813,8 @@ def check_method_parts(
     """
     b = probability(beta)
     elim = str(method).endswith("-elim")
-    n = 1 if np.ndim(allocations) == 0 else len(allocations)
+    grouped = isinstance(allocations, GroupedAmounts)
+    n = len(allocations) if grouped or np.ndim(allocations) else 1
     check_parts(
         allocations, n, kind=kind, triple="dist" if str(method).startswith("dist") else "pt",
         rounds=rounds if elim else 1, split=split if elim else "even",
@@ -886,7 +938,8 @@ def _finish(
     charge_flat = np.empty(flat.size + 1, dtype=object)
     charge_flat[:-1] = flat
     charge_flat[-1] = Fraction(0)
-    charges = charge_flat[np.where(key >= 0, key, flat.size)]
+    charge_codes = np.where(key >= 0, key, flat.size).astype(np.int64)
+    charges = charge_flat[charge_codes]
     allocs = ga[np.where(queried, parts.codes, ng1)]
     counts = np.bincount(key[key >= 0], minlength=flat.size)
     saving = Fraction(0)
@@ -918,6 +971,8 @@ def _finish(
         width_fn=width_fn,
         quantized=parts.quantized,
         saving=saving,
+        charge_codes=charge_codes,
+        charge_table=charge_flat,
     )
 
 

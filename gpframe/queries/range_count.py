@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import Charge, run
-from gpframe.queries.elimination import Elimination, eliminate_noninteractive
+from gpframe.queries.elimination import Elimination, GroupedAmounts, eliminate_noninteractive
 
 __all__ = [
     "METHODS",
@@ -362,7 +362,7 @@ def range_count_arrays(
         raise InvalidInputError(
             f"users has shape {uid.shape}; expected ({xy.shape[0]},), one per point. {_NOTHING}"
         )
-    if len(np.unique(uid)) != uid.size:
+    if not pd.Index(uid).is_unique:  # a hash table: np.unique would sort or hash slower
         raise InvalidInputError(
             "users has repeated ids: range_count reads one point (component) per user; select it "
             f"with component=... or reduce the rows first (docs/ledger.md). {_NOTHING}"
@@ -461,6 +461,11 @@ def _ledger_allocations(lu: Any, amt: Any, n: int) -> Any:
     return vals[codes]
 
 
+def _floats(values: Any, codes: np.ndarray) -> np.ndarray:
+    """Per-user floats of amounts given by value (one conversion per distinct value)."""
+    return np.array([float(v) for v in values], dtype=np.float64)[codes]
+
+
 def _check_parts_for(
     alloc: Any, kind: str, method: str, rounds: int, split: str, beta: Any, unit: Fraction,
     scale_max: Any,
@@ -555,7 +560,7 @@ def run_range_count(
     split_fractions(split, rounds)
     region_m = _check_region(project_geometry(region, projected.crs_in, projected.crs_m))
     users = np.asarray(projected.users)
-    if len(np.unique(users)) != users.size:
+    if not pd.Index(users).is_unique:
         raise InvalidInputError(
             "several rows per user: range_count reads one point per user; select it with "
             f"component=... (docs/ledger.md). {_NOTHING}"
@@ -571,12 +576,10 @@ def run_range_count(
     _check_parts_for(_ledger_allocations(lu, amt, users.size), kind, method, rounds, split, beta,
                      unit, projected.scale_max)  # fmt: skip
 
-    def allocations(r: Any) -> np.ndarray:
+    def allocations(r: Any) -> GroupedAmounts:
         units = np.where(np.asarray(r.admitted, dtype=bool), r.allocation_units, 0)
-        # allocations as exact Fractions, one conversion per distinct value
-        uniq, inv = np.unique(units, return_inverse=True)
-        fr = np.array([lu.to_fraction(int(u)) for u in uniq], dtype=object)
-        return fr[inv]
+        # the reserved int64 units grouped by value: one exact Fraction per distinct value
+        return GroupedAmounts.from_units(units, unit)
 
     def check(r: Any) -> None:
         # Backstop with the allocations actually reserved (the admitted subset may group
@@ -591,7 +594,11 @@ def run_range_count(
             rounds=rounds, split=split, beta=beta, shift=shift, unit=unit,
             scale_max=projected.scale_max, rng=rng,
         )  # fmt: skip
-        return Charge((out, alloc), out.charges)
+        # the charge in ledger units, converted once per distinct value (rounded up, as the
+        # ledger converts amounts), then indexed per user: no Fraction per user
+        el = out.elimination
+        table = np.array([lu.up(v) for v in el.charge_table.tolist()], dtype=np.int64)
+        return Charge((out, alloc), table[el.charge_codes], units=True)
 
     ran = run(session, users, amt, notion="metric", query=query, params=params, check=check,
               compute=compute)  # fmt: skip
@@ -616,8 +623,10 @@ def run_range_count(
         kind=kind,
         metric=("floor", out.r_min),
         r_min=out.r_min,
-        charges=pd.Series([float(c) for c in out.charges[adm]], index=idx, dtype=np.float64),
-        allocations=pd.Series([float(a) for a in alloc[adm]], index=idx, dtype=np.float64),
+        charges=pd.Series(_floats(out.elimination.charge_table, out.elimination.charge_codes)[adm],
+                          index=idx, dtype=np.float64),
+        allocations=pd.Series(_floats(alloc.values, alloc.codes)[adm], index=idx,
+                              dtype=np.float64),
         excluded=users[~adm].tolist(),
         query_id=ran.query_id,
         spec="docs/operations/range_count.md; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), "

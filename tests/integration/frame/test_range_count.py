@@ -287,3 +287,28 @@ def test_accessor_geoseries_and_component():
         zones, rho=1e-3, component=("hour", 0), rng=seeded_rng(41)
     )
     assert list(res.to_frame().index) == ["a", "b"] and res.n_charged == 40
+
+
+def test_ledger_charge_is_the_array_paths_exact_charge_in_units():
+    """The driver charges int64 units grouped by value: the same units as converting each
+    user's exact ``Fraction`` charge of the array path (same seed, same noise) one by one."""
+    from gpframe.accounting.amounts import exact
+    from gpframe.queries.range_count import range_count_arrays
+
+    df = _pings(n_users=300)
+    s = Session(budget=gp.CGP(rho=1e-3))
+    b = _bound(df, s)
+    res = range_count(b, BOX, rho=1e-4, rounds=10, rng=seeded_rng(5))
+    lu = s.ledger.units["metric"]
+    p = b.projected
+    alloc = np.full(len(p.users), lu.to_fraction(lu.up(exact(1e-4, "rho"))))
+    out = range_count_arrays(
+        p.xy, np.asarray(p.users), BOX, kind="cgp", amount=alloc, method="dist-elim",
+        rounds=10, split="doubling", beta=0.05, unit=1 / lu.scale, scale_max=p.scale_max,
+        rng=seeded_rng(5),
+    )  # fmt: skip
+    assert out.estimate == res.value
+    (row,) = s.ledger.store.charges()
+    expected = np.array([lu.up(c) for c in out.charges], dtype=np.int64)
+    assert len(set(out.charges.tolist())) > 2  # users stopped at different rounds
+    np.testing.assert_array_equal(row.amount, expected[row.idx])  # fresh ledger: idx = position

@@ -518,3 +518,32 @@ def test_report_of_one_query_is_the_curators_per_user_view(tmp_path):
     # another process (read-only) sees the same view
     with Session(path, readonly=True) as ro:
         pd.testing.assert_frame_equal(ro.report(query_id=qid), rep)
+
+
+def test_amounts_given_as_objects_convert_once_per_distinct_object():
+    """Object arrays are grouped by identity, not hashed per user: same units as one by one."""
+    from gpframe.ledger.session import _factorize_objects
+
+    a, b = Fraction(1, 3), Fraction(2, 7)
+    amounts = np.array([b, a, b, Fraction(1, 3), 0, 0.25], dtype=object)
+    codes, uniq = _factorize_objects(amounts)
+    assert codes.tolist() == [0, 1, 0, 2, 3, 4] and uniq.tolist() == [b, a, a, 0, 0.25]
+    s = Session(budget=gp.CGP(rho=1.0))
+    with s.reserve(range(6), 0.5, query="t") as r:
+        r.charge(amounts)
+    lu = s.ledger.units["metric"]
+    assert s.spent_exact().tolist() == [lu.to_fraction(lu.up(Fraction(v))) for v in amounts]
+    before = s.ledger.snapshot()
+    with pytest.raises(gp.InvalidInputError, match="-1"):  # the first bad value, in user order
+        s.reserve([7, 8, 9], np.array([0.1, Fraction(-1), -2.0], dtype=object), query="u")
+    assert s.ledger.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], [2**63 - 1] * 5, [-(2**63), -1, 5, 2**63 - 1], list(range(-1000, 10**5, 7))],
+)
+def test_exact_sum_of_units_matches_python_ints(values):
+    from gpframe.ledger.session import _exact_sum
+
+    assert _exact_sum(np.array(values, dtype=np.int64)) == sum(values)

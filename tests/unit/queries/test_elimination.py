@@ -303,3 +303,22 @@ def test_bad_parameters_refused():
         el.eliminate_noninteractive([1.0], 1e-4, kind="dp", rng=seeded_rng(1))
     with pytest.raises(InvalidInputError, match="eps"):  # a part outside the wrapper's range
         el.eliminate_noninteractive([1.0], 1000.0, kind="gp", rounds=2, rng=seeded_rng(1))
+
+
+def test_grouped_amounts_give_the_parts_of_the_same_fractions():
+    """Users grouped by int64 units (with a duplicated value) split exactly as one Fraction each."""
+    unit = Fraction(1, 10**12)
+    units = np.array([5 * 10**7, 0, 10**8, 5 * 10**7, 10**8])
+    pi = el.split_fractions("doubling", 4)
+    fr = np.array([unit * int(u) for u in units], dtype=object)
+    want = el.prepare_parts(fr, 5, pi, unit=unit)
+    g = el.GroupedAmounts.from_units(units, unit)
+    codes = g.codes.copy()
+    codes[3] = len(g.values)  # user 3 points at a second copy of its value: merged
+    dup = el.GroupedAmounts(codes, (*g.values, g.values[codes[0]]))
+    for got in (el.prepare_parts(g, 5, pi, unit=unit), el.prepare_parts(dup, 5, pi, unit=unit)):
+        assert got.codes.tolist() == want.codes.tolist()
+        assert got.table == want.table and got.allocations == want.allocations
+    assert g.to_array().tolist() == fr.tolist()
+    with pytest.raises(InvalidInputError, match="4 users but there are 5"):
+        el.prepare_parts(el.GroupedAmounts(g.codes[:4], g.values), 5, pi, unit=unit)

@@ -1,0 +1,198 @@
+"""Benchmark: ``range_count`` and ``kde_raster`` as users call them, against non-private code.
+
+For each size n (users, one point each; 10^5 and 10^6 by default, 10^7 with ``--big``) and each
+operation, in the same run, on the same points, interleaved over ``--repeat`` rounds (best of):
+
+* ``baseline``: the non-private geometric work a user would otherwise run. ``range_count``: the
+  exact signed distances to a 50-vertex star polygon plus ``shapely.contains_xy`` (what the
+  private count privatizes); ``kde_raster``: ``numpy.histogram2d`` + ``scipy.signal.fftconvolve``
+  with the same bandwidth on the same 512 × 512 grid.
+* ``arrays``: the array algorithm (``range_count_arrays`` with ``dist-elim``, 10 rounds doubling;
+  ``kde_raster_arrays``): the privacy math, no ledger.
+* ``accessor``: ``df.geopriv(session, user=..., x=..., y=..., crs=...).range_count(...)`` /
+  ``.kde_raster(...)`` on projected input (UTM 18N), fresh in-memory Session each time, so the
+  first sight of every user is included (``first``); then the same call again on that session
+  (``again``: users already known).
+
+Every line ends with the ratio to the baseline of the same n (goal of the user's path: ≤ 3×).
+Peak memory (``tracemalloc``, which sees numpy's buffers) is measured in a separate, untimed
+pass and printed in bytes per point, with its ratio to the baseline's.
+
+Run: ``PYTHONPATH=. python benchmarks/speed/user_path.py [--sizes 100000 1000000] [--big]``.
+Smallest run: ``--sizes 10000 --repeat 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import time
+import tracemalloc
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import shapely
+from scipy.signal import fftconvolve
+
+import gpframe as gp
+import gpframe.frame.accessor  # registers df.geopriv
+from gpframe.ledger import Session
+from gpframe.queries.kde import kde_raster_arrays
+from gpframe.queries.range_count import range_count_arrays, signed_distance
+
+X0, Y0 = 400_000.0, 4_500_000.0  # UTM 18N false origin of the synthetic data, metres
+CRS = "EPSG:32618"
+RC_RHO = 1e-4  # range count: allocation per user (m^-2)
+CELL, SIDE, H, KDE_RHO = 100.0, 512, 1000.0, 1e-5  # KDE grid and allocation
+BUDGET = gp.CGP(rho=1e-2)
+
+
+def star(n_vertices: int = 50, x0: float = 0.0, y0: float = 0.0) -> shapely.Polygon:
+    """A concave 50-vertex star of radius 2-4 km centred in the data's 10 km square."""
+    ang = np.linspace(0, 2 * np.pi, n_vertices, endpoint=False)
+    rad = 3000 + 1000 * np.sin(5 * ang)
+    return shapely.Polygon(
+        np.column_stack([x0 + 5000 + rad * np.cos(ang), y0 + 5000 + rad * np.sin(ang)])
+    )
+
+
+def points(n: int, op: str) -> np.ndarray:
+    """Synthetic true points (not a release), metres from the origin."""
+    gen = np.random.default_rng(0)
+    if op == "range_count":
+        return gen.uniform(0, 10_000, (n, 2))
+    centres = gen.uniform(5_000, 46_000, (20, 2))
+    return centres[gen.integers(0, 20, n)] + gen.normal(0, 2_000, (n, 2))
+
+
+# --- range_count -------------------------------------------------------------------------
+
+
+def rc_baseline(xy: np.ndarray) -> object:
+    region = star()
+    inside = shapely.contains_xy(region, xy[:, 0], xy[:, 1])
+    return int(inside.sum()), signed_distance(xy, region)
+
+
+def rc_arrays(xy: np.ndarray) -> object:
+    return range_count_arrays(
+        xy, np.arange(len(xy)), star(), kind="cgp", amount=RC_RHO, method="dist-elim",
+        rounds=10, split="doubling", beta=0.05,
+    )  # fmt: skip
+
+
+def rc_accessor(df: pd.DataFrame, session: Session) -> object:
+    bound = df.geopriv(session, user="u", x="x", y="y", crs=CRS)
+    return bound.range_count(star(x0=X0, y0=Y0), rho=RC_RHO)
+
+
+# --- kde_raster --------------------------------------------------------------------------
+
+
+def kde_baseline(xy: np.ndarray) -> np.ndarray:
+    s = H / CELL
+    r = math.ceil(5 * s)
+    k1 = np.exp(-0.5 * (np.arange(-r, r + 1) / s) ** 2)
+    kern = np.outer(k1, k1)
+    kern /= kern.sum()
+    lo, hi = -r * CELL, (SIDE + r) * CELL
+    counts, _, _ = np.histogram2d(xy[:, 1], xy[:, 0], bins=SIDE + 2 * r, range=[[lo, hi], [lo, hi]])
+    return fftconvolve(counts, kern, mode="valid")[::-1] / (CELL * CELL * len(xy))
+
+
+def kde_arrays(xy: np.ndarray) -> object:
+    return kde_raster_arrays(
+        xy, bandwidth_m=H, cell_m=CELL, bounds_m=(0.0, 0.0, SIDE * CELL, SIDE * CELL),
+        amount=KDE_RHO,
+    )  # fmt: skip
+
+
+def kde_accessor(df: pd.DataFrame, session: Session) -> object:
+    bound = df.geopriv(session, user="u", x="x", y="y", crs=CRS)
+    bm = (X0, Y0, X0 + SIDE * CELL, Y0 + SIDE * CELL)
+    return bound.kde_raster(bandwidth_m=H, cell_m=CELL, bounds=bm, rho=KDE_RHO)
+
+
+OPS = {
+    "range_count": (rc_baseline, rc_arrays, rc_accessor),
+    "kde_raster": (kde_baseline, kde_arrays, kde_accessor),
+}
+PATHS = ("baseline", "arrays", "accessor first", "accessor again")
+
+
+def runners(op: str, xy: np.ndarray) -> dict[str, Callable[[], object]]:
+    """One zero-argument callable per path; the accessor pair shares one fresh session."""
+    base, arrays, accessor = OPS[op]
+    df = pd.DataFrame({"u": np.arange(len(xy)), "x": xy[:, 0] + X0, "y": xy[:, 1] + Y0})
+    box: dict[str, Session] = {}
+
+    def first() -> object:
+        box["s"] = Session(budget=BUDGET)
+        return accessor(df, box["s"])
+
+    return {
+        "baseline": lambda: base(xy),
+        "arrays": lambda: arrays(xy),
+        "accessor first": first,
+        "accessor again": lambda: accessor(df, box["s"]),
+    }
+
+
+def timed(fn: Callable[[], object]) -> float:
+    gc.collect()
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def peak(fn: Callable[[], object]) -> int:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10**5, 10**6])
+    ap.add_argument("--big", action="store_true", help="add n = 10^7")
+    ap.add_argument("--repeat", type=int, default=2, help="interleaved rounds (best of)")
+    ap.add_argument("--ops", nargs="+", default=list(OPS), choices=list(OPS))
+    ap.add_argument("--no-memory", action="store_true", help="skip the tracemalloc pass")
+    a = ap.parse_args()
+    sizes = a.sizes + ([10**7] if a.big else [])
+    for op in a.ops:  # warm-up: imports, pyproj transformers, FFT plans
+        for fn in runners(op, points(1000, op)).values():
+            fn()
+    for n in sizes:
+        best = {(op, p): math.inf for op in a.ops for p in PATHS}
+        run = {op: runners(op, points(n, op)) for op in a.ops}
+        for _ in range(a.repeat):  # interleaved: a load change hits every path alike
+            for op in a.ops:
+                for p in PATHS:
+                    best[op, p] = min(best[op, p], timed(run[op][p]))
+        mem = {}
+        if not a.no_memory:
+            for op in a.ops:
+                for p in PATHS:
+                    mem[op, p] = peak(run[op][p])
+        for op in a.ops:
+            t0 = best[op, "baseline"]
+            for p in PATHS:
+                t = best[op, p]
+                line = f"n={n:<9d} {op:<12} {p:<15} {t:8.3f} s  {t / t0:6.2f}x baseline"
+                if mem:
+                    m, m0 = mem[op, p], mem[op, "baseline"]
+                    line += f"  peak {m / n:7.1f} B/point ({m / m0:5.2f}x baseline)"
+                if p.startswith("accessor"):
+                    line += f"  goal <= 3x: {'OK' if t / t0 <= 3 else 'SLOW'}"
+                print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
