@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import shapely
 from numpy.typing import NDArray
+from scipy.optimize import brentq
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
@@ -155,13 +156,16 @@ def _bands(region: Any, w: float, s: float) -> tuple[float, float]:
     return out, area - inner.area
 
 
-def threshold_shift_polygon(w: float, region: Any, *, iterations: int = 50) -> float:
-    r"""Appendix B shift for any polygon, by bisection on buffered areas.
+def threshold_shift_polygon(w: float, region: Any, *, xtol: float = 1e-9) -> float:
+    r"""Appendix B shift for any polygon: the root of the buffered-band balance.
 
     See ``docs/operations/range_count.md``.
 
     Finds s ∈ [0, w] with area(buffer(R, w−s) \\ R) = area(R \\ buffer(R, −(w+s))). With no sign
-    change: s = 0 when the outer band is already the smaller, else s = w.
+    change: s = 0 when the outer band is already the smaller, else s = w. The gap between the two
+    bands is smooth and decreasing in s, so Brent's method (bracketed, to ``xtol`` × w) needs
+    about ten pairs of buffers where plain bisection needed fifty: each buffer of a coastline
+    polygon with tens of thousands of vertices costs a tenth of a second.
 
     >>> sq = shapely.box(0, 0, 1000, 1000)
     >>> 9.0 < threshold_shift_polygon(100.0, sq) < 10.2   # round corners: a bit below 10.10
@@ -171,29 +175,25 @@ def threshold_shift_polygon(w: float, region: Any, *, iterations: int = 50) -> f
     if not w > 0:
         return 0.0
 
-    def gap(s: float) -> float:
-        o, i = _bands(region, w, s)
-        return o - i  # decreasing in s
+    seen: dict[float, float] = {}
 
-    g0 = gap(0.0)
-    if g0 <= 0:
+    def gap(s: float) -> float:
+        if s not in seen:  # brentq evaluates the ends again: keep their buffers
+            o, i = _bands(region, w, s)
+            seen[s] = o - i  # decreasing in s
+        return seen[s]
+
+    if gap(0.0) <= 0:
         return 0.0
     if gap(w) >= 0:
         return w
-    lo, hi = 0.0, w
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        if gap(mid) > 0:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return float(brentq(gap, 0.0, w, xtol=xtol * w, rtol=4 * np.finfo(float).eps))
 
 
 def shift_for_region(w: Any, region: Any) -> NDArray[np.float64]:
     """Return the shift s per user (θ_i = −s_i) for noise standard deviations ``w``.
 
-    Closed form for rectangles, bisection otherwise, computed once per distinct w. Public inputs
+    Closed form for rectangles, Brent's root search otherwise, computed once per distinct w. Public inputs
     only (the range and the noise scales).
     """
     w = np.asarray(w, dtype=np.float64)

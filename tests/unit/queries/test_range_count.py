@@ -130,6 +130,22 @@ def test_polygon_shift_by_bisection_balances_buffered_bands():
     assert o == pytest.approx(i, rel=1e-6)
 
 
+def test_polygon_shift_needs_few_buffers(monkeypatch):
+    # each _bands call buffers the region twice: a tenth of a second per buffer on a coastline
+    calls = []
+    real = rc._bands
+
+    def counting(region, w, s):
+        calls.append(s)
+        return real(region, w, s)
+
+    monkeypatch.setattr(rc, "_bands", counting)
+    region = _random_region(3)
+    s = rc.threshold_shift_polygon(80.0, region)
+    assert 0 < s < 80
+    assert len(calls) == len(set(calls)) and len(calls) <= 16
+
+
 # ------------------------------------------------------------------------ range_count_arrays
 
 
