@@ -311,3 +311,19 @@ def test_run_range_count_bad_region_leaves_ledger_untouched():
         with pytest.raises(InvalidInputError, match="Nothing was charged"):
             rc.run_range_count(s, _projected(np.zeros((2, 2)), [1, 2]), region, **kw)
     assert s.ledger.snapshot() == snap
+
+
+def test_signed_distance_by_segment_tree_is_bit_identical():
+    # a coastline-like ring (3000 vertices, a hole and a second part) and 5000 points: the tree path
+    ang = np.linspace(0, 2 * np.pi, 3000, endpoint=False)
+    rad = 4000 + 600 * np.sin(9 * ang) + np.random.default_rng(1).uniform(-20, 20, ang.size)
+    shell = np.column_stack([rad * np.cos(ang), rad * np.sin(ang)])
+    region = shapely.MultiPolygon([
+        shapely.Polygon(shell, [shapely.box(-500, -500, 500, 500).exterior.coords]),
+        shapely.box(6000, 0, 7000, 1000),
+    ])  # fmt: skip
+    xy = np.random.default_rng(2).uniform(-6000, 8000, (5000, 2))
+    assert rc._TREE_MIN_POINTS <= len(xy)
+    want = shapely.distance(region.boundary, shapely.points(xy))
+    want = np.where(shapely.contains_xy(region, xy[:, 0], xy[:, 1]), -want, want)
+    assert np.array_equal(rc.signed_distance(xy, region), want)
