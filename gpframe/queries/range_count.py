@@ -12,6 +12,7 @@ ledger driver (:func:`run_range_count`) that reserves, runs, charges and builds 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -219,16 +220,32 @@ def threshold_shift_polygon(w: float, region: Any, *, xtol: float = 1e-9) -> flo
 def shift_for_region(w: Any, region: Any) -> NDArray[np.float64]:
     """Return the shift s per user (θ_i = −s_i) for noise standard deviations ``w``.
 
-    Closed form for rectangles, Brent's root search otherwise, computed once per distinct w.
-    Public inputs only (the range and the noise scales).
+    Closed form for rectangles, Brent's root search otherwise, computed once per distinct w and
+    remembered per (region, w) for later queries. Public inputs only (the range and the noise
+    scales).
     """
     w = np.asarray(w, dtype=np.float64)
     sides = rectangle_sides(region)
     if sides is not None:
         return np.asarray(threshold_shift_rectangle(w, *sides), dtype=np.float64)
     uniq, inv = np.unique(w, return_inverse=True)
-    vals = np.array([threshold_shift_polygon(float(v), region) for v in uniq])
+    key = hashlib.blake2b(shapely.to_wkb(region), digest_size=16).digest()
+    vals = np.array([_cached_shift(key, float(v), region) for v in uniq])
     return vals[inv]
+
+
+#: (region's WKB digest, w) -> shift; a polygon's shift costs seconds on a coastline and
+#: monitors and plans query the same zones at the same noise scales again and again
+_SHIFTS: dict[tuple[bytes, float], float] = {}
+_SHIFTS_MAX = 1024
+
+
+def _cached_shift(key: bytes, w: float, region: Any) -> float:
+    if (key, w) not in _SHIFTS:
+        if len(_SHIFTS) >= _SHIFTS_MAX:
+            _SHIFTS.pop(next(iter(_SHIFTS)))  # the oldest entry
+        _SHIFTS[(key, w)] = threshold_shift_polygon(w, region)
+    return _SHIFTS[(key, w)]
 
 
 def correctness_radius(n: int, beta: float, a: Any, method: str) -> Any:

@@ -327,3 +327,23 @@ def test_signed_distance_by_segment_tree_is_bit_identical():
     want = shapely.distance(region.boundary, shapely.points(xy))
     want = np.where(shapely.contains_xy(region, xy[:, 0], xy[:, 1]), -want, want)
     assert np.array_equal(rc.signed_distance(xy, region), want)
+
+
+def test_polygon_shift_is_remembered_per_region_and_w(monkeypatch):
+    region = _random_region(4)
+    calls = []
+    real = rc._bands
+
+    def counting(r, w, s):
+        calls.append(s)
+        return real(r, w, s)
+
+    monkeypatch.setattr(rc, "_bands", counting)
+    monkeypatch.setattr(rc, "_SHIFTS", {})
+    first = rc.shift_for_region([60.0, 60.0, 90.0], region)
+    n = len(calls)
+    assert n > 0
+    again = rc.shift_for_region([90.0, 60.0], region)
+    assert len(calls) == n and again.tolist() == [first[2], first[0]]
+    rc.shift_for_region([60.0], shapely.affinity.translate(region, 1.0))  # another region
+    assert len(calls) > n
