@@ -515,6 +515,7 @@ class GeoPriv:
         error_cap: float | None = None,
         protect_worst_grid: bool = True,
         rollback_incomplete_stage: bool = False,
+        progress: bool | None = None,
     ) -> gpd.GeoDataFrame:
         """Release the mean and variance of ``value`` per H3 cell, under user-level ε-DP.
 
@@ -568,6 +569,8 @@ class GeoPriv:
             Clip-User never makes the worst cell worse.
         rollback_incomplete_stage : bool
             Undo a Clip-User stage that did not finish.
+        progress : bool or None
+            tqdm bar over the stages (None: on in a terminal or notebook).
 
         Returns
         -------
@@ -604,7 +607,7 @@ class GeoPriv:
             occupancy=occupancy, clamp=clamp, beta=beta, order_by=order_by, rng=rng,
             public_cells=public_cells, max_cells=max_cells, max_per_cell=max_per_cell, salt=salt,
             kappa=kappa, split=split, error_cap=error_cap, protect_worst_grid=protect_worst_grid,
-            rollback_incomplete_stage=rollback_incomplete_stage,
+            rollback_incomplete_stage=rollback_incomplete_stage, progress=progress,
         )  # fmt: skip
 
     def knn(
@@ -767,6 +770,7 @@ class GeoPriv:
         beta: float = 0.1,
         component: Component = None,
         reduce: Literal["first", "last"] | None = None,
+        progress: bool | None = None,
         rng: BitSource | None = None,
     ) -> NearestResult:
         """Find the k users nearest to ``point``, one point per user, privately.
@@ -798,6 +802,8 @@ class GeoPriv:
             trajectory (several rows per user), e.g. ``gp.Last('time')``.
         reduce : {"first", "last"}, optional
             Keep the first / last row of a user with several rows in the component.
+        progress : bool or None
+            tqdm bar over the stages (None: on in a terminal or notebook).
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
 
@@ -827,7 +833,7 @@ class GeoPriv:
 
         return nearest_users(
             self, point, k, rho=rho, eps=eps, method=method, rounds=rounds, split=split,
-            beta=beta, component=component, reduce=reduce, rng=rng,
+            beta=beta, component=component, reduce=reduce, progress=progress, rng=rng,
         )  # fmt: skip
 
     def privatize(

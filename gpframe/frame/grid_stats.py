@@ -215,6 +215,7 @@ def grid_stats(
     error_cap: float | None = None,
     protect_worst_grid: bool = True,
     rollback_incomplete_stage: bool = False,
+    progress: bool | None = None,
 ) -> Any:
     """Private mean and variance of ``value`` per H3 cell under user-level ε-DP.
 
@@ -259,6 +260,9 @@ def grid_stats(
         ``occupancy="private"`` only: key of the public cell-selection hash (default constant).
     kappa, split, error_cap, protect_worst_grid, rollback_incomplete_stage
         Options of Clip-User (:func:`gpframe.queries.clip_user.clip_user_plan`; its defaults).
+    progress : bool or None
+        tqdm bar over the stages with ``occupancy="public"`` (occupancy, Clip-User plan, release,
+        output frame; None: on in a terminal or notebook).
 
     Returns
     -------
@@ -336,26 +340,33 @@ def grid_stats(
             "public_cells, max_cells and max_per_cell apply to occupancy='private' only. "
             f"{_NOTHING}"
         )
-    occ = _occupancy(occupancy, users, cell_keys)
-    rows_u = np.searchsorted(occ.users, users)
-    rows_j = np.searchsorted(occ.cells, cell_keys)
-    run = run_grid_stats(
-        session,
-        occ,
-        rows_u,
-        rows_j,
-        x,
-        lower=lo,
-        upper=hi,
-        epsilon=eps,
-        clip=clip,
-        beta=beta,
-        order=order,
-        rng=rng,
-        plan_options=plan_options,
-        params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
-    )
-    out = _build_frame(run.plan, run.release, p.crs_in)
+    from gpframe.queries.progress import Stages
+
+    with Stages(progress, "grid_stats", 4) as bar:
+        occ = _occupancy(occupancy, users, cell_keys)
+        rows_u = np.searchsorted(occ.users, users)
+        rows_j = np.searchsorted(occ.cells, cell_keys)
+        bar.step("occupancy")
+        run = run_grid_stats(
+            session,
+            occ,
+            rows_u,
+            rows_j,
+            x,
+            lower=lo,
+            upper=hi,
+            epsilon=eps,
+            clip=clip,
+            beta=beta,
+            order=order,
+            rng=rng,
+            plan_options=plan_options,
+            params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
+            on_stage=bar.step,
+        )
+        bar.step("release")
+        out = _build_frame(run.plan, run.release, p.crs_in)
+        bar.step("output frame")
     result = GridStatsResult(
         value=out,
         error=float(np.nanmax(run.release.mean_error)) if run.release.released.any() else None,

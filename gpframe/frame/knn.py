@@ -472,6 +472,7 @@ def nearest_users(
     beta: float = 0.1,
     component: Any = None,
     reduce: str | None = None,
+    progress: bool | None = None,
     rng: Any = None,
 ) -> Any:
     """Find the k users nearest to ``point``, one point per user.
@@ -493,6 +494,8 @@ def nearest_users(
     component, reduce
         Which row is each user's point (see
         :func:`gpframe.queries.range_count.select_component`).
+    progress : bool or None
+        tqdm bar over the stages (budget check, elimination; None: on in a terminal or notebook).
     rng : BitSource or None
 
     Returns
@@ -571,33 +574,37 @@ def nearest_users(
     check_method_parts(amount, **checks)
     from gpframe.ledger.charges import ledger_keys
     from gpframe.queries.nearest import refuse_if_fewer_can_pay, too_few_can_pay
+    from gpframe.queries.progress import Stages
 
-    refuse_if_fewer_can_pay(bound.session, ledger_keys(users), amount, kk)
-    params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
-              "point_m": q.tolist(), "crs_m": p.crs_m.to_string(),
-              "scale_max": float(p.scale_max),
-              "noise_inflation": float(p.noise_inflation)}  # fmt: skip
+    with Stages(progress, "nearest_users", 2) as bar:
+        refuse_if_fewer_can_pay(bound.session, ledger_keys(users), amount, kk)
+        bar.step("budget check")
+        params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
+                  "point_m": q.tolist(), "crs_m": p.crs_m.to_string(),
+                  "scale_max": float(p.scale_max),
+                  "noise_inflation": float(p.noise_inflation)}  # fmt: skip
 
-    def allocations(r: Any) -> np.ndarray:
-        alloc = np.empty(users.size, dtype=object)
-        alloc[:] = [amount if a else Fraction(0) for a in r.admitted.tolist()]
-        return alloc
+        def allocations(r: Any) -> np.ndarray:
+            alloc = np.empty(users.size, dtype=object)
+            alloc[:] = [amount if a else Fraction(0) for a in r.admitted.tolist()]
+            return alloc
 
-    def check(r: Any) -> None:
-        n_adm = int(np.asarray(r.admitted, dtype=bool).sum())
-        if n_adm < kk:  # a writer spent budgets since the read-only check
-            raise too_few_can_pay(n_adm, kk)
-        # backstop on the allocations used; no noise was drawn yet, so a refusal cancels
-        check_method_parts(allocations(r), **checks)
+        def check(r: Any) -> None:
+            n_adm = int(np.asarray(r.admitted, dtype=bool).sum())
+            if n_adm < kk:  # a writer spent budgets since the read-only check
+                raise too_few_can_pay(n_adm, kk)
+            # backstop on the allocations used; no noise was drawn yet, so a refusal cancels
+            check_method_parts(allocations(r), **checks)
 
-    def compute(r: Any) -> Charge[Any]:
-        out = nearest_users_arrays(p.xy[pos], q, kk, kind=kind, amount=allocations(r),
-                                   method=method, rounds=rounds, split=split, beta=b, unit=unit,
-                                   scale_max=p.scale_max, rng=rng)  # fmt: skip
-        return Charge(out, out.charges)
+        def compute(r: Any) -> Charge[Any]:
+            out = nearest_users_arrays(p.xy[pos], q, kk, kind=kind, amount=allocations(r),
+                                       method=method, rounds=rounds, split=split, beta=b, unit=unit,
+                                       scale_max=p.scale_max, rng=rng)  # fmt: skip
+            return Charge(out, out.charges)
 
-    ran = run(bound.session, ledger_keys(users), amount, notion="metric", query="nearest_users",
-              params=params, check=check, compute=compute)  # fmt: skip
+        ran = run(bound.session, ledger_keys(users), amount, notion="metric",
+                  query="nearest_users", params=params, check=check, compute=compute)  # fmt: skip
+        bar.step("elimination")
     out, adm, qid = ran.value, ran.admitted, ran.query_id
     idx = pd.Index(users[adm], name="user")
     return NearestResult(

@@ -26,6 +26,7 @@ Pipeline of :func:`run_grid_stats` (the only function here that touches the ledg
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -382,6 +383,7 @@ def run_grid_stats(
     plan_options: dict[str, Any] | None = None,
     params: dict[str, Any] | None = None,
     max_retries: int = 3,
+    on_stage: Callable[[str], None] | None = None,
 ) -> GridStatsRun:
     """Plan, admit, charge and release.
 
@@ -392,7 +394,8 @@ def run_grid_stats(
     ``epsilon`` is the budget per statistic (``docs/operations/grid_stats.md``): each user is
     charged ``epsilon × 2 × cells kept`` on the central ledger (in the filter's units: ε-DP draws
     compose on a zCDP filter as ε²/2 each). ``values`` must already be in [L, U] and validated; the
-    data's counts must equal ``occ`` (checked, fail closed).
+    data's counts must equal ``occ`` (checked, fail closed). ``on_stage`` (a progress bar's step)
+    is called once the first Clip-User plan is admitted.
     """
     fkind = central_kind(session)
     check_data_matches(occ, rows_u, rows_j)
@@ -417,6 +420,8 @@ def run_grid_stats(
     stat_eps = tuple(eps * STATISTICS * exact(x, "split") for x in split)
     for _attempt in range(max_retries):
         plan, rounds = _admission(session, occ, plan_kw, stat_eps, excluded)
+        if on_stage is not None and _attempt == 0:
+            on_stage("Clip-User plan")
         payers = np.flatnonzero(plan.cells_kept > 0)
         users = occ.users[payers].tolist()
         # one ε-DP draw per statistic per kept cell: ε_mu·|G′| + ε_V·|G′|

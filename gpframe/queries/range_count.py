@@ -12,6 +12,7 @@ ledger driver (:func:`run_range_count`) that reserves, runs, charges and builds 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -21,6 +22,7 @@ import numpy as np
 import pandas as pd
 import shapely
 from numpy.typing import NDArray
+from scipy.optimize import brentq
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
@@ -73,6 +75,33 @@ def _check_region(region: Any, name: str = "region") -> Any:
     return region
 
 
+#: above both (points, boundary segments), a segment tree beats one linear scan of the boundary
+#: per point: 20 000 points to a 29 000-segment coastline, 0.4 s instead of 3 s
+_TREE_MIN_POINTS = 1000
+_TREE_MIN_SEGMENTS = 1000
+
+
+def _boundary_distance(bnd: Any, p: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Distance from each point to the (multi)line ``bnd``, exactly as ``shapely.distance``.
+
+    GEOS measures a point-to-line distance as the minimum of its point-to-segment distances, so the
+    nearest segment of an STRtree of the segments gives the same float, bit for bit, without
+    scanning every segment for every point.
+    """
+    pts = shapely.points(p[:, 0], p[:, 1])
+    if p.shape[0] < _TREE_MIN_POINTS or shapely.get_num_coordinates(bnd) < _TREE_MIN_SEGMENTS:
+        return np.asarray(shapely.distance(bnd, pts), dtype=np.float64)
+    segs = []
+    for ring in shapely.get_parts(bnd):
+        c = shapely.get_coordinates(ring)
+        segs.append(np.stack([c[:-1], c[1:]], axis=1))
+    tree = shapely.STRtree(shapely.linestrings(np.concatenate(segs)))
+    (i_pt, _), dist = tree.query_nearest(pts, return_distance=True, all_matches=False)
+    d = np.full(p.shape[0], np.nan)  # what shapely.distance gives a point the tree skips
+    d[i_pt] = dist
+    return d
+
+
 def signed_distance(xy: Any, region: Any) -> NDArray[np.float64]:
     """Signed distance f(x) to the boundary of ``region``: −dist inside (closed), +dist outside.
 
@@ -99,8 +128,7 @@ def signed_distance(xy: Any, region: Any) -> NDArray[np.float64]:
         raise InvalidInputError(f"xy must have shape (n, 2), got {p.shape}. {_NOTHING}")
     if p.shape[0] == 0:
         return np.zeros(0)
-    bnd = region.boundary
-    d = shapely.distance(bnd, shapely.points(p[:, 0], p[:, 1]))
+    d = _boundary_distance(region.boundary, p)
     inside = shapely.contains_xy(region, p[:, 0], p[:, 1])
     # contains_xy is the open interior: boundary points have d = 0, so their sign does not matter
     return np.where(inside, -d, d)
@@ -155,13 +183,16 @@ def _bands(region: Any, w: float, s: float) -> tuple[float, float]:
     return out, area - inner.area
 
 
-def threshold_shift_polygon(w: float, region: Any, *, iterations: int = 50) -> float:
-    r"""Appendix B shift for any polygon, by bisection on buffered areas.
+def threshold_shift_polygon(w: float, region: Any, *, xtol: float = 1e-9) -> float:
+    r"""Appendix B shift for any polygon: the root of the buffered-band balance.
 
     See ``docs/operations/range_count.md``.
 
     Finds s ∈ [0, w] with area(buffer(R, w−s) \\ R) = area(R \\ buffer(R, −(w+s))). With no sign
-    change: s = 0 when the outer band is already the smaller, else s = w.
+    change: s = 0 when the outer band is already the smaller, else s = w. The gap between the two
+    bands is smooth and decreasing in s, so Brent's method (bracketed, to ``xtol`` × w) needs
+    about ten pairs of buffers where plain bisection needed fifty: each buffer of a coastline
+    polygon with tens of thousands of vertices costs a tenth of a second.
 
     >>> sq = shapely.box(0, 0, 1000, 1000)
     >>> 9.0 < threshold_shift_polygon(100.0, sq) < 10.2   # round corners: a bit below 10.10
@@ -171,38 +202,50 @@ def threshold_shift_polygon(w: float, region: Any, *, iterations: int = 50) -> f
     if not w > 0:
         return 0.0
 
-    def gap(s: float) -> float:
-        o, i = _bands(region, w, s)
-        return o - i  # decreasing in s
+    seen: dict[float, float] = {}
 
-    g0 = gap(0.0)
-    if g0 <= 0:
+    def gap(s: float) -> float:
+        if s not in seen:  # brentq evaluates the ends again: keep their buffers
+            o, i = _bands(region, w, s)
+            seen[s] = o - i  # decreasing in s
+        return seen[s]
+
+    if gap(0.0) <= 0:
         return 0.0
     if gap(w) >= 0:
         return w
-    lo, hi = 0.0, w
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        if gap(mid) > 0:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return float(brentq(gap, 0.0, w, xtol=xtol * w, rtol=4 * np.finfo(float).eps))
 
 
 def shift_for_region(w: Any, region: Any) -> NDArray[np.float64]:
     """Return the shift s per user (θ_i = −s_i) for noise standard deviations ``w``.
 
-    Closed form for rectangles, bisection otherwise, computed once per distinct w. Public inputs
-    only (the range and the noise scales).
+    Closed form for rectangles, Brent's root search otherwise, computed once per distinct w and
+    remembered per (region, w) for later queries. Public inputs only (the range and the noise
+    scales).
     """
     w = np.asarray(w, dtype=np.float64)
     sides = rectangle_sides(region)
     if sides is not None:
         return np.asarray(threshold_shift_rectangle(w, *sides), dtype=np.float64)
     uniq, inv = np.unique(w, return_inverse=True)
-    vals = np.array([threshold_shift_polygon(float(v), region) for v in uniq])
+    key = hashlib.blake2b(shapely.to_wkb(region), digest_size=16).digest()
+    vals = np.array([_cached_shift(key, float(v), region) for v in uniq])
     return vals[inv]
+
+
+#: (region's WKB digest, w) -> shift; a polygon's shift costs seconds on a coastline and
+#: monitors and plans query the same zones at the same noise scales again and again
+_SHIFTS: dict[tuple[bytes, float], float] = {}
+_SHIFTS_MAX = 1024
+
+
+def _cached_shift(key: bytes, w: float, region: Any) -> float:
+    if (key, w) not in _SHIFTS:
+        if len(_SHIFTS) >= _SHIFTS_MAX:
+            _SHIFTS.pop(next(iter(_SHIFTS)))  # the oldest entry
+        _SHIFTS[(key, w)] = threshold_shift_polygon(w, region)
+    return _SHIFTS[(key, w)]
 
 
 def correctness_radius(n: int, beta: float, a: Any, method: str) -> Any:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+
 from gpframe.results.base import Result
 
 __all__ = ["HullResult", "KnnResult", "NearestResult"]
@@ -48,16 +50,29 @@ class HullResult(Result):
         return f"<{len(self.value)} hulls>"
 
     def plot(self, ax: Any = None, **kwargs: Any) -> Any:
-        """Overlay the users' hulls (one colour per user); returns the matplotlib Axes."""
+        """Overlay the users' hulls (one colour per user); returns the matplotlib Axes.
+
+        One polygon collection for all hulls: colours are picked per user here (``cmap``,
+        default ``tab20``, cycling), not by a categorical plot, which draws one layer per user
+        and redraws the figure each time (seconds for a hundred users). Other keyword
+        arguments go to ``GeoSeries.plot``.
+        """
         try:
             import matplotlib.pyplot as plt
+            from matplotlib import colormaps
         except ImportError as exc:  # pragma: no cover - optional extra
             raise ImportError("install gpframe[plot] to use .plot()") from exc
         if ax is None:
             _, ax = plt.subplots(figsize=(7, 6))
         kwargs.setdefault("alpha", 0.35)
         kwargs.setdefault("edgecolor", "0.2")
-        self.value.plot(ax=ax, column=self.value.columns[0], categorical=True, **kwargs)
+        cmap = colormaps[kwargs.pop("cmap", "tab20")]
+        hulls = self.value
+        if len(hulls):
+            codes = pd.factorize(hulls[hulls.columns[0]])[0]
+            n = getattr(cmap, "N", 256)
+            kwargs.setdefault("color", cmap(codes % n))  # integers index the colour table
+            hulls.geometry.plot(ax=ax, **kwargs)
         ax.set_title("convex_hull: private hull per user")
         return ax
 

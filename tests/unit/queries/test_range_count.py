@@ -130,6 +130,22 @@ def test_polygon_shift_by_bisection_balances_buffered_bands():
     assert o == pytest.approx(i, rel=1e-6)
 
 
+def test_polygon_shift_needs_few_buffers(monkeypatch):
+    # each _bands call buffers the region twice: a tenth of a second per buffer on a coastline
+    calls = []
+    real = rc._bands
+
+    def counting(region, w, s):
+        calls.append(s)
+        return real(region, w, s)
+
+    monkeypatch.setattr(rc, "_bands", counting)
+    region = _random_region(3)
+    s = rc.threshold_shift_polygon(80.0, region)
+    assert 0 < s < 80
+    assert len(calls) == len(set(calls)) and len(calls) <= 16
+
+
 # ------------------------------------------------------------------------ range_count_arrays
 
 
@@ -295,3 +311,39 @@ def test_run_range_count_bad_region_leaves_ledger_untouched():
         with pytest.raises(InvalidInputError, match="Nothing was charged"):
             rc.run_range_count(s, _projected(np.zeros((2, 2)), [1, 2]), region, **kw)
     assert s.ledger.snapshot() == snap
+
+
+def test_signed_distance_by_segment_tree_is_bit_identical():
+    # a coastline-like ring (3000 vertices, a hole and a second part) and 5000 points: the tree path
+    ang = np.linspace(0, 2 * np.pi, 3000, endpoint=False)
+    rad = 4000 + 600 * np.sin(9 * ang) + np.random.default_rng(1).uniform(-20, 20, ang.size)
+    shell = np.column_stack([rad * np.cos(ang), rad * np.sin(ang)])
+    region = shapely.MultiPolygon([
+        shapely.Polygon(shell, [shapely.box(-500, -500, 500, 500).exterior.coords]),
+        shapely.box(6000, 0, 7000, 1000),
+    ])  # fmt: skip
+    xy = np.random.default_rng(2).uniform(-6000, 8000, (5000, 2))
+    assert rc._TREE_MIN_POINTS <= len(xy)
+    want = shapely.distance(region.boundary, shapely.points(xy))
+    want = np.where(shapely.contains_xy(region, xy[:, 0], xy[:, 1]), -want, want)
+    assert np.array_equal(rc.signed_distance(xy, region), want)
+
+
+def test_polygon_shift_is_remembered_per_region_and_w(monkeypatch):
+    region = _random_region(4)
+    calls = []
+    real = rc._bands
+
+    def counting(r, w, s):
+        calls.append(s)
+        return real(r, w, s)
+
+    monkeypatch.setattr(rc, "_bands", counting)
+    monkeypatch.setattr(rc, "_SHIFTS", {})
+    first = rc.shift_for_region([60.0, 60.0, 90.0], region)
+    n = len(calls)
+    assert n > 0
+    again = rc.shift_for_region([90.0, 60.0], region)
+    assert len(calls) == n and again.tolist() == [first[2], first[0]]
+    rc.shift_for_region([60.0], shapely.affinity.translate(region, 1.0))  # another region
+    assert len(calls) > n

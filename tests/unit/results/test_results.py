@@ -241,3 +241,33 @@ def test_central_result_without_a_stated_bound_says_so():
     assert "spent_at_most=n/a" in repr(r)
     assert r.to_dict()["spent_at_most"] is None and r.guarantee["amount"] is None
     assert "not stated" in r.privacy_statement()
+
+
+def _hulls(n: int) -> gpd.GeoDataFrame:
+    rng = np.random.default_rng(0)
+    polys = [shapely.MultiPoint(rng.uniform(0, 100, (8, 2)) + 50 * i).convex_hull for i in range(n)]
+    return gpd.GeoDataFrame({"boat": np.arange(n) % (n - 1)}, geometry=polys, crs="EPSG:32618")
+
+
+def test_hull_plot_is_one_collection_with_a_path_per_hull():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gpframe.results import HullResult
+
+    hulls = _hulls(41)  # the last hull is user 0 again
+    ax = HullResult(value=hulls, error=1.0, confidence=0.95).plot()
+    try:
+        # one layer for every hull (a categorical plot draws one per user and redraws each time)
+        assert len(ax.collections) == 1
+        coll = ax.collections[0]
+        assert len(coll.get_paths()) == 41
+        faces = coll.get_facecolors()
+        assert len(faces) == 41 and (faces[0] == faces[-1]).all()  # the same user, one colour
+        assert not (faces[0] == faces[1]).all()
+        empty = HullResult(value=hulls.iloc[:0], error=1.0, confidence=0.95).plot()
+        assert len(empty.collections) == 0
+    finally:
+        plt.close("all")
