@@ -895,6 +895,27 @@ class Located:
         x, y = tr.transform(self.xs, self.ys, errcheck=False)
         return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
 
+    def subset(self, rows: np.ndarray, domain: Any = None) -> Located:
+        """Return the points at positions ``rows``, with their own public ``domain=`` (or ours).
+
+        For a split by a public column (``docs/wide-extents.md``): each part chooses its metric
+        CRS from its own public extent. ``domain`` is validated like ``domain=``.
+
+        Examples
+        --------
+        >>> df = pd.DataFrame({"uid": [1, 2], "lon": [-150.0, -66.0], "lat": [61.0, 18.2]})
+        >>> loc = locate_points(df, user="uid", lon="lon", lat="lat", crs="EPSG:4326")
+        >>> part = loc.subset(np.array([1]), domain=(-68, 17, -65, 19))
+        >>> part.xs.tolist(), part.domain
+        ([-66.0], (-68.0, 17.0, -65.0, 19.0))
+        """
+        dom = self.domain if domain is None else _check_domain(domain)
+        return Located(
+            xs=self.xs[rows], ys=self.ys[rows], users=self.users[rows], index=self.index[rows],
+            crs_in=self.crs_in, coords=self.coords, cols=self.cols, to_crs=self.to_crs,
+            domain=dom, max_scale_error=self.max_scale_error,
+        )  # fmt: skip
+
     def project(self) -> Projected:
         """Choose the metric CRS and project the points to metres (see :func:`resolve_points`)."""
         xy_m, crs_m, rng, back, choice, ext = _project(
