@@ -116,8 +116,8 @@ class GeoPrivAccessor:
             (it is kept in the output). The call stays one query (one query id) and charges each
             user once per part they appear in. Coordinate columns, the geometry and columns
             computed from the points (their UTM zone, their H3 cell) are refused: the released
-            lattice reveals each row's CRS and so its part. ``privatize`` only; the other
-            operations refuse a split. See ``docs/wide-extents.md``.
+            lattice reveals each row's CRS and so its part. ``privatize`` and
+            ``range_count`` only; the other operations refuse a split. See ``docs/wide-extents.md``.
 
         Returns
         -------
@@ -237,6 +237,7 @@ class GeoPriv:
         #: the public column the metric operations split by (gpframe.frame.partition), or None
         self.partition = partition
         self.partition_domains = partition_domains
+        self._split: Any = None
         self.session = session
         #: the validated points in their input CRS (gpframe.geo.Located), or already projected
         self.located = located
@@ -263,12 +264,24 @@ class GeoPriv:
             self._projected = p
         return self._projected
 
+    def _parts(self) -> Any:
+        """Return the parts of ``partition=``, each projected with its own public extent (cached).
+
+        A list of :class:`gpframe.frame.partition.Part`; choosing the CRSs may warn or raise
+        before anything is charged.
+        """
+        if self._split is None:
+            from gpframe.frame.partition import split
+
+            self._split = split(self, _refuse_coordinate_copies)
+        return self._split
+
     def _refuse_partition(self) -> None:
-        """Refuse a split for the operations that do not support one (all but privatize)."""
+        """Refuse a split for the operations that do not support one."""
         if self.partition is not None:
             raise InvalidInputError(
-                f"this operation does not support partition={self.partition!r} (only privatize "
-                "does). Run it once per part instead, each with its own public domain=: "
+                f"this operation does not support partition={self.partition!r} (privatize and "
+                "range_count do). Run it once per part instead, each with its own public domain=: "
                 f"df[df[{self.partition!r}] == part].geopriv(session, ..., domain=box). "
                 "Nothing was charged."
             )
@@ -1056,9 +1069,9 @@ def _privatize_partitioned(
     that part alone would reserve, and so is the actual charge: with ``per="user"`` a user in
     two parts pays ``2 × amount``, with ``per="point"`` ``n × amount`` as without a split.
     """
-    from gpframe.frame.partition import Merged, describe, split
+    from gpframe.frame.partition import Merged, describe
 
-    parts = split(bound, _refuse_coordinate_copies)
+    parts = bound._parts()
     codes, uniques = pd.factorize(pd.Series(bound.located.users), sort=False)
     n_users = len(uniques)
     counts = np.bincount(codes, minlength=n_users).astype(np.int64)

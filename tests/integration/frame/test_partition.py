@@ -185,13 +185,12 @@ def test_missing_partition_values_are_refused() -> None:
         _bound(s, df)
 
 
-@pytest.mark.parametrize("op", ["range_count", "kde", "nearest_users", "grid_stats"])
+@pytest.mark.parametrize("op", ["kde", "nearest_users", "grid_stats"])
 def test_other_operations_refuse_a_partition_uncharged(op: str) -> None:
     s = gp.Session(budget=gp.CGP(rho=1.0), central=gp.DP(epsilon=1.0))
     b = _bound(s)
     before = s.ledger.snapshot()
     calls = {
-        "range_count": lambda: b.range_count(shapely.box(-150, 60, -140, 65), rho=1e-4),
         "kde": lambda: b.kde((-150.0, 60.0), bandwidth_m=1000.0, rho=1e-4),
         "nearest_users": lambda: b.nearest_users((-150.0, 60.0), 1, rho=1e-4),
         "grid_stats": lambda: b.grid_stats(value="uid", bounds=(0, 10), epsilon=1.0, cells=3),
@@ -207,3 +206,43 @@ def test_a_gp_session_and_eps_work_per_part() -> None:
     _bound(s, df).privatize(eps=1e-2, rng=seeded_rng(5))
     want = _parts_of(df) * 1e-2
     assert s.spent().sort_index().to_numpy() == pytest.approx(want.sort_index().to_numpy())
+
+
+def _one_point_each() -> pd.DataFrame:
+    df = _data()
+    return df.groupby("uid", sort=False).tail(1).reset_index(drop=True)
+
+
+def test_range_count_counts_every_part_in_one_query_and_charges_once() -> None:
+    df = _one_point_each()
+    s = gp.Session(budget=gp.CGP(rho=1.0))
+    # a region covering both parts entirely: every user inside
+    region = shapely.MultiPolygon([shapely.box(-170, 50, -130, 72), shapely.box(-68, 17, -65, 19)])
+    res = _bound(s, df).range_count(region, rho=1e-2, method="dist", rng=seeded_rng(6))
+    assert res.value == len(df) and res.error == 0
+    assert s.spent().sort_index().to_numpy() == pytest.approx(np.full(len(df), 1e-2))
+    qids = {q for u in s.spent().index for q in s.history(u)["query_id"]}
+    assert qids == {res.query_id}
+    parts = {p["value"]: p for p in res.params["partitions"]}
+    assert set(parts) == {"AK", "PR"} and parts["AK"]["crs_m"] != parts["PR"]["crs_m"]
+    assert res.params["noise_inflation"] == max(p["noise_inflation"] for p in parts.values())
+
+
+def test_range_count_with_a_trajectory_reads_one_component_per_user() -> None:
+    df = _data()
+    s = gp.Session(budget=gp.CGP(rho=1.0))
+    res = _bound(s, df).range_count(shapely.box(-68, 17, -65, 19), rho=1e-2, reduce="last",
+                                    component=("region", "PR"), rng=seeded_rng(7))  # fmt: skip
+    users_pr = df.loc[df["region"] == "PR", "uid"].nunique()
+    assert res.n_charged == users_pr and res.value == users_pr
+    spent = s.spent()  # elimination: users decided early pay only for the rounds they ran
+    assert len(spent) == users_pr and ((spent > 0) & (spent <= 1e-2)).all()
+
+
+def test_range_count_refuses_allocations_with_a_partition_uncharged() -> None:
+    s = gp.Session(budget=gp.CGP(rho=1.0))
+    b = _bound(s, _one_point_each())
+    before = s.ledger.snapshot()
+    with pytest.raises(InvalidInputError, match="allocations= is not supported"):
+        b.range_count(shapely.box(-68, 17, -65, 19), allocations=1e-2)
+    assert s.ledger.snapshot() == before
