@@ -1199,6 +1199,16 @@ class MetricFrame:
     #: runs in projected metres with shapely only: pyproj objects crashed the process when
     #: used from DuckDB's worker threads
     footprint: Any = field(repr=False, compare=False)
+    #: the smallest point scale factor over :attr:`extent`
+    scale_min: float = 1.0
+
+    @property
+    def noise_inflation(self) -> float:
+        """Worst ground noise over :attr:`extent` as a multiple of the nominal noise.
+
+        ``scale_max / scale_min`` (:func:`noise_inflation`; ``docs/wide-extents.md``).
+        """
+        return noise_inflation((self.scale_min, self.scale_max))
 
     def outside(self, xy: np.ndarray) -> np.ndarray:
         """Boolean mask of the points (metres of :attr:`crs`) outside the projected extent."""
@@ -1237,8 +1247,8 @@ def metric_frame(crs: Any, domain: Any = None, *, name: str = "crs") -> MetricFr
     Examples
     --------
     >>> f = metric_frame("EPSG:32724")
-    >>> f.crs.to_epsg(), round(f.scale_max, 6)
-    (32724, 1.000981)
+    >>> f.crs.to_epsg(), round(f.scale_max, 6), round(f.noise_inflation, 6)
+    (32724, 1.000981, 1.001382)
     >>> f.outside(np.array([[500_000.0, 8_800_000.0], [-37.05, -10.9]])).tolist()
     [False, True]
     """
@@ -1247,7 +1257,7 @@ def metric_frame(crs: Any, domain: Any = None, *, name: str = "crs") -> MetricFr
     _warn_named_inflation(crs_m, rng, ext, source, name, crs_m.geodetic_crs)
     return MetricFrame(
         crs=crs_m, scale_max=max(1.0, rng[1]), extent=ext, source=source,
-        label=crs_m.to_string(), footprint=_footprint(crs_m, ext),
+        label=crs_m.to_string(), footprint=_footprint(crs_m, ext), scale_min=rng[0],
     )  # fmt: skip
 
 
