@@ -73,13 +73,19 @@ def test_every_metric_sql_query_records_the_crs_and_its_inflation() -> None:
     wkb = shapely.to_wkb(shapely.box(-1e4, -1e4, 1e4, 1e4))
     con.execute("SELECT gp_in_region(user_id, x, y, $w, 1e-4, 5) FROM "
                 "(SELECT DISTINCT ON (user_id) * FROM pts)", {"w": wkb}).fetchall()  # fmt: skip
+    con.execute("SELECT gp_kde_contribution(user_id, x, y, 0.0, 0.0, 5000.0, 1e-4, 5) FROM "
+                "(SELECT DISTINCT ON (user_id) * FROM pts)").fetchall()  # fmt: skip
+    con.execute("SELECT gp_knn(user_id, list(x), list(y), 0.0, 0.0, 2, 1e-4) FROM pts "
+                "GROUP BY user_id").fetchall()  # fmt: skip
     gp.duckdb.nearest_users(con, "SELECT DISTINCT ON (user_id) * FROM pts", user="user_id",
                             x="x", y="y", point=(0.0, 0.0), k=1, rho=1e-3).fetchall()  # fmt: skip
     gp.duckdb.kde_raster(con, "SELECT DISTINCT ON (user_id) * FROM pts", user="user_id", x="x",
                          y="y", bandwidth_m=5000, cell_m=2000, rho=1e-4).fetchall()  # fmt: skip
     got = _params(s)
-    assert {"gp_privatize", "gp_in_region", "nearest_users", "kde_raster"} <= set(got)
-    for name in ("gp_privatize", "gp_in_region", "nearest_users", "kde_raster"):
+    names = ("gp_privatize", "gp_in_region", "gp_kde_contribution", "gp_knn", "nearest_users",
+             "kde_raster")  # fmt: skip
+    assert set(names) <= set(got), set(got)
+    for name in names:
         p = got[name]
         assert p["noise_inflation"] == pytest.approx(reg.noise_inflation), name
         assert p["scale_max"] == pytest.approx(reg.scale_max), name
