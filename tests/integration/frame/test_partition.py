@@ -246,3 +246,22 @@ def test_range_count_refuses_allocations_with_a_partition_uncharged() -> None:
     with pytest.raises(InvalidInputError, match="allocations= is not supported"):
         b.range_count(shapely.box(-68, 17, -65, 19), allocations=1e-2)
     assert s.ledger.snapshot() == before
+
+
+def test_a_column_copying_the_coordinates_is_refused_as_a_partition() -> None:
+    df = _data().assign(lon_copy=lambda d: d["lon"])
+    s = gp.Session(budget=gp.CGP(rho=1.0))
+    before = s.ledger.snapshot()
+    with pytest.raises(InvalidInputError, match="holds the point coordinates"):
+        df.geopriv(s, user="uid", lon="lon", lat="lat", crs="EPSG:4326", partition="lon_copy")
+    assert s.ledger.snapshot() == before
+
+
+def test_the_split_output_keeps_only_released_and_public_columns() -> None:
+    df = _data().assign(speed=lambda d: d["lon"] * 0.37 + 12.0)  # location-derived, private
+    s = gp.Session(budget=gp.CGP(rho=1.0))
+    with pytest.warns(gp.GpframeWarning, match="speed"):
+        out = _bound(s, df).privatize(rho=1e-4, rng=seeded_rng(8))
+    assert "speed" not in out.columns
+    assert set(out.columns) == {"uid", "region", "lon", "lat", "geometry"}
+    assert not np.isin(out["lon"].to_numpy(), df["lon"].to_numpy()).any()
