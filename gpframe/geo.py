@@ -895,6 +895,27 @@ class Located:
         x, y = tr.transform(self.xs, self.ys, errcheck=False)
         return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
 
+    def subset(self, rows: np.ndarray, domain: Any = None) -> Located:
+        """Return the points at positions ``rows``, with their own public ``domain=`` (or ours).
+
+        For a split by a public column (``docs/wide-extents.md``): each part chooses its metric
+        CRS from its own public extent. ``domain`` is validated like ``domain=``.
+
+        Examples
+        --------
+        >>> df = pd.DataFrame({"uid": [1, 2], "lon": [-150.0, -66.0], "lat": [61.0, 18.2]})
+        >>> loc = locate_points(df, user="uid", lon="lon", lat="lat", crs="EPSG:4326")
+        >>> part = loc.subset(np.array([1]), domain=(-68, 17, -65, 19))
+        >>> part.xs.tolist(), part.domain
+        ([-66.0], (-68.0, 17.0, -65.0, 19.0))
+        """
+        dom = self.domain if domain is None else _check_domain(domain)
+        return Located(
+            xs=self.xs[rows], ys=self.ys[rows], users=self.users[rows], index=self.index[rows],
+            crs_in=self.crs_in, coords=self.coords, cols=self.cols, to_crs=self.to_crs,
+            domain=dom, max_scale_error=self.max_scale_error,
+        )  # fmt: skip
+
     def project(self) -> Projected:
         """Choose the metric CRS and project the points to metres (see :func:`resolve_points`)."""
         xy_m, crs_m, rng, back, choice, ext = _project(
@@ -1178,6 +1199,16 @@ class MetricFrame:
     #: runs in projected metres with shapely only: pyproj objects crashed the process when
     #: used from DuckDB's worker threads
     footprint: Any = field(repr=False, compare=False)
+    #: the smallest point scale factor over :attr:`extent`
+    scale_min: float = 1.0
+
+    @property
+    def noise_inflation(self) -> float:
+        """Worst ground noise over :attr:`extent` as a multiple of the nominal noise.
+
+        ``scale_max / scale_min`` (:func:`noise_inflation`; ``docs/wide-extents.md``).
+        """
+        return noise_inflation((self.scale_min, self.scale_max))
 
     def outside(self, xy: np.ndarray) -> np.ndarray:
         """Boolean mask of the points (metres of :attr:`crs`) outside the projected extent."""
@@ -1216,8 +1247,8 @@ def metric_frame(crs: Any, domain: Any = None, *, name: str = "crs") -> MetricFr
     Examples
     --------
     >>> f = metric_frame("EPSG:32724")
-    >>> f.crs.to_epsg(), round(f.scale_max, 6)
-    (32724, 1.000981)
+    >>> f.crs.to_epsg(), round(f.scale_max, 6), round(f.noise_inflation, 6)
+    (32724, 1.000981, 1.001382)
     >>> f.outside(np.array([[500_000.0, 8_800_000.0], [-37.05, -10.9]])).tolist()
     [False, True]
     """
@@ -1226,7 +1257,7 @@ def metric_frame(crs: Any, domain: Any = None, *, name: str = "crs") -> MetricFr
     _warn_named_inflation(crs_m, rng, ext, source, name, crs_m.geodetic_crs)
     return MetricFrame(
         crs=crs_m, scale_max=max(1.0, rng[1]), extent=ext, source=source,
-        label=crs_m.to_string(), footprint=_footprint(crs_m, ext),
+        label=crs_m.to_string(), footprint=_footprint(crs_m, ext), scale_min=rng[0],
     )  # fmt: skip
 
 

@@ -289,6 +289,7 @@ def kde_raster(
             session, keys, xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=amount,
             correct=bool(correct), scale_max=1 if units is None else units.scale_max,
             crs_m=None if units is None else units.crs.to_string(), rng=reg.rng,
+            noise_inflation=reg.noise_inflation,
             bandwidth_arg=bandwidth_m,
         )  # fmt: skip
     dens = np.asarray(r.value, dtype=np.float64)

@@ -337,7 +337,7 @@ def _run(
         admitted = _u.charge_batch(
             session, ledger_keys(uniques), alloc, work_and_charge, query=fname,
             params={**params, _PARAM[kind]: sorted({float(a) for a in amounts})[:16],
-                    "source": "duckdb"},
+                    "source": "duckdb", **_u.metric_params(reg)},
             kind=None,
         )[codes]  # fmt: skip
         _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
@@ -899,7 +899,7 @@ def nearest_users(
                   scale_max=scale_max)  # fmt: skip
     check_method_parts(amount, **checks)  # before reserving: nothing charged on refusal
     params = {"method": method, "rounds": rounds, "split": split, "beta": b, "k": kk,
-              "point_m": q.tolist(), "source": "duckdb"}  # fmt: skip
+              "point_m": q.tolist(), "source": "duckdb", **_u.metric_params(reg)}  # fmt: skip
     refuse_if_fewer_can_pay(session, ledger_keys(users), amount, kk, prefix=f"{fname}: ")
 
     def allocations(admitted: np.ndarray) -> np.ndarray:

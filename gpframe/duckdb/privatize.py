@@ -313,7 +313,8 @@ def _privatize_batch(
     filter_kind(session)  # a session without a metric budget: refuse before any write
     ledger = session.ledger
     alloc = _units_of_sum(ledger, mode, [(a, c) for (_, a), c in zip(exact, cnts, strict=True)])
-    params = {param: [f for f, _ in exact[:16]], "rows": len(xs), "source": "duckdb"}
+    params = {param: [f for f, _ in exact[:16]], "rows": len(xs), "source": "duckdb",
+              **_u.metric_params(reg)}  # fmt: skip
     noisy = np.full(xy.shape, np.nan)
     released = np.zeros(len(xs), dtype=bool)
 

@@ -69,6 +69,30 @@ class UdfRegistration:
         """The declared CRS's largest scale factor over its public extent (1 without a CRS)."""
         return 1.0 if self.units is None else float(self.units.scale_max)
 
+    @property
+    def noise_inflation(self) -> float:
+        """Worst ground noise over the declared CRS's public extent, as a multiple of nominal.
+
+        ``scale_max / scale_min`` of ``register(crs=, domain=)`` (1 without a CRS); see
+        ``docs/wide-extents.md`` and ``docs/sql.md``.
+        """
+        return 1.0 if self.units is None else float(self.units.noise_inflation)
+
+    @property
+    def crs_m(self) -> str | None:
+        """The declared metre CRS as text (``EPSG:32618``), or None (metres unchecked)."""
+        return None if self.units is None else str(self.units.label)
+
+
+def metric_params(reg: Any) -> dict[str, Any]:
+    """Return the declared CRS, its ``scale_max`` and noise inflation for a query's params.
+
+    Every metric SQL query records them in the ledger (``session.report(query_id=...)``
+    shows the curator the factor the noise was calibrated with; ``docs/sql.md``).
+    """
+    return {"crs_m": reg.crs_m, "scale_max": float(reg.scale_max),
+            "noise_inflation": float(reg.noise_inflation)}  # fmt: skip
+
 
 class Registry:
     """Connection -> registration; weak where the connection type allows it."""
@@ -597,7 +621,8 @@ def elimination_batch(
 
         admitted = charge_batch(
             session, ledger_keys(uniques), per_user_sum(codes, n_u, per_row), work, query=fname,
-            params={"method": method, "split": SPLIT, "beta": BETA, **params, "source": "duckdb"},
+            params={"method": method, "split": SPLIT, "beta": BETA, **params, "source": "duckdb",
+                    **metric_params(reg)},
             kind=None,
         )[codes]  # fmt: skip
         tally(reg, int(admitted.sum()), int((~admitted).sum()))

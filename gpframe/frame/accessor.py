@@ -74,6 +74,7 @@ class GeoPrivAccessor:
         to_crs: Any = None,
         domain: Any = None,
         public: Any = None,
+        partition: Any = None,
     ) -> GeoPriv:
         """Validate the columns and points and bind ``session``.
 
@@ -107,6 +108,16 @@ class GeoPrivAccessor:
             ``user`` column. The index is always kept. Every other column is dropped from the
             outputs, with a warning naming it. The coordinate columns (``x``/``y``,
             ``lon``/``lat``, the active geometry) cannot be public.
+        partition : str, optional
+            A public column to split by: each part gets its own metric CRS, chosen from its own
+            public extent (``domain={part: box, ...}``, one box for all, or the part's data
+            extent rounded outward to whole degrees), so country- or continent-wide data is
+            noised at the inflation of each part's small extent. The column is declared public
+            (it is kept in the output). The call stays one query (one query id) and charges each
+            user once per part they appear in. Coordinate columns, the geometry and columns
+            computed from the points (their UTM zone, their H3 cell) are refused: the released
+            lattice reveals each row's CRS and so its part. ``privatize`` and
+            ``range_count`` only; the other operations refuse a split. See ``docs/wide-extents.md``.
 
         Returns
         -------
@@ -122,6 +133,9 @@ class GeoPrivAccessor:
             )
         # Validation only: the metric CRS is chosen on first use by an operation that needs
         # metres (GeoPriv.projected); grid_stats works on H3 cells of the lon/lat as given.
+        from collections.abc import Mapping
+
+        per_part = partition is not None and isinstance(domain, Mapping)
         located = locate_points(
             self._obj,
             user=user,
@@ -131,12 +145,32 @@ class GeoPrivAccessor:
             lat=lat,
             crs=crs,
             to_crs=to_crs,
-            domain=domain,
+            domain=None if per_part else domain,
         )
+        domains = None
+        if partition is not None:
+            from gpframe.frame.partition import check_partition
+
+            prot = protected_columns(self._obj, (*located.coords, x, y, lon, lat))
+            domains = check_partition(self._obj, partition, located=located, protected=prot,
+                                      to_crs=to_crs, domain=domain)  # fmt: skip
+            public = _with(public, partition)
         cols = public_columns(self._obj, user=user, x=x, y=y, lon=lon, lat=lat, public=public,
                               coords=located.coords)  # fmt: skip
         _refuse_coordinate_copies(self._obj, cols[1:], located)
-        return GeoPriv(self._obj, session, located, user=user, public=cols)
+        return GeoPriv(self._obj, session, located, user=user, public=cols, partition=partition,
+                       partition_domains=domains)  # fmt: skip
+
+
+def _with(public: Any, name: Any) -> list[Any]:
+    """``public=`` with ``name`` added (a partition column is public: it is in the output)."""
+    if public is None:
+        names: list[Any] = []
+    elif isinstance(public, (str, bytes)) or not hasattr(public, "__iter__"):
+        names = [public]
+    else:
+        names = list(public)
+    return names if name in names else [*names, name]
 
 
 def public_columns(frame: pd.DataFrame, *, user: str, x: Any = None, y: Any = None,
@@ -196,8 +230,14 @@ class GeoPriv:
         *,
         user: str,
         public: tuple[Any, ...] | None = None,
+        partition: Any = None,
+        partition_domains: dict[Any, Any] | None = None,
     ) -> None:
         self.frame = frame
+        #: the public column the metric operations split by (gpframe.frame.partition), or None
+        self.partition = partition
+        self.partition_domains = partition_domains
+        self._split: Any = None
         self.session = session
         #: the validated points in their input CRS (gpframe.geo.Located), or already projected
         self.located = located
@@ -217,11 +257,34 @@ class GeoPriv:
         raise (:class:`~gpframe.errors.CRSError`) or warn (the data-extent convenience path),
         before anything is charged.
         """
+        self._refuse_partition()
         if self._projected is None:
             p = self.located.project()
             _refuse_coordinate_copies(self.frame, self.public[1:], p)
             self._projected = p
         return self._projected
+
+    def _parts(self) -> Any:
+        """Return the parts of ``partition=``, each projected with its own public extent (cached).
+
+        A list of :class:`gpframe.frame.partition.Part`; choosing the CRSs may warn or raise
+        before anything is charged.
+        """
+        if self._split is None:
+            from gpframe.frame.partition import split
+
+            self._split = split(self, _refuse_coordinate_copies)
+        return self._split
+
+    def _refuse_partition(self) -> None:
+        """Refuse a split for the operations that do not support one."""
+        if self.partition is not None:
+            raise InvalidInputError(
+                f"this operation does not support partition={self.partition!r} (privatize and "
+                "range_count do). Run it once per part instead, each with its own public domain=: "
+                f"df[df[{self.partition!r}] == part].geopriv(session, ..., domain=box). "
+                "Nothing was charged."
+            )
 
     def __repr__(self) -> str:
         p = self.located
@@ -922,6 +985,9 @@ class GeoPriv:
         kind, amount = metric_amount(rho, eps, example=".privatize(rho=1e-4)")
         _pv.check_amount(kind, per, amount)
         probability(beta)
+        if self.partition is not None:
+            return _privatize_partitioned(self, kind=kind, amount=amount, per=per, beta=beta,
+                                         progress=progress, rng=rng)  # fmt: skip
         p = self.projected
         codes, uniques = pd.factorize(pd.Series(p.users), sort=False)
         n_users = len(uniques)
@@ -1000,6 +1066,107 @@ class GeoPriv:
         return frame
 
 
+def _privatize_partitioned(
+    bound: GeoPriv, *, kind: str, amount: Fraction, per: str, beta: float, progress: Any, rng: Any
+) -> Any:
+    """Privatize each part in its own metric CRS under one query id (``gpframe.frame.partition``).
+
+    Each user's allocation is the sum over the parts they appear in of what a privatize call on
+    that part alone would reserve, and so is the actual charge: with ``per="user"`` a user in
+    two parts pays ``2 × amount``, with ``per="point"`` ``n × amount`` as without a split.
+    """
+    from gpframe.frame.partition import Merged, describe
+
+    parts = bound._parts()
+    codes, uniques = pd.factorize(pd.Series(bound.located.users), sort=False)
+    n_users = len(uniques)
+    counts = np.bincount(codes, minlength=n_users).astype(np.int64)
+    ledger = bound.session.ledger
+    alloc_units = np.zeros(n_users, dtype=np.int64)
+    too_big = np.zeros(n_users, dtype=bool)
+    local = []
+    for part in parts:
+        p = part.projected
+        lc, lu = pd.factorize(codes[part.rows], sort=False)
+        lu = np.asarray(lu, dtype=np.int64)
+        lcounts = np.bincount(lc, minlength=len(lu)).astype(np.int64)
+        _check_coordinates(p.xy)
+        _preflight(kind, amount, per, lcounts, float(p.scale_max))
+        mult = np.ones(len(lu), np.int64) if per == "user" else lcounts
+        u, big = ledger.units_for("metric", amount, mult, kind=kind)
+        over = big | (alloc_units[lu] > LedgerUnits.MAX - u)
+        too_big[lu] |= over
+        alloc_units[lu] = np.where(over, 0, alloc_units[lu] + np.where(over, 0, u))
+        local.append((lc, lu, lcounts))
+    if "geometry" not in bound.protected:  # a DataFrame input gets a new geometry column
+        from gpframe.release import check_reserved
+
+        check_reserved(bound.public, ["geometry"], "privatize")
+    fkind = filter_kind(bound.session)
+    described = describe(parts)
+    worst = max(parts, key=lambda q: q.projected.noise_inflation).projected
+    params = {
+        amount_keyword(kind): float(amount),
+        "per": per,
+        "beta": float(beta),
+        "n_points": len(bound.located),
+        "partition": str(bound.partition),
+        "partitions": described,
+    }
+    alloc_in = alloc_units.copy()
+    alloc_in[too_big] = LedgerUnits.MAX
+    n = len(bound.located)
+
+    def compute(r: Any) -> Any:
+        admitted = np.asarray(r.admitted, dtype=bool) & ~too_big
+        act_u = np.zeros(n_users, dtype=np.int64)
+        act_f = np.zeros(n_users, dtype=np.float64)
+        xy = np.full((n, 2), np.nan)
+        xs, ys = np.full(n, np.nan), np.full(n, np.nan)
+        released = np.zeros(n, dtype=bool)
+        err = np.full(n_users, np.nan)
+        calls, guarantees, err_all = 0, [], np.nan
+        for part, (lc, lu, lcounts) in zip(parts, local, strict=True):
+            p = part.projected
+            out = _pv.privatize_points(
+                p.xy, lc, len(lu), kind=kind, amount=amount, per=per,  # type: ignore[arg-type]
+                admitted=admitted[lu], scale_max=float(p.scale_max), beta=float(beta), rng=rng,
+                progress=progress,
+            )  # fmt: skip
+            u, f = _actual_units(ledger, fkind, kind, per, out, lcounts, len(lu))
+            act_u[lu] += u
+            act_f[lu] += f
+            xy[part.rows] = out.xy
+            released[part.rows] = out.released
+            if out.released.any():
+                rows = part.rows[out.released]
+                xs[rows], ys[rows] = p.to_input_crs(out.xy[out.released])
+            err[lu] = np.fmax(err[lu], out.max_error_m)
+            err_all = np.fmax(err_all, out.max_error_all_m)
+            calls += out.n_calls
+            guarantees += list(out.guarantees)
+        merged = Merged(xy, err, float(err_all), calls, guarantees)
+        return Charge((admitted, merged, released, (xs, ys), act_f), act_u, units=True)
+
+    ran = run(
+        bound.session, ledger_keys(uniques), alloc_in, notion="metric", query="privatize",
+        params=params, units=True, compute=compute,
+    )  # fmt: skip
+    admitted, merged, released, xy_in, act_f = ran.value
+    frame = _build_output(bound.frame, bound.located, merged.xy, released, bound.public,
+                              stacklevel=5, xy_in=xy_in)  # fmt: skip
+    result = _pv.make_privatize_result(
+        kind=kind, amount=amount, per=per, beta=float(beta), users=uniques, counts=counts,
+        admitted=admitted, charges=act_f, out=merged, query_id=ran.query_id, fkind=fkind,
+        projected=worst, allocations=_unit_floats(ledger, alloc_units),
+    )  # fmt: skip
+    # the top-level crs_m / scale_max / noise_inflation are the worst part's; each part's own
+    # are in params["partitions"]
+    result.params.update(partition=str(bound.partition), partitions=described)
+    frame.attrs["geopriv"] = result.to_attr()
+    return frame
+
+
 def _actual_units(
     ledger: Any, fkind: str, kind: str, per: str, out: Any, counts: np.ndarray, n_users: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -1075,12 +1242,16 @@ def _build_output(
     public: Any = None,
     *,
     stacklevel: int = 4,
+    xy_in: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Any:
     """Build the output from nothing: noisy points in the input CRS, index, public columns.
 
-    Unreleased rows get empty geometry (and NaN coordinates). An input bound by x=/y= (or
-    lon=/lat=) gets those columns back holding the noisy coordinates; a GeoDataFrame input its
-    geometry column. Nothing else of the input is copied (:func:`gpframe.release.release_frame`).
+    ``xy_in``: the released points already in the input CRS (NaN where unreleased), for a
+    split whose parts were noised in different metric CRSs; ``p`` then only gives the
+    coordinate columns and the input CRS. Unreleased rows get empty geometry (and NaN
+    coordinates). An input bound by x=/y= (or lon=/lat=) gets those columns back holding the
+    noisy coordinates; a GeoDataFrame input its geometry column. Nothing else of the input is
+    copied (:func:`gpframe.release.release_frame`).
     """
     import geopandas as gpd
 
@@ -1088,7 +1259,9 @@ def _build_output(
 
     xs = np.full(len(p), np.nan)
     ys = np.full(len(p), np.nan)
-    if released.any():
+    if xy_in is not None:
+        xs, ys = xy_in
+    elif released.any():
         bx, by = p.to_input_crs(xy_m[released])
         xs[released], ys[released] = bx, by
     geom = gpd.points_from_xy(xs, ys, crs=p.crs_in)

@@ -293,6 +293,9 @@ def grid_stats(
     from gpframe.queries.grid_stats import central_kind, run_grid_stats
 
     # H3 cells of the lon/lat as given: no metric CRS is chosen, so no extent is too wide
+    if getattr(bound, "partition", None) is not None:
+        # cells need no metric CRS, so a split would only multiply the charges
+        bound._refuse_partition()
     frame, session, p = bound.frame, bound.session, bound.located
     central_kind(session)
     if clip not in CLIPS:

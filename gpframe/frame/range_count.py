@@ -251,6 +251,10 @@ def range_count(
     _check_options(method, rounds, split, beta)
     plan = allocations if isinstance(allocations, SessionPlan) else None
     _check_amount(session, rho, eps, allocations)
+    if getattr(bound, "partition", None) is not None:
+        return _range_count_parts(bound, region, rho=rho, eps=eps, method=method, rounds=rounds,
+                                  split=split, beta=beta, component=component, reduce=reduce,
+                                  allocations=allocations, progress=progress, rng=rng)  # fmt: skip
     p = bound.projected
     users_all = np.asarray(p.users)
     pos = select_component(
@@ -327,6 +331,77 @@ def range_count(
         crs_m=p.crs_m.to_string(), scale_max=float(p.scale_max),
         noise_inflation=float(p.noise_inflation),
     ), confidence=1.0 - float(beta), kind=session.ledger.kind["metric"])  # fmt: skip
+
+
+def _range_count_parts(bound: Any, region: Any, *, rho: Any, eps: Any, method: str, rounds: int,
+                       split: str, beta: float, component: Any, reduce: Any, allocations: Any,
+                       progress: Any, rng: Any) -> RangeCountResult:  # fmt: skip
+    """``range_count`` over a split by a public column (``docs/wide-extents.md``).
+
+    Each user's one point (the component, selected over the whole frame) lies in one part; the
+    region is projected to every part's metric CRS and each region is one query (one query id)
+    covering all parts: a user is charged as in a count over their own part alone.
+    """
+    from gpframe.frame.partition import describe
+    from gpframe.queries.privatize import progress_enabled
+    from gpframe.queries.range_count_parts import run_range_count_parts
+
+    if allocations is not None:
+        raise InvalidInputError(
+            f"allocations= is not supported with partition={bound.partition!r}; pass rho= or "
+            f"eps=. {_NOTHING}"
+        )
+    parts = bound._parts()
+    users_all = np.asarray(bound.located.users)
+    pos = select_component(bound.frame, users_all, component, reduce, operation="range_count",
+                           skip=(bound.user, *bound.protected))  # fmt: skip
+    if pos.size == 0:
+        raise InvalidInputError(
+            f"the selected component has no rows: nobody to count. Check component={component!r}. "
+            f"{_NOTHING}"
+        )
+    chosen = np.zeros(len(users_all), dtype=bool)
+    chosen[pos] = True
+    subs: list[tuple[Any, list[Any]]] = []
+    for part in parts:
+        local = np.flatnonzero(chosen[part.rows])
+        if not local.size:
+            continue
+        pp = part.projected
+        polys, labels, series, crs, many = _regions(region, pp)
+        sub = dataclasses.replace(pp, xy=pp.xy[local], users=np.asarray(pp.users)[local],
+                                  index=pp.index[local], crs_in=pp.crs_m)  # fmt: skip
+        subs.append((sub, polys))
+    described = describe(parts)
+    extra = {"partition": str(bound.partition), "partitions": described}
+    iterator: Any = range(len(subs[0][1]))
+    if len(subs[0][1]) > 1 and progress_enabled(progress):
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(iterator, desc="range_count", unit="region")
+    rows: list[dict[str, Any]] = []
+    results: list[Result] = []
+    for i in iterator:
+        res = run_range_count_parts(
+            bound.session, [(sub, polys[i]) for sub, polys in subs], rho=rho, eps=eps,
+            method=method, rounds=int(rounds), split=split, beta=beta, rng=rng, params=extra,
+        )  # fmt: skip
+        results.append(res)
+        rows.append(dict(
+            count=int(res.value), error=float(res.error), n_charged=res.n_charged,
+            n_excluded=res.n_excluded, saving=res.saved, n_low=res.params["n_low"],
+            n_high=res.params["n_high"], n_undecided=res.params["n_undecided"],
+            rounds_histogram=list(res.params["rounds_histogram"]), query_id=res.query_id,
+        ))  # fmt: skip
+    worst = max(parts, key=lambda q: q.projected.noise_inflation).projected
+    return _combine(results, rows, labels, series, crs, many, users_all[pos], None, None,
+                    params=dict(
+        method=method, rounds=int(rounds), split=split, beta=beta,
+        rho=None if rho is None else float(rho), eps=None if eps is None else float(eps),
+        component=repr(component), reduce=reduce, n_regions=len(subs[0][1]),
+        crs_m=worst.crs_m.to_string(), scale_max=float(worst.scale_max),
+        noise_inflation=float(worst.noise_inflation), **extra,
+    ), confidence=1.0 - float(beta), kind=bound.session.ledger.kind["metric"])  # fmt: skip
 
 
 def _combine(

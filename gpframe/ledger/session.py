@@ -1715,7 +1715,9 @@ class Session:
         filter's units; an excluded user's allocation is NaN), notion and kind. This is where
         the per-user charges and exclusions of a central-DP query are read: its published
         result holds none of them (SECURITY.md, "What a published result contains"). It names
-        users: it is for the curator, not for publication.
+        users: it is for the curator, not for publication. ``attrs["params"]`` holds the
+        parameters the query recorded (for a metric query: its ``crs_m``, ``scale_max`` and
+        ``noise_inflation``, see ``docs/wide-extents.md``).
 
         Raises
         ------
@@ -1795,6 +1797,8 @@ class Session:
         out["allocation"] = out["allocation"].astype(np.float64)
         out["charge"] = out["charge"].astype(np.float64)
         out.insert(4, "saved", (out["allocation"] - out["charge"]).fillna(0.0))
+        if isinstance(params, dict):  # what the query recorded (the CRS and its factors...)
+            out.attrs["params"] = {k: v for k, v in params.items() if k != EXCLUDED_KEY}
         return out
 
     def history(self, user: object) -> pd.DataFrame:

@@ -73,8 +73,16 @@ THIN_WRAPPERS: dict[str, str] = {
     "gpframe.frame.accessor": (
         "GeoPriv.privatize reserves and calls gpframe.queries.privatize.privatize_points "
         "(audited) with the reserved amount and the projection's scale_max; the query methods "
-        "delegate to the gpframe.frame modules. Charging: frame/test_accessor.py, "
+        "delegate to the gpframe.frame modules; with partition= it reserves once and calls "
+        "privatize_points per part with that part's scale_max. Charging: frame/test_accessor.py, "
+        "frame/test_partition.py, "
         "guarantees/test_charge_before_release.py"
+    ),
+    "gpframe.queries.range_count_parts": (
+        "range_count over a split by a public column: one reservation, then "
+        "gpframe.queries.range_count.range_count_arrays (audited) on each part with the reserved "
+        "allocations, the part's metres and its projection's scale_max, at beta / k per part. "
+        "Charges and query id: tests/integration/frame/test_partition.py"
     ),
     "gpframe.duckdb.udf": (
         "plumbing of the DuckDB UDFs (checked_rng, charge_batch: reserve, run, charge under one "

@@ -183,6 +183,39 @@ def _privatize_public(ctx: Ctx) -> Any:
     return out
 
 
+@case(name="privatize/accessor/partition", frontend="accessor",
+      covers=("accessor.privatize",),
+      modules=(ACC, "gpframe.frame.partition", QF + "privatize", "gpframe.geo"))  # fmt: skip
+def _privatize_partition(ctx: Ctx) -> Any:
+    # a split by a public column (each part its own metric CRS, one query): the output keeps the
+    # partition column, released points and the declared-public columns only
+    d = ctx.data.lonlat.drop(columns=["lon", "lat"])
+    d = d.assign(fleet=np.where(np.arange(len(d)) % 3 == 0, "north", "south"))
+    box = (-1.0, 42.0, 2.0, 45.0)
+    b = d.geopriv(ctx.session, user="uid", partition="fleet",
+                  domain={"north": box, "south": (-2.0, 41.0, 3.0, 46.0)})  # fmt: skip
+    out = b.privatize(rho=1e-8, rng=ctx.rng(6))
+    assert "fleet" in out.columns, "the partition column is public and kept"
+    return out
+
+
+@case(name="range_count/accessor/partition", frontend="accessor",
+      covers=("accessor.range_count",),
+      modules=(ACC, "gpframe.frame.range_count", "gpframe.frame.partition",
+               QF + "range_count_parts", QF + "range_count"))  # fmt: skip
+def _range_count_partition(ctx: Ctx) -> Any:
+    import geopandas as gpd
+    import shapely
+
+    d = ctx.data.lonlat.drop(columns=["lon", "lat"])
+    d = d.assign(fleet=np.where(np.arange(len(d)) % 3 == 0, "north", "south"))
+    b = d.geopriv(ctx.session, user="uid", partition="fleet",
+                  domain={"north": (-1.0, 42.0, 2.0, 45.0),
+                          "south": (-2.0, 41.0, 3.0, 46.0)})  # fmt: skip
+    zone = gpd.GeoSeries([shapely.box(*REGION)], crs=CRS_M)  # a region in another CRS
+    return b.range_count(zone, rho=1e-6, reduce="last", rng=ctx.rng(61))
+
+
 @case(name="range_count/accessor", frontend="accessor", covers=("accessor.range_count",),
       modules=(ACC, "gpframe.frame.range_count", QF + "range_count"))  # fmt: skip
 def _range_count(ctx: Ctx) -> Any:
