@@ -358,6 +358,12 @@ def convex_hull(
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     kind, amount, _ = _amount(bound.session, rho, eps, "convex_hull")
     b = probability(beta)
+    if getattr(bound, "partition", None) is not None:  # gpframe.frame.knn_parts
+        from gpframe.frame.knn_parts import hull_partitioned
+
+        kw = {"alpha": alpha, "k": k, "k_rule": k_rule, "radius_floor_m": radius_floor_m}
+        return hull_partitioned(bound, kind=kind, amount=amount, b=b, hull_kw=kw, rng=rng,
+                                helpers=(_filter_kind, _filter_units, _hulls_to_input_crs))
     p = bound.projected
     codes, uniques, _counts = _codes(p)
     if not len(uniques):

@@ -137,3 +137,112 @@ def knn_partitioned(
     )
     frame.attrs["geopriv"] = res.to_attr()
     return frame
+
+
+def hull_partitioned(
+    bound: Any, *, kind: str, amount: Fraction, b: float, hull_kw: dict[str, Any], rng: Any,
+    helpers: tuple[Callable[..., Any], ...],
+) -> Any:  # fmt: skip
+    """One private convex hull per user and part, under one query id.
+
+    Each part runs Liang & Yi's private hull (Alg. 4) on the user's rows of that part in its own
+    metric CRS (noise scale as :func:`gpframe.queries.hull.private_hulls` with the part's
+    ``scale_max``); a user pays the amount once per part they have rows in. One output row per
+    (user, part): the index is the user id, the partition column says which part. ``helpers``
+    are :mod:`gpframe.frame.knn`'s ``(_filter_kind, _filter_units, _hulls_to_input_crs)``.
+    """
+    import geopandas as gpd
+
+    from gpframe.frame.partition import describe
+    from gpframe.queries import hull as _h
+    from gpframe.queries.knn import _check_extent
+    from gpframe.release import release_frame
+    from gpframe.results import HullResult
+
+    _filter_kind, _filter_units, _to_input = helpers
+    parts = bound._parts()
+    codes, uniques, n_parts = part_users(bound, parts)
+    if not len(uniques):
+        raise InvalidInputError(f"the frame has no rows: nobody to ask. {_NOTHING}")
+    if bound.partition == bound.user or bound.partition in ("k", "radius_m", "error_m", "fallback"):
+        raise InvalidInputError(
+            f"partition={bound.partition!r} names a column of the convex_hull output; rename "
+            f"it. {_NOTHING}"
+        )
+    prepared = []
+    for part in parts:  # every check before the ledger is touched
+        p = part.projected
+        lc, lu = pd.factorize(codes[part.rows], sort=False)
+        lu = np.asarray(lu, dtype=np.int64)
+        counts = np.bincount(lc, minlength=len(lu))
+        ks = Fraction(float(p.scale_max))
+        _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=amount,
+                         admitted=np.zeros(1, bool), beta=b, scale_max=ks, **hull_kw)  # fmt: skip
+        _h.hull_preflight(kind, amount, b, hull_kw["alpha"], hull_kw["k"],
+                          hull_kw["radius_floor_m"], counts, float(p.scale_max))  # fmt: skip
+        _check_extent(p.xy)
+        prepared.append((part, lc.astype(np.int64), lu, ks))
+    worst = max(parts, key=lambda q: q.projected.noise_inflation).projected
+    params = {"beta": b, "k": hull_kw["k"], "alpha": float(hull_kw["alpha"]),
+              "k_rule": hull_kw["k_rule"], "radius_floor_m": float(hull_kw["radius_floor_m"]),
+              "crs_m": worst.crs_m.to_string(), "scale_max": float(worst.scale_max),
+              "noise_inflation": float(worst.noise_inflation),
+              "partition": str(bound.partition), "partitions": describe(parts)}  # fmt: skip
+    alloc = reserve_parts(bound, kind, amount, n_parts)
+    from gpframe.ledger.charges import ledger_keys
+
+    def compute(r: Any) -> Charge[Any]:
+        adm = np.asarray(r.admitted, dtype=bool)
+        outs = [
+            _h.private_hulls(part.projected.xy, lc, kind=kind, amount=amount, n_users=len(lu),
+                             admitted=adm[lu], beta=b, scale_max=ks, rng=rng, **hull_kw)
+            for part, lc, lu, ks in prepared
+        ]  # fmt: skip
+        return Charge(outs, np.where(adm, alloc, 0), units=True)
+
+    ran = run(bound.session, ledger_keys(uniques), alloc, notion="metric", query="convex_hull",
+              params=params, units=True, compute=compute)  # fmt: skip
+    outs, adm, qid = ran.value, ran.admitted, ran.query_id
+    cols: dict[str, list[Any]] = {c: [] for c in ("user", "part", "k", "radius_m", "error_m",
+                                                  "fallback", "geometry")}  # fmt: skip
+    r_min = np.inf
+    for (part, _lc, lu, _ks), out in zip(prepared, outs, strict=True):
+        p = part.projected
+        r_min = min(r_min, float(out.r_min))
+        idx = np.flatnonzero(adm[lu])
+        geoms = gpd.GeoSeries(out.hulls[idx], crs=p.crs_m)
+        if not p.crs_m.equals(p.crs_in):
+            geoms = _to_input(geoms, p.crs_m, p.crs_in)
+        cols["user"] += uniques[lu[idx]].tolist()
+        cols["part"] += [part.value] * idx.size
+        for name, arr in (("k", out.k), ("radius_m", out.radius), ("error_m", out.error),
+                          ("fallback", out.fallback)):  # fmt: skip
+            cols[name] += np.asarray(arr)[idx].tolist()
+        cols["geometry"] += list(geoms.array)
+    # one row per (user, part), from nothing: the public user id and part, the released hull
+    rows = pd.DataFrame({bound.user: cols["user"], bound.partition: cols["part"]},
+                        index=pd.Index(cols["user"], name="user"))  # fmt: skip
+    gdf = release_frame(
+        rows, public=(bound.user, bound.partition),
+        released={name: np.asarray(cols[name]) for name in ("k", "radius_m", "error_m",
+                                                            "fallback")},
+        geometry=np.asarray(cols["geometry"], dtype=object), crs=bound.located.crs_in,
+        what="convex_hull",
+    )  # fmt: skip
+    spend = {name: float(v) for name, v in outs[0].spend.items()} if outs else {}
+    err = np.asarray(cols["error_m"], dtype=np.float64)
+    res = HullResult(
+        value=gdf,
+        error=float(np.nanmax(err)) if err.size else None,
+        confidence=1.0 - b,
+        mechanism="gaussian_cgp + pnn" if kind == "cgp" else "planar_laplace + pnn",
+        params={**params, "spend": spend},
+        kind=_filter_kind(bound.session),
+        metric=("floor", r_min),
+        r_min=r_min,
+        charges=_filter_units(bound, kind, amount, uniques[adm]) * n_parts[adm],
+        excluded=uniques[~adm].tolist(),
+        query_id=qid,
+    )
+    gdf.attrs["geopriv"] = res.to_attr()
+    return gdf

@@ -236,6 +236,22 @@ def _knn_partition(ctx: Ctx) -> Any:
     return out
 
 
+@case(name="convex_hull/accessor/partition", frontend="accessor", covers=("accessor.convex_hull",),
+      modules=(ACC, "gpframe.frame.knn", "gpframe.frame.knn_parts", "gpframe.frame.partition",
+               QF + "hull"))  # fmt: skip
+def _hull_partition(ctx: Ctx) -> Any:
+    # a split by a public column: one row per (user, part): the user id, the partition column
+    # and the released hull and numbers, nothing else
+    d = ctx.data.lonlat.drop(columns=["lon", "lat"])
+    d = d.assign(fleet=np.where(np.arange(len(d)) % 3 == 0, "north", "south"))
+    b = d.geopriv(ctx.session, user="uid", partition="fleet",
+                  domain={"north": (-1.0, 42.0, 2.0, 45.0),
+                          "south": (-2.0, 41.0, 3.0, 46.0)})  # fmt: skip
+    out = b.convex_hull(rho=1e-3, rng=ctx.rng(63))
+    assert "fleet" in out.columns, "the partition column is public and kept"
+    return out
+
+
 @case(name="range_count/accessor", frontend="accessor", covers=("accessor.range_count",),
       modules=(ACC, "gpframe.frame.range_count", QF + "range_count"))  # fmt: skip
 def _range_count(ctx: Ctx) -> Any:

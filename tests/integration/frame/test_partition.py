@@ -299,3 +299,37 @@ def test_knn_bad_arguments_with_a_partition_are_refused_uncharged(kw: dict) -> N
     with pytest.raises(InvalidInputError):
         b.knn((-100.0, 40.0), k, rho=1e-4, **kw)
     assert s.ledger.snapshot() == before
+
+
+def test_convex_hull_gives_one_hull_per_user_and_part_in_one_query() -> None:
+    df = _data()
+    s = gp.Session(budget=gp.CGP(rho=1.0))
+    out = _bound(s, df).convex_hull(rho=1e-2, rng=seeded_rng(8))
+    res = out.attrs["geopriv"]
+    got = s.spent().sort_index()
+    assert got.to_numpy() == pytest.approx((_parts_of(df) * 1e-2).sort_index().to_numpy())
+    assert res.charges.sort_index().to_numpy() == pytest.approx(got.to_numpy())
+    qids = {q for u in got.index for q in s.history(u)["query_id"]}
+    assert qids == {res.query_id}
+    assert list(out.columns) == ["uid", "region", "k", "radius_m", "error_m", "fallback",
+                                 "geometry"]  # fmt: skip
+    pairs = set(zip(out["uid"], out["region"], strict=True))
+    assert pairs == set(zip(df["uid"], df["region"], strict=True))
+    assert out.crs.to_epsg() == 4326
+    # each hull lies near its own part's points (lon/lat degrees)
+    for region, box in (("AK", AK), ("PR", PR)):
+        hulls = out[out["region"] == region].geometry
+        assert hulls.notna().all()
+        assert hulls.intersects(shapely.box(*box).buffer(1.0)).all()
+    parts = {d["value"]: d for d in res.params["partitions"]}
+    assert parts["AK"]["crs_m"] != parts["PR"]["crs_m"] and res.params["partition"] == "region"
+
+
+def test_convex_hull_bad_arguments_with_a_partition_are_refused_uncharged() -> None:
+    s = gp.Session(budget=gp.CGP(rho=1.0))
+    b = _bound(s)
+    before = s.ledger.snapshot()
+    for kw in ({"alpha": 1.5}, {"beta": 2.0}, {"radius_floor_m": -1.0}):
+        with pytest.raises(InvalidInputError):
+            b.convex_hull(rho=1e-2, **kw)
+    assert s.ledger.snapshot() == before
