@@ -333,3 +333,22 @@ def test_convex_hull_bad_arguments_with_a_partition_are_refused_uncharged() -> N
         with pytest.raises(InvalidInputError):
             b.convex_hull(rho=1e-2, **kw)
     assert s.ledger.snapshot() == before
+
+
+@pytest.mark.parametrize("op", ["knn", "convex_hull"])
+def test_a_user_who_cannot_pay_every_part_is_left_out_of_all(op: str) -> None:
+    # a budget for one part only: users in both parts are excluded (and pay nothing), the others
+    # pay once; on a GP session with eps=
+    df = _data()
+    s = gp.Session(budget=gp.GP(eps=1.5e-2))
+    b = _bound(s, df)
+    if op == "knn":
+        out = b.knn((-100.0, 40.0), 1, eps=1e-2, rng=seeded_rng(9))
+    else:
+        out = b.convex_hull(eps=1e-2, rng=seeded_rng(9))
+    res = out.attrs["geopriv"]
+    two = _parts_of(df)
+    assert sorted(res.excluded) == sorted(two.index[two == 2].tolist())
+    assert set(out["uid"]) == set(two.index[two == 1])
+    spent = s.spent().reindex(two.index, fill_value=0.0)
+    assert spent.to_numpy() == pytest.approx(np.where(two == 1, 1e-2, 0.0))
