@@ -24,7 +24,8 @@ looking at the data) if given, else the CRS's published area of use
    0.098 % over its whole zone). ``crs_choice="input"``. A metre CRS with neither an area of use nor
    ``domain=`` is refused with a request for ``domain=``.
 3. Otherwise (lon/lat input, feet, Web Mercator, a CRS too distorted over its area of use) the data
-   is reprojected, keeping the input's datum, to the automatic choice for a lon/lat box: the UTM
+   is reprojected, keeping the input's datum (WGS 84 if that datum is a sphere, as EPSG:2163's
+   is: see :func:`_projection_datum`), to the automatic choice for a lon/lat box: the UTM
    zone of the box's centre if its scale error over the box is within the bound (at most 0.098 %
    inside a zone), else a transverse Mercator centred on the box (``lon_0`` = centre, ``k_0`` = 1;
    fine up to about ±2.5° / cos(latitude) of longitude), else (a country, a continent) the
@@ -310,7 +311,8 @@ def utm_crs_for(lon: float, lat: float, geodetic: Any = "EPSG:4326") -> pyproj.C
         The point in degrees.
     geodetic : CRS-like
         Datum of the result. WGS 84 gives the EPSG code (326zz north, 327zz south); another
-        geographic CRS gives a UTM on that datum, so projecting needs no datum shift.
+        geographic CRS gives a UTM on that datum, so projecting needs no datum shift; a
+        spherical datum gives WGS 84's (PROJ has no UTM on a sphere).
 
     Returns
     -------
@@ -324,13 +326,14 @@ def utm_crs_for(lon: float, lat: float, geodetic: Any = "EPSG:4326") -> pyproj.C
     32724
     >>> utm_crs_for(-74.0, 40.7, geodetic="EPSG:4269").name
     'NAD83 / UTM zone 18N'
+    >>> utm_crs_for(-90.0, 40.0, geodetic="EPSG:2163").to_epsg()   # on a sphere
+    32616
     """
     if not (np.isfinite(lon) and np.isfinite(lat) and -90.0 <= lat <= 90.0):
         raise InvalidInputError(f"utm_crs_for needs a finite lon/lat; got ({lon}, {lat}).")
     zone = int((float(_wrap(lon)) + 180.0) // 6.0) % 60 + 1
     south = lat < 0
-    base = _horizontal(_as_crs(geodetic, "geodetic"))
-    base = base.geodetic_crs if not base.is_geographic else base
+    base = _projection_datum(_as_crs(geodetic, "geodetic"))
     if base.equals(pyproj.CRS("EPSG:4326"), ignore_axis_order=True):
         return pyproj.CRS.from_epsg((32700 if south else 32600) + zone)
     hemi = "S" if south else "N"
@@ -469,6 +472,30 @@ def _lcc(lon_c: float, lat_1: float, lat_2: float, lat_0: float, geodetic: pypro
     )
 
 
+def _projection_datum(crs: pyproj.CRS) -> pyproj.CRS:
+    """Return the geographic CRS to build automatic projections on: the input's, unless a sphere.
+
+    A datum on a sphere (EPSG:2163's Clarke 1866 authalic sphere, a ``+R=`` CRS) is a display
+    convention, not a model of the ground: PROJ refuses UTM on it, and scale factors computed on
+    it would miss the ellipsoid's real distortion (up to about 0.5 % between the equator and the
+    poles). Projections are then built on WGS 84 (the transformation from the sphere keeps
+    lon/lat as they are), so ``scale_max`` is measured against the ground.
+
+    Examples
+    --------
+    >>> _projection_datum(pyproj.CRS("EPSG:2163")).to_epsg()
+    4326
+    >>> _projection_datum(pyproj.CRS("EPSG:26918")).name
+    'NAD83'
+    """
+    geod = _horizontal(crs)
+    geod = geod if geod.is_geographic else geod.geodetic_crs
+    ell = geod.ellipsoid
+    if ell is None or ell.semi_minor_metre >= ell.semi_major_metre:
+        return _WGS84
+    return geod
+
+
 def metric_crs_for(
     lon_min: float,
     lat_min: float,
@@ -504,8 +531,7 @@ def metric_crs_for(
     >>> crs.name, round(noise_inflation(rng), 3)
     ('gpframe azimuthal equidistant lon_0=10.0 lat_0=46.5', 1.017)
     """
-    geod = _horizontal(_as_crs(geodetic, "geodetic"))
-    geod = geod if geod.is_geographic else geod.geodetic_crs
+    geod = _projection_datum(_as_crs(geodetic, "geodetic"))
     lon_c = (lon_min + lon_max) / 2.0
     lat_c = (lat_min + lat_max) / 2.0
     utm = utm_crs_for(lon_c, lat_c, geodetic=geod)

@@ -116,8 +116,9 @@ class GeoPrivAccessor:
             (it is kept in the output). The call stays one query (one query id) and charges each
             user once per part they appear in. Coordinate columns, the geometry and columns
             computed from the points (their UTM zone, their H3 cell) are refused: the released
-            lattice reveals each row's CRS and so its part. ``privatize`` and
-            ``range_count`` only; the other operations refuse a split. See ``docs/wide-extents.md``.
+            lattice reveals each row's CRS and so its part. ``privatize``, ``range_count``,
+            ``knn`` and ``convex_hull`` only; the other operations refuse a split. See
+            ``docs/wide-extents.md``.
 
         Returns
         -------
@@ -280,8 +281,9 @@ class GeoPriv:
         """Refuse a split for the operations that do not support one."""
         if self.partition is not None:
             raise InvalidInputError(
-                f"this operation does not support partition={self.partition!r} (privatize and "
-                "range_count do). Run it once per part instead, each with its own public domain=: "
+                f"this operation does not support partition={self.partition!r} (privatize, "
+                "range_count, knn and convex_hull do). Run it once per part instead, each with "
+                "its own public domain=: "
                 f"df[df[{self.partition!r}] == part].geopriv(session, ..., domain=box). "
                 "Nothing was charged."
             )

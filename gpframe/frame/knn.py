@@ -186,7 +186,8 @@ def knn(
     kind, amount, _ = _amount(bound.session, rho, eps, "knn")
     # a k above the number of rows answers the same (each user gets all of theirs, ranked);
     # clamping keeps a k like 2**70 out of int64 arithmetic (it raised OverflowError)
-    kk = min(_k.check_k(k), max(len(bound.projected.xy), 1))
+    split = getattr(bound, "partition", None) is not None
+    kk = min(_k.check_k(k), max(len(bound.located if split else bound.projected.xy), 1))
     b = probability(beta)
     if gamma0 is not None and (
         isinstance(gamma0, (bool, np.bool_)) or not isinstance(gamma0, (int, float, np.number))
@@ -206,6 +207,12 @@ def knn(
     from gpframe.release import check_reserved
 
     check_reserved(getattr(bound, "public", (bound.user,)), ["knn_rank"], "knn")
+    if split:  # each part in its own metric CRS, one query id (gpframe.frame.knn_parts)
+        from gpframe.frame.knn_parts import knn_partitioned
+
+        return knn_partitioned(bound, point, kk, kind=kind, amount=amount, g0=g0, order=order,
+                               compat=compat, max_cycles=int(max_cycles), b=b, rng=rng,
+                               helpers=(_point_m, _filter_kind, _filter_units))  # fmt: skip
     p = bound.projected
     q = _point_m(point, p)
     _k._check_extent(p.xy, q)
@@ -351,6 +358,12 @@ def convex_hull(
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     kind, amount, _ = _amount(bound.session, rho, eps, "convex_hull")
     b = probability(beta)
+    if getattr(bound, "partition", None) is not None:  # gpframe.frame.knn_parts
+        from gpframe.frame.knn_parts import hull_partitioned
+
+        kw = {"alpha": alpha, "k": k, "k_rule": k_rule, "radius_floor_m": radius_floor_m}
+        return hull_partitioned(bound, kind=kind, amount=amount, b=b, hull_kw=kw, rng=rng,
+                                helpers=(_filter_kind, _filter_units, _hulls_to_input_crs))
     p = bound.projected
     codes, uniques, _counts = _codes(p)
     if not len(uniques):

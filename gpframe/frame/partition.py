@@ -17,8 +17,10 @@ or H3 cells of the points are refused.
 Charge model: the call is one query (one query id in the ledger); each part is a release of its
 own, so a user is charged the operation's amount once per part they have rows in (a user in two
 parts pays twice). Operations: ``privatize`` (each part's points at the amount, ``per="user"``
-dividing it among the user's points of that part); the other operations refuse a split (run
-them once per part with ``domain=`` instead).
+dividing it among the user's points of that part), ``range_count``, ``knn`` and
+``convex_hull`` (``gpframe.frame.knn_parts``: k-PNN per part with ranks within a user's rows
+of one part; one hull per user and part); the
+other operations refuse a split (run them once per part with ``domain=`` instead).
 """
 
 from __future__ import annotations

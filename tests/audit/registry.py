@@ -84,6 +84,13 @@ THIN_WRAPPERS: dict[str, str] = {
         "allocations, the part's metres and its projection's scale_max, at beta / k per part. "
         "Charges and query id: tests/integration/frame/test_partition.py"
     ),
+    "gpframe.frame.knn_parts": (
+        "knn and convex_hull over a split by a public column: one reservation (the amount once "
+        "per part a user has rows in), then gpframe.queries.knn.knn_indices or "
+        "gpframe.queries.hull.private_hulls (audited) on each part with the reserved amount, "
+        "the part's metres and its projection's scale_max. Charges and query id: "
+        "tests/integration/frame/test_partition.py"
+    ),
     "gpframe.duckdb.udf": (
         "plumbing of the DuckDB UDFs (checked_rng, charge_batch: reserve, run, charge under one "
         "lock); draws nothing itself. Tortured in guarantees/test_charge_before_release*.py"

@@ -216,6 +216,42 @@ def _range_count_partition(ctx: Ctx) -> Any:
     return b.range_count(zone, rho=1e-6, reduce="last", rng=ctx.rng(61))
 
 
+@case(name="knn/accessor/partition", frontend="accessor", covers=("accessor.knn",),
+      modules=(ACC, "gpframe.frame.knn", "gpframe.frame.knn_parts", "gpframe.frame.partition",
+               QF + "knn"))  # fmt: skip
+def _knn_partition(ctx: Ctx) -> Any:
+    # a split by a public column: row labels, public columns (the partition among them) and
+    # knn_rank within each (user, part), nothing else
+    d = ctx.data.lonlat.drop(columns=["lon", "lat"])
+    d = d.assign(fleet=np.where(np.arange(len(d)) % 3 == 0, "north", "south"))
+    b = d.geopriv(ctx.session, user="uid", partition="fleet",
+                  domain={"north": (-1.0, 42.0, 2.0, 45.0),
+                          "south": (-2.0, 41.0, 3.0, 46.0)})  # fmt: skip
+    import geopandas as gpd
+    import shapely
+
+    point = gpd.GeoSeries([shapely.Point(*POINT)], crs=CRS_M)  # projected to each part's CRS
+    out = b.knn(point, 3, rho=1e-4, rng=ctx.rng(62))
+    assert "fleet" in out.columns, "the partition column is public and kept"
+    return out
+
+
+@case(name="convex_hull/accessor/partition", frontend="accessor", covers=("accessor.convex_hull",),
+      modules=(ACC, "gpframe.frame.knn", "gpframe.frame.knn_parts", "gpframe.frame.partition",
+               QF + "hull"))  # fmt: skip
+def _hull_partition(ctx: Ctx) -> Any:
+    # a split by a public column: one row per (user, part): the user id, the partition column
+    # and the released hull and numbers, nothing else
+    d = ctx.data.lonlat.drop(columns=["lon", "lat"])
+    d = d.assign(fleet=np.where(np.arange(len(d)) % 3 == 0, "north", "south"))
+    b = d.geopriv(ctx.session, user="uid", partition="fleet",
+                  domain={"north": (-1.0, 42.0, 2.0, 45.0),
+                          "south": (-2.0, 41.0, 3.0, 46.0)})  # fmt: skip
+    out = b.convex_hull(rho=1e-3, rng=ctx.rng(63))
+    assert "fleet" in out.columns, "the partition column is public and kept"
+    return out
+
+
 @case(name="range_count/accessor", frontend="accessor", covers=("accessor.range_count",),
       modules=(ACC, "gpframe.frame.range_count", QF + "range_count"))  # fmt: skip
 def _range_count(ctx: Ctx) -> Any:

@@ -220,3 +220,17 @@ def test_units_check_catches_a_degree_or_split_mutant():
     )
     _, _, dist = pyproj.Geod(ellps="WGS84").inv(df.lon, df.lat, out.lon, out.lat)
     assert abs(np.mean(dist) / (2 / 0.02) - 1) > 0.5
+
+
+def test_projected_input_on_a_spherical_datum_needs_no_to_crs():
+    # EPSG:2163 lies on a sphere, where PROJ refuses UTM: gpframe projects on WGS 84 instead of
+    # failing with a raw ProjError ("eccentricity should not be zero").
+    to = pyproj.Transformer.from_crs("EPSG:4326", "EPSG:2163", always_xy=True)
+    x, y = to.transform([-90.2, -89.8, -90.0, -90.1], [39.5, 40.5, 40.0, 39.8])
+    df = pd.DataFrame({"uid": [1, 2, 3, 1], "x": x, "y": y})
+    s = Session(budget=gp.GP(eps=1.0))
+    b = df.geopriv(s, user="uid", x="x", y="y", crs="EPSG:2163", domain=(-90.5, 39, -89.5, 41))
+    out = b.privatize(eps=0.01, per="point", rng=seeded_rng(5))
+    assert out.crs.equals(pyproj.CRS("EPSG:2163"))
+    assert len(out) == 4 and np.isfinite(out.geometry.x).all()
+    assert out.attrs["geopriv"].params["crs_m"] == "EPSG:32616"  # UTM on WGS 84

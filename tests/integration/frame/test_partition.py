@@ -265,3 +265,90 @@ def test_the_split_output_keeps_only_released_and_public_columns() -> None:
     assert "speed" not in out.columns
     assert set(out.columns) == {"uid", "region", "lon", "lat", "geometry"}
     assert not np.isin(out["lon"].to_numpy(), df["lon"].to_numpy()).any()
+
+
+def test_knn_runs_each_part_in_one_query_and_charges_once_per_part() -> None:
+    df = _data()
+    s = gp.Session(budget=gp.CGP(rho=1.0))
+    out = _bound(s, df).knn((-100.0, 40.0), 2, rho=1e-4, rng=seeded_rng(4))
+    res = out.attrs["geopriv"]
+    got = s.spent().sort_index()
+    assert got.to_numpy() == pytest.approx((_parts_of(df) * 1e-4).sort_index().to_numpy())
+    assert res.charges.sort_index().to_numpy() == pytest.approx(got.to_numpy())
+    qids = {q for u in got.index for q in s.history(u)["query_id"]}
+    assert qids == {res.query_id}
+    assert list(out.columns) == ["uid", "region", "knn_rank"]
+    # each selected row is one of its user's rows in its own part, ranked within (user, part)
+    assert (df.loc[out.index, "region"].to_numpy() == out["region"].to_numpy()).all()
+    assert (df.loc[out.index, "uid"].to_numpy() == out["uid"].to_numpy()).all()
+    n = out.groupby(["uid", "region"])["knn_rank"].agg(["max", "size"])
+    assert (n["max"] == n["size"]).all() and (n["size"] <= 2).all()
+    assert len(n) == df.groupby(["uid", "region"]).ngroups
+    parts = {d["value"]: d for d in res.params["partitions"]}
+    assert set(parts) == {"AK", "PR"} and res.params["partition"] == "region"
+    assert parts["AK"]["crs_m"] != parts["PR"]["crs_m"]
+    assert res.params["noise_inflation"] == max(d["noise_inflation"] for d in parts.values())
+
+
+@pytest.mark.parametrize("kw", [{"k": 0}, {"k": 2, "gamma0": 99}, {"k": 2, "max_cycles": 0}])
+def test_knn_bad_arguments_with_a_partition_are_refused_uncharged(kw: dict) -> None:
+    s = gp.Session(budget=gp.CGP(rho=1.0))
+    b = _bound(s)
+    before = s.ledger.snapshot()
+    k = kw.pop("k")
+    with pytest.raises(InvalidInputError):
+        b.knn((-100.0, 40.0), k, rho=1e-4, **kw)
+    assert s.ledger.snapshot() == before
+
+
+def test_convex_hull_gives_one_hull_per_user_and_part_in_one_query() -> None:
+    df = _data()
+    s = gp.Session(budget=gp.CGP(rho=1.0))
+    out = _bound(s, df).convex_hull(rho=1e-2, rng=seeded_rng(8))
+    res = out.attrs["geopriv"]
+    got = s.spent().sort_index()
+    assert got.to_numpy() == pytest.approx((_parts_of(df) * 1e-2).sort_index().to_numpy())
+    assert res.charges.sort_index().to_numpy() == pytest.approx(got.to_numpy())
+    qids = {q for u in got.index for q in s.history(u)["query_id"]}
+    assert qids == {res.query_id}
+    assert list(out.columns) == ["uid", "region", "k", "radius_m", "error_m", "fallback",
+                                 "geometry"]  # fmt: skip
+    pairs = set(zip(out["uid"], out["region"], strict=True))
+    assert pairs == set(zip(df["uid"], df["region"], strict=True))
+    assert out.crs.to_epsg() == 4326
+    # each hull lies near its own part's points (lon/lat degrees)
+    for region, box in (("AK", AK), ("PR", PR)):
+        hulls = out[out["region"] == region].geometry
+        assert hulls.notna().all()
+        assert hulls.intersects(shapely.box(*box).buffer(1.0)).all()
+    parts = {d["value"]: d for d in res.params["partitions"]}
+    assert parts["AK"]["crs_m"] != parts["PR"]["crs_m"] and res.params["partition"] == "region"
+
+
+def test_convex_hull_bad_arguments_with_a_partition_are_refused_uncharged() -> None:
+    s = gp.Session(budget=gp.CGP(rho=1.0))
+    b = _bound(s)
+    before = s.ledger.snapshot()
+    for kw in ({"alpha": 1.5}, {"beta": 2.0}, {"radius_floor_m": -1.0}):
+        with pytest.raises(InvalidInputError):
+            b.convex_hull(rho=1e-2, **kw)
+    assert s.ledger.snapshot() == before
+
+
+@pytest.mark.parametrize("op", ["knn", "convex_hull"])
+def test_a_user_who_cannot_pay_every_part_is_left_out_of_all(op: str) -> None:
+    # a budget for one part only: users in both parts are excluded (and pay nothing), the others
+    # pay once; on a GP session with eps=
+    df = _data()
+    s = gp.Session(budget=gp.GP(eps=1.5e-2))
+    b = _bound(s, df)
+    if op == "knn":
+        out = b.knn((-100.0, 40.0), 1, eps=1e-2, rng=seeded_rng(9))
+    else:
+        out = b.convex_hull(eps=1e-2, rng=seeded_rng(9))
+    res = out.attrs["geopriv"]
+    two = _parts_of(df)
+    assert sorted(res.excluded) == sorted(two.index[two == 2].tolist())
+    assert set(out["uid"]) == set(two.index[two == 1])
+    spent = s.spent().reindex(two.index, fill_value=0.0)
+    assert spent.to_numpy() == pytest.approx(np.where(two == 1, 1e-2, 0.0))
