@@ -80,6 +80,7 @@ def run_range_count_parts(
     >>> res.value, res.error, len(set(s.history(1)["query_id"]) | set(s.history(3)["query_id"]))
     (2, 0.0, 1)
     """
+    from gpframe.accounting.amounts import metric_amount
     from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries.elimination import split_fractions
     from gpframe.results import Result
@@ -92,12 +93,9 @@ def run_range_count_parts(
             f"{_NOTHING}"
         )
     kind = led.kind["metric"]
-    amt = rho if kind == "cgp" else eps
-    if amt is None or (rho is not None and eps is not None):
-        raise InvalidInputError(
-            f"this session's filters are {kind.upper()}: pass "
-            f"{'rho' if kind == 'cgp' else 'eps'}=... (docs/operations/range_count.md). {_NOTHING}"
-        )
+    # the one rho=/eps= check of both faces; range_count calibrates to the filter's own kind
+    _, amt = metric_amount(rho, eps, example=".range_count(region, rho=2e-6)",
+                           filter_kind=kind, same_kind=True)  # fmt: skip
     if method not in METHODS:
         raise InvalidInputError(
             f"method={method!r} is not one of {', '.join(map(repr, METHODS))}. {_NOTHING}"

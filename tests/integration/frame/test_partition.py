@@ -248,6 +248,25 @@ def test_range_count_refuses_allocations_with_a_partition_uncharged() -> None:
     assert s.ledger.snapshot() == before
 
 
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"rho": -1e-2}, "rho=-0.01"),
+        ({"rho": 0.0}, "rho=0.0"),
+        ({}, "exactly one of eps="),
+        ({"eps": 1e-2}, "filters are CGP"),
+    ],
+)
+def test_range_count_with_a_partition_checks_the_amount_before_the_ledger(kw, match) -> None:
+    # the split path names a bad amount like every other entry point, before anything is touched
+    s = gp.Session(budget=gp.CGP(rho=1.0))
+    b = _bound(s, _one_point_each())
+    before = s.ledger.snapshot()
+    with pytest.raises(InvalidInputError, match=match):
+        b.range_count(shapely.box(-68, 17, -65, 19), **kw)
+    assert s.ledger.snapshot() == before
+
+
 def test_a_column_copying_the_coordinates_is_refused_as_a_partition() -> None:
     df = _data().assign(lon_copy=lambda d: d["lon"])
     s = gp.Session(budget=gp.CGP(rho=1.0))
