@@ -39,30 +39,10 @@ from gpframe.queries.clip_user.error import (
     ErrorModel,
     _width,
     err,
-    h,
-    h_exact,
-    mean_bias,
-    mean_sensitivity,
-    variance_bias,
-    variance_sensitivity,
 )
 from gpframe.queries.clip_user.pseudo_user import pseudo_user
 
-__all__ = [
-    "KAPPA",
-    "ClipUserPlan",
-    "ErrorModel",
-    "Occupancy",
-    "clip_user_plan",
-    "err",
-    "h",
-    "h_exact",
-    "mean_bias",
-    "mean_sensitivity",
-    "occupancy_from_records",
-    "variance_bias",
-    "variance_sensitivity",
-]
+__all__ = ["ClipUserPlan", "Occupancy", "clip_user_plan", "occupancy_from_records"]
 
 _NOTHING = "Nothing was charged."
 
