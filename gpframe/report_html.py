@@ -54,8 +54,8 @@ section{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:16px 
 .unknown{border-left:6px solid #8a93a5}
 .verdict{font-weight:600;font-size:15px}
 table{border-collapse:collapse;width:100%;font-size:13px}
-th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #e7eaef;vertical-align:top;
- overflow-wrap:anywhere}
+th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #e7eaef;vertical-align:top}
+td{overflow-wrap:anywhere} td.n,td.t{white-space:nowrap}
 th{background:#f0f2f5;font-weight:600} td.n{text-align:right;font-variant-numeric:tabular-nums}
 .charts{display:flex;flex-wrap:wrap;gap:18px}
 figure{margin:0} figcaption{color:#5b6475;font-size:12px;max-width:460px}
@@ -109,6 +109,8 @@ def _table(df: pd.DataFrame, cols: list[tuple[str, str]], raw: tuple[str, ...] =
             v = rec[c]
             if c in raw:
                 cells.append(f"<td>{v}</td>")
+            elif c == "time":
+                cells.append(f'<td class="t">{_e(v)}</td>')
             elif c not in _TEXT_COLS and isinstance(v, (int, float, np.integer, np.floating)):
                 cells.append(f'<td class="n">{_e(_num(v))}</td>')
             else:
@@ -164,7 +166,7 @@ def _timeline_chart(q: pd.DataFrame, notion: str) -> str:
     q = q.tail(CHART_QUERIES)
     n = len(q)
     w, h, left, bottom, top = 900, 220, 60, 34, 14
-    bw = (w - left - 10) / max(n, 1)
+    bw = min((w - left - 10) / max(n, 1), 36.0)  # a few queries: bars, not blocks
     peak = float(max(q["allocated"].max(), q["charged"].max(), 0.0)) or 1.0
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
@@ -188,9 +190,8 @@ def _timeline_chart(q: pd.DataFrame, notion: str) -> str:
             )
     if n:
         first, last = _when(q["time"].iloc[0]), _when(q["time"].iloc[-1])
-        parts.append(f'<text x="{left}" y="{h - bottom + 14}" font-size="10">{_e(first)}</text>')
-        parts.append(f'<text x="{w - 10}" y="{h - bottom + 14}" font-size="10" '
-                     f'text-anchor="end">{_e(last)}</text>')  # fmt: skip
+        span = first if first == last else f"{first} → {last}"
+        parts.append(f'<text x="{left}" y="{h - bottom + 14}" font-size="10">{_e(span)}</text>')
     parts.append(f'<text x="{(left + w) / 2}" y="{h - 4}" font-size="11" text-anchor="middle">'
                  "queries, oldest first (UTC; light: allocated, dark: charged; summed over users)"
                  "</text></svg>")  # fmt: skip
