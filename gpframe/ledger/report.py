@@ -76,7 +76,13 @@ def parse_since(since: object, *, now: datetime | None = None, name: str = "sinc
         m = _AGE.match(since)
         if m:
             ref = now if now is not None else datetime.now(timezone.utc)
-            return _utc(ref) - timedelta(seconds=int(m.group(1)) * _AGE_UNITS[m.group(2)])
+            try:
+                return _utc(ref) - timedelta(seconds=int(m.group(1)) * _AGE_UNITS[m.group(2)])
+            except OverflowError:  # before year 1
+                raise InvalidInputError(
+                    f"{name}={since!r} reaches back before the year 1: pass a shorter age or a "
+                    "date (2026-11-01)."
+                ) from None
         text = since.strip()
         if text.endswith(("Z", "z")):  # Python 3.10's fromisoformat does not read "Z"
             text = text[:-1] + "+00:00"

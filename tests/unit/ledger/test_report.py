@@ -5,6 +5,8 @@ from datetime import date, datetime, timedelta, timezone
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import gpframe as gp
 from gpframe.ledger.report import gather, parse_since
@@ -49,6 +51,21 @@ def test_parse_since_refuses_bad_text_naming_the_argument_and_the_forms(bad):
         parse_since(bad, name="--since")
     msg = str(e.value)
     assert msg.startswith(f"--since={bad!r}") and "7d" in msg and "2026-11-01" in msg
+
+
+def test_parse_since_refuses_an_age_before_year_one():
+    with pytest.raises(gp.InvalidInputError, match="before the year 1"):
+        parse_since("999999w", now=NOW)
+
+
+@given(st.text(max_size=30))
+def test_parse_since_either_reads_text_or_refuses_it_cleanly(text):
+    try:
+        got = parse_since(text, now=NOW)
+    except gp.InvalidInputError as e:
+        assert str(e).startswith("since=")
+    else:
+        assert got.utcoffset() == timedelta(0)
 
 
 @pytest.mark.parametrize("bad", [7, 1.5, None, ["7d"]])
