@@ -55,7 +55,7 @@ section{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:16px 
 .verdict{font-weight:600;font-size:15px}
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #e7eaef;vertical-align:top}
-td{overflow-wrap:anywhere} td.n,td.t{white-space:nowrap}
+td{overflow-wrap:break-word} td.w{overflow-wrap:anywhere} td.n,td.t{white-space:nowrap}
 th{background:#f0f2f5;font-weight:600} td.n{text-align:right;font-variant-numeric:tabular-nums}
 .charts{display:flex;flex-wrap:wrap;gap:18px}
 figure{margin:0} figcaption{color:#5b6475;font-size:12px;max-width:460px}
@@ -68,6 +68,8 @@ code{font-size:12px;word-break:break-all}
 
 #: columns shown as text even when they hold numbers (user 1234567 is not "1,234,567")
 _TEXT_COLS = frozenset({"user", "query", "query_id"})
+#: long unbreakable text (ids, JSON parameters): may wrap anywhere rather than widen the table
+_WRAP_COLS = frozenset({"user", "query_id", "params_text"})
 
 _FILL = {"metric": "#2b6cb0", "central": "#8e44ad"}
 _LIGHT = {"metric": "#bcd3ee", "central": "#dcc6e6"}
@@ -111,6 +113,9 @@ def _table(df: pd.DataFrame, cols: list[tuple[str, str]], raw: tuple[str, ...] =
                 cells.append(f"<td>{v}</td>")
             elif c == "time":
                 cells.append(f'<td class="t">{_e(v)}</td>')
+            elif c in _WRAP_COLS:  # a list: one escaped item per line
+                text = "<br>".join(map(_e, v)) if isinstance(v, list) else _e(v)
+                cells.append(f'<td class="w">{text}</td>')
             elif c not in _TEXT_COLS and isinstance(v, (int, float, np.integer, np.floating)):
                 cells.append(f'<td class="n">{_e(_num(v))}</td>')
             else:
@@ -316,15 +321,15 @@ def _exhaustion(d: ReportData, top: int) -> str:
     )
 
 
-def _params_text(params: dict[str, Any]) -> str:
-    """Parameters as ``key=value``; long values (coordinate lists) shortened."""
+def _params_text(params: dict[str, Any]) -> list[str]:
+    """Parameters as ``key=value`` items; long values (coordinate lists) shortened."""
     parts = []
     for k, v in params.items():
         text = json.dumps(v, ensure_ascii=False, default=str)
         if len(text) > 60:
             text = text[:57] + "…"
         parts.append(f"{k}={text}")
-    return "; ".join(parts)
+    return parts
 
 
 def _timeline(d: ReportData) -> str:
