@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="only the totals per notion (users, budget, spent, held, remaining, exhausted)",
     )
     report.add_argument(
+        "--ledger-key",
+        metavar="FILE",
+        help="the key file of a keyed ledger (one made with ledger_key=...): its audit chain "
+        "is checked with it",
+    )
+    report.add_argument(
         "--html",
         metavar="OUT",
         help="write a self-contained HTML page (no network, no script) to OUT instead: "
@@ -156,7 +162,7 @@ def _ledger_report(args: argparse.Namespace) -> int:
     # read-only: a report never writes the file (no schema, no WAL switch, no migration,
     # no settlement of abandoned reservations), whatever state the file is in
     try:
-        session = Session(path=args.path, create=False, readonly=True)
+        session = Session(path=args.path, create=False, readonly=True, ledger_key=args.ledger_key)
     except GpframeError as exc:
         return fail(str(exc))
     try:

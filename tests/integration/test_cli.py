@@ -189,3 +189,20 @@ def test_ledger_report_html_refuses_format_and_totals(ledger_file, tmp_path, cap
     assert main(["ledger", "report", str(ledger_file), "--html", str(out), "--top", "0"]) == 1
     assert "--top 0" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_ledger_report_of_a_keyed_ledger_takes_its_key_file(tmp_path, capsys):
+    import gpframe as gp
+
+    key = tmp_path / "ledger.key"
+    key.write_bytes(bytes(range(32)))
+    path = tmp_path / "keyed.sqlite"
+    s = gp.Session(path=str(path), central=gp.DP(epsilon=1.0), ledger_key=str(key))
+    with s.reserve(["ann"], 0.5, notion="central", query="count") as r:
+        r.charge([0.5])
+    s.close()
+    assert main(["ledger", "report", str(path)]) == 1
+    assert "keyed" in capsys.readouterr().err
+    out = tmp_path / "keyed.html"
+    assert main(["ledger", "report", str(path), "--ledger-key", str(key), "--html", str(out)]) == 0
+    assert "✔ intact" in out.read_text()
