@@ -24,6 +24,7 @@ from gpframe.errors import (
 from gpframe.ledger import Session
 from gpframe.queries import monitor
 from gpframe.queries.range_count import First, Last
+from gpframe.report_html import ledger_report_html
 
 __version__ = "0.1.0"
 
@@ -46,6 +47,7 @@ __all__ = [
     "NoiseOverflowError",
     "Session",
     "duckdb",
+    "ledger_report_html",
     "mechanisms",
     "monitor",
     "show_versions",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["build_parser", "main"]
 
@@ -21,6 +22,7 @@ examples:
   gpframe ledger report ledger.sqlite  per-user budgets and spend of a ledger file
   gpframe ledger report ledger.sqlite --user 42 --notion central --format csv
   gpframe ledger report ledger.sqlite --totals --format json
+  gpframe ledger report ledger.sqlite --since 7d --html report.html
 """
 
 
@@ -80,9 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="only this budget: metric (geo-privacy, per metre) or central (DP / zCDP)",
     )
     report.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only the charges at or after WHEN in the spend columns (spent_since, "
+        "queries_since) and the HTML timeline: an ISO date (2026-11-01), an ISO date-time "
+        "(2026-11-01T12:00, UTC unless it has an offset) or an age (30m, 12h, 7d, 2w)",
+    )
+    report.add_argument(
         "--format",
         choices=("table", "csv", "json"),
-        default="table",
+        default=None,
         help="table (default: rows, then totals per notion), csv (the rows) or json "
         '({"rows": [...], "totals": [...]})',
     )
@@ -90,6 +99,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--totals",
         action="store_true",
         help="only the totals per notion (users, budget, spent, held, remaining, exhausted)",
+    )
+    report.add_argument(
+        "--ledger-key",
+        metavar="FILE",
+        help="the key file of a keyed ledger (one made with ledger_key=...): its audit chain "
+        "is checked with it",
+    )
+    report.add_argument(
+        "--html",
+        metavar="OUT",
+        help="write a self-contained HTML page (no network, no script) to OUT instead: "
+        "integrity, spend distribution, users closest to exhaustion, query timeline, savings",
+    )
+    report.add_argument(
+        "--top",
+        type=int,
+        default=10,
+        metavar="N",
+        help="with --html: how many users closest to exhaustion to list (default 10)",
     )
     return parser
 
@@ -104,88 +132,87 @@ def _print_report(report: object) -> None:
         print(report)
 
 
-def _totals(rows: object) -> object:
-    """Per notion: users, summed budget / spent / held / remaining, largest spend, exhausted.
-
-    A user is exhausted when nothing of their budget remains.
-    """
-    import pandas as pd
-
-    assert isinstance(rows, pd.DataFrame)
-    g = rows.groupby(["notion", "kind"], sort=False)
-    out = g.agg(
-        users=("user", "size"),
-        budget=("budget", "sum"),
-        spent=("spent", "sum"),
-        held=("held", "sum"),
-        remaining=("remaining", "sum"),
-        spent_max=("spent", "max"),
-        exhausted=("remaining", lambda r: int((r <= 0).sum())),
-    )
-    return out.reset_index()
-
-
 def _ledger_report(args: argparse.Namespace) -> int:
-    """``gpframe ledger report``: read-only; filters, totals, table / csv / json."""
+    """``gpframe ledger report``: read-only; filters, totals, table / csv / json / html."""
     import json
     import os
 
     from gpframe.errors import GpframeError
     from gpframe.ledger import Session
+    from gpframe.ledger.report import gather, parse_since
 
-    if not os.path.exists(args.path):
-        print(
-            f"gpframe: no ledger file at {args.path!r}. Check the path: ledger files are made by "
-            "gp.Session(path=...) in Python or by `gpframe demo`; this command only reads them.",
-            file=sys.stderr,
-        )
+    def fail(msg: str) -> int:
+        print(f"gpframe: {msg}", file=sys.stderr)
         return 1
+
+    if args.html is not None and (args.format is not None or args.totals):
+        return fail("--html writes the page only: leave out --format and --totals.")
+    if args.top < 1:
+        return fail(f"--top {args.top}: pass a whole number >= 1.")
+    try:  # the arguments are checked before the file is opened
+        if args.since is not None:
+            parse_since(args.since, name="--since")
+    except GpframeError as exc:
+        return fail(str(exc))
+    if not os.path.exists(args.path):
+        return fail(
+            f"no ledger file at {args.path!r}. Check the path: ledger files are made by "
+            "gp.Session(path=...) in Python or by `gpframe demo`; this command only reads them."
+        )
     # read-only: a report never writes the file (no schema, no WAL switch, no migration,
     # no settlement of abandoned reservations), whatever state the file is in
     try:
-        session = Session(path=args.path, create=False, readonly=True)
+        session = Session(path=args.path, create=False, readonly=True, ledger_key=args.ledger_key)
     except GpframeError as exc:
-        print(f"gpframe: {exc}", file=sys.stderr)
-        return 1
+        return fail(str(exc))
     try:
-        rows = session.report()
+        users = _cli_users(session, args.user) if args.user else None
+        if args.html is not None:
+            from gpframe.report_html import ledger_report_html
+
+            out = ledger_report_html(session, args.html, users=users, notion=args.notion,
+                                     since=args.since, top=args.top)  # fmt: skip
+            print(f"wrote {out}")
+            return 0
+        data = gather(session, users=users, notion=args.notion, since=args.since, verify=False)
     except GpframeError as exc:
-        print(f"gpframe: {exc}", file=sys.stderr)
-        return 1
+        return fail(str(exc))
     finally:
         session.close()
-    if args.notion is not None:
-        if args.notion not in set(rows["notion"]):
-            print(f"gpframe: this ledger has no {args.notion} budget.", file=sys.stderr)
-            return 1
-        rows = rows[rows["notion"] == args.notion]
-    if args.user:
-        text = rows["user"].map(str)
-        missing = [u for u in args.user if u not in set(text)]
-        if missing:
-            print(
-                f"gpframe: no user {', '.join(map(repr, missing))} in this ledger (ids are "
-                "compared as text).",
-                file=sys.stderr,
-            )
-            return 1
-        rows = rows[text.isin(args.user).to_numpy()]
-    rows = rows.reset_index(drop=True)
-    totals = _totals(rows)
+    rows, totals = data.rows, data.totals
     if args.format == "json":
         doc: dict[str, object] = {"totals": json.loads(totals.to_json(orient="records"))}
         if not args.totals:
             doc["rows"] = json.loads(rows.to_json(orient="records"))
+        if data.filters["since"] is not None:
+            doc["since"] = data.filters["since"]
         print(json.dumps(doc, indent=2))
     elif args.format == "csv":
         sys.stdout.write((totals if args.totals else rows).to_csv(index=False))
     else:
+        if data.filters["since"] is not None:
+            print(f"Charges since {data.filters['since']} in spent_since / queries_since.")
         if not args.totals:
             _print_report(rows)
             print()
         print("Totals:")
         _print_report(totals)
     return 0
+
+
+def _cli_users(session: Any, given: list[str]) -> list[Any]:
+    """Return the ledger's users whose id reads as one of ``given`` (compared as text)."""
+    from gpframe.errors import InvalidInputError
+
+    by_text: dict[str, list[Any]] = {}
+    for u in dict.fromkeys(session.report()["user"].tolist()):
+        by_text.setdefault(str(u), []).append(u)
+    missing = [u for u in given if u not in by_text]
+    if missing:
+        raise InvalidInputError(
+            f"no user {', '.join(map(repr, missing))} in this ledger (ids are compared as text)."
+        )
+    return [u for g in dict.fromkeys(given) for u in by_text[g]]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ import inspect
 import re
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -153,10 +154,21 @@ def test_curator_report_shows_ids_and_charges_but_no_location(budget: str, ctxs:
             f[f"session.history({u!r})"] = h
             f[f"session.history({u!r}) repr"] = repr(h)
     f.update(_ledger_file(s))
+    f["gp.ledger_report_html page"] = _report_page(s)
     hits = [h for n, o in f.items() for h in scan(n, o, ctx.data.canaries, public=CURATOR,
                                                      check_counts=False)]  # fmt: skip
     assert not hits, "\n".join(map(str, hits[:25]))
     assert set(ctx.data.users) <= set(f["session.report()"]["user"]), "every user was charged"
+
+
+def _report_page(session: Any) -> str:
+    """The HTML ledger report's text (a curator view like session.report())."""
+    import tempfile
+
+    import gpframe as gp
+
+    with tempfile.TemporaryDirectory() as d:
+        return gp.ledger_report_html(session, Path(d) / "r.html", top=50).read_text()
 
 
 def _ledger_file(session: Any) -> dict[str, Any]:

@@ -157,3 +157,52 @@ def test_missing_ledger_message_speaks_to_cli_users(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "create=True" not in err and "no ledger file" in err
     assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_ledger_report_since_adds_the_spend_since_then(ledger_file, capsys):
+    import json
+
+    assert main(["ledger", "report", str(ledger_file), "--since", "1d", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "since" in doc
+    ann = next(r for r in doc["rows"] if r["user"] == "ann" and r["notion"] == "central")
+    assert ann["spent_since"] == pytest.approx(0.5) and ann["queries_since"] == 1
+    central = next(t for t in doc["totals"] if t["notion"] == "central")
+    assert central["spent_since"] == pytest.approx(1.25)
+    assert main(["ledger", "report", str(ledger_file), "--since", "2999-01-01"]) == 0
+    out = capsys.readouterr().out
+    assert "spent_since" in out and "Charges since 2999-01-01T00:00:00+00:00" in out
+
+
+@pytest.mark.parametrize("bad", ["yesterday", "7 days", "2026-02-30"])
+def test_ledger_report_bad_since_fails_cleanly_before_opening(bad, tmp_path, capsys):
+    # the argument is checked first: even a missing file is not reported then
+    assert main(["ledger", "report", str(tmp_path / "none.sqlite"), "--since", bad]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpframe: --since={bad!r}") and "7d" in err and "Traceback" not in err
+
+
+def test_ledger_report_html_refuses_format_and_totals(ledger_file, tmp_path, capsys):
+    out = tmp_path / "r.html"
+    assert main(["ledger", "report", str(ledger_file), "--html", str(out), "--totals"]) == 1
+    assert "--html writes the page only" in capsys.readouterr().err
+    assert main(["ledger", "report", str(ledger_file), "--html", str(out), "--top", "0"]) == 1
+    assert "--top 0" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_ledger_report_of_a_keyed_ledger_takes_its_key_file(tmp_path, capsys):
+    import gpframe as gp
+
+    key = tmp_path / "ledger.key"
+    key.write_bytes(bytes(range(32)))
+    path = tmp_path / "keyed.sqlite"
+    s = gp.Session(path=str(path), central=gp.DP(epsilon=1.0), ledger_key=str(key))
+    with s.reserve(["ann"], 0.5, notion="central", query="count") as r:
+        r.charge([0.5])
+    s.close()
+    assert main(["ledger", "report", str(path)]) == 1
+    assert "keyed" in capsys.readouterr().err
+    out = tmp_path / "keyed.html"
+    assert main(["ledger", "report", str(path), "--ledger-key", str(key), "--html", str(out)]) == 0
+    assert "✔ intact" in out.read_text()
