@@ -1,6 +1,7 @@
 """gpframe: geo-private analytics on location data from pandas, geopandas and DuckDB."""
 
 from gpframe import (
+    datasets,
     duckdb,
     frame,  # noqa: F401 - importing it registers df.geopriv
     mechanisms,
@@ -45,6 +46,7 @@ __all__ = [
     "LedgerError",
     "NoiseOverflowError",
     "Session",
+    "datasets",
     "duckdb",
     "mechanisms",
     "monitor",

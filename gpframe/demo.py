@@ -52,9 +52,9 @@ DEMO_FILES = (
 
 def sample_path() -> Path:
     """Path of the packaged sample parquet (Go!Track subset, CC BY 4.0)."""
-    return Path(
-        str(importlib.resources.files("gpframe") / "data" / "gotrack_aracaju_sample.parquet")
-    )
+    from gpframe.datasets import path
+
+    return path("gotrack_aracaju")
 
 
 def sql_path() -> Path:
@@ -69,11 +69,9 @@ def load_sample() -> Any:
     >>> len(pts), pts["user_id"].nunique(), pts.crs.to_epsg()
     (3338, 25, 4326)
     """
-    import geopandas as gpd
-    import pandas as pd
+    from gpframe.datasets import load
 
-    df = pd.read_parquet(sample_path())
-    return gpd.GeoDataFrame(df, geometry=gpd.points_from_xy(df["lon"], df["lat"]), crs="EPSG:4326")
+    return load("gotrack_aracaju")
 
 
 def _sql_statements(text: str) -> list[str]:
