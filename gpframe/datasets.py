@@ -4,16 +4,12 @@ Every file is a small extract of a public dataset whose licence allows redistrib
 sources, changes and licences are in ``gpframe/data/LICENSE.md`` (:func:`citation` prints each
 one's credit line). Nothing here needs a network connection or the repository's layout.
 
-======================== ============================================================== =========
-name                     what                                                           rows
-======================== ============================================================== =========
-``gotrack_aracaju``      GPS fixes of 25 people in Aracaju, Brazil (Go!Track, CC BY 4.0) 3,338
-``ais_nyharbor_1h``      AIS positions of 295 vessels in New York Harbor, one hour        8,689
-``ais_nyharbor_week``    AIS tracks of 141 vessels over 8 days, one fix per 30 minutes  10,102
-``nyharbor_port_zones``  23 harbour zones around the World Port Index ports (polygons)  23
-``nyc_boroughs``         the 5 NYC boroughs, simplified to about 50 m (polygons)         5
-``aracaju_coast``        land and rivers of the Aracaju box (GSHHG / WDB, for maps)      2
-======================== ============================================================== =========
+- ``gotrack_aracaju``: 3,338 GPS fixes of 25 people in Aracaju, Brazil (Go!Track, CC BY 4.0);
+- ``ais_nyharbor_1h``: 8,689 AIS positions of 295 vessels in New York Harbor over one hour;
+- ``ais_nyharbor_week``: 10,102 AIS fixes of 141 vessels over 8 days, one per vessel per half hour;
+- ``nyharbor_port_zones``: 23 harbour zones around the World Port Index ports (polygons);
+- ``nyc_boroughs``: the 5 NYC boroughs, simplified to about 50 m (polygons);
+- ``aracaju_coast``: land and rivers of the Aracaju box (GSHHG / WDB II), for maps.
 
 Points come back as a GeoDataFrame in EPSG:4326 (WGS 84 lon/lat) with their ``lon`` / ``lat``
 columns kept; polygons and lines as a GeoDataFrame in EPSG:4326. In gpframe's model the
