@@ -1,6 +1,7 @@
 """gpframe: geo-private analytics on location data from pandas, geopandas and DuckDB."""
 
 from gpframe import (
+    datasets,
     duckdb,
     frame,  # noqa: F401 - importing it registers df.geopriv
     mechanisms,
@@ -46,6 +47,7 @@ __all__ = [
     "LedgerError",
     "NoiseOverflowError",
     "Session",
+    "datasets",
     "duckdb",
     "ledger_report_html",
     "mechanisms",

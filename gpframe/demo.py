@@ -7,7 +7,9 @@ The data is a 3,338-fix subset of the Go!Track GPS trajectories of 25 people in 
 ``gpframe_demo.duckdb``      an embedded DuckDB database: true points (projected) and private ones
 ``private_points.parquet``   the Python-privatized points as GeoParquet (input CRS, EPSG:4326):
                              the noisy geometry, user/track/point ids and times, nothing else
-``private_points.png``       a map of true vs private points, with the privacy statement
+``private_points.png``       true and private points side by side on the same public extent of
+                             central Aracaju, over its coast and rivers (shipped with gpframe),
+                             with the privacy level and its typical displacement in the title
 
 A rerun starts from a fresh ledger and database (it deletes only those demo files).
 """
@@ -20,6 +22,7 @@ from typing import Any
 
 __all__ = [
     "BUDGET_RHO",
+    "DEMO_BOX",
     "DEMO_CRS",
     "DEMO_FILES",
     "RHO_PY",
@@ -52,9 +55,9 @@ DEMO_FILES = (
 
 def sample_path() -> Path:
     """Path of the packaged sample parquet (Go!Track subset, CC BY 4.0)."""
-    return Path(
-        str(importlib.resources.files("gpframe") / "data" / "gotrack_aracaju_sample.parquet")
-    )
+    from gpframe.datasets import path
+
+    return path("gotrack_aracaju")
 
 
 def sql_path() -> Path:
@@ -69,11 +72,9 @@ def load_sample() -> Any:
     >>> len(pts), pts["user_id"].nunique(), pts.crs.to_epsg()
     (3338, 25, 4326)
     """
-    import geopandas as gpd
-    import pandas as pd
+    from gpframe.datasets import load
 
-    df = pd.read_parquet(sample_path())
-    return gpd.GeoDataFrame(df, geometry=gpd.points_from_xy(df["lon"], df["lat"]), crs="EPSG:4326")
+    return load("gotrack_aracaju")
 
 
 def _sql_statements(text: str) -> list[str]:
@@ -184,47 +185,90 @@ def run_demo(
     return {"paths": paths, "python": result, "sql": rows, "report": report, "session": session}
 
 
+#: the public map extent of the demo (lon_min, lat_min, lon_max, lat_max): central Aracaju,
+#: chosen from the city's map, not from the data, so the frame reveals nothing about any user
+DEMO_BOX = (-37.125, -11.035, -36.985, -10.835)
+
+
 def _plot(true_pts: Any, private: Any, result: Any, crs_m: Any, path: Path) -> None:
+    """Draw true and private points side by side over the coast and rivers, same extent."""
+    import geopandas as gpd
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
+    import numpy as np
+    import shapely
 
+    from gpframe.datasets import citation, load
+
+    box = gpd.GeoSeries([shapely.box(*DEMO_BOX)], crs="EPSG:4326").to_crs(crs_m)
+    x0, y0, x1, y1 = box.total_bounds
+    coast = load("aracaju_coast").to_crs(crs_m)
+    land = coast[coast["kind"] == "land"]
+    rivers = coast[coast["kind"] == "river"]
     t = true_pts.to_crs(crs_m)
     p = private[~private.geometry.is_empty & private.geometry.notna()].to_crs(crs_m)
-    fig, ax = plt.subplots(figsize=(8, 8))
-    ax.scatter(
-        p.geometry.x / 1000,
-        p.geometry.y / 1000,
-        s=3,
-        c="tab:orange",
-        alpha=0.5,
-        label=f"private points ({len(p):,})",
+    inside = int(shapely.contains_xy(box.iloc[0], p.geometry.x, p.geometry.y).sum())
+    users = sorted(true_pts["user_id"].unique())
+    colour = {u: plt.get_cmap("tab20")(i % 20) for i, u in enumerate(users)}
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 7.4), sharex=True, sharey=True)
+    panels = [
+        (t, "True GPS fixes (never released)", f"{len(t):,} fixes of {len(users)} users"),
+        (p, "Private fixes (what gpframe releases)",
+         f"{inside:,} of {len(p):,} released fixes fall in this frame"),
+    ]  # fmt: skip
+    for ax, (pts, head, sub) in zip(axes, panels, strict=True):
+        ax.set_facecolor("#dbe9f4")  # sea
+        land.plot(ax=ax, color="#f4f1ea", edgecolor="#9aa5b1", linewidth=0.6, zorder=1)
+        rivers.plot(ax=ax, color="#8fb3d0", linewidth=0.8, zorder=2)
+        ax.scatter(pts.geometry.x, pts.geometry.y, s=3, linewidths=0, alpha=0.75, zorder=3,
+                   c=[colour[u] for u in pts["user_id"]])  # fmt: skip
+        ax.set_xlim(x0, x1)
+        ax.set_ylim(y0, y1)
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_xlabel("")
+        ax.set_ylabel("")
+        ax.set_title(f"{head}\n{sub}", fontsize=10)
+        _place_labels(ax, x0, y0, x1, y1)
+        _scale_bar(ax, x0, y0, x1, y1)
+    axes[0].text(0.02, 0.98, "one colour per user", transform=axes[0].transAxes, fontsize=8,
+                 va="top", color="0.3")  # fmt: skip
+    # per="user": a user with n fixes gets sigma = sqrt(n / (2 rho)) per coordinate (n is public),
+    # and a fix moves by a Rayleigh distance whose median is sigma * sqrt(2 ln 2)
+    n = true_pts.groupby("user_id")["user_id"].transform("size").to_numpy()
+    typical = float(np.median(np.sqrt(n / (2 * RHO_PY)) * np.sqrt(2 * np.log(2))))
+    fig.suptitle(
+        f"What privacy costs at rho = {RHO_PY:g} m⁻² per user (concentrated geo-privacy): "
+        f"a typical fix moves {typical / 1000:.1f} km\n"
+        f"(each user's fixes share one budget; with 95 % confidence no fix moves more than "
+        f"{result.error / 1000:.1f} km)",
+        fontsize=11,
     )
-    ax.scatter(
-        t.geometry.x / 1000,
-        t.geometry.y / 1000,
-        s=2,
-        c="tab:blue",
-        alpha=0.8,
-        label=f"true points ({len(t):,})",
-    )
-    xmin, ymin, xmax, ymax = t.total_bounds / 1000
-    pad = max(xmax - xmin, ymax - ymin) * 0.6
-    ax.set_xlim(xmin - pad, xmax + pad)
-    ax.set_ylim(ymin - pad, ymax + pad)
-    ax.set_aspect("equal")
-    ax.set_xlabel(f"easting, km ({crs_m.name})")
-    ax.set_ylabel("northing, km")
-    ax.set_title(
-        f"Go!Track, Aracaju: each user's points under rho = {RHO_PY:g} m⁻² CGP\n"
-        f"(concentrated geo-privacy for all of a user's points together; "
-        f"{result.n_charged} users charged)",
-        fontsize=10,
-    )
-    ax.legend(loc="upper right", markerscale=4)
-    fig.text(
-        0.01, 0.01, "Data: Go!Track (Cruz et al., UCI, doi:10.24432/C54S5Z), CC BY 4.0", fontsize=7
-    )
+    fig.text(0.01, 0.008, f"Data: {citation('gotrack_aracaju')}.\n{citation('aracaju_coast')}.",
+             fontsize=6.5, color="0.35")  # fmt: skip
+    fig.tight_layout(rect=(0, 0.035, 1, 0.95), w_pad=1.0)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _place_labels(ax: Any, x0: float, y0: float, x1: float, y1: float) -> None:
+    """Name the places of the public extent (fixed positions, as fractions of the frame)."""
+    style = {"fontsize": 9, "color": "0.25", "ha": "center", "style": "italic", "zorder": 4}
+    ax.text(x0 + 0.80 * (x1 - x0), y0 + 0.30 * (y1 - y0), "Atlantic\nOcean",
+            color="#4a6a86", **{k: v for k, v in style.items() if k != "color"})  # fmt: skip
+    ax.text(x0 + 0.30 * (x1 - x0), y0 + 0.55 * (y1 - y0), "Aracaju", **style)
+    ax.text(x0 + 0.80 * (x1 - x0), y0 + 0.78 * (y1 - y0), "Barra dos\nCoqueiros", **style)
+    ax.text(x0 + 0.72 * (x1 - x0), y0 + 0.60 * (y1 - y0), "Rio Sergipe", rotation=60,
+            color="#4a6a86", **{k: v for k, v in style.items() if k != "color"})  # fmt: skip
+
+
+def _scale_bar(ax: Any, x0: float, y0: float, x1: float, y1: float, km: int = 2) -> None:
+    """Draw a km scale bar in the lower left corner (the axes are in metres)."""
+    bx, by = x0 + 0.05 * (x1 - x0), y0 + 0.04 * (y1 - y0)
+    ax.plot([bx, bx + km * 1000], [by, by], color="0.2", linewidth=3, zorder=5)
+    ax.text(bx + km * 500, by + 0.012 * (y1 - y0), f"{km} km", ha="center", va="bottom",
+            fontsize=8, color="0.2", zorder=5)  # fmt: skip

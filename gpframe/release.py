@@ -199,6 +199,8 @@ def release_frame(
             geometry = np.asarray(geometry, dtype=object)
         geo = gpd.GeoSeries(geometry, index=index, crs=crs)
         out = gpd.GeoDataFrame(out, geometry=geo.rename(geometry_name), crs=crs)
+        if out.geometry.name != geometry_name:  # geopandas names a passed series "geometry"
+            out = out.rename_geometry(geometry_name)
     keep = set(map(_key, public)) | set(map(_key, released))
     if geometry is not None:
         keep.add(_key(geometry_name))

@@ -15,7 +15,8 @@ Layers (``docs/internals.md``; a module may import its own layer or any layer be
   4  gpframe.queries.*
   5  gpframe.release
   6  gpframe.frame.*, gpframe.duckdb.*   (the two faces: neither imports the other)
-  7  gpframe.cli, gpframe.demo, gpframe.testing, gpframe.report_html, gpframe (the package
+  7  gpframe.cli, gpframe.demo, gpframe.datasets, gpframe.testing, gpframe.report_html,
+     gpframe (the package
      ``__init__``)
 
 Sideways edges inside a layer are allowed; a cycle anywhere (sideways included) is not. Each
@@ -45,7 +46,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gpframe.queries",),
     ("gpframe.release",),
     ("gpframe.frame", "gpframe.duckdb"),
-    ("gpframe.cli", "gpframe.demo", "gpframe.testing", "gpframe.report_html", "gpframe"),
+    (
+        "gpframe.cli",
+        "gpframe.demo",
+        "gpframe.datasets",
+        "gpframe.testing",
+        "gpframe.report_html",
+        "gpframe",
+    ),
 )
 
 #: the two faces of layer 6, which must not import each other

@@ -532,6 +532,8 @@ class GeoPriv:
         Raster
             ``value`` the density per m² (ndarray (ny, nx), row 0 north) in the metric CRS,
             with its ``transform`` and ``crs``; ``params`` carry σ and the bandwidth applied.
+            The grid is not reprojected to the input CRS (equal square cells exist only in
+            metres): ``Raster.cells()`` gives each cell as a polygon in the input CRS.
 
         See Also
         --------

@@ -454,8 +454,10 @@ def kde_raster(
     -------
     Raster
         ``value`` the density per m² (it integrates to 1 over the plane; Σ cells × cell_m² is the
-        share inside the grid), in the metric CRS of the projection; ``params`` carry σ, the
-        bandwidth applied and the correction used.
+        share inside the grid), in the metric CRS of the projection, not the input's: a density
+        per m² needs equal square cells, which lon/lat has not (``Raster.cells()`` returns the
+        cells as polygons in the input CRS, ``crs_in``); ``params`` carry σ, the bandwidth
+        applied and the correction used.
 
     Notes
     -----
@@ -494,8 +496,10 @@ def kde_raster(
     bm = _bounds_m(bounds, p) if bounds is not None else None
     from gpframe.ledger.charges import ledger_keys
 
-    return _k.raster_from_points(
+    raster = _k.raster_from_points(
         session, ledger_keys(users), p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind,
         amount=amount, correct=correct, scale_max=p.scale_max, crs_m=p.crs_m.to_string(),
         rng=rng, bandwidth_arg=bandwidth_m, noise_inflation=p.noise_inflation,
     )  # fmt: skip
+    # the grid stays in the metric CRS (docs/operations/kde.md: rasters); say where the input was
+    return dataclasses.replace(raster, crs_in=p.crs_in.to_string())

@@ -94,6 +94,36 @@ def _regions(region: Any, projected: Any) -> tuple[list[Any], pd.Index, Any, Any
     return polys, series.index, series, crs, many
 
 
+#: the per-region columns the output adds (released values and their bookkeeping)
+REGION_TABLE_COLUMNS = (
+    "count", "error", "n_charged", "n_excluded", "saving", "n_low", "n_high", "n_undecided",
+    "rounds_histogram", "query_id",
+)  # fmt: skip
+
+
+def _zone_columns(region: Any) -> tuple[Any, ...]:
+    """Return the columns of a GeoDataFrame of regions that the output keeps (all but geometry).
+
+    They are public: the caller passed them as (part of) the query, and nothing in them depends
+    on the data. A name the output uses for a released value is refused here, before the ledger
+    is touched.
+    """
+    import geopandas as gpd
+
+    if not isinstance(region, gpd.GeoDataFrame):
+        return ()
+    geom = region._geometry_column_name
+    cols = tuple(c for c in region.columns if c != geom)
+    clash = [c for c in cols if c in REGION_TABLE_COLUMNS]
+    if clash:
+        raise InvalidInputError(
+            f"region has the column(s) {', '.join(map(repr, clash))}, which the output uses for "
+            f"the private counts; rename them first (region.rename(columns={{{clash[0]!r}: "
+            f"'zone_{clash[0]}'}})). {_NOTHING}"
+        )
+    return cols
+
+
 def _check_crs_extent(series: Any, crs: Any) -> None:
     """Refuse coordinates that cannot be in ``crs``: e.g. metres given for a degree CRS."""
     import pyproj
@@ -271,6 +301,7 @@ def range_count(
             f"{_NOTHING}"
         )
     polys, labels, series, crs, many = _regions(region, p)
+    zone_cols = _zone_columns(region)
     if plan is not None:
         plan.check_users(users_all[pos])
     # the component's points, with the metric CRS as "input" so each region (already in metres)
@@ -324,7 +355,8 @@ def range_count(
             n_undecided=res.params["n_undecided"], rounds_histogram=list(hist),
             query_id=res.query_id,
         ))  # fmt: skip
-    return _combine(results, rows, labels, series, crs, many, users, fixed, plan, params=dict(
+    return _combine(results, rows, labels, series, crs, many, users, fixed, plan,
+                    zones=(region, zone_cols), params=dict(
         method=method, rounds=int(rounds), split=split, beta=beta,
         rho=None if rho is None else float(rho), eps=None if eps is None else float(eps),
         component=repr(component), reduce=reduce, n_regions=len(polys),
@@ -360,6 +392,7 @@ def _range_count_parts(bound: Any, region: Any, *, rho: Any, eps: Any, method: s
             f"the selected component has no rows: nobody to count. Check component={component!r}. "
             f"{_NOTHING}"
         )
+    zone_cols = _zone_columns(region)
     chosen = np.zeros(len(users_all), dtype=bool)
     chosen[pos] = True
     subs: list[tuple[Any, list[Any]]] = []
@@ -395,7 +428,7 @@ def _range_count_parts(bound: Any, region: Any, *, rho: Any, eps: Any, method: s
         ))  # fmt: skip
     worst = max(parts, key=lambda q: q.projected.noise_inflation).projected
     return _combine(results, rows, labels, series, crs, many, users_all[pos], None, None,
-                    params=dict(
+                    zones=(region, zone_cols), params=dict(
         method=method, rounds=int(rounds), split=split, beta=beta,
         rho=None if rho is None else float(rho), eps=None if eps is None else float(eps),
         component=repr(component), reduce=reduce, n_regions=len(subs[0][1]),
@@ -415,15 +448,24 @@ def _combine(
     fixed: Any,
     plan: Any,
     *,
+    zones: tuple[Any, tuple[Any, ...]] = (None, ()),
     params: dict[str, Any],
     confidence: float,
     kind: str,
 ) -> RangeCountResult:
-    import geopandas as gpd
+    from gpframe.release import release_frame
 
     table = pd.DataFrame(rows, index=labels)
-    regions = gpd.GeoDataFrame(table, geometry=series.to_crs(crs).array if series.crs is not None
-                               else series.array, crs=crs, index=labels)  # fmt: skip
+    geometry = series.to_crs(crs).array if series.crs is not None else series.array
+    source, zone_cols = zones
+    # a GeoDataFrame of zones keeps its own columns (public: they are the caller's query), then
+    # the released counts; built by the one output builder, never a copy of the zones frame
+    regions = release_frame(
+        source if zone_cols else table, public=zone_cols,
+        released={c: table[c].to_numpy() for c in table.columns}, geometry=geometry,
+        geometry_name=source._geometry_column_name if zone_cols else "geometry", crs=crs,
+        what="range_count",
+    )  # fmt: skip
     if results:
         charges = pd.concat([r.charges for r in results]).groupby(level=0, sort=False).sum()
         allocs = pd.concat([r.allocations for r in results]).groupby(level=0, sort=False).sum()

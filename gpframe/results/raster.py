@@ -7,6 +7,14 @@ Returned by ``df.geopriv(...).kde_raster(...)`` (``docs/operations/kde.md``: Ras
 cell's upper-left corner, and ``crs`` the projected metre CRS the grid lives in. Everything here is
 post-processing of released values.
 
+Why the grid is not in the input CRS: the density is estimated per square metre on equal square
+cells, which exist only in a metric CRS (the one the query projected to, ``crs``). In longitude /
+latitude the same cells are neither square nor equal, and resampling them onto a degree grid
+would blend neighbouring cells and change the values. So the array stays in ``crs``, and the
+input CRS is one call away without resampling: :meth:`Raster.cells` returns every cell as a
+polygon with its density, in ``crs_in`` (the data's CRS) or any other CRS, and
+:meth:`Raster.plot` reprojects an ``outline`` given with its CRS onto the grid.
+
 Optional dependencies are imported inside the methods: matplotlib for :meth:`Raster.plot`,
 xarray for :meth:`Raster.to_xarray`, rasterio for :meth:`Raster.to_geotiff`.
 """
@@ -34,7 +42,9 @@ class Raster(Result):
         y = d·col + e·row + f.
     crs : str
         The grid's CRS (a projected metre CRS, e.g. ``"EPSG:32618"``), as WKT or an authority
-        string.
+        string. Not the input's CRS when the data came in degrees (module docstring: why).
+    crs_in : str or None
+        The CRS of the input data (e.g. ``"EPSG:4326"``); :meth:`cells` returns the cells in it.
     units : str
         What a cell holds, e.g. ``"density (per m², integrates to 1)"``.
 
@@ -50,10 +60,13 @@ class Raster(Result):
            spent_max=rho=0.0001 m⁻², query_id=q-1)
     >>> r.cell_centres()[0][:2].tolist(), r.cell_centres()[1][:, 0].tolist()
     ([50.0, 150.0], [150.0, 50.0])
+    >>> r.cells(crs="EPSG:4326").crs.to_epsg(), len(r.cells())
+    (4326, 6)
     """
 
     transform: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0, -1.0, 0.0)
     crs: Any = None
+    crs_in: Any = None
     units: str = "density (per m², integrates to 1)"
     error_kind: str = "max cell error (per m²)"
     mechanism: str = "gaussian_cgp"
@@ -99,6 +112,39 @@ class Raster(Result):
         """Σ cells × cell area: the share of the estimated density inside the grid."""
         return float(self.array.sum()) * abs(self.transform[0] * self.transform[4])
 
+    def cells(self, crs: Any = None) -> Any:
+        """Return every cell as a polygon with its density, in ``crs`` (default: the input's CRS).
+
+        The exact cells of the grid, reprojected vertex by vertex: no resampling, so the values
+        are the raster's own (density per m² of the metric CRS ``self.crs``).
+
+        Parameters
+        ----------
+        crs : CRS-like, optional
+            Target CRS. None: ``crs_in`` (the data's CRS), or the grid's own when unknown.
+
+        Returns
+        -------
+        geopandas.GeoDataFrame
+            One row per cell, row-major from the north-west corner: ``row``, ``col``,
+            ``density`` and the cell polygon.
+        """
+        import geopandas as gpd
+        import shapely
+
+        a, _, c, _, e, f = self.transform
+        ny, nx = self.shape
+        col, row = np.meshgrid(np.arange(nx), np.arange(ny))
+        x0 = c + a * col.ravel()
+        y0 = f + e * row.ravel()
+        boxes = shapely.box(x0, y0 + e, x0 + a, y0)
+        out = gpd.GeoDataFrame(
+            {"row": row.ravel(), "col": col.ravel(), "density": self.array.ravel()},
+            geometry=boxes, crs=self._crs_obj(),
+        )  # fmt: skip
+        target = crs if crs is not None else self.crs_in
+        return out if target is None or out.crs is None else out.to_crs(target)
+
     def _value_summary(self) -> str:
         ny, nx = self.shape
         return f"<{ny}×{nx} raster, {_fmt(self.cell_m)} m cells>"
@@ -119,7 +165,7 @@ class Raster(Result):
             import xarray as xr
         except ImportError as exc:
             raise ImportError(
-                "install xarray to use Raster.to_xarray() (pip install xarray)"
+                "Raster.to_xarray() needs xarray: pip install 'gpframe[raster]'"
             ) from exc
         xs, ys = self.cell_centres()
         crs = self._crs_obj()
@@ -147,7 +193,7 @@ class Raster(Result):
             from rasterio.transform import Affine
         except ImportError as exc:
             raise ImportError(
-                "install rasterio to use Raster.to_geotiff() (pip install rasterio)"
+                "Raster.to_geotiff() needs rasterio: pip install 'gpframe[raster]'"
             ) from exc
         ny, nx = self.shape
         crs = self._crs_obj()
@@ -167,6 +213,7 @@ class Raster(Result):
             shape=list(self.shape),
             transform=[float(v) for v in self.transform],
             crs=crs.to_string() if crs is not None else None,
+            crs_in=None if self.crs_in is None else str(self.crs_in),
             units=self.units,
         )
         return out
@@ -192,8 +239,9 @@ class Raster(Result):
         ----------
         ax : matplotlib Axes, optional
         cmap : str
-        outline : shapely geometry or GeoSeries, optional
-            Drawn on top as a thin line (in the grid's CRS), e.g. a coastline or boundary.
+        outline : shapely geometry, GeoSeries or GeoDataFrame, optional
+            Drawn on top as a thin line, e.g. a coastline or boundary: a series / frame with a
+            CRS is reprojected to the grid's; a bare geometry is taken to be in it.
         per_km2 : bool
             Show the density per km² (× 10⁶) instead of per m².
         **kwargs
@@ -216,8 +264,14 @@ class Raster(Result):
         if outline is not None:
             import geopandas as gpd
 
+            if isinstance(outline, gpd.GeoDataFrame):
+                outline = outline.geometry
             g = outline if isinstance(outline, gpd.GeoSeries) else gpd.GeoSeries([outline])
+            if g.crs is not None and self.crs is not None:
+                g = g.to_crs(self._crs_obj())
             g.boundary.plot(ax=ax, color="white", linewidth=0.6)
+            ax.set_xlim(x0, x1)  # the outline may reach beyond the grid: keep the grid's extent
+            ax.set_ylim(y0, y1)
         ax.set_title(self.title(), fontsize=9)
         ax.set_xlabel("x (m)")
         ax.set_ylabel("y (m)")

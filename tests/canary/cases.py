@@ -1061,6 +1061,26 @@ def _range_regions(ctx: Ctx) -> Any:
     return ctx.bound().range_count(regions, rho=1e-6, reduce="last", rng=ctx.rng(143))
 
 
+@case(name="range_count/accessor/zones-with-columns", frontend="accessor",
+      covers=("accessor.range_count",),
+      modules=(ACC, "gpframe.frame.range_count", QF + "range_count"))  # fmt: skip
+def _range_zones(ctx: Ctx) -> Any:
+    # the zones' own columns are public (the caller's query) and kept; they are constants here,
+    # so any canary in the output came from the data, not from them
+    import geopandas as gpd
+    import shapely
+
+    x0, y0, x1, y1 = REGION
+    xm = (x0 + x1) / 2
+    zones = gpd.GeoDataFrame(
+        {"zone_name": ["west", "east"], "zone_pop": [1200, 3400]},
+        geometry=[shapely.box(x0, y0, xm, y1), shapely.box(xm, y0, x1, y1)], crs=CRS_M,
+    )  # fmt: skip
+    res = ctx.bound().range_count(zones, rho=1e-6, reduce="last", rng=ctx.rng(146))
+    assert list(res.to_frame().columns[:2]) == ["zone_name", "zone_pop"], "zone columns kept"
+    return res
+
+
 @case(name="kde/accessor/query-points-frame", frontend="accessor", covers=("accessor.kde",),
       modules=(ACC, "gpframe.frame.kde", QF + "kde"))  # fmt: skip
 def _kde_points(ctx: Ctx) -> Any:

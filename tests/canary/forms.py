@@ -50,6 +50,8 @@ def result_forms(r: Any, prefix: str = "result", *, plots: bool = True) -> dict[
                 out[f"{prefix}.{name}()"] = fn()
             except CuratorViewError:
                 pass
+    if callable(getattr(r, "cells", None)):  # a Raster's cells as polygons (input CRS)
+        out[f"{prefix}.cells()"] = r.cells()
     if hasattr(r, "to_xarray"):
         out.update(_xarray_forms(r, prefix))
     if hasattr(r, "to_geotiff"):

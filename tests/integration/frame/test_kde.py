@@ -157,6 +157,30 @@ def test_kde_raster_lonlat_bounds_in_degrees():
         rng=seeded_rng(6),
     )
     assert r.crs != "EPSG:4326" and r.mass == pytest.approx(1.0, abs=0.02)
+    # the grid stays in metres; the input CRS is recorded and the cells come back in it
+    assert r.crs_in == "EPSG:4326" and r.to_dict()["crs_in"] == "EPSG:4326"
+    cells = r.cells()
+    assert cells.crs.to_epsg() == 4326 and len(cells) == r.array.size
+    np.testing.assert_array_equal(cells["density"].to_numpy(), r.array.ravel())
+    lon, lat = cells.geometry.iloc[0].centroid.coords[0]
+    assert -74.11 < lon < -74.09 and 40.79 < lat < 40.81      # the north-west cell
+    assert shapely.area(np.asarray(cells.geometry.array)).min() > 0
+
+
+def test_raster_plot_reprojects_an_outline_with_a_crs():
+    import geopandas as gpd
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    r = Raster(value=np.ones((2, 2)), transform=(1000.0, 0.0, 580_000.0, 0.0, -1000.0,
+               4_510_000.0), crs=CRS, charges=pd.Series([1e-4]))  # fmt: skip
+    box = gpd.GeoSeries([shapely.box(580_500, 4_508_500, 581_500, 4_509_500)], crs=CRS)
+    ax = r.plot(outline=box.to_crs(4326))
+    xs = np.concatenate([p.vertices[:, 0] for p in ax.collections[-1].get_paths()])
+    assert xs.min() > 579_000 and xs.max() < 582_000      # drawn in the grid's metres
+    plt.close(ax.figure)
 
 
 # ---------------------------------------------------------------------------------------------

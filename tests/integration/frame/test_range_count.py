@@ -312,3 +312,39 @@ def test_ledger_charge_is_the_array_paths_exact_charge_in_units():
     expected = np.array([lu.up(c) for c in out.charges], dtype=np.int64)
     assert len(set(out.charges.tolist())) > 2  # users stopped at different rounds
     np.testing.assert_array_equal(row.amount, expected[row.idx])  # fresh ledger: idx = position
+
+
+# ---------------------------------------------------------------------------------------------
+# a GeoDataFrame of zones keeps its own (public) columns
+
+
+def _zones():
+    return gpd.GeoDataFrame(
+        {"name": ["west", "east"], "population": [1200, 3400],
+         "opened": pd.to_datetime(["2001-01-01", "2002-02-02"], utc=True)},
+        geometry=[BOX, shapely.box(505_000, 4_495_000, 515_000, 4_505_000)],
+        index=pd.Index(["w", "e"], name="zone"), crs=CRS,
+    ).rename_geometry("shape")  # fmt: skip
+
+
+def test_geodataframe_of_zones_keeps_its_columns_beside_the_counts():
+    df = _pings()
+    s = Session(budget=gp.CGP(rho=1e-2))
+    zones = _zones()
+    res = range_count(_bound(df, s), zones, rho=1e-3, rng=seeded_rng(8))
+    tab = res.to_frame()
+    assert list(tab.columns[:3]) == ["name", "population", "opened"]
+    assert tab.index.equals(zones.index) and tab.geometry.name == "shape"
+    pd.testing.assert_series_equal(tab["population"], zones["population"])
+    pd.testing.assert_series_equal(tab["opened"], zones["opened"])
+    assert {"count", "error", "n_charged", "query_id"} <= set(tab.columns)
+    assert tab.geometry.geom_equals(zones.geometry).all()
+
+
+def test_zone_column_named_like_a_released_column_is_refused_before_the_ledger():
+    s = Session(budget=gp.CGP(rho=1e-2))
+    b = _bound(_pings(), s)
+    before = s.ledger.snapshot()
+    with pytest.raises(gp.InvalidInputError, match=r"'count'.*rename.*Nothing was charged"):
+        range_count(b, _zones().assign(count=[1, 2]), rho=1e-3)
+    assert s.ledger.snapshot() == before
