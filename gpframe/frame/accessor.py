@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # the result classes' modules import this one: annotations on
 
     from gpframe.mechanisms.noise.bits import BitSource
     from gpframe.queries.range_count import First, Last
-    from gpframe.results import KdeResult, NearestResult, RangeCountResult, Raster
+    from gpframe.results import KdeResult, NearestResult, Preview, RangeCountResult, Raster
 
 #: which row is each user's one point (see :meth:`GeoPriv.range_count`)
 Component: TypeAlias = (
@@ -316,7 +316,8 @@ class GeoPriv:
         allocations: Any = None,
         progress: bool | None = None,
         rng: BitSource | None = None,
-    ) -> RangeCountResult:
+        dry_run: bool = False,
+    ) -> RangeCountResult | Preview:
         """Count the users whose point lies inside ``region``, privately.
 
         Each user contributes one point (see ``component``). The point is never released: the
@@ -364,6 +365,11 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng(seed)``).
 
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+
         Returns
         -------
         RangeCountResult
@@ -394,6 +400,7 @@ class GeoPriv:
             self, region, rho=rho, eps=eps, method=method, rounds=rounds, split=split, beta=beta,
             component=component, reduce=reduce, allocations=allocations, progress=progress,
             rng=rng,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def kde(
@@ -412,7 +419,8 @@ class GeoPriv:
         reduce: Literal["first", "last"] | None = None,
         progress: bool | None = None,
         rng: BitSource | None = None,
-    ) -> KdeResult:
+        dry_run: bool = False,
+    ) -> KdeResult | Preview:
         """Estimate the Gaussian kernel density of the users' points at ``at``, privately.
 
         One point per user (see ``component``); the kernel is exp(−d²/(2b²)) with b =
@@ -450,6 +458,11 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
 
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+
         Returns
         -------
         KdeResult
@@ -479,6 +492,7 @@ class GeoPriv:
             self, at, bandwidth_m=bandwidth_m, rho=rho, eps=eps, method=method, rounds=rounds,
             split=split, beta=beta, nu_m=nu_m, component=component, reduce=reduce,
             progress=progress, rng=rng,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def kde_raster(
@@ -494,7 +508,8 @@ class GeoPriv:
         reduce: Literal["first", "last"] | None = None,
         progress: bool | None = None,
         rng: BitSource | None = None,
-    ) -> Raster:
+        dry_run: bool = False,
+    ) -> Raster | Preview:
         """Estimate the density of the users' points on a grid (a heatmap), privately.
 
         Each user's point is privatized once (one charge however many cells), then the raster
@@ -527,6 +542,11 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
 
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+
         Returns
         -------
         Raster
@@ -556,6 +576,7 @@ class GeoPriv:
         return kde_raster(
             self, bandwidth_m=bandwidth_m, cell_m=cell_m, bounds=bounds, rho=rho, eps=eps,
             correct=correct, component=component, reduce=reduce, progress=progress, rng=rng,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def grid_stats(
@@ -581,7 +602,8 @@ class GeoPriv:
         protect_worst_grid: bool = True,
         rollback_incomplete_stage: bool = False,
         progress: bool | None = None,
-    ) -> gpd.GeoDataFrame:
+        dry_run: bool = False,
+    ) -> gpd.GeoDataFrame | Preview:
         """Release the mean and variance of ``value`` per H3 cell, under user-level ε-DP.
 
         A central-DP query on the session's central budget: a user with many samples in a cell
@@ -637,6 +659,11 @@ class GeoPriv:
         progress : bool or None
             tqdm bar over the stages (None: on in a terminal or notebook).
 
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+
         Returns
         -------
         geopandas.GeoDataFrame
@@ -673,6 +700,7 @@ class GeoPriv:
             public_cells=public_cells, max_cells=max_cells, max_per_cell=max_per_cell, salt=salt,
             kappa=kappa, split=split, error_cap=error_cap, protect_worst_grid=protect_worst_grid,
             rollback_incomplete_stage=rollback_incomplete_stage, progress=progress,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def knn(
@@ -688,7 +716,8 @@ class GeoPriv:
         max_cycles: int = 1000,
         beta: float = 0.05,
         rng: BitSource | None = None,
-    ) -> pd.DataFrame:
+        dry_run: bool = False,
+    ) -> pd.DataFrame | Preview:
         """Select each user's k private nearest neighbours of ``point`` among the user's rows.
 
         k-PNN ("Concentrated Geo-Privacy", private nearest neighbours): it releases which of a
@@ -717,6 +746,11 @@ class GeoPriv:
             Failure probability of the reported error bound, in (0, 1).
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
+
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
 
         Returns
         -------
@@ -749,6 +783,7 @@ class GeoPriv:
         return knn(
             self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
             scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def convex_hull(
@@ -762,7 +797,8 @@ class GeoPriv:
         k_rule: Literal["reference", "consistent"] = "reference",
         radius_floor_m: float = 10.0,
         rng: BitSource | None = None,
-    ) -> gpd.GeoDataFrame:
+        dry_run: bool = False,
+    ) -> gpd.GeoDataFrame | Preview:
         """Release one private convex hull of each user's points.
 
         The private convex hull of "Concentrated Geo-Privacy": a noisy centre and radius, k
@@ -788,6 +824,11 @@ class GeoPriv:
             Smallest radius used, in metres.
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
+
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
 
         Returns
         -------
@@ -820,6 +861,7 @@ class GeoPriv:
         return convex_hull(
             self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,
             radius_floor_m=radius_floor_m, rng=rng,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def nearest_users(
@@ -837,7 +879,8 @@ class GeoPriv:
         reduce: Literal["first", "last"] | None = None,
         progress: bool | None = None,
         rng: BitSource | None = None,
-    ) -> NearestResult:
+        dry_run: bool = False,
+    ) -> NearestResult | Preview:
         """Find the k users nearest to ``point``, one point per user, privately.
 
         The users' distances to ``point`` are privatized; with ``*-elim`` the users clearly
@@ -872,6 +915,11 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
 
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+
         Returns
         -------
         NearestResult
@@ -899,6 +947,7 @@ class GeoPriv:
         return nearest_users(
             self, point, k, rho=rho, eps=eps, method=method, rounds=rounds, split=split,
             beta=beta, component=component, reduce=reduce, progress=progress, rng=rng,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def privatize(
@@ -910,7 +959,8 @@ class GeoPriv:
         beta: float = 0.05,
         progress: bool | None = None,
         rng: BitSource | None = None,
-    ) -> gpd.GeoDataFrame:
+        dry_run: bool = False,
+    ) -> gpd.GeoDataFrame | Preview:
         """Release a noisy copy of every point.
 
         See ``docs/operations/privatize.md`` (GP Basic with ``eps=``, CGP Basic with ``rho=``, the
@@ -933,6 +983,11 @@ class GeoPriv:
             tqdm progress bar (None: on in a terminal or notebook).
         rng : BitSource or None
             Randomness source; None is the OS CSPRNG. Tests pass ``gp.testing.seeded_rng(seed)``.
+
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
 
         Returns
         -------
@@ -987,6 +1042,12 @@ class GeoPriv:
         kind, amount = metric_amount(rho, eps, example=".privatize(rho=1e-4)")
         _pv.check_amount(kind, per, amount)
         probability(beta)
+        if dry_run:
+            return _privatize_preview(
+                self, kind, amount, per, float(beta),
+                lambda: self.privatize(eps=eps, rho=rho, per=per, beta=beta, progress=progress,
+                                       rng=rng),
+            )  # fmt: skip
         if self.partition is not None:
             return _privatize_partitioned(self, kind=kind, amount=amount, per=per, beta=beta,
                                          progress=progress, rng=rng)  # fmt: skip
@@ -1066,6 +1127,37 @@ class GeoPriv:
         # a JSON-able view of the result: survives pandas operations and to_parquet
         frame.attrs["geopriv"] = result.to_attr()
         return frame
+
+
+def _privatize_preview(
+    bound: GeoPriv, kind: str, amount: Fraction, per: str, beta: float, call: Callable[[], Any]
+) -> Any:
+    """Preview ``privatize``, with each user's nominal error radius and what ``per`` means.
+
+    The radii read only each user's number of points (``docs/operations/privatize.md``).
+    """
+    from gpframe.results.preview import preview_call
+
+    if bound.partition is not None:  # the worst part's scale factor for every user
+        users = pd.Series(bound.located.users)
+        scale = max(q.projected.scale_max for q in bound._parts())
+    else:
+        p = bound.projected
+        users, scale = pd.Series(p.users), p.scale_max
+    codes, uniques = pd.factorize(users, sort=False)
+    counts = np.bincount(codes, minlength=len(uniques)).astype(np.int64)
+    errs = _pv.nominal_errors(kind, amount, per, counts, beta, float(scale))
+    counts_of = dict(zip(list(ledger_keys(uniques)), errs.tolist(), strict=True))
+
+    def error(table: pd.DataFrame) -> tuple[float, str, float] | None:
+        e = [counts_of.get(u, np.nan) for u in table.index[table["status"] == "reserved"]]
+        e = [v for v in e if np.isfinite(v)]
+        if not e:
+            return None
+        return max(e), "max point error (m), nominal before the lattice correction", 1 - beta
+
+    return preview_call(bound.session, "privatize", call, per=per,
+                        per_note=_pv.per_note(kind, per, errs, counts), error=error)  # fmt: skip
 
 
 def _privatize_partitioned(

@@ -34,6 +34,7 @@ from gpframe.errors import InvalidInputError
 from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
 from gpframe.queries.grid_stats import CLIPS, value_bounds
 from gpframe.results import GridStatsResult
+from gpframe.results.preview import dry
 
 __all__ = ["grid_stats", "h3_cells"]
 
@@ -216,6 +217,7 @@ def grid_stats(
     protect_worst_grid: bool = True,
     rollback_incomplete_stage: bool = False,
     progress: bool | None = None,
+    dry_run: bool = False,
 ) -> Any:
     """Private mean and variance of ``value`` per H3 cell under user-level ε-DP.
 
@@ -289,6 +291,8 @@ def grid_stats(
     λ = ε/p (count) and scales p·H/ε, p·H²/(2ε) (sums, H = W/2); charge ε × 3 × (cells kept,
     at most ``max_cells``) per user (:mod:`gpframe.queries.contribution_bounding`).
     """
+    if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
+        return dry(grid_stats, locals(), "grid_stats")
     from gpframe.mechanisms.calibration import check_eps
     from gpframe.queries.grid_stats import central_kind, run_grid_stats
 

@@ -50,6 +50,8 @@ __all__ = [
     "check_point_amount",
     "group_rows",
     "make_privatize_result",
+    "nominal_errors",
+    "per_note",
     "per_point_amounts",
     "privatize_points",
     "progress_enabled",
@@ -231,6 +233,58 @@ def per_point_amounts(counts: NDArray[np.integer], amount: Fraction, per: str) -
     if per == "user":
         return [amount / int(n) if n > 0 else amount for n in counts]
     return [amount] * len(counts)
+
+
+def nominal_errors(
+    kind: str, amount: Fraction, per: str, counts: NDArray[np.integer], beta: float,
+    scale_max: float,
+) -> NDArray[np.float64]:
+    """Each user's error radius (m) before any noise is drawn, from the continuous laws.
+
+    With probability ≥ 1 − β all n points of a user lie within it: CGP
+    √(ln(n/β)/ρ_pt)·k, GP planar Laplace (1/ε_pt)(−W₋₁(−β/(n e)) − 1)·k, with ρ_pt = ρ/n
+    (``per="user"``) or ρ (``per="point"``), likewise ε_pt, and k the projection scale factor
+    (``docs/operations/privatize.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Lem. 2.6,
+    4.7). The released points' own bound (the Result's ``max_error_m``) adds the lattice's
+    small correction. Used by the preview (``docs/ledger.md``); reads only the counts.
+
+    >>> nominal_errors("cgp", Fraction(1, 10**4), "user", np.array([1, 4]), 0.05, 1.0).round(1)
+    array([173.1, 418.7])
+    """
+    from gpframe.mechanisms.tails import gaussian_radius_nominal, planar_quantile
+
+    c = np.asarray(counts, dtype=np.int64)
+    out = np.full(c.size, np.nan)
+    for n in np.unique(c[c > 0]).tolist():
+        a = amount / n if per == "user" else amount
+        if kind == "cgp":
+            r = gaussian_radius_nominal(a, beta, n)
+        else:
+            r = planar_quantile(beta, 1 / float(a), n)
+        out[c == n] = r * float(scale_max)
+    return out
+
+
+def per_note(kind: str, per: str, errors: NDArray[np.float64], counts: NDArray[np.integer]) -> str:
+    """One sentence on what ``per`` means for the charge and the error (for the preview)."""
+    c = np.asarray(counts)
+    med = float(np.median(c)) if c.size else 0.0
+    e = errors[np.isfinite(errors)]
+    scale = (
+        f"; error radius of a user's points from {e.min():.4g} m to {e.max():.4g} m "
+        f"(median user, {med:g} points: {float(np.median(e)):.4g} m)"
+        if e.size else ""
+    )
+    if per == "user":
+        grow = "√n" if kind == "cgp" else "n"
+        return (
+            "the amount covers all n points of a user (each point at amount/n): the charge is "
+            f"the amount whatever n, and the noise grows like {grow}" + scale
+        )
+    return (
+        "each point is released at the full amount (what the SQL function does): the charge "
+        "is n × amount per user, the noise per point stays that of one point" + scale
+    )
 
 
 def progress_enabled(progress: bool | None) -> bool:
