@@ -47,7 +47,8 @@ class Preview:
         reservation, in the filter's units, summed over the query's reservations),
         ``allocation_units`` (the same in integer ledger units), ``status`` (``"reserved"`` or
         ``"excluded"``), ``reason`` (why excluded), ``remaining_before`` and
-        ``remaining_after`` (the user's budget left, if every reservation were charged in full).
+        ``remaining_after`` (the user's budget left, if every reservation were charged in full;
+        unchanged when the call would be refused).
     reservations : int
         How many reservations the call would make (one per region, query point, run or Arrow
         batch; 0 when nothing would be asked).
@@ -127,7 +128,12 @@ class Preview:
             "their budgets). Nothing was drawn, charged or written.",
             f"  filter: {self.notion} ({self.kind}); reservations: {self.reservations}",
         ]
-        if a.size:
+        if self.refusal:
+            lines.append(
+                f"  the call would be refused, nobody charged (each asked for min "
+                f"{a.min() if a.size else 0:.6g}, max {a.max() if a.size else 0:.6g}{unit})"
+            )
+        elif a.size:
             lines.append(
                 f"  per-user charge{' at most' if self.adaptive else ''}: min {a.min():.6g}, "
                 f"median {a.median():.6g}, max {a.max():.6g}{unit} ({a.size} users)"
@@ -137,7 +143,7 @@ class Preview:
         if self.adaptive:
             save = "" if self.saving is None else f"; expected saving {self.saving:.6g}{unit}"
             lines.append(
-                "  adaptive: the actual charge is at most this (users decided early pay less)"
+                "  adaptive: the actual charge is at most this (it charges what the run used)"
                 + save
             )
         if self.per is not None:
@@ -149,7 +155,7 @@ class Preview:
             more = "" if self.n_excluded <= 5 else f" and {self.n_excluded - 5} more"
             lines.append(f"  excluded: {shown}: {names}{more}")
         if self.refusal:
-            lines.append(f"  the call would be refused (nothing charged): {self.refusal}")
+            lines.append(f"  refusal: {self.refusal}")
         if self.error is not None:
             lines.append(
                 f"  expected error: {self.error:.6g} {self.error_kind} at confidence "
@@ -262,6 +268,8 @@ def build(
     units = [alloc.get(k, 0) for k in order]
     status = ["reserved" if k in alloc else "excluded" for k in order]
     rb = np.array([before.get(k, 0) for k in order], dtype=np.float64)
+    # a refused call reserves, then cancels: nobody's budget moves
+    spend = np.zeros(len(units)) if refusal is not None else np.array(units, dtype=np.float64)
     table = pd.DataFrame(
         {
             "allocation": np.array(units, dtype=np.float64) / scale,
@@ -272,7 +280,7 @@ def build(
                 for k, s in zip(order, status, strict=True)
             ],
             "remaining_before": rb / scale,
-            "remaining_after": (rb - np.array(units, dtype=np.float64)) / scale,
+            "remaining_after": (rb - spend) / scale,
         },
         index=pd.Index(order, dtype=object, name="user"),
     )
