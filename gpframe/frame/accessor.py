@@ -1147,14 +1147,15 @@ def _privatize_preview(
     codes, uniques = pd.factorize(users, sort=False)
     counts = np.bincount(codes, minlength=len(uniques)).astype(np.int64)
     errs = _pv.nominal_errors(kind, amount, per, counts, beta, float(scale))
-    counts_of = dict(zip(list(ledger_keys(uniques)), errs.tolist(), strict=True))
+    count_of = dict(zip(list(ledger_keys(uniques)), counts.tolist(), strict=True))
 
     def error(table: pd.DataFrame) -> tuple[float, str, float] | None:
-        e = [counts_of.get(u, np.nan) for u in table.index[table["status"] == "reserved"]]
-        e = [v for v in e if np.isfinite(v)]
-        if not e:
+        n = [count_of.get(u, 0) for u in table.index[table["status"] == "reserved"]]
+        if not sum(n):
             return None
-        return max(e), "max point error (m), nominal before the lattice correction", 1 - beta
+        # the released result's error: one bound over every point released
+        e = _pv.nominal_errors(kind, amount, per, np.array(n), beta, float(scale), overall=True)
+        return float(e), "max point error (m)", 1 - beta
 
     return preview_call(bound.session, "privatize", call, per=per,
                         per_note=_pv.per_note(kind, per, errs, counts), error=error)  # fmt: skip

@@ -235,33 +235,46 @@ def per_point_amounts(counts: NDArray[np.integer], amount: Fraction, per: str) -
     return [amount] * len(counts)
 
 
+def _radius(kind: str, part: Fraction, k: Fraction, beta: float, n: int) -> float:
+    """Return the released result's error bound for one per-point amount, over ``n`` points."""
+    from gpframe.mechanisms.calibration import cgp_gaussian, gp_laplace, sqrt_up
+    from gpframe.mechanisms.tails import gaussian_radius_bound, planar_bound
+
+    if kind == "cgp":
+        cal = cgp_gaussian(part / (k * k), d=2)
+        return gaussian_radius_bound(beta, sqrt_up(cal.param) * cal.g, cal.g, d=2, n=n)
+    cal = gp_laplace(part / k, d=2)
+    return planar_bound(beta, cal.g / cal.param, cal.g, d=2, n=n)
+
+
 def nominal_errors(
     kind: str, amount: Fraction, per: str, counts: NDArray[np.integer], beta: float,
-    scale_max: float,
-) -> NDArray[np.float64]:
-    """Each user's error radius (m) before any noise is drawn, from the continuous laws.
+    scale_max: float, *, overall: bool = False,
+) -> Any:
+    """Each user's error radius (m) before any noise is drawn: the Result's own bound.
 
-    With probability ≥ 1 − β all n points of a user lie within it: CGP
-    √(ln(n/β)/ρ_pt)·k, GP planar Laplace (1/ε_pt)(−W₋₁(−β/(n e)) − 1)·k, with ρ_pt = ρ/n
-    (``per="user"``) or ρ (``per="point"``), likewise ε_pt, and k the projection scale factor
-    (``docs/operations/privatize.md``; Liang & Yi, 'Concentrated Geo-Privacy' (2023), Lem. 2.6,
-    4.7). The released points' own bound (the Result's ``max_error_m``) adds the lattice's
-    small correction. Used by the preview (``docs/ledger.md``); reads only the counts.
+    With probability ≥ 1 − β all n points of a user lie within it. The samplers' calibration
+    (``docs/noise.md``) gives the noise scale from the per-point amount alone (ρ_pt = ρ/n with
+    ``per="user"``, ρ with ``per="point"``, likewise ε_pt, and the projection scale factor),
+    and :func:`gpframe.mechanisms.tails.gaussian_radius_bound` / ``planar_bound`` the radius
+    with a union bound over the n points: the released result's ``max_error_m``
+    (``docs/operations/privatize.md``). ``overall=True``: the one bound over every point of
+    every user with a count (the result's ``error``). Reads only the counts; used by the
+    preview (``docs/ledger.md``).
 
     >>> nominal_errors("cgp", Fraction(1, 10**4), "user", np.array([1, 4]), 0.05, 1.0).round(1)
-    array([173.1, 418.7])
+    array([173.3, 419.2])
     """
-    from gpframe.mechanisms.tails import gaussian_radius_nominal, planar_quantile
-
     c = np.asarray(counts, dtype=np.int64)
+    k = _to_fraction(float(scale_max))
+    distinct = np.unique(c[c > 0]).tolist()
+    if overall:
+        total = int(c.sum())
+        parts = {amount / n if per == "user" else amount for n in distinct}
+        return max((_radius(kind, a, k, beta, total) for a in parts), default=float("nan"))
     out = np.full(c.size, np.nan)
-    for n in np.unique(c[c > 0]).tolist():
-        a = amount / n if per == "user" else amount
-        if kind == "cgp":
-            r = gaussian_radius_nominal(a, beta, n)
-        else:
-            r = planar_quantile(beta, 1 / float(a), n)
-        out[c == n] = r * float(scale_max)
+    for n in distinct:
+        out[c == n] = _radius(kind, amount / n if per == "user" else amount, k, beta, n)
     return out
 
 
