@@ -27,7 +27,7 @@ import pandas as pd
 from gpframe.accounting.amounts import LedgerUnits, metric_amount, probability
 from gpframe.errors import GpframeInternalError, InvalidInputError
 from gpframe.ledger.charges import filter_kind, ledger_keys
-from gpframe.ledger.run import Charge, run
+from gpframe.ledger.run import Charge, run, with_on_exhausted
 from gpframe.queries import privatize as _pv
 from gpframe.queries.clip_user import KAPPA
 from gpframe.release import protected_columns
@@ -316,6 +316,7 @@ class GeoPriv:
         allocations: Any = None,
         progress: bool | None = None,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
     ) -> RangeCountResult | Preview:
         """Count the users whose point lies inside ``region``, privately.
@@ -365,6 +366,11 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng(seed)``).
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
         dry_run : bool
             Return a :class:`~gpframe.results.Preview` instead of running: what each user would
             have reserved, who would be excluded and why, the budget left afterwards. Nothing
@@ -400,6 +406,7 @@ class GeoPriv:
             self, region, rho=rho, eps=eps, method=method, rounds=rounds, split=split, beta=beta,
             component=component, reduce=reduce, allocations=allocations, progress=progress,
             rng=rng,
+            on_exhausted=on_exhausted,
             dry_run=dry_run,
         )  # fmt: skip
 
@@ -419,6 +426,7 @@ class GeoPriv:
         reduce: Literal["first", "last"] | None = None,
         progress: bool | None = None,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
     ) -> KdeResult | Preview:
         """Estimate the Gaussian kernel density of the users' points at ``at``, privately.
@@ -458,6 +466,11 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
         dry_run : bool
             Return a :class:`~gpframe.results.Preview` instead of running: what each user would
             have reserved, who would be excluded and why, the budget left afterwards. Nothing
@@ -492,6 +505,7 @@ class GeoPriv:
             self, at, bandwidth_m=bandwidth_m, rho=rho, eps=eps, method=method, rounds=rounds,
             split=split, beta=beta, nu_m=nu_m, component=component, reduce=reduce,
             progress=progress, rng=rng,
+            on_exhausted=on_exhausted,
             dry_run=dry_run,
         )  # fmt: skip
 
@@ -508,6 +522,7 @@ class GeoPriv:
         reduce: Literal["first", "last"] | None = None,
         progress: bool | None = None,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
     ) -> Raster | Preview:
         """Estimate the density of the users' points on a grid (a heatmap), privately.
@@ -542,6 +557,11 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
         dry_run : bool
             Return a :class:`~gpframe.results.Preview` instead of running: what each user would
             have reserved, who would be excluded and why, the budget left afterwards. Nothing
@@ -576,6 +596,7 @@ class GeoPriv:
         return kde_raster(
             self, bandwidth_m=bandwidth_m, cell_m=cell_m, bounds=bounds, rho=rho, eps=eps,
             correct=correct, component=component, reduce=reduce, progress=progress, rng=rng,
+            on_exhausted=on_exhausted,
             dry_run=dry_run,
         )  # fmt: skip
 
@@ -602,6 +623,7 @@ class GeoPriv:
         protect_worst_grid: bool = True,
         rollback_incomplete_stage: bool = False,
         progress: bool | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
     ) -> gpd.GeoDataFrame | Preview:
         """Release the mean and variance of ``value`` per H3 cell, under user-level ε-DP.
@@ -659,6 +681,11 @@ class GeoPriv:
         progress : bool or None
             tqdm bar over the stages (None: on in a terminal or notebook).
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
         dry_run : bool
             Return a :class:`~gpframe.results.Preview` instead of running: what each user would
             have reserved, who would be excluded and why, the budget left afterwards. Nothing
@@ -700,6 +727,7 @@ class GeoPriv:
             public_cells=public_cells, max_cells=max_cells, max_per_cell=max_per_cell, salt=salt,
             kappa=kappa, split=split, error_cap=error_cap, protect_worst_grid=protect_worst_grid,
             rollback_incomplete_stage=rollback_incomplete_stage, progress=progress,
+            on_exhausted=on_exhausted,
             dry_run=dry_run,
         )  # fmt: skip
 
@@ -716,6 +744,7 @@ class GeoPriv:
         max_cycles: int = 1000,
         beta: float = 0.05,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
     ) -> pd.DataFrame | Preview:
         """Select each user's k private nearest neighbours of ``point`` among the user's rows.
@@ -747,6 +776,11 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
         dry_run : bool
             Return a :class:`~gpframe.results.Preview` instead of running: what each user would
             have reserved, who would be excluded and why, the budget left afterwards. Nothing
@@ -783,6 +817,7 @@ class GeoPriv:
         return knn(
             self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
             scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng,
+            on_exhausted=on_exhausted,
             dry_run=dry_run,
         )  # fmt: skip
 
@@ -797,6 +832,7 @@ class GeoPriv:
         k_rule: Literal["reference", "consistent"] = "reference",
         radius_floor_m: float = 10.0,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
     ) -> gpd.GeoDataFrame | Preview:
         """Release one private convex hull of each user's points.
@@ -825,6 +861,11 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
         dry_run : bool
             Return a :class:`~gpframe.results.Preview` instead of running: what each user would
             have reserved, who would be excluded and why, the budget left afterwards. Nothing
@@ -861,6 +902,7 @@ class GeoPriv:
         return convex_hull(
             self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,
             radius_floor_m=radius_floor_m, rng=rng,
+            on_exhausted=on_exhausted,
             dry_run=dry_run,
         )  # fmt: skip
 
@@ -879,6 +921,7 @@ class GeoPriv:
         reduce: Literal["first", "last"] | None = None,
         progress: bool | None = None,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
     ) -> NearestResult | Preview:
         """Find the k users nearest to ``point``, one point per user, privately.
@@ -915,6 +958,11 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
         dry_run : bool
             Return a :class:`~gpframe.results.Preview` instead of running: what each user would
             have reserved, who would be excluded and why, the budget left afterwards. Nothing
@@ -947,6 +995,7 @@ class GeoPriv:
         return nearest_users(
             self, point, k, rho=rho, eps=eps, method=method, rounds=rounds, split=split,
             beta=beta, component=component, reduce=reduce, progress=progress, rng=rng,
+            on_exhausted=on_exhausted,
             dry_run=dry_run,
         )  # fmt: skip
 
@@ -959,6 +1008,7 @@ class GeoPriv:
         beta: float = 0.05,
         progress: bool | None = None,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
     ) -> gpd.GeoDataFrame | Preview:
         """Release a noisy copy of every point.
@@ -984,6 +1034,11 @@ class GeoPriv:
         rng : BitSource or None
             Randomness source; None is the OS CSPRNG. Tests pass ``gp.testing.seeded_rng(seed)``.
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
         dry_run : bool
             Return a :class:`~gpframe.results.Preview` instead of running: what each user would
             have reserved, who would be excluded and why, the budget left afterwards. Nothing
@@ -1046,7 +1101,13 @@ class GeoPriv:
             return _privatize_preview(
                 self, kind, amount, per, float(beta),
                 lambda: self.privatize(eps=eps, rho=rho, per=per, beta=beta, progress=progress,
-                                       rng=rng),
+                                       rng=rng, on_exhausted=on_exhausted),
+            )  # fmt: skip
+        if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+            return with_on_exhausted(  # type: ignore[return-value]
+                lambda **kw: self.privatize(eps=eps, rho=rho, per=per, beta=beta,
+                                            progress=progress, rng=rng, **kw),
+                {"on_exhausted": on_exhausted},
             )  # fmt: skip
         if self.partition is not None:
             return _privatize_partitioned(self, kind=kind, amount=amount, per=per, beta=beta,

@@ -31,6 +31,7 @@ import pandas as pd
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
+from gpframe.ledger.run import with_on_exhausted
 from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
 from gpframe.queries.grid_stats import CLIPS, value_bounds
 from gpframe.results import GridStatsResult
@@ -217,6 +218,7 @@ def grid_stats(
     protect_worst_grid: bool = True,
     rollback_incomplete_stage: bool = False,
     progress: bool | None = None,
+    on_exhausted: str = "exclude",
     dry_run: bool = False,
 ) -> Any:
     """Private mean and variance of ``value`` per H3 cell under user-level ε-DP.
@@ -293,6 +295,8 @@ def grid_stats(
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
         return dry(grid_stats, locals(), "grid_stats")
+    if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+        return with_on_exhausted(grid_stats, locals())
     from gpframe.mechanisms.calibration import check_eps
     from gpframe.queries.grid_stats import central_kind, run_grid_stats
 

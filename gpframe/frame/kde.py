@@ -28,7 +28,7 @@ import shapely
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
-from gpframe.ledger.run import Charge, PreviewStop, end_preview, run
+from gpframe.ledger.run import Charge, PreviewStop, end_preview, run, with_on_exhausted
 from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.queries import kde as _k
 from gpframe.queries.elimination import check_method_parts
@@ -195,6 +195,7 @@ def kde(
     reduce: str | None = None,
     progress: bool | None = None,
     rng: Any = None,
+    on_exhausted: Literal["exclude", "raise"] = "exclude",
     dry_run: bool = False,
 ) -> KdeResult:
     """Private Gaussian KDE at the query point(s) ``at``.
@@ -261,6 +262,8 @@ def kde(
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
         return dry(kde, locals(), "kde", adaptive=method.endswith("-elim"))
+    if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+        return with_on_exhausted(kde, locals())
     session = bound.session
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     _check_options(method, rounds, split, beta)
@@ -428,6 +431,7 @@ def kde_raster(
     reduce: str | None = None,
     progress: bool | None = None,
     rng: Any = None,
+    on_exhausted: Literal["exclude", "raise"] = "exclude",
     dry_run: bool = False,
 ) -> Any:
     """Private density raster: each user's point privatized once, KDE with the noise removed.
@@ -490,6 +494,8 @@ def kde_raster(
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
         return dry(kde_raster, locals(), "kde_raster")
+    if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+        return with_on_exhausted(kde_raster, locals())
     session = bound.session
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     h = _k.check_length(bandwidth_m, "bandwidth_m")

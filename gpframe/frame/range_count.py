@@ -29,7 +29,7 @@ import shapely
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import CRSError, InvalidInputError
-from gpframe.ledger.run import PreviewStop, active_preview, end_preview
+from gpframe.ledger.run import PreviewStop, active_preview, end_preview, with_on_exhausted
 from gpframe.queries.range_count import METHODS, run_range_count, select_component
 from gpframe.results import RangeCountResult, Result
 from gpframe.results.preview import dry
@@ -179,6 +179,7 @@ def range_count(
     allocations: Any = None,
     progress: bool | None = None,
     rng: Any = None,
+    on_exhausted: Literal["exclude", "raise"] = "exclude",
     dry_run: bool = False,
 ) -> RangeCountResult:
     """Private count of users inside ``region``.
@@ -248,6 +249,8 @@ def range_count(
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
         return dry(range_count, locals(), "range_count", adaptive=method.endswith("-elim"))
+    if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+        return with_on_exhausted(range_count, locals())
     from gpframe.ledger.plan import SessionPlan
     from gpframe.mechanisms.noise.bits import resolve_rng
 

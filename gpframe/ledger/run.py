@@ -49,7 +49,7 @@ from typing import Any, Generic, Literal, TypeVar
 import numpy as np
 
 from gpframe.errors import BudgetExceededError, GpframeInternalError, LedgerError
-from gpframe.ledger.session import Reservation
+from gpframe.ledger.session import EXCLUDED_KEY, Reservation
 
 T = TypeVar("T")
 
@@ -61,8 +61,11 @@ __all__ = [
     "Ran",
     "active_preview",
     "end_preview",
+    "exhausted_error",
     "previewing",
+    "raising_on_exhausted",
     "run",
+    "with_on_exhausted",
 ]
 
 
@@ -200,6 +203,63 @@ def previewing(stop: bool = True) -> Iterator[PreviewPlan]:
         _ACTIVE.reset(token)
 
 
+_RAISE: ContextVar[bool] = ContextVar("gpframe_on_exhausted_raise", default=False)
+
+
+@contextlib.contextmanager
+def raising_on_exhausted(on: bool = True) -> Iterator[None]:
+    """Make every :func:`run` in this context refuse a query that would leave a user out.
+
+    The driver's side of ``on_exhausted="raise"``: before reserving, the admission is computed
+    read-only and a user who cannot pay (or whom the operation left out before reserving, its
+    ``params["excluded_users"]``) raises :class:`~gpframe.errors.BudgetExceededError` naming
+    them; nothing is written. A reservation that still refuses someone (another process spent
+    in between) is cancelled before any noise, with the same error.
+    """
+    token = _RAISE.set(on)
+    try:
+        yield
+    finally:
+        _RAISE.reset(token)
+
+
+def exhausted_error(query: str, users: list[Any], n: int, shown: int = 5) -> BudgetExceededError:
+    """Build the refusal of ``on_exhausted="raise"``, naming the users who cannot pay."""
+    names = ", ".join(repr(u) for u in users[:shown])
+    more = f" and {len(users) - shown} more" if len(users) > shown else ""
+    return BudgetExceededError(
+        f"{query}: {len(users)} of {n} users cannot pay this query: {names}{more}. Pass "
+        "on_exhausted='exclude' to run without them (they are charged nothing and listed in "
+        "session.report(query_id=...)), lower the amount, or raise their budgets "
+        "(session.set_budget). Nothing was charged."
+    )
+
+
+ON_EXHAUSTED = ("exclude", "raise")
+
+
+def with_on_exhausted(fn: Callable[..., T], args: dict[str, Any]) -> T | None:
+    """Apply an operation's ``on_exhausted=`` (``args`` its locals); None when it is "exclude".
+
+    ``"raise"``: call ``fn`` again with ``on_exhausted="exclude"`` inside
+    :func:`raising_on_exhausted`, so its every reservation refuses a user who cannot pay.
+    """
+    value = args.get("on_exhausted")
+    if value not in ON_EXHAUSTED:
+        from gpframe.errors import InvalidInputError
+
+        raise InvalidInputError(
+            f"on_exhausted={value!r} must be 'exclude' (users who cannot pay are left out, "
+            "charged nothing and listed in the result) or 'raise' (the query is refused, naming "
+            "them). Nothing was charged."
+        )
+    if value == "exclude":
+        return None
+    a = {k: v for k, v in args.items() if k != "on_exhausted"}
+    with raising_on_exhausted():
+        return fn(**a, on_exhausted="exclude")
+
+
 def end_preview() -> None:
     """Raise :class:`PreviewStop` when a dry run is active (after a loop that planned several)."""
     if _ACTIVE.get() is not None:
@@ -255,6 +315,10 @@ def run(
         The released value, the reservation (query id, admitted mask, allocations) and status.
     """
     plan = dry_run if dry_run is not None else _ACTIVE.get()
+    if _RAISE.get():
+        check = _all_or_raise(session, users, allocations, query=query, notion=notion,
+                              kind=kind, params=params, units=units, check=check,
+                              preview=plan is not None)  # fmt: skip
     if plan is not None:
         return _plan(session, users, allocations, plan, query=query, notion=notion, kind=kind,
                      params=params, units=units, check=check, lock=lock)  # fmt: skip
@@ -337,3 +401,34 @@ def _plan(
     if plan.stop:
         raise PreviewStop
     return Ran(value=None, reservation=r, status="preview")
+
+
+def _all_or_raise(
+    session: Any,
+    users: object,
+    allocations: object,
+    *,
+    query: str,
+    notion: str,
+    kind: str | None,
+    params: dict[str, Any] | None,
+    units: bool,
+    check: Callable[[Any], bool | None] | None,
+    preview: bool,
+) -> Callable[[Any], bool | None]:
+    """``on_exhausted="raise"``: refuse before reserving; return the check that backs it up."""
+    left_out = list((params or {}).get(EXCLUDED_KEY, []) or [])
+    if not preview:  # a preview records the refusal instead (its check raises below)
+        r = session.ledger.admission(users, allocations, notion=notion, kind=kind, query=query,
+                                     units=units)  # fmt: skip
+        refused = left_out + r.users[~np.asarray(r.admitted, dtype=bool)].tolist()
+        if refused:
+            raise exhausted_error(query, refused, r.users.size + len(left_out))
+
+    def strict(r: Any) -> bool | None:  # no noise yet: raising cancels the reservation
+        refused = left_out + r.users[~np.asarray(r.admitted, dtype=bool)].tolist()
+        if refused:
+            raise exhausted_error(query, refused, r.users.size + len(left_out))
+        return None if check is None else check(r)
+
+    return strict
