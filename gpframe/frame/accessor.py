@@ -1025,8 +1025,11 @@ class GeoPriv:
             CGP amount per square metre (lattice Gaussian).
         per : {"user", "point"}
             ``"user"`` (default): the amount covers all of a user's n points, each released at
-            amount/n. ``"point"``: each point is released at the amount and the user is charged
-            n × amount (what the SQL UDF does row by row).
+            amount/n: the charge is the amount whatever n, and the error radius grows like √n
+            (CGP) or n (GP) with the user's point count. ``"point"``: each point is released at
+            the amount and the user is charged n × amount (what the SQL UDF does row by row);
+            the error is one point's. The result's ``per`` and the preview (``dry_run=True``:
+            charge and error radius per user, before paying) state which was used.
         beta : float
             Failure probability of the reported error bounds.
         progress : bool or None

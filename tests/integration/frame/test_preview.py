@@ -182,3 +182,16 @@ def test_preview_with_a_plan_is_refused() -> None:
     plan = s.plan(1e-4, 2)
     with pytest.raises(InvalidInputError, match="plan"):
         b.range_count(BOX, allocations=plan, dry_run=True)
+
+
+def test_the_docs_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    # docs/ledger.md, "Previewing a query": the first Python block of the section runs as shown
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[3] / "docs" / "ledger.md").read_text(encoding="utf-8")
+    section = text.split("## Previewing a query", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)
+    exec(compile(block, "ledger.md[preview]", "exec"), {"__name__": "docs_ledger_preview"})
+    out = capsys.readouterr().out
+    assert "CURATOR-SIDE" in out and "cannot pay this query: 4" in out
