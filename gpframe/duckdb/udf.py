@@ -643,6 +643,9 @@ def elimination_batch(
 
 def tally(reg: Any, drawn: int, excluded: int) -> None:
     """Count one batch: rows that drew (all charged) and non-NULL rows refused for budget."""
+    with LEDGER_LOCK:
+        if id(reg.session) in SQL_PREVIEWS:  # a planned batch drew and refused nothing
+            return
     with reg._lock:
         reg.rows_drawn += drawn
         reg.rows_excluded += excluded

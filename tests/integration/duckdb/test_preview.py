@@ -27,6 +27,9 @@ QUERIES = {
 }
 
 
+_REGS: dict = {}
+
+
 def _con(budget_low: bool = False):
     rs = np.random.default_rng(4)  # test data only
     n = 5000  # gp_privatize sees several Arrow batches (2,048 rows): a user in each
@@ -38,7 +41,7 @@ def _con(budget_low: bool = False):
         s.set_budget([3, 7], gp.CGP(rho=1e-9))
     con = duckdb.connect()
     con.execute("SET threads=2")
-    gp.duckdb.register(con, s, rng=seeded_rng(5))
+    _REGS[id(con)] = gp.duckdb.register(con, s, rng=seeded_rng(5))
     con.register("df_in", df)
     con.execute("CREATE TABLE pings AS SELECT * FROM df_in")
     con.execute("CREATE TABLE last AS SELECT uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y "
@@ -69,8 +72,12 @@ def test_preview_equals_the_real_query_and_writes_nothing(name: str) -> None:
     s, con = _con(budget_low=True)
     q, params = _wkb_param(name)
     snap, audit = s.ledger.snapshot(), list(s.ledger.store.audit())
+    reg = _REGS[id(con)]
+    counters = (reg.rows_drawn, reg.rows_excluded, reg.batches)
     pv = gp.duckdb.preview(con, q, params)
     assert s.ledger.snapshot() == snap and list(s.ledger.store.audit()) == audit
+    if name.startswith("gp_privatize"):  # the registration's counters: nothing drawn either
+        assert (reg.rows_drawn, reg.rows_excluded, reg.batches) == counters
     assert pv.reservations >= 1 and pv.operation == "sql"
     con.execute(q, params).fetchall()
     planned = {u: int(v) for u, v in pv.table["allocation_units"].items() if v}
