@@ -241,8 +241,10 @@ ON_EXHAUSTED = ("exclude", "raise")
 def with_on_exhausted(fn: Callable[..., T], args: dict[str, Any]) -> T | None:
     """Apply an operation's ``on_exhausted=`` (``args`` its locals); None when it is "exclude".
 
-    ``"raise"``: call ``fn`` again with ``on_exhausted="exclude"`` inside
-    :func:`raising_on_exhausted`, so its every reservation refuses a user who cannot pay.
+    ``"raise"``: plan the whole call read-only (a dry run) and refuse it, naming the users, if
+    any reservation would leave someone out; then call ``fn`` with ``on_exhausted="exclude"``
+    inside :func:`raising_on_exhausted`, so that every reservation still refuses a user who
+    cannot pay by then (nothing is drawn under a refused reservation).
     """
     value = args.get("on_exhausted")
     if value not in ON_EXHAUSTED:
@@ -256,7 +258,25 @@ def with_on_exhausted(fn: Callable[..., T], args: dict[str, Any]) -> T | None:
     if value == "exclude":
         return None
     a = {k: v for k, v in args.items() if k != "on_exhausted"}
-    with raising_on_exhausted():
+    if _ACTIVE.get() is None:
+        # plan the whole call first (read-only): a user who can pay the first of its
+        # reservations but not a later one is refused before anything is charged
+        with previewing() as plan:
+            try:
+                fn(**a, on_exhausted="exclude")
+            except PreviewStop:
+                pass
+        refused: list[Any] = []
+        asked: set[Any] = set()
+        for c in plan.calls:
+            asked.update(c.users.tolist())
+            for u in [*c.params.get(EXCLUDED_KEY, []), *c.users[~c.admitted].tolist()]:
+                if u not in refused:
+                    refused.append(u)
+        if refused:
+            query = plan.calls[0].query
+            raise exhausted_error(query, refused, len(asked | set(refused)))
+    with raising_on_exhausted():  # the backstop: budgets spent by others in between
         return fn(**a, on_exhausted="exclude")
 
 

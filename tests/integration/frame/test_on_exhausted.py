@@ -73,3 +73,16 @@ def test_grid_stats_raise_names_who_it_would_leave_out() -> None:
     with pytest.raises(CuratorViewError):
         _ = res.n_excluded
     assert not res.result.excluded and "excluded" not in res.to_dict()
+
+
+def test_raise_plans_every_reservation_of_the_call_first() -> None:
+    # each user can pay the first region's reservation but not the second: refused before the
+    # first region is charged (without planning the whole call it would be charged, then raise)
+    from .test_preview import REGIONS
+
+    s, b = _bound(_frame())
+    s.set_budget(list(range(N)), gp.CGP(rho=1.5e-4))
+    snap = s.ledger.snapshot()
+    with pytest.raises(BudgetExceededError, match="30 of 30 users cannot pay"):
+        b.range_count(REGIONS, rho=1e-4, on_exhausted="raise", rng=seeded_rng(1))
+    assert s.ledger.snapshot() == snap
