@@ -4,8 +4,9 @@
 one module per operation (``privatize``, ``range_count``, ``kde``, ``knn``, ``grid``) holds
 its SQL functions and its relation helper; :mod:`~gpframe.duckdb.udf` holds the per-connection
 registry and the UDF batch plumbing (every batch goes through :func:`gpframe.ledger.run.run`),
-:mod:`~gpframe.duckdb.relations` the relation helpers' shared checks. The SQL files are in
-``gpframe/duckdb/sql/``.
+:mod:`~gpframe.duckdb.relations` the relation helpers' shared checks, and
+:func:`~gpframe.duckdb.preview.preview` what a query would charge (nothing drawn or
+written). The SQL files are in ``gpframe/duckdb/sql/``.
 """
 
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 from gpframe.duckdb.grid import clip_user
 from gpframe.duckdb.kde import kde_raster
 from gpframe.duckdb.knn import convex_hulls, knn, nearest_users
+from gpframe.duckdb.preview import preview
 from gpframe.duckdb.privatize import Registration, privatize
 from gpframe.duckdb.range_count import range_count
 from gpframe.duckdb.register import register
@@ -29,6 +31,7 @@ __all__ = [
     "kde_raster",
     "knn",
     "nearest_users",
+    "preview",
     "privatize",
     "range_count",
     "register",

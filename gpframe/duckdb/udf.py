@@ -47,6 +47,11 @@ INT_TYPES = "'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'UTINYINT', 'USMALLINT'
 # caller may hold it around work that must see the same session as the charge.
 LEDGER_LOCK = threading.RLock()
 
+#: id(session) -> the PreviewPlan of a running ``gp.duckdb.preview`` on that session: its
+#: batches are planned, not run (DuckDB calls UDFs on its own threads, so a context variable
+#: of the calling thread would not reach them). Read and written under LEDGER_LOCK.
+SQL_PREVIEWS: dict[int, Any] = {}
+
 
 # ------------------------------------------------------------------------------- registration
 
@@ -514,7 +519,9 @@ def charge_batch(
     before this returns, so before any value leaves the UDF. If ``work`` raises, the reservation
     is settled at the full allocation (noise may have been drawn). With ``all_or_none`` (an
     error message), a reservation that refuses any user is cancelled before anything is drawn
-    and :class:`~gpframe.errors.LedgerError` is raised: nothing is charged.
+    and :class:`~gpframe.errors.LedgerError` is raised: nothing is charged. Inside
+    ``gp.duckdb.preview`` the batch is only planned (:data:`SQL_PREVIEWS`) and nobody is
+    admitted, so every row comes out NULL.
 
     Returns
     -------
@@ -530,8 +537,13 @@ def charge_batch(
         admitted = np.asarray(r.admitted, dtype=bool)
         return Charge(value=admitted, charges=work(admitted), units=units)
 
+    with LEDGER_LOCK:
+        plan = SQL_PREVIEWS.get(id(session))
     ran = run(session, users, alloc, query=query, params=params, notion=notion, kind=kind,
-              units=units, check=check, compute=compute, lock=LEDGER_LOCK)  # fmt: skip
+              units=units, check=check, compute=compute, lock=LEDGER_LOCK,
+              dry_run=plan)  # fmt: skip
+    if ran.status == "preview":  # planned only: no user's rows are computed (NULL out)
+        return np.zeros(len(ran.reservation.users), dtype=bool)
     return np.asarray(ran.value, dtype=bool)
 
 
@@ -631,6 +643,9 @@ def elimination_batch(
 
 def tally(reg: Any, drawn: int, excluded: int) -> None:
     """Count one batch: rows that drew (all charged) and non-NULL rows refused for budget."""
+    with LEDGER_LOCK:
+        if id(reg.session) in SQL_PREVIEWS:  # a planned batch drew and refused nothing
+            return
     with reg._lock:
         reg.rows_drawn += drawn
         reg.rows_excluded += excluded

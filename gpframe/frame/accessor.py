@@ -27,7 +27,7 @@ import pandas as pd
 from gpframe.accounting.amounts import LedgerUnits, metric_amount, probability
 from gpframe.errors import GpframeInternalError, InvalidInputError
 from gpframe.ledger.charges import filter_kind, ledger_keys
-from gpframe.ledger.run import Charge, run
+from gpframe.ledger.run import Charge, run, with_on_exhausted
 from gpframe.queries import privatize as _pv
 from gpframe.queries.clip_user import KAPPA
 from gpframe.release import protected_columns
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # the result classes' modules import this one: annotations on
 
     from gpframe.mechanisms.noise.bits import BitSource
     from gpframe.queries.range_count import First, Last
-    from gpframe.results import KdeResult, NearestResult, RangeCountResult, Raster
+    from gpframe.results import KdeResult, NearestResult, Preview, RangeCountResult, Raster
 
 #: which row is each user's one point (see :meth:`GeoPriv.range_count`)
 Component: TypeAlias = (
@@ -316,7 +316,9 @@ class GeoPriv:
         allocations: Any = None,
         progress: bool | None = None,
         rng: BitSource | None = None,
-    ) -> RangeCountResult:
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> RangeCountResult | Preview:
         """Count the users whose point lies inside ``region``, privately.
 
         Each user contributes one point (see ``component``). The point is never released: the
@@ -364,6 +366,16 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng(seed)``).
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+
         Returns
         -------
         RangeCountResult
@@ -394,6 +406,8 @@ class GeoPriv:
             self, region, rho=rho, eps=eps, method=method, rounds=rounds, split=split, beta=beta,
             component=component, reduce=reduce, allocations=allocations, progress=progress,
             rng=rng,
+            on_exhausted=on_exhausted,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def kde(
@@ -412,7 +426,9 @@ class GeoPriv:
         reduce: Literal["first", "last"] | None = None,
         progress: bool | None = None,
         rng: BitSource | None = None,
-    ) -> KdeResult:
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> KdeResult | Preview:
         """Estimate the Gaussian kernel density of the users' points at ``at``, privately.
 
         One point per user (see ``component``); the kernel is exp(−d²/(2b²)) with b =
@@ -450,6 +466,16 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+
         Returns
         -------
         KdeResult
@@ -479,6 +505,8 @@ class GeoPriv:
             self, at, bandwidth_m=bandwidth_m, rho=rho, eps=eps, method=method, rounds=rounds,
             split=split, beta=beta, nu_m=nu_m, component=component, reduce=reduce,
             progress=progress, rng=rng,
+            on_exhausted=on_exhausted,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def kde_raster(
@@ -494,7 +522,9 @@ class GeoPriv:
         reduce: Literal["first", "last"] | None = None,
         progress: bool | None = None,
         rng: BitSource | None = None,
-    ) -> Raster:
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> Raster | Preview:
         """Estimate the density of the users' points on a grid (a heatmap), privately.
 
         Each user's point is privatized once (one charge however many cells), then the raster
@@ -527,6 +557,16 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+
         Returns
         -------
         Raster
@@ -558,6 +598,8 @@ class GeoPriv:
         return kde_raster(
             self, bandwidth_m=bandwidth_m, cell_m=cell_m, bounds=bounds, rho=rho, eps=eps,
             correct=correct, component=component, reduce=reduce, progress=progress, rng=rng,
+            on_exhausted=on_exhausted,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def grid_stats(
@@ -583,7 +625,9 @@ class GeoPriv:
         protect_worst_grid: bool = True,
         rollback_incomplete_stage: bool = False,
         progress: bool | None = None,
-    ) -> gpd.GeoDataFrame:
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> gpd.GeoDataFrame | Preview:
         """Release the mean and variance of ``value`` per H3 cell, under user-level ε-DP.
 
         A central-DP query on the session's central budget: a user with many samples in a cell
@@ -639,6 +683,16 @@ class GeoPriv:
         progress : bool or None
             tqdm bar over the stages (None: on in a terminal or notebook).
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+
         Returns
         -------
         geopandas.GeoDataFrame
@@ -675,6 +729,8 @@ class GeoPriv:
             public_cells=public_cells, max_cells=max_cells, max_per_cell=max_per_cell, salt=salt,
             kappa=kappa, split=split, error_cap=error_cap, protect_worst_grid=protect_worst_grid,
             rollback_incomplete_stage=rollback_incomplete_stage, progress=progress,
+            on_exhausted=on_exhausted,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def knn(
@@ -690,7 +746,9 @@ class GeoPriv:
         max_cycles: int = 1000,
         beta: float = 0.05,
         rng: BitSource | None = None,
-    ) -> pd.DataFrame:
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> pd.DataFrame | Preview:
         """Select each user's k private nearest neighbours of ``point`` among the user's rows.
 
         k-PNN ("Concentrated Geo-Privacy", private nearest neighbours): it releases which of a
@@ -719,6 +777,16 @@ class GeoPriv:
             Failure probability of the reported error bound, in (0, 1).
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
+
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
 
         Returns
         -------
@@ -751,6 +819,8 @@ class GeoPriv:
         return knn(
             self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
             scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng,
+            on_exhausted=on_exhausted,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def convex_hull(
@@ -764,7 +834,9 @@ class GeoPriv:
         k_rule: Literal["reference", "consistent"] = "reference",
         radius_floor_m: float = 10.0,
         rng: BitSource | None = None,
-    ) -> gpd.GeoDataFrame:
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> gpd.GeoDataFrame | Preview:
         """Release one private convex hull of each user's points.
 
         The private convex hull of "Concentrated Geo-Privacy": a noisy centre and radius, k
@@ -790,6 +862,16 @@ class GeoPriv:
             Smallest radius used, in metres.
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
+
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
 
         Returns
         -------
@@ -822,6 +904,8 @@ class GeoPriv:
         return convex_hull(
             self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,
             radius_floor_m=radius_floor_m, rng=rng,
+            on_exhausted=on_exhausted,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def nearest_users(
@@ -839,7 +923,9 @@ class GeoPriv:
         reduce: Literal["first", "last"] | None = None,
         progress: bool | None = None,
         rng: BitSource | None = None,
-    ) -> NearestResult:
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> NearestResult | Preview:
         """Find the k users nearest to ``point``, one point per user, privately.
 
         The users' distances to ``point`` are privatized; with ``*-elim`` the users clearly
@@ -874,6 +960,16 @@ class GeoPriv:
         rng : BitSource, optional
             Randomness source; None is the OS CSPRNG.
 
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+
         Returns
         -------
         NearestResult
@@ -901,6 +997,8 @@ class GeoPriv:
         return nearest_users(
             self, point, k, rho=rho, eps=eps, method=method, rounds=rounds, split=split,
             beta=beta, component=component, reduce=reduce, progress=progress, rng=rng,
+            on_exhausted=on_exhausted,
+            dry_run=dry_run,
         )  # fmt: skip
 
     def privatize(
@@ -912,7 +1010,9 @@ class GeoPriv:
         beta: float = 0.05,
         progress: bool | None = None,
         rng: BitSource | None = None,
-    ) -> gpd.GeoDataFrame:
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> gpd.GeoDataFrame | Preview:
         """Release a noisy copy of every point.
 
         See ``docs/operations/privatize.md`` (GP Basic with ``eps=``, CGP Basic with ``rho=``, the
@@ -927,14 +1027,27 @@ class GeoPriv:
             CGP amount per square metre (lattice Gaussian).
         per : {"user", "point"}
             ``"user"`` (default): the amount covers all of a user's n points, each released at
-            amount/n. ``"point"``: each point is released at the amount and the user is charged
-            n × amount (what the SQL UDF does row by row).
+            amount/n: the charge is the amount whatever n, and the error radius grows like √n
+            (CGP) or n (GP) with the user's point count. ``"point"``: each point is released at
+            the amount and the user is charged n × amount (what the SQL UDF does row by row);
+            the error is one point's. The result's ``per`` and the preview (``dry_run=True``:
+            charge and error radius per user, before paying) state which was used.
         beta : float
             Failure probability of the reported error bounds.
         progress : bool or None
             tqdm progress bar (None: on in a terminal or notebook).
         rng : BitSource or None
             Randomness source; None is the OS CSPRNG. Tests pass ``gp.testing.seeded_rng(seed)``.
+
+        on_exhausted : {"exclude", "raise"}
+            A user whose budget cannot pay: ``"exclude"`` (default) leaves them out, charged
+            nothing and listed in the result's exclusions (and ``session.report(query_id=...)``);
+            ``"raise"`` refuses the query with a :class:`~gpframe.errors.BudgetExceededError`
+            naming them, before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running: what each user would
+            have reserved, who would be excluded and why, the budget left afterwards. Nothing
+            is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
 
         Returns
         -------
@@ -989,6 +1102,18 @@ class GeoPriv:
         kind, amount = metric_amount(rho, eps, example=".privatize(rho=1e-4)")
         _pv.check_amount(kind, per, amount)
         probability(beta)
+        if dry_run:
+            return _privatize_preview(
+                self, kind, amount, per, float(beta),
+                lambda: self.privatize(eps=eps, rho=rho, per=per, beta=beta, progress=progress,
+                                       rng=rng, on_exhausted=on_exhausted),
+            )  # fmt: skip
+        if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+            return with_on_exhausted(  # type: ignore[return-value]
+                lambda **kw: self.privatize(eps=eps, rho=rho, per=per, beta=beta,
+                                            progress=progress, rng=rng, **kw),
+                {"on_exhausted": on_exhausted},
+            )  # fmt: skip
         if self.partition is not None:
             return _privatize_partitioned(self, kind=kind, amount=amount, per=per, beta=beta,
                                          progress=progress, rng=rng)  # fmt: skip
@@ -1068,6 +1193,38 @@ class GeoPriv:
         # a JSON-able view of the result: survives pandas operations and to_parquet
         frame.attrs["geopriv"] = result.to_attr()
         return frame
+
+
+def _privatize_preview(
+    bound: GeoPriv, kind: str, amount: Fraction, per: str, beta: float, call: Callable[[], Any]
+) -> Any:
+    """Preview ``privatize``, with each user's nominal error radius and what ``per`` means.
+
+    The radii read only each user's number of points (``docs/operations/privatize.md``).
+    """
+    from gpframe.results.preview import preview_call
+
+    if bound.partition is not None:  # the worst part's scale factor for every user
+        users = pd.Series(bound.located.users)
+        scale = max(q.projected.scale_max for q in bound._parts())
+    else:
+        p = bound.projected
+        users, scale = pd.Series(p.users), p.scale_max
+    codes, uniques = pd.factorize(users, sort=False)
+    counts = np.bincount(codes, minlength=len(uniques)).astype(np.int64)
+    errs = _pv.nominal_errors(kind, amount, per, counts, beta, float(scale))
+    count_of = dict(zip(list(ledger_keys(uniques)), counts.tolist(), strict=True))
+
+    def error(table: pd.DataFrame) -> tuple[float, str, float] | None:
+        n = [count_of.get(u, 0) for u in table.index[table["status"] == "reserved"]]
+        if not sum(n):
+            return None
+        # the released result's error: one bound over every point released
+        e = _pv.nominal_errors(kind, amount, per, np.array(n), beta, float(scale), overall=True)
+        return float(e), "max point error (m)", 1 - beta
+
+    return preview_call(bound.session, "privatize", call, per=per,
+                        per_note=_pv.per_note(kind, per, errs, counts), error=error)  # fmt: skip
 
 
 def _privatize_partitioned(

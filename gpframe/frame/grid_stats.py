@@ -31,9 +31,11 @@ import pandas as pd
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
+from gpframe.ledger.run import with_on_exhausted
 from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
 from gpframe.queries.grid_stats import CLIPS, value_bounds
 from gpframe.results import GridStatsResult
+from gpframe.results.preview import dry
 
 __all__ = ["grid_stats", "h3_cells"]
 
@@ -216,6 +218,8 @@ def grid_stats(
     protect_worst_grid: bool = True,
     rollback_incomplete_stage: bool = False,
     progress: bool | None = None,
+    on_exhausted: str = "exclude",
+    dry_run: bool = False,
 ) -> Any:
     """Private mean and variance of ``value`` per H3 cell under user-level ε-DP.
 
@@ -289,6 +293,10 @@ def grid_stats(
     λ = ε/p (count) and scales p·H/ε, p·H²/(2ε) (sums, H = W/2); charge ε × 3 × (cells kept,
     at most ``max_cells``) per user (:mod:`gpframe.queries.contribution_bounding`).
     """
+    if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
+        return dry(grid_stats, locals(), "grid_stats")
+    if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+        return with_on_exhausted(grid_stats, locals())
     from gpframe.mechanisms.calibration import check_eps
     from gpframe.queries.grid_stats import central_kind, run_grid_stats
 

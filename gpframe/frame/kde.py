@@ -28,11 +28,12 @@ import shapely
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
-from gpframe.ledger.run import Charge, run
+from gpframe.ledger.run import Charge, PreviewStop, end_preview, run, with_on_exhausted
 from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.queries import kde as _k
 from gpframe.queries.elimination import check_method_parts
 from gpframe.results import KdeResult
+from gpframe.results.preview import dry
 
 __all__ = ["kde", "kde_raster"]
 
@@ -194,6 +195,8 @@ def kde(
     reduce: str | None = None,
     progress: bool | None = None,
     rng: Any = None,
+    on_exhausted: Literal["exclude", "raise"] = "exclude",
+    dry_run: bool = False,
 ) -> KdeResult:
     """Private Gaussian KDE at the query point(s) ``at``.
 
@@ -257,6 +260,10 @@ def kde(
     >>> bool(session.spent().loc[3] < 1e-4)             # and keeps most of its allocation
     True
     """
+    if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
+        return dry(kde, locals(), "kde", adaptive=method.endswith("-elim"))
+    if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+        return with_on_exhausted(kde, locals())
     session = bound.session
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     _check_options(method, rounds, split, beta)
@@ -336,9 +343,12 @@ def kde(
                                     rng=rng)  # fmt: skip
                 return Charge((out1, alloc), out1.charges)
 
-            r = run(session, keys, amount, notion="metric", query="kde",
-                    params={**params, "q_m": q_m[j].tolist()}, check=_check_reserved(lu, checks),
-                    compute=compute_one)  # fmt: skip
+            try:
+                r = run(session, keys, amount, notion="metric", query="kde",
+                        params={**params, "q_m": q_m[j].tolist()},
+                        check=_check_reserved(lu, checks), compute=compute_one)  # fmt: skip
+            except PreviewStop:  # a dry run: this point's reservation is planned, go on
+                continue
             out1, alloc = r.value
             adm = np.asarray(r.admitted, dtype=bool)
             admitted_any |= adm
@@ -350,6 +360,7 @@ def kde(
             rows.append(dict(kde=out1.value, error=out1.error, n_far=out1.n_far,
                              n_near=out1.n_near, saving=float(out1.saving),
                              query_id=r.query_id))  # fmt: skip
+    end_preview()  # a dry run planned every query point: nothing to build
     import geopandas as gpd
 
     table = gpd.GeoDataFrame(pd.DataFrame(rows, index=q_series.index),
@@ -420,6 +431,8 @@ def kde_raster(
     reduce: str | None = None,
     progress: bool | None = None,
     rng: Any = None,
+    on_exhausted: Literal["exclude", "raise"] = "exclude",
+    dry_run: bool = False,
 ) -> Any:
     """Private density raster: each user's point privatized once, KDE with the noise removed.
 
@@ -481,6 +494,10 @@ def kde_raster(
     >>> float(session.spent().max())      # once per user, however many cells
     0.0001
     """
+    if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
+        return dry(kde_raster, locals(), "kde_raster")
+    if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+        return with_on_exhausted(kde_raster, locals())
     session = bound.session
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     h = _k.check_length(bandwidth_m, "bandwidth_m")

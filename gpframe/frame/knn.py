@@ -23,9 +23,10 @@ import pandas as pd
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
-from gpframe.ledger.run import Charge, run
+from gpframe.ledger.run import Charge, run, with_on_exhausted
 from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.results import HullResult, KnnResult, NearestResult
+from gpframe.results.preview import dry
 
 __all__ = ["convex_hull", "knn", "nearest_users"]
 
@@ -127,6 +128,8 @@ def knn(
     max_cycles: int = 1000,
     beta: float = 0.05,
     rng: Any = None,
+    on_exhausted: Literal["exclude", "raise"] = "exclude",
+    dry_run: bool = False,
 ) -> Any:
     """Each user's k private nearest neighbours of ``point`` among the user's own rows (k-PNN).
 
@@ -180,6 +183,10 @@ def knn(
     >>> out["knn_rank"].tolist(), list(out.columns), s.spent().tolist()
     ([1, 2, 1], ['boat', 'knn_rank'], [0.0001, 0.0001])
     """
+    if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
+        return dry(knn, locals(), "knn")
+    if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+        return with_on_exhausted(knn, locals())
     from gpframe.queries import knn as _k
 
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
@@ -310,6 +317,8 @@ def convex_hull(
     k_rule: Literal["reference", "consistent"] = "reference",
     radius_floor_m: float = 10.0,
     rng: Any = None,
+    on_exhausted: Literal["exclude", "raise"] = "exclude",
+    dry_run: bool = False,
 ) -> Any:
     """One private convex hull per user.
 
@@ -351,6 +360,10 @@ def convex_hull(
     >>> hulls.index.tolist(), hulls["k"].tolist(), s.spent().tolist()
     ([1, 2], [16, 16], [0.001, 0.001])
     """
+    if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
+        return dry(convex_hull, locals(), "convex_hull")
+    if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+        return with_on_exhausted(convex_hull, locals())
     import geopandas as gpd
 
     from gpframe.queries import hull as _h
@@ -487,6 +500,8 @@ def nearest_users(
     reduce: str | None = None,
     progress: bool | None = None,
     rng: Any = None,
+    on_exhausted: Literal["exclude", "raise"] = "exclude",
+    dry_run: bool = False,
 ) -> Any:
     """Find the k users nearest to ``point``, one point per user.
 
@@ -529,6 +544,10 @@ def nearest_users(
     >>> sorted(res.value), res.saved > 0
     ([1, 2], True)
     """
+    if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
+        return dry(nearest_users, locals(), "nearest_users", adaptive=method.endswith("-elim"))
+    if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+        return with_on_exhausted(nearest_users, locals())
     from gpframe.queries.elimination import split_fractions
     from gpframe.queries.nearest import METHODS, nearest_users_arrays
     from gpframe.queries.range_count import select_component

@@ -29,8 +29,10 @@ import shapely
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import CRSError, InvalidInputError
+from gpframe.ledger.run import PreviewStop, active_preview, end_preview, with_on_exhausted
 from gpframe.queries.range_count import METHODS, run_range_count, select_component
 from gpframe.results import RangeCountResult, Result
+from gpframe.results.preview import dry
 
 __all__ = ["range_count"]
 
@@ -207,6 +209,8 @@ def range_count(
     allocations: Any = None,
     progress: bool | None = None,
     rng: Any = None,
+    on_exhausted: Literal["exclude", "raise"] = "exclude",
+    dry_run: bool = False,
 ) -> RangeCountResult:
     """Private count of users inside ``region``.
 
@@ -273,6 +277,10 @@ def range_count(
     >>> res.rounds_histogram.tolist()                   # doctest: +SKIP
     [0, 0, 0, 1, 2, 0, 0, 0, 0, 0, 0]
     """
+    if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
+        return dry(range_count, locals(), "range_count", adaptive=method.endswith("-elim"))
+    if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
+        return with_on_exhausted(range_count, locals())
     from gpframe.ledger.plan import SessionPlan
     from gpframe.mechanisms.noise.bits import resolve_rng
 
@@ -321,6 +329,12 @@ def range_count(
         iterator = tqdm(iterator, desc="range_count", unit="region")
     rows: list[dict[str, Any]] = []
     results: list[Result] = []
+    if plan is not None and active_preview() is not None:
+        raise InvalidInputError(
+            "dry_run=True with allocations=plan would take the plan's next steps without "
+            "recording any charge; preview with allocations=plan.next_allocations(users) of a "
+            f"copy, or with rho=/eps=. {_NOTHING}"
+        )
     for i in iterator:
         if plan is not None:
             alloc = _allocations_for(plan.next_allocations(users), users)
@@ -333,11 +347,14 @@ def range_count(
         if not ask.any():
             res = None
         else:
-            res = run_range_count(
-                session, q, polys[i], rho=rho, eps=eps, method=method, rounds=int(rounds),
-                split=split, beta=beta, allocations=None if alloc is None else alloc[ask],
-                rng=rng,
-            )  # fmt: skip
+            try:
+                res = run_range_count(
+                    session, q, polys[i], rho=rho, eps=eps, method=method, rounds=int(rounds),
+                    split=split, beta=beta, allocations=None if alloc is None else alloc[ask],
+                    rng=rng,
+                )  # fmt: skip
+            except PreviewStop:  # a dry run: this region's reservation is planned, go on
+                continue
         if plan is not None:
             plan.record(res.charges if res is not None else pd.Series(dtype=float))
         not_asked = users[~ask].tolist()
@@ -355,6 +372,7 @@ def range_count(
             n_undecided=res.params["n_undecided"], rounds_histogram=list(hist),
             query_id=res.query_id,
         ))  # fmt: skip
+    end_preview()  # a dry run planned every region: nothing to combine
     return _combine(results, rows, labels, series, crs, many, users, fixed, plan,
                     zones=(region, zone_cols), params=dict(
         method=method, rounds=int(rounds), split=split, beta=beta,
@@ -415,10 +433,13 @@ def _range_count_parts(bound: Any, region: Any, *, rho: Any, eps: Any, method: s
     rows: list[dict[str, Any]] = []
     results: list[Result] = []
     for i in iterator:
-        res = run_range_count_parts(
-            bound.session, [(sub, polys[i]) for sub, polys in subs], rho=rho, eps=eps,
-            method=method, rounds=int(rounds), split=split, beta=beta, rng=rng, params=extra,
-        )  # fmt: skip
+        try:
+            res = run_range_count_parts(
+                bound.session, [(sub, polys[i]) for sub, polys in subs], rho=rho, eps=eps,
+                method=method, rounds=int(rounds), split=split, beta=beta, rng=rng, params=extra,
+            )  # fmt: skip
+        except PreviewStop:  # a dry run: this region's reservation is planned, go on
+            continue
         results.append(res)
         rows.append(dict(
             count=int(res.value), error=float(res.error), n_charged=res.n_charged,
@@ -426,6 +447,7 @@ def _range_count_parts(bound: Any, region: Any, *, rho: Any, eps: Any, method: s
             n_high=res.params["n_high"], n_undecided=res.params["n_undecided"],
             rounds_histogram=list(res.params["rounds_histogram"]), query_id=res.query_id,
         ))  # fmt: skip
+    end_preview()
     worst = max(parts, key=lambda q: q.projected.noise_inflation).projected
     return _combine(results, rows, labels, series, crs, many, users_all[pos], None, None,
                     zones=(region, zone_cols), params=dict(

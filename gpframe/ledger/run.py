@@ -14,6 +14,12 @@ grid statistics) calls :func:`run` with its array algorithm as a callable. The d
    the full allocation, since noise was drawn), and commits the charge durably,
 5. returns a :class:`Ran` for the operation's output builder.
 
+A *dry run* (``dry_run=`` or inside :func:`previewing`) stops after step 2: the admission is
+computed read-only (:meth:`gpframe.ledger.session.Ledger.admission`: nothing is written, not
+even an audit row), ``check`` runs on the planned reservation, ``compute`` is never called (no
+noise is drawn) and the planned reservation is recorded in a :class:`PreviewPlan`. Every
+operation of both faces gets its preview from here (``docs/ledger.md``, "Previewing a query").
+
 An exception from ``compute`` settles every admitted user at the full allocation: noise may
 have been drawn, so releasing the reservation could leak (see ``docs/ledger.md``). A
 ``charge_id`` already committed makes the reservation a replay: nothing is drawn, ``compute``
@@ -35,18 +41,32 @@ Examples
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
 
-from gpframe.errors import GpframeInternalError
-from gpframe.ledger.session import Reservation
+from gpframe.errors import BudgetExceededError, GpframeInternalError, LedgerError
+from gpframe.ledger.session import EXCLUDED_KEY, Reservation
 
 T = TypeVar("T")
 
-__all__ = ["Charge", "Ran", "run"]
+__all__ = [
+    "Charge",
+    "Planned",
+    "PreviewPlan",
+    "PreviewStop",
+    "Ran",
+    "active_preview",
+    "end_preview",
+    "exhausted_error",
+    "previewing",
+    "raising_on_exhausted",
+    "run",
+    "with_on_exhausted",
+]
 
 
 @dataclass(frozen=True)
@@ -69,13 +89,15 @@ class Ran(Generic[T]):
 
     ``status`` is ``"charged"`` (``value`` is the algorithm's, the charge is committed),
     ``"refused"`` (``check`` returned False: the reservation was cancelled, ``value`` is None,
-    nothing was charged) or ``"replay"`` (the ``charge_id`` was committed before: nothing was
-    drawn or charged, ``value`` is None; see :meth:`Session.reserve`).
+    nothing was charged), ``"preview"`` (a dry run that continues: nothing was written or
+    drawn, ``value`` is None, the reservation is the planned one) or ``"replay"`` (the
+    ``charge_id`` was committed before: nothing was drawn or charged, ``value`` is None; see
+    :meth:`Session.reserve`).
     """
 
     value: T | None
     reservation: Reservation
-    status: Literal["charged", "refused", "replay"]
+    status: Literal["charged", "refused", "replay", "preview"]
     charged: bool = False
 
     @property
@@ -94,6 +116,181 @@ class Ran(Generic[T]):
         return np.asarray(self.reservation.allocation_units)
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One reservation a dry run planned: what :meth:`Session.reserve` would have held.
+
+    ``allocation_units`` and ``remaining_units`` (each user's budget left before it) are int64
+    ledger units of the notion's filter (0 allocation for a user who would be refused);
+    ``refusal`` is the message of the error the real call would raise at this point (a check
+    that needs every user), or None.
+    """
+
+    query: str
+    notion: str
+    kind: str
+    users: np.ndarray
+    admitted: np.ndarray
+    allocation_units: np.ndarray
+    remaining_units: np.ndarray
+    params: dict[str, Any]
+    refusal: str | None = None
+    requested_units: np.ndarray | None = None
+
+
+@dataclass
+class PreviewPlan:
+    """The reservations of one dry run, in the order the operation would make them.
+
+    ``stop``: raise :class:`PreviewStop` after the first planned reservation (the pandas face,
+    whose operations need the released values to go on) or return a ``"preview"``
+    :class:`Ran` and let the operation continue (the SQL face: each Arrow batch is planned and
+    outputs NULL). Later reservations of the same run see the earlier ones as held in full
+    (``held``): a real call charges at most the allocation, so a user planned as admitted
+    can afford it.
+    """
+
+    stop: bool = True
+    calls: list[Planned] = field(default_factory=list)
+    _held: dict[str, dict[Any, int]] = field(default_factory=dict)
+
+    def held(self, notion: str) -> dict[Any, int]:
+        """Units per user key held by the reservations planned so far on ``notion``."""
+        return self._held.setdefault(notion, {})
+
+    def add(self, p: Planned) -> None:
+        """Record a planned reservation; its admitted allocations are held from now on."""
+        self.calls.append(p)
+        if p.refusal is not None:  # the real call stops here: nothing is held
+            return
+        h = self.held(p.notion)
+        for k, a in zip(p.users.tolist(), p.allocation_units.tolist(), strict=True):
+            if a:
+                h[k] = h.get(k, 0) + int(a)
+
+
+class PreviewStop(BaseException):
+    """Ends an operation's dry run once its reservation is planned (never escapes a preview).
+
+    A ``BaseException`` so that no ``except Exception`` inside an operation swallows it.
+    """
+
+
+_ACTIVE: ContextVar[PreviewPlan | None] = ContextVar("gpframe_preview", default=None)
+
+
+@contextlib.contextmanager
+def previewing(stop: bool = True) -> Iterator[PreviewPlan]:
+    """Make every :func:`run` in this context (thread) a dry run recorded in the yielded plan.
+
+    Examples
+    --------
+    >>> import gpframe as gp
+    >>> s = gp.Session(budget=gp.GP(eps=1.0))
+    >>> before = s.ledger.snapshot()
+    >>> with previewing() as plan:
+    ...     try:
+    ...         run(s, ["ann", "bob"], 0.5, query="count", compute=None)
+    ...     except PreviewStop:
+    ...         pass
+    >>> plan.calls[0].admitted.tolist(), s.ledger.snapshot() == before
+    ([True, True], True)
+    """
+    token = _ACTIVE.set(PreviewPlan(stop=stop))
+    try:
+        yield _ACTIVE.get()  # type: ignore[misc]
+    finally:
+        _ACTIVE.reset(token)
+
+
+_RAISE: ContextVar[bool] = ContextVar("gpframe_on_exhausted_raise", default=False)
+
+
+@contextlib.contextmanager
+def raising_on_exhausted(on: bool = True) -> Iterator[None]:
+    """Make every :func:`run` in this context refuse a query that would leave a user out.
+
+    The driver's side of ``on_exhausted="raise"``: before reserving, the admission is computed
+    read-only and a user who cannot pay (or whom the operation left out before reserving, its
+    ``params["excluded_users"]``) raises :class:`~gpframe.errors.BudgetExceededError` naming
+    them; nothing is written. A reservation that still refuses someone (another process spent
+    in between) is cancelled before any noise, with the same error.
+    """
+    token = _RAISE.set(on)
+    try:
+        yield
+    finally:
+        _RAISE.reset(token)
+
+
+def exhausted_error(query: str, users: list[Any], n: int, shown: int = 5) -> BudgetExceededError:
+    """Build the refusal of ``on_exhausted="raise"``, naming the users who cannot pay."""
+    names = ", ".join(repr(u) for u in users[:shown])
+    more = f" and {len(users) - shown} more" if len(users) > shown else ""
+    return BudgetExceededError(
+        f"{query}: {len(users)} of {n} users cannot pay this query: {names}{more}. Pass "
+        "on_exhausted='exclude' to run without them (they are charged nothing and listed in "
+        "session.report(query_id=...)), lower the amount, or raise their budgets "
+        "(session.set_budget). Nothing was charged."
+    )
+
+
+ON_EXHAUSTED = ("exclude", "raise")
+
+
+def with_on_exhausted(fn: Callable[..., T], args: dict[str, Any]) -> T | None:
+    """Apply an operation's ``on_exhausted=`` (``args`` its locals); None when it is "exclude".
+
+    ``"raise"``: plan the whole call read-only (a dry run) and refuse it, naming the users, if
+    any reservation would leave someone out; then call ``fn`` with ``on_exhausted="exclude"``
+    inside :func:`raising_on_exhausted`, so that every reservation still refuses a user who
+    cannot pay by then (nothing is drawn under a refused reservation).
+    """
+    value = args.get("on_exhausted")
+    if value not in ON_EXHAUSTED:
+        from gpframe.errors import InvalidInputError
+
+        raise InvalidInputError(
+            f"on_exhausted={value!r} must be 'exclude' (users who cannot pay are left out, "
+            "charged nothing and listed in the result) or 'raise' (the query is refused, naming "
+            "them). Nothing was charged."
+        )
+    if value == "exclude":
+        return None
+    a = {k: v for k, v in args.items() if k != "on_exhausted"}
+    if _ACTIVE.get() is None:
+        # plan the whole call first (read-only): a user who can pay the first of its
+        # reservations but not a later one is refused before anything is charged
+        with previewing() as plan:
+            try:
+                fn(**a, on_exhausted="exclude")
+            except PreviewStop:
+                pass
+        refused: list[Any] = []
+        asked: set[Any] = set()
+        for c in plan.calls:
+            asked.update(c.users.tolist())
+            for u in [*c.params.get(EXCLUDED_KEY, []), *c.users[~c.admitted].tolist()]:
+                if u not in refused:
+                    refused.append(u)
+        if refused:
+            query = plan.calls[0].query
+            raise exhausted_error(query, refused, len(asked | set(refused)))
+    with raising_on_exhausted():  # the backstop: budgets spent by others in between
+        return fn(**a, on_exhausted="exclude")
+
+
+def end_preview() -> None:
+    """Raise :class:`PreviewStop` when a dry run is active (after a loop that planned several)."""
+    if _ACTIVE.get() is not None:
+        raise PreviewStop
+
+
+def active_preview() -> PreviewPlan | None:
+    """Return the dry run active in this context, or None."""
+    return _ACTIVE.get()
+
+
 def run(
     session: Any,
     users: object,
@@ -108,6 +305,7 @@ def run(
     charge_id: str | None = None,
     check: Callable[[Reservation], bool | None] | None = None,
     lock: contextlib.AbstractContextManager[Any] | None = None,
+    dry_run: PreviewPlan | None = None,
 ) -> Ran[T]:
     """Reserve ``allocations`` for ``users``, run ``compute``, charge what it returns.
 
@@ -125,12 +323,25 @@ def run(
     lock : context manager, optional
         Held from the reservation to the committed charge (the DuckDB face serialises its
         batches with one).
+    dry_run : PreviewPlan, optional
+        Plan instead of run (also when a :func:`previewing` context is active): the admission
+        is computed read-only, ``check`` runs, ``compute`` is not called; the planned
+        reservation is added to the plan, then :class:`PreviewStop` is raised (``plan.stop``)
+        or a ``"preview"`` outcome returned.
 
     Returns
     -------
     Ran
         The released value, the reservation (query id, admitted mask, allocations) and status.
     """
+    plan = dry_run if dry_run is not None else _ACTIVE.get()
+    if _RAISE.get():
+        check = _all_or_raise(session, users, allocations, query=query, notion=notion,
+                              kind=kind, params=params, units=units, check=check,
+                              preview=plan is not None)  # fmt: skip
+    if plan is not None:
+        return _plan(session, users, allocations, plan, query=query, notion=notion, kind=kind,
+                     params=params, units=units, check=check, lock=lock)  # fmt: skip
     with lock if lock is not None else contextlib.nullcontext():
         r = session.reserve(
             users, allocations, notion=notion, kind=kind, query=query, params=params,
@@ -166,3 +377,78 @@ def _refuse_over(r: Reservation, charges: Any, query: str) -> None:
             f"{query} would charge {int(c[i])} ledger units above the allocation "
             f"{int(cap[i])} for user {r.users[i]!r}."
         )
+
+
+def _plan(
+    session: Any,
+    users: object,
+    allocations: object,
+    plan: PreviewPlan,
+    *,
+    query: str,
+    notion: str,
+    kind: str | None,
+    params: dict[str, Any] | None,
+    units: bool,
+    check: Callable[[Any], bool | None] | None,
+    lock: contextlib.AbstractContextManager[Any] | None,
+) -> Ran[Any]:
+    """Plan one :func:`run`: admission read-only, ``check``, record; nothing written."""
+    if getattr(session, "_closed", False):
+        raise LedgerError("this Session is closed; open a new one. Nothing was charged.")
+    with lock if lock is not None else contextlib.nullcontext():
+        r = session.ledger.admission(
+            users, allocations, notion=notion, kind=kind, query=query, units=units,
+            held=plan.held(notion),
+        )  # fmt: skip
+        refusal = None
+        if check is not None:
+            try:
+                ok = check(r)
+            except (BudgetExceededError, LedgerError) as exc:  # what the real call would raise
+                ok, refusal = False, str(exc)
+            if ok is False and refusal is None:
+                refusal = (
+                    f"{query}: {r.n_refused} of {r.admitted.size} users cannot pay and the "
+                    "operation needs every user it asked; it would leave them out and ask again."
+                )
+    plan.add(Planned(
+        query=query, notion=r.notion, kind=r.kind, users=r.users,
+        admitted=np.asarray(r.admitted, dtype=bool), allocation_units=r.allocation_units,
+        remaining_units=np.asarray(r.remaining_units), params=dict(params or {}),
+        refusal=refusal, requested_units=r.requested_units,
+    ))  # fmt: skip
+    if plan.stop:
+        raise PreviewStop
+    return Ran(value=None, reservation=r, status="preview")
+
+
+def _all_or_raise(
+    session: Any,
+    users: object,
+    allocations: object,
+    *,
+    query: str,
+    notion: str,
+    kind: str | None,
+    params: dict[str, Any] | None,
+    units: bool,
+    check: Callable[[Any], bool | None] | None,
+    preview: bool,
+) -> Callable[[Any], bool | None]:
+    """``on_exhausted="raise"``: refuse before reserving; return the check that backs it up."""
+    left_out = list((params or {}).get(EXCLUDED_KEY, []) or [])
+    if not preview:  # a preview records the refusal instead (its check raises below)
+        r = session.ledger.admission(users, allocations, notion=notion, kind=kind, query=query,
+                                     units=units)  # fmt: skip
+        refused = left_out + r.users[~np.asarray(r.admitted, dtype=bool)].tolist()
+        if refused:
+            raise exhausted_error(query, refused, r.users.size + len(left_out))
+
+    def strict(r: Any) -> bool | None:  # no noise yet: raising cancels the reservation
+        refused = left_out + r.users[~np.asarray(r.admitted, dtype=bool)].tolist()
+        if refused:
+            raise exhausted_error(query, refused, r.users.size + len(left_out))
+        return None if check is None else check(r)
+
+    return strict

@@ -845,6 +845,56 @@ class Ledger:
             )  # fmt: skip
         return Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, alloc)
 
+    def admission(
+        self,
+        users: object,
+        allocations: object,
+        *,
+        notion: str,
+        kind: str | None,
+        query: str,
+        units: bool = False,
+        held: dict[Any, int] | None = None,
+    ) -> Reservation:
+        """Compute what :meth:`reserve` would admit now, without writing anything.
+
+        The same validation and the same exact admission test (``spent + held + allocation
+        <= budget``) as :meth:`reserve`, in a read transaction: no user, query, reservation or
+        audit row is added. ``held`` adds units per user key (what earlier planned
+        reservations of the same preview would hold). Returns a *planned* reservation
+        (``state == "preview"``): it cannot be charged, cancelling or leaving it does nothing.
+        Used by the driver's dry run (:func:`gpframe.ledger.run.run`, ``docs/ledger.md``).
+        """
+        notion = self._notion(notion)
+        keys = _user_keys(users)
+        if units:
+            if kind is not None:
+                charge_for(self.kind[notion], kind, 0)  # refuse what the filter never admits
+            alloc, too_big = self._units_array(allocations, keys.size, "allocations")
+        else:
+            alloc, too_big = self._to_units(notion, allocations, keys.size, kind, "allocations")
+        if not isinstance(query, str) or not query:
+            raise InvalidInputError(
+                f"query={query!r} must be a non-empty name. Nothing was charged."
+            )
+        kind_s = kind or self.kind[notion]
+        with self._lock, self._read():
+            idx = self._lookup(keys)  # unseen users stay -1: default budget, nothing spent
+            spent, budget = self._gather(notion, idx)
+            hold = self._held(notion, idx)
+        if held:
+            hold = hold + np.fromiter((held.get(k, 0) for k in keys.tolist()), dtype=np.int64,
+                                      count=keys.size)  # fmt: skip
+        rem = budget - spent
+        rem = np.where(rem < 0, -1, rem) - hold
+        admitted = (alloc <= rem) & ~too_big
+        res = Reservation(self, "", notion, kind_s, "", "", keys, idx, admitted,
+                          np.where(admitted, alloc, 0))  # fmt: skip
+        res.state = "preview"
+        res.remaining_units = np.maximum(rem, 0)
+        res.requested_units = np.where(too_big, MAX, alloc)
+        return res
+
     def _replay(
         self,
         prior: ChargeRow,
@@ -1278,6 +1328,10 @@ class Reservation:
             self.prior_admitted, self.prior_charge_units, self._prior_digest = prior
             self.prior_admitted.setflags(write=False)
             self.prior_charge_units.setflags(write=False)
+        #: for a planned (dry-run) reservation: each user's budget left before it, in units
+        self.remaining_units: np.ndarray | None = None
+        #: for a planned reservation: each user's allocation as asked (refused users too)
+        self.requested_units: np.ndarray | None = None
         self.state = "open"
 
     @property
@@ -1330,6 +1384,8 @@ class Reservation:
             raise LedgerError(
                 f"reservation {self.id} was cancelled; reserve again. Nothing was charged."
             )
+        if self.state == "preview":
+            raise GpframeInternalError("a planned (dry-run) reservation cannot be charged.")
         led = self._ledger
         if units:
             amounts, big = led._units_array(actual, self.admitted.size, "actual")
@@ -1367,6 +1423,8 @@ class Reservation:
         """Release the reservation: only before any noise was drawn (nothing is charged)."""
         if self.state == "charged":
             raise LedgerError(f"reservation {self.id} was already charged; it cannot be cancelled.")
+        if self.state == "preview":  # planned only: nothing was written
+            return
         if self.state == "open" and not self.replay:
             self._ledger._cancel(self)
         self.state = "cancelled"

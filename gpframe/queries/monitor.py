@@ -57,7 +57,8 @@ from gpframe.mechanisms.selection import (
     sigma_for_eps_rnm,
     zw20_eps,
 )
-from gpframe.results import MonitorResult
+from gpframe.results import MonitorResult, Preview
+from gpframe.results.preview import dry
 
 __all__ = [
     "above_threshold",
@@ -384,7 +385,8 @@ def above_threshold(
     beta: float = 0.05,
     rng: Any = None,
     on_exhausted: str = "raise",
-) -> MonitorResult:
+    dry_run: bool = False,
+) -> MonitorResult | Preview:
     """Watch a stream of queries and answer ⊤ when one crosses ``threshold`` (up to ``c`` times).
 
     See ``docs/operations/monitoring.md`` (``noise="laplace"``: one run, Lyu, Su & Li (2017) Alg 1
@@ -442,6 +444,12 @@ def above_threshold(
         ``session.report(query_id=...)`` only (``docs/operations/monitoring.md``). Not with
         ``mode="S"`` (membership must not change inside a run, and S re-admits every step).
 
+    dry_run : bool
+        Return a :class:`~gpframe.results.Preview` of the first run instead: what each user
+        would reserve, who would be excluded or would make the call raise, the budget left
+        afterwards. Nothing is drawn, charged or written (``docs/ledger.md``, "Previewing a
+        query").
+
     Returns
     -------
     MonitorResult
@@ -469,6 +477,8 @@ def above_threshold(
     >>> res.value                                  # doctest: +ELLIPSIS
     array([...])
     """
+    if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
+        return dry(above_threshold, locals(), "above_threshold", adaptive=noise == "gaussian")
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     noise = _choice(noise, "noise", _NOISES)
     mode = _choice(mode, "mode", _MODES)
@@ -775,7 +785,8 @@ def report_noisy_max(
     integer: bool = False,
     rng: Any = None,
     on_exhausted: str = "raise",
-) -> MonitorResult:
+    dry_run: bool = False,
+) -> MonitorResult | Preview:
     """Return the index of the (noisily) largest candidate, charged on the central ledger.
 
     See ``docs/operations/monitoring.md`` (Gaussian: certified pure ε; give ``sigma``, or
@@ -788,6 +799,10 @@ def report_noisy_max(
     so leaving someone out means recomputing ``values`` without them and passing ``users=``
     without them.
 
+
+    ``dry_run=True`` returns a :class:`~gpframe.results.Preview` of the query instead: nothing is
+    drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+
     Examples
     --------
     >>> import gpframe as gp
@@ -797,6 +812,8 @@ def report_noisy_max(
     >>> res.value in (0, 1, 2), round(res.epsilon_realized, 6)
     (True, 0.174434)
     """
+    if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
+        return dry(report_noisy_max, locals(), "report_noisy_max")
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)
     noise = _choice(noise, "noise", _NOISES)
     if _choice(on_exhausted, "on_exhausted", ON_EXHAUSTED) == "exclude":
@@ -901,7 +918,8 @@ def threshold_query(
     beta: float = 0.05,
     rng: Any = None,
     on_exhausted: str = "raise",
-) -> MonitorResult:
+    dry_run: bool = False,
+) -> MonitorResult | Preview:
     """Is a count of distinct users ≥ ``tau``? Cheap when the count is far from ``tau``.
 
     See ``docs/operations/monitoring.md`` (App C, Alg 9); Liang & Yi, 'Adaptive Privacy Budgeting'
@@ -917,6 +935,10 @@ def threshold_query(
     the admitted users only (the excluded are charged nothing and appear in
     ``session.report(query_id=...)`` only; ``docs/operations/monitoring.md``).
 
+
+    ``dry_run=True`` returns a :class:`~gpframe.results.Preview` of the query instead: nothing is
+    drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+
     Examples
     --------
     >>> import gpframe as gp
@@ -925,6 +947,8 @@ def threshold_query(
     >>> res.value, res.epsilon_realized < 0.5  # wrong with probability at most beta
     (True, True)
     """
+    if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
+        return dry(threshold_query, locals(), "threshold_query", adaptive=True)
     from gpframe.mechanisms import gaussian_zcdp, laplace_dp
 
     rng = resolve_rng(rng)  # refused before reserving (a refusal later would be charged)

@@ -50,6 +50,8 @@ __all__ = [
     "check_point_amount",
     "group_rows",
     "make_privatize_result",
+    "nominal_errors",
+    "per_note",
     "per_point_amounts",
     "privatize_points",
     "progress_enabled",
@@ -231,6 +233,71 @@ def per_point_amounts(counts: NDArray[np.integer], amount: Fraction, per: str) -
     if per == "user":
         return [amount / int(n) if n > 0 else amount for n in counts]
     return [amount] * len(counts)
+
+
+def _radius(kind: str, part: Fraction, k: Fraction, beta: float, n: int) -> float:
+    """Return the released result's error bound for one per-point amount, over ``n`` points."""
+    from gpframe.mechanisms.calibration import cgp_gaussian, gp_laplace, sqrt_up
+    from gpframe.mechanisms.tails import gaussian_radius_bound, planar_bound
+
+    if kind == "cgp":
+        cal = cgp_gaussian(part / (k * k), d=2)
+        return gaussian_radius_bound(beta, sqrt_up(cal.param) * cal.g, cal.g, d=2, n=n)
+    cal = gp_laplace(part / k, d=2)
+    return planar_bound(beta, cal.g / cal.param, cal.g, d=2, n=n)
+
+
+def nominal_errors(
+    kind: str, amount: Fraction, per: str, counts: NDArray[np.integer], beta: float,
+    scale_max: float, *, overall: bool = False,
+) -> Any:
+    """Each user's error radius (m) before any noise is drawn: the Result's own bound.
+
+    With probability ≥ 1 − β all n points of a user lie within it. The samplers' calibration
+    (``docs/noise.md``) gives the noise scale from the per-point amount alone (ρ_pt = ρ/n with
+    ``per="user"``, ρ with ``per="point"``, likewise ε_pt, and the projection scale factor),
+    and :func:`gpframe.mechanisms.tails.gaussian_radius_bound` / ``planar_bound`` the radius
+    with a union bound over the n points: the released result's ``max_error_m``
+    (``docs/operations/privatize.md``). ``overall=True``: the one bound over every point of
+    every user with a count (the result's ``error``). Reads only the counts; used by the
+    preview (``docs/ledger.md``).
+
+    >>> nominal_errors("cgp", Fraction(1, 10**4), "user", np.array([1, 4]), 0.05, 1.0).round(1)
+    array([173.3, 419.2])
+    """
+    c = np.asarray(counts, dtype=np.int64)
+    k = _to_fraction(float(scale_max))
+    distinct = np.unique(c[c > 0]).tolist()
+    if overall:
+        total = int(c.sum())
+        parts = {amount / n if per == "user" else amount for n in distinct}
+        return max((_radius(kind, a, k, beta, total) for a in parts), default=float("nan"))
+    out = np.full(c.size, np.nan)
+    for n in distinct:
+        out[c == n] = _radius(kind, amount / n if per == "user" else amount, k, beta, n)
+    return out
+
+
+def per_note(kind: str, per: str, errors: NDArray[np.float64], counts: NDArray[np.integer]) -> str:
+    """One sentence on what ``per`` means for the charge and the error (for the preview)."""
+    c = np.asarray(counts)
+    med = float(np.median(c)) if c.size else 0.0
+    e = errors[np.isfinite(errors)]
+    scale = (
+        f"; error radius of a user's points from {e.min():.4g} m to {e.max():.4g} m "
+        f"(median user, {med:g} points: {float(np.median(e)):.4g} m)"
+        if e.size else ""
+    )
+    if per == "user":
+        grow = "√n" if kind == "cgp" else "n"
+        return (
+            "the amount covers all n points of a user (each point at amount/n): the charge is "
+            f"the amount whatever n, and the noise grows like {grow}" + scale
+        )
+    return (
+        "each point is released at the full amount (what the SQL function does): the charge "
+        "is n × amount per user, the noise per point stays that of one point" + scale
+    )
 
 
 def progress_enabled(progress: bool | None) -> bool:

@@ -12,6 +12,7 @@ from gpframe.results.grid_stats import GridStatsResult
 from gpframe.results.kde import KdeResult
 from gpframe.results.knn import HullResult, KnnResult, NearestResult
 from gpframe.results.monitor import MonitorResult
+from gpframe.results.preview import Preview
 from gpframe.results.privatize import PrivatizeResult
 from gpframe.results.range_count import RangeCountResult
 from gpframe.results.raster import Raster
@@ -24,6 +25,7 @@ __all__ = [
     "KnnResult",
     "MonitorResult",
     "NearestResult",
+    "Preview",
     "PrivatizeResult",
     "RangeCountResult",
     "Raster",

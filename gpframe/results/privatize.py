@@ -27,6 +27,8 @@ class PrivatizeResult(Result):
     >>> r  # doctest: +NORMALIZE_WHITESPACE
     PrivatizeResult(value=<1000 points>, error_95=412.3 m, charged=28 users, excluded=0,
                     spent_max=rho=2e-06 m⁻², query_id=q-7)
+    >>> PrivatizeResult(value=np.zeros((3, 2)), params={"rho": 2e-6, "per": "user"}).per
+    'user'
     """
 
     error_kind: str = "max point error (m)"
@@ -40,5 +42,13 @@ class PrivatizeResult(Result):
         """Number of released points."""
         return len(self.value) if self.value is not None else 0
 
+    @property
+    def per(self) -> str | None:
+        """``"user"`` (the amount covers all of a user's points) or ``"point"`` (each point)."""
+        return self.params.get("per")
+
     def _value_summary(self) -> str:
-        return f"<{self.n_points} points>"
+        # per= decides both the charge (amount vs n × amount) and the noise (amount/n vs amount
+        # per point): shown up front (docs/operations/privatize.md)
+        per = f", per={self.per!r}" if self.per else ""
+        return f"<{self.n_points} points{per}>"

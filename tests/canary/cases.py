@@ -440,6 +440,58 @@ def _zone_exclude(ctx: Ctx) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
+# Previews (dry_run=True, gp.duckdb.preview): curator-side objects. Nothing is published (the
+# case's output is None); the Preview's every text form is scanned as a curator object (ids,
+# counts and amounts allowed, never a location or a location-derived value), and a preview
+# must not change the ledger.
+
+
+def _preview_forms(ctx: Ctx, make: Callable[[], Any]) -> tuple[None, str, str, str]:
+    snap = ctx.session.ledger.snapshot()
+    pv = make()
+    if ctx.session.ledger.snapshot() != snap:
+        raise AssertionError("a preview wrote to the ledger")
+    with pd.option_context("display.max_rows", None, "display.max_columns", None):
+        table = pv.to_frame().to_string()
+    return None, repr(pv), pv.summary(), table
+
+
+@case(name="privatize/accessor/preview", frontend="accessor", covers=("accessor.privatize",),
+      modules=(ACC, "gpframe.results.preview"))  # fmt: skip
+def _privatize_preview(ctx: Ctx) -> Any:
+    return _preview_forms(ctx, lambda: ctx.bound().privatize(rho=1e-8, dry_run=True))
+
+
+@case(name="range_count/accessor/preview", frontend="accessor", covers=("accessor.range_count",),
+      modules=("gpframe.frame.range_count", "gpframe.results.preview"))  # fmt: skip
+def _range_count_preview(ctx: Ctx) -> Any:
+    import shapely
+
+    return _preview_forms(ctx, lambda: ctx.bound().range_count(
+        shapely.box(*REGION), rho=1e-6, reduce="last", on_exhausted="raise", dry_run=True))
+
+
+@case(name="above_threshold/monitor/preview", frontend="monitor",
+      covers=("monitor.above_threshold",), modules=("gpframe.queries.monitor",),
+      central=True)  # fmt: skip
+def _above_preview(ctx: Ctx) -> Any:
+    from gpframe.queries.monitor import above_threshold
+
+    return _preview_forms(ctx, lambda: above_threshold(
+        ctx.session, _hourly(ctx).to_numpy(), 3, users=ctx.data.users, sensitivity=1,
+        epsilon=1.0, integer=True, dry_run=True))  # fmt: skip
+
+
+@case(name="privatize/sql-preview", frontend="sql-relation", covers=("duckdb.preview",),
+      modules=("gpframe.duckdb.preview",))  # fmt: skip
+def _sql_preview(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    return _preview_forms(ctx, lambda: gp.duckdb.preview(
+        ctx.con, "SELECT uid, gp_privatize(uid, x, y, 1e-8) AS p FROM pings"))
+
+
+# --------------------------------------------------------------------------------------------
 # DuckDB: SQL functions, macros, table macros, relation helpers
 
 DDB = "gpframe.duckdb.register"

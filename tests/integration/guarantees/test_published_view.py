@@ -378,3 +378,38 @@ def test_report_query_id_must_be_known():
     with pytest.raises(gp.InvalidInputError, match="query_id"):
         s.report(query_id=3)  # type: ignore[arg-type]
     assert s.ledger.snapshot() == before
+
+
+# ------------------------------------------------------------------------------------------
+# previews and exclusions: the curator's view names users, the published view never does
+
+
+def test_preview_and_exclusions_stay_on_the_curators_side():
+    # the preview (dry_run=True) names the excluded user like session.report() does; the
+    # central result published afterwards names nobody, and a Preview cannot be published as
+    # a result (it is not a Result: no attrs entry, no to_dict, no parquet metadata)
+    df = _pings(seed=1)
+    s = _session_with_one_user_short_of_budget()
+    bound = df.geopriv(s, user="vessel", lon="lon", lat="lat", crs="EPSG:4326", to_crs=TO_CRS)
+    kw = dict(value="speed", bounds=(0, 30), epsilon=0.5, cells=8, occupancy="public")
+    snap = s.ledger.snapshot()
+    pv = bound.grid_stats(**kw, dry_run=True)
+    assert s.ledger.snapshot() == snap
+    assert list(pv.excluded.index) == [IDS[0]] and IDS[0] in pv.summary()
+    assert "curator-side" in repr(pv) and not isinstance(pv, Result)
+    assert not hasattr(pv, "to_attr") and not hasattr(pv, "to_dict")
+    # on_exhausted="raise": refused, naming the user, nothing written
+    with pytest.raises(gp.BudgetExceededError, match=IDS[0]):
+        bound.grid_stats(**kw, rng=seeded_rng(22), on_exhausted="raise")
+    assert s.ledger.snapshot() == snap
+    out = bound.grid_stats(**kw, rng=seeded_rng(22))
+    res = out.attrs["geopriv"].result
+    _no_user_named(res, IDS)
+    _per_user_attributes_are_curator_only(res)
+    rep = s.report(query_id=res.query_id)
+    assert rep.loc[rep["status"] == "excluded", "user"].tolist() == [IDS[0]]
+    # the preview planned exactly what was reserved
+    charged = rep[rep["status"] == "charged"].set_index("user")["allocation"]
+    planned = pv.allocations[pv.allocations > 0]
+    pd.testing.assert_series_equal(planned.sort_index(), charged.sort_index(), check_names=False,
+                                   check_index_type=False)  # fmt: skip
