@@ -41,9 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="privatize a small real GPS dataset in Python and SQL, draw a map, report the ledger",
+        help="privatize a small real AIS dataset in Python and SQL, draw a map, report the ledger",
         description=(
-            "Privatize 3,338 GPS fixes of 25 people (Go!Track, Aracaju; CC BY 4.0) with "
+            "Privatize one hour of AIS fixes of 295 vessels in New York Harbor (8,689 fixes; "
+            "U.S. Coast Guard / MarineCadastre.gov, public domain) with "
             "concentrated geo-privacy, in Python (df.geopriv) and in DuckDB SQL "
             "(gp_privatize), charging one file-backed ledger. Writes ledger.sqlite, "
             "gpframe_demo.duckdb, private_points.parquet (GeoParquet) and private_points.png "
