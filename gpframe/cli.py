@@ -229,8 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("SQL, top cells of the 2 km grid of private points (cell_x, cell_y, points, users):")
         for row in made["sql"][:5]:
             print("  ", row)
-        print("Ledger report:")
-        _print_report(made["report"])
+        report = made["report"]
+        print(f"Ledger report ({len(report)} vessels; the first 10):")
+        _print_report(report.head(10))
+        print(f"   ... the whole table: gpframe ledger report {made['paths']['ledger.sqlite']}")
         print("Files:")
         for p in made["paths"].values():
             print(f"  {p}")

@@ -16,7 +16,6 @@ MMSI) is the protected user. The demo writes into ``out_dir``:
 A rerun starts from a fresh ledger and database (it deletes only those demo files).
 """
 
-
 from __future__ import annotations
 
 import importlib.resources
@@ -191,7 +190,6 @@ def run_demo(
     return {"paths": paths, "python": result, "sql": rows, "report": report, "session": session}
 
 
-
 #: the public map extent of the demo (lon_min, lat_min, lon_max, lat_max): the inner harbour
 #: (Upper Bay, the Kills, Newark Bay, the Hudson to midtown, the East River), chosen from the
 #: harbour's chart, not from the data, so the frame reveals nothing about any vessel
@@ -309,6 +307,13 @@ def _typical_circle(ax: Any, x0: float, y0: float, x1: float, y1: float, r: floa
     cx, cy = x0 + 0.05 * (x1 - x0) + 5000 + 1.6 * r + 300, y0 + 0.04 * (y1 - y0)
     ax.add_patch(Circle((cx, cy), r, facecolor=(1, 1, 1, 0.7), edgecolor="0.2", linewidth=1.2,
                         zorder=5))  # fmt: skip
-    ax.text(cx + r + 250, cy, f"a typical fix moves this far ({r:,.0f} m)", va="center",
-            fontsize=8, color="0.2", zorder=5,
-            bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none", "pad": 1.5})
+    ax.text(
+        cx + r + 250,
+        cy,
+        f"a typical fix moves this far ({r:,.0f} m)",
+        va="center",
+        fontsize=8,
+        color="0.2",
+        zorder=5,
+        bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none", "pad": 1.5},
+    )
