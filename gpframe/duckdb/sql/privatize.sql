@@ -5,8 +5,9 @@
 --     import duckdb, gpframe as gp, gpframe.duckdb
 --     con = duckdb.connect()
 --     session = gp.Session("ledger.sqlite", budget=gp.CGP(rho=1e-4))
---     gp.duckdb.register(con, session, crs="EPSG:32724")   # the metre CRS of x_m, y_m
---     con.execute("SET VARIABLE sample = '<path to gpframe/data/gotrack_aracaju_sample.parquet>'")
+--     gp.duckdb.register(con, session, crs="EPSG:32618")   # the metre CRS of x_m, y_m
+--     # a table points_m(mmsi, time, x_m, y_m, ...): e.g. gp.datasets.load("ais_nyharbor_1h"),
+--     # projected as below
 --     for stmt in open("sql/privatize.sql").read().split(";\n"): ...   # or gpframe.demo
 --
 -- (`gpframe demo` runs exactly this file; its copy ships as gpframe/duckdb/sql/privatize.sql.)
@@ -20,12 +21,13 @@
 -- refused as degrees.
 -- Projecting without DuckDB's spatial extension: project in Python before loading, e.g.
 --     import pyproj
---     t = pyproj.Transformer.from_crs("EPSG:4326", "EPSG:32724", always_xy=True)
+--     t = pyproj.Transformer.from_crs("EPSG:4326", "EPSG:32618", always_xy=True)
 --     df["x_m"], df["y_m"] = t.transform(df["lon"].to_numpy(), df["lat"].to_numpy())
 --     con.register("points_df", df)       # then CREATE TABLE points_m AS SELECT * FROM points_df
--- (GeoPandas: gdf.to_crs("EPSG:32724")). Here gpframe.demo does exactly that (UTM zone 24S,
--- EPSG:32724). With the spatial extension (INSTALL spatial; LOAD spatial;):
---     ST_Transform(ST_Point(lon, lat), 'EPSG:4326', 'EPSG:32724', always_xy := true)
+-- (GeoPandas: gdf.to_crs("EPSG:32618")). Here gpframe.demo does exactly that (UTM zone 18N,
+-- EPSG:32618, for one hour of AIS fixes in New York Harbor). With the spatial extension
+-- (INSTALL spatial; LOAD spatial;):
+--     ST_Transform(ST_Point(lon, lat), 'EPSG:4326', 'EPSG:32618', always_xy := true)
 --
 -- Charging semantics (read before you write your own queries):
 --   * Each row is one point of its user, released at the row's rho; a user with m rows is
@@ -46,15 +48,15 @@
 --     fetched. Materialise it (CREATE TABLE ... AS, step 2 below; or .df() once), or call
 --     gp.duckdb.privatize(con, query, user=..., x=..., y=..., rho=...), which runs it once.
 
--- 1. The points, projected to metres.
+-- 1. The points, projected to metres. The vessel (its MMSI) is the protected user.
 CREATE OR REPLACE TEMP TABLE points AS
-SELECT user_id, track_id, time, x_m, y_m
+SELECT mmsi AS user_id, time, x_m, y_m
 FROM points_m;
 
 -- 2. Privatize every row at rho = 1e-6 per m² (sigma ≈ 708 m per coordinate) and keep the
 --    private points in a table, so that they are drawn and charged once.
 CREATE OR REPLACE TEMP TABLE private_points AS
-SELECT user_id, track_id, time,
+SELECT user_id, time,
        gp_privatize(user_id, x_m, y_m, 1e-6) AS p
 FROM points;
 
