@@ -15,7 +15,7 @@ Layers (``docs/internals.md``; a module may import its own layer or any layer be
   4  gpframe.queries.*
   5  gpframe.release
   6  gpframe.frame.*, gpframe.duckdb.*   (the two faces: neither imports the other)
-  7  gpframe.cli, gpframe.demo, gpframe.testing, gpframe (the package ``__init__``)
+  7  gpframe.cli, gpframe.demo, gpframe.testing(_postgres), gpframe (the package ``__init__``)
 
 Sideways edges inside a layer are allowed; a cycle anywhere (sideways included) is not. Each
 checker is tested first on a small synthetic graph, so a passing check on the real graph means
@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gpframe.queries",),
     ("gpframe.release",),
     ("gpframe.frame", "gpframe.duckdb"),
-    ("gpframe.cli", "gpframe.demo", "gpframe.testing", "gpframe"),
+    ("gpframe.cli", "gpframe.demo", "gpframe.testing", "gpframe.testing_postgres", "gpframe"),
 )
 
 #: the two faces of layer 6, which must not import each other
