@@ -6,9 +6,10 @@ with ``trust`` authentication for local connections, and removes everything on :
 PostgreSQL refuses to run as root, so when this process is root the server's files belong to
 the ``postgres`` system user and its commands run through ``runuser -u postgres --``.
 
-The server runs with ``fsync=off`` to keep the tests fast: the tests kill clients, never the
-server, and a client's commit is acknowledged by the server process either way (a production
-server keeps ``fsync=on``; ``docs/ledger.md``).
+By default the server runs with ``fsync=off`` to keep the tests fast: the tests kill clients,
+never the server, and a client's commit is acknowledged by the server process either way. A
+production server keeps ``fsync=on`` (``docs/ledger.md``); so do the benchmarks
+(``TempPostgres(fsync=True)``), to compare with SQLite's ``synchronous=FULL``.
 
 Examples
 --------
@@ -65,8 +66,9 @@ def find_pg_bin() -> Path:
 class TempPostgres:
     """Start a private PostgreSQL server in a temporary directory (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, fsync: bool = False) -> None:
         self.bin = find_pg_bin()
+        self.fsync = bool(fsync)
         self.root: Path | None = None
         self._names = itertools.count()
         self._as_postgres = os.geteuid() == 0
@@ -104,7 +106,8 @@ class TempPostgres:
             )  # fmt: skip
             opts = (
                 f"-c listen_addresses='' -c unix_socket_directories='{self.root}' "
-                "-c fsync=off -c full_page_writes=off -c max_connections=60 "
+                + ("" if self.fsync else "-c fsync=off -c full_page_writes=off ")
+                + "-c max_connections=60 "
                 "-c shared_buffers=64MB"
             )
             self._check(
