@@ -99,7 +99,7 @@ class RawLedger:
         sql = statement.format(**names)
         if self.pg:
             sql = sql.replace("?", "%s")
-        cur = self.con.execute(sql, params)
+        cur = self.con.execute(sql, (params or None) if self.pg else params)
         return cur.fetchall() if cur.description else []
 
     def close(self):

@@ -228,11 +228,24 @@ class PostgresStore:
         self.timeout = _check_timeout(timeout)
         self.readonly = bool(readonly)
         self.created = False
+        self._psycopg = psycopg
         self._errors = psycopg.errors
         self._Error = psycopg.Error
+        #: set by close(): a closed store never reconnects
+        self._closed = False
+        self.con = self._connect()
         try:
-            self.con = psycopg.connect(
-                url, autocommit=True, connect_timeout=max(1, int(min(self.timeout, 2**31)))
+            self._check_or_create(create)
+        except BaseException:
+            self.con.close()
+            raise
+
+    def _connect(self) -> Any:
+        """Open the connection: autocommit (transactions are explicit), durable commits."""
+        psycopg = self._psycopg
+        try:
+            con = psycopg.connect(
+                self.url, autocommit=True, connect_timeout=max(1, int(min(self.timeout, 2**31)))
             )
         except psycopg.Error as exc:
             raise LedgerError(
@@ -241,13 +254,14 @@ class PostgresStore:
                 "and that the database exists (createdb). Nothing was charged."
             ) from exc
         try:
-            self.con.execute("SET synchronous_commit TO on")
+            # durable before charge() returns, whatever the server's default
+            con.execute("SET synchronous_commit TO on")
             if self.readonly:
-                self.con.execute("SET default_transaction_read_only TO on")
-            self._check_or_create(create)
+                con.execute("SET default_transaction_read_only TO on")
         except BaseException:
-            self.con.close()
+            con.close()
             raise
+        return con
 
     def __enter__(self) -> PostgresStore:
         return self
@@ -312,16 +326,24 @@ class PostgresStore:
     def _txn(self, begin: str, kind: str) -> Iterator[None]:
         errors = self._errors
         try:
-            if self.con.closed:
+            if self._closed:
                 raise LedgerError(
                     "this Session was closed (its open reservations were settled at their full "
                     "allocation); open a new Session. Nothing more was charged."
                 )
-            self.con.execute(begin)
+            if self.con.closed:
+                # the server ended the connection (a restart, a failover, an administrator):
+                # every transaction starts afresh under the lock, so a new connection is safe
+                self.con = self._connect()
             if kind == "write":
+                # one round trip: on a busy host each one costs a context switch
                 ms = int(min(self.timeout, 2**31 / 1000) * 1000)
-                self.con.execute(f"SET LOCAL lock_timeout = {ms}")
-                self.con.execute(f"SELECT id FROM {_P}lock WHERE id = 1 FOR UPDATE")
+                self.con.execute(
+                    f"{begin}; SET LOCAL lock_timeout = {ms};"
+                    f" SELECT id FROM {_P}lock WHERE id = 1 FOR UPDATE"
+                )
+            else:
+                self.con.execute(begin)
         except errors.LockNotAvailable as exc:
             self._rollback()
             raise LedgerError(
@@ -632,6 +654,7 @@ class PostgresStore:
 
     def close(self) -> None:
         """Close the connection; the server rolls back an open transaction."""
+        self._closed = True
         self.con.close()
 
 
