@@ -338,12 +338,24 @@ class PostgresStore:
             if kind == "write":
                 # one round trip: on a busy host each one costs a context switch
                 ms = int(min(self.timeout, 2**31 / 1000) * 1000)
-                self.con.execute(
+                cur = self.con.execute(
                     f"{begin}; SET LOCAL lock_timeout = {ms};"
                     f" SELECT id FROM {_P}lock WHERE id = 1 FOR UPDATE"
                 )
+                while cur.nextset():  # the results of the last statement: the locked row
+                    pass
+                if cur.description is None or cur.fetchone() is None:
+                    # without its row nothing would serialise the writers
+                    raise LedgerCorruptError(
+                        f"the ledger {self.path!r} lost the row of gpframe_lock that orders its "
+                        "writers (it was deleted outside gpframe); restore the database and run "
+                        "session.ledger.verify(). Nothing was charged."
+                    )
             else:
                 self.con.execute(begin)
+        except LedgerCorruptError:
+            self._rollback()
+            raise
         except errors.LockNotAvailable as exc:
             self._rollback()
             raise LedgerError(

@@ -81,8 +81,8 @@ _LIVE: set[str] = set()
 
 
 _RESTORE = (
-    "Restore the newest copy of the ledger file (with its -wal, if any) from a backup, then "
-    "run session.ledger.verify(). Nothing was charged."
+    "Restore the newest copy of the ledger (the file with its -wal, if any, or the database) "
+    "from a backup, then run session.ledger.verify(). Nothing was charged."
 )
 _ROLLBACK = (
     "Restore the newest copy of the ledger (with its -wal, if any). If you put this copy back on "
@@ -1887,4 +1887,5 @@ class Session:
 
     def __repr__(self) -> str:
         b = ", ".join(f"{n}={k}" for n, k in self.ledger.kind.items())
-        return f"Session(path={self.path!r}, {b})"
+        path = redact(self.path) if is_postgres_url(self.path) else self.path
+        return f"Session(path={path!r}, {b})"

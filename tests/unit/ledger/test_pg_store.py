@@ -158,3 +158,19 @@ def test_a_connection_killed_by_the_server_raises_charges_nothing_and_reconnects
     with Session(pg_url) as s:
         assert s.spent_exact(["ann", "bob"]).tolist() == [Fraction(1, 4), Fraction(1, 2)]
         assert s.ledger.verify()["charges"] == 2
+
+
+def test_a_sessions_repr_hides_the_password(pg_url):
+    url = pg_url.replace("postgres@", "postgres:hunter2@")  # trust auth: any password works
+    with Session(url, budget=gp.GP(eps=1)) as s:
+        assert "hunter2" not in repr(s) and "postgres:***@" in repr(s)
+
+
+def test_a_deleted_lock_row_is_refused_not_ignored(pg_url, raw):
+    with Session(pg_url, budget=gp.GP(eps=1)) as s:
+        raw(pg_url)("DELETE FROM gpframe_lock")
+        before = s.ledger.snapshot()
+        with pytest.raises(LedgerCorruptError, match="gpframe_lock"):
+            s.reserve([1], 0.5)
+        assert s.ledger.snapshot() == before
+        raw(pg_url)("INSERT INTO gpframe_lock VALUES (1)")
