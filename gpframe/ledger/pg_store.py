@@ -364,10 +364,7 @@ class PostgresStore:
             ) from exc
         except self._Error as exc:
             self._rollback()
-            raise LedgerError(
-                f"the ledger database {self.path!r} failed ({str(exc).strip()}); retry. Nothing "
-                "was charged."
-            ) from exc
+            raise self._failed(exc) from exc
         try:
             yield
         except BaseException as exc:
@@ -378,10 +375,7 @@ class PostgresStore:
                     "it from a backup and run session.ledger.verify(). Nothing was charged."
                 ) from exc
             if isinstance(exc, self._Error):
-                raise LedgerError(
-                    f"the ledger database {self.path!r} failed ({str(exc).strip()}); retry. "
-                    "Nothing was charged."
-                ) from exc
+                raise self._failed(exc) from exc
             raise
         try:
             self.con.execute("COMMIT")
@@ -394,6 +388,19 @@ class PostgresStore:
                 "charged, unless the connection was lost during the commit: retry with the same "
                 "charge_id to find out."
             ) from exc
+
+    def _failed(self, exc: Exception) -> LedgerError:
+        """Return the LedgerError for a server error inside a transaction (rolled back)."""
+        if isinstance(exc, self._errors.InsufficientPrivilege):
+            return LedgerError(
+                f"the database role of {self.path!r} may not do this ({str(exc).strip()}): "
+                "connect as a role that may write the gpframe_* tables, or open the ledger with "
+                "readonly=True to read it. Nothing was charged."
+            )
+        return LedgerError(
+            f"the ledger database {self.path!r} failed ({str(exc).strip()}); retry. Nothing was "
+            "charged."
+        )
 
     def _rollback(self) -> None:
         with contextlib.suppress(self._Error):

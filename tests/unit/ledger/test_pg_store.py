@@ -174,3 +174,17 @@ def test_a_deleted_lock_row_is_refused_not_ignored(pg_url, raw):
             s.reserve([1], 0.5)
         assert s.ledger.snapshot() == before
         raw(pg_url)("INSERT INTO gpframe_lock VALUES (1)")
+
+
+def test_a_reader_role_reads_and_is_told_why_it_cannot_write(pg_server, pg_url):
+    """The roles of docs/ledger.md: the reader reads (read-only) and may not open for writing."""
+    db = pg_url.split("@/", 1)[1].split("?")[0]
+    Session(pg_url, budget=gp.GP(eps=1)).close()
+    pg_server.sql("DO $$ BEGIN CREATE ROLE gpframe_reader LOGIN; EXCEPTION WHEN duplicate_object "
+                  "THEN NULL; END $$")  # fmt: skip
+    pg_server.sql("GRANT SELECT ON ALL TABLES IN SCHEMA public TO gpframe_reader", db)
+    reader = pg_url.replace("postgres@", "gpframe_reader@")
+    with Session(reader, readonly=True) as ro:
+        assert ro.remaining([1]).tolist() == [1.0]
+    with pytest.raises(LedgerError, match=r"may not do this.*readonly=True"):
+        Session(reader)
