@@ -389,8 +389,15 @@ class PostgresStore:
                 "charge_id to find out."
             ) from exc
 
-    def _failed(self, exc: Exception) -> LedgerError:
-        """Return the LedgerError for a server error inside a transaction (rolled back)."""
+    def _failed(self, exc: Exception) -> LedgerError | InvalidInputError:
+        """Return the gpframe error for a server error inside a transaction (rolled back)."""
+        if isinstance(exc, self._psycopg.DataError) and "NUL" in str(exc):
+            # SQLite stores NUL inside text; PostgreSQL's text type cannot
+            return InvalidInputError(
+                "a query name, charge_id or other text given to the ledger holds a NUL character "
+                f"(\\x00), which a PostgreSQL ledger ({self.path!r}) cannot store; remove it. "
+                "Nothing was charged."
+            )
         if isinstance(exc, self._errors.InsufficientPrivilege):
             return LedgerError(
                 f"the database role of {self.path!r} may not do this ({str(exc).strip()}): "

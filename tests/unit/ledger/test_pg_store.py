@@ -188,3 +188,15 @@ def test_a_reader_role_reads_and_is_told_why_it_cannot_write(pg_server, pg_url):
         assert ro.remaining([1]).tolist() == [1.0]
     with pytest.raises(LedgerError, match=r"may not do this.*readonly=True"):
         Session(reader)
+
+
+def test_a_nul_in_a_query_name_is_refused_clearly_and_charges_nothing(pg_url):
+    with Session(pg_url, budget=gp.GP(eps=1)) as s:
+        before = s.ledger.snapshot()
+        for kw in ({"query": "a\x00b"}, {"charge_id": "job\x00"}):
+            with pytest.raises(gp.InvalidInputError, match="NUL character"):
+                s.reserve([1, "new"], 0.1, **kw)
+        assert s.ledger.snapshot() == before
+        with s.reserve([1, "new"], 0.1, query="ab") as r:  # the in-memory index is intact
+            r.charge(0.1)
+        assert s.ledger.verify()["users"] == 2
