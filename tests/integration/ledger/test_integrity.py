@@ -29,7 +29,7 @@ import pytest
 import gpframe as gp
 from gpframe.errors import InvalidInputError, LedgerCorruptError, LedgerError
 from gpframe.ledger import Session as _Session
-from gpframe.ledger.pg_store import _decode_users, _encode_users, is_postgres_url
+from gpframe.ledger.pg_layout import _decode_users, _encode_users, is_postgres_url
 
 KEY = bytes(range(32))
 #: the anchor file of each PostgreSQL ledger of this module's tests (URL -> file)
