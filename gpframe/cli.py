@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print every user's budget, spend and remaining amount. Read-only.",
     )
     report.add_argument(
-        "path", metavar="PATH", help="the ledger file (e.g. gpframe-demo/ledger.sqlite)"
+        "path",
+        metavar="PATH",
+        help="the ledger file (e.g. gpframe-demo/ledger.sqlite) or a postgresql:// URL",
     )
     report.add_argument(
         "--user",
@@ -140,6 +142,7 @@ def _ledger_report(args: argparse.Namespace) -> int:
 
     from gpframe.errors import GpframeError
     from gpframe.ledger import Session
+    from gpframe.ledger.pg_store import is_postgres_url
     from gpframe.ledger.report import gather, parse_since
 
     def fail(msg: str) -> int:
@@ -155,7 +158,7 @@ def _ledger_report(args: argparse.Namespace) -> int:
             parse_since(args.since, name="--since")
     except GpframeError as exc:
         return fail(str(exc))
-    if not os.path.exists(args.path):
+    if not is_postgres_url(args.path) and not os.path.exists(args.path):
         return fail(
             f"no ledger file at {args.path!r}. Check the path: ledger files are made by "
             "gp.Session(path=...) in Python or by `gpframe demo`; this command only reads them."

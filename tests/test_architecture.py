@@ -15,7 +15,7 @@ Layers (``docs/internals.md``; a module may import its own layer or any layer be
   4  gpframe.queries.*
   5  gpframe.release
   6  gpframe.frame.*, gpframe.duckdb.*   (the two faces: neither imports the other)
-  7  gpframe.cli, gpframe.demo, gpframe.datasets, gpframe.testing, gpframe.report_html,
+  7  gpframe.cli, gpframe.demo, gpframe.datasets, gpframe.testing(_postgres), gpframe.report_html,
      gpframe (the package
      ``__init__``)
 
@@ -51,6 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "gpframe.demo",
         "gpframe.datasets",
         "gpframe.testing",
+        "gpframe.testing_postgres",
         "gpframe.report_html",
         "gpframe",
     ),

@@ -55,6 +55,7 @@ from gpframe.ledger.integrity import (
     uid_bytes,
 )
 from gpframe.ledger.keys import KEY_MAX, KEY_MIN, _numpy_what, canonical, refusal
+from gpframe.ledger.pg_store import PostgresStore, is_postgres_url, redact
 from gpframe.ledger.store import (
     CHUNK,
     GENESIS,
@@ -80,8 +81,8 @@ _LIVE: set[str] = set()
 
 
 _RESTORE = (
-    "Restore the newest copy of the ledger file (with its -wal, if any) from a backup, then "
-    "run session.ledger.verify(). Nothing was charged."
+    "Restore the newest copy of the ledger (the file with its -wal, if any, or the database) "
+    "from a backup, then run session.ledger.verify(). Nothing was charged."
 )
 _ROLLBACK = (
     "Restore the newest copy of the ledger (with its -wal, if any). If you put this copy back on "
@@ -1102,7 +1103,8 @@ class Ledger:
     def verify(self) -> dict[str, int]:
         """Check the ledger's integrity.
 
-        Checks SQLite's pages, the audit hash chain, every charge's digest and audit row, and
+        Checks the store's own integrity (SQLite's pages; a PostgreSQL ledger's tables), the
+        audit hash chain, every charge's digest and audit row, and
         every user's spent recomputed from the charges.
 
         Returns counts (users, charges, audit rows, open reservations) when all is well.
@@ -1116,7 +1118,7 @@ class Ledger:
             self._refresh()
             ok = self.store.integrity()
             if ok != "ok":
-                raise LedgerCorruptError(f"SQLite integrity check failed: {ok}.")
+                raise LedgerCorruptError(f"the store's integrity check failed: {ok}.")
             prev, n_audit, audited = GENESIS, 0, {}
             for seq, _created, op, content, h in self.store.audit():
                 if seq != n_audit + 1 or self.chain.link(prev, content) != h:
@@ -1466,6 +1468,34 @@ def _refuse_missing_anchored(path: str, where: str) -> None:
         )
 
 
+def _open_postgres(
+    url: str, anchor: object, create: bool, timeout: float, readonly: bool
+) -> tuple[Store, str | None]:
+    """Open a PostgreSQL ledger and resolve its anchor (a file only when ``anchor=`` names one).
+
+    A server ledger has no file to put ``<path>.anchor`` next to, so ``anchor=None`` means no
+    anchor; each host may keep its own (``docs/ledger.md``, "PostgreSQL ledger"). When the
+    anchor records a ledger, the tables are never created afresh: a dropped ledger is refused.
+    """
+    where = (
+        None if anchor is None or anchor is False or anchor is True else anchor_path("-", anchor)
+    )
+    recorded = where is not None and Anchor(where).read() is not None
+    try:
+        store = PostgresStore(url, create=create and not recorded, timeout=timeout,
+                              readonly=readonly)  # fmt: skip
+    except LedgerCorruptError as exc:
+        if recorded and "holds no gpframe ledger" in str(exc):
+            raise LedgerCorruptError(
+                f"the database {redact(url)!r} holds no gpframe ledger, but its anchor {where!r} "
+                "records one: it was dropped or the URL points elsewhere, and a fresh ledger "
+                "would give every user a fresh budget. Restore the database. To really start "
+                "over, move the anchor away too. Nothing was charged."
+            ) from exc
+        raise
+    return store, where
+
+
 class Session:
     """Per-user privacy budgets and their ledger (``docs/ledger.md``).
 
@@ -1473,7 +1503,9 @@ class Session:
     ----------
     path : str or os.PathLike or None
         ``None`` keeps the ledger in memory; a path is an SQLite file (WAL, FULL sync) shared
-        safely by threads and processes.
+        safely by threads and processes; a ``postgresql://`` URL is a ledger on a PostgreSQL
+        server, shared by processes on several hosts (``docs/ledger.md``, "PostgreSQL ledger";
+        needs ``pip install 'gpframe[postgres]'``).
     budget : gp.GP or gp.CGP or None
         Default per-user *metric* budget (ε per metre, or ρ per m²).
     central : gp.DP or gp.zCDP or None
@@ -1499,7 +1531,8 @@ class Session:
         default): ``<path>.anchor`` next to the ledger file; a path: that file (put it where
         whoever can replace the ledger cannot, to detect a rollback of both); ``False``: no
         anchor. A ledger behind its anchor raises :class:`~gpframe.errors.LedgerCorruptError`
-        (see SECURITY.md, "Ledger integrity: what is detected").
+        (see SECURITY.md, "Ledger integrity: what is detected"). A PostgreSQL ledger has no
+        anchor unless ``anchor=`` names a file (each host may keep its own).
 
     Notes
     -----
@@ -1544,11 +1577,15 @@ class Session:
         self.path = path
         self.readonly = bool(readonly)
         key = load_key(ledger_key)
-        file = _check_path(path)
-        where = anchor_path(file, anchor)
-        if where is not None and file is not None and not self.readonly:
-            _refuse_missing_anchored(file, where)
-        store = SqliteStore(path, create=create, timeout=timeout, readonly=self.readonly)
+        store: Store
+        if is_postgres_url(path):
+            store, where = _open_postgres(str(path), anchor, create, timeout, self.readonly)
+        else:
+            file = _check_path(path)
+            where = anchor_path(file, anchor)
+            if where is not None and file is not None and not self.readonly:
+                _refuse_missing_anchored(file, where)
+            store = SqliteStore(path, create=create, timeout=timeout, readonly=self.readonly)
         try:
             self.ledger = Ledger(
                 store, {"metric": budget, "central": central}, key=key, anchor=where
@@ -1908,4 +1945,5 @@ class Session:
 
     def __repr__(self) -> str:
         b = ", ".join(f"{n}={k}" for n, k in self.ledger.kind.items())
-        return f"Session(path={self.path!r}, {b})"
+        path = redact(self.path) if is_postgres_url(self.path) else self.path
+        return f"Session(path={path!r}, {b})"

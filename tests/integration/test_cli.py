@@ -206,3 +206,24 @@ def test_ledger_report_of_a_keyed_ledger_takes_its_key_file(tmp_path, capsys):
     out = tmp_path / "keyed.html"
     assert main(["ledger", "report", str(path), "--ledger-key", str(key), "--html", str(out)]) == 0
     assert "✔ intact" in out.read_text()
+
+
+def test_ledger_report_reads_a_postgresql_ledger(pg_url, capsys):
+    import gpframe as gp
+
+    with gp.Session(pg_url, central=gp.DP(epsilon=1.0)) as s:
+        with s.reserve(["ann", 7], 0.5, notion="central", query="count") as r:
+            r.charge([0.5, 0.25])
+        before = s.ledger.snapshot()
+    assert main(["ledger", "report", pg_url, "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("user,") and "ann" in out and "7" in out
+    with gp.Session(pg_url, readonly=True) as ro:
+        assert ro.ledger.snapshot() == before  # read-only
+
+
+def test_ledger_report_on_an_unreachable_database_hides_the_password(pg_server, capsys):
+    url = f"postgresql://postgres:hunter2@/no_such_db?host={pg_server.root}"
+    assert main(["ledger", "report", url]) == 1
+    err = capsys.readouterr().err
+    assert "no_such_db" in err and "hunter2" not in err and "***" in err

@@ -1,7 +1,8 @@
 """Ledger torture: concurrent processes, kill -9 during charging, idempotent replays.
 
 DESIGN.md §4: the filter never overspends, including across processes, and an acknowledged
-charge (charge() returned) is never lost.
+charge (charge() returned) is never lost. Every test runs on an SQLite file and on a PostgreSQL
+database (``ledger_path`` in tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -56,8 +57,7 @@ def _acks(text):
     return out
 
 
-def _concurrent(tmp_path, procs, n):
-    path = str(tmp_path / "ledger.sqlite")
+def _concurrent(path, procs, n):
     Session(path, budget=gp.GP(eps=2)).close()
     ps = [_spawn(path, n, f"p{k}") for k in range(procs)]
     acks = {}
@@ -75,17 +75,16 @@ def _concurrent(tmp_path, procs, n):
         assert s.ledger.verify()["charges"] == procs * n
 
 
-def test_concurrent_processes_never_overspend_fast(tmp_path):
-    _concurrent(tmp_path, 4, 100)
+def test_concurrent_processes_never_overspend_fast(ledger_path):
+    _concurrent(ledger_path, 4, 100)
 
 
 @pytest.mark.slow
-def test_concurrent_processes_never_overspend_8x1000(tmp_path):
-    _concurrent(tmp_path, 8, 1000)
+def test_concurrent_processes_never_overspend_8x1000(ledger_path):
+    _concurrent(ledger_path, 8, 1000)
 
 
-def _kill_loop(tmp_path, kills):
-    path = str(tmp_path / "ledger.sqlite")
+def _kill_loop(path, kills):
     Session(path, budget=gp.GP(eps=10**6)).close()
     rnd = random.Random(1234)  # schedule of kill times only; no privacy randomness
     acks = {}
@@ -107,20 +106,29 @@ def _kill_loop(tmp_path, kills):
             assert sum(row.amount.tolist()) == sum(s.ledger.units["metric"].up(a) for a in amounts)
 
 
-def test_kill_9_never_loses_acknowledged_charges_fast(tmp_path):
-    _kill_loop(tmp_path, 3)
+def test_kill_9_never_loses_acknowledged_charges_fast(ledger_path):
+    _kill_loop(ledger_path, 3)
 
 
 @pytest.mark.slow
-def test_kill_9_never_loses_acknowledged_charges_loop(tmp_path):
-    _kill_loop(tmp_path, 30)
+def test_kill_9_never_loses_acknowledged_charges_loop(ledger_path):
+    _kill_loop(ledger_path, 30)
 
 
 @pytest.mark.slow
-def test_10k_idempotent_replays_never_double_debit(tmp_path):
-    path = str(tmp_path / "ledger.sqlite")
+def test_10k_idempotent_replays_never_double_debit(ledger_path):
+    path = ledger_path
     with Session(path, budget=gp.GP(eps=1)) as s:
         for i in range(10_000):
+            with s.reserve([1, 2, 3], 0.5, charge_id=f"job-{i % 10}") as r:
+                r.charge([0.01, 0.02, 0.0])
+        assert s.spent_exact([1, 2, 3]).tolist() == [Fraction(1, 10), Fraction(1, 5), 0]
+        assert s.ledger.verify()["charges"] == 10
+
+
+def test_idempotent_replays_never_double_debit_fast(ledger_path):
+    with Session(ledger_path, budget=gp.GP(eps=1)) as s:
+        for i in range(200):
             with s.reserve([1, 2, 3], 0.5, charge_id=f"job-{i % 10}") as r:
                 r.charge([0.01, 0.02, 0.0])
         assert s.spent_exact([1, 2, 3]).tolist() == [Fraction(1, 10), Fraction(1, 5), 0]

@@ -16,8 +16,21 @@ import gpframe as gp
 from gpframe.ledger import Session
 
 
+# Every test runs on both stores: ``path`` is an SQLite file or a PostgreSQL database URL, and
+# ``where`` (for tests of the ledger's logic) SQLite in memory or a PostgreSQL database; tests
+# of one store's file or tables say which (``sqlite_path``, ``pg_url``).
 @pytest.fixture
-def path(tmp_path):
+def path(ledger_path):
+    return ledger_path
+
+
+@pytest.fixture
+def where(ledger_where):
+    return ledger_where
+
+
+@pytest.fixture
+def sqlite_path(tmp_path):
     return str(tmp_path / "ledger.sqlite")
 
 
@@ -31,8 +44,8 @@ def _commit(s, users, amount, **kw):
 @pytest.mark.parametrize(
     ("request_eps", "expected"), [(0.005, True), (0.006, False)], ids=["0.005", "0.006"]
 )
-def test_gp_filter_admits_exactly_to_budget_2_7(request_eps, expected):
-    with Session(budget=gp.GP(eps=0.05)) as s:
+def test_gp_filter_admits_exactly_to_budget_2_7(request_eps, expected, where):
+    with Session(where, budget=gp.GP(eps=0.05)) as s:
         for e in (0.01, 0.015, 0.02):
             _commit(s, [1], e, kind="gp")
         with s.reserve([1], request_eps, kind="gp") as r:
@@ -40,8 +53,8 @@ def test_gp_filter_admits_exactly_to_budget_2_7(request_eps, expected):
             r.cancel()
 
 
-def test_gp_filter_refuses_gaussian_and_writes_nothing_2_7():
-    with Session(budget=gp.GP(eps=0.05)) as s:
+def test_gp_filter_refuses_gaussian_and_writes_nothing_2_7(where):
+    with Session(where, budget=gp.GP(eps=0.05)) as s:
         before = s.ledger.snapshot()
         with pytest.raises(gp.BudgetExceededError):
             s.reserve([1, 2], 1e-9, kind="cgp")
@@ -57,8 +70,8 @@ def test_gp_filter_refuses_gaussian_and_writes_nothing_2_7():
         (4e-5, "cgp", True),  # exactly 1e-4
     ],
 )
-def test_cgp_filter_oracle_rows_2_7(amount, kind, expected):
-    with Session(budget=gp.CGP(rho=1e-4)) as s:
+def test_cgp_filter_oracle_rows_2_7(amount, kind, expected, where):
+    with Session(where, budget=gp.CGP(rho=1e-4)) as s:
         _commit(s, ["u"], 6e-5)
         with s.reserve(["u"], amount, kind=kind) as r:
             assert r.admitted.tolist() == [expected]
@@ -71,8 +84,8 @@ def test_cgp_filter_oracle_rows_2_7(amount, kind, expected):
         assert s.spent_exact(["u"])["u"] == want
 
 
-def test_refused_users_cost_nothing_and_are_admitted_by_cheaper_query_2_7():
-    with Session(budget=gp.CGP(rho=1e-4)) as s:
+def test_refused_users_cost_nothing_and_are_admitted_by_cheaper_query_2_7(where):
+    with Session(where, budget=gp.CGP(rho=1e-4)) as s:
         _commit(s, ["u", "v"], 6e-5)
         for amt in (2e-4, 5e-5):
             with s.reserve(["u", "v"], amt) as r:
@@ -84,8 +97,8 @@ def test_refused_users_cost_nothing_and_are_admitted_by_cheaper_query_2_7():
         assert s.remaining_exact().tolist() == [0, 0]
 
 
-def test_point_one_three_times_fits_point_three_but_next_float_does_not_2_7():
-    with Session(budget=gp.GP(eps=0.3)) as s:
+def test_point_one_three_times_fits_point_three_but_next_float_does_not_2_7(where):
+    with Session(where, budget=gp.GP(eps=0.3)) as s:
         _commit(s, [1, 2], 0.1)
         _commit(s, [1, 2], 0.1)
         with s.reserve([1, 2], [0.1, 0.10000000000000002]) as r:
@@ -95,8 +108,8 @@ def test_point_one_three_times_fits_point_three_but_next_float_does_not_2_7():
         assert s.remaining([1, 2]).tolist() == pytest.approx([0.0, 0.1])
 
 
-def test_mixed_allocations_admit_per_user():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_mixed_allocations_admit_per_user(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         _commit(s, [1, 2, 3], [0.5, 0.9, 0.0])
         with s.reserve([1, 2, 3, 4], [0.5, 0.2, 1.0, 1.5]) as r:
             assert r.admitted.tolist() == [True, False, True, False]
@@ -106,8 +119,8 @@ def test_mixed_allocations_admit_per_user():
 
 
 # ---- reserve / charge / cancel semantics ----------------------------------------------------
-def test_charge_below_allocation_returns_remainder():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_charge_below_allocation_returns_remainder(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         with s.reserve([1, 2], 0.5) as r:
             assert s.remaining([1, 2]).tolist() == [0.5, 0.5]  # held
             r.charge([0.1, 0.5])
@@ -115,22 +128,22 @@ def test_charge_below_allocation_returns_remainder():
         assert s.remaining_exact([1, 2]).tolist() == [Fraction(9, 10), Fraction(1, 2)]
 
 
-def test_leaving_block_without_charge_charges_full_allocation():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_leaving_block_without_charge_charges_full_allocation(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         with s.reserve([1], 0.25):
             pass
         assert s.spent_exact([1])[1] == Fraction(1, 4)
 
 
-def test_exception_in_block_charges_full_allocation_and_propagates():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_exception_in_block_charges_full_allocation_and_propagates(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         with pytest.raises(KeyError), s.reserve([1, 2], [0.25, 2.0]):
             raise KeyError("boom")
         assert s.spent_exact([1, 2]).tolist() == [Fraction(1, 4), 0]  # 2 was refused
 
 
-def test_cancel_releases_everything():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_cancel_releases_everything(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         with s.reserve([1], 0.25) as r:
             r.cancel()
         assert s.spent_exact([1])[1] == 0
@@ -139,16 +152,16 @@ def test_cancel_releases_everything():
             r.charge(0.1)
 
 
-def test_charge_above_allocation_rejected_then_block_exit_settles_full():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_charge_above_allocation_rejected_then_block_exit_settles_full(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         with pytest.raises(gp.InvalidInputError, match="exceeds its allocation"):
             with s.reserve([1], 0.1) as r:
                 r.charge(0.2)
         assert s.spent_exact([1])[1] == Fraction(1, 10)
 
 
-def test_kind_gp_on_cgp_filter_charges_eps_squared_over_two():
-    with Session(budget=gp.CGP(rho=1e-4)) as s:
+def test_kind_gp_on_cgp_filter_charges_eps_squared_over_two(where):
+    with Session(where, budget=gp.CGP(rho=1e-4)) as s:
         with s.reserve([1], 0.008, kind="gp") as r:
             assert r.allocations[0] == Fraction("3.2e-5")
             r.charge(0.004)
@@ -156,8 +169,8 @@ def test_kind_gp_on_cgp_filter_charges_eps_squared_over_two():
         assert s.history(1)["kind"].tolist() == ["gp"]
 
 
-def test_central_notion_is_a_separate_filter():
-    with Session(budget=gp.GP(eps=1), central=gp.DP(epsilon=2)) as s:
+def test_central_notion_is_a_separate_filter(where):
+    with Session(where, budget=gp.GP(eps=1), central=gp.DP(epsilon=2)) as s:
         _commit(s, [1], 1.0)
         _commit(s, [1], 1.5, notion="central")
         assert s.spent_exact([1])[1] == 1
@@ -167,8 +180,8 @@ def test_central_notion_is_a_separate_filter():
         assert rep.set_index("notion").loc["central", "remaining"] == 0.5
 
 
-def test_int_and_str_ids_are_distinct_users():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_int_and_str_ids_are_distinct_users(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         _commit(s, [1, "1"], [0.25, 0.5])
         sp = s.spent_exact([1, "1"])
         assert sp.tolist() == [Fraction(1, 4), Fraction(1, 2)]
@@ -176,8 +189,8 @@ def test_int_and_str_ids_are_distinct_users():
         assert s.spent_exact([1])[1] == Fraction(1, 2)
 
 
-def test_set_budget_overrides_one_user():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_set_budget_overrides_one_user(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         s.set_budget(["vip"], gp.GP(eps=3))
         with s.reserve(["vip", "x"], 2.0) as r:
             assert r.admitted.tolist() == [True, False]
@@ -188,8 +201,8 @@ def test_set_budget_overrides_one_user():
             s.set_budget(["vip"], gp.GP(eps=1e10))
 
 
-def test_report_and_history():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_report_and_history(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         _commit(s, [1, 2], 0.25, query="count")
         _commit(s, [1], 0.5, query="kde")
         rep = s.report().set_index("user")
@@ -202,9 +215,9 @@ def test_report_and_history():
         assert isinstance(s.spent(), pd.Series) and s.spent().dtype == np.float64
 
 
-def test_million_user_path_is_vectorised_in_memory():
+def test_million_user_path_is_vectorised_in_memory(where):
     n = 200_000
-    with Session(budget=gp.CGP(rho=1e-4)) as s:
+    with Session(where, budget=gp.CGP(rho=1e-4)) as s:
         users = np.arange(n)
         with s.reserve(users, 1e-5) as r:
             r.charge(np.where(users % 2 == 0, 1e-5, 5e-6))
@@ -214,8 +227,8 @@ def test_million_user_path_is_vectorised_in_memory():
 
 
 # ---- idempotent charges -----------------------------------------------------------------------
-def test_replayed_charge_id_does_not_debit_twice():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_replayed_charge_id_does_not_debit_twice(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         for i in range(1000):
             with s.reserve([1, 2], 0.5, charge_id="job-7") as r:
                 assert r.replay == (i > 0) and r.admitted.tolist() == [i == 0] * 2
@@ -224,8 +237,8 @@ def test_replayed_charge_id_does_not_debit_twice():
         assert s.ledger.verify()["charges"] == 1
 
 
-def test_replay_admits_nobody_and_reports_the_committed_charge():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_replay_admits_nobody_and_reports_the_committed_charge(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         with s.reserve([1, 2], 0.5, charge_id="c1") as first:
             first.charge([0.25, 0.5])
         before = s.ledger.snapshot()
@@ -248,9 +261,9 @@ def test_replay_admits_nobody_and_reports_the_committed_charge():
         assert first.replay is False and first.prior_admitted is None
 
 
-def test_replay_cannot_draw_noise_for_an_exhausted_user():
+def test_replay_cannot_draw_noise_for_an_exhausted_user(where):
     """The review's r03 scenario: an exhausted user is never admitted under a replayed id."""
-    with Session(budget=gp.CGP(rho=1e-4)) as s:
+    with Session(where, budget=gp.CGP(rho=1e-4)) as s:
         _commit(s, [1], 1e-4, query="q", charge_id="job-1")
         assert s.remaining().tolist() == [0.0]
         before = s.ledger.snapshot()
@@ -267,8 +280,8 @@ def test_replay_cannot_draw_noise_for_an_exhausted_user():
         assert s.spent_exact([1])[1] == Fraction(1, 10_000)
 
 
-def test_replay_must_repeat_the_committed_request():
-    with Session(budget=gp.GP(eps=1), central=gp.DP(epsilon=1)) as s:
+def test_replay_must_repeat_the_committed_request(where):
+    with Session(where, budget=gp.GP(eps=1), central=gp.DP(epsilon=1)) as s:
         _commit(s, [9], 1.0)  # user 9 has nothing left
         with s.reserve([1, 9], 0.5, charge_id="c1") as r:
             assert r.admitted.tolist() == [True, False]
@@ -292,8 +305,8 @@ def test_replay_must_repeat_the_committed_request():
         assert r.charge([0.5, 0.3]) is False  # entries of users the charge left out are ignored
 
 
-def test_charge_id_of_an_open_reservation_cannot_be_reserved_again():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_charge_id_of_an_open_reservation_cannot_be_reserved_again(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         r = s.reserve([1], 0.5, charge_id="c1")
         with pytest.raises(gp.ChargeConflictError, match="still open"):
             s.reserve([1], 0.5, charge_id="c1")  # both could draw noise, one would pay
@@ -315,7 +328,8 @@ def test_settled_crash_is_replayed_not_rerun(path):
         assert s2.ledger.verify()["charges"] == 1
 
 
-def test_ledger_without_recorded_allocations_is_migrated(path):
+def test_ledger_without_recorded_allocations_is_migrated(sqlite_path):
+    path = sqlite_path  # SQLite files from before charges recorded their allocations
     with Session(path, budget=gp.GP(eps=1)) as s:
         _commit(s, [1], 0.25, charge_id="old")
     con = sqlite3.connect(path)
@@ -333,8 +347,8 @@ def test_ledger_without_recorded_allocations_is_migrated(path):
         assert s.ledger.verify()["charges"] == 2
 
 
-def test_charging_same_reservation_twice_is_idempotent():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_charging_same_reservation_twice_is_idempotent(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         r = s.reserve([1], 0.5)
         assert r.charge(0.25) is True
         assert r.charge(0.25) is False
@@ -370,8 +384,8 @@ def test_bad_input_raises_and_leaves_ledger_untouched(path, users, amounts, kw, 
         assert s.ledger.snapshot() == before
 
 
-def test_bad_charge_amount_leaves_ledger_untouched():
-    with Session(budget=gp.GP(eps=1)) as s:
+def test_bad_charge_amount_leaves_ledger_untouched(where):
+    with Session(where, budget=gp.GP(eps=1)) as s:
         r = s.reserve([1, 2], 0.5)
         before = s.ledger.snapshot()
         for bad in ([0.1, np.nan], [0.1], -1, [0.1, 0.6]):
@@ -406,20 +420,30 @@ def test_reopen_keeps_budget_and_rejects_a_different_one(path):
         Session(path, budget=gp.CGP(rho=1))
 
 
-def test_missing_file_with_create_false_raises(path):
+def test_missing_file_with_create_false_raises(sqlite_path):
+    path = sqlite_path
     with pytest.raises(gp.LedgerCorruptError, match="does not exist"):
         Session(path, budget=gp.GP(eps=1), create=False)
     assert not os.path.exists(path)
 
 
-def test_garbage_file_raises_corrupt(path):
+def test_database_without_a_ledger_and_create_false_raises_untouched(pg_url, raw):
+    with pytest.raises(gp.LedgerCorruptError, match="holds no gpframe ledger"):
+        Session(pg_url, budget=gp.GP(eps=1), create=False)
+    tables = "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+    assert raw(pg_url)(tables) == [(0,)]
+
+
+def test_garbage_file_raises_corrupt(sqlite_path):
+    path = sqlite_path
     with open(path, "wb") as f:
         f.write(b"this is not a database" * 1000)
     with pytest.raises(gp.LedgerCorruptError):
         Session(path, budget=gp.GP(eps=1))
 
 
-def test_truncated_ledger_raises_corrupt(path):
+def test_truncated_ledger_raises_corrupt(sqlite_path):
+    path = sqlite_path
     with Session(path, budget=gp.GP(eps=1)) as s:
         for i in range(50):
             _commit(s, list(range(i * 100, i * 100 + 100)), 0.01)
@@ -433,7 +457,15 @@ def test_truncated_ledger_raises_corrupt(path):
         s2.close()
 
 
-def test_foreign_schema_raises_corrupt(path):
+def test_partial_ledger_tables_raise_corrupt(pg_url, raw):
+    Session(pg_url, budget=gp.GP(eps=1)).close()
+    raw(pg_url)("DROP TABLE {charges}")
+    with pytest.raises(gp.LedgerCorruptError, match="only some"):
+        Session(pg_url, budget=gp.GP(eps=1))
+
+
+def test_foreign_schema_raises_corrupt(sqlite_path):
+    path = sqlite_path
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE accounts(id INTEGER, balance REAL)")
     con.commit()
@@ -442,36 +474,28 @@ def test_foreign_schema_raises_corrupt(path):
         Session(path, budget=gp.GP(eps=1))
 
 
-def test_schema_version_mismatch_raises_corrupt(path):
+def test_schema_version_mismatch_raises_corrupt(path, raw):
     Session(path, budget=gp.GP(eps=1)).close()
-    con = sqlite3.connect(path)
-    con.execute("UPDATE meta SET value = '99' WHERE key = 'version'")
-    con.commit()
-    con.close()
+    raw(path)("UPDATE {meta} SET value = '99' WHERE key = 'version'")
     with pytest.raises(gp.LedgerCorruptError, match="version"):
         Session(path)
 
 
-def test_verify_detects_tampered_spent_and_audit(path):
+def test_verify_detects_tampered_spent_and_audit(path, raw):
     # tampered while a Session is open (a new open would refuse the file: see
     # tests/integration/ledger/test_integrity.py), so that verify() itself must find it
     with Session(path, budget=gp.GP(eps=1)) as s:
         _commit(s, [1, 2], 0.25)
         assert s.ledger.verify()["charges"] == 1
-        con = sqlite3.connect(path)
-        good = con.execute("SELECT spent FROM chunks").fetchone()[0]
+        db = raw(path)
+        good = bytes(db("SELECT spent FROM {chunks}")[0][0])
         blob = np.frombuffer(good, "<i8").copy()
         blob[0] = 0
-        con.execute("UPDATE chunks SET spent = ?", (blob.tobytes(),))
-        con.commit()
+        db("UPDATE {chunks} SET spent = ?", (blob.tobytes(),))
         with pytest.raises(gp.LedgerCorruptError, match="charges add up"):
             s.ledger.verify()
-        con.execute("UPDATE chunks SET spent = ?", (good,))
-        con.execute(
-            "UPDATE audit SET content = replace(content, 'reserve', 'reserv') WHERE seq = 2"
-        )
-        con.commit()
-        con.close()
+        db("UPDATE {chunks} SET spent = ?", (good,))
+        db("UPDATE {audit} SET content = replace(content, 'reserve', 'reserv') WHERE seq = 2")
         with pytest.raises(gp.LedgerCorruptError, match="hash chain"):
             s.ledger.verify()
 
@@ -495,10 +519,9 @@ def test_close_settles_open_reservations(path):
         r.charge(0.1)
 
 
-def test_report_of_one_query_is_the_curators_per_user_view(tmp_path):
+def test_report_of_one_query_is_the_curators_per_user_view(path):
     from gpframe.ledger.session import EXCLUDED_KEY
 
-    path = tmp_path / "l.sqlite"
     with Session(path, central=gp.DP(epsilon=1.0)) as s:
         with s.reserve([7, 8], [0.5, 0.5], notion="central", query="other") as r0:
             r0.charge([0.5, 0.5])
@@ -520,7 +543,7 @@ def test_report_of_one_query_is_the_curators_per_user_view(tmp_path):
         pd.testing.assert_frame_equal(ro.report(query_id=qid), rep)
 
 
-def test_amounts_given_as_objects_convert_once_per_distinct_object():
+def test_amounts_given_as_objects_convert_once_per_distinct_object(where):
     """Object arrays are grouped by identity, not hashed per user: same units as one by one."""
     from gpframe.ledger.session import _factorize_objects
 
@@ -528,7 +551,7 @@ def test_amounts_given_as_objects_convert_once_per_distinct_object():
     amounts = np.array([b, a, b, Fraction(1, 3), 0, 0.25], dtype=object)
     codes, uniq = _factorize_objects(amounts)
     assert codes.tolist() == [0, 1, 0, 2, 3, 4] and uniq.tolist() == [b, a, a, 0, 0.25]
-    s = Session(budget=gp.CGP(rho=1.0))
+    s = Session(where, budget=gp.CGP(rho=1.0))
     with s.reserve(range(6), 0.5, query="t") as r:
         r.charge(amounts)
     lu = s.ledger.units["metric"]
@@ -537,6 +560,7 @@ def test_amounts_given_as_objects_convert_once_per_distinct_object():
     with pytest.raises(gp.InvalidInputError, match="-1"):  # the first bad value, in user order
         s.reserve([7, 8, 9], np.array([0.1, Fraction(-1), -2.0], dtype=object), query="u")
     assert s.ledger.snapshot() == before
+    s.close()
 
 
 @pytest.mark.parametrize(

@@ -26,13 +26,29 @@ from gpframe.errors import GpframeError, LedgerCorruptError, LedgerError
 from gpframe.ledger import Session
 
 
-def _fingerprint(path: Path, shm: bool = True) -> dict[str, tuple[str, int, int]]:
+def _fingerprint(path: Path | str, shm: bool = True) -> dict[str, tuple[str, int, int]]:
     """sha256, size and mtime of every file of the ledger (the main file and any -wal/-shm).
+
+    For a PostgreSQL ledger (a URL): a hash of every row of its tables, and the database's
+    count of committed transactions that changed rows (inserts, updates, deletes).
 
     ``shm=False`` leaves out an existing ``-shm``: it is SQLite's shared-memory index of a WAL
     that some writer left or holds, in which every WAL reader, even ``mode=ro``, takes its read
     marks; it holds no ledger data and is rebuilt from the ``-wal`` when needed.
     """
+    if isinstance(path, str):
+        import psycopg
+
+        with psycopg.connect(path, autocommit=True) as con:
+            h = hashlib.sha256()
+            for t in ("meta", "users", "chunks", "queries", "reservations", "charges", "audit"):
+                h.update(repr(con.execute(f"SELECT * FROM gpframe_{t} ORDER BY 1, 2")
+                              .fetchall()).encode())  # fmt: skip
+            con.execute("SELECT pg_stat_force_next_flush()")
+            rows = con.execute(
+                "SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_user_tables"
+            ).fetchone()[0]
+        return {"tables": (h.hexdigest(), int(rows or 0), 0)}
     out = {}
     for p in sorted(path.parent.iterdir()):
         if p.name.startswith(path.name) and (shm or not p.name.endswith("-shm")):
@@ -45,6 +61,19 @@ def _fingerprint(path: Path, shm: bool = True) -> dict[str, tuple[str, int, int]
 def ledger(tmp_path: Path) -> Path:
     """A closed ledger file with both notions, overrides, charges, a cancel and a settlement."""
     path = tmp_path / "ledger.sqlite"
+    _fill(path)
+    return path
+
+
+@pytest.fixture
+def any_ledger(ledger_path: str) -> Path | str:
+    """The same ledger in an SQLite file (a Path) or a PostgreSQL database (a URL)."""
+    path = Path(ledger_path) if ledger_path.endswith(".sqlite") else ledger_path
+    _fill(path)
+    return path
+
+
+def _fill(path: Path | str) -> None:
     with Session(path, budget=gp.CGP(rho=1e-3), central=gp.DP(epsilon=2.0)) as s:
         s.set_budget(["ann"], gp.CGP(rho=5e-4))
         for i in range(3):
@@ -55,7 +84,6 @@ def ledger(tmp_path: Path) -> Path:
         s.reserve(["bob"], 1e-4).cancel()
         with s.reserve(["bob"], 2e-4, query="settled"):
             pass  # left without charge(): charged the full allocation
-    return path
 
 
 def _views(s: Session) -> dict[str, object]:
@@ -84,10 +112,12 @@ def _assert_same(a: dict, b: dict) -> None:
             assert a[k] == b[k], k
 
 
-def test_readonly_reports_the_same_and_never_touches_the_file(ledger):
+def test_readonly_reports_the_same_and_never_touches_the_file(any_ledger):
+    ledger = any_ledger
     before = _fingerprint(ledger)
     # a clean close left no -wal/-shm; the anchor file records the audit log's head
-    assert list(before) == ["ledger.sqlite", "ledger.sqlite.anchor"]
+    assert list(before) == (["tables"] if isinstance(ledger, str) else
+                            ["ledger.sqlite", "ledger.sqlite.anchor"])  # fmt: skip
     time.sleep(0.01)  # an mtime change would be visible
     with Session(ledger, readonly=True) as ro:
         seen = _views(ro)
@@ -102,7 +132,8 @@ def test_readonly_reports_the_same_and_never_touches_the_file(ledger):
         _assert_same(seen, _views(rw))
 
 
-def test_readonly_refuses_every_write_path(ledger):
+def test_readonly_refuses_every_write_path(any_ledger):
+    ledger = any_ledger
     before = _fingerprint(ledger)
     with Session(ledger, readonly=True) as ro:
         snap = ro.ledger.snapshot()
@@ -141,7 +172,8 @@ def test_readonly_cannot_add_a_notion_and_checks_the_stored_one(tmp_path):
     assert _fingerprint(path) == before
 
 
-def test_readonly_close_settles_nothing_and_charge_paths_stay_closed(ledger):
+def test_readonly_close_settles_nothing_and_charge_paths_stay_closed(any_ledger):
+    ledger = any_ledger
     with Session(ledger, readonly=True) as ro:
         pass
     with pytest.raises(LedgerError, match="closed"):
