@@ -227,3 +227,15 @@ def test_ledger_report_on_an_unreachable_database_hides_the_password(pg_server, 
     assert main(["ledger", "report", url]) == 1
     err = capsys.readouterr().err
     assert "no_such_db" in err and "hunter2" not in err and "***" in err
+
+
+def test_ledger_report_html_of_a_postgresql_ledger(pg_url, tmp_path, capsys):
+    import gpframe as gp
+
+    with gp.Session(pg_url, central=gp.DP(epsilon=1.0)) as s:
+        with s.reserve(["ann", 7], 0.5, notion="central", query="count") as r:
+            r.charge([0.5, 0.25])
+    out = tmp_path / "pg.html"
+    assert main(["ledger", "report", pg_url, "--html", str(out), "--since", "1d"]) == 0
+    page = out.read_text()
+    assert "✔ intact" in page and "ann" in page and "count" in page
