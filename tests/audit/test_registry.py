@@ -80,6 +80,9 @@ def _draws_or_charges(tree: ast.AST) -> list[str]:
         elif isinstance(node, ast.Call):
             f = node.func
             name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            # ``subprocess.run`` starts a program (the test PostgreSQL server); it is not the driver
+            if isinstance(f, ast.Attribute) and ast.unparse(f.value) == "subprocess":
+                continue
             if name in _CHARGING_CALLS:
                 why.add(f"calls {name}")
     return sorted(why)
@@ -87,6 +90,13 @@ def _draws_or_charges(tree: ast.AST) -> list[str]:
 
 # ``run``: gpframe.ledger.run.run, the driver every operation charges through
 _CHARGING_CALLS = {"reserve", "run", "charge_batch", "resolve_rng", "checked_rng"}
+
+
+def test_the_scan_tells_the_driver_from_subprocess_run():
+    assert _draws_or_charges(ast.parse("from gpframe.ledger.run import run\nrun(s, u, a)")) == [
+        "calls run"
+    ]
+    assert _draws_or_charges(ast.parse("import subprocess\nsubprocess.run(['ls'])")) == []
 
 
 def _gpframe_modules() -> dict[str, Path]:
