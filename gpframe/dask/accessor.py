@@ -1,0 +1,210 @@
+"""``ddf.geopriv``: the accessor on dask DataFrames and dask-geopandas GeoDataFrames.
+
+See ``docs/beyond-one-machine.md``. Calling it checks the column roles against the frame's
+``meta`` (no data is read) and binds a session; the ledger stays in the client process and is
+never sent to a worker. The data are validated by each operation's first pass, before anything
+is reserved.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from gpframe.errors import CRSError, InvalidInputError
+from gpframe.release import check_public, protected_columns
+
+if TYPE_CHECKING:
+    from gpframe.mechanisms.noise.bits import BitSource
+
+__all__ = ["DaskGeoPriv", "DaskGeoPrivAccessor"]
+
+_NOTHING = "Nothing was charged."
+
+
+class DaskGeoPrivAccessor:
+    """``ddf.geopriv(session, user=...)``: bind a session and columns, get a DaskGeoPriv."""
+
+    def __init__(self, obj: Any) -> None:
+        self._obj = obj
+
+    def __call__(
+        self,
+        session: Any,
+        *,
+        user: str,
+        x: str | None = None,
+        y: str | None = None,
+        lon: str | None = None,
+        lat: str | None = None,
+        crs: Any = None,
+        to_crs: Any = None,
+        domain: Any = None,
+        public: Any = None,
+    ) -> DaskGeoPriv:
+        """Check the column roles on the frame's ``meta`` and bind ``session``.
+
+        The parameters are the pandas accessor's (:class:`gpframe.frame.accessor.GeoPrivAccessor`),
+        except ``partition=`` (not offered). The metric CRS must come from public information:
+        ``to_crs=``, ``domain=`` or coordinates already in a projected metre CRS; the pandas
+        face's fallback to the data's own extent would let every partition choose its own.
+
+        Parameters
+        ----------
+        session : gpframe.Session
+            The ledger every query charges; it lives in this (the client's) process.
+        user : str
+            Column of user ids, or the name of the index when the frame is indexed by user
+            with known divisions (then no shuffle is needed).
+        x, y, lon, lat, crs, to_crs, domain, public
+            As for the pandas accessor.
+
+        Returns
+        -------
+        DaskGeoPriv
+        """
+        meta = self._obj._meta
+        if session is None or not hasattr(session, "reserve"):
+            raise InvalidInputError(
+                f"session={session!r} is not a gpframe Session. Pass one: "
+                f"ddf.geopriv(gp.Session(budget=gp.CGP(rho=1e-4)), user='user_id'). {_NOTHING}"
+            )
+        by_index = user not in meta.columns and meta.index.name == user
+        if by_index and not self._obj.known_divisions:
+            raise InvalidInputError(
+                f"user={user!r} is the index but its divisions are unknown, so a user's rows may "
+                f"be in several partitions. Use ddf.reset_index() (gpframe then shuffles on the "
+                f"column) or ddf.set_index({user!r}) (sorted, known divisions). {_NOTHING}"
+            )
+        if user not in meta.columns and not by_index:
+            raise InvalidInputError(
+                f"user={user!r} is not a column of the frame (columns: "
+                f"{list(map(str, meta.columns))}). Name the user-id column, e.g. "
+                f"user='user_id'. {_NOTHING}"
+            )
+        for arg, name in (("x", x), ("y", y), ("lon", lon), ("lat", lat)):
+            if name is not None and name not in meta.columns:
+                raise InvalidInputError(
+                    f"{arg}={name!r} is not a column of the frame (columns: "
+                    f"{list(map(str, meta.columns))}). {_NOTHING}"
+                )
+        if x is None and y is None and lon is None and lat is None:
+            gname = getattr(meta, "_geometry_column_name", None)
+            if gname is None or gname not in meta.columns:
+                raise InvalidInputError(
+                    "no coordinates: pass x=/y= or lon=/lat= column names with crs=, or a "
+                    f"dask-geopandas GeoDataFrame with a point geometry column. {_NOTHING}"
+                )
+            if getattr(meta, "crs", None) is None and crs is None:
+                raise CRSError(
+                    "the GeoDataFrame has no CRS: set it first (ddf = ddf.set_crs('EPSG:4326')) "
+                    f"or pass crs=. gpframe never guesses units. {_NOTHING}"
+                )
+        elif crs is None:
+            raise CRSError(
+                f"columns {x or lon!r}/{y or lat!r} have no CRS: pass crs= explicitly, e.g. "
+                f"crs='EPSG:4326'. gpframe never guesses units. {_NOTHING}"
+            )
+        from gpframe.dask.partitions import Columns
+
+        prot = protected_columns(meta, (x, y, lon, lat))
+        cols = tuple(meta.columns) + ((user,) if by_index else ())
+        pub = check_public(cols, public, user=user, protected=prot)
+        spec = Columns(user=user, x=x, y=y, lon=lon, lat=lat, crs=crs, to_crs=to_crs,
+                       domain=domain, public=pub, index_is_user=by_index)  # fmt: skip
+        dropped = [c for c in meta.columns if c not in pub and c not in prot]
+        return DaskGeoPriv(self._obj, session, spec, dropped=dropped)
+
+
+class DaskGeoPriv:
+    """A dask frame bound to a session and its column roles; its methods run private queries.
+
+    Every method validates on the client, reserves through the one driver
+    (:func:`gpframe.ledger.run.run`), runs the array code of :mod:`gpframe.queries` in the
+    Dask graph, and returns or publishes nothing before the charge is committed.
+    """
+
+    def __init__(self, ddf: Any, session: Any, cols: Any, *, dropped: list[Any]) -> None:
+        self.ddf = ddf
+        self.session = session
+        self.cols = cols
+        #: input columns the outputs leave out (named in one warning per call)
+        self.dropped = dropped
+        meta = ddf._meta
+        self.is_geo = getattr(meta, "_geometry_column_name", None) in meta.columns
+
+    def __repr__(self) -> str:
+        return (
+            f"DaskGeoPriv({self.ddf.npartitions} partitions, user={self.cols.user!r}, "
+            f"shuffle={'no' if self.cols.index_is_user else 'on ' + repr(self.cols.user)})"
+        )
+
+    def privatize(
+        self,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        per: Literal["user", "point"] = "user",
+        beta: float = 0.05,
+        to: Any = None,
+        rng: BitSource | None = None,
+    ) -> Any:
+        """Release every point with noise, partition by partition (``docs/beyond-one-machine.md``).
+
+        The pandas face's privatize (``docs/operations/privatize.md``; Liang & Yi,
+        'Concentrated Geo-Privacy' (2023), Thm. 4.6, Thm. 4.8) run on partitions that hold
+        whole users. Noise: GP planar Laplace at ε/n per point (``eps``), CGP lattice Gaussian
+        at ρ/n per point (``rho``), n the user's number of points (``per="user"``); the amount
+        per point with ``per="point"``. Charge: per user, the amount (``per="user"``) or
+        n × amount (``per="point"``), committed before anything is returned or published.
+
+        Parameters
+        ----------
+        rho, eps : float, optional
+            Per-user amount on a CGP (ρ, m⁻²) or GP (ε, m⁻¹) session; exactly one.
+        per : {"user", "point"}
+            Split a user's amount over their points, or charge every point the amount.
+        beta : float
+            Failure probability of the reported error bounds, in (0, 1).
+        to : path, optional
+            Write the output as Parquet (one file per partition) to this new directory:
+            staged in ``<to>.staging-<query_id>`` and renamed to ``to`` after the charge. On
+            a cluster, a filesystem the workers and the client share. None: return the
+            output in memory.
+        rng : BitSource, optional
+            None: each worker draws from its own OS CSPRNG. Tests pass
+            ``gp.testing.seeded_rng(seed)`` (each partition gets its own child stream).
+
+        Returns
+        -------
+        geopandas.GeoDataFrame or PrivatizeResult
+            In memory: the pandas face's output (noisy points, index, public columns), rows
+            grouped by partition, with the :class:`~gpframe.results.PrivatizeResult` in
+            ``attrs["geopriv"]``. With ``to=``: the Result (``value`` None,
+            ``params["output"]`` the published directory, which also holds it as
+            ``_gpframe_result.json``).
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, pandas as pd, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": [1, 1, 2, 3], "x": [500_100.0, 500_150.0, 500_200.0,
+        ...                    530_000.0], "y": [4_500_100.0, 4_500_120.0, 4_500_300.0,
+        ...                    4_530_000.0]})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> ddf = dd.from_pandas(df, npartitions=2)
+        >>> out = ddf.geopriv(session, user="boat", x="x", y="y",
+        ...                   crs="EPSG:32618").privatize(rho=1e-5)
+        >>> len(out), out.attrs["geopriv"].n_charged, session.spent().tolist()
+        (4, 3, [1e-05, 1e-05, 1e-05])
+        """
+        from gpframe.dask.privatize import privatize
+
+        return privatize(self, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng)
+
+
+def register() -> None:
+    """Register ``geopriv`` on dask DataFrames once (dask-geopandas frames inherit it)."""
+    import dask.dataframe as dd
+    from dask.dataframe.extensions import register_dataframe_accessor
+
+    if "geopriv" not in dd.DataFrame.__dict__:
+        register_dataframe_accessor("geopriv")(DaskGeoPrivAccessor)

@@ -1,0 +1,195 @@
+"""Partitions that hold whole users, and the first pass over them that releases nothing.
+
+See ``docs/beyond-one-machine.md``. A per-user operation needs every row of a user in one
+partition: the frame is shuffled on the user column unless it is already indexed by it with
+known divisions (then each user id lies in exactly one partition). The first pass runs the
+pandas face's own validation (:func:`gpframe.geo.locate_points`, the projection, the
+coordinate-copy check) on every partition and returns only what the client needs to reserve:
+each partition's users (sorted) and their point counts, and the public metric CRS. No noise is
+drawn and nothing is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpframe.errors import GpframeInternalError, InvalidInputError
+
+__all__ = ["Columns", "PartCheck", "by_user", "check_partition", "digest", "locate", "spawn_rng"]
+
+_NOTHING = "Nothing was charged."
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The column roles and public parameters every task gets (never the session)."""
+
+    user: str
+    x: Any = None
+    y: Any = None
+    lon: Any = None
+    lat: Any = None
+    crs: Any = None
+    to_crs: Any = None
+    domain: Any = None
+    public: tuple[Any, ...] = ()
+    #: the frame is indexed by the user column (known divisions): no shuffle, no user column
+    index_is_user: bool = False
+
+
+@dataclass(frozen=True)
+class PartCheck:
+    """What the first pass learns of one partition: nothing but public or ledger-side facts."""
+
+    users: np.ndarray  # the partition's distinct user ids, sorted
+    counts: np.ndarray  # int64 points per user, aligned with ``users``
+    crs_m: str | None = None  # the metric CRS (WKT), chosen from public information only
+    choice: str | None = None
+    scale_max: float = 1.0
+    noise_inflation: float = 1.0
+
+
+def by_user(ddf: Any, cols: Columns) -> tuple[Any, bool]:
+    """Return ``ddf`` with every user's rows in one partition, and whether it was shuffled.
+
+    Skipped when the index is the user column with known divisions. Otherwise a hash shuffle
+    on the user column: every row crosses the network once (on a cluster, the whole frame
+    is moved between workers; see ``docs/beyond-one-machine.md``).
+    """
+    if cols.index_is_user:
+        return ddf, False
+    return ddf.shuffle(on=cols.user), True
+
+
+def _frame(part: pd.DataFrame, cols: Columns) -> pd.DataFrame:
+    """Return the partition as the pandas face reads it (the user index back as a column)."""
+    if cols.index_is_user:
+        out = part.copy(deep=False)
+        out.index = out.index.rename(None)
+        out[cols.user] = part.index.to_numpy()
+        return out
+    return part
+
+
+def locate(part: pd.DataFrame, cols: Columns) -> tuple[pd.DataFrame, Any, Any]:
+    """Validate and project one partition exactly as the pandas face does.
+
+    Returns the frame, the :class:`~gpframe.geo.Located` points and their
+    :class:`~gpframe.geo.Projected` metres.
+    """
+    from gpframe.geo import locate_points
+    from gpframe.release import refuse_coordinate_copies
+
+    frame = _frame(part, cols)
+    located = locate_points(
+        frame, user=cols.user, x=cols.x, y=cols.y, lon=cols.lon, lat=cols.lat, crs=cols.crs,
+        to_crs=cols.to_crs, domain=cols.domain,
+    )  # fmt: skip
+    refuse_coordinate_copies(frame, cols.public[1:], located)
+    p = located.project()
+    refuse_coordinate_copies(frame, cols.public[1:], p)
+    return frame, located, p
+
+
+def check_partition(part: pd.DataFrame, cols: Columns) -> PartCheck:
+    """First pass over one partition: validate it, count its users' points; draw nothing."""
+    import warnings
+
+    from gpframe.geo import _CHOICE_DATA
+    from gpframe.queries.privatize_plan import check_coordinates
+
+    if len(part) == 0:
+        return PartCheck(users=np.array([], dtype=object), counts=np.zeros(0, np.int64))
+    with warnings.catch_warnings():
+        # the client states the extent refusal itself; a warning here would stay on a worker
+        warnings.simplefilter("ignore")
+        _, _, p = locate(part, cols)
+    if p.crs_choice == _CHOICE_DATA:
+        raise InvalidInputError(
+            "the Dask face needs a metric CRS chosen from public information: each partition "
+            "would otherwise choose its own from its points' extent. Pass to_crs= (a projected "
+            "CRS in metres), domain=(lon_min, lat_min, lon_max, lat_max), or coordinates "
+            f"already in a projected metre CRS. {_NOTHING}"
+        )
+    check_coordinates(p.xy)
+    users, counts = user_counts(p.users)
+    return PartCheck(
+        users=users, counts=counts, crs_m=p.crs_m.to_wkt(), choice=p.crs_choice,
+        scale_max=float(p.scale_max), noise_inflation=float(p.noise_inflation),
+    )  # fmt: skip
+
+
+def user_counts(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct users (sorted) and their row counts; the same order on every pass."""
+    codes, uniques = pd.factorize(pd.Series(users), sort=True)
+    counts = np.bincount(codes, minlength=len(uniques)).astype(np.int64)
+    return np.asarray(uniques, dtype=object), counts
+
+
+def digest(users: np.ndarray, counts: np.ndarray) -> str:
+    """Fingerprint of a partition's users and counts (both passes must see the same)."""
+    h = hashlib.sha256()
+    h.update(repr([(type(u).__name__, str(u)) for u in users.tolist()]).encode())
+    h.update(np.asarray(counts, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def combine(checks: list[PartCheck]) -> tuple[np.ndarray, np.ndarray, np.ndarray, PartCheck]:
+    """Concatenate the partitions' users; refuse a user in two partitions or two metric CRSs.
+
+    Returns the users, their counts, each partition's offset into them, and the check that
+    carries the (common) metric CRS.
+    """
+    live = [c for c in checks if len(c.users)]
+    if not live:
+        raise InvalidInputError(
+            f"the frame is empty (0 rows): there is nothing to analyse. {_NOTHING}"
+        )
+    crs = {(c.crs_m, c.scale_max) for c in live}
+    if len(crs) != 1:  # public information only, so the same everywhere: a bug if not
+        raise GpframeInternalError(f"the partitions chose different metric CRSs: {crs!r}.")
+    users = np.concatenate([c.users for c in checks])
+    counts = np.concatenate([c.counts for c in checks]).astype(np.int64)
+    if pd.Series(users).duplicated().any():
+        raise GpframeInternalError(
+            "a user's rows are in several partitions after the shuffle on the user column."
+        )
+    offsets = np.cumsum([0] + [len(c.users) for c in checks])
+    return users, counts, offsets, live[0]
+
+
+def spawn_rng(rng: Any, i: int) -> Any:
+    """Return what partition ``i`` draws from on its worker (``docs/noise.md``).
+
+    ``None`` stays ``None``: each worker draws from its own OS CSPRNG. A secure source is
+    re-created on the worker (its class, never its state). A test source (enabled in the
+    worker's process by ``gpframe.testing.enable_seeded()``) gives each partition its own
+    child stream, so two partitions never reuse the same bits.
+    """
+    from gpframe.mechanisms.noise import bits
+
+    if rng is None:
+        return None
+    if type(rng) in bits._SECURE:
+        return _Fresh(type(rng))
+    return rng.spawn(i)
+
+
+@dataclass(frozen=True)
+class _Fresh:
+    """A secure source class, instantiated where the noise is drawn."""
+
+    cls: type
+
+    def make(self) -> Any:
+        return self.cls()
+
+
+def worker_rng(spawned: Any) -> Any:
+    """Turn what :func:`spawn_rng` shipped into the source to draw from on this worker."""
+    return spawned.make() if isinstance(spawned, _Fresh) else spawned
