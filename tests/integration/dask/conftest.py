@@ -15,23 +15,17 @@ pytest.importorskip("distributed")
 pytest.importorskip("dask_geopandas")
 
 
-def _quiet() -> None:
-    # the p2p shuffle logs every start/stop at WARNING: noise in the test output
-    logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
-    logging.getLogger("distributed.shuffle._scheduler_plugin").setLevel(logging.ERROR)
-
-
 @pytest.fixture(scope="module")
 def cluster():
     from distributed import Client, LocalCluster
 
-    import gpframe.testing
+    from .faults import EnableSeeded, quiet
 
-    _quiet()
+    quiet()
     with LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
         silence_logs=logging.ERROR,
     ) as lc, Client(lc) as client:  # fmt: skip
-        client.run(gpframe.testing.enable_seeded)
-        client.run(_quiet)
+        # a plugin, not client.run: a worker restarted after a kill enables them again
+        client.register_plugin(EnableSeeded())
         yield client

@@ -7,8 +7,28 @@ while a partition is drawing, or make a worker raise after the reservation.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
+
+from distributed import WorkerPlugin
+
+import gpframe.testing
+
+
+def quiet() -> None:
+    """Silence the p2p shuffle's start/stop messages (logged at WARNING for every shuffle)."""
+    logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
+
+
+class EnableSeeded(WorkerPlugin):
+    """Enable test sources in every worker process, including one restarted after a kill."""
+
+    name = "gpframe-enable-seeded"
+
+    def setup(self, worker) -> None:
+        gpframe.testing.enable_seeded()
+        quiet()
 
 
 def slow_bytes(n: int) -> bytes:
