@@ -109,8 +109,12 @@ class DaskGeoPrivAccessor:
         prot = protected_columns(meta, (x, y, lon, lat))
         cols = tuple(meta.columns) + ((user,) if by_index else ())
         pub = check_public(cols, public, user=user, protected=prot)
+        gname = getattr(meta, "_geometry_column_name", None)
+        geo = gname in meta.columns
         spec = Columns(user=user, x=x, y=y, lon=lon, lat=lat, crs=crs, to_crs=to_crs,
-                       domain=domain, public=pub, index_is_user=by_index)  # fmt: skip
+                       domain=domain, public=pub, index_is_user=by_index,
+                       geometry=gname if geo else None,
+                       geometry_crs=getattr(meta, "crs", None) if geo else None)  # fmt: skip
         dropped = [c for c in meta.columns if c not in pub and c not in prot]
         return DaskGeoPriv(self._obj, session, spec, dropped=dropped)
 

@@ -40,6 +40,9 @@ class Columns:
     public: tuple[Any, ...] = ()
     #: the frame is indexed by the user column (known divisions): no shuffle, no user column
     index_is_user: bool = False
+    #: a GeoDataFrame's active geometry column and CRS (a shuffle may hand back plain frames)
+    geometry: Any = None
+    geometry_crs: Any = None
 
 
 @dataclass(frozen=True)
@@ -63,17 +66,42 @@ def by_user(ddf: Any, cols: Columns) -> tuple[Any, bool]:
     """
     if cols.index_is_user:
         return ddf, False
+    if cols.geometry is not None:
+        # the shuffle moves Arrow tables, which cannot carry a geometry column: the points
+        # travel as WKB (exact: the same doubles) and each partition decodes them (_frame)
+        meta = _to_wkb(ddf._meta, cols.geometry)
+        ddf = ddf.map_partitions(_to_wkb, cols.geometry, meta=meta)
     return ddf.shuffle(on=cols.user), True
+
+
+def _to_wkb(part: pd.DataFrame, geometry: Any) -> pd.DataFrame:
+    """Return a plain frame whose geometry column holds WKB bytes."""
+    import shapely
+
+    out = pd.DataFrame(part)
+    out[geometry] = shapely.to_wkb(np.asarray(part[geometry].array, dtype=object))
+    return out
 
 
 def _frame(part: pd.DataFrame, cols: Columns) -> pd.DataFrame:
     """Return the partition as the pandas face reads it (the user index back as a column)."""
+    out = part
+    if cols.geometry is not None and getattr(part, "_geometry_column_name", None) is None:
+        import geopandas as gpd
+
+        geom = part[cols.geometry]
+        if len(geom) and not isinstance(geom.dtype, gpd.array.GeometryDtype):
+            geom = gpd.GeoSeries.from_wkb(geom.to_numpy(), index=part.index)
+        out = gpd.GeoDataFrame(part.drop(columns=[cols.geometry]),
+                               geometry=gpd.GeoSeries(geom, index=part.index).values,
+                               crs=cols.geometry_crs)  # fmt: skip
+        out = out.rename_geometry(cols.geometry) if cols.geometry != "geometry" else out
+        out = out[list(part.columns)]
     if cols.index_is_user:
-        out = part.copy(deep=False)
+        out = out.copy(deep=False)
         out.index = out.index.rename(None)
         out[cols.user] = part.index.to_numpy()
-        return out
-    return part
+    return out
 
 
 def locate(part: pd.DataFrame, cols: Columns) -> tuple[pd.DataFrame, Any, Any]:
