@@ -20,7 +20,17 @@ import pandas as pd
 
 from gpframe.errors import GpframeInternalError, InvalidInputError
 
-__all__ = ["Columns", "PartCheck", "by_user", "check_partition", "digest", "locate", "spawn_rng"]
+__all__ = [
+    "Columns",
+    "PartCheck",
+    "by_user",
+    "check_partition",
+    "digest",
+    "from_wkb",
+    "locate",
+    "spawn_rng",
+    "to_wkb",
+]
 
 _NOTHING = "Nothing was charged."
 
@@ -81,6 +91,27 @@ def _to_wkb(part: pd.DataFrame, geometry: Any) -> pd.DataFrame:
     out = pd.DataFrame(part)
     out[geometry] = shapely.to_wkb(np.asarray(part[geometry].array, dtype=object))
     return out
+
+
+def to_wkb(frame: Any) -> tuple[pd.DataFrame, Any, Any]:
+    """Return a GeoDataFrame as (plain frame, geometry name, CRS), its points as WKB bytes."""
+    name = getattr(frame, "_geometry_column_name", None)
+    if name is None or name not in frame.columns:
+        return pd.DataFrame(frame), None, None
+    return _to_wkb(frame, name), name, frame.crs
+
+
+def from_wkb(shipped: tuple[pd.DataFrame, Any, Any]) -> Any:
+    """Undo :func:`to_wkb` (on the client): the same GeoDataFrame, column order and CRS."""
+    import geopandas as gpd
+
+    plain, name, crs = shipped
+    if name is None:
+        return plain
+    geom = gpd.GeoSeries.from_wkb(plain[name].to_numpy(), index=plain.index, crs=crs)
+    out = plain.copy(deep=False)
+    out[name] = geom
+    return gpd.GeoDataFrame(out, geometry=name, crs=crs)
 
 
 def _frame(part: pd.DataFrame, cols: Columns) -> pd.DataFrame:

@@ -73,7 +73,7 @@ def release_partition(
     shuffle must give the partition the same users, or the task fails (the driver then
     settles the reservation in full).
     """
-    from gpframe.dask.partitions import digest, locate, user_counts, worker_rng
+    from gpframe.dask.partitions import digest, locate, to_wkb, user_counts, worker_rng
     from gpframe.dask.staging import write_part
     from gpframe.queries.privatize import privatize_points
     from gpframe.release import privatized_frame
@@ -102,8 +102,8 @@ def release_partition(
         n_users=len(users), groups=out.charge_groups, max_error_m=out.max_error_m,
         max_error_all_m=out.max_error_all_m, n_calls=out.n_calls, guarantees=out.guarantees,
     )  # fmt: skip
-    if staging is None:
-        res.xy, res.frame = out.xy, frame_out
+    if staging is None:  # the geometry travels as WKB (pickling shapely objects is slow)
+        res.xy, res.frame = out.xy, to_wkb(frame_out)
     else:
         res.file = write_part(frame_out, staging, i)
     return res
@@ -149,7 +149,14 @@ def privatize(
     import pyproj
 
     from gpframe.accounting.amounts import LedgerUnits, metric_amount, probability
-    from gpframe.dask.partitions import by_user, check_partition, combine, digest, spawn_rng
+    from gpframe.dask.partitions import (
+        by_user,
+        check_partition,
+        combine,
+        digest,
+        from_wkb,
+        spawn_rng,
+    )
     from gpframe.dask.staging import check_target, discard, publish, staging_dir
     from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.ledger.run import Charge, run
@@ -170,7 +177,9 @@ def privatize(
     plan = Plan(cols=cols, kind=kind, amount=amount, per=per, beta=float(beta))
 
     # -- first pass: whole users per partition, validated and counted; nothing drawn
-    data, _ = by_user(bound.ddf, cols)
+    data, shuffled = by_user(bound.ddf, cols)
+    if shuffled:  # both passes read the shuffled partitions: move the rows once
+        data = data.persist()
     parts = data.to_delayed()
     checks = list(dask.compute(*[dask.delayed(check_partition)(d, cols) for d in parts]))
     users, counts, offsets, ref = combine(checks)
@@ -231,7 +240,7 @@ def privatize(
         allocations=unit_floats(ledger, alloc_units),
     )  # fmt: skip
     if target is None:
-        frames = [o.frame for o in outs if o.frame is not None]
+        frames = [from_wkb(o.frame) for o in outs if o.frame is not None]
         frame = pd.concat(frames) if len(frames) > 1 else frames[0]
         frame.attrs["geopriv"] = result.to_attr()
         return frame
