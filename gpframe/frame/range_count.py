@@ -30,6 +30,7 @@ import shapely
 from gpframe.accounting.amounts import probability
 from gpframe.errors import CRSError, InvalidInputError
 from gpframe.queries.range_count import METHODS, run_range_count, select_component
+from gpframe.queries.range_count_regions import combine_regions as _combine
 from gpframe.results import RangeCountResult, Result
 
 __all__ = ["range_count"]
@@ -402,62 +403,3 @@ def _range_count_parts(bound: Any, region: Any, *, rho: Any, eps: Any, method: s
         crs_m=worst.crs_m.to_string(), scale_max=float(worst.scale_max),
         noise_inflation=float(worst.noise_inflation), **extra,
     ), confidence=1.0 - float(beta), kind=bound.session.ledger.kind["metric"])  # fmt: skip
-
-
-def _combine(
-    results: list[Result],
-    rows: list[dict[str, Any]],
-    labels: pd.Index,
-    series: Any,
-    crs: Any,
-    many: bool,
-    users: np.ndarray,
-    fixed: Any,
-    plan: Any,
-    *,
-    params: dict[str, Any],
-    confidence: float,
-    kind: str,
-) -> RangeCountResult:
-    import geopandas as gpd
-
-    table = pd.DataFrame(rows, index=labels)
-    regions = gpd.GeoDataFrame(table, geometry=series.to_crs(crs).array if series.crs is not None
-                               else series.array, crs=crs, index=labels)  # fmt: skip
-    if results:
-        charges = pd.concat([r.charges for r in results]).groupby(level=0, sort=False).sum()
-        allocs = pd.concat([r.allocations for r in results]).groupby(level=0, sort=False).sum()
-    else:
-        charges = pd.Series(dtype=np.float64)
-        allocs = pd.Series(dtype=np.float64)
-    seen = pd.Index(pd.unique(users))
-    excluded = seen[~seen.isin(charges.index)].tolist()  # vectorised: no lookup per user
-    # baselines run one round (histogram of length 2), elimination c rounds (length c + 1)
-    hist = np.zeros(max(len(r["rounds_histogram"]) for r in rows), dtype=np.int64)
-    for r in rows:
-        h = np.asarray(r["rounds_histogram"], dtype=np.int64)
-        hist[: h.size] += h
-    first = results[0] if results else None
-    value: Any = regions if many else int(table["count"].iloc[0])
-    return RangeCountResult(
-        value=value,
-        # several regions: each row's error holds at 1 - beta on its own; no joint bound is claimed
-        error=None if many else float(table["error"].iloc[0]),
-        confidence=confidence,
-        mechanism=first.mechanism if first is not None else "",
-        params={**params, "rounds_histogram": hist.tolist()},
-        kind=kind,
-        metric=first.metric if first is not None else ("floor", 1.0),
-        r_min=first.r_min if first is not None else 1.0,
-        charges=charges,
-        allocations=allocs,
-        excluded=excluded,
-        # one ledger query per region; the per-region ids are in the table
-        query_id=(
-            results[0].query_id + (f" (+{len(results) - 1} more)" if len(results) > 1 else "")
-        )
-        if results
-        else "",
-        regions=regions,
-        rounds_histogram=hist,
-    )
