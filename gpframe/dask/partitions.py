@@ -22,12 +22,14 @@ from gpframe.errors import GpframeInternalError, InvalidInputError
 
 __all__ = [
     "Columns",
+    "Component",
     "PartCheck",
     "by_user",
     "check_partition",
     "digest",
     "from_wkb",
     "locate",
+    "selected",
     "spawn_rng",
     "to_wkb",
 ]
@@ -65,6 +67,7 @@ class PartCheck:
     choice: str | None = None
     scale_max: float = 1.0
     noise_inflation: float = 1.0
+    crs_in: str | None = None  # the input CRS (WKT), for public query objects (a region)
 
 
 def by_user(ddf: Any, cols: Columns) -> tuple[Any, bool]:
@@ -155,8 +158,42 @@ def locate(part: pd.DataFrame, cols: Columns) -> tuple[pd.DataFrame, Any, Any]:
     return frame, located, p
 
 
-def check_partition(part: pd.DataFrame, cols: Columns) -> PartCheck:
-    """First pass over one partition: validate it, count its users' points; draw nothing."""
+@dataclass(frozen=True)
+class Component:
+    """Which row is each user's one point (``range_count``'s ``component=`` and ``reduce=``)."""
+
+    component: Any = None
+    reduce: Any = None
+    operation: str = "range_count"
+
+    def rows(self, frame: pd.DataFrame, p: Any, cols: Columns) -> np.ndarray:
+        """Positions of the selected rows, one per user (the pandas face's rule)."""
+        from gpframe.queries.range_count import select_component
+        from gpframe.release import protected_columns
+
+        skip = (cols.user, *protected_columns(frame, p.coords))
+        return select_component(frame, np.asarray(p.users), self.component, self.reduce,
+                                operation=self.operation, skip=skip)  # fmt: skip
+
+
+def selected(part: pd.DataFrame, cols: Columns, select: Component) -> tuple[Any, np.ndarray]:
+    """Validate a partition, select one point per user: (users sorted, their points)."""
+    frame, _, p = locate(part, cols)
+    pos = select.rows(frame, p, cols)
+    codes, uniq = pd.factorize(pd.Series(np.asarray(p.users)[pos]), sort=True)
+    xy = np.empty((len(uniq), 2))
+    xy[codes] = p.xy[pos]  # one row per user (select_component), in the sorted users' order
+    return np.asarray(uniq, dtype=object), xy
+
+
+def check_partition(
+    part: pd.DataFrame, cols: Columns, select: Component | None = None
+) -> PartCheck:
+    """First pass over one partition: validate it, count its users' points; draw nothing.
+
+    With ``select`` (one point per user), the users are those with a selected row, each
+    counted once.
+    """
     import warnings
 
     from gpframe.geo import _CHOICE_DATA
@@ -167,7 +204,10 @@ def check_partition(part: pd.DataFrame, cols: Columns) -> PartCheck:
     with warnings.catch_warnings():
         # the client states the extent refusal itself; a warning here would stay on a worker
         warnings.simplefilter("ignore")
-        _, _, p = locate(part, cols)
+        frame, _, p = locate(part, cols)
+        users_of = np.asarray(p.users)
+        if select is not None:
+            users_of = users_of[select.rows(frame, p, cols)]
     if p.crs_choice == _CHOICE_DATA:
         raise InvalidInputError(
             "the Dask face needs a metric CRS chosen from public information: each partition "
@@ -176,10 +216,11 @@ def check_partition(part: pd.DataFrame, cols: Columns) -> PartCheck:
             f"already in a projected metre CRS. {_NOTHING}"
         )
     check_coordinates(p.xy)
-    users, counts = user_counts(p.users)
+    users, counts = user_counts(users_of)
     return PartCheck(
         users=users, counts=counts, crs_m=p.crs_m.to_wkt(), choice=p.crs_choice,
         scale_max=float(p.scale_max), noise_inflation=float(p.noise_inflation),
+        crs_in=p.crs_in.to_wkt(),
     )  # fmt: skip
 
 

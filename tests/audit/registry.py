@@ -102,6 +102,12 @@ THIN_WRAPPERS: dict[str, str] = {
         "charges from the returned guarantees as the pandas face. Charges, noise law (KS) and "
         "faults: tests/integration/dask/test_privatize.py, test_faults.py"
     ),
+    "gpframe.dask.range_count": (
+        "the Dask face's range_count: one reservation through the driver, then "
+        "gpframe.queries.range_count.range_count_arrays (audited) on each partition's users with "
+        "the reserved allocations and the query's union-bound n; counts and charges summed on "
+        "the client. tests/integration/dask/test_range_count.py"
+    ),
     "gpframe.dask.partitions": (
         "shuffles on the user column and validates/counts each partition (draws nothing); "
         "spawn_rng gives each partition a fresh secure source or a child test stream"

@@ -779,6 +779,25 @@ def _dask_privatize_parquet(ctx: Ctx) -> Any:
     return dataclasses.replace(res, value=back)
 
 
+@case(name="range_count/dask/last-fix", frontend="dask", covers=("dask.range_count",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.range_count", "gpframe.dask.partitions",
+               QF + "range_count", QF + "range_count_regions"), missing=_no_dask)  # fmt: skip
+def _dask_range_count(ctx: Ctx) -> Any:
+    import dask
+    import shapely
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.range_count(shapely.box(*REGION), rho=1e-6, component=gp_last("ts"),
+                             rng=ctx.rng(123))  # fmt: skip
+
+
+def gp_last(col: str) -> Any:
+    import gpframe as gp
+
+    return gp.Last(col)
+
+
 @case(name="privatize/dask/budget-exclusion", frontend="dask", covers=("dask.privatize",),
       modules=DASK, missing=_no_dask)  # fmt: skip
 def _dask_privatize_excluded(ctx: Ctx) -> Any:
