@@ -28,7 +28,7 @@ import pandas as pd
 
 import gpframe as gp
 import gpframe.dask
-import gpframe.frame.accessor  # noqa: F401  (df.geopriv)
+import gpframe.frame.accessor
 
 CRS = "EPSG:32724"
 GOAL = 1.5

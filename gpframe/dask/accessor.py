@@ -265,6 +265,60 @@ class DaskGeoPriv:
                            rng=rng)  # fmt: skip
 
 
+    def kde_raster(
+        self,
+        *,
+        bandwidth_m: float,
+        cell_m: float = 100,
+        bounds: tuple[float, float, float, float] | None = None,
+        rho: float | None = None,
+        eps: float | None = None,
+        correct: bool = True,
+        component: Any = None,
+        reduce: Literal["first", "last"] | None = None,
+        rng: BitSource | None = None,
+    ) -> Any:
+        """Estimate the density of the users' points on a grid, privately, across partitions.
+
+        The pandas face's ``kde_raster`` (``docs/operations/kde.md``; Liang & Yi, 'Adaptive
+        Privacy Budgeting' (2026), Alg. 7): each user's point (``component=``) is released once
+        on the worker holding the user's rows, and the client builds the raster from the
+        released points (``docs/beyond-one-machine.md``). Noise: one release per user at the
+        allocation (CGP lattice Gaussian, σ = (1 + √2·g/r_min)·k/√(2ρ) per coordinate; GP
+        planar Laplace). Charge: the allocation's guarantee, once per user however many cells.
+
+        Parameters
+        ----------
+        bandwidth_m, cell_m, bounds, rho, eps, correct, component, reduce
+            As for the pandas accessor.
+        rng : BitSource, optional
+            None: each worker draws from its own OS CSPRNG.
+
+        Returns
+        -------
+        Raster
+            ``value`` the density per m² (row 0 north) in the metric CRS.
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, numpy as np, pandas as pd, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": range(200), "x": 500_000.0 + np.arange(200),
+        ...                    "y": 4_500_000.0 + np.arange(200)})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(session, user="boat", x="x",
+        ...                                                   y="y", crs="EPSG:32618")
+        >>> r = bound.kde_raster(bandwidth_m=1000, cell_m=200, rho=1e-4,
+        ...                      bounds=(490_000, 4_490_000, 510_000, 4_510_000))
+        >>> r.shape, r.n_charged, float(session.spent().max())
+        ((100, 100), 200, 0.0001)
+        """
+        from gpframe.dask.kde import kde_raster
+
+        return kde_raster(self, bandwidth_m=bandwidth_m, cell_m=cell_m, bounds=bounds, rho=rho,
+                          eps=eps, correct=correct, component=component, reduce=reduce,
+                          rng=rng)  # fmt: skip
+
+
 def register() -> None:
     """Register ``geopriv`` on dask DataFrames once (dask-geopandas frames inherit it)."""
     import dask.dataframe as dd

@@ -108,6 +108,12 @@ THIN_WRAPPERS: dict[str, str] = {
         "the reserved allocations and the query's union-bound n; counts and charges summed on "
         "the client. tests/integration/dask/test_range_count.py"
     ),
+    "gpframe.dask.kde": (
+        "the Dask face's kde_raster: the reservation, checks and charge of "
+        "gpframe.queries.kde.raster_from_points (through the driver), with the release done by "
+        "gpframe.queries.kde.privatize_once (audited through kde_raster_arrays) on each "
+        "partition; the raster is post-processing on the client. tests/integration/dask/test_kde.py"
+    ),
     "gpframe.dask.partitions": (
         "shuffles on the user column and validates/counts each partition (draws nothing); "
         "spawn_rng gives each partition a fresh secure source or a child test stream"

@@ -792,6 +792,18 @@ def _dask_range_count(ctx: Ctx) -> Any:
                              rng=ctx.rng(123))  # fmt: skip
 
 
+@case(name="kde_raster/dask/last-fix", frontend="dask", covers=("dask.kde_raster",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.kde", "gpframe.dask.partitions",
+               QF + "kde", QF + "kde_bounds"), missing=_no_dask)  # fmt: skip
+def _dask_kde_raster(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.kde_raster(bandwidth_m=2_000, cell_m=500, bounds=REGION, rho=1e-6,
+                            component=gp_last("ts"), rng=ctx.rng(124))  # fmt: skip
+
+
 def gp_last(col: str) -> Any:
     import gpframe as gp
 
