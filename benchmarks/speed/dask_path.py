@@ -1,12 +1,17 @@
 """The Dask face on a LocalCluster (2 workers, 1 thread each) vs the pandas face, same points.
 
-For each operation of the Dask face, one warm-up, then the best of ``--repeat`` timed runs of
+For each operation of the Dask face (privatize, range_count, kde_raster: one point per user, the
+last by time), one warm-up, then the best of ``--repeat`` timed runs of
 
 * the pandas path: ``df.geopriv(...).<op>(...)`` on one in-memory frame (the baseline);
 * the Dask path: ``ddf.geopriv(...).<op>(...)`` on the same points, already on the workers
   (``ddf.persist()``: what reading partitioned Parquet gives), output in memory on the client;
 * the Dask path writing Parquet (``to=``: staged, charged, published), against the pandas path
   followed by ``to_parquet`` of its output.
+
+The Dask path shuffles on the user column every query (``docs/beyond-one-machine.md``);
+``--indexed`` gives it a frame already indexed by user (what ``set_index`` once, or data written
+partitioned by user, gives), which shows the face's own overhead without the shuffle.
 
 Every run charges a fresh in-memory Session, so ledger work is included on both sides. Prints
 seconds per path and the ratio Dask / pandas (goal: <= 1.5x at 10**6 points).
@@ -25,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import shapely
 
 import gpframe as gp
 import gpframe.dask
@@ -40,6 +46,7 @@ def data(n: int, users: int) -> pd.DataFrame:
         "user_id": r.integers(0, users, n),
         "x": 500_000 + r.uniform(-5e3, 5e3, n),
         "y": 8_800_000 + r.uniform(-5e3, 5e3, n),
+        "t": np.arange(n),
     })  # fmt: skip
 
 
@@ -47,7 +54,7 @@ def session() -> gp.Session:
     return gp.Session(budget=gp.CGP(rho=1.0))
 
 
-KW = {"user": "user_id", "x": "x", "y": "y", "crs": CRS}
+KW = {"user": "user_id", "x": "x", "y": "y", "crs": CRS, "public": ["t"]}
 
 
 def best(fn, repeat: int) -> float:
@@ -66,6 +73,10 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=10_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--indexed", action="store_true",
+                    help="give the Dask path a frame indexed by user (no shuffle per query)")
+    ap.add_argument("--ops", nargs="+", default=["privatize", "range_count", "kde_raster"],
+                    choices=["privatize", "range_count", "kde_raster"])
     args = ap.parse_args()
 
     import dask.dataframe as dd
@@ -79,8 +90,11 @@ def main() -> None:
         silence_logs=logging.ERROR,
     ) as lc, Client(lc):  # fmt: skip
         ddf = dd.from_pandas(df, npartitions=args.partitions).persist()
+        if args.indexed:  # partitioned by user already (sorted, known divisions): no shuffle
+            ddf = ddf.set_index("user_id").persist()
         print(f"{args.points:,} points, {args.users:,} users, {args.partitions} partitions, "
-              "LocalCluster 2 workers x 1 thread")  # fmt: skip
+              "LocalCluster 2 workers x 1 thread, "
+              f"{'indexed by user (no shuffle)' if args.indexed else 'shuffled per query'}")
 
         def pandas_mem():
             df.geopriv(session(), **KW).privatize(rho=1e-4)
@@ -99,11 +113,26 @@ def main() -> None:
             k[0] += 1
             ddf.geopriv(session(), **KW).privatize(rho=1e-4, to=tmp / f"dk{k[0]}")
 
-        rows = [
-            ("privatize (in memory)", pandas_mem, dask_mem),
-            ("privatize (to Parquet)", pandas_file, dask_file),
-        ]
-        for name, base, fn in rows:
+        zone = shapely.box(497_000, 8_797_000, 503_000, 8_803_000)
+        last = gp.Last("t")
+        kde = {"bandwidth_m": 1_000, "cell_m": 100, "rho": 1e-4, "component": last,
+               "bounds": (494_000, 8_794_000, 506_000, 8_806_000)}  # fmt: skip
+        rows = {
+            "privatize": [("privatize (in memory)", pandas_mem, dask_mem),
+                          ("privatize (to Parquet)", pandas_file, dask_file)],
+            "range_count": [(
+                "range_count (dist-elim)",
+                lambda: df.geopriv(session(), **KW).range_count(zone, rho=1e-4, component=last),
+                lambda: ddf.geopriv(session(), **KW).range_count(zone, rho=1e-4,
+                                                                 component=last),
+            )],
+            "kde_raster": [(
+                "kde_raster (120 x 120)",
+                lambda: df.geopriv(session(), **KW).kde_raster(**kde),
+                lambda: ddf.geopriv(session(), **KW).kde_raster(**kde),
+            )],
+        }
+        for name, base, fn in [r for op in args.ops for r in rows[op]]:
             tb, tf = best(base, args.repeat), best(fn, args.repeat)
             ratio = tf / tb
             print(f"{name:28s} pandas {tb:7.2f} s   dask {tf:7.2f} s   ratio {ratio:5.2f}x  "

@@ -18,9 +18,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from gpframe.errors import GpframeInternalError, GpframeWarning, InvalidInputError
+from gpframe.errors import GpframeInternalError, InvalidInputError
 
 __all__ = ["kde_raster", "release_points"]
 
@@ -39,21 +38,20 @@ class PointTask:
 
 
 def release_points(
-    part: pd.DataFrame, i: int, task: PointTask, values: list[Fraction], codes: np.ndarray,
+    prepared: Any, i: int, task: PointTask, values: list[Fraction], codes: np.ndarray,
     want: str, rng: Any,
 ) -> Any:  # fmt: skip
-    """Release one partition's selected points once each (runs on a worker)."""
-    import warnings
+    """Release one partition's selected points once each (runs on a worker).
 
-    from gpframe.dask.partitions import digest, selected, worker_rng
+    ``prepared`` is the partition's first pass (:func:`gpframe.dask.partitions.prepare`).
+    """
+    from gpframe.dask.partitions import digest, worker_rng
     from gpframe.queries.kde import privatize_once
 
     if len(codes) == 0:
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", GpframeWarning)
-        users, xy = selected(part, task.cols, task.select)
-    if digest(users, np.ones(len(users), np.int64)) != want:
+    check, xy = prepared
+    if digest(check.users, check.counts) != want:
         raise GpframeInternalError(f"partition {i} holds other users than the first pass counted.")
     return privatize_once(xy, values, kind=task.kind, unit=task.unit,  # type: ignore[arg-type]
                           scale_max=task.scale_max, rng=worker_rng(rng), codes=codes)  # fmt: skip
@@ -97,9 +95,10 @@ def kde_raster(
     from gpframe.dask.partitions import (
         Component,
         by_user,
-        check_partition,
         combine,
         digest,
+        first,
+        prepare,
         spawn_rng,
     )
     from gpframe.ledger.charges import ledger_keys
@@ -124,11 +123,9 @@ def kde_raster(
     select = Component(component, reduce, operation="kde_raster")
 
     # -- first pass: whole users per partition, one point each; nothing drawn
-    data, shuffled = by_user(bound.ddf, cols)
-    if shuffled:
-        data = data.persist()
-    parts = data.to_delayed()
-    checks = list(dask.compute(*[dask.delayed(check_partition)(d, cols, select) for d in parts]))
+    data, _ = by_user(bound.ddf, cols)
+    parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
+    checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
     if not any(len(ch.users) for ch in checks):
         raise InvalidInputError(
             f"the selected component has no rows. Check component={component!r}. {_NOTHING}"

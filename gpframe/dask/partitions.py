@@ -27,9 +27,10 @@ __all__ = [
     "by_user",
     "check_partition",
     "digest",
+    "first",
     "from_wkb",
     "locate",
-    "selected",
+    "prepare",
     "spawn_rng",
     "to_wkb",
 ]
@@ -176,16 +177,6 @@ class Component:
                                 operation=self.operation, skip=skip)  # fmt: skip
 
 
-def selected(part: pd.DataFrame, cols: Columns, select: Component) -> tuple[Any, np.ndarray]:
-    """Validate a partition, select one point per user: (users sorted, their points)."""
-    frame, _, p = locate(part, cols)
-    pos = select.rows(frame, p, cols)
-    codes, uniq = pd.factorize(pd.Series(np.asarray(p.users)[pos]), sort=True)
-    xy = np.empty((len(uniq), 2))
-    xy[codes] = p.xy[pos]  # one row per user (select_component), in the sorted users' order
-    return np.asarray(uniq, dtype=object), xy
-
-
 def check_partition(
     part: pd.DataFrame, cols: Columns, select: Component | None = None
 ) -> PartCheck:
@@ -194,20 +185,41 @@ def check_partition(
     With ``select`` (one point per user), the users are those with a selected row, each
     counted once.
     """
+    return _first_pass(part, cols, select)[0]
+
+
+def prepare(part: pd.DataFrame, cols: Columns, select: Component) -> tuple[PartCheck, Any]:
+    """Run the first pass of a one-point-per-user operation: (the check, the selected points).
+
+    The points (sorted by user, 16 bytes a user) stay on the worker (persisted) for the
+    release pass, which then neither validates nor selects again.
+    """
+    return _first_pass(part, cols, select)
+
+
+def _first_pass(
+    part: pd.DataFrame, cols: Columns, select: Component | None
+) -> tuple[PartCheck, Any]:
     import warnings
 
     from gpframe.geo import _CHOICE_DATA
     from gpframe.queries.privatize_plan import check_coordinates
 
     if len(part) == 0:
-        return PartCheck(users=np.array([], dtype=object), counts=np.zeros(0, np.int64))
+        empty = PartCheck(users=np.array([], dtype=object), counts=np.zeros(0, np.int64))
+        return empty, np.zeros((0, 2))
     with warnings.catch_warnings():
         # the client states the extent refusal itself; a warning here would stay on a worker
         warnings.simplefilter("ignore")
         frame, _, p = locate(part, cols)
         users_of = np.asarray(p.users)
+        xy = None
         if select is not None:
-            users_of = users_of[select.rows(frame, p, cols)]
+            pos = select.rows(frame, p, cols)
+            users_of = users_of[pos]
+            codes, uniq = pd.factorize(pd.Series(users_of), sort=True)
+            xy = np.empty((len(uniq), 2))
+            xy[codes] = p.xy[pos]  # one row per user, in the sorted users' order
     if p.crs_choice == _CHOICE_DATA:
         raise InvalidInputError(
             "the Dask face needs a metric CRS chosen from public information: each partition "
@@ -221,7 +233,12 @@ def check_partition(
         users=users, counts=counts, crs_m=p.crs_m.to_wkt(), choice=p.crs_choice,
         scale_max=float(p.scale_max), noise_inflation=float(p.noise_inflation),
         crs_in=p.crs_in.to_wkt(),
-    )  # fmt: skip
+    ), xy  # fmt: skip
+
+
+def first(prepared: tuple[PartCheck, Any]) -> PartCheck:
+    """Return the check of a prepared partition (what the client fetches of the first pass)."""
+    return prepared[0]
 
 
 def user_counts(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -20,9 +20,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from gpframe.errors import GpframeInternalError, GpframeWarning, InvalidInputError
+from gpframe.errors import GpframeInternalError, InvalidInputError
 
 __all__ = ["CountOut", "count_partition", "range_count"]
 
@@ -63,20 +62,21 @@ class CountOut:
 
 
 def count_partition(
-    part: pd.DataFrame, i: int, task: CountTask, alloc: Any, want: str, rng: Any, n_union: int
+    prepared: Any, i: int, task: CountTask, alloc: Any, want: str, rng: Any, n_union: int
 ) -> CountOut:
-    """Count one partition's queried users inside the region (runs on a worker)."""
-    import warnings
+    """Count one partition's queried users inside the region (runs on a worker).
 
-    from gpframe.dask.partitions import digest, selected, worker_rng
+    ``prepared`` is the partition's first pass (:func:`gpframe.dask.partitions.prepare`),
+    kept on the worker; recomputed after a worker's death, it must hold the same users.
+    """
+    from gpframe.dask.partitions import digest, worker_rng
     from gpframe.queries.range_count import range_count_arrays
 
     if len(alloc) == 0:
         return CountOut(charge_codes=np.zeros(0, np.int64))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", GpframeWarning)
-        users, xy = selected(part, task.cols, task.select)
-    if digest(users, np.ones(len(users), np.int64)) != want:
+    check, xy = prepared
+    users = check.users
+    if digest(users, check.counts) != want:
         raise GpframeInternalError(f"partition {i} holds other users than the first pass counted.")
     out = range_count_arrays(
         xy, users, task.region_m, kind=task.kind, amount=alloc,  # type: ignore[arg-type]
@@ -163,9 +163,10 @@ def range_count(
     from gpframe.dask.partitions import (
         Component,
         by_user,
-        check_partition,
         combine,
         digest,
+        first,
+        prepare,
         spawn_rng,
     )
     from gpframe.dask.privatize import _Metric
@@ -193,11 +194,9 @@ def range_count(
     select = Component(component, reduce)
 
     # -- first pass: whole users per partition, one point each; nothing drawn
-    data, shuffled = by_user(bound.ddf, cols)
-    if shuffled:
-        data = data.persist()
-    parts = data.to_delayed()
-    checks = list(dask.compute(*[dask.delayed(check_partition)(d, cols, select) for d in parts]))
+    data, _ = by_user(bound.ddf, cols)
+    parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
+    checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
     if not any(len(c.users) for c in checks):
         raise InvalidInputError(
             f"the selected component has no rows: nobody to count. Check component={component!r}. "
