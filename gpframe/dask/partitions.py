@@ -28,11 +28,11 @@ __all__ = [
     "check_partition",
     "digest",
     "first",
-    "from_wkb",
+    "from_xy",
     "locate",
     "prepare",
     "spawn_rng",
-    "to_wkb",
+    "to_xy",
 ]
 
 _NOTHING = "Nothing was charged."
@@ -97,25 +97,35 @@ def _to_wkb(part: pd.DataFrame, geometry: Any) -> pd.DataFrame:
     return out
 
 
-def to_wkb(frame: Any) -> tuple[pd.DataFrame, Any, Any]:
-    """Return a GeoDataFrame as (plain frame, geometry name, CRS), its points as WKB bytes."""
+def to_xy(frame: Any) -> tuple[pd.DataFrame, Any, Any, Any, Any]:
+    """Return a frame of points as (frame without geometry, name, CRS, x, y), to ship it fast.
+
+    Pickling shapely objects is slow; two float arrays are not (NaN: an empty geometry).
+    """
+    import shapely
+
     name = getattr(frame, "_geometry_column_name", None)
     if name is None or name not in frame.columns:
-        return pd.DataFrame(frame), None, None
-    return _to_wkb(frame, name), name, frame.crs
+        return pd.DataFrame(frame), None, None, None, None
+    geom = np.asarray(frame[name].array, dtype=object)
+    plain = pd.DataFrame(frame).drop(columns=[name])
+    cols = list(frame.columns)
+    return plain, (name, cols), frame.crs, shapely.get_x(geom), shapely.get_y(geom)
 
 
-def from_wkb(shipped: tuple[pd.DataFrame, Any, Any]) -> Any:
-    """Undo :func:`to_wkb` (on the client): the same GeoDataFrame, column order and CRS."""
+def from_xy(shipped: tuple[pd.DataFrame, Any, Any, Any, Any]) -> Any:
+    """Undo :func:`to_xy` (on the client): the same GeoDataFrame, column order and CRS."""
     import geopandas as gpd
 
-    plain, name, crs = shipped
-    if name is None:
+    plain, named, crs, xs, ys = shipped
+    if named is None:
         return plain
-    geom = gpd.GeoSeries.from_wkb(plain[name].to_numpy(), index=plain.index, crs=crs)
+    name, cols = named
+    geom = gpd.points_from_xy(xs, ys, crs=crs)
+    geom[np.isnan(xs)] = None
     out = plain.copy(deep=False)
     out[name] = geom
-    return gpd.GeoDataFrame(out, geometry=name, crs=crs)
+    return gpd.GeoDataFrame(out[cols], geometry=name, crs=crs)
 
 
 def _frame(part: pd.DataFrame, cols: Columns) -> pd.DataFrame:

@@ -73,7 +73,7 @@ def release_partition(
     shuffle must give the partition the same users, or the task fails (the driver then
     settles the reservation in full).
     """
-    from gpframe.dask.partitions import digest, locate, to_wkb, user_counts, worker_rng
+    from gpframe.dask.partitions import digest, locate, to_xy, user_counts, worker_rng
     from gpframe.dask.staging import write_part
     from gpframe.queries.privatize import privatize_points
     from gpframe.release import privatized_frame
@@ -102,8 +102,8 @@ def release_partition(
         n_users=len(users), groups=out.charge_groups, max_error_m=out.max_error_m,
         max_error_all_m=out.max_error_all_m, n_calls=out.n_calls, guarantees=out.guarantees,
     )  # fmt: skip
-    if staging is None:  # the geometry travels as WKB (pickling shapely objects is slow)
-        res.xy, res.frame = out.xy, to_wkb(frame_out)
+    if staging is None:  # the points travel as floats (pickling shapely objects is slow)
+        res.xy, res.frame = out.xy, to_xy(frame_out)
     else:
         res.file = write_part(frame_out, staging, i)
     return res
@@ -154,7 +154,7 @@ def privatize(
         check_partition,
         combine,
         digest,
-        from_wkb,
+        from_xy,
         spawn_rng,
     )
     from gpframe.dask.staging import check_target, discard, publish, staging_dir
@@ -240,7 +240,7 @@ def privatize(
         allocations=unit_floats(ledger, alloc_units),
     )  # fmt: skip
     if target is None:
-        frames = [from_wkb(o.frame) for o in outs if o.frame is not None]
+        frames = [from_xy(o.frame) for o in outs if o.frame is not None]
         frame = pd.concat(frames) if len(frames) > 1 else frames[0]
         frame.attrs["geopriv"] = result.to_attr()
         return frame
