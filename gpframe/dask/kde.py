@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from gpframe.errors import GpframeInternalError, InvalidInputError
+from gpframe.errors import GpframeInternalError
 
 __all__ = ["kde_raster", "release_points"]
 
@@ -30,8 +30,6 @@ _NOTHING = "Nothing was charged."
 class PointTask:
     """The public parameters every release task gets (never the session)."""
 
-    cols: Any
-    select: Any
     kind: str
     unit: Fraction
     scale_max: float
@@ -91,16 +89,7 @@ def kde_raster(
     import dask
     import pyproj
 
-    from gpframe.accounting.amounts import metric_amount
-    from gpframe.dask.partitions import (
-        Component,
-        by_user,
-        combine,
-        digest,
-        first,
-        prepare,
-        spawn_rng,
-    )
+    from gpframe.dask.partitions import Component, metric_kind, one_point_pass, spawn_rng
     from gpframe.ledger.charges import ledger_keys
     from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries import kde as _k
@@ -111,33 +100,20 @@ def kde_raster(
     rng = resolve_rng(rng)
     h = _k.check_length(bandwidth_m, "bandwidth_m")
     c = _k.check_length(cell_m, "cell_m")
-    kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
-    if kind not in ("gp", "cgp"):
-        raise InvalidInputError(
-            "the session has no metric budget (GP or CGP); open it with "
-            f"gp.Session(budget=gp.CGP(rho=...)). {_NOTHING}"
-        )
-    kind, amount = metric_amount(rho, eps, example=".kde_raster(bandwidth_m=500, rho=1e-5)",
-                                 filter_kind=kind, same_kind=True)  # fmt: skip
+    kind, amount = metric_kind(session, rho, eps, ".kde_raster(bandwidth_m=500, rho=1e-5)")
     cols = bound.cols
-    select = Component(component, reduce, operation="kde_raster")
 
     # -- first pass: whole users per partition, one point each; nothing drawn
-    data, _ = by_user(bound.ddf, cols)
-    parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
-    checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
-    if not any(len(ch.users) for ch in checks):
-        raise InvalidInputError(
-            f"the selected component has no rows. Check component={component!r}. {_NOTHING}"
-        )
-    users, _, offsets, ref = combine(checks)
+    fp = one_point_pass(bound.ddf, cols, Component(component, reduce, operation="kde_raster"),
+                        f"the selected component has no rows. Check component={component!r}.")
+    users, offsets, ref, parts = fp.users, fp.offsets, fp.ref, fp.parts
     crs_m = pyproj.CRS.from_wkt(ref.crs_m)
     crs = SimpleNamespace(crs_in=pyproj.CRS.from_wkt(ref.crs_in), crs_m=crs_m)
     bm = bounds_m(bounds, crs) if bounds is not None else None
     lu = session.ledger.units["metric"]
-    task = PointTask(cols=cols, select=select, kind=kind, unit=Fraction(1) / lu.scale,
+    task = PointTask(kind=kind, unit=Fraction(1) / lu.scale,
                      scale_max=ref.scale_max)  # fmt: skip
-    wants = [digest(ch.users, ch.counts) for ch in checks]
+    wants = fp.wants()
     sizes = np.diff(offsets)
 
     def privatize(values: list[Fraction], codes: np.ndarray) -> Any:

@@ -30,6 +30,8 @@ __all__ = [
     "first",
     "from_xy",
     "locate",
+    "metric_kind",
+    "one_point_pass",
     "prepare",
     "spawn_rng",
     "to_xy",
@@ -244,6 +246,50 @@ def _first_pass(
         scale_max=float(p.scale_max), noise_inflation=float(p.noise_inflation),
         crs_in=p.crs_in.to_wkt(),
     ), xy  # fmt: skip
+
+
+def metric_kind(session: Any, rho: Any, eps: Any, example: str) -> tuple[str, Any]:
+    """Return the session's metric notion and the exact amount (``rho=`` / ``eps=``), checked."""
+    from gpframe.accounting.amounts import metric_amount
+
+    kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
+    if kind not in ("gp", "cgp"):
+        raise InvalidInputError(
+            "the session has no metric budget (GP or CGP); open it with "
+            f"gp.Session(budget=gp.CGP(rho=...)). {_NOTHING}"
+        )
+    return metric_amount(rho, eps, example=example, filter_kind=kind, same_kind=True)
+
+
+@dataclass(frozen=True)
+class OnePoint:
+    """The first pass of a one-point-per-user operation, as the client holds it."""
+
+    parts: tuple[Any, ...]  # per partition: (check, selected points), persisted on the workers
+    checks: list[PartCheck]
+    users: np.ndarray  # every user with a selected point, partition by partition, sorted within
+    offsets: np.ndarray  # partition i's users are users[offsets[i]:offsets[i + 1]]
+    ref: PartCheck  # carries the metric CRS
+
+    def wants(self) -> list[str]:
+        """Each partition's digest (its recomputation must find the same users)."""
+        return [digest(c.users, c.counts) for c in self.checks]
+
+
+def one_point_pass(ddf: Any, cols: Columns, select: Component, empty: str) -> OnePoint:
+    """Shuffle, validate and select one point per user on every partition; draw nothing.
+
+    ``empty`` is the refusal when no user has a selected row.
+    """
+    import dask
+
+    data, _ = by_user(ddf, cols)
+    parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
+    checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
+    if not any(len(c.users) for c in checks):
+        raise InvalidInputError(f"{empty} {_NOTHING}")
+    users, _, offsets, ref = combine(checks)
+    return OnePoint(tuple(parts), checks, users, offsets, ref)
 
 
 def first(prepared: tuple[PartCheck, Any]) -> PartCheck:

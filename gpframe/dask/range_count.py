@@ -33,7 +33,6 @@ class CountTask:
     """The public parameters every count task gets (never the session)."""
 
     cols: Any
-    select: Any
     region_m: Any
     kind: str
     method: str
@@ -113,21 +112,6 @@ def merge(outs: list[CountOut], confidence: float) -> Any:
     )  # fmt: skip
 
 
-def _check_options(method: str, rounds: Any, split: str, beta: float) -> None:
-    from gpframe.accounting.amounts import probability
-    from gpframe.queries.elimination import split_fractions
-    from gpframe.queries.range_count import METHODS
-
-    if method not in METHODS:
-        raise InvalidInputError(
-            f"method={method!r} is not one of {', '.join(map(repr, METHODS))}. {_NOTHING}"
-        )
-    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
-        raise InvalidInputError(f"rounds={rounds!r} must be an integer >= 1. {_NOTHING}")
-    split_fractions(split, int(rounds))
-    probability(beta)
-
-
 def _region(region: Any, crs_in: Any, crs_m: Any) -> tuple[Any, Any]:
     """Validate one polygon in the data's CRS and project it: (GeoSeries, metre polygon)."""
     import geopandas as gpd
@@ -159,50 +143,29 @@ def range_count(
     import dask
     import pyproj
 
-    from gpframe.accounting.amounts import metric_amount, nonnegative
-    from gpframe.dask.partitions import (
-        Component,
-        by_user,
-        combine,
-        digest,
-        first,
-        prepare,
-        spawn_rng,
-    )
+    from gpframe.accounting.amounts import nonnegative
+    from gpframe.dask.partitions import Component, metric_kind, one_point_pass, spawn_rng
     from gpframe.dask.privatize import _Metric
     from gpframe.ledger.charges import ledger_keys
     from gpframe.ledger.run import Charge, run
     from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries.elimination import GroupedAmounts, check_method_parts
-    from gpframe.queries.range_count import region_result
+    from gpframe.queries.range_count import check_options, region_result
     from gpframe.queries.range_count_regions import combine_regions
 
     # -- on the client, before anything is computed or reserved
     session = bound.session
     rng = resolve_rng(rng)
-    _check_options(method, rounds, split, beta)
+    check_options(method, rounds, split, beta)
     rounds = int(rounds)
-    kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
-    if kind not in ("gp", "cgp"):
-        raise InvalidInputError(
-            "the session has no metric budget (GP or CGP); open it with "
-            f"gp.Session(budget=gp.CGP(rho=...)). {_NOTHING}"
-        )
-    metric_amount(rho, eps, example=".range_count(region, rho=1e-5)", filter_kind=kind,
-                  same_kind=True)  # fmt: skip
+    kind, _ = metric_kind(session, rho, eps, ".range_count(region, rho=1e-5)")
     cols = bound.cols
-    select = Component(component, reduce)
 
     # -- first pass: whole users per partition, one point each; nothing drawn
-    data, _ = by_user(bound.ddf, cols)
-    parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
-    checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
-    if not any(len(c.users) for c in checks):
-        raise InvalidInputError(
-            f"the selected component has no rows: nobody to count. Check component={component!r}. "
-            f"{_NOTHING}"
-        )
-    users, _, offsets, ref = combine(checks)
+    fp = one_point_pass(bound.ddf, cols, Component(component, reduce),
+                        "the selected component has no rows: nobody to count. Check "
+                        f"component={component!r}.")  # fmt: skip
+    users, offsets, ref, parts = fp.users, fp.offsets, fp.ref, fp.parts
     crs_in = pyproj.CRS.from_wkt(ref.crs_in)
     crs_m = pyproj.CRS.from_wkt(ref.crs_m)
     series, region_m = _region(region, crs_in, crs_m)
@@ -213,12 +176,12 @@ def range_count(
     check_method_parts(lu.to_fraction(lu.up(nonnegative(amt, "rho" if kind == "cgp" else "eps"))),
                        kind=kind, method=method, rounds=rounds, split=split, beta=beta,
                        unit=unit, scale_max=ref.scale_max)  # fmt: skip
-    task = CountTask(cols=cols, select=select, region_m=region_m, kind=kind, method=method,
+    task = CountTask(cols=cols, region_m=region_m, kind=kind, method=method,
                      rounds=rounds, split=split, beta=float(beta), unit=unit,
                      scale_max=ref.scale_max)  # fmt: skip
     params = {"method": method, "rounds": rounds, "split": split, "beta": beta,
               "region_wkt": region_m.wkt[:200]}  # fmt: skip
-    wants = [digest(c.users, c.counts) for c in checks]
+    wants = fp.wants()
 
     def allocations(r: Any) -> Any:
         units = np.where(np.asarray(r.admitted, dtype=bool), r.allocation_units, 0)

@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 import shapely
 
-from gpframe.accounting.amounts import probability
 from gpframe.errors import CRSError, InvalidInputError
-from gpframe.queries.range_count import METHODS, run_range_count, select_component
+from gpframe.queries.range_count import check_options as _check_options
+from gpframe.queries.range_count import run_range_count, select_component
 from gpframe.queries.range_count_regions import combine_regions as _combine
 from gpframe.results import RangeCountResult, Result
 
@@ -112,19 +112,6 @@ def _check_crs_extent(series: Any, crs: Any) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # the entry point
-
-
-def _check_options(method: str, rounds: int, split: str, beta: float) -> None:
-    from gpframe.queries.elimination import split_fractions
-
-    if method not in METHODS:
-        raise InvalidInputError(
-            f"method={method!r} is not one of {', '.join(map(repr, METHODS))}. {_NOTHING}"
-        )
-    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
-        raise InvalidInputError(f"rounds={rounds!r} must be an integer >= 1. {_NOTHING}")
-    split_fractions(split, int(rounds))
-    probability(beta)
 
 
 def _check_amount(session: Any, rho: Any, eps: Any, allocations: Any) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "First",
     "Last",
     "RangeCountArrays",
+    "check_options",
     "correctness_radius",
     "one_point_hint",
     "range_count_arrays",
@@ -519,6 +520,20 @@ def _check_parts_for(
 
     check_method_parts(alloc, kind=kind, method=method, rounds=rounds, split=split, beta=beta,
                        unit=unit, scale_max=scale_max)  # fmt: skip
+
+
+def check_options(method: str, rounds: Any, split: str, beta: float) -> None:
+    """Validate ``method``, ``rounds``, ``split`` and ``beta`` before the ledger is touched."""
+    from gpframe.queries.elimination import split_fractions
+
+    if method not in METHODS:
+        raise InvalidInputError(
+            f"method={method!r} is not one of {', '.join(map(repr, METHODS))}. {_NOTHING}"
+        )
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
+        raise InvalidInputError(f"rounds={rounds!r} must be an integer >= 1. {_NOTHING}")
+    split_fractions(split, int(rounds))
+    probability(beta)
 
 
 def run_range_count(
