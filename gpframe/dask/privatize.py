@@ -58,6 +58,7 @@ class PartOut:
     max_error_all_m: float = float("nan")
     n_calls: int = 0
     guarantees: list[Any] = field(default_factory=list)
+    noise_scale_m: np.ndarray = field(default_factory=lambda: np.zeros(0))
     xy: np.ndarray | None = None  # released metres (in memory only)
     frame: Any = None  # the output partition (in memory only)
     file: tuple[str, str] | None = None  # (name, sha256) of the staged file
@@ -101,6 +102,7 @@ def release_partition(
     res = PartOut(
         n_users=len(users), groups=out.charge_groups, max_error_m=out.max_error_m,
         max_error_all_m=out.max_error_all_m, n_calls=out.n_calls, guarantees=out.guarantees,
+        noise_scale_m=out.noise_scale_m,
     )  # fmt: skip
     if staging is None:  # the points travel as floats (pickling shapely objects is slow)
         res.xy, res.frame = out.xy, to_xy(frame_out)
@@ -112,10 +114,12 @@ def release_partition(
 def merge(outs: list[PartOut], offsets: np.ndarray, n_users: int) -> PrivatizeArrays:
     """Merge the partitions' outputs into one :class:`PrivatizeArrays` (client's user order)."""
     err = np.full(n_users, np.nan)
+    scale = np.full(n_users, np.nan)
     groups: list[tuple[np.ndarray, Fraction]] = []
     for o, off in zip(outs, offsets[:-1], strict=True):
         if o.n_users:
             err[off : off + o.n_users] = o.max_error_m
+            scale[off : off + o.n_users] = o.noise_scale_m
             groups += [(np.asarray(u, np.int64) + off, c) for u, c in o.groups]
     xys = [o.xy for o in outs if o.xy is not None]
     alls = [o.max_error_all_m for o in outs if not np.isnan(o.max_error_all_m)]
@@ -125,7 +129,7 @@ def merge(outs: list[PartOut], offsets: np.ndarray, n_users: int) -> PrivatizeAr
         charges=[],  # the client computes them from charge_groups
         max_error_m=err,
         max_error_all_m=max(alls) if alls else float("nan"),
-        noise_scale_m=np.zeros(0),
+        noise_scale_m=scale,
         n_calls=sum(o.n_calls for o in outs),
         guarantees=[g for o in outs for g in o.guarantees],
         charge_groups=groups,
@@ -233,6 +237,8 @@ def privatize(
     )  # fmt: skip
     # -- the charge is committed: build the Result, then publish or return
     admitted, outs, merged, act_f = ran.value
+    # the workers' noise-scale warning, once for the whole query (as the pandas face warns)
+    _pv._warn_scales(merged.noise_scale_m, kind, per)
     result = _pv.make_privatize_result(
         kind=kind, amount=amount, per=per, beta=float(beta), users=users, counts=counts,
         admitted=admitted, charges=act_f, out=merged, query_id=ran.query_id, fkind=fkind,

@@ -201,3 +201,15 @@ def test_the_session_cannot_be_shipped_so_it_never_is(cluster):
     with pytest.raises(TypeError):
         pickle.dumps(s)
     assert len(cluster.scheduler_info()["workers"]) == 2
+
+
+def test_a_noise_scale_in_the_wrong_unit_warns_once_on_the_client(cluster):
+    # the pandas face warns once per call when a noise scale is outside [1 m, 100 km]; the
+    # workers' warning would stay in their logs, so the client states it
+    df = _frame(n_users=40)
+    s = gp.Session(budget=gp.GP(eps=1.0))
+    bound = dd.from_pandas(df, npartitions=3).geopriv(s, **{**KW, "public": ["t", "speed"]})
+    with pytest.warns(gp.GpframeWarning, match="above 100 km for 40 of 40 users") as record:
+        bound.privatize(eps=5e-6, rng=seeded_rng(9))
+    assert len([r for r in record if "noise scale" in str(r.message)]) == 1
+    assert record[0].filename == __file__
