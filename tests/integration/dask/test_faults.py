@@ -61,12 +61,12 @@ def test_a_worker_that_raises_publishes_nothing_and_settles_in_full(cluster, tmp
     assert s.ledger.verify()["reservations"] == 0
 
 
-def _kill_a_release_task(client, done, record):
-    """Wait until a release task is running on a worker, then SIGKILL that worker."""
+def _kill_a_task(client, done, record, name="release_partition"):
+    """Wait until a task ``name`` is running on a worker, then SIGKILL that worker."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not done.is_set():
         for addr, keys in client.processing().items():
-            if any("release_partition" in str(k) for k in keys):
+            if any(name in str(k) for k in keys):
                 pid = client.run(os.getpid, workers=[addr])[addr]
                 os.kill(pid, signal.SIGKILL)
                 record["killed"] = (addr, pid)
@@ -80,7 +80,7 @@ def test_a_worker_killed_mid_draw_is_recomputed_and_charged_once(cluster, tmp_pa
     bound = dd.from_pandas(df, npartitions=2).geopriv(s, **KW)
     target = tmp_path / "out"
     done, record = threading.Event(), {}
-    killer = threading.Thread(target=_kill_a_release_task, args=(cluster, done, record))
+    killer = threading.Thread(target=_kill_a_task, args=(cluster, done, record))
     killer.start()
     try:
         res = bound.privatize(rho=1e-5, to=target, rng=callback_rng(faults.slow_bytes, "slow"))
@@ -100,6 +100,32 @@ def test_a_worker_killed_mid_draw_is_recomputed_and_charged_once(cluster, tmp_pa
     assert s.ledger.verify()["charges"] == 1
     assert np.allclose(s.spent().to_numpy(), 1e-5) and len(s.spent()) == 60
     assert s.history(0)["query_id"].tolist() == [res.query_id]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_count_recomputes_its_first_pass_and_charges_once(cluster):
+    # range_count keeps each partition's selected points on its worker between the passes: a
+    # killed worker loses them, Dask recomputes them (the same users, checked by digest), and
+    # the count is charged once
+    import shapely
+
+    df = _frame()
+    s = gp.Session(budget=gp.CGP(rho=1e-3))
+    bound = dd.from_pandas(df, npartitions=2).geopriv(s, **KW)
+    done, record = threading.Event(), {}
+    killer = threading.Thread(target=_kill_a_task, args=(cluster, done, record, "count_partition"))
+    killer.start()
+    try:
+        res = bound.range_count(shapely.box(498_000, 4_498_000, 502_000, 4_502_000), rho=1e-5,
+                                method="dist", reduce="last",
+                                rng=callback_rng(faults.slow_bytes, "slow"))  # fmt: skip
+    finally:
+        done.set()
+        killer.join()
+    assert "killed" in record
+    assert 0 <= res.value <= 60 and res.n_charged == 60
+    assert s.ledger.verify()["charges"] == 1
+    assert np.allclose(s.spent().to_numpy(), 1e-5)
 
 
 _CLIENT = """
