@@ -319,6 +319,61 @@ class DaskGeoPriv:
                           rng=rng)  # fmt: skip
 
 
+    def knn(
+        self,
+        point: Any,
+        k: int,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        compat: Literal["reference"] | None = None,
+        gamma0: float | None = None,
+        scan_order: Literal["random", "input"] | None = None,
+        max_cycles: int = 1000,
+        beta: float = 0.05,
+        rng: BitSource | None = None,
+    ) -> Any:
+        """Select each user's k private nearest neighbours of ``point`` among the user's rows.
+
+        The pandas face's k-PNN (``docs/operations/knn.md``; Liang & Yi, 'Concentrated
+        Geo-Privacy' (2023), Alg. 2), each partition running it for the users it holds
+        (``docs/beyond-one-machine.md``). It releases which rows are nearest, never a
+        coordinate. Noise: PNN calls with Laplace draws at ε = √(2ρ/k) per call (CGP) or ε/k
+        (GP). Charge: ρ (or ε) once per admitted user (a GP run on a CGP budget costs ε²/2).
+
+        Parameters
+        ----------
+        point : shapely Point or (x, y)
+            The public query point, in the data's CRS.
+        k, rho, eps, compat, gamma0, scan_order, max_cycles, beta
+            As for the pandas accessor.
+        rng : BitSource, optional
+            None: each worker draws from its own OS CSPRNG.
+
+        Returns
+        -------
+        pandas.DataFrame
+            The selected rows: their labels (index), the declared-public columns and
+            ``knn_rank``, rows grouped by partition; ``attrs["geopriv"]`` is the KnnResult.
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, pandas as pd, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": [1, 1, 1, 2], "x": [500_000.0, 500_050.0, 509_000.0,
+        ...                    500_010.0], "y": [4_500_000.0] * 4})
+        >>> s = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(s, user="boat", x="x", y="y",
+        ...                                                   crs="EPSG:32618")
+        >>> out = bound.knn((500_000.0, 4_500_000.0), 2, rho=1e-4)
+        >>> sorted(out["knn_rank"].tolist()), list(out.columns), s.spent().tolist()
+        ([1, 1, 2], ['boat', 'knn_rank'], [0.0001, 0.0001])
+        """
+        from gpframe.dask.knn import knn
+
+        return knn(self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
+                   scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng)  # fmt: skip
+
+
 def register() -> None:
     """Register ``geopriv`` on dask DataFrames once (dask-geopandas frames inherit it)."""
     import dask.dataframe as dd

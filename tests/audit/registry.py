@@ -114,6 +114,12 @@ THIN_WRAPPERS: dict[str, str] = {
         "gpframe.queries.kde.privatize_once (audited through kde_raster_arrays) on each "
         "partition; the raster is post-processing on the client. tests/integration/dask/test_kde.py"
     ),
+    "gpframe.dask.knn": (
+        "the Dask face's knn: one reservation through the driver, then "
+        "gpframe.queries.knn.knn_indices (audited) on each partition's users with the reserved "
+        "amount and the projection's scale_max; charges as the pandas face. "
+        "tests/integration/dask/test_knn.py"
+    ),
     "gpframe.dask.partitions": (
         "shuffles on the user column and validates/counts each partition (draws nothing); "
         "spawn_rng gives each partition a fresh secure source or a child test stream"

@@ -804,6 +804,17 @@ def _dask_kde_raster(ctx: Ctx) -> Any:
                             component=gp_last("ts"), rng=ctx.rng(124))  # fmt: skip
 
 
+@case(name="knn/dask/rows", frontend="dask", covers=("dask.knn",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.knn", "gpframe.dask.partitions",
+               QF + "knn"), missing=_no_dask)  # fmt: skip
+def _dask_knn(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.knn(POINT, 3, rho=1e-6, rng=ctx.rng(125))
+
+
 def gp_last(col: str) -> Any:
     import gpframe as gp
 
