@@ -28,7 +28,14 @@ import pandas as pd
 
 from gpframe.errors import GpframeWarning, InvalidInputError
 
-__all__ = ["check_public", "check_reserved", "release_frame", "warn_dropped"]
+__all__ = [
+    "check_public",
+    "check_reserved",
+    "privatized_frame",
+    "refuse_coordinate_copies",
+    "release_frame",
+    "warn_dropped",
+]
 
 _NOTHING = "Nothing was charged."
 
@@ -220,3 +227,87 @@ def _values(v: Any) -> Any:
 def _key(name: Any) -> Any:
     """Return a hashable key for a column name (names are hashable in pandas; be safe with NaN)."""
     return ("nan",) if isinstance(name, float) and name != name else name
+
+
+def refuse_coordinate_copies(frame: pd.DataFrame, public: Any, points: Any) -> None:
+    """Refuse a declared-public column that is a copy of the x or y coordinates.
+
+    A safety net for the commonest mistake: a GeoDataFrame built with
+    ``points_from_xy(df.lon, df.lat)`` still holds ``lon``/``lat``, and declaring them public
+    would release the true points. A column equal (to 1e-9, relative) on every row to the input
+    x or y (``points`` a :class:`~gpframe.geo.Located`), or to the projected ones (``points`` a
+    :class:`~gpframe.geo.Projected`, checked when the projection is made) is such a copy.
+    Columns computed from the points in other ways cannot be recognised: only the caller knows
+    what is public.
+    """
+    if not len(public) or not len(points):
+        return
+    if hasattr(points, "xy"):
+        refs = [points.xy[:, 0], points.xy[:, 1]]
+    else:
+        refs = [points.xs, points.ys]
+        if points.to_crs is not None:
+            # the named metric CRS is public and known now: catch a copy in its metres at once
+            # (a copy in an automatically chosen CRS is caught when that CRS is chosen)
+            refs += list(points.to_crs_xy())
+    for name in public:
+        col = frame[name]
+        if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
+            continue
+        v = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        for r in refs:
+            same = v.shape == r.shape and np.all(np.abs(v - r) <= 1e-9 * np.maximum(1, np.abs(r)))
+            if same:
+                raise InvalidInputError(
+                    f"public=[..., {name!r}, ...]: column {name!r} holds the point coordinates "
+                    "(it equals x or y on every row), so it cannot be public. Remove it from "
+                    "public=. Nothing was charged."
+                )
+
+
+def privatized_frame(
+    frame: pd.DataFrame,
+    p: Any,
+    xy_m: np.ndarray,
+    released: np.ndarray,
+    public: Any = None,
+    *,
+    stacklevel: int = 4,
+    xy_in: tuple[np.ndarray, np.ndarray] | None = None,
+) -> Any:
+    """Build the output from nothing: noisy points in the input CRS, index, public columns.
+
+    ``xy_in``: the released points already in the input CRS (NaN where unreleased), for a
+    split whose parts were noised in different metric CRSs; ``p`` then only gives the
+    coordinate columns and the input CRS. Unreleased rows get empty geometry (and NaN
+    coordinates). An input bound by x=/y= (or lon=/lat=) gets those columns back holding the
+    noisy coordinates; a GeoDataFrame input its geometry column. Nothing else of the input is
+    copied (:func:`gpframe.release.release_frame`).
+    """
+    import geopandas as gpd
+
+    xs = np.full(len(p), np.nan)
+    ys = np.full(len(p), np.nan)
+    if xy_in is not None:
+        xs, ys = xy_in
+    elif released.any():
+        bx, by = p.to_input_crs(xy_m[released])
+        xs[released], ys[released] = bx, by
+    geom = gpd.points_from_xy(xs, ys, crs=p.crs_in)
+    geom[~released] = None
+    gname = getattr(frame, "_geometry_column_name", None)
+    is_geo = isinstance(frame, gpd.GeoDataFrame) and gname in frame.columns
+    cols: dict[Any, Any] = {}
+    if len(p.coords) == 2:  # bound by x=/y= (lon=/lat=): those columns come back, noisy
+        cols = {p.coords[0]: xs, p.coords[1]: ys}
+    return release_frame(
+        frame,
+        public=(() if public is None else tuple(public)),
+        protected=protected_columns(frame, p.coords),
+        released=cols,
+        geometry=geom,
+        geometry_name=gname if is_geo else "geometry",
+        crs=p.crs_in,
+        what="privatize",
+        stacklevel=stacklevel,
+    )

@@ -51,6 +51,17 @@ class _SeededTestSource(_bits._Derived):
         self._counter += 1
         return h.digest(n)
 
+    def spawn(self, i: int) -> _SeededTestSource:
+        """Return the ``i``-th child stream: deterministic, and distinct from this one.
+
+        The Dask face (``docs/beyond-one-machine.md``) gives each partition its own child, so
+        partitions drawn on different workers never repeat each other's noise.
+        """
+        child = _SeededTestSource(0)
+        child.name = f"{self.name}/{int(i)}"
+        child._prefix = self._prefix + b"/spawn/" + int(i).to_bytes(8, "little")
+        return child
+
 
 class _CallbackTestSource(_bits._Derived):
     """Bytes from a test's function; ``arr`` and ``int_bits`` are derived from them."""
@@ -67,6 +78,10 @@ class _CallbackTestSource(_bits._Derived):
         if len(out) != int(n):
             raise AssertionError(f"callback_rng {self.name}: asked for {n} bytes, got {len(out)}.")
         return out
+
+    def spawn(self, i: int) -> _CallbackTestSource:
+        """Return a source serving the same function (one per partition on the Dask face)."""
+        return _CallbackTestSource(self._fn, f"{self.name}/{int(i)}")
 
 
 # the classes :func:`gpframe.mechanisms.noise.bits.resolve_rng` treats as test sources

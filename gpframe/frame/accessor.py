@@ -25,12 +25,19 @@ import numpy as np
 import pandas as pd
 
 from gpframe.accounting.amounts import LedgerUnits, metric_amount, probability
-from gpframe.errors import GpframeInternalError, InvalidInputError
+from gpframe.errors import InvalidInputError
 from gpframe.ledger.charges import filter_kind, ledger_keys
 from gpframe.ledger.run import Charge, run, with_on_exhausted
 from gpframe.queries import privatize as _pv
 from gpframe.queries.clip_user import KAPPA
+from gpframe.queries.privatize_plan import actual_units as _actual_units
+from gpframe.queries.privatize_plan import amount_keyword
+from gpframe.queries.privatize_plan import check_coordinates as _check_coordinates
+from gpframe.queries.privatize_plan import preflight as _preflight
+from gpframe.queries.privatize_plan import unit_floats as _unit_floats
+from gpframe.release import privatized_frame as _build_output
 from gpframe.release import protected_columns
+from gpframe.release import refuse_coordinate_copies as _refuse_coordinate_copies
 
 if TYPE_CHECKING:  # the result classes' modules import this one: annotations only
     import geopandas as gpd
@@ -182,42 +189,6 @@ def public_columns(frame: pd.DataFrame, *, user: str, x: Any = None, y: Any = No
 
     prot = protected_columns(frame, (*coords, x, y, lon, lat))
     return check_public(frame.columns, public, user=user, protected=prot)
-
-
-def _refuse_coordinate_copies(frame: pd.DataFrame, public: Any, points: Any) -> None:
-    """Refuse a declared-public column that is a copy of the x or y coordinates.
-
-    A safety net for the commonest mistake: a GeoDataFrame built with
-    ``points_from_xy(df.lon, df.lat)`` still holds ``lon``/``lat``, and declaring them public
-    would release the true points. A column equal (to 1e-9, relative) on every row to the input
-    x or y (``points`` a :class:`~gpframe.geo.Located`), or to the projected ones (``points`` a
-    :class:`~gpframe.geo.Projected`, checked when the projection is made) is such a copy.
-    Columns computed from the points in other ways cannot be recognised: only the caller knows
-    what is public.
-    """
-    if not len(public) or not len(points):
-        return
-    if hasattr(points, "xy"):
-        refs = [points.xy[:, 0], points.xy[:, 1]]
-    else:
-        refs = [points.xs, points.ys]
-        if points.to_crs is not None:
-            # the named metric CRS is public and known now: catch a copy in its metres at once
-            # (a copy in an automatically chosen CRS is caught when that CRS is chosen)
-            refs += list(points.to_crs_xy())
-    for name in public:
-        col = frame[name]
-        if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
-            continue
-        v = col.to_numpy(dtype=np.float64, na_value=np.nan)
-        for r in refs:
-            same = v.shape == r.shape and np.all(np.abs(v - r) <= 1e-9 * np.maximum(1, np.abs(r)))
-            if same:
-                raise InvalidInputError(
-                    f"public=[..., {name!r}, ...]: column {name!r} holds the point coordinates "
-                    "(it equals x or y on every row), so it cannot be public. Remove it from "
-                    "public=. Nothing was charged."
-                )
 
 
 class GeoPriv:
@@ -1327,122 +1298,6 @@ def _privatize_partitioned(
     frame.attrs["geopriv"] = result.to_attr()
     return frame
 
-
-def _actual_units(
-    ledger: Any, fkind: str, kind: str, per: str, out: Any, counts: np.ndarray, n_users: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each user's actual charge as (int64 ledger units, float in the filter's units).
-
-    ``per="point"``: n points each costing the guarantee's amount, so charge_for(amount) x n
-    (CGP composition adds the points); ``per="user"``: the tuple is one release of the amount,
-    so charge_for(n x point amount). Users outside ``out.charge_groups`` are charged 0.
-    """
-    from gpframe.accounting.filters import charge_for
-
-    units = np.zeros(n_users, dtype=np.int64)
-    floats = np.zeros(n_users, dtype=np.float64)
-    for users_arr, point_charge in out.charge_groups:
-        n_u = counts[users_arr]
-        if per == "point":
-            u, big = ledger.units_for("metric", point_charge, n_u, kind=kind)
-            c = charge_for(fkind, kind, point_charge)
-            for n in np.unique(n_u).tolist():
-                floats[users_arr[n_u == n]] = float(c * int(n))
-        else:  # one group per distinct n
-            n = int(n_u[0])
-            u, big = ledger.units_for("metric", point_charge * n, np.ones(n_u.size, np.int64),
-                                      kind=kind)  # fmt: skip
-            floats[users_arr] = float(charge_for(fkind, kind, point_charge * n))
-        if big.any():
-            raise GpframeInternalError("a privatize charge does not fit the ledger's units.")
-        units[users_arr] = u
-    return units, floats
-
-
-def _unit_floats(ledger: Any, units: np.ndarray) -> np.ndarray:
-    """Ledger units as floats of the filter's units, one exact conversion per distinct value."""
-    lu = ledger.units["metric"]
-    uniq, inv = np.unique(units, return_inverse=True)
-    return np.array([float(lu.to_fraction(int(v))) for v in uniq.tolist()])[inv]
-
-
-def amount_keyword(kind: str) -> str:
-    """Return the keyword of a kind's amount: ``eps`` for GP, ``rho`` for CGP."""
-    return "eps" if kind == "gp" else "rho"
-
-
-def _check_coordinates(xy: np.ndarray) -> None:
-    big = ~(np.abs(xy) < _pv.COORD_MAX_M)
-    if big.any():
-        i = int(np.flatnonzero(big.any(axis=1))[0])
-        raise InvalidInputError(
-            f"projected coordinate {xy[i].tolist()!r} (row {i}) is beyond ±2**40 m; check the CRS "
-            "(pass to_crs= a local projected CRS). Nothing was charged."
-        )
-
-
-def _preflight(kind: str, amount: Fraction, per: str, counts: np.ndarray, scale_max: float) -> None:
-    """Run the mechanisms' exact calibration for every per-point amount before any reservation.
-
-    The calibration raises ``InvalidInputError`` for amounts outside the supported ranges
-    (``docs/noise.md``); doing it here keeps the ledger untouched on such input.
-    """
-    distinct = {1} if per == "point" else {int(n) for n in counts if n > 0}
-    for n in distinct:
-        # the wrapper's full check (range, calibration, largest noise scale) at the amount the
-        # mechanism runs at after the CRS's scale factor: anything it would refuse after
-        # reserve() must be refused here
-        _pv.check_point_amount(kind, amount / n, scale_max=Fraction(scale_max))
-
-
-def _build_output(
-    frame: pd.DataFrame,
-    p: Any,
-    xy_m: np.ndarray,
-    released: np.ndarray,
-    public: Any = None,
-    *,
-    stacklevel: int = 4,
-    xy_in: tuple[np.ndarray, np.ndarray] | None = None,
-) -> Any:
-    """Build the output from nothing: noisy points in the input CRS, index, public columns.
-
-    ``xy_in``: the released points already in the input CRS (NaN where unreleased), for a
-    split whose parts were noised in different metric CRSs; ``p`` then only gives the
-    coordinate columns and the input CRS. Unreleased rows get empty geometry (and NaN
-    coordinates). An input bound by x=/y= (or lon=/lat=) gets those columns back holding the
-    noisy coordinates; a GeoDataFrame input its geometry column. Nothing else of the input is
-    copied (:func:`gpframe.release.release_frame`).
-    """
-    import geopandas as gpd
-
-    from gpframe.release import release_frame
-
-    xs = np.full(len(p), np.nan)
-    ys = np.full(len(p), np.nan)
-    if xy_in is not None:
-        xs, ys = xy_in
-    elif released.any():
-        bx, by = p.to_input_crs(xy_m[released])
-        xs[released], ys[released] = bx, by
-    geom = gpd.points_from_xy(xs, ys, crs=p.crs_in)
-    geom[~released] = None
-    gname = getattr(frame, "_geometry_column_name", None)
-    is_geo = isinstance(frame, gpd.GeoDataFrame) and gname in frame.columns
-    cols: dict[Any, Any] = {}
-    if len(p.coords) == 2:  # bound by x=/y= (lon=/lat=): those columns come back, noisy
-        cols = {p.coords[0]: xs, p.coords[1]: ys}
-    return release_frame(
-        frame,
-        public=(() if public is None else tuple(public)),
-        protected=protected_columns(frame, p.coords),
-        released=cols,
-        geometry=geom,
-        geometry_name=gname if is_geo else "geometry",
-        crs=p.crs_in,
-        what="privatize",
-        stacklevel=stacklevel,
-    )
 
 
 def _make_result(**kw: Any) -> Any:

@@ -27,10 +27,11 @@ import numpy as np
 import pandas as pd
 import shapely
 
-from gpframe.accounting.amounts import probability
 from gpframe.errors import CRSError, InvalidInputError
 from gpframe.ledger.run import PreviewStop, active_preview, end_preview, with_on_exhausted
-from gpframe.queries.range_count import METHODS, run_range_count, select_component
+from gpframe.queries.range_count import check_options as _check_options
+from gpframe.queries.range_count import run_range_count, select_component
+from gpframe.queries.range_count_regions import combine_regions as _combine
 from gpframe.results import RangeCountResult, Result
 from gpframe.results.preview import dry
 
@@ -143,19 +144,6 @@ def _check_crs_extent(series: Any, crs: Any) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # the entry point
-
-
-def _check_options(method: str, rounds: int, split: str, beta: float) -> None:
-    from gpframe.queries.elimination import split_fractions
-
-    if method not in METHODS:
-        raise InvalidInputError(
-            f"method={method!r} is not one of {', '.join(map(repr, METHODS))}. {_NOTHING}"
-        )
-    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
-        raise InvalidInputError(f"rounds={rounds!r} must be an integer >= 1. {_NOTHING}")
-    split_fractions(split, int(rounds))
-    probability(beta)
 
 
 def _check_amount(session: Any, rho: Any, eps: Any, allocations: Any) -> None:
@@ -374,7 +362,7 @@ def range_count(
         ))  # fmt: skip
     end_preview()  # a dry run planned every region: nothing to combine
     return _combine(results, rows, labels, series, crs, many, users, fixed, plan,
-                    zones=(region, zone_cols), params=dict(
+                    build=_zones_frame(region, zone_cols), params=dict(
         method=method, rounds=int(rounds), split=split, beta=beta,
         rho=None if rho is None else float(rho), eps=None if eps is None else float(eps),
         component=repr(component), reduce=reduce, n_regions=len(polys),
@@ -450,7 +438,7 @@ def _range_count_parts(bound: Any, region: Any, *, rho: Any, eps: Any, method: s
     end_preview()
     worst = max(parts, key=lambda q: q.projected.noise_inflation).projected
     return _combine(results, rows, labels, series, crs, many, users_all[pos], None, None,
-                    zones=(region, zone_cols), params=dict(
+                    build=_zones_frame(region, zone_cols), params=dict(
         method=method, rounds=int(rounds), split=split, beta=beta,
         rho=None if rho is None else float(rho), eps=None if eps is None else float(eps),
         component=repr(component), reduce=reduce, n_regions=len(subs[0][1]),
@@ -459,69 +447,21 @@ def _range_count_parts(bound: Any, region: Any, *, rho: Any, eps: Any, method: s
     ), confidence=1.0 - float(beta), kind=bound.session.ledger.kind["metric"])  # fmt: skip
 
 
-def _combine(
-    results: list[Result],
-    rows: list[dict[str, Any]],
-    labels: pd.Index,
-    series: Any,
-    crs: Any,
-    many: bool,
-    users: np.ndarray,
-    fixed: Any,
-    plan: Any,
-    *,
-    zones: tuple[Any, tuple[Any, ...]] = (None, ()),
-    params: dict[str, Any],
-    confidence: float,
-    kind: str,
-) -> RangeCountResult:
+def _zones_frame(source: Any, zone_cols: tuple[Any, ...]) -> Any:
+    """How the table of regions is built when the zones are a GeoDataFrame with columns.
+
+    The zones' own columns are public (they are the caller's query) and come first, then the
+    released counts; the one output builder makes the frame, never a copy of the zones frame.
+    """
+    if not zone_cols:
+        return None
     from gpframe.release import release_frame
 
-    table = pd.DataFrame(rows, index=labels)
-    geometry = series.to_crs(crs).array if series.crs is not None else series.array
-    source, zone_cols = zones
-    # a GeoDataFrame of zones keeps its own columns (public: they are the caller's query), then
-    # the released counts; built by the one output builder, never a copy of the zones frame
-    regions = release_frame(
-        source if zone_cols else table, public=zone_cols,
-        released={c: table[c].to_numpy() for c in table.columns}, geometry=geometry,
-        geometry_name=source._geometry_column_name if zone_cols else "geometry", crs=crs,
-        what="range_count",
-    )  # fmt: skip
-    if results:
-        charges = pd.concat([r.charges for r in results]).groupby(level=0, sort=False).sum()
-        allocs = pd.concat([r.allocations for r in results]).groupby(level=0, sort=False).sum()
-    else:
-        charges = pd.Series(dtype=np.float64)
-        allocs = pd.Series(dtype=np.float64)
-    seen = pd.Index(pd.unique(users))
-    excluded = seen[~seen.isin(charges.index)].tolist()  # vectorised: no lookup per user
-    # baselines run one round (histogram of length 2), elimination c rounds (length c + 1)
-    hist = np.zeros(max(len(r["rounds_histogram"]) for r in rows), dtype=np.int64)
-    for r in rows:
-        h = np.asarray(r["rounds_histogram"], dtype=np.int64)
-        hist[: h.size] += h
-    first = results[0] if results else None
-    value: Any = regions if many else int(table["count"].iloc[0])
-    return RangeCountResult(
-        value=value,
-        # several regions: each row's error holds at 1 - beta on its own; no joint bound is claimed
-        error=None if many else float(table["error"].iloc[0]),
-        confidence=confidence,
-        mechanism=first.mechanism if first is not None else "",
-        params={**params, "rounds_histogram": hist.tolist()},
-        kind=kind,
-        metric=first.metric if first is not None else ("floor", 1.0),
-        r_min=first.r_min if first is not None else 1.0,
-        charges=charges,
-        allocations=allocs,
-        excluded=excluded,
-        # one ledger query per region; the per-region ids are in the table
-        query_id=(
-            results[0].query_id + (f" (+{len(results) - 1} more)" if len(results) > 1 else "")
-        )
-        if results
-        else "",
-        regions=regions,
-        rounds_histogram=hist,
-    )
+    def build(table: pd.DataFrame, geometry: Any, crs: Any) -> Any:
+        return release_frame(
+            source, public=zone_cols,
+            released={c: table[c].to_numpy() for c in table.columns}, geometry=geometry,
+            geometry_name=source._geometry_column_name, crs=crs, what="range_count",
+        )  # fmt: skip
+
+    return build

@@ -891,6 +891,7 @@ def kde_raster_arrays(
     scale_max: float | Fraction = 1,
     rng: Any = None,
     codes: Any = None,
+    privatized: Privatized | None = None,
 ) -> RasterArrays:
     """Density raster from one privatization per user, with the noise bias removed.
 
@@ -922,6 +923,10 @@ def kde_raster_arrays(
     unit, scale_max, rng, codes
         As in :func:`privatize_once` (``codes``: ``amount`` holds the distinct allocations and
         ``codes[i]`` user i's, −1 for not queried; the fast path for millions of users).
+    privatized : Privatized, optional
+        The users' points already released by :func:`privatize_once` with these allocations
+        (the Dask face releases each partition on its worker); ``xy_m`` then gives only their
+        number and ``rng`` is unused.
 
     Returns
     -------
@@ -961,7 +966,8 @@ def kde_raster_arrays(
         for a in {float(uniq[i]) for i in np.flatnonzero(present).tolist()}:
             if a > 0:
                 corrected_bandwidth(h, bandwidth_limit(kind, a, scale_max=float(scale_max)))
-    pv = privatize_once(x, uniq, kind=kind, unit=unit, scale_max=scale_max, rng=rng, codes=inv)
+    pv = privatized or privatize_once(x, uniq, kind=kind, unit=unit, scale_max=scale_max,
+                                      rng=rng, codes=inv)  # fmt: skip
     nq = int(pv.queried.sum())
     # one group of points per distinct σ (one per sampler call, merged when σ's coincide)
     by_sigma: dict[float, list[NDArray[np.int64]]] = {}
@@ -1034,6 +1040,7 @@ def raster_from_points(
     rng: Any,
     bandwidth_arg: Any = None,
     noise_inflation: float | None = None,
+    privatize: Any = None,
 ) -> Any:
     """Reserve, release each user's point once, build the raster, charge (``kde_raster``'s core).
 
@@ -1042,6 +1049,8 @@ def raster_from_points(
     the same checks, reservation, draws and charges for the same points, ledger keys,
     parameters and rng. ``bandwidth_m`` / ``cell_m`` are checked
     lengths, ``bounds_m`` a metric envelope or None, ``amount`` the exact allocation.
+    ``privatize(values, codes)``, when given, releases the points instead of
+    :func:`privatize_once` on ``xy_m`` (the Dask face: one task per partition, same law).
     """
     h, c, bm = bandwidth_m, cell_m, bounds_m
     bandwidth_arg = h if bandwidth_arg is None else bandwidth_arg
@@ -1105,9 +1114,11 @@ def raster_from_points(
 
     def compute(r: Any) -> Charge[Any]:
         adm, codes, values, uvals = reserved_groups(r)
+        pv = None if privatize is None else privatize(values, codes)
         out = kde_raster_arrays(
-            xy_m, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind, amount=values, codes=codes,
-            correct=correct, unit=Fraction(1) / lu.scale, scale_max=scale_max, rng=rng,
+            xy_m if pv is None else pv.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind,
+            amount=values, codes=codes, correct=correct, unit=Fraction(1) / lu.scale,
+            scale_max=scale_max, rng=rng, privatized=pv,
         )  # fmt: skip
         pv = out.privatized
         charge_units = np.zeros(users.size, dtype=np.int64)

@@ -383,6 +383,7 @@ def privatize_points(
     rng: Any = None,
     progress: bool | None = False,
     bounds: bool = True,
+    n_all: int | None = None,
 ) -> PrivatizeArrays:
     """Release every point of the admitted users under GP Basic or CGP Basic.
 
@@ -421,6 +422,11 @@ def privatize_points(
     bounds : bool
         Compute the error bounds (``False``: ``max_error_m`` and ``max_error_all_m`` stay NaN;
         the SQL path, which has nowhere to report them, skips that work).
+    n_all : int, optional
+        The number of released points the overall bound ``max_error_all_m`` is a union over
+        (default: this call's). A caller that releases one query in several calls (the Dask
+        face, one call per partition) passes the query's total, so the bound is the one a
+        single call over all the points would give.
 
     Returns
     -------
@@ -548,7 +554,8 @@ def privatize_points(
     n_released = int(released.sum())
     all_bounds = float("nan")
     if n_released and bounds:
-        all_bounds = max(error_bound(rel, beta, n=n_released) for rel in releases)
+        n_union = n_released if n_all is None else max(int(n_all), n_released)
+        all_bounds = max(error_bound(rel, beta, n=n_union) for rel in releases)
     return PrivatizeArrays(
         xy=out,
         released=released,

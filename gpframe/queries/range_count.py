@@ -35,10 +35,12 @@ __all__ = [
     "First",
     "Last",
     "RangeCountArrays",
+    "check_options",
     "correctness_radius",
     "one_point_hint",
     "range_count_arrays",
     "rectangle_sides",
+    "region_result",
     "run_range_count",
     "select_component",
     "shift_for_region",
@@ -520,6 +522,20 @@ def _check_parts_for(
                        unit=unit, scale_max=scale_max)  # fmt: skip
 
 
+def check_options(method: str, rounds: Any, split: str, beta: float) -> None:
+    """Validate ``method``, ``rounds``, ``split`` and ``beta`` before the ledger is touched."""
+    from gpframe.queries.elimination import split_fractions
+
+    if method not in METHODS:
+        raise InvalidInputError(
+            f"method={method!r} is not one of {', '.join(map(repr, METHODS))}. {_NOTHING}"
+        )
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
+        raise InvalidInputError(f"rounds={rounds!r} must be an integer >= 1. {_NOTHING}")
+    split_fractions(split, int(rounds))
+    probability(beta)
+
+
 def run_range_count(
     session: Any,
     projected: Any,
@@ -569,7 +585,6 @@ def run_range_count(
     """
     from gpframe.geo import project_geometry
     from gpframe.mechanisms.noise.bits import resolve_rng
-    from gpframe.results import Result
 
     # refuse an insecure or foreign rng before the reservation (it would otherwise only fail in
     # the sampler, after the users were reserved and so charged in full)
@@ -646,7 +661,22 @@ def run_range_count(
     ran = run(session, users, amt, notion="metric", query=query, params=params, check=check,
               compute=compute)  # fmt: skip
     out, alloc = ran.value
-    adm = ran.admitted
+    return region_result(out, alloc, users, ran.admitted, params, projected, kind=kind,
+                         method=method, query_id=ran.query_id)  # fmt: skip
+
+
+def region_result(
+    out: Any, alloc: Any, users: np.ndarray, adm: np.ndarray, params: dict[str, Any],
+    projected: Any, *, kind: str, method: str, query_id: str,
+) -> Any:  # fmt: skip
+    """Build the :class:`~gpframe.results.Result` of one region's count, after its charge.
+
+    ``out`` is a :class:`RangeCountArrays` (or the Dask face's merge of one per partition),
+    ``alloc`` the reserved allocations (:class:`GroupedAmounts`), ``adm`` the admitted mask;
+    ``projected`` gives the metric CRS, its ``scale_max`` and ``noise_inflation``.
+    """
+    from gpframe.results import Result
+
     idx = pd.Index(users[adm])
     return Result(
         value=out.estimate,
@@ -671,7 +701,7 @@ def run_range_count(
         allocations=pd.Series(_floats(alloc.values, alloc.codes)[adm], index=idx,
                               dtype=np.float64),
         excluded=users[~adm].tolist(),
-        query_id=ran.query_id,
+        query_id=query_id,
         spec="docs/operations/range_count.md; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), "
              "Alg. 4, Alg. 6",
     )  # fmt: skip

@@ -91,6 +91,39 @@ THIN_WRAPPERS: dict[str, str] = {
         "the part's metres and its projection's scale_max. Charges and query id: "
         "tests/integration/frame/test_partition.py"
     ),
+    "gpframe.dask.accessor": (
+        "ddf.geopriv: checks the column roles on the frame's meta and delegates to "
+        "gpframe.dask.privatize; draws and charges nothing itself"
+    ),
+    "gpframe.dask.privatize": (
+        "the Dask face's privatize: one reservation through the driver, then "
+        "gpframe.queries.privatize.privatize_points (audited) on each partition (whole users) "
+        "with the reserved amount, the projection's scale_max and the partition's own source; "
+        "charges from the returned guarantees as the pandas face. Charges, noise law (KS) and "
+        "faults: tests/integration/dask/test_privatize.py, test_faults.py"
+    ),
+    "gpframe.dask.range_count": (
+        "the Dask face's range_count: one reservation through the driver, then "
+        "gpframe.queries.range_count.range_count_arrays (audited) on each partition's users with "
+        "the reserved allocations and the query's union-bound n; counts and charges summed on "
+        "the client. tests/integration/dask/test_range_count.py"
+    ),
+    "gpframe.dask.kde": (
+        "the Dask face's kde_raster: the reservation, checks and charge of "
+        "gpframe.queries.kde.raster_from_points (through the driver), with the release done by "
+        "gpframe.queries.kde.privatize_once (audited through kde_raster_arrays) on each "
+        "partition; the raster is post-processing on the client. tests/integration/dask/test_kde.py"
+    ),
+    "gpframe.dask.knn": (
+        "the Dask face's knn: one reservation through the driver, then "
+        "gpframe.queries.knn.knn_indices (audited) on each partition's users with the reserved "
+        "amount and the projection's scale_max; charges as the pandas face. "
+        "tests/integration/dask/test_knn.py"
+    ),
+    "gpframe.dask.partitions": (
+        "shuffles on the user column and validates/counts each partition (draws nothing); "
+        "spawn_rng gives each partition a fresh secure source or a child test stream"
+    ),
     "gpframe.duckdb.udf": (
         "plumbing of the DuckDB UDFs (checked_rng, charge_batch: reserve, run, charge under one "
         "lock); draws nothing itself. Tortured in guarantees/test_charge_before_release*.py"

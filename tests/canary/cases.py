@@ -97,7 +97,7 @@ class Case:
     """One operation through one frontend."""
 
     name: str
-    frontend: str  # accessor | monitor | sql-udf | sql-macro | sql-table-macro | sql-relation
+    frontend: str  # accessor | dask | monitor | sql-udf | sql-macro | sql-table-macro | ...
     covers: tuple[str, ...]
     modules: tuple[str, ...]
     run: Callable[[Ctx], Any]
@@ -774,6 +774,113 @@ def _rel_nearest_eps(ctx: Ctx) -> Any:
     last = "SELECT uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM pings GROUP BY uid"
     return gp.duckdb.nearest_users(ctx.con, last, user="uid", x="x", y="y", point=POINT, k=2,
                                    eps=1e-3)  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# the Dask face (ddf.geopriv): dask's synchronous scheduler in this process (the LocalCluster
+# runs are in tests/integration/dask); each partition draws from its own child of the seeded
+# source, so the outputs are reproducible
+
+DASK = ("gpframe.dask.accessor", "gpframe.dask.privatize", "gpframe.dask.partitions",
+        QF + "privatize")  # fmt: skip
+
+
+def _ddf(ctx: Ctx, frame: Any = None) -> Any:
+    import dask_geopandas
+
+    import gpframe.dask  # noqa: F401  (registers ddf.geopriv)
+
+    return dask_geopandas.from_geopandas(ctx.data.frame if frame is None else frame,
+                                         npartitions=2)  # fmt: skip
+
+
+def _no_dask() -> str | None:
+    import importlib.util
+
+    return None if importlib.util.find_spec("dask_geopandas") else "dask is not installed"
+
+
+@case(name="privatize/dask/in-memory", frontend="dask", covers=("dask.privatize",),
+      modules=DASK, missing=_no_dask)  # fmt: skip
+def _dask_privatize(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.privatize(rho=1e-8, rng=ctx.rng(120))
+
+
+@case(name="privatize/dask/parquet", frontend="dask", covers=("dask.privatize",),
+      modules=(*DASK, "gpframe.dask.staging"), missing=_no_dask,
+      public=LOCAL | {"step_m"})  # fmt: skip
+def _dask_privatize_parquet(ctx: Ctx) -> Any:
+    # the published directory: the parts as a reader loads them and the Result file beside them
+    import dataclasses
+    import tempfile
+    from pathlib import Path
+
+    import dask
+    import geopandas as gpd
+
+    target = Path(tempfile.mkdtemp()) / "out"
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", public=["step_m"])
+        res = b.privatize(eps=2e-4, per="point", to=target, rng=ctx.rng(121))
+    back = gpd.read_parquet(target)
+    back.attrs["published json"] = (target / "_gpframe_result.json").read_text()
+    return dataclasses.replace(res, value=back)
+
+
+@case(name="range_count/dask/last-fix", frontend="dask", covers=("dask.range_count",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.range_count", "gpframe.dask.partitions",
+               QF + "range_count", QF + "range_count_regions"), missing=_no_dask)  # fmt: skip
+def _dask_range_count(ctx: Ctx) -> Any:
+    import dask
+    import shapely
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.range_count(shapely.box(*REGION), rho=1e-6, component=gp_last("ts"),
+                             rng=ctx.rng(123))  # fmt: skip
+
+
+@case(name="kde_raster/dask/last-fix", frontend="dask", covers=("dask.kde_raster",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.kde", "gpframe.dask.partitions",
+               QF + "kde", QF + "kde_bounds"), missing=_no_dask)  # fmt: skip
+def _dask_kde_raster(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.kde_raster(bandwidth_m=2_000, cell_m=500, bounds=REGION, rho=1e-6,
+                            component=gp_last("ts"), rng=ctx.rng(124))  # fmt: skip
+
+
+@case(name="knn/dask/rows", frontend="dask", covers=("dask.knn",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.knn", "gpframe.dask.partitions",
+               QF + "knn"), missing=_no_dask)  # fmt: skip
+def _dask_knn(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.knn(POINT, 3, rho=1e-6, rng=ctx.rng(125))
+
+
+def gp_last(col: str) -> Any:
+    import gpframe as gp
+
+    return gp.Last(col)
+
+
+@case(name="privatize/dask/budget-exclusion", frontend="dask", covers=("dask.privatize",),
+      modules=DASK, missing=_no_dask)  # fmt: skip
+def _dask_privatize_excluded(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.privatize(rho=1e3, rng=ctx.rng(122))  # the budget is rho=100
 
 
 # --------------------------------------------------------------------------------------------

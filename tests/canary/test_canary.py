@@ -323,6 +323,16 @@ def discovered_operations(con: Any) -> set[str]:
         for n, f in inspect.getmembers(GeoPriv, inspect.isfunction)
         if not n.startswith("_")
     }
+    try:
+        from gpframe.dask import DaskGeoPriv
+    except ImportError:  # the dask extra is not installed: no Dask face to discover
+        DaskGeoPriv = None
+    if DaskGeoPriv is not None:
+        found |= {
+            f"dask.{n}"
+            for n, f in inspect.getmembers(DaskGeoPriv, inspect.isfunction)
+            if not n.startswith("_")
+        }
     for prefix, mod in (("monitor", gp.monitor), ("duckdb", gp.duckdb)):
         # the public names: __all__, and any public function of the module (or of its
         # gpframe.duckdb_* siblings) it exposes without listing it; re-exported mechanisms
@@ -358,6 +368,7 @@ def test_discovery_sees_every_frontend(ctx: Ctx) -> None:
     for name in (
         "accessor.privatize",
         "accessor.grid_stats",
+        "dask.privatize",
         "monitor.threshold_query",
         "duckdb.knn",
         "sql.gp_privatize",

@@ -1,0 +1,145 @@
+"""The Dask face on a LocalCluster (2 workers, 1 thread each) vs the pandas face, same points.
+
+For each operation of the Dask face (privatize, range_count, kde_raster: one point per user, the
+last by time), one warm-up, then the best of ``--repeat`` timed runs of
+
+* the pandas path: ``df.geopriv(...).<op>(...)`` on one in-memory frame (the baseline);
+* the Dask path: ``ddf.geopriv(...).<op>(...)`` on the same points, already on the workers
+  (``ddf.persist()``: what reading partitioned Parquet gives), output in memory on the client;
+* the Dask path writing Parquet (``to=``: staged, charged, published), against the pandas path
+  followed by ``to_parquet`` of its output.
+
+The Dask path shuffles on the user column every query (``docs/beyond-one-machine.md``);
+``--indexed`` gives it a frame already indexed by user (what ``set_index`` once, or data written
+partitioned by user, gives), which shows the face's own overhead without the shuffle.
+
+Every run charges a fresh in-memory Session, so ledger work is included on both sides. Prints
+seconds per path and the ratio Dask / pandas (goal: <= 1.5x at 10**6 points).
+
+    PYTHONPATH=. python benchmarks/speed/dask_path.py --points 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import shapely
+
+import gpframe as gp
+import gpframe.dask
+import gpframe.frame.accessor
+
+CRS = "EPSG:32724"
+GOAL = 1.5
+
+
+def data(n: int, users: int) -> pd.DataFrame:
+    r = np.random.default_rng(0)  # the true points only
+    return pd.DataFrame({
+        "user_id": r.integers(0, users, n),
+        "x": 500_000 + r.uniform(-5e3, 5e3, n),
+        "y": 8_800_000 + r.uniform(-5e3, 5e3, n),
+        "t": np.arange(n),
+    })  # fmt: skip
+
+
+def session() -> gp.Session:
+    return gp.Session(budget=gp.CGP(rho=1.0))
+
+
+KW = {"user": "user_id", "x": "x", "y": "y", "crs": CRS, "public": ["t"]}
+
+
+def best(fn, repeat: int) -> float:
+    fn()  # warm-up (imports, the cluster's first tasks)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=1_000_000)
+    ap.add_argument("--users", type=int, default=10_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--indexed", action="store_true",
+                    help="give the Dask path a frame indexed by user (no shuffle per query)")
+    ap.add_argument("--ops", nargs="+", default=["privatize", "range_count", "kde_raster"],
+                    choices=["privatize", "range_count", "kde_raster"])
+    args = ap.parse_args()
+
+    import dask.dataframe as dd
+    from distributed import Client, LocalCluster
+
+    logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
+    df = data(args.points, args.users)
+    tmp = Path(tempfile.mkdtemp())
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+        silence_logs=logging.ERROR,
+    ) as lc, Client(lc):  # fmt: skip
+        ddf = dd.from_pandas(df, npartitions=args.partitions).persist()
+        if args.indexed:  # partitioned by user already (sorted, known divisions): no shuffle
+            ddf = ddf.set_index("user_id").persist()
+        print(f"{args.points:,} points, {args.users:,} users, {args.partitions} partitions, "
+              "LocalCluster 2 workers x 1 thread, "
+              f"{'indexed by user (no shuffle)' if args.indexed else 'shuffled per query'}")
+
+        def pandas_mem():
+            df.geopriv(session(), **KW).privatize(rho=1e-4)
+
+        def dask_mem():
+            ddf.geopriv(session(), **KW).privatize(rho=1e-4)
+
+        k = [0]
+
+        def pandas_file():
+            k[0] += 1
+            out = df.geopriv(session(), **KW).privatize(rho=1e-4)
+            out.to_parquet(tmp / f"pd{k[0]}.parquet")
+
+        def dask_file():
+            k[0] += 1
+            ddf.geopriv(session(), **KW).privatize(rho=1e-4, to=tmp / f"dk{k[0]}")
+
+        zone = shapely.box(497_000, 8_797_000, 503_000, 8_803_000)
+        last = gp.Last("t")
+        kde = {"bandwidth_m": 1_000, "cell_m": 100, "rho": 1e-4, "component": last,
+               "bounds": (494_000, 8_794_000, 506_000, 8_806_000)}  # fmt: skip
+        rows = {
+            "privatize": [("privatize (in memory)", pandas_mem, dask_mem),
+                          ("privatize (to Parquet)", pandas_file, dask_file)],
+            "range_count": [(
+                "range_count (dist-elim)",
+                lambda: df.geopriv(session(), **KW).range_count(zone, rho=1e-4, component=last),
+                lambda: ddf.geopriv(session(), **KW).range_count(zone, rho=1e-4,
+                                                                 component=last),
+            )],
+            "kde_raster": [(
+                "kde_raster (120 x 120)",
+                lambda: df.geopriv(session(), **KW).kde_raster(**kde),
+                lambda: ddf.geopriv(session(), **KW).kde_raster(**kde),
+            )],
+        }
+        for name, base, fn in [r for op in args.ops for r in rows[op]]:
+            tb, tf = best(base, args.repeat), best(fn, args.repeat)
+            ratio = tf / tb
+            print(f"{name:28s} pandas {tb:7.2f} s   dask {tf:7.2f} s   ratio {ratio:5.2f}x  "
+                  f"{'OK' if ratio <= GOAL else 'SLOW'} (goal <= {GOAL}x); "
+                  f"dask {args.points / tf / 2:,.0f} points/s per worker")  # fmt: skip
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,383 @@
+"""``ddf.geopriv``: the accessor on dask DataFrames and dask-geopandas GeoDataFrames.
+
+See ``docs/beyond-one-machine.md``. Calling it checks the column roles against the frame's
+``meta`` (no data is read) and binds a session; the ledger stays in the client process and is
+never sent to a worker. The data are validated by each operation's first pass, before anything
+is reserved.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from gpframe.errors import CRSError, InvalidInputError
+from gpframe.release import check_public, protected_columns
+
+if TYPE_CHECKING:
+    from gpframe.mechanisms.noise.bits import BitSource
+
+__all__ = ["DaskGeoPriv", "DaskGeoPrivAccessor"]
+
+_NOTHING = "Nothing was charged."
+
+
+class DaskGeoPrivAccessor:
+    """``ddf.geopriv(session, user=...)``: bind a session and columns, get a DaskGeoPriv."""
+
+    def __init__(self, obj: Any) -> None:
+        self._obj = obj
+
+    def __call__(
+        self,
+        session: Any,
+        *,
+        user: str,
+        x: str | None = None,
+        y: str | None = None,
+        lon: str | None = None,
+        lat: str | None = None,
+        crs: Any = None,
+        to_crs: Any = None,
+        domain: Any = None,
+        public: Any = None,
+    ) -> DaskGeoPriv:
+        """Check the column roles on the frame's ``meta`` and bind ``session``.
+
+        The parameters are the pandas accessor's (:class:`gpframe.frame.accessor.GeoPrivAccessor`),
+        except ``partition=`` (not offered). The metric CRS must come from public information:
+        ``to_crs=``, ``domain=`` or coordinates already in a projected metre CRS; the pandas
+        face's fallback to the data's own extent would let every partition choose its own.
+
+        Parameters
+        ----------
+        session : gpframe.Session
+            The ledger every query charges; it lives in this (the client's) process.
+        user : str
+            Column of user ids, or the name of the index when the frame is indexed by user
+            with known divisions (then no shuffle is needed).
+        x, y, lon, lat, crs, to_crs, domain, public
+            As for the pandas accessor.
+
+        Returns
+        -------
+        DaskGeoPriv
+        """
+        meta = self._obj._meta
+        if session is None or not hasattr(session, "reserve"):
+            raise InvalidInputError(
+                f"session={session!r} is not a gpframe Session. Pass one: "
+                f"ddf.geopriv(gp.Session(budget=gp.CGP(rho=1e-4)), user='user_id'). {_NOTHING}"
+            )
+        by_index = user not in meta.columns and meta.index.name == user
+        if by_index and not self._obj.known_divisions:
+            raise InvalidInputError(
+                f"user={user!r} is the index but its divisions are unknown, so a user's rows may "
+                f"be in several partitions. Use ddf.reset_index() (gpframe then shuffles on the "
+                f"column) or ddf.set_index({user!r}) (sorted, known divisions). {_NOTHING}"
+            )
+        if user not in meta.columns and not by_index:
+            raise InvalidInputError(
+                f"user={user!r} is not a column of the frame (columns: "
+                f"{list(map(str, meta.columns))}). Name the user-id column, e.g. "
+                f"user='user_id'. {_NOTHING}"
+            )
+        for arg, name in (("x", x), ("y", y), ("lon", lon), ("lat", lat)):
+            if name is not None and name not in meta.columns:
+                raise InvalidInputError(
+                    f"{arg}={name!r} is not a column of the frame (columns: "
+                    f"{list(map(str, meta.columns))}). {_NOTHING}"
+                )
+        if x is None and y is None and lon is None and lat is None:
+            gname = getattr(meta, "_geometry_column_name", None)
+            if gname is None or gname not in meta.columns:
+                raise InvalidInputError(
+                    "no coordinates: pass x=/y= or lon=/lat= column names with crs=, or a "
+                    f"dask-geopandas GeoDataFrame with a point geometry column. {_NOTHING}"
+                )
+            if getattr(meta, "crs", None) is None and crs is None:
+                raise CRSError(
+                    "the GeoDataFrame has no CRS: set it first (ddf = ddf.set_crs('EPSG:4326')) "
+                    f"or pass crs=. gpframe never guesses units. {_NOTHING}"
+                )
+        elif crs is None:
+            raise CRSError(
+                f"columns {x or lon!r}/{y or lat!r} have no CRS: pass crs= explicitly, e.g. "
+                f"crs='EPSG:4326'. gpframe never guesses units. {_NOTHING}"
+            )
+        from gpframe.dask.partitions import Columns
+
+        prot = protected_columns(meta, (x, y, lon, lat))
+        cols = tuple(meta.columns) + ((user,) if by_index else ())
+        pub = check_public(cols, public, user=user, protected=prot)
+        gname = getattr(meta, "_geometry_column_name", None)
+        geo = gname in meta.columns
+        spec = Columns(user=user, x=x, y=y, lon=lon, lat=lat, crs=crs, to_crs=to_crs,
+                       domain=domain, public=pub, index_is_user=by_index,
+                       geometry=gname if geo else None,
+                       geometry_crs=getattr(meta, "crs", None) if geo else None)  # fmt: skip
+        dropped = [c for c in meta.columns if c not in pub and c not in prot]
+        return DaskGeoPriv(self._obj, session, spec, dropped=dropped)
+
+
+class DaskGeoPriv:
+    """A dask frame bound to a session and its column roles; its methods run private queries.
+
+    Every method validates on the client, reserves through the one driver
+    (:func:`gpframe.ledger.run.run`), runs the array code of :mod:`gpframe.queries` in the
+    Dask graph, and returns or publishes nothing before the charge is committed.
+    """
+
+    def __init__(self, ddf: Any, session: Any, cols: Any, *, dropped: list[Any]) -> None:
+        self.ddf = ddf
+        self.session = session
+        self.cols = cols
+        #: input columns the outputs leave out (named in one warning per call)
+        self.dropped = dropped
+        meta = ddf._meta
+        self.is_geo = getattr(meta, "_geometry_column_name", None) in meta.columns
+
+    def __repr__(self) -> str:
+        return (
+            f"DaskGeoPriv({self.ddf.npartitions} partitions, user={self.cols.user!r}, "
+            f"shuffle={'no' if self.cols.index_is_user else 'on ' + repr(self.cols.user)})"
+        )
+
+    def privatize(
+        self,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        per: Literal["user", "point"] = "user",
+        beta: float = 0.05,
+        to: Any = None,
+        rng: BitSource | None = None,
+    ) -> Any:
+        """Release every point with noise, partition by partition (``docs/beyond-one-machine.md``).
+
+        The pandas face's privatize (``docs/operations/privatize.md``; Liang & Yi,
+        'Concentrated Geo-Privacy' (2023), Thm. 4.6, Thm. 4.8) run on partitions that hold
+        whole users. Noise: GP planar Laplace at ε/n per point (``eps``), CGP lattice Gaussian
+        at ρ/n per point (``rho``), n the user's number of points (``per="user"``); the amount
+        per point with ``per="point"``. Charge: per user, the amount (``per="user"``) or
+        n × amount (``per="point"``), committed before anything is returned or published.
+
+        Parameters
+        ----------
+        rho, eps : float, optional
+            Per-user amount on a CGP (ρ, m⁻²) or GP (ε, m⁻¹) session; exactly one.
+        per : {"user", "point"}
+            Split a user's amount over their points, or charge every point the amount.
+        beta : float
+            Failure probability of the reported error bounds, in (0, 1).
+        to : path, optional
+            Write the output as Parquet (one file per partition) to this new directory:
+            staged in ``<to>.staging-<query_id>`` and renamed to ``to`` after the charge. On
+            a cluster, a filesystem the workers and the client share. None: return the
+            output in memory.
+        rng : BitSource, optional
+            None: each worker draws from its own OS CSPRNG. Tests pass
+            ``gp.testing.seeded_rng(seed)`` (each partition gets its own child stream).
+
+        Returns
+        -------
+        geopandas.GeoDataFrame or PrivatizeResult
+            In memory: the pandas face's output (noisy points, index, public columns), rows
+            grouped by partition, with the :class:`~gpframe.results.PrivatizeResult` in
+            ``attrs["geopriv"]``. With ``to=``: the Result (``value`` None,
+            ``params["output"]`` the published directory, which also holds it as
+            ``_gpframe_result.json``).
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, pandas as pd, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": [1, 1, 2, 3], "x": [500_100.0, 500_150.0, 500_200.0,
+        ...                    530_000.0], "y": [4_500_100.0, 4_500_120.0, 4_500_300.0,
+        ...                    4_530_000.0]})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> ddf = dd.from_pandas(df, npartitions=2)
+        >>> out = ddf.geopriv(session, user="boat", x="x", y="y",
+        ...                   crs="EPSG:32618").privatize(rho=1e-5)
+        >>> len(out), out.attrs["geopriv"].n_charged, session.spent().tolist()
+        (4, 3, [1e-05, 1e-05, 1e-05])
+        """
+        from gpframe.dask.privatize import privatize
+
+        return privatize(self, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng)
+
+
+    def range_count(
+        self,
+        region: Any,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        method: Literal["pt", "dist", "pt-elim", "dist-elim"] = "dist-elim",
+        rounds: int = 10,
+        split: Literal["doubling", "even"] = "doubling",
+        beta: float = 0.05,
+        component: Any = None,
+        reduce: Literal["first", "last"] | None = None,
+        rng: BitSource | None = None,
+    ) -> Any:
+        """Count the users whose point lies inside ``region``, privately, partition by partition.
+
+        The pandas face's ``range_count`` (``docs/operations/range_count.md``; Liang & Yi,
+        'Adaptive Privacy Budgeting' (2026), Alg. 4, Alg. 6) for one region; each user's point
+        (``component=``) is selected on the partition holding all of the user's rows, every
+        partition runs the elimination on its users, and the count, its error and the rounds
+        histogram are exact integer sums (``docs/beyond-one-machine.md``). Noise: ``dist`` the
+        signed distance to the boundary, ``pt`` the point, lattice Gaussian (``rho``) or Laplace
+        (``eps``) at each round's part of the allocation. Charge: per user, the allocation
+        (``pt``, ``dist``) or the parts of the rounds the user ran (``*-elim``), committed
+        before the result is returned.
+
+        Parameters
+        ----------
+        region : shapely Polygon or MultiPolygon
+            One region, in the data's CRS (count several regions with one call each).
+        rho, eps, method, rounds, split, beta, component, reduce
+            As for the pandas accessor (``allocations=`` and plans are not offered here).
+        rng : BitSource, optional
+            None: each worker draws from its own OS CSPRNG.
+
+        Returns
+        -------
+        RangeCountResult
+            ``value`` the noisy count, ``error`` its bound at 1 − β, the per-user charges.
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, pandas as pd, shapely, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": [1, 2, 3], "x": [500_100.0, 500_200.0, 530_000.0],
+        ...                    "y": [4_500_100.0, 4_500_300.0, 4_530_000.0]})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(session, user="boat", x="x",
+        ...                                                   y="y", crs="EPSG:32618")
+        >>> res = bound.range_count(shapely.box(490_000, 4_490_000, 510_000, 4_510_000),
+        ...                         rho=1e-4)
+        >>> res.n_charged, res.n_excluded, res.value        # far from the edges: all decided
+        (3, 0, 2)
+        """
+        from gpframe.dask.range_count import range_count
+
+        return range_count(self, region, rho=rho, eps=eps, method=method, rounds=rounds,
+                           split=split, beta=beta, component=component, reduce=reduce,
+                           rng=rng)  # fmt: skip
+
+
+    def kde_raster(
+        self,
+        *,
+        bandwidth_m: float,
+        cell_m: float = 100,
+        bounds: tuple[float, float, float, float] | None = None,
+        rho: float | None = None,
+        eps: float | None = None,
+        correct: bool = True,
+        component: Any = None,
+        reduce: Literal["first", "last"] | None = None,
+        rng: BitSource | None = None,
+    ) -> Any:
+        """Estimate the density of the users' points on a grid, privately, across partitions.
+
+        The pandas face's ``kde_raster`` (``docs/operations/kde.md``; Liang & Yi, 'Adaptive
+        Privacy Budgeting' (2026), Alg. 7): each user's point (``component=``) is released once
+        on the worker holding the user's rows, and the client builds the raster from the
+        released points (``docs/beyond-one-machine.md``). Noise: one release per user at the
+        allocation (CGP lattice Gaussian, σ = (1 + √2·g/r_min)·k/√(2ρ) per coordinate; GP
+        planar Laplace). Charge: the allocation's guarantee, once per user however many cells.
+
+        Parameters
+        ----------
+        bandwidth_m, cell_m, bounds, rho, eps, correct, component, reduce
+            As for the pandas accessor.
+        rng : BitSource, optional
+            None: each worker draws from its own OS CSPRNG.
+
+        Returns
+        -------
+        Raster
+            ``value`` the density per m² (row 0 north) in the metric CRS.
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, numpy as np, pandas as pd, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": range(200), "x": 500_000.0 + np.arange(200),
+        ...                    "y": 4_500_000.0 + np.arange(200)})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(session, user="boat", x="x",
+        ...                                                   y="y", crs="EPSG:32618")
+        >>> r = bound.kde_raster(bandwidth_m=1000, cell_m=200, rho=1e-4,
+        ...                      bounds=(490_000, 4_490_000, 510_000, 4_510_000))
+        >>> r.shape, r.n_charged, float(session.spent().max())
+        ((100, 100), 200, 0.0001)
+        """
+        from gpframe.dask.kde import kde_raster
+
+        return kde_raster(self, bandwidth_m=bandwidth_m, cell_m=cell_m, bounds=bounds, rho=rho,
+                          eps=eps, correct=correct, component=component, reduce=reduce,
+                          rng=rng)  # fmt: skip
+
+
+    def knn(
+        self,
+        point: Any,
+        k: int,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        compat: Literal["reference"] | None = None,
+        gamma0: float | None = None,
+        scan_order: Literal["random", "input"] | None = None,
+        max_cycles: int = 1000,
+        beta: float = 0.05,
+        rng: BitSource | None = None,
+    ) -> Any:
+        """Select each user's k private nearest neighbours of ``point`` among the user's rows.
+
+        The pandas face's k-PNN (``docs/operations/knn.md``; Liang & Yi, 'Concentrated
+        Geo-Privacy' (2023), Alg. 2), each partition running it for the users it holds
+        (``docs/beyond-one-machine.md``). It releases which rows are nearest, never a
+        coordinate. Noise: PNN calls with Laplace draws at ε = √(2ρ/k) per call (CGP) or ε/k
+        (GP). Charge: ρ (or ε) once per admitted user (a GP run on a CGP budget costs ε²/2).
+
+        Parameters
+        ----------
+        point : shapely Point or (x, y)
+            The public query point, in the data's CRS.
+        k, rho, eps, compat, gamma0, scan_order, max_cycles, beta
+            As for the pandas accessor.
+        rng : BitSource, optional
+            None: each worker draws from its own OS CSPRNG.
+
+        Returns
+        -------
+        pandas.DataFrame
+            The selected rows: their labels (index), the declared-public columns and
+            ``knn_rank``, rows grouped by partition; ``attrs["geopriv"]`` is the KnnResult.
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, pandas as pd, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": [1, 1, 1, 2], "x": [500_000.0, 500_050.0, 509_000.0,
+        ...                    500_010.0], "y": [4_500_000.0] * 4})
+        >>> s = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(s, user="boat", x="x", y="y",
+        ...                                                   crs="EPSG:32618")
+        >>> out = bound.knn((500_000.0, 4_500_000.0), 2, rho=1e-4)
+        >>> sorted(out["knn_rank"].tolist()), list(out.columns), s.spent().tolist()
+        ([1, 1, 2], ['boat', 'knn_rank'], [0.0001, 0.0001])
+        """
+        from gpframe.dask.knn import knn
+
+        return knn(self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
+                   scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng)  # fmt: skip
+
+
+def register() -> None:
+    """Register ``geopriv`` on dask DataFrames once (dask-geopandas frames inherit it)."""
+    import dask.dataframe as dd
+    from dask.dataframe.extensions import register_dataframe_accessor
+
+    if "geopriv" not in dd.DataFrame.__dict__:
+        register_dataframe_accessor("geopriv")(DaskGeoPrivAccessor)

@@ -1,0 +1,368 @@
+"""Partitions that hold whole users, and the first pass over them that releases nothing.
+
+See ``docs/beyond-one-machine.md``. A per-user operation needs every row of a user in one
+partition: the frame is shuffled on the user column unless it is already indexed by it with
+known divisions (then each user id lies in exactly one partition). The first pass runs the
+pandas face's own validation (:func:`gpframe.geo.locate_points`, the projection, the
+coordinate-copy check) on every partition and returns only what the client needs to reserve:
+each partition's users (sorted) and their point counts, and the public metric CRS. No noise is
+drawn and nothing is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpframe.errors import GpframeInternalError, InvalidInputError
+
+__all__ = [
+    "Columns",
+    "Component",
+    "PartCheck",
+    "by_user",
+    "check_partition",
+    "digest",
+    "first",
+    "from_xy",
+    "locate",
+    "metric_kind",
+    "one_point_pass",
+    "prepare",
+    "spawn_rng",
+    "to_xy",
+]
+
+_NOTHING = "Nothing was charged."
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The column roles and public parameters every task gets (never the session)."""
+
+    user: str
+    x: Any = None
+    y: Any = None
+    lon: Any = None
+    lat: Any = None
+    crs: Any = None
+    to_crs: Any = None
+    domain: Any = None
+    public: tuple[Any, ...] = ()
+    #: the frame is indexed by the user column (known divisions): no shuffle, no user column
+    index_is_user: bool = False
+    #: a GeoDataFrame's active geometry column and CRS (a shuffle may hand back plain frames)
+    geometry: Any = None
+    geometry_crs: Any = None
+
+
+@dataclass(frozen=True)
+class PartCheck:
+    """What the first pass learns of one partition: nothing but public or ledger-side facts."""
+
+    users: np.ndarray  # the partition's distinct user ids, sorted
+    counts: np.ndarray  # int64 points per user, aligned with ``users``
+    crs_m: str | None = None  # the metric CRS (WKT), chosen from public information only
+    choice: str | None = None
+    scale_max: float = 1.0
+    noise_inflation: float = 1.0
+    crs_in: str | None = None  # the input CRS (WKT), for public query objects (a region)
+
+
+def by_user(ddf: Any, cols: Columns) -> tuple[Any, bool]:
+    """Return ``ddf`` with every user's rows in one partition, and whether it was shuffled.
+
+    Skipped when the index is the user column with known divisions. Otherwise a hash shuffle
+    on the user column: every row crosses the network once (on a cluster, the whole frame
+    is moved between workers; see ``docs/beyond-one-machine.md``).
+    """
+    if cols.index_is_user:
+        return ddf, False
+    if cols.geometry is not None:
+        # the shuffle moves Arrow tables, which cannot carry a geometry column: the points
+        # travel as WKB (exact: the same doubles) and each partition decodes them (_frame)
+        meta = _to_wkb(ddf._meta, cols.geometry)
+        ddf = ddf.map_partitions(_to_wkb, cols.geometry, meta=meta)
+    return ddf.shuffle(on=cols.user), True
+
+
+def _to_wkb(part: pd.DataFrame, geometry: Any) -> pd.DataFrame:
+    """Return a plain frame whose geometry column holds WKB bytes."""
+    import shapely
+
+    out = pd.DataFrame(part)
+    out[geometry] = shapely.to_wkb(np.asarray(part[geometry].array, dtype=object))
+    return out
+
+
+def to_xy(frame: Any) -> tuple[pd.DataFrame, Any, Any, Any, Any]:
+    """Return a frame of points as (frame without geometry, name, CRS, x, y), to ship it fast.
+
+    Pickling shapely objects is slow; two float arrays are not (NaN: an empty geometry).
+    """
+    import shapely
+
+    name = getattr(frame, "_geometry_column_name", None)
+    if name is None or name not in frame.columns:
+        return pd.DataFrame(frame), None, None, None, None
+    geom = np.asarray(frame[name].array, dtype=object)
+    plain = pd.DataFrame(frame).drop(columns=[name])
+    cols = list(frame.columns)
+    return plain, (name, cols), frame.crs, shapely.get_x(geom), shapely.get_y(geom)
+
+
+def from_xy(shipped: tuple[pd.DataFrame, Any, Any, Any, Any]) -> Any:
+    """Undo :func:`to_xy` (on the client): the same GeoDataFrame, column order and CRS."""
+    import geopandas as gpd
+
+    plain, named, crs, xs, ys = shipped
+    if named is None:
+        return plain
+    name, cols = named
+    geom = gpd.points_from_xy(xs, ys, crs=crs)
+    geom[np.isnan(xs)] = None
+    out = plain.copy(deep=False)
+    out[name] = geom
+    return gpd.GeoDataFrame(out[cols], geometry=name, crs=crs)
+
+
+def _frame(part: pd.DataFrame, cols: Columns) -> pd.DataFrame:
+    """Return the partition as the pandas face reads it (the user index back as a column)."""
+    out = part
+    if cols.geometry is not None and getattr(part, "_geometry_column_name", None) is None:
+        import geopandas as gpd
+
+        geom = part[cols.geometry]
+        if len(geom) and not isinstance(geom.dtype, gpd.array.GeometryDtype):
+            geom = gpd.GeoSeries.from_wkb(geom.to_numpy(), index=part.index)
+        out = gpd.GeoDataFrame(part.drop(columns=[cols.geometry]),
+                               geometry=gpd.GeoSeries(geom, index=part.index).values,
+                               crs=cols.geometry_crs)  # fmt: skip
+        out = out.rename_geometry(cols.geometry) if cols.geometry != "geometry" else out
+        out = out[list(part.columns)]
+    if cols.index_is_user:
+        out = out.copy(deep=False)
+        out.index = out.index.rename(None)
+        out[cols.user] = part.index.to_numpy()
+    return out
+
+
+def locate(part: pd.DataFrame, cols: Columns) -> tuple[pd.DataFrame, Any, Any]:
+    """Validate and project one partition exactly as the pandas face does.
+
+    Returns the frame, the :class:`~gpframe.geo.Located` points and their
+    :class:`~gpframe.geo.Projected` metres.
+    """
+    from gpframe.geo import locate_points
+    from gpframe.release import refuse_coordinate_copies
+
+    frame = _frame(part, cols)
+    located = locate_points(
+        frame, user=cols.user, x=cols.x, y=cols.y, lon=cols.lon, lat=cols.lat, crs=cols.crs,
+        to_crs=cols.to_crs, domain=cols.domain,
+    )  # fmt: skip
+    refuse_coordinate_copies(frame, cols.public[1:], located)
+    p = located.project()
+    refuse_coordinate_copies(frame, cols.public[1:], p)
+    return frame, located, p
+
+
+@dataclass(frozen=True)
+class Component:
+    """Which row is each user's one point (``range_count``'s ``component=`` and ``reduce=``)."""
+
+    component: Any = None
+    reduce: Any = None
+    operation: str = "range_count"
+
+    def rows(self, frame: pd.DataFrame, p: Any, cols: Columns) -> np.ndarray:
+        """Positions of the selected rows, one per user (the pandas face's rule)."""
+        from gpframe.queries.range_count import select_component
+        from gpframe.release import protected_columns
+
+        skip = (cols.user, *protected_columns(frame, p.coords))
+        return select_component(frame, np.asarray(p.users), self.component, self.reduce,
+                                operation=self.operation, skip=skip)  # fmt: skip
+
+
+def check_partition(
+    part: pd.DataFrame, cols: Columns, select: Component | None = None
+) -> PartCheck:
+    """First pass over one partition: validate it, count its users' points; draw nothing.
+
+    With ``select`` (one point per user), the users are those with a selected row, each
+    counted once.
+    """
+    return _first_pass(part, cols, select)[0]
+
+
+def prepare(part: pd.DataFrame, cols: Columns, select: Component) -> tuple[PartCheck, Any]:
+    """Run the first pass of a one-point-per-user operation: (the check, the selected points).
+
+    The points (sorted by user, 16 bytes a user) stay on the worker (persisted) for the
+    release pass, which then neither validates nor selects again.
+    """
+    return _first_pass(part, cols, select)
+
+
+def _first_pass(
+    part: pd.DataFrame, cols: Columns, select: Component | None
+) -> tuple[PartCheck, Any]:
+    import warnings
+
+    from gpframe.geo import _CHOICE_DATA
+    from gpframe.queries.privatize_plan import check_coordinates
+
+    if len(part) == 0:
+        empty = PartCheck(users=np.array([], dtype=object), counts=np.zeros(0, np.int64))
+        return empty, np.zeros((0, 2))
+    with warnings.catch_warnings():
+        # the client states the extent refusal itself; a warning here would stay on a worker
+        warnings.simplefilter("ignore")
+        frame, _, p = locate(part, cols)
+        users_of = np.asarray(p.users)
+        xy = None
+        if select is not None:
+            pos = select.rows(frame, p, cols)
+            users_of = users_of[pos]
+            codes, uniq = pd.factorize(pd.Series(users_of), sort=True)
+            xy = np.empty((len(uniq), 2))
+            xy[codes] = p.xy[pos]  # one row per user, in the sorted users' order
+    if p.crs_choice == _CHOICE_DATA:
+        raise InvalidInputError(
+            "the Dask face needs a metric CRS chosen from public information: each partition "
+            "would otherwise choose its own from its points' extent. Pass to_crs= (a projected "
+            "CRS in metres), domain=(lon_min, lat_min, lon_max, lat_max), or coordinates "
+            f"already in a projected metre CRS. {_NOTHING}"
+        )
+    check_coordinates(p.xy)
+    users, counts = user_counts(users_of)
+    return PartCheck(
+        users=users, counts=counts, crs_m=p.crs_m.to_wkt(), choice=p.crs_choice,
+        scale_max=float(p.scale_max), noise_inflation=float(p.noise_inflation),
+        crs_in=p.crs_in.to_wkt(),
+    ), xy  # fmt: skip
+
+
+def metric_kind(session: Any, rho: Any, eps: Any, example: str) -> tuple[str, Any]:
+    """Return the session's metric notion and the exact amount (``rho=`` / ``eps=``), checked."""
+    from gpframe.accounting.amounts import metric_amount
+
+    kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
+    if kind not in ("gp", "cgp"):
+        raise InvalidInputError(
+            "the session has no metric budget (GP or CGP); open it with "
+            f"gp.Session(budget=gp.CGP(rho=...)). {_NOTHING}"
+        )
+    return metric_amount(rho, eps, example=example, filter_kind=kind, same_kind=True)
+
+
+@dataclass(frozen=True)
+class OnePoint:
+    """The first pass of a one-point-per-user operation, as the client holds it."""
+
+    parts: tuple[Any, ...]  # per partition: (check, selected points), persisted on the workers
+    checks: list[PartCheck]
+    users: np.ndarray  # every user with a selected point, partition by partition, sorted within
+    offsets: np.ndarray  # partition i's users are users[offsets[i]:offsets[i + 1]]
+    ref: PartCheck  # carries the metric CRS
+
+    def wants(self) -> list[str]:
+        """Each partition's digest (its recomputation must find the same users)."""
+        return [digest(c.users, c.counts) for c in self.checks]
+
+
+def one_point_pass(ddf: Any, cols: Columns, select: Component, empty: str) -> OnePoint:
+    """Shuffle, validate and select one point per user on every partition; draw nothing.
+
+    ``empty`` is the refusal when no user has a selected row.
+    """
+    import dask
+
+    data, _ = by_user(ddf, cols)
+    parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
+    checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
+    if not any(len(c.users) for c in checks):
+        raise InvalidInputError(f"{empty} {_NOTHING}")
+    users, _, offsets, ref = combine(checks)
+    return OnePoint(tuple(parts), checks, users, offsets, ref)
+
+
+def first(prepared: tuple[PartCheck, Any]) -> PartCheck:
+    """Return the check of a prepared partition (what the client fetches of the first pass)."""
+    return prepared[0]
+
+
+def user_counts(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct users (sorted) and their row counts; the same order on every pass."""
+    codes, uniques = pd.factorize(pd.Series(users), sort=True)
+    counts = np.bincount(codes, minlength=len(uniques)).astype(np.int64)
+    return np.asarray(uniques, dtype=object), counts
+
+
+def digest(users: np.ndarray, counts: np.ndarray) -> str:
+    """Fingerprint of a partition's users and counts (both passes must see the same)."""
+    h = hashlib.sha256()
+    h.update(repr([(type(u).__name__, str(u)) for u in users.tolist()]).encode())
+    h.update(np.asarray(counts, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def combine(checks: list[PartCheck]) -> tuple[np.ndarray, np.ndarray, np.ndarray, PartCheck]:
+    """Concatenate the partitions' users; refuse a user in two partitions or two metric CRSs.
+
+    Returns the users, their counts, each partition's offset into them, and the check that
+    carries the (common) metric CRS.
+    """
+    live = [c for c in checks if len(c.users)]
+    if not live:
+        raise InvalidInputError(
+            f"the frame is empty (0 rows): there is nothing to analyse. {_NOTHING}"
+        )
+    crs = {(c.crs_m, c.scale_max) for c in live}
+    if len(crs) != 1:  # public information only, so the same everywhere: a bug if not
+        raise GpframeInternalError(f"the partitions chose different metric CRSs: {crs!r}.")
+    users = np.concatenate([c.users for c in checks])
+    counts = np.concatenate([c.counts for c in checks]).astype(np.int64)
+    if pd.Series(users).duplicated().any():
+        raise GpframeInternalError(
+            "a user's rows are in several partitions after the shuffle on the user column."
+        )
+    offsets = np.cumsum([0] + [len(c.users) for c in checks])
+    return users, counts, offsets, live[0]
+
+
+def spawn_rng(rng: Any, i: int) -> Any:
+    """Return what partition ``i`` draws from on its worker (``docs/noise.md``).
+
+    ``None`` stays ``None``: each worker draws from its own OS CSPRNG. A secure source is
+    re-created on the worker (its class, never its state). A test source (enabled in the
+    worker's process by ``gpframe.testing.enable_seeded()``) gives each partition its own
+    child stream, so two partitions never reuse the same bits.
+    """
+    from gpframe.mechanisms.noise import bits
+
+    if rng is None:
+        return None
+    if type(rng) in bits._SECURE:
+        return _Fresh(type(rng))
+    return rng.spawn(i)
+
+
+@dataclass(frozen=True)
+class _Fresh:
+    """A secure source class, instantiated where the noise is drawn."""
+
+    cls: type
+
+    def make(self) -> Any:
+        return self.cls()
+
+
+def worker_rng(spawned: Any) -> Any:
+    """Turn what :func:`spawn_rng` shipped into the source to draw from on this worker."""
+    return spawned.make() if isinstance(spawned, _Fresh) else spawned

@@ -1,0 +1,265 @@
+"""``ddf.geopriv(...).privatize``: the pandas face's privatize, one partition per task.
+
+See ``docs/beyond-one-machine.md`` and ``docs/operations/privatize.md``. The order of a call:
+
+1. the client validates the amounts, ``rng=`` and ``to=`` (nothing reserved yet);
+2. the frame is shuffled on the user column (skipped when it is indexed by it with known
+   divisions) and a first pass validates every partition and counts each user's points
+   (:mod:`gpframe.dask.partitions`): no noise, nothing written;
+3. the driver (:func:`gpframe.ledger.run.run`) reserves the users' allocations in the client's
+   ledger, then its ``compute`` runs one task per partition: the partition's admitted users
+   are noised by :func:`gpframe.queries.privatize.privatize_points` with the worker's own OS
+   CSPRNG, and the output is built by :func:`gpframe.release.privatized_frame` and written to
+   the staging directory (``to=``) or sent back to the client;
+4. the driver commits the charge, computed on the client from the mechanisms' guarantees the
+   tasks report (the same :func:`gpframe.queries.privatize_plan.actual_units` as pandas);
+5. only then the client publishes the staging directory (one rename) or returns the frame.
+
+Noise: per user, exactly the pandas face's (GP planar Laplace at ε/n per point, CGP lattice
+Gaussian at ρ/n, ``per="user"``; the amount per point with ``per="point"``). Charge: the same
+per-user amounts as the pandas face (ε or ρ per user; n × amount per point).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpframe.errors import GpframeInternalError, GpframeWarning
+from gpframe.queries.privatize import PrivatizeArrays
+
+__all__ = ["PartOut", "Plan", "privatize", "release_partition"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The public parameters every release task gets (never the session, never the ledger)."""
+
+    cols: Any
+    kind: str
+    amount: Fraction
+    per: str
+    beta: float
+
+
+@dataclass
+class PartOut:
+    """What one release task sends back to the client."""
+
+    n_users: int = 0
+    groups: list[tuple[np.ndarray, Fraction]] = field(default_factory=list)
+    max_error_m: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    max_error_all_m: float = float("nan")
+    n_calls: int = 0
+    guarantees: list[Any] = field(default_factory=list)
+    noise_scale_m: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    xy: np.ndarray | None = None  # released metres (in memory only)
+    frame: Any = None  # the output partition (in memory only)
+    file: tuple[str, str] | None = None  # (name, sha256) of the staged file
+
+
+def release_partition(
+    part: pd.DataFrame, i: int, plan: Plan, admitted: np.ndarray, want: str, rng: Any,
+    n_all: int, staging: str | None,
+) -> PartOut:  # fmt: skip
+    """Noise one partition's admitted users; write or return its output (runs on a worker).
+
+    ``want`` is the first pass's digest of the partition's users and counts: a recomputed
+    shuffle must give the partition the same users, or the task fails (the driver then
+    settles the reservation in full).
+    """
+    from gpframe.dask.partitions import digest, locate, to_xy, user_counts, worker_rng
+    from gpframe.dask.staging import write_part
+    from gpframe.queries.privatize import privatize_points
+    from gpframe.release import privatized_frame
+
+    if len(part) == 0:
+        if len(admitted):
+            raise GpframeInternalError(f"partition {i} lost its rows between the two passes.")
+        return PartOut()
+    with warnings.catch_warnings():
+        # the client warns once (dropped columns); a worker's warning would be lost in its log
+        warnings.simplefilter("ignore", GpframeWarning)
+        frame, _, p = locate(part, plan.cols)
+        users, counts = user_counts(p.users)
+        if digest(users, counts) != want:
+            raise GpframeInternalError(
+                f"partition {i} holds other users than the first pass counted."
+            )
+        codes = pd.factorize(pd.Series(p.users), sort=True)[0]
+        out = privatize_points(
+            p.xy, codes, len(users), kind=plan.kind, amount=plan.amount,  # type: ignore[arg-type]
+            per=plan.per, admitted=admitted, scale_max=float(p.scale_max), beta=plan.beta,  # type: ignore[arg-type]
+            rng=worker_rng(rng), n_all=n_all,
+        )  # fmt: skip
+        frame_out = privatized_frame(frame, p, out.xy, out.released, plan.cols.public)
+    res = PartOut(
+        n_users=len(users), groups=out.charge_groups, max_error_m=out.max_error_m,
+        max_error_all_m=out.max_error_all_m, n_calls=out.n_calls, guarantees=out.guarantees,
+        noise_scale_m=out.noise_scale_m,
+    )  # fmt: skip
+    if staging is None:  # the points travel as floats (pickling shapely objects is slow)
+        res.xy, res.frame = out.xy, to_xy(frame_out)
+    else:
+        res.file = write_part(frame_out, staging, i)
+    return res
+
+
+def merge(outs: list[PartOut], offsets: np.ndarray, n_users: int) -> PrivatizeArrays:
+    """Merge the partitions' outputs into one :class:`PrivatizeArrays` (client's user order)."""
+    err = np.full(n_users, np.nan)
+    scale = np.full(n_users, np.nan)
+    groups: list[tuple[np.ndarray, Fraction]] = []
+    for o, off in zip(outs, offsets[:-1], strict=True):
+        if o.n_users:
+            err[off : off + o.n_users] = o.max_error_m
+            scale[off : off + o.n_users] = o.noise_scale_m
+            groups += [(np.asarray(u, np.int64) + off, c) for u, c in o.groups]
+    xys = [o.xy for o in outs if o.xy is not None]
+    alls = [o.max_error_all_m for o in outs if not np.isnan(o.max_error_all_m)]
+    return PrivatizeArrays(
+        xy=np.concatenate(xys) if xys else np.zeros((0, 2)),
+        released=np.zeros(0, dtype=bool),  # per row, in the partitions' frames
+        charges=[],  # the client computes them from charge_groups
+        max_error_m=err,
+        max_error_all_m=max(alls) if alls else float("nan"),
+        noise_scale_m=scale,
+        n_calls=sum(o.n_calls for o in outs),
+        guarantees=[g for o in outs for g in o.guarantees],
+        charge_groups=groups,
+    )
+
+
+@dataclass(frozen=True)
+class _Metric:
+    """The public metric CRS of the call, as the result builder reads it."""
+
+    crs_m: Any
+    scale_max: float
+    noise_inflation: float
+
+
+def privatize(
+    bound: Any, *, rho: Any, eps: Any, per: str, beta: float, to: Any, rng: Any
+) -> Any:  # fmt: skip
+    """Run privatize on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.privatize`)."""
+    import dask
+    import pyproj
+
+    from gpframe.accounting.amounts import LedgerUnits, metric_amount, probability
+    from gpframe.dask.partitions import (
+        by_user,
+        check_partition,
+        combine,
+        digest,
+        from_xy,
+        spawn_rng,
+    )
+    from gpframe.dask.staging import check_target, discard, publish, staging_dir
+    from gpframe.ledger.charges import filter_kind, ledger_keys
+    from gpframe.ledger.run import Charge, run
+    from gpframe.mechanisms.noise.bits import resolve_rng
+    from gpframe.queries import privatize as _pv
+    from gpframe.queries.privatize_plan import actual_units, amount_keyword, preflight, unit_floats
+    from gpframe.release import check_reserved, warn_dropped
+
+    # -- on the client, before anything is computed or reserved
+    rng = resolve_rng(rng)
+    kind, amount = metric_amount(rho, eps, example=".privatize(rho=1e-4)")
+    _pv.check_amount(kind, per, amount)
+    probability(beta)
+    target = check_target(to) if to is not None else None
+    cols = bound.cols
+    if not bound.is_geo:  # a DataFrame input gets a new geometry column
+        check_reserved(cols.public, ["geometry"], "privatize")
+    plan = Plan(cols=cols, kind=kind, amount=amount, per=per, beta=float(beta))
+
+    # -- first pass: whole users per partition, validated and counted; nothing drawn
+    data, shuffled = by_user(bound.ddf, cols)
+    if shuffled:  # both passes read the shuffled partitions: move the rows once
+        data = data.persist()
+    parts = data.to_delayed()
+    checks = list(dask.compute(*[dask.delayed(check_partition)(d, cols) for d in parts]))
+    users, counts, offsets, ref = combine(checks)
+    preflight(kind, amount, per, counts, ref.scale_max)
+    warn_dropped(bound.dropped, "privatize", stacklevel=3)
+
+    session = bound.session
+    ledger = session.ledger
+    fkind = filter_kind(session)
+    n_users = len(users)
+    mult = np.ones(n_users, np.int64) if per == "user" else counts
+    alloc_units, too_big = ledger.units_for("metric", amount, mult, kind=kind)
+    alloc_in = alloc_units.copy()
+    alloc_in[too_big] = LedgerUnits.MAX  # cannot be admitted (a budget is at most MAX units)
+    crs_m = pyproj.CRS.from_wkt(ref.crs_m)
+    params = {
+        amount_keyword(kind): float(amount),
+        "per": per,
+        "beta": float(beta),
+        "n_points": int(counts.sum()),
+        "crs_m": crs_m.to_string(),
+        "scale_max": float(ref.scale_max),
+    }
+    wants = [digest(c.users, c.counts) for c in checks]
+    staged: dict[str, Any] = {}
+
+    def compute(r: Any) -> Charge[Any]:
+        admitted = np.asarray(r.admitted, dtype=bool) & ~too_big
+        n_all = int(counts[admitted].sum())
+        staging = staging_dir(target, r.query_id) if target is not None else None
+        staged["dir"] = staging
+        try:
+            tasks = [
+                dask.delayed(release_partition)(
+                    d, i, plan, admitted[offsets[i] : offsets[i + 1]], wants[i],
+                    spawn_rng(rng, i), n_all, None if staging is None else str(staging),
+                )
+                for i, d in enumerate(parts)
+            ]
+            outs = list(dask.compute(*tasks))
+            merged = merge(outs, offsets, n_users)
+            act_u, act_f = actual_units(ledger, fkind, kind, per, merged, counts, n_users)
+        except BaseException:
+            discard(staging)  # nothing in it was published; the driver settles the reservation
+            raise
+        return Charge((admitted, outs, merged, act_f), act_u, units=True)
+
+    ran = run(
+        session, ledger_keys(users), alloc_in, notion="metric", query="privatize", params=params,
+        units=True, compute=compute,
+    )  # fmt: skip
+    # -- the charge is committed: build the Result, then publish or return
+    admitted, outs, merged, act_f = ran.value
+    # the workers' noise-scale warning, once for the whole query (as the pandas face warns)
+    _pv._warn_scales(merged.noise_scale_m, kind, per)
+    result = _pv.make_privatize_result(
+        kind=kind, amount=amount, per=per, beta=float(beta), users=users, counts=counts,
+        admitted=admitted, charges=act_f, out=merged, query_id=ran.query_id, fkind=fkind,
+        projected=_Metric(crs_m, ref.scale_max, ref.noise_inflation),
+        allocations=unit_floats(ledger, alloc_units),
+    )  # fmt: skip
+    if target is None:
+        frames = [from_xy(o.frame) for o in outs if o.frame is not None]
+        frame = pd.concat(frames) if len(frames) > 1 else frames[0]
+        frame.attrs["geopriv"] = result.to_attr()
+        return frame
+    result = _with_value(result, None, output=str(target))
+    files = dict(o.file for o in outs if o.file is not None)
+    # the digests let a reader check each part against what its accepted task wrote
+    saved = {**result.to_dict(value=False), "files": files}
+    publish(staged["dir"], target, files, json.dumps(saved))
+    return result
+
+
+def _with_value(result: Any, value: Any, **params: Any) -> Any:
+    """Return the result with another ``value`` and extra public parameters (it is frozen)."""
+    import dataclasses
+
+    return dataclasses.replace(result, value=value, params={**result.params, **params})

@@ -1,0 +1,229 @@
+"""``ddf.geopriv(...).range_count``: the pandas face's count, one partition per task.
+
+See ``docs/beyond-one-machine.md`` and ``docs/operations/range_count.md``; Liang & Yi, 'Adaptive
+Privacy Budgeting' (2026), Alg. 4, Alg. 6. Each user's one point (``component=``) is selected on
+the partition that holds all of the user's rows. The elimination is non-interactive (each user's
+rounds depend on that user's own noisy values only), so every partition runs
+:func:`gpframe.queries.range_count.range_count_arrays` on its users with the query's union-bound
+``n`` (the users queried over all partitions): each user's noise and stopping round have the
+law of one call over all users. The count, its error U, the rounds histogram and the numbers of
+users eliminated are integer sums over the partitions; the charges are per user. Noise and
+charges are the pandas face's (``dist``: the signed distance, ``pt``: the point; with
+``*-elim`` a user decided at round r pays the parts of the rounds run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from gpframe.errors import GpframeInternalError, InvalidInputError
+
+__all__ = ["CountOut", "count_partition", "range_count"]
+
+_NOTHING = "Nothing was charged."
+
+
+@dataclass(frozen=True)
+class CountTask:
+    """The public parameters every count task gets (never the session)."""
+
+    cols: Any
+    region_m: Any
+    kind: str
+    method: str
+    rounds: int
+    split: str
+    beta: float
+    unit: Fraction
+    scale_max: float
+
+
+@dataclass(frozen=True)
+class CountOut:
+    """One partition's released aggregates and its users' charges (in the filter's units)."""
+
+    estimate: int = 0
+    error: int = 0
+    hist: Any = None
+    n_low: int = 0
+    n_high: int = 0
+    n_undecided: int = 0
+    saving: float = 0.0
+    n_calls: int = 0
+    r_min: float = 1.0
+    charge_table: tuple[Fraction, ...] = ()
+    charge_codes: Any = None
+
+
+def count_partition(
+    prepared: Any, i: int, task: CountTask, alloc: Any, want: str, rng: Any, n_union: int
+) -> CountOut:
+    """Count one partition's queried users inside the region (runs on a worker).
+
+    ``prepared`` is the partition's first pass (:func:`gpframe.dask.partitions.prepare`),
+    kept on the worker; recomputed after a worker's death, it must hold the same users.
+    """
+    from gpframe.dask.partitions import digest, worker_rng
+    from gpframe.queries.range_count import range_count_arrays
+
+    if len(alloc) == 0:
+        return CountOut(charge_codes=np.zeros(0, np.int64))
+    check, xy = prepared
+    users = check.users
+    if digest(users, check.counts) != want:
+        raise GpframeInternalError(f"partition {i} holds other users than the first pass counted.")
+    out = range_count_arrays(
+        xy, users, task.region_m, kind=task.kind, amount=alloc,  # type: ignore[arg-type]
+        method=task.method, rounds=task.rounds, split=task.split, beta=task.beta,
+        unit=task.unit, scale_max=task.scale_max, n_union=n_union, rng=worker_rng(rng),
+    )  # fmt: skip
+    el = out.elimination
+    return CountOut(
+        estimate=out.estimate, error=out.error, hist=np.asarray(out.rounds_histogram),
+        n_low=out.n_low, n_high=out.n_high, n_undecided=out.n_undecided,
+        saving=float(out.saving), n_calls=out.n_calls, r_min=out.r_min,
+        charge_table=tuple(el.charge_table.tolist()), charge_codes=np.asarray(el.charge_codes),
+    )  # fmt: skip
+
+
+def merge(outs: list[CountOut], confidence: float) -> Any:
+    """Merge the partitions' counts into one :class:`RangeCountArrays`-like record."""
+    table: list[Fraction] = []
+    codes = []
+    for o in outs:
+        codes.append(np.asarray(o.charge_codes, np.int64) + len(table))
+        table += list(o.charge_table)
+    hists = [np.asarray(o.hist, np.int64) for o in outs if o.hist is not None]
+    hist = np.sum(hists, axis=0) if hists else np.zeros(1, np.int64)
+    ch = np.empty(len(table), dtype=object)
+    ch[:] = table
+    return SimpleNamespace(
+        estimate=sum(o.estimate for o in outs), error=sum(o.error for o in outs),
+        confidence=confidence, rounds_histogram=hist, n_low=sum(o.n_low for o in outs),
+        n_high=sum(o.n_high for o in outs), n_undecided=sum(o.n_undecided for o in outs),
+        saving=sum(o.saving for o in outs), n_calls=sum(o.n_calls for o in outs),
+        r_min=max([1.0, *(o.r_min for o in outs)]),
+        elimination=SimpleNamespace(charge_table=ch, charge_codes=np.concatenate(codes)),
+    )  # fmt: skip
+
+
+def _region(region: Any, crs_in: Any, crs_m: Any) -> tuple[Any, Any]:
+    """Validate one polygon in the data's CRS and project it: (GeoSeries, metre polygon)."""
+    import geopandas as gpd
+    import shapely
+
+    from gpframe.geo import project_geometry, validate_polygons
+
+    if not isinstance(region, (shapely.Polygon, shapely.MultiPolygon)):
+        raise InvalidInputError(
+            f"region must be one shapely Polygon or MultiPolygon in the data's CRS on the Dask "
+            f"face (got {type(region).__name__}); count several regions one call each. "
+            f"{_NOTHING}"
+        )
+    series = gpd.GeoSeries([region], crs=crs_in)
+    validate_polygons(series, name="region")
+    poly = project_geometry(series, crs_in, crs_m, name="region").array[0]
+    if not poly.area > 0:
+        raise InvalidInputError(
+            f"region has zero area in metres; pass a polygon with an interior. {_NOTHING}"
+        )
+    return series, poly
+
+
+def range_count(
+    bound: Any, region: Any, *, rho: Any, eps: Any, method: str, rounds: int, split: str,
+    beta: float, component: Any, reduce: Any, rng: Any,
+) -> Any:  # fmt: skip
+    """Run range_count on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.range_count`)."""
+    import dask
+    import pyproj
+
+    from gpframe.accounting.amounts import nonnegative
+    from gpframe.dask.partitions import Component, metric_kind, one_point_pass, spawn_rng
+    from gpframe.dask.privatize import _Metric
+    from gpframe.ledger.charges import ledger_keys
+    from gpframe.ledger.run import Charge, run
+    from gpframe.mechanisms.noise.bits import resolve_rng
+    from gpframe.queries.elimination import GroupedAmounts, check_method_parts
+    from gpframe.queries.range_count import check_options, region_result
+    from gpframe.queries.range_count_regions import combine_regions
+
+    # -- on the client, before anything is computed or reserved
+    session = bound.session
+    rng = resolve_rng(rng)
+    check_options(method, rounds, split, beta)
+    rounds = int(rounds)
+    kind, _ = metric_kind(session, rho, eps, ".range_count(region, rho=1e-5)")
+    cols = bound.cols
+
+    # -- first pass: whole users per partition, one point each; nothing drawn
+    fp = one_point_pass(bound.ddf, cols, Component(component, reduce),
+                        "the selected component has no rows: nobody to count. Check "
+                        f"component={component!r}.")  # fmt: skip
+    users, offsets, ref, parts = fp.users, fp.offsets, fp.ref, fp.parts
+    crs_in = pyproj.CRS.from_wkt(ref.crs_in)
+    crs_m = pyproj.CRS.from_wkt(ref.crs_m)
+    series, region_m = _region(region, crs_in, crs_m)
+    led = session.ledger
+    lu = led.units["metric"]
+    unit = Fraction(1) / lu.scale
+    amt = rho if kind == "cgp" else eps
+    check_method_parts(lu.to_fraction(lu.up(nonnegative(amt, "rho" if kind == "cgp" else "eps"))),
+                       kind=kind, method=method, rounds=rounds, split=split, beta=beta,
+                       unit=unit, scale_max=ref.scale_max)  # fmt: skip
+    task = CountTask(cols=cols, region_m=region_m, kind=kind, method=method,
+                     rounds=rounds, split=split, beta=float(beta), unit=unit,
+                     scale_max=ref.scale_max)  # fmt: skip
+    params = {"method": method, "rounds": rounds, "split": split, "beta": beta,
+              "region_wkt": region_m.wkt[:200]}  # fmt: skip
+    wants = fp.wants()
+
+    def allocations(r: Any) -> Any:
+        units = np.where(np.asarray(r.admitted, dtype=bool), r.allocation_units, 0)
+        return GroupedAmounts.from_units(units, unit)
+
+    def check(r: Any) -> None:
+        check_method_parts(allocations(r), kind=kind, method=method, rounds=rounds, split=split,
+                           beta=beta, unit=unit, scale_max=ref.scale_max)  # fmt: skip
+
+    def compute(r: Any) -> Charge[Any]:
+        alloc = allocations(r)
+        n_union = max(int((np.asarray(alloc.to_array()) != 0).sum()), 1)
+        tasks = [
+            dask.delayed(count_partition)(
+                d, i, task,
+                GroupedAmounts(alloc.codes[offsets[i] : offsets[i + 1]], alloc.values),
+                wants[i], spawn_rng(rng, i), n_union,
+            )
+            for i, d in enumerate(parts)
+        ]
+        outs = list(dask.compute(*tasks))
+        merged = merge(outs, 1.0 - float(beta))
+        el = merged.elimination
+        table = np.array([lu.up(v) for v in el.charge_table.tolist()], dtype=np.int64)
+        return Charge((merged, alloc), table[el.charge_codes], units=True)
+
+    ran = run(session, ledger_keys(users), amt, notion="metric", query="range_count",
+              params=params, check=check, compute=compute)  # fmt: skip
+    merged, alloc = ran.value
+    metric = _Metric(crs_m, ref.scale_max, ref.noise_inflation)
+    res = region_result(merged, alloc, users, ran.admitted, params, metric, kind=kind,
+                        method=method, query_id=ran.query_id)  # fmt: skip
+    row = dict(
+        count=int(res.value), error=float(res.error), n_charged=res.n_charged,
+        n_excluded=res.n_excluded, saving=res.saved, n_low=res.params["n_low"],
+        n_high=res.params["n_high"], n_undecided=res.params["n_undecided"],
+        rounds_histogram=list(res.params["rounds_histogram"]), query_id=res.query_id,
+    )  # fmt: skip
+    return combine_regions([res], [row], series.index, series, crs_in, False, users, None, None,
+                           params=dict(
+        method=method, rounds=rounds, split=split, beta=beta,
+        rho=None if rho is None else float(rho), eps=None if eps is None else float(eps),
+        component=repr(component), reduce=reduce, n_regions=1, crs_m=crs_m.to_string(),
+        scale_max=float(ref.scale_max), noise_inflation=float(ref.noise_inflation),
+    ), confidence=1.0 - float(beta), kind=kind)  # fmt: skip

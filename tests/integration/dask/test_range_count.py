@@ -1,0 +1,106 @@
+"""The Dask face's range_count on a LocalCluster, against the pandas face (beyond-one-machine.md).
+
+Same Result fields and charges (exactly for the one-round methods, whose charge is the
+allocation; by a seeded chi-squared test on the rounds histogram for the elimination), the count
+exact where every user is far from the boundary, refusals before the ledger is touched.
+"""
+
+from __future__ import annotations
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+import shapely
+from scipy import stats
+
+import gpframe as gp
+import gpframe.dask
+from gpframe.testing import seeded_rng
+
+CRS = "EPSG:32618"
+KW = {"user": "u", "x": "x", "y": "y", "crs": CRS, "public": ["t"]}
+ZONE = shapely.box(498_000, 4_498_000, 502_000, 4_502_000)
+
+
+def _tracks(n_users=400, seed=0, spread=6_000):
+    r = np.random.default_rng(seed)  # true points only, never noise
+    counts = r.integers(1, 4, n_users)
+    u = np.repeat(np.arange(n_users), counts)
+    return pd.DataFrame({
+        "u": u, "t": r.permutation(u.size),
+        "x": 500_000 + r.uniform(-spread, spread, u.size),
+        "y": 4_500_000 + r.uniform(-spread, spread, u.size),
+    })  # fmt: skip
+
+
+def _both(df, **call):
+    s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1e-3)), gp.Session(budget=gp.CGP(rho=1e-3))
+    a = df.geopriv(s_pd, **KW).range_count(ZONE, rng=seeded_rng(1), **call)
+    b = dd.from_pandas(df, npartitions=4).geopriv(s_dk, **KW).range_count(
+        ZONE, rng=seeded_rng(2), **call
+    )
+    return (s_pd, a), (s_dk, b)
+
+
+def test_one_round_counts_charge_and_report_as_the_pandas_face(cluster):
+    df = _tracks()
+    (s_pd, a), (s_dk, b) = _both(df, rho=1e-5, method="dist", component=gp.Last("t"))
+    assert type(a) is type(b)
+    pd.testing.assert_series_equal(s_dk.spent().sort_index(), s_pd.spent().sort_index())
+    da, db = a.to_dict(value=False), b.to_dict(value=False)
+    assert da.keys() == db.keys()
+    for key in ("type", "error_kind", "confidence", "mechanism", "guarantee", "n_users",
+                "n_charged", "n_excluded", "charges", "spent_total", "spent_max", "saved"):
+        assert da[key] == db[key], key
+    pa, pb = dict(da["params"]), dict(db["params"])
+    assert pa.keys() == pb.keys()
+    for key in ("method", "rounds", "split", "beta", "rho", "component", "n_regions", "crs_m",
+                "scale_max", "noise_inflation"):
+        assert pa[key] == pb[key], key
+    assert list(a.regions.columns) == list(b.regions.columns)
+    assert s_dk.ledger.verify()["charges"] == 1
+
+
+def test_far_from_the_boundary_the_count_is_exact(cluster):
+    r = np.random.default_rng(5)
+    inside = r.uniform(-500, 500, (60, 2)) + np.array([500_000, 4_500_000])
+    outside = r.uniform(-500, 500, (40, 2)) + np.array([530_000, 4_530_000])
+    xy = np.vstack([inside, outside])
+    df = pd.DataFrame({"u": np.arange(100), "t": 0, "x": xy[:, 0], "y": xy[:, 1]})
+    s = gp.Session(budget=gp.CGP(rho=1e-3))
+    res = dd.from_pandas(df, npartitions=3).geopriv(s, **KW).range_count(ZONE, rho=1e-4)
+    assert res.value == 60 and res.error == 0 and res.n_charged == 100
+    assert res.saved > 0  # decided early: most of the allocation stays in the budget
+
+
+@pytest.mark.statistical
+def test_elimination_rounds_follow_the_pandas_law(cluster):
+    # chi-squared test of homogeneity on the rounds histograms: each user's stopping round is
+    # an independent draw with the same law on both faces; seeded, false-failure probability
+    # 1e-4 under the null. Noise at twice or half the scale moves the histogram by whole rounds
+    # and fails it (p < 1e-10 with these 3,000 users). The union bound's n (the query's, not
+    # the partition's) changes the thresholds by a log factor only, below what this detects.
+    df = _tracks(n_users=3000, seed=2)
+    (_, a), (_, b) = _both(df, rho=2e-5, method="dist-elim", component=gp.Last("t"))
+    ha, hb = np.asarray(a.rounds_histogram), np.asarray(b.rounds_histogram)
+    keep = (ha + hb) > 0
+    p = stats.chi2_contingency(np.vstack([ha[keep], hb[keep]]))[1]
+    assert p > 1e-4, (ha, hb, p)
+    assert abs(a.value - b.value) <= a.error + b.error + 60  # the same count, up to noise
+
+
+@pytest.mark.parametrize("region,call,match", [
+    (shapely.Point(0, 0), {"rho": 1e-5, "component": gp.Last("t")}, "one shapely Polygon"),
+    (ZONE, {"rho": 1e-5}, "several rows"),
+    (ZONE, {"rho": 1e-5, "method": "nope", "component": gp.Last("t")}, "method='nope'"),
+    (ZONE, {"eps": 1e-3, "component": gp.Last("t")}, "filters are CGP"),
+    (ZONE, {"rho": 1e-5, "component": ("t", -1)}, "no rows"),
+])  # fmt: skip
+def test_bad_input_is_refused_before_the_ledger_is_touched(cluster, region, call, match):
+    s = gp.Session(budget=gp.CGP(rho=1e-3))
+    before = s.ledger.snapshot()
+    with pytest.raises(gp.GpframeError, match=match) as err:
+        dd.from_pandas(_tracks(50), npartitions=2).geopriv(s, **KW).range_count(region, **call)
+    assert str(err.value).endswith("Nothing was charged.")
+    assert s.ledger.snapshot() == before
