@@ -322,10 +322,15 @@ def weight_caps(occ: Occupancy, keep: np.ndarray, eps_mu: np.ndarray) -> np.ndar
     order = np.argsort(occ.j[keep], kind="stable")
     rows = np.flatnonzero(keep)[order]
     bounds = np.searchsorted(occ.j[rows], np.arange(occ.n_cells + 1))
+    seen: dict[tuple[Any, ...], int] = {}  # cells with the same counts and ε choose alike
     for j in range(occ.n_cells):
         m = occ.m[rows[bounds[j] : bounds[j + 1]]].astype(np.float64)
         e = float(eps_mu[j])
         if m.size == 0 or e <= 0:
+            continue
+        key = (e, *sorted(m.tolist()))
+        if key in seen:
+            out[j] = seen[key]
             continue
         share = m / m.sum()
         best = (math.inf, 1)
@@ -340,7 +345,7 @@ def weight_caps(occ: Occupancy, keep: np.ndarray, eps_mu: np.ndarray) -> np.ndar
             if c >= m.max():
                 break
             c *= 2
-        out[j] = best[1]
+        out[j] = seen[key] = best[1]
     return out
 
 
@@ -370,10 +375,9 @@ def _on_grid(
     top = int(total / grid)
     if top >= 2**62 // max(occ.n_cells, 1):
         raise InvalidInputError(f"epsilon_per_user={float(total)} is too large. {_NOTHING}")
-    a_mu = np.array([min(round(Fraction(x) * s_mu / grid), e_max) for x in eps.tolist()],
-                    dtype=np.int64)  # fmt: skip
-    a_v = np.array([min(round(Fraction(x) * s_v / grid), e_max) for x in eps.tolist()],
-                   dtype=np.int64)  # fmt: skip
+    # float rounding is enough here: the integer sums below are what is checked, exactly
+    a_mu = np.minimum(np.rint(eps * float(s_mu) / float(grid)), e_max).astype(np.int64)
+    a_v = np.minimum(np.rint(eps * float(s_v) / float(grid)), e_max).astype(np.int64)
     # a second moment whose noise would be no better than the data-free answer gets no ε: its
     # share goes to the mean of the same cell (same total, so no user's sum changes)
     k_j = np.maximum(np.bincount(occ.j[keep], minlength=occ.n_cells), 1)

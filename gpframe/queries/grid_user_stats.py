@@ -30,6 +30,7 @@ user, or whose expected error would not beat the data-free midpoint, is not rele
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -103,20 +104,23 @@ def _user_moments(
     np.add.at(s2, coo[kept], d * d)
     means: list[Fraction | None] = [None] * occ.n_cells
     seconds: list[Fraction | None] = [None] * occ.n_cells
-    acc1: dict[int, Fraction] = {}
-    acc2: dict[int, Fraction] = {}
-    for p in np.flatnonzero(plan.keep).tolist():
-        j = int(occ.j[p])
-        if s0[p] != occ.m[p]:
-            raise GpframeInternalError("kept rows do not match the occupancy.")
-        # weight min(m, c_j) times the user's own mean: Fraction(s·w, m), exact
-        w = min(int(s0[p]), int(plan.weight_cap[j]))
-        acc1[j] = acc1.get(j, Fraction(0)) + Fraction(int(s1[p]) * w, int(s0[p]))
-        acc2[j] = acc2.get(j, Fraction(0)) + Fraction(int(s2[p]) * w, int(s0[p]))
+    if (s0[plan.keep] != occ.m[plan.keep]).any():
+        raise GpframeInternalError("kept rows do not match the occupancy.")
+    # weight min(m, c_j) times the user's own mean s/m: per cell, one common denominator (the
+    # lcm of the counts) and Python integers, so the sums are exact and cheap
     wsum, _wmax = cell_weights(plan)
-    for j, a in acc1.items():
-        means[j] = lo + q * a / int(wsum[j])
-        seconds[j] = (q / 2) ** 2 * acc2[j] / int(wsum[j])
+    rows = np.flatnonzero(plan.keep)
+    rows = rows[np.argsort(occ.j[rows], kind="stable")]
+    cuts = np.flatnonzero(np.diff(occ.j[rows])) + 1
+    for grp in np.split(rows, cuts) if rows.size else []:
+        j = int(occ.j[grp[0]])
+        ms = occ.m[grp].tolist()
+        ws = np.minimum(occ.m[grp], plan.weight_cap[j]).tolist()
+        den = math.lcm(*ms)
+        n1 = sum(w * a * (den // m) for w, a, m in zip(ws, s1[grp].tolist(), ms, strict=True))
+        n2 = sum(w * a * (den // m) for w, a, m in zip(ws, s2[grp].tolist(), ms, strict=True))
+        means[j] = lo + q * Fraction(n1, den * int(wsum[j]))
+        seconds[j] = (q / 2) ** 2 * Fraction(n2, den * int(wsum[j]))
     return means, seconds, q, T * q / 2
 
 
