@@ -464,6 +464,15 @@ def _check_split(split: Any, per_user: bool) -> tuple[Any, Any]:
             f"split={split!r} must be a pair (mean share, variance share), e.g. (0.75, 0.25). "
             f"{_NOTHING}"
         ) from None
+    if per_user:
+        from gpframe.accounting.amounts import exact
+
+        ea, eb = exact(a, "split[0]"), exact(b, "split[1]")
+        if not (ea > 0 and eb > 0 and ea + eb == 1):
+            raise InvalidInputError(
+                f"split={split!r} must be two positive shares (mean, variance) summing to 1, "
+                f"e.g. split=(0.75, 0.25). {_NOTHING}"
+            )
     return (a, b)
 
 

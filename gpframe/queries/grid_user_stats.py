@@ -357,8 +357,8 @@ def private_epsilons(
 
     The cell's share total/``max_cells`` goes ``split[1]`` to the centred sum of squares and the
     rest to the count and the centred sum in the ratio 1 : √2 (the split that minimises the
-    mean's error, see ``COUNT_SHARE``); each is rounded down to the ledger's grid, so a user kept
-    in at most ``max_cells`` cells pays at most ``total``.
+    mean's error, see ``COUNT_SHARE``); each is capped at 100 (one draw's range) and rounded down
+    to the ledger's grid, so a user kept in at most ``max_cells`` cells pays at most ``total``.
 
     >>> import gpframe as gp
     >>> e = private_epsilons(gp.Session(central=gp.DP(epsilon=10.0)), 7, 1, (0.75, 0.25))
@@ -381,7 +381,8 @@ def private_epsilons(
     grid = _grid(session.ledger)
     cell = Fraction(total) / int(max_cells)
     shares = (s_mu * COUNT_SHARE, s_mu * (1 - COUNT_SHARE), s_v)
-    out = tuple((cell * x // grid) * grid for x in shares)
+    # one draw's ε stays in the samplers' range (≤ 100): a user then pays less than the total
+    out = tuple((min(cell * x, Fraction(100)) // grid) * grid for x in shares)
     if min(out) < Fraction(2) ** -40:
         raise InvalidInputError(f"epsilon_per_user={float(total)} is too small. {_NOTHING}")
     return out  # type: ignore[return-value]

@@ -320,6 +320,36 @@ def _grid_private(ctx: Ctx) -> Any:
                                   public_cells=public_cells(), rng=ctx.rng(13))  # fmt: skip
 
 
+@case(
+    name="grid_stats/accessor/public-occupancy/epsilon_per_user",
+    frontend="accessor",
+    covers=("accessor.grid_stats",),
+    modules=(ACC, "gpframe.frame.grid_stats", "gpframe.frame.grid_stats_user",
+             QF + "grid_user_stats", QF + "grid_budget"),
+    public=frozenset({"count", "cell"}),
+    central=True,
+    neighbour="result",
+    exempt=("error",),
+)  # fmt: skip (the largest cell error: from the public occupancy and the public plan)
+def _grid_public_per_user(ctx: Ctx) -> Any:
+    kw = {k: v for k, v in _GRID.items() if k != "epsilon"}
+    return ctx.bound().grid_stats(**kw, epsilon_per_user=4.0, occupancy="public",
+                                  rng=ctx.rng(15))  # fmt: skip
+
+
+@case(name="grid_stats/accessor/private-occupancy/epsilon_per_user", frontend="accessor",
+      covers=("accessor.grid_stats",),
+      modules=(ACC, "gpframe.frame.grid_stats", QF + "contribution_bounding",
+               QF + "grid_user_stats"),
+      public=frozenset({"cell"}), central=True, neighbour="all",
+      exempt=("mean", "variance", "variance_unbiased", "count"))  # fmt: skip
+def _grid_private_per_user(ctx: Ctx) -> Any:
+    kw = {k: v for k, v in _GRID.items() if k != "epsilon"}
+    return ctx.bound().grid_stats(**kw, epsilon_per_user=3.0, occupancy="private", max_cells=3,
+                                  max_per_cell=5, public_cells=public_cells(),
+                                  rng=ctx.rng(16))  # fmt: skip
+
+
 def public_cells() -> list[int]:
     """Every H3 cell of a public box around REGION (chosen without the data)."""
     import h3.api.numpy_int as h3n
