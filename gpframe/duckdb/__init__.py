@@ -11,6 +11,7 @@ registry and the UDF batch plumbing (every batch goes through :func:`gpframe.led
 from pathlib import Path
 
 from gpframe.duckdb.grid import clip_user
+from gpframe.duckdb.grid_user import grid_stats
 from gpframe.duckdb.kde import kde_raster
 from gpframe.duckdb.knn import convex_hulls, knn, nearest_users
 from gpframe.duckdb.privatize import Registration, privatize
@@ -26,6 +27,7 @@ __all__ = [
     "Registration",
     "clip_user",
     "convex_hulls",
+    "grid_stats",
     "kde_raster",
     "knn",
     "nearest_users",

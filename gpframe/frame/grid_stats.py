@@ -31,6 +31,7 @@ import pandas as pd
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
+from gpframe.frame.grid_stats_user import hexagons as _hexagons
 from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
 from gpframe.queries.grid_stats import CLIPS, value_bounds
 from gpframe.results import GridStatsResult
@@ -178,19 +179,6 @@ def _occupancy(occupancy: Any, users: np.ndarray, cells: np.ndarray) -> Occupanc
             f"cleaned data and cells. {_NOTHING}"
         )
     return table
-
-
-def _hexagons(cells: np.ndarray, crs_in: Any) -> Any:
-    import geopandas as gpd
-    import h3.api.numpy_int as h3n
-    import shapely
-
-    polys = []
-    for c in cells.tolist():
-        ring = h3n.cell_to_boundary(int(c))  # (lat, lng) pairs
-        polys.append(shapely.Polygon([(lng, lat) for lat, lng in ring]))
-    gs = gpd.GeoSeries(polys, crs="EPSG:4326")
-    return gs.to_crs(crs_in)
 
 
 def grid_stats(
@@ -359,7 +347,8 @@ def grid_stats(
         from gpframe.frame.grid_stats_user import per_user_public
 
         return per_user_public(
-            bound, x, cell_keys, users, occupancy=occupancy, lo=lo, hi=hi, total=eps,
+            bound, x, cell_keys, users, occ=_occupancy(occupancy, users, cell_keys), lo=lo,
+            hi=hi, total=eps,
             split=split_f, beta=beta, rng=rng, cells=cells, value=value, progress=progress,
         )  # fmt: skip
     with Stages(progress, "grid_stats", 4) as bar:

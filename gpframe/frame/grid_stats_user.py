@@ -16,7 +16,21 @@ import pandas as pd
 from gpframe.accounting.amounts import exact
 from gpframe.results import GridStatsResult
 
-__all__ = ["per_user_public"]
+__all__ = ["hexagons", "per_user_public"]
+
+
+def hexagons(cells: np.ndarray, crs_in: Any) -> Any:
+    """Return the H3 cells' hexagons as a GeoSeries in ``crs_in`` (built in WGS 84)."""
+    import geopandas as gpd
+    import h3.api.numpy_int as h3n
+    import shapely
+
+    polys = []
+    for c in cells.tolist():
+        ring = h3n.cell_to_boundary(int(c))  # (lat, lng) pairs
+        polys.append(shapely.Polygon([(lng, lat) for lat, lng in ring]))
+    gs = gpd.GeoSeries(polys, crs="EPSG:4326")
+    return gs.to_crs(crs_in)
 
 
 def per_user_public(
@@ -25,7 +39,7 @@ def per_user_public(
     cell_keys: np.ndarray,
     users: np.ndarray,
     *,
-    occupancy: Any,
+    occ: Any,
     lo: Fraction,
     hi: Fraction,
     total: Fraction,
@@ -38,20 +52,20 @@ def per_user_public(
 ) -> Any:
     """Run the per-user-total release and build its GeoDataFrame (one row per occupied cell).
 
+    ``occ`` is the public occupancy, already checked by the caller.
+
     Noise and charges: :func:`gpframe.queries.grid_user_stats.run_user_grid_stats` (each user
     pays Σ ε_μ,j + ε_V,j over their kept cells, at most ``total``).
     """
     import geopandas as gpd
     import h3
 
-    from gpframe.frame.grid_stats import _hexagons, _occupancy
     from gpframe.queries.grid_user_stats import run_user_grid_stats
     from gpframe.queries.progress import Stages
 
     session, p = bound.session, bound.located
     sp = (exact(split[0], "split[0]"), exact(split[1], "split[1]"))
     with Stages(progress, "grid_stats", 4) as bar:
-        occ = _occupancy(occupancy, users, cell_keys)
         rows_u = np.searchsorted(occ.users, users)
         rows_j = np.searchsorted(occ.cells, cell_keys)
         bar.step("occupancy")
@@ -80,7 +94,7 @@ def per_user_public(
             },
             index=idx,
         )
-        geom = _hexagons(occ.cells, p.crs_in)
+        geom = hexagons(occ.cells, p.crs_in)
         out = gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geom.array, index=idx), crs=p.crs_in)
         bar.step("output frame")
     finite = np.isfinite(rel.mean_error)

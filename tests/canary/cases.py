@@ -593,6 +593,19 @@ def _sql_grid(ctx: Ctx) -> Any:
     return _sql(ctx, _grid_sql()), plan
 
 
+@case(name="grid_stats/duckdb-relation/epsilon_per_user", frontend="sql-relation",
+      covers=("duckdb.grid_stats",),
+      modules=(DDB, "gpframe.duckdb.grid_user", QF + "grid_user_stats", QF + "grid_budget"),
+      public=frozenset({"count", "cell"}), central=True, neighbour="all",
+      exempt=("mean", "variance", "mean_error", "variance_error", "epsilon_cell", "users_kept",
+              "users", "released"))  # fmt: skip (users*, epsilon_cell, released: the public plan)
+def _rel_grid_per_user(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    return gp.duckdb.grid_stats(ctx.con, "SELECT * FROM pings", user="uid", cell="cell",
+                                value="val", bounds=(0.0, 40.0), epsilon_per_user=4.0)  # fmt: skip
+
+
 @case(name="knn/duckdb-relation", frontend="sql-relation", covers=("duckdb.knn",),
       modules=(DDB, "gpframe.duckdb.knn"))  # fmt: skip
 def _rel_knn(ctx: Ctx) -> Any:
