@@ -610,7 +610,8 @@ def _private(
             "mean": rel.mean,
             "variance": rel.var,
             "mean_error": rel.mean_error,
-            "released": np.ones(b.cells.size, dtype=bool),
+            "released": (np.ones(b.cells.size, dtype=bool) if rel.released is None
+                         else rel.released),
         },
         index=idx,
     )

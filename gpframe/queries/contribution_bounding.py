@@ -84,6 +84,10 @@ DEFAULT_SALT = "gpframe/contribution-bounding/v1"
 #: statistics released per cell in private mode: count, centred sum, centred sum of squares
 STATISTICS_PRIVATE = 3
 _NOTHING = "Nothing was charged."
+#: expected error (units of W) at which a private-mode mean is withheld (``epsilons`` form):
+#: a margin above the midpoint's W/4 under a uniform true mean, set on the AIS benchmark
+#: (benchmarks/accuracy/grid_vs_peers.py; 0.25 withheld useful crowded cells at res 6)
+USELESS = 0.3
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -313,6 +317,9 @@ class PrivateCellRelease:
     mean_error: np.ndarray
     scales: tuple[float, float, float]
     guarantees: tuple[Fraction, ...]
+    #: with ``epsilons``: cells whose mean is expected to beat the data-free midpoint (the rest
+    #: are NaN); None otherwise (every cell with ñ ≥ 1 has a mean)
+    released: np.ndarray | None = None
 
 
 def release_private_cells(
@@ -336,9 +343,11 @@ def release_private_cells(
 
     ``epsilons=(ε_n, ε_1, ε_2)`` (the per-user-total form, ``docs/operations/grid_stats.md``)
     gives each statistic its own ε (charged ε_n + ε_1 + ε_2 per kept cell) and turns on the
-    post-processing of that form: the count is clamped to ≥ 0 and the mean divides by
-    max(ñ, 1), so every listed cell gets a mean in [L, U] (NaN only where ñ = 0 and s̃1 = 0
-    cannot occur); ``epsilon`` is then ignored.
+    post-processing of that form: the count is clamped to ≥ 0, the mean divides by max(ñ, 1)
+    and is clamped to [L, U], and it is published only where its expected error (from the
+    released values and the public scales, :func:`gpframe.queries.grid_budget.expected_error`)
+    beats the data-free midpoint's W/4 (``released``; NaN elsewhere); ``epsilon`` is then
+    ignored.
 
     Parameters
     ----------
@@ -416,6 +425,18 @@ def release_private_cells(
         den = cnt - tn
         err = np.where(den > 0, (t1 + np.abs(s1) * tn / np.where(ok, cnt, 1)) / den, np.nan)
         err = np.where((cnt >= 1) & (den > 0), np.minimum(err + float(q), float(U - L)), np.nan)
+    released = None
+    if epsilons is not None:
+        # post-processing of released values and public scales only: a mean whose noise (the
+        # sum's and the count's, about hypot(b₁, |m̃ − c|·b_n)/max(ñ, 1)) makes a clamped
+        # estimate hardly better on average than the data-free midpoint is not released (NaN),
+        # rather than published as a near-random value in [L, U]
+        from gpframe.queries.grid_budget import expected_error
+
+        b_n, b_1 = float(rn.noise["scale"]), float(r1.noise["scale"])
+        noise_err = np.hypot(b_1, np.abs(mean - c) * b_n) / np.maximum(cnt, 1.0)
+        released = expected_error(noise_err / float(U - L)) < USELESS
+        mean = np.where(released, mean, np.nan)
     return PrivateCellRelease(
         count=cnt,
         s1=s1,
@@ -425,6 +446,7 @@ def release_private_cells(
         mean_error=err,
         scales=(float(rn.noise["scale"]), float(r1.noise["scale"]), float(r2.noise["scale"])),
         guarantees=amounts,
+        released=released,
     )
 
 
