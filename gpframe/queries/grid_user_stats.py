@@ -233,12 +233,16 @@ def _units(ledger: Any, plan: BudgetPlan) -> tuple[np.ndarray, np.ndarray]:
     occ = plan.occupancy
     units = np.zeros(occ.n_users, np.int64)
     big = np.zeros(occ.n_users, bool)
+    kept_u, kept_j = occ.u[plan.keep], occ.j[plan.keep]
     for eps in (plan.eps_mu, plan.eps_v):
-        amounts = np.array([eps[j] for j in occ.j.tolist()], dtype=object)
-        for a in sorted(set(amounts[plan.keep].tolist())):
+        # one ledger conversion per distinct amount: index the cells' amounts, then count per user
+        distinct = sorted(set(eps.tolist()))
+        index = {a: i for i, a in enumerate(distinct)}
+        code = np.array([index[a] for a in eps.tolist()], dtype=np.int64)[kept_j]
+        for i, a in enumerate(distinct):
             if a == 0:
                 continue
-            cnt = np.bincount(occ.u[plan.keep & (amounts == a)], minlength=occ.n_users)
+            cnt = np.bincount(kept_u[code == i], minlength=occ.n_users)
             u, b = ledger.units_for("central", a, cnt, kind="dp")
             units += u
             big |= b
