@@ -223,8 +223,17 @@ def grid_stats(
         Numeric column to summarise.
     bounds : (L, U)
         Interval that contains every value (public, chosen without looking at the data).
+    epsilon_per_user : float
+        The total central ε any one user pays for the call (all cells, all statistics):
+        gpframe spends it (``docs/operations/grid_stats.md``; public occupancy:
+        :func:`gpframe.queries.grid_user_stats.run_user_grid_stats`; private occupancy:
+        :func:`gpframe.queries.grid_user_stats.private_epsilons`). Worst-case charge per user:
+        ``epsilon_per_user``.
+    epsilon_per_statistic : float
+        Central ε per statistic per cell (mean and variance each get ε): worst-case charge per
+        user 2ε × Γ′ (public) or 3ε × ``max_cells`` (private).
     epsilon : float
-        Central ε per statistic per cell (mean and variance each get ε).
+        Former name of ``epsilon_per_statistic``.
     cells : int or str
         H3 resolution, or a column of H3 cells (str or int).
     clip : {"clip-user", "pseudo-user", "none"}
@@ -267,6 +276,14 @@ def grid_stats(
 
     Notes
     -----
+    With ``epsilon_per_user=E`` and public occupancy: per cell, weighted per-user averages with
+    discrete Laplace noise of scale 2H·max w/(Σw·ε_μ,j) (mean) and H²·max w/(Σw·ε_V,j) (second
+    moment), the ε planned from the public occupancy; charge Σ over the user's kept cells of
+    ε_μ,j + ε_V,j ≤ E. Output columns ``epsilon_cell``, ``users``, ``users_kept``, ``released``
+    (False: not released, NaN). With private occupancy: the per-statistic form below with
+    (ε_n, ε_1, ε_2) = E/``max_cells`` split by ``private_epsilons``; charge ≤ E.
+
+    Per-statistic form:
     Noise: per cell, discrete Laplace on the lattice 2^(⌊log₂Δ⌋−20) with
     λ = ε/(⌊Δ/g⌋+1), Δ = W·r*/r (mean) and W²·h(r*, r) (variance).
     Charge: ε × 2 × (cells where the user is kept) per user on the central ledger; users whose
