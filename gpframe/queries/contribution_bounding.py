@@ -77,6 +77,7 @@ __all__ = [
     "bound_contributions",
     "release_private_cells",
     "run_private_grid_stats",
+    "spread_order",
 ]
 
 #: the public default salt of the keyed cell hash (fixed in the code: never data-dependent)
@@ -134,6 +135,31 @@ def cell_hash(user_keys: np.ndarray, cells: np.ndarray, salt: str = DEFAULT_SALT
     uh = _user_hashes(ukeys, salt)[inv.reshape(-1)]
     c = np.asarray(cells).astype(np.uint64)
     return _mix64(uh ^ _mix64(c ^ np.uint64(0x9E3779B97F4A7C15)))
+
+
+def spread_order(users: Any, salt: str = DEFAULT_SALT) -> np.ndarray:
+    """Return a per-row order that spreads each user's kept rows over all their rows (uint64).
+
+    The keyed hash h(salt, user, k) of each row's rank k among the user's rows (row position):
+    it reads only the user's own rows and public constants, like the cell rule of step 2, and
+    keeping the ``max_per_cell`` smallest hashes keeps a pseudo-random subset of the user's
+    rows in a cell instead of the first ones (consecutive fixes of one trajectory are alike, so
+    a spread subset represents the user's samples better).
+
+    >>> o = spread_order(np.array([3, 3, 3, 5]))
+    >>> o.dtype.name, len(set(o.tolist()))
+    ('uint64', 4)
+    """
+    u = np.asarray(users)
+    if u.size == 0:
+        return np.zeros(0, dtype=np.uint64)
+    _, inv = np.unique(u, return_inverse=True)
+    inv = inv.reshape(-1)
+    srt = np.argsort(inv, kind="stable")
+    start = np.searchsorted(inv[srt], inv[srt], side="left")
+    rank = np.empty(u.size, dtype=np.int64)
+    rank[srt] = np.arange(u.size) - start
+    return cell_hash(u, rank.astype(np.uint64), salt)
 
 
 @dataclass(frozen=True, eq=False)
