@@ -193,3 +193,15 @@ def test_too_small_a_total_is_refused_before_the_ledger():
                             lower=Fraction(0), upper=Fraction(1), total=Fraction(1, 10**12),
                             rng=seeded_rng(1))  # fmt: skip
     assert s.ledger.snapshot() == before
+
+
+def test_spread_order_reads_only_the_users_own_rows():
+    """Private occupancy: adding a user (rows interleaved anywhere) changes no other row's key."""
+    from gpframe.queries.contribution_bounding import spread_order
+
+    u = np.array([1, 2, 1, 2, 1])
+    u2 = np.array([9, 1, 2, 9, 1, 2, 9, 1])
+    o, o2 = spread_order(u), spread_order(u2)
+    assert o[u == 1].tolist() == o2[u2 == 1].tolist()
+    assert o[u == 2].tolist() == o2[u2 == 2].tolist()
+    assert len(set(o.tolist())) == u.size
