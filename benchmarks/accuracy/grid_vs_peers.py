@@ -27,7 +27,8 @@ The caps (L, C) of the three bounded methods are tuned by **oracle** on a grid (
 error of the mean over the runs is kept): generous to them. Unreleased cells (NaN) are scored as
 the data-free answer (the midpoint for the mean, W²/12 for the variance). Prints per resolution
 and ε: median absolute error of mean and variance, share of cells with the mean within 1 m/s,
-share released, wall time, and the ratios to the best peer and to the data-free constant.
+share released, wall time, and the ratios to the best peer (mean, variance, time) and to the
+data-free constant.
 Writes ``out/grid_vs_peers.csv``.
 
     PYTHONPATH=. python benchmarks/accuracy/grid_vs_peers.py --quick
@@ -227,22 +228,24 @@ def main() -> None:
               f"{free['var_mae']:.2f}")  # fmt: skip
         hdr = (f"{'eps':>5} {'method':<11} {'L,C':>6} {'mean MAE':>9} {'var MAE':>8} "
                f"{'≤1m/s':>6} {'rel.':>5} {'sec':>6} {'/best peer':>10} {'/const':>7} "
-               f"{'var/peer':>8}")  # fmt: skip
+               f"{'var/peer':>8} {'t/peer':>7}")  # fmt: skip
         print(hdr)
         for eps in a.eps:
             got = {m: run_method(m, d, tr, eps, res, a.runs) for m in a.methods}
             peers = [m for m in got if not m.startswith("gp-")]
             bp = min((got[m]["mean_mae"] for m in peers), default=np.nan)
             bpv = min((got[m]["var_mae"] for m in peers), default=np.nan)
+            bps = min((got[m]["seconds"] for m in peers), default=np.nan)
             for m, g in got.items():
                 r = g["mean_mae"] / bp
                 print(f"{eps:>5g} {m:<11} {g['L']:>2},{g['C']:<3} {g['mean_mae']:>9.3f} "
                       f"{g['var_mae']:>8.2f} {g['within_1']:>6.2f} {g['released']:>5.2f} "
                       f"{g['seconds']:>6.2f} {r:>10.2f} {g['mean_mae'] / free['mean_mae']:>7.2f} "
-                      f"{g['var_mae'] / bpv:>8.2f}")  # fmt: skip
+                      f"{g['var_mae'] / bpv:>8.2f} {g['seconds'] / bps:>7.2f}")  # fmt: skip
                 rows.append({"res": res, "eps": eps, "method": m, **g,
                              "ratio_best_peer": r, "ratio_const": g["mean_mae"] / free["mean_mae"],
-                             "var_ratio_best_peer": g["var_mae"] / bpv})  # fmt: skip
+                             "var_ratio_best_peer": g["var_mae"] / bpv,
+                             "time_ratio_fastest_peer": g["seconds"] / bps})  # fmt: skip
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     pd.DataFrame(rows).to_csv(out / "grid_vs_peers.csv", index=False)
