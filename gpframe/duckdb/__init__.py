@@ -12,6 +12,7 @@ written). The SQL files are in ``gpframe/duckdb/sql/``.
 from pathlib import Path
 
 from gpframe.duckdb.grid import clip_user
+from gpframe.duckdb.grid_user import grid_stats
 from gpframe.duckdb.kde import kde_raster
 from gpframe.duckdb.knn import convex_hulls, knn, nearest_users
 from gpframe.duckdb.preview import preview
@@ -28,6 +29,7 @@ __all__ = [
     "Registration",
     "clip_user",
     "convex_hulls",
+    "grid_stats",
     "kde_raster",
     "knn",
     "nearest_users",

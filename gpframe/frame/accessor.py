@@ -578,7 +578,9 @@ class GeoPriv:
         *,
         value: str,
         bounds: tuple[float, float],
-        epsilon: float,
+        epsilon: float | None = None,
+        epsilon_per_user: float | None = None,
+        epsilon_per_statistic: float | None = None,
         cells: int | str,
         clip: Literal["clip-user", "pseudo-user", "none"] = "clip-user",
         occupancy: Literal["public", "private"] | pd.DataFrame | None = None,
@@ -591,7 +593,7 @@ class GeoPriv:
         max_per_cell: int | None = None,
         salt: str | None = None,
         kappa: float = KAPPA,
-        split: tuple[float, float] = (0.5, 0.5),
+        split: tuple[float, float] | None = None,
         error_cap: float | None = None,
         protect_worst_grid: bool = True,
         rollback_incomplete_stage: bool = False,
@@ -613,12 +615,19 @@ class GeoPriv:
             Numeric column to summarise.
         bounds : (L, U)
             Public interval containing every value (chosen without looking at the data).
+        epsilon_per_user : float
+            The total central ε any one user pays for the whole call (all cells, all
+            statistics); gpframe spends it across cells (``docs/operations/grid_stats.md``).
+            The recommended way to ask.
+        epsilon_per_statistic : float
+            The older, per-cell form: ε for each statistic of each cell, so a user pays it
+            2× (public occupancy) or 3× (private) per cell they are kept in.
         epsilon : float
-            Central ε per statistic per cell (the mean and the variance each get ε).
+            The former name of ``epsilon_per_statistic`` (same meaning).
         cells : int or str
             H3 resolution, or the name of a column of H3 cells (str or int).
         clip : {"clip-user", "pseudo-user", "none"}
-            Suppression before release.
+            Suppression before release (per-statistic form with public occupancy).
         occupancy : "public", "private" or DataFrame
             Required. ``"public"`` acknowledges that who has samples in which cell is public;
             a DataFrame (user, cell, count) is the public occupancy, checked against the data;
@@ -643,8 +652,9 @@ class GeoPriv:
             ``occupancy="private"`` only: key of the public cell-selection hash.
         kappa : float
             Weight of the noise in Clip-User's error metric (default √2); never affects privacy.
-        split : (float, float)
-            Shares of the per-cell ε for the mean and the variance.
+        split : (float, float), optional
+            Shares of the per-cell ε for the mean and the variance (default (0.5, 0.5) with
+            Clip-User, (0.75, 0.25) with ``epsilon_per_user``).
         error_cap : float, optional
             Clip-User's acceptance cap on the error (default: the baseline's worst error).
         protect_worst_grid : bool
@@ -685,17 +695,18 @@ class GeoPriv:
         ...                    "speed": np.tile([3.0, 5.0, 7.0], 40)})
         >>> session = gp.Session(central=gp.DP(epsilon=10.0))
         >>> bound = df.geopriv(session, user="u", x="x", y="y", crs="EPSG:32618")
-        >>> out = bound.grid_stats(value="speed", bounds=(0, 30), epsilon=1.0, cells=7,
-        ...                        occupancy="public")
-        >>> len(out), int(out["n_samples"].sum())
-        (1, 120)
+        >>> out = bound.grid_stats(value="speed", bounds=(0, 30), epsilon_per_user=2.0,
+        ...                        cells=7, occupancy="public")
+        >>> len(out), int(out["n_samples"].sum()), out.attrs["geopriv"].spent_at_most
+        (1, 120, 2.0)
         >>> print("mean speed:", out["mean"].iloc[0])  # noisy: about 5  # doctest: +ELLIPSIS
         mean speed: ...
         """
         from gpframe.frame.grid_stats import grid_stats
 
         return grid_stats(
-            self, value=value, bounds=bounds, epsilon=epsilon, cells=cells, clip=clip,
+            self, value=value, bounds=bounds, epsilon=epsilon, epsilon_per_user=epsilon_per_user,
+            epsilon_per_statistic=epsilon_per_statistic, cells=cells, clip=clip,
             occupancy=occupancy, clamp=clamp, beta=beta, order_by=order_by, rng=rng,
             public_cells=public_cells, max_cells=max_cells, max_per_cell=max_per_cell, salt=salt,
             kappa=kappa, split=split, error_cap=error_cap, protect_worst_grid=protect_worst_grid,

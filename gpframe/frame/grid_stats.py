@@ -31,6 +31,7 @@ import pandas as pd
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
+from gpframe.frame.grid_stats_user import hexagons as _hexagons
 from gpframe.ledger.run import with_on_exhausted
 from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
 from gpframe.queries.grid_stats import CLIPS, value_bounds
@@ -182,25 +183,14 @@ def _occupancy(occupancy: Any, users: np.ndarray, cells: np.ndarray) -> Occupanc
     return table
 
 
-def _hexagons(cells: np.ndarray, crs_in: Any) -> Any:
-    import geopandas as gpd
-    import h3.api.numpy_int as h3n
-    import shapely
-
-    polys = []
-    for c in cells.tolist():
-        ring = h3n.cell_to_boundary(int(c))  # (lat, lng) pairs
-        polys.append(shapely.Polygon([(lng, lat) for lat, lng in ring]))
-    gs = gpd.GeoSeries(polys, crs="EPSG:4326")
-    return gs.to_crs(crs_in)
-
-
 def grid_stats(
     bound: Any,
     *,
     value: str,
     bounds: tuple[float, float],
-    epsilon: float,
+    epsilon: float | None = None,
+    epsilon_per_user: float | None = None,
+    epsilon_per_statistic: float | None = None,
     cells: int | str,
     clip: str = "clip-user",
     occupancy: str | pd.DataFrame | None = None,
@@ -213,7 +203,7 @@ def grid_stats(
     max_per_cell: int | None = None,
     salt: str | None = None,
     kappa: float = KAPPA,
-    split: tuple[float, float] = (0.5, 0.5),
+    split: tuple[float, float] | None = None,
     error_cap: float | None = None,
     protect_worst_grid: bool = True,
     rollback_incomplete_stage: bool = False,
@@ -237,8 +227,17 @@ def grid_stats(
         Numeric column to summarise.
     bounds : (L, U)
         Interval that contains every value (public, chosen without looking at the data).
+    epsilon_per_user : float
+        The total central ε any one user pays for the call (all cells, all statistics):
+        gpframe spends it (``docs/operations/grid_stats.md``; public occupancy:
+        :func:`gpframe.queries.grid_user_stats.run_user_grid_stats`; private occupancy:
+        :func:`gpframe.queries.grid_user_stats.private_epsilons`). Worst-case charge per user:
+        ``epsilon_per_user``.
+    epsilon_per_statistic : float
+        Central ε per statistic per cell (mean and variance each get ε): worst-case charge per
+        user 2ε × Γ′ (public) or 3ε × ``max_cells`` (private).
     epsilon : float
-        Central ε per statistic per cell (mean and variance each get ε).
+        Former name of ``epsilon_per_statistic``.
     cells : int or str
         H3 resolution, or a column of H3 cells (str or int).
     clip : {"clip-user", "pseudo-user", "none"}
@@ -281,6 +280,14 @@ def grid_stats(
 
     Notes
     -----
+    With ``epsilon_per_user=E`` and public occupancy: per cell, weighted per-user averages with
+    discrete Laplace noise of scale 2H·max w/(Σw·ε_μ,j) (mean) and H²·max w/(Σw·ε_V,j) (second
+    moment), the ε planned from the public occupancy; charge Σ over the user's kept cells of
+    ε_μ,j + ε_V,j ≤ E. Output columns ``epsilon_cell``, ``users``, ``users_kept``, ``released``
+    (False: not released, NaN). With private occupancy: the per-statistic form below with
+    (ε_n, ε_1, ε_2) = E/``max_cells`` split by ``private_epsilons``; charge ≤ E.
+
+    Per-statistic form:
     Noise: per cell, discrete Laplace on the lattice 2^(⌊log₂Δ⌋−20) with
     λ = ε/(⌊Δ/g⌋+1), Δ = W·r*/r (mean) and W²·h(r*, r) (variance).
     Charge: ε × 2 × (cells where the user is kept) per user on the central ledger; users whose
@@ -311,9 +318,17 @@ def grid_stats(
             f"clip={clip!r} is not one of {', '.join(map(repr, CLIPS))}. {_NOTHING}"
         )
     probability(beta)
-    if isinstance(epsilon, (bool, np.bool_)):  # check_eps takes np.True_ as 1
-        raise InvalidInputError(f"epsilon={epsilon!r} must be a number > 0. {_NOTHING}")
-    eps = check_eps(epsilon, "epsilon")
+    name, amount = _which_epsilon(epsilon, epsilon_per_user, epsilon_per_statistic)
+    if isinstance(amount, (bool, np.bool_)):  # check_eps takes np.True_ as 1
+        raise InvalidInputError(f"{name}={amount!r} must be a number > 0. {_NOTHING}")
+    per_user = name == "epsilon_per_user"
+    eps = _check_total(amount) if per_user else check_eps(amount, name)
+    split_f = _check_split(split, per_user)
+    if per_user and clip != "clip-user":
+        raise InvalidInputError(
+            f"clip={clip!r} applies to the per-statistic form only; epsilon_per_user plans its "
+            f"own contribution bounds (docs/operations/grid_stats.md). Drop clip=. {_NOTHING}"
+        )
     lo, hi = value_bounds(bounds)
     x = _value_column(frame, value)
     out_of = (x < float(lo)) | (x > float(hi))
@@ -335,7 +350,7 @@ def grid_stats(
                 f"order_by={order_by!r} must be a column without missing values. {_NOTHING}"
             )
         order = frame[order_by].to_numpy()
-    plan_options = {"kappa": kappa, "split": split, "error_cap": error_cap,
+    plan_options = {"kappa": kappa, "split": split_f, "error_cap": error_cap,
                     "protect_worst_grid": protect_worst_grid,
                     "rollback_incomplete_stage": rollback_incomplete_stage}  # fmt: skip
     cell_keys = _cell_keys(frame, cells, p)
@@ -344,7 +359,7 @@ def grid_stats(
         return _private(
             bound, x, cell_keys, users, cells=cells, public_cells=public_cells,
             max_cells=max_cells, max_per_cell=max_per_cell, salt=salt, lo=lo, hi=hi, eps=eps,
-            beta=beta, order=order, rng=rng, value=value,
+            beta=beta, order=order, rng=rng, value=value, per_user=per_user, split=split_f,
         )  # fmt: skip
     if public_cells is not None or max_cells is not None or max_per_cell is not None:
         raise InvalidInputError(
@@ -353,6 +368,14 @@ def grid_stats(
         )
     from gpframe.queries.progress import Stages
 
+    if per_user:
+        from gpframe.frame.grid_stats_user import per_user_public
+
+        return per_user_public(
+            bound, x, cell_keys, users, occ=_occupancy(occupancy, users, cell_keys), lo=lo,
+            hi=hi, total=eps,
+            split=split_f, beta=beta, rng=rng, cells=cells, value=value, progress=progress,
+        )  # fmt: skip
     with Stages(progress, "grid_stats", 4) as bar:
         occ = _occupancy(occupancy, users, cell_keys)
         rows_u = np.searchsorted(occ.users, users)
@@ -404,6 +427,67 @@ def grid_stats(
     # ResultAttr: pandas deep-copies attrs, and the result holds this very frame as its value
     out.attrs["geopriv"] = result.to_attr()
     return out
+
+
+def _which_epsilon(epsilon: Any, per_user: Any, per_statistic: Any) -> tuple[str, Any]:
+    """Return the one ε argument given, with its name.
+
+    ``epsilon`` is the former name of the per-statistic form.
+    """
+    given = [(n, v) for n, v in (("epsilon_per_user", per_user),
+                                  ("epsilon_per_statistic", per_statistic),
+                                  ("epsilon", epsilon)) if v is not None]  # fmt: skip
+    if len(given) != 1:
+        raise InvalidInputError(
+            "grid_stats needs exactly one of epsilon_per_user= (the total any one user pays "
+            "for the call: recommended) or epsilon_per_statistic= (ε for each statistic of "
+            f"each cell; 'epsilon=' is its former name); got {[n for n, _ in given] or 'none'}. "
+            f"{_NOTHING}"
+        )
+    return given[0]
+
+
+#: the largest epsilon_per_user accepted (a total, not one draw: larger than one draw's 100)
+_TOTAL_MAX = 10**6
+
+
+def _check_total(amount: Any) -> Fraction:
+    """``epsilon_per_user`` as an exact number in (0, 10⁶]."""
+    from gpframe.accounting.amounts import exact
+
+    try:
+        e = exact(amount, "epsilon_per_user")
+    except InvalidInputError:
+        e = None
+    if e is None or not 0 < e <= _TOTAL_MAX:
+        raise InvalidInputError(
+            f"epsilon_per_user={amount!r} must be a number in (0, {_TOTAL_MAX}]: the total ε "
+            f"any one user pays for the call, e.g. epsilon_per_user=4. {_NOTHING}"
+        )
+    return e
+
+
+def _check_split(split: Any, per_user: bool) -> tuple[Any, Any]:
+    """Return the (mean, variance) shares, with each form's default."""
+    if split is None:
+        return (0.75, 0.25) if per_user else (0.5, 0.5)
+    try:
+        a, b = split
+    except (TypeError, ValueError):
+        raise InvalidInputError(
+            f"split={split!r} must be a pair (mean share, variance share), e.g. (0.75, 0.25). "
+            f"{_NOTHING}"
+        ) from None
+    if per_user:
+        from gpframe.accounting.amounts import exact
+
+        ea, eb = exact(a, "split[0]"), exact(b, "split[1]")
+        if not (ea > 0 and eb > 0 and ea + eb == 1):
+            raise InvalidInputError(
+                f"split={split!r} must be two positive shares (mean, variance) summing to 1, "
+                f"e.g. split=(0.75, 0.25). {_NOTHING}"
+            )
+    return (a, b)
 
 
 def _bound(session: Any, amounts: Any, cells: int) -> float:
@@ -501,8 +585,16 @@ def _private(
     order: Any,
     rng: Any,
     value: str,
+    per_user: bool = False,
+    split: tuple[Any, Any] = (0.75, 0.25),
 ) -> Any:
-    """occupancy="private": contribution bounding and release of every public cell."""
+    """occupancy="private": contribution bounding and release of every public cell.
+
+    With ``per_user`` the total ``eps`` is spent as ``eps``/``max_cells`` per cell, split over
+    count, sum and sum of squares by
+    :func:`~gpframe.queries.grid_user_stats.private_epsilons` (rounded down to the ledger's
+    grid), so no user pays more than ``eps``.
+    """
     import geopandas as gpd
     import h3
 
@@ -510,6 +602,7 @@ def _private(
         DEFAULT_SALT,
         STATISTICS_PRIVATE,
         run_private_grid_stats,
+        spread_order,
     )
 
     p = bound.located
@@ -520,21 +613,33 @@ def _private(
             f"max_per_cell=10. {_NOTHING}"
         )
     pub = _public_cell_keys(public_cells, cells, p.crs_in)
+    total = eps
+    epsilons = None
+    if per_user:
+        from gpframe.queries.grid_user_stats import private_epsilons
+
+        epsilons = private_epsilons(bound.session, eps, max_cells, split)
+        eps = max(epsilons)  # ignored by the release when epsilons is given
+        if order is None:
+            order = spread_order(users, salt=DEFAULT_SALT if salt is None else salt)
     run = run_private_grid_stats(
         bound.session, users, cell_keys, x, pub, lower=lo, upper=hi, epsilon=eps,
         max_cells=max_cells, max_per_cell=max_per_cell, order=order,
         salt=DEFAULT_SALT if salt is None else salt, beta=beta, rng=rng,
         params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
+        epsilons=epsilons,
     )  # fmt: skip
     rel, b = run.release, run.bounded
     idx = pd.Index([h3.int_to_str(int(c)) for c in b.cells.tolist()], name="cell")
+    stat_eps = (eps,) * STATISTICS_PRIVATE if epsilons is None else epsilons
     df = pd.DataFrame(
         {
             "count": rel.count,
             "mean": rel.mean,
             "variance": rel.var,
             "mean_error": rel.mean_error,
-            "released": np.ones(b.cells.size, dtype=bool),
+            "released": (np.ones(b.cells.size, dtype=bool) if rel.released is None
+                         else rel.released),
         },
         index=idx,
     )
@@ -546,20 +651,22 @@ def _private(
         error=float(np.max(rel.mean_error[finite])) if finite.any() else None,
         confidence=1.0 - beta,
         params={
-            "epsilon": float(eps),
+            **({} if per_user else {"epsilon": float(eps)}),
             "bounds": (float(lo), float(hi)),
             "occupancy": "private",
             "cells": cells,
             "beta": beta,
             "max_cells": b.max_cells,
             "max_per_cell": b.max_per_cell,
-            "worst_case_epsilon": float(eps) * 3 * b.max_cells,
+            "worst_case_epsilon": float(sum(stat_eps)) * b.max_cells,
+            **({"epsilon_per_user": float(total),
+                "epsilons": tuple(float(e) for e in stat_eps)} if per_user else {}),
         },
         kind=run.fkind,
         query_id=run.query_id,
         # the public bound (3 draws per cell, at most max_cells cells), never the realised
         # charges: those count each user's occupied cells, which this mode protects
-        spent_at_most=_bound(bound.session, (eps,) * STATISTICS_PRIVATE, b.max_cells),
+        spent_at_most=_bound(bound.session, stat_eps, b.max_cells),
         Gamma=b.max_cells,
         Gamma_prime=b.max_cells,
     )

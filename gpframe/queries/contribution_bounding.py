@@ -77,6 +77,7 @@ __all__ = [
     "bound_contributions",
     "release_private_cells",
     "run_private_grid_stats",
+    "spread_order",
 ]
 
 #: the public default salt of the keyed cell hash (fixed in the code: never data-dependent)
@@ -84,6 +85,10 @@ DEFAULT_SALT = "gpframe/contribution-bounding/v1"
 #: statistics released per cell in private mode: count, centred sum, centred sum of squares
 STATISTICS_PRIVATE = 3
 _NOTHING = "Nothing was charged."
+#: expected error (units of W) at which a private-mode mean is withheld (``epsilons`` form):
+#: a margin above the midpoint's W/4 under a uniform true mean, set on the AIS benchmark
+#: (benchmarks/accuracy/grid_vs_peers.py; 0.25 withheld useful crowded cells at res 6)
+USELESS = 0.3
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -130,6 +135,31 @@ def cell_hash(user_keys: np.ndarray, cells: np.ndarray, salt: str = DEFAULT_SALT
     uh = _user_hashes(ukeys, salt)[inv.reshape(-1)]
     c = np.asarray(cells).astype(np.uint64)
     return _mix64(uh ^ _mix64(c ^ np.uint64(0x9E3779B97F4A7C15)))
+
+
+def spread_order(users: Any, salt: str = DEFAULT_SALT) -> np.ndarray:
+    """Return a per-row order that spreads each user's kept rows over all their rows (uint64).
+
+    The keyed hash h(salt, user, k) of each row's rank k among the user's rows (row position):
+    it reads only the user's own rows and public constants, like the cell rule of step 2, and
+    keeping the ``max_per_cell`` smallest hashes keeps a pseudo-random subset of the user's
+    rows in a cell instead of the first ones (consecutive fixes of one trajectory are alike, so
+    a spread subset represents the user's samples better).
+
+    >>> o = spread_order(np.array([3, 3, 3, 5]))
+    >>> o.dtype.name, len(set(o.tolist()))
+    ('uint64', 4)
+    """
+    u = np.asarray(users)
+    if u.size == 0:
+        return np.zeros(0, dtype=np.uint64)
+    _, inv = np.unique(u, return_inverse=True)
+    inv = inv.reshape(-1)
+    srt = np.argsort(inv, kind="stable")
+    start = np.searchsorted(inv[srt], inv[srt], side="left")
+    rank = np.empty(u.size, dtype=np.int64)
+    rank[srt] = np.arange(u.size) - start
+    return cell_hash(u, rank.astype(np.uint64), salt)
 
 
 @dataclass(frozen=True, eq=False)
@@ -313,6 +343,9 @@ class PrivateCellRelease:
     mean_error: np.ndarray
     scales: tuple[float, float, float]
     guarantees: tuple[Fraction, ...]
+    #: with ``epsilons``: cells whose mean is expected to beat the data-free midpoint (the rest
+    #: are NaN); None otherwise (every cell with ñ ≥ 1 has a mean)
+    released: np.ndarray | None = None
 
 
 def release_private_cells(
@@ -326,12 +359,21 @@ def release_private_cells(
     max_per_cell: int,
     beta: float = 0.05,
     rng: Any = None,
+    epsilons: tuple[Any, Any, Any] | None = None,
 ) -> PrivateCellRelease:
     """Release count, centred sum and centred sum of squares of every listed cell (steps 3–4).
 
     See module docstring; ``docs/noise.md`` (central Laplace, integer and real rows, exact
     statistics). Noise: count λ = ε/p on g = 1; s1 and s2 on g = 2^(⌊log₂Δ⌋−20) with Δ = p·H and
     p·H²/2. Charge: the caller charges ``epsilon`` per statistic per cell a user is kept in.
+
+    ``epsilons=(ε_n, ε_1, ε_2)`` (the per-user-total form, ``docs/operations/grid_stats.md``)
+    gives each statistic its own ε (charged ε_n + ε_1 + ε_2 per kept cell) and turns on the
+    post-processing of that form: the count is clamped to ≥ 0, the mean divides by max(ñ, 1)
+    and is clamped to [L, U], and it is published only where its expected error (from the
+    released values and the public scales, :func:`gpframe.queries.grid_budget.expected_error`)
+    beats the data-free midpoint's W/4 (``released``; NaN elsewhere); ``epsilon`` is then
+    ignored.
 
     Parameters
     ----------
@@ -352,6 +394,7 @@ def release_private_cells(
 
     L, U = exact(lower, "bounds[0]"), exact(upper, "bounds[1]")
     eps = exact(epsilon, "epsilon")
+    e_n, e_1, e_2 = (eps, eps, eps) if epsilons is None else (exact(e, "epsilon") for e in epsilons)
     p = _positive_int(max_per_cell, "max_per_cell")
     q = value_step(L, U)
     T = int((U - L) // q)
@@ -373,25 +416,33 @@ def release_private_cells(
     num1 = 2 * S1 - S0 * T
     num2 = 8 * S2 - 8 * T * S1 + S0 * (T * T)
     d1, d2 = p * H, p * H * H / 2
-    g1 = central_laplace(eps, d1, integer=False).g
-    g2 = central_laplace(eps, d2, integer=False).g
+    g1 = central_laplace(e_1, d1, integer=False).g
+    g2 = central_laplace(e_2, d2, integer=False).g
     lq = _log2_pow2(q)
     u1 = _snap_int(num1, lq - 1 - _log2_pow2(g1))
     u2 = _snap_int(num2, 2 * lq - 3 - _log2_pow2(g2))
-    rn = laplace_dp(S0.astype(np.float64), sensitivity=p, epsilon=eps, integer=True, rng=rng)
-    r1 = laplace_dp(u1.astype(np.float64) * float(g1), sensitivity=d1, epsilon=eps, rng=rng)
-    r2 = laplace_dp(u2.astype(np.float64) * float(g2), sensitivity=d2, epsilon=eps, rng=rng)
+    rn = laplace_dp(S0.astype(np.float64), sensitivity=p, epsilon=e_n, integer=True, rng=rng)
+    r1 = laplace_dp(u1.astype(np.float64) * float(g1), sensitivity=d1, epsilon=e_1, rng=rng)
+    r2 = laplace_dp(u2.astype(np.float64) * float(g2), sensitivity=d2, epsilon=e_2, rng=rng)
     amounts = tuple(sorted({rn.guarantee.amount, r1.guarantee.amount, r2.guarantee.amount}))
-    if amounts != (eps,):
+    if (rn.guarantee.amount, r1.guarantee.amount, r2.guarantee.amount) != (e_n, e_1, e_2):
         raise GpframeInternalError("a release guarantee differs from the planned budget.")
     cnt, s1, s2 = (np.asarray(r.values, dtype=np.float64) for r in (rn, r1, r2))
     c, Hf = float(L + H), float(H)
+    if epsilons is not None:  # post-processing: a count is never negative
+        cnt = np.maximum(cnt, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         ok = cnt >= 1
-        m1 = np.where(ok, s1 / cnt, np.nan)
+        if epsilons is not None:
+            # a mean for every listed cell: divide by max(ñ, 1), then clamp to [L, U]
+            m1 = s1 / np.maximum(cnt, 1.0)
+            ok = np.ones(cnt.size, dtype=bool)
+        else:
+            m1 = np.where(ok, s1 / cnt, np.nan)
         mean = np.clip(c + m1, float(L), float(U))
+        den_v = np.maximum(cnt, 1.0) if epsilons is not None else cnt
         var = np.clip(
-            np.where(ok, s2 / cnt + Hf * Hf / 2 - m1 * m1, np.nan), 0, float((U - L) ** 2) / 4
+            np.where(ok, s2 / den_v + Hf * Hf / 2 - m1 * m1, np.nan), 0, float((U - L) ** 2) / 4
         )
         # |s1/n − s̃1/ñ| <= (t1 + |s̃1| t_n/ñ)/(ñ − t_n) when ñ > t_n (union bound, β/2 each);
         # computed from released values and public scales only
@@ -399,7 +450,19 @@ def release_private_cells(
         t1 = laplace_bound(beta / 2, r1.noise["scale"], r1.g)
         den = cnt - tn
         err = np.where(den > 0, (t1 + np.abs(s1) * tn / np.where(ok, cnt, 1)) / den, np.nan)
-        err = np.where(ok & (den > 0), np.minimum(err + float(q), float(U - L)), np.nan)
+        err = np.where((cnt >= 1) & (den > 0), np.minimum(err + float(q), float(U - L)), np.nan)
+    released = None
+    if epsilons is not None:
+        # post-processing of released values and public scales only: a mean whose noise (the
+        # sum's and the count's, about hypot(b₁, |m̃ − c|·b_n)/max(ñ, 1)) makes a clamped
+        # estimate hardly better on average than the data-free midpoint is not released (NaN),
+        # rather than published as a near-random value in [L, U]
+        from gpframe.queries.grid_budget import expected_error
+
+        b_n, b_1 = float(rn.noise["scale"]), float(r1.noise["scale"])
+        noise_err = np.hypot(b_1, np.abs(mean - c) * b_n) / np.maximum(cnt, 1.0)
+        released = expected_error(noise_err / float(U - L)) < USELESS
+        mean = np.where(released, mean, np.nan)
     return PrivateCellRelease(
         count=cnt,
         s1=s1,
@@ -409,6 +472,7 @@ def release_private_cells(
         mean_error=err,
         scales=(float(rn.noise["scale"]), float(r1.noise["scale"]), float(r2.noise["scale"])),
         guarantees=amounts,
+        released=released,
     )
 
 
@@ -443,8 +507,12 @@ def run_private_grid_stats(
     beta: float = 0.05,
     rng: Any = None,
     params: dict[str, Any] | None = None,
+    epsilons: tuple[Any, Any, Any] | None = None,
 ) -> PrivateRun:
     """Bound, admit, charge and release (module docstring, steps 1–5; charge first, release second).
+
+    ``epsilons=(ε_n, ε_1, ε_2)``: one ε per statistic (see :func:`release_private_cells`); a
+    user then pays (ε_n + ε_1 + ε_2) × |G′_ℓ|.
 
     Noise: :func:`release_private_cells`. Charge: ``epsilon × 3 × |G′_ℓ|`` per user on the central
     ledger (ε-DP draws compose as ε²/2 each on a zCDP filter); users whose remaining budget cannot
@@ -470,10 +538,15 @@ def run_private_grid_stats(
     lu = ledger.units["central"]
     rem = session.remaining_exact(ukeys, notion="central").to_numpy()
     rem_units = np.array([int(x * lu.scale) for x in rem.tolist()], dtype=object)
-    per_stat, big = ledger.units_for("central", eps, b.cells_kept, kind="dp")
-    if big.any():
-        raise InvalidInputError(f"epsilon={float(eps)} is too large for the ledger. {_NOTHING}")
-    need = per_stat.astype(np.int64) * STATISTICS_PRIVATE
+    stat_eps = (eps,) * STATISTICS_PRIVATE if epsilons is None else tuple(
+        exact(check_eps(e, "epsilon"), "epsilon") for e in epsilons
+    )
+    need = np.zeros(b.cells_kept.size, dtype=np.int64)
+    for e in stat_eps:  # one ε-DP draw per statistic per kept cell, each rounded up
+        per_stat, big = ledger.units_for("central", e, b.cells_kept, kind="dp")
+        if big.any():
+            raise InvalidInputError(f"epsilon={float(e)} is too large for the ledger. {_NOTHING}")
+        need = need + per_stat.astype(np.int64)
     over = (need.astype(object) > rem_units) & (b.cells_kept > 0)
     if over.any():  # a user's own ledger state decides: the others' kept rows do not change
         b = bound_contributions(users, cells, public_cells, excluded=over, **kw)
@@ -493,6 +566,7 @@ def run_private_grid_stats(
         release = release_private_cells(
             values[keep], b.row_j[keep], int(b.cells.size), lower=lo, upper=hi, epsilon=eps,
             max_per_cell=b.max_per_cell, beta=beta, rng=rng,
+            epsilons=None if epsilons is None else stat_eps,
         )  # fmt: skip
         return Charge(release, units, units=True)  # three ε-DP draws per kept cell
 
@@ -506,6 +580,7 @@ def run_private_grid_stats(
         params={
             **(params or {}),
             "epsilon": float(eps),
+            **({"epsilons": [float(e) for e in stat_eps]} if epsilons is not None else {}),
             "occupancy": "private",
             "max_cells": b.max_cells,
             "max_per_cell": b.max_per_cell,

@@ -15,6 +15,10 @@ call: every cell's release is an independent mechanism run on the same one-cell 
 * **Private occupancy** (:mod:`gpframe.queries.contribution_bounding`): the neighbour removes one
   user with all their rows (add/remove relation). The user has more rows than ``max_per_cell``,
   all at U, so the bounded sum moves by exactly p·H. Claim: ε for the released centred sum s̃1.
+* **A per-user total** (``epsilon_per_user``, docs/operations/grid_stats.md): public occupancy,
+  the same value neighbours as Clip-User; the plan (public) gives the cell's ε_μ, the claim for
+  the released (weighted per-user-average) mean. Private occupancy with one ε per statistic
+  (count, sum, squares): the add/remove pair above, claim ε_1 for s̃1.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ for _m in (
     "gpframe.queries.grid_stats",
     "gpframe.frame.grid_stats",
     "gpframe.queries.contribution_bounding",
+    "gpframe.queries.grid_user_stats",
+    "gpframe.frame.grid_stats_user",
 ):
     if _m not in AUDITED_MODULES:
         AUDITED_MODULES.append(_m)
@@ -255,9 +261,164 @@ def run_private_case(*, tiers=FAST, n_fast=4_000):
     )
 
 
+# ------------------------------------------------------------------------------------------
+# a per-user total
+
+TOTAL = Fraction(2)  # per user; every user is in one cell, so the cell gets all of it
+
+
+def _user_plan(which: int, n: int):
+    from gpframe.queries.grid_budget import plan_budget
+
+    users, cells, vals = _rows(which, n)
+    occ = _occ(users, cells)
+    plan = plan_budget(occ, TOTAL, lower=Fraction(L), upper=Fraction(U), grid=Fraction(1, 10**9))
+    return plan, users, cells, vals, occ
+
+
+def _weighted_mean(which: int) -> float:
+    from gpframe.queries.grid_budget import plan_budget
+
+    occ = _occ(*_rows(which, 1)[:2])
+    plan = plan_budget(occ, TOTAL, lower=Fraction(L), upper=Fraction(U), grid=Fraction(1, 10**9))
+    c = int(plan.weight_cap[0])
+    vals = _cell_values(which)
+    w = [min(len(v), c) for v in vals]
+    return float(sum(wi * np.mean(v) for wi, v in zip(w, vals, strict=True)) / sum(w))
+
+
+def _user_eps_mu() -> float:
+    plan = _user_plan(0, 1)[0]
+    return float(plan.eps_mu[0])
+
+
+def release_user_stats_case(*, tiers=FAST, n_fast=4_000):
+    from gpframe.queries.grid_user_stats import release_user_stats
+
+    def run(which, n, rng):
+        plan, users, cells, vals, occ = _user_plan(which, n)
+        ru, rj = np.searchsorted(occ.users, users), np.searchsorted(occ.cells, cells)
+        return release_user_stats(plan, ru, rj, vals, rng=rng).mean
+
+    return register(
+        Case(
+            name="grid_stats/release_user_stats/mean/public",
+            covers=("gpframe.queries.grid_user_stats.release_user_stats",),
+            run=run,
+            inputs=(0, 1),
+            centers=(_weighted_mean(0), _weighted_mean(1)),
+            claim=Claim.dp(_user_eps_mu()),
+            tiers=tiers,
+            n_fast=n_fast,
+            n_slow=1_000_000,
+        )
+    )
+
+
+def run_user_grid_stats_case(*, tiers=FAST, n_fast=2_000):
+    from gpframe.queries.grid_user_stats import run_user_grid_stats
+
+    def run(which, n, rng):
+        users, cells, vals = _rows(which, n)
+        occ = _occ(users, cells)
+        ru, rj = np.searchsorted(occ.users, users), np.searchsorted(occ.cells, cells)
+        out = run_user_grid_stats(
+            _session(), occ, ru, rj, vals, lower=Fraction(L), upper=Fraction(U), total=TOTAL,
+            rng=rng,
+        )  # fmt: skip
+        return out.release.mean
+
+    return register(
+        Case(
+            name="grid_stats/run_user_grid_stats/mean/public",
+            covers=("gpframe.queries.grid_user_stats.run_user_grid_stats",),
+            run=run,
+            inputs=(0, 1),
+            centers=(_weighted_mean(0), _weighted_mean(1)),
+            claim=Claim.dp(_user_eps_mu()),
+            tiers=tiers,
+            n_fast=n_fast,
+            n_slow=100_000,
+        )
+    )
+
+
+def grid_stats_per_user_frame_case(*, tiers=FAST, n_fast=1_000):
+    import pandas as pd
+
+    import gpframe.frame.accessor  # noqa: F401  (registers df.geopriv)
+    from gpframe.frame.grid_stats import grid_stats
+
+    def run(which, n, rng):
+        users, cells, vals = _rows(which, n)
+        df = pd.DataFrame(
+            {"u": users, "cell": _h3_cells(n)[cells], "v": vals, "lon": -74.0, "lat": 40.7}
+        )
+        b = df.geopriv(
+            _session(), user="u", lon="lon", lat="lat", crs="EPSG:4326", to_crs="EPSG:32618"
+        )
+        out = grid_stats(
+            b, value="v", bounds=(L, U), epsilon_per_user=float(TOTAL), cells="cell",
+            occupancy="public", rng=rng,
+        )  # fmt: skip
+        return out["mean"].to_numpy()
+
+    return register(
+        Case(
+            name="grid_stats/frame/mean/public/epsilon_per_user",
+            covers=(
+                "gpframe.frame.grid_stats.grid_stats",
+                "gpframe.frame.grid_stats_user.per_user_public",
+            ),
+            run=run,
+            inputs=(0, 1),
+            centers=(_weighted_mean(0), _weighted_mean(1)),
+            claim=Claim.dp(_user_eps_mu()),
+            tiers=tiers,
+            n_fast=n_fast,
+            n_slow=50_000,
+        )
+    )
+
+
+PRIVATE_EPS = (Fraction(1, 5), Fraction(1, 2), Fraction(3, 10))  # count, s1, s2
+
+
+def release_private_split_case(*, tiers=FAST, n_fast=20_000):
+    from gpframe.queries.contribution_bounding import bound_contributions, release_private_cells
+
+    def run(which, n, rng):
+        users, cells, vals = _private_rows(which, n)
+        b = bound_contributions(users, cells, np.arange(n), max_cells=1, max_per_cell=P_CAP)
+        rel = release_private_cells(
+            vals[b.keep], b.row_j[b.keep], n, lower=L, upper=U, epsilon=EPS,
+            max_per_cell=P_CAP, rng=rng, epsilons=PRIVATE_EPS,
+        )  # fmt: skip
+        return rel.s1
+
+    return register(
+        Case(
+            name="grid_stats/release_private_cells/s1/add-remove/epsilons",
+            covers=("gpframe.queries.contribution_bounding.release_private_cells",),
+            run=run,
+            inputs=(0, 1),
+            centers=(_private_s1(0), _private_s1(1)),
+            claim=Claim.dp(float(PRIVATE_EPS[1])),
+            tiers=tiers,
+            n_fast=n_fast,
+            n_slow=1_000_000,
+            tight=True,
+        )
+    )
+
+
 release_cells_case()
 run_grid_stats_case()
 grid_stats_frame_case()
 release_private_case()
 run_private_case()
 run_grid_stats_case(clip="pseudo-user", tiers=SLOW)
+release_user_stats_case()
+run_user_grid_stats_case()
+grid_stats_per_user_frame_case()
+release_private_split_case()

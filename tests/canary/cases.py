@@ -320,6 +320,36 @@ def _grid_private(ctx: Ctx) -> Any:
                                   public_cells=public_cells(), rng=ctx.rng(13))  # fmt: skip
 
 
+@case(
+    name="grid_stats/accessor/public-occupancy/epsilon_per_user",
+    frontend="accessor",
+    covers=("accessor.grid_stats",),
+    modules=(ACC, "gpframe.frame.grid_stats", "gpframe.frame.grid_stats_user",
+             QF + "grid_user_stats", QF + "grid_budget"),
+    public=frozenset({"count", "cell"}),
+    central=True,
+    neighbour="result",
+    exempt=("error",),
+)  # fmt: skip (the largest cell error: from the public occupancy and the public plan)
+def _grid_public_per_user(ctx: Ctx) -> Any:
+    kw = {k: v for k, v in _GRID.items() if k != "epsilon"}
+    return ctx.bound().grid_stats(**kw, epsilon_per_user=4.0, occupancy="public",
+                                  rng=ctx.rng(15))  # fmt: skip
+
+
+@case(name="grid_stats/accessor/private-occupancy/epsilon_per_user", frontend="accessor",
+      covers=("accessor.grid_stats",),
+      modules=(ACC, "gpframe.frame.grid_stats", QF + "contribution_bounding",
+               QF + "grid_user_stats"),
+      public=frozenset({"cell"}), central=True, neighbour="all",
+      exempt=("mean", "variance", "variance_unbiased", "count"))  # fmt: skip
+def _grid_private_per_user(ctx: Ctx) -> Any:
+    kw = {k: v for k, v in _GRID.items() if k != "epsilon"}
+    return ctx.bound().grid_stats(**kw, epsilon_per_user=3.0, occupancy="private", max_cells=3,
+                                  max_per_cell=5, public_cells=public_cells(),
+                                  rng=ctx.rng(16))  # fmt: skip
+
+
 def public_cells() -> list[int]:
     """Every H3 cell of a public box around REGION (chosen without the data)."""
     import h3.api.numpy_int as h3n
@@ -613,6 +643,19 @@ def _sql_grid(ctx: Ctx) -> Any:
                                bounds=(0.0, 40.0), epsilon=0.5, occupancy="public")  # fmt: skip
     # the plan is the curator's object (it lists users); what is published is the query's rows
     return _sql(ctx, _grid_sql()), plan
+
+
+@case(name="grid_stats/duckdb-relation/epsilon_per_user", frontend="sql-relation",
+      covers=("duckdb.grid_stats",),
+      modules=(DDB, "gpframe.duckdb.grid_user", QF + "grid_user_stats", QF + "grid_budget"),
+      public=frozenset({"count", "cell"}), central=True, neighbour="all",
+      exempt=("mean", "variance", "mean_error", "variance_error", "epsilon_cell", "users_kept",
+              "users", "released"))  # fmt: skip (users*, epsilon_cell, released: the public plan)
+def _rel_grid_per_user(ctx: Ctx) -> Any:
+    import gpframe as gp
+
+    return gp.duckdb.grid_stats(ctx.con, "SELECT * FROM pings", user="uid", cell="cell",
+                                value="val", bounds=(0.0, 40.0), epsilon_per_user=4.0)  # fmt: skip
 
 
 @case(name="knn/duckdb-relation", frontend="sql-relation", covers=("duckdb.knn",),

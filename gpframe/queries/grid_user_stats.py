@@ -1,0 +1,392 @@
+"""Per-cell mean and variance from per-user averages, under one per-user total ε (public occupancy).
+
+See ``docs/operations/grid_stats.md`` (section "A per-user total: how gpframe spends it") and
+``docs/noise.md`` (central Laplace, exact statistics). This is ``grid_stats(...,
+epsilon_per_user=E, occupancy="public")``.
+
+Neighbouring relation: as for Clip-User, the occupancy is public and one user's **values** change.
+
+1. **Plan** (:func:`gpframe.queries.grid_budget.plan_budget`, public, free): the kept (user, cell)
+   pairs and each released cell's ε_μ,j and ε_V,j, with Σ_{kept j} (ε_μ,j + ε_V,j) ≤ E for every
+   user. Users whose remaining central budget cannot pay their planned charge are left out and
+   the plan is recomputed (budgets are public ledger state).
+2. **Per-user averages.** Values are snapped to the fixed-point grid q above L
+   (:func:`~gpframe.queries.grid_stats.value_step`, integers k in [0, T]); centre c = L + H with
+   H = T·q/2. In cell j each kept user ℓ contributes one bounded pair: the average a_ℓ of their
+   snapped values and the average s_ℓ of their (x̂ − c)², in [L, L + 2H] and [0, H²]. The cell
+   releases M_j = mean over kept users of a_ℓ (sensitivity 2H/k_j ≤ W/k_j, k_j kept users) and
+   Q_j = mean of s_ℓ (sensitivity H²/k_j), both exact rationals, with ``laplace_dp`` at ε_μ,j and
+   ε_V,j (Dwork & Roth, 'The Algorithmic Foundations of Differential Privacy', 2014, Thm. 3.6).
+3. **Post-processing** that never moves an estimate away from its estimand: M̃ is clamped to
+   [L, U], Q̃ to [0, H²], and the variance Q̃ − (M̃ − c)² to [0, W²/4].
+4. **Charge**: user ℓ pays Σ over their kept cells of ε_μ,j + ε_V,j (≤ E), before the release.
+
+The estimand is the average over a cell's kept users of each user's own mean (and the variance
+of the pooled, user-weighted samples): every user counts once, however many samples they have,
+as in OpenDP's per-user averages. Users not kept in a cell do not enter it; a cell with no kept
+user, or whose expected error would not beat the data-free midpoint, is not released (NaN,
+``released`` False).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from gpframe.errors import GpframeInternalError, InvalidInputError, LedgerError
+from gpframe.ledger.run import Charge, run
+from gpframe.ledger.session import EXCLUDED_KEY
+from gpframe.queries.clip_user import Occupancy
+from gpframe.queries.grid_budget import DEFAULT_SPLIT, BudgetPlan, plan_budget
+
+__all__ = [
+    "UserStatsRelease",
+    "UserStatsRun",
+    "private_epsilons",
+    "release_user_stats",
+    "run_user_grid_stats",
+]
+
+_NOTHING = "Nothing was charged."
+
+
+@dataclass(frozen=True)
+class UserStatsRelease:
+    """Released statistics per cell (aligned with the plan's cells; NaN where not released).
+
+    ``mean_error`` / ``variance_error`` hold with probability ≥ 1 − β per cell against the
+    kept users' per-user-average estimand (noise and snapping only).
+    """
+
+    mean: np.ndarray
+    var: np.ndarray
+    mean_error: np.ndarray
+    var_error: np.ndarray
+    scale_mu: np.ndarray
+    scale_v: np.ndarray
+    released: np.ndarray
+
+
+def _pre_snap(x: Fraction, g: Fraction) -> float:
+    u = round(x / g)  # the statistic on the noise lattice, exactly (half to even)
+    if abs(u) >= 2**52:
+        raise InvalidInputError(f"a statistic is too large for the noise lattice. {_NOTHING}")
+    return float(u * g)
+
+
+def _user_moments(
+    plan: BudgetPlan, rows_u: np.ndarray, rows_j: np.ndarray, values: np.ndarray
+) -> tuple[list[Fraction | None], list[Fraction | None], Fraction, Fraction]:
+    """Exact per-cell means of the kept users' averages of x̂ and of (x̂ − c)²."""
+    from gpframe.queries.grid_stats import value_step
+
+    occ = plan.occupancy
+    lo, hi = plan.lower, plan.upper
+    q = value_step(lo, hi)
+    T = int((hi - lo) // q)
+    k = np.clip(np.rint((values - float(lo)) / float(q)), 0, T).astype(np.int64)
+    n_u = max(occ.n_users, 1)
+    code = rows_j.astype(np.int64) * n_u + rows_u
+    coo = np.searchsorted(occ.j * n_u + occ.u, code)
+    kept = plan.keep[coo]
+    npair = occ.u.size
+    s0 = np.bincount(coo[kept], minlength=npair).astype(np.int64)
+    s1 = np.zeros(npair, np.int64)
+    s2 = np.zeros(npair, np.int64)
+    # 2k − T is (x̂ − c)/(q/2): integers, so every sum is exact
+    d = 2 * k[kept] - T
+    np.add.at(s1, coo[kept], k[kept])
+    np.add.at(s2, coo[kept], d * d)
+    means: list[Fraction | None] = [None] * occ.n_cells
+    seconds: list[Fraction | None] = [None] * occ.n_cells
+    if (s0[plan.keep] != occ.m[plan.keep]).any():
+        raise GpframeInternalError("kept rows do not match the occupancy.")
+    # weight min(m, c_j) times the user's own mean s/m: per cell, one common denominator (the
+    # lcm of the counts) and Python integers, so the sums are exact and cheap
+    wsum, _wmax = cell_weights(plan)
+    rows = np.flatnonzero(plan.keep)
+    rows = rows[np.argsort(occ.j[rows], kind="stable")]
+    cuts = np.flatnonzero(np.diff(occ.j[rows])) + 1
+    for grp in np.split(rows, cuts) if rows.size else []:
+        j = int(occ.j[grp[0]])
+        ms = occ.m[grp].tolist()
+        ws = np.minimum(occ.m[grp], plan.weight_cap[j]).tolist()
+        den = math.lcm(*ms)
+        n1 = sum(w * a * (den // m) for w, a, m in zip(ws, s1[grp].tolist(), ms, strict=True))
+        n2 = sum(w * a * (den // m) for w, a, m in zip(ws, s2[grp].tolist(), ms, strict=True))
+        means[j] = lo + q * Fraction(n1, den * int(wsum[j]))
+        seconds[j] = (q / 2) ** 2 * Fraction(n2, den * int(wsum[j]))
+    return means, seconds, q, T * q / 2
+
+
+def cell_weights(plan: BudgetPlan) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell, Σ and max of the kept users' weights min(m_ℓj, c_j) (public: occupancy only)."""
+    occ = plan.occupancy
+    w = np.minimum(occ.m, plan.weight_cap[occ.j]) * plan.keep
+    wsum = np.bincount(occ.j, weights=w, minlength=occ.n_cells).astype(np.int64)
+    wmax = np.zeros(occ.n_cells, dtype=np.int64)
+    np.maximum.at(wmax, occ.j, w.astype(np.int64))
+    return wsum, wmax
+
+
+def release_user_stats(
+    plan: BudgetPlan,
+    rows_u: np.ndarray,
+    rows_j: np.ndarray,
+    values: np.ndarray,
+    *,
+    beta: float = 0.05,
+    rng: Any = None,
+) -> UserStatsRelease:
+    """Release each planned cell's mean and second moment of per-user averages (steps 2–3).
+
+    See the module docstring and ``docs/operations/grid_stats.md``. Noise: per released cell,
+    ``laplace_dp`` with sensitivity 2H/k_j at ε_μ,j (mean) and H²/k_j at ε_V,j (second moment),
+    lattice g = 2^(⌊log₂Δ⌋−20) (``docs/noise.md``). Charge: none here; the caller charges each
+    kept user Σ (ε_μ,j + ε_V,j) over their kept cells first.
+
+    ``rows_u``/``rows_j`` index the occupancy's users and cells per data row; ``values`` are in
+    [L, U].
+    """
+    from gpframe.mechanisms import laplace_dp
+    from gpframe.mechanisms.calibration import central_laplace
+    from gpframe.mechanisms.tails import laplace_bound
+
+    occ = plan.occupancy
+    n_c = occ.n_cells
+    means, seconds, q, H = _user_moments(plan, rows_u, rows_j, values)
+    L, U = plan.lower, plan.upper
+    W = U - L
+    out = {k: np.full(n_c, np.nan) for k in ("m", "v", "em", "ev", "sm", "sv")}
+    todo = np.flatnonzero(plan.released)
+    for j in todo.tolist():
+        if means[j] is None or seconds[j] is None:
+            raise GpframeInternalError(f"cell {j} is planned but has no kept user.")
+    wsum, wmax = cell_weights(plan)
+    # cells sharing (max w / Σ w, ε_μ, ε_V) share their noise parameters: one sampler call each
+    groups: dict[tuple[Fraction, Fraction, Fraction], list[int]] = {}
+    for j in todo.tolist():
+        key = (Fraction(int(wmax[j]), int(wsum[j])), plan.eps_mu[j], plan.eps_v[j])
+        groups.setdefault(key, []).append(j)
+    for (share, e_mu, e_v), cj_list in sorted(groups.items()):
+        cj = np.array(cj_list, dtype=np.int64)
+        d_mu = 2 * H * share  # one user moves the weighted mean by ≤ (its weight share)·2H
+        cal = central_laplace(e_mu, d_mu, integer=False)
+        rel = laplace_dp(
+            [_pre_snap(means[j], cal.g) for j in cj_list], sensitivity=d_mu, epsilon=e_mu,
+            rng=rng,
+        )  # fmt: skip
+        if rel.guarantee.amount != e_mu:
+            raise GpframeInternalError("a release guarantee differs from the planned budget.")
+        mu = np.clip(np.asarray(rel.values, dtype=np.float64), float(L), float(U))
+        tm = laplace_bound(beta / 2, rel.noise["scale"], rel.g) + float(q)
+        out["m"][cj], out["em"][cj] = mu, min(tm, float(W))
+        out["sm"][cj] = float(rel.noise["scale"])
+        if e_v > 0:
+            d_v = H * H * share
+            cal = central_laplace(e_v, d_v, integer=False)
+            relv = laplace_dp(
+                [_pre_snap(seconds[j], cal.g) for j in cj_list], sensitivity=d_v, epsilon=e_v,
+                rng=rng,
+            )  # fmt: skip
+            if relv.guarantee.amount != e_v:
+                raise GpframeInternalError("a release guarantee differs from the planned budget.")
+            s2 = np.clip(np.asarray(relv.values, dtype=np.float64), 0.0, float(H * H))
+            c = float(L + H)
+            var = np.clip(s2 - (mu - c) ** 2, 0.0, float(W * W) / 4)
+            tq = laplace_bound(beta / 2, relv.noise["scale"], relv.g)
+            # |ΔV| ≤ |ΔQ| + |ΔM|·|M̃ + M − 2c| ≤ t_Q + t_M·2H, plus snapping (≤ q(W + q))
+            ev = tq + tm * 2 * float(H) + float(q * (W + q))
+            out["v"][cj], out["sv"][cj] = var, float(relv.noise["scale"])
+            out["ev"][cj] = min(ev, float(W * W) / 4)
+    return UserStatsRelease(
+        mean=out["m"],
+        var=out["v"],
+        mean_error=out["em"],
+        var_error=out["ev"],
+        scale_mu=out["sm"],
+        scale_v=out["sv"],
+        released=plan.released.copy(),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class UserStatsRun:
+    """What :func:`run_user_grid_stats` did: the plan, the release, the charges, the exclusions."""
+
+    plan: BudgetPlan
+    release: UserStatsRelease
+    users: list[Any]
+    charges: np.ndarray  # float, filter units, aligned with ``users``
+    excluded: list[Any]
+    query_id: str
+    spent_at_most: float
+
+
+def _units(ledger: Any, plan: BudgetPlan) -> tuple[np.ndarray, np.ndarray]:
+    """Ledger units per user: each kept pair's two draws, each rounded up as the ledger does."""
+    occ = plan.occupancy
+    units = np.zeros(occ.n_users, np.int64)
+    big = np.zeros(occ.n_users, bool)
+    kept_u, kept_j = occ.u[plan.keep], occ.j[plan.keep]
+    for eps in (plan.eps_mu, plan.eps_v):
+        # one ledger conversion per distinct amount: index the cells' amounts, then count per user
+        distinct = sorted(set(eps.tolist()))
+        index = {a: i for i, a in enumerate(distinct)}
+        code = np.array([index[a] for a in eps.tolist()], dtype=np.int64)[kept_j]
+        for i, a in enumerate(distinct):
+            if a == 0:
+                continue
+            cnt = np.bincount(kept_u[code == i], minlength=occ.n_users)
+            u, b = ledger.units_for("central", a, cnt, kind="dp")
+            units += u
+            big |= b
+    return units, big
+
+
+def _grid(ledger: Any) -> Fraction:
+    # amounts on a grid of the ledger unit (at most 1e-9): a DP filter then charges them exactly
+    return Fraction(1, 10 ** min(int(ledger.units["central"].exponent), 9))
+
+
+def run_user_grid_stats(
+    session: Any,
+    occ: Occupancy,
+    rows_u: np.ndarray,
+    rows_j: np.ndarray,
+    values: np.ndarray,
+    *,
+    lower: Fraction,
+    upper: Fraction,
+    total: Fraction,
+    split: tuple[Fraction, Fraction] = DEFAULT_SPLIT,
+    beta: float = 0.05,
+    rng: Any = None,
+    params: dict[str, Any] | None = None,
+    max_retries: int = 3,
+    on_stage: Callable[[str], None] | None = None,
+) -> UserStatsRun:
+    """Plan, admit, charge and release under a per-user total ``total`` (module docstring).
+
+    Noise: :func:`release_user_stats`. Charge: user ℓ pays Σ over their kept cells of
+    ε_μ,j + ε_V,j ≤ ``total`` on the central ledger (ε-DP draws; a zCDP filter records ε²/2 per
+    draw); users whose remaining budget cannot pay are left out of every cell and charged nothing.
+    ``values`` must be in [L, U]; the data's counts must equal ``occ`` (checked, fail closed).
+    """
+    from gpframe.mechanisms.noise.bits import resolve_rng
+    from gpframe.queries.grid_stats import central_kind, check_data_matches
+
+    central_kind(session)
+    check_data_matches(occ, rows_u, rows_j)
+    rng = resolve_rng(rng)
+    ledger = session.ledger
+    grid = _grid(ledger)
+    if total < grid * 2:
+        raise InvalidInputError(f"epsilon_per_user={float(total)} is too small. {_NOTHING}")
+    lu = ledger.units["central"]
+    excluded = np.zeros(occ.n_users, dtype=bool)
+    for _attempt in range(max_retries):
+        rem = session.remaining_exact(occ.users.tolist(), notion="central").to_numpy()
+        rem_units = np.array([int(x * lu.scale) for x in rem.tolist()], dtype=object)
+        for _round in range(occ.n_users + 1):
+            plan = plan_budget(
+                occ, total, lower=lower, upper=upper, grid=grid, split=split, excluded=excluded
+            )
+            units, big = _units(ledger, plan)
+            if big.any():
+                raise InvalidInputError(
+                    f"epsilon_per_user={float(total)} is too large for the ledger. {_NOTHING}"
+                )
+            over = (units.astype(object) > rem_units) & (units > 0)
+            if not over.any():
+                break
+            excluded |= over
+        if on_stage is not None and _attempt == 0:
+            on_stage("budget plan")
+        payers = np.flatnonzero(units > 0)
+        users = occ.users[payers].tolist()
+        pay_units = units[payers]
+
+        def compute(r: Any, plan: BudgetPlan = plan, pay_units: Any = pay_units) -> Charge[Any]:
+            rel = release_user_stats(plan, rows_u, rows_j, values, beta=beta, rng=rng)
+            return Charge(rel, pay_units, units=True)
+
+        ran = run(
+            session, users, pay_units, notion="central", kind="dp", query="grid_stats",
+            params={
+                **(params or {}),
+                "epsilon_per_user": float(total),
+                "estimator": "per-user averages",
+                "cap": plan.cap,
+                "split": [float(x) for x in plan.split],
+                EXCLUDED_KEY: sorted(occ.users[excluded].tolist()),
+            },
+            units=True, check=lambda r: bool(r.admitted.all()), compute=compute,
+        )  # fmt: skip
+        if ran.status == "refused":  # another process spent in between: re-plan without them
+            excluded[payers[~ran.admitted]] = True
+            continue
+        scale = 10.0**lu.exponent
+        return UserStatsRun(
+            plan=plan,
+            release=ran.value,
+            users=users,
+            charges=pay_units / scale,
+            excluded=sorted(occ.users[excluded].tolist()),
+            query_id=ran.query_id,
+            # the largest planned charge (a public function of the public occupancy): never
+            # above the total on a DP filter, whose units the grid divides exactly
+            spent_at_most=int(units.max(initial=0)) / scale,
+        )
+    raise LedgerError(
+        f"grid_stats could not reserve budgets after {max_retries} attempts (other processes kept "
+        f"spending); retry later. {_NOTHING}"
+    )
+
+
+#: share of a cell's mean budget for the count (the rest goes to the centred sum): with
+#: |mean − centre| ≈ H/2 the mean's error ∝ 1/ε_1 + (1/2)/ε_n is least at ε_1/ε_n = √2
+COUNT_SHARE = Fraction(29, 70)  # ≈ 1/(1 + √2)
+
+
+def private_epsilons(
+    session: Any, total: Any, max_cells: Any, split: tuple[Any, Any]
+) -> tuple[Fraction, Fraction, Fraction]:
+    """(ε_n, ε_1, ε_2) per cell when ``total`` is spread over ``max_cells`` cells (private).
+
+    The cell's share total/``max_cells`` goes ``split[1]`` to the centred sum of squares and the
+    rest to the count and the centred sum in the ratio 1 : √2 (the split that minimises the
+    mean's error, see ``COUNT_SHARE``); each is capped at 100 (one draw's range) and rounded down
+    to the ledger's grid, so a user kept in at most ``max_cells`` cells pays at most ``total``.
+
+    >>> import gpframe as gp
+    >>> e = private_epsilons(gp.Session(central=gp.DP(epsilon=10.0)), 7, 1, (0.75, 0.25))
+    >>> [round(float(x), 4) for x in e], float(sum(e)) <= 7
+    ([2.175, 3.075, 1.75], True)
+    """
+    from gpframe.accounting.amounts import exact
+
+    if isinstance(max_cells, bool) or not isinstance(max_cells, (int, np.integer)) or max_cells < 1:
+        raise InvalidInputError(
+            f"max_cells={max_cells!r} must be a positive integer (a public cap chosen without "
+            f"looking at the data), e.g. max_cells=5. {_NOTHING}"
+        )
+    s_mu, s_v = exact(split[0], "split[0]"), exact(split[1], "split[1]")
+    if not (s_mu > 0 and s_v > 0 and s_mu + s_v == 1):
+        raise InvalidInputError(
+            f"split={tuple(map(float, (s_mu, s_v)))} must be two positive shares (mean, "
+            f"variance) summing to 1, e.g. split=(0.75, 0.25). {_NOTHING}"
+        )
+    grid = _grid(session.ledger)
+    cell = Fraction(total) / int(max_cells)
+    shares = (s_mu * COUNT_SHARE, s_mu * (1 - COUNT_SHARE), s_v)
+    # one draw's ε stays in the samplers' range (≤ 100): a user then pays less than the total
+    out = tuple((min(cell * x, Fraction(100)) // grid) * grid for x in shares)
+    if min(out) < Fraction(2) ** -40:
+        raise InvalidInputError(f"epsilon_per_user={float(total)} is too small. {_NOTHING}")
+    return out  # type: ignore[return-value]
