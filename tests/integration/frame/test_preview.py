@@ -195,3 +195,28 @@ def test_the_docs_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(block, "ledger.md[preview]", "exec"), {"__name__": "docs_ledger_preview"})
     out = capsys.readouterr().out
     assert "CURATOR-SIDE" in out and "cannot pay this query: 4" in out
+
+
+@pytest.mark.parametrize("occupancy", ["public", "private"])
+def test_grid_stats_per_user_total_preview_is_the_real_reservation(occupancy: str) -> None:
+    # the per-user form plans its own cells and ε per cell; the preview must match it exactly
+    rs = np.random.default_rng(3)  # test data only
+    df = _frame(4).assign(v=rs.uniform(0, 10, N * 4))
+    df["x"] = 500_000 + rs.uniform(0, 50, len(df))
+    s, b = _bound(df, central=True)
+    kw: dict[str, Any] = dict(value="v", bounds=(0, 10), epsilon_per_user=4.0, cells=7,
+                              occupancy=occupancy)  # fmt: skip
+    if occupancy == "private":
+        kw.update(max_cells=3, max_per_cell=5, public_cells=sorted(set(_cells(df))))
+    pv = _check(s, lambda: b.grid_stats(**kw, dry_run=True),
+                lambda: b.grid_stats(**kw, rng=seeded_rng(2)), False)  # fmt: skip
+    assert pv.notion == "central"
+    assert 0 < pv.allocations.max() <= 4.0 + 1e-12
+
+
+def _cells(df: pd.DataFrame) -> list[str]:
+    import h3
+    from pyproj import Transformer
+
+    lon, lat = Transformer.from_crs(32618, 4326, always_xy=True).transform(df["x"], df["y"])
+    return [h3.latlng_to_cell(b, a, 7) for a, b in zip(lon, lat, strict=True)]
