@@ -84,9 +84,22 @@ class Occupancy:
         )
 
 
+def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)``, by hashing for integers and str.
+
+    Same sorted keys (same dtype) and inverse; numpy sorts all n values (4-6 s at 10⁷), pandas
+    hashes them and sorts only the distinct ones (0.3-0.6 s).
+    """
+    if values.dtype.kind in "iuU":
+        inv, keys = pd.factorize(values, sort=True)
+        return np.asarray(keys).astype(values.dtype, copy=False), inv.astype(np.int64, copy=False)
+    keys, inv = np.unique(values, return_inverse=True)
+    return keys, inv
+
+
 def _sorted_keys(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
     try:
-        keys, inv = np.unique(values, return_inverse=True)
+        keys, inv = _unique_inverse(values)
     except TypeError:
         raise InvalidInputError(
             f"{name} keys are not mutually comparable (mixed types?); the canonical orders of "
@@ -112,7 +125,7 @@ def occupancy_from_records(users: Any, cells: Any, counts: Any = None) -> Occupa
     ckeys, ci = _sorted_keys(cells, "cell")
     pair = ci * max(ukeys.size, 1) + ui
     if counts is None:
-        code, inv = np.unique(pair, return_inverse=True)
+        code, inv = _unique_inverse(pair)
         cnt = np.bincount(inv.reshape(-1), minlength=code.size).astype(np.int64)
     else:
         cnt_in = np.asarray(counts)
@@ -526,8 +539,9 @@ def _run(
     ucell = occ.j[by_user].astype(np.int64)
     uval = r[by_user].astype(np.int64)
     # each cell's retained counts as ascending distinct values with multiplicities
-    pair = np.unique(np.stack([occ.j[act], r[act]]), axis=1, return_counts=True)
-    (cj, cv), cc = pair
+    vmax = int(r.max()) + 1
+    key, cc = np.unique(occ.j[act] * vmax + r[act], return_counts=True)
+    cj, cv = key // vmax, key % vmax
     cstart = np.zeros(n_c + 1, np.int64)
     np.cumsum(np.bincount(cj, minlength=n_c), out=cstart[1:])
     size = np.diff(cstart)
@@ -556,10 +570,10 @@ def _run(
     ukey, ckey = occ.users.tolist(), occ.cells.tolist()  # plain Python keys for the trace
     stage, gs, us, cs = (a[:nt].tolist() for a in t_int)
     es, oks = t_e[:nt].tolist(), t_ok[:nt].tolist()
-    cells_of = [None if c < 0 else ckey[c] for c in cs]
-    users_of = [ukey[u] for u in us]
+    cells_of = list(map([*ckey, None].__getitem__, cs))  # cell -1 (none) is the last: None
+    users_of = list(map(ukey.__getitem__, us))
     trace.extend(zip(stage, gs, users_of, cells_of, es, oks, strict=True))
-    suppressed.extend((u, c) for u, c, ok in zip(users_of, cells_of, oks, strict=True) if ok)
+    suppressed.extend([(users_of[i], cells_of[i]) for i in np.flatnonzero(t_ok[:nt]).tolist()])
     if undone:
         del suppressed[len(suppressed) - undone :]
     if candidates is not None:

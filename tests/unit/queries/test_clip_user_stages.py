@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from gpframe.queries.clip_user import clip_user_plan
+from gpframe.queries.clip_user.planner import _unique_inverse
 
 from .clip_user_oracle import reference_plan
 
@@ -102,3 +103,21 @@ def test_compiled_stage_loop_equals_the_numpy_loop_on_many_users():
             old = reference_plan(occ, 0, **kw)
             assert len(new.suppressed) > 100
             assert _same(new, old) == []
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([5, -3, 5, 0, -3, 2**40], dtype=np.int64),
+        np.array([2**63 + 5, 7, 2**63 + 5, 0], dtype=np.uint64),
+        np.array([3, 1, 3], dtype=np.int32),
+        np.array(["b", "a", "ab", "b", "B", ""]),
+        np.array([1.5, -2.0, 1.5]),
+        np.array(["x", "a", "x"], dtype=object),
+    ],
+)
+def test_unique_inverse_is_numpys(values):
+    keys, inv = _unique_inverse(values)
+    ref_keys, ref_inv = np.unique(values, return_inverse=True)
+    assert keys.dtype == ref_keys.dtype and np.array_equal(keys, ref_keys)
+    assert inv.dtype == np.int64 and np.array_equal(inv, ref_inv.reshape(-1))
