@@ -40,7 +40,6 @@ from gpframe.queries.clip_user.error import (
     err,
 )
 from gpframe.queries.clip_user.pseudo_user import pseudo_user
-from gpframe.queries.clip_user.stages import FLOOR, NO_PROGRESS, run_stages
 
 __all__ = ["ClipUserPlan", "Occupancy", "clip_user_plan", "occupancy_from_records"]
 
@@ -528,6 +527,9 @@ def _run(
     See ``docs/operations/grid_stats.md``: mutates r, r_tot and E, fills trace, suppressed and
     candidates; returns the status and each cell's largest retained count afterwards.
     """
+    # numba loads here, on the first plan that needs the loop, not on ``import gpframe``
+    from gpframe.queries.clip_user.stages import FLOOR, NO_PROGRESS, run_stages
+
     n_u, n_c = occ.n_users, occ.n_cells
     # per-user active rows in ascending cell order: COO rows are sorted by (cell, user), so a
     # stable sort by user keeps the cell order within each user
