@@ -1257,6 +1257,7 @@ def _build_output(
     """
     import geopandas as gpd
 
+    from gpframe.geo import points_array
     from gpframe.release import release_frame
 
     xs = np.full(len(p), np.nan)
@@ -1266,7 +1267,7 @@ def _build_output(
     elif released.any():
         bx, by = p.to_input_crs(xy_m[released])
         xs[released], ys[released] = bx, by
-    geom = gpd.points_from_xy(xs, ys, crs=p.crs_in)
+    geom = points_array(xs, ys, p.crs_in)
     geom[~released] = None
     gname = getattr(frame, "_geometry_column_name", None)
     is_geo = isinstance(frame, gpd.GeoDataFrame) and gname in frame.columns
