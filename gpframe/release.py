@@ -286,6 +286,8 @@ def privatized_frame(
     """
     import geopandas as gpd
 
+    from gpframe.geo import points_array
+
     xs = np.full(len(p), np.nan)
     ys = np.full(len(p), np.nan)
     if xy_in is not None:
@@ -293,7 +295,7 @@ def privatized_frame(
     elif released.any():
         bx, by = p.to_input_crs(xy_m[released])
         xs[released], ys[released] = bx, by
-    geom = gpd.points_from_xy(xs, ys, crs=p.crs_in)
+    geom = points_array(xs, ys, p.crs_in)
     geom[~released] = None
     gname = getattr(frame, "_geometry_column_name", None)
     is_geo = isinstance(frame, gpd.GeoDataFrame) and gname in frame.columns

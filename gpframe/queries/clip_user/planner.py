@@ -23,7 +23,6 @@ are detected and broken by the smallest cell key.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -84,9 +83,22 @@ class Occupancy:
         )
 
 
+def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)``, by hashing for integers and str.
+
+    Same sorted keys (same dtype) and inverse; numpy sorts all n values (4-6 s at 10⁷), pandas
+    hashes them and sorts only the distinct ones (0.3-0.6 s).
+    """
+    if values.dtype.kind in "iuU":
+        inv, keys = pd.factorize(values, sort=True)
+        return np.asarray(keys).astype(values.dtype, copy=False), inv.astype(np.int64, copy=False)
+    keys, inv = np.unique(values, return_inverse=True)
+    return keys, inv
+
+
 def _sorted_keys(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
     try:
-        keys, inv = np.unique(values, return_inverse=True)
+        keys, inv = _unique_inverse(values)
     except TypeError:
         raise InvalidInputError(
             f"{name} keys are not mutually comparable (mixed types?); the canonical orders of "
@@ -112,7 +124,7 @@ def occupancy_from_records(users: Any, cells: Any, counts: Any = None) -> Occupa
     ckeys, ci = _sorted_keys(cells, "cell")
     pair = ci * max(ukeys.size, 1) + ui
     if counts is None:
-        code, inv = np.unique(pair, return_inverse=True)
+        code, inv = _unique_inverse(pair)
         cnt = np.bincount(inv.reshape(-1), minlength=code.size).astype(np.int64)
     else:
         cnt_in = np.asarray(counts)
@@ -267,50 +279,6 @@ def _check_split(split: Any) -> tuple[Fraction, Fraction]:
     return a, b
 
 
-class _CellState:
-    """Per-cell retained totals and multiset tops: r_j, top1, its multiplicity, top2.
-
-    See ``docs/operations/grid_stats.md``.
-    """
-
-    def __init__(self, occ: Occupancy, r: np.ndarray) -> None:
-        n = occ.n_cells
-        self.r_tot = np.zeros(n, np.int64)
-        np.add.at(self.r_tot, occ.j, r)
-        self.hist: list[dict[int, int]] = [dict() for _ in range(n)]
-        # rows are sorted by cell: one pass builds each cell's count -> multiplicity map
-        keep = r > 0
-        jj, vv = occ.j[keep], r[keep]
-        pair, mult = np.unique(np.stack([jj, vv]), axis=1, return_counts=True)
-        for cj, v, k in zip(pair[0].tolist(), pair[1].tolist(), mult.tolist(), strict=True):
-            self.hist[cj][v] = k
-        self.top1 = np.zeros(n, np.int64)
-        self.cnt1 = np.zeros(n, np.int64)
-        self.top2 = np.zeros(n, np.int64)
-        for cj in range(n):
-            self._refresh(cj)
-
-    def _refresh(self, cj: int) -> None:
-        keys = sorted(self.hist[cj], reverse=True)
-        self.top1[cj] = keys[0] if keys else 0
-        self.cnt1[cj] = self.hist[cj][keys[0]] if keys else 0
-        self.top2[cj] = keys[1] if len(keys) > 1 else 0
-
-    def rs_without(self, cells: np.ndarray, vals: np.ndarray) -> np.ndarray:
-        """Largest retained count of each cell after removing one occurrence of ``vals``."""
-        alone = (vals == self.top1[cells]) & (self.cnt1[cells] == 1)
-        return np.where(alone, self.top2[cells], self.top1[cells])
-
-    def remove(self, cj: int, v: int) -> None:
-        hj = self.hist[cj]
-        hj[v] -= 1
-        if hj[v] == 0:
-            del hj[v]
-        self.r_tot[cj] -= v
-        if v >= self.top2[cj]:
-            self._refresh(cj)
-
-
 def clip_user_plan(
     occupancy: Occupancy | pd.DataFrame,
     lower: float,
@@ -418,9 +386,12 @@ def clip_user_plan(
     Gamma = int(G0.max()) if n_u else 0
 
     r = np.where(excl[occ.u], 0, occ.m).astype(np.int64)
-    state = _CellState(occ, r)
-    E0 = err(m_cell, state.r_tot, state.top1, model)
-    alive = state.r_tot >= 1
+    r_tot = np.zeros(n_c, np.int64)
+    np.add.at(r_tot, occ.j, r)
+    top1 = np.zeros(n_c, np.int64)
+    np.maximum.at(top1, occ.j, r)
+    E0 = err(m_cell, r_tot, top1, model)
+    alive = r_tot >= 1
     trace: list[tuple[int, int, Any, Any, float, bool]] = []
     candidates: list[tuple[Any, list[tuple[Any, float]]]] = []
     suppressed: list[tuple[Any, Any]] = []
@@ -434,10 +405,10 @@ def clip_user_plan(
     cap = E_star if error_cap is None else float(error_cap)
 
     if clip != "none" and alive.any():
-        status = _run(
+        status, top1 = _run(
             occ,
             r,
-            state,
+            r_tot,
             E,
             m_cell,
             model,
@@ -453,7 +424,7 @@ def clip_user_plan(
         )
     r_clip = r.copy()
     E_clip = E.copy()
-    m_ub = np.where(state.r_tot >= 1, state.top1, 0)
+    m_ub = np.where(r_tot >= 1, top1, 0)
     if clip == "pseudo-user":
         r, m_ub = pseudo_user(occ.j, r_clip, m_cell, model)
     r_cell = np.zeros(n_c, np.int64)
@@ -537,7 +508,7 @@ def _as_occupancy(occupancy: Any) -> Occupancy:
 def _run(
     occ: Occupancy,
     r: np.ndarray,
-    state: _CellState,
+    r_tot: np.ndarray,
     E: np.ndarray,
     m_cell: np.ndarray,
     model: ErrorModel,
@@ -550,67 +521,70 @@ def _run(
     trace: list[Any],
     suppressed: list[Any],
     candidates: list[Any] | None,
-) -> str:
-    """Run the stage loop on the incremental state.
+) -> tuple[str, np.ndarray]:
+    """Run the stage loop (:func:`gpframe.queries.clip_user.stages.run_stages`).
 
-    See ``docs/operations/grid_stats.md``; ``docs/operations/grid_stats.md``: mutates r, state, E.
+    See ``docs/operations/grid_stats.md``: mutates r, r_tot and E, fills trace, suppressed and
+    candidates; returns the status and each cell's largest retained count afterwards.
     """
-    n_u = occ.n_users
-    # per-user rows (positions into the COO arrays), in ascending cell key order: COO rows are
-    # sorted by (cell, user), so a stable sort by user keeps the cell order within each user
-    by_user = np.argsort(occ.u, kind="stable")
-    starts = np.searchsorted(occ.u[by_user], np.arange(n_u + 1))
-    rows: list[np.ndarray] = [by_user[starts[i] : starts[i + 1]] for i in range(n_u)]
-    rows = [rw[r[rw] > 0] for rw in rows]
-    G = np.array([rw.size for rw in rows], dtype=np.int64)
+    # numba loads here, on the first plan that needs the loop, not on ``import gpframe``
+    from gpframe.queries.clip_user.stages import FLOOR, NO_PROGRESS, run_stages
+
+    n_u, n_c = occ.n_users, occ.n_cells
+    # per-user active rows in ascending cell order: COO rows are sorted by (cell, user), so a
+    # stable sort by user keeps the cell order within each user
+    act = np.flatnonzero(r > 0)
+    by_user = act[np.argsort(occ.u[act], kind="stable")]
+    G = np.bincount(occ.u[act], minlength=n_u).astype(np.int64)
+    ustart = np.zeros(n_u + 1, np.int64)
+    np.cumsum(G, out=ustart[1:])
+    ucell = occ.j[by_user].astype(np.int64)
+    uval = r[by_user].astype(np.int64)
+    # each cell's retained counts as ascending distinct values with multiplicities
+    vmax = int(r.max()) + 1
+    key, cc = np.unique(occ.j[act] * vmax + r[act], return_counts=True)
+    cj, cv = key // vmax, key % vmax
+    cstart = np.zeros(n_c + 1, np.int64)
+    np.cumsum(np.bincount(cj, minlength=n_c), out=cstart[1:])
+    size = np.diff(cstart)
+    p1 = np.where(size >= 1, cstart[1:] - 1, -1).astype(np.int64)
+    p2 = np.where(size >= 2, cstart[1:] - 2, -1).astype(np.int64)
     # canonical order: (-|G| at the start, user key); keys are already sorted, so a stable sort
     # on -|G| gives it. Excluded users have |G| = 0 and are never candidates.
     order = np.argsort(-G, kind="stable") if user_order == "spec" else np.arange(n_u)
+    cap_trials = act.size + 1  # every trial but the halting one clips one active row
+    cap_cand = int((G * (G + 1) // 2).sum()) + 1 if candidates is not None else 1
+    t_int = [np.zeros(cap_trials, np.int64) for _ in range(4)]
+    t_e = np.zeros(cap_trials, np.float64)
+    t_ok = np.zeros(cap_trials, np.bool_)
+    cand_off = np.zeros(cap_trials + 1, np.int64)
+    cand_c = np.zeros(cap_cand, np.int64)
+    cand_e = np.zeros(cap_cand, np.float64)
+    code, nt, _nc, undone = run_stages(
+        order.astype(np.int64), excl, G, ustart, G.copy(), ucell, uval, by_user.astype(np.int64),
+        r, r_tot, m_cell, cstart, cv.astype(np.int64), cc.astype(np.int64), p1, p2, E,
+        float(model.W), float(model.eps_mu), float(model.eps_v), float(model.kappa), float(cap),
+        int(jw), bool(protect), bool(rollback), candidates is not None,
+        *t_int, t_e, t_ok, cand_off, cand_c, cand_e,
+    )  # fmt: skip
+    if code == NO_PROGRESS:  # pragma: no cover - every user of the stage lost one cell
+        raise GpframeInternalError("Clip-User stage did not lower the degradation factor.")
     ukey, ckey = occ.users.tolist(), occ.cells.tolist()  # plain Python keys for the trace
-    stage = 0
-    while True:
-        g = int(G.max()) if n_u else 0
-        if g <= 1:
-            return "floor"
-        stage += 1
-        S = order[(G[order] == g) & ~excl[order]]
-        snap = None
-        if rollback:
-            snap = (r.copy(), list(rows), G.copy(), E.copy(), copy.deepcopy(state))
-        for u in S.tolist():
-            rw = rows[u]
-            cells = occ.j[rw]
-            vals = r[rw]
-            r_new = state.r_tot[cells] - vals
-            rs_new = state.rs_without(cells, vals)
-            e = err(m_cell[cells], r_new, rs_new, model)
-            if protect:
-                e = np.where(cells == jw, np.inf, e)
-            if candidates is not None:
-                cand = list(zip([ckey[c] for c in cells.tolist()], e.tolist(), strict=True))
-                candidates.append((ukey[u], cand))
-            k = int(np.argmin(e))  # first minimum = smallest cell key (strict <)
-            best = float(e[k])
-            if not best <= cap:  # +inf (no candidate, or all would empty a cell) or above cap
-                where = None if math.isinf(best) else ckey[int(cells[k])]
-                trace.append((stage, g, ukey[u], where, best, False))
-                if snap is not None:
-                    r[:], rows[:], G[:], E[:] = snap[0], snap[1], snap[2], snap[3]
-                    state.__dict__.update(snap[4].__dict__)
-                    del suppressed[len(suppressed) - _stage_commits(trace, stage) :]
-                return "halted"
-            cj = int(cells[k])
-            row = int(rw[k])
-            state.remove(cj, int(vals[k]))
-            r[row] = 0
-            rows[u] = np.delete(rw, k)
-            G[u] -= 1
-            E[cj] = best
-            trace.append((stage, g, ukey[u], ckey[cj], best, True))
-            suppressed.append((ukey[u], ckey[cj]))
-        if G.max() >= g:  # pragma: no cover - every user of the stage lost one cell
-            raise GpframeInternalError("Clip-User stage did not lower the degradation factor.")
-
-
-def _stage_commits(trace: list[Any], stage: int) -> int:
-    return sum(1 for t in trace if t[0] == stage and t[5])
+    stage, gs, us, cs = (a[:nt].tolist() for a in t_int)
+    es, oks = t_e[:nt].tolist(), t_ok[:nt].tolist()
+    cells_of = list(map([*ckey, None].__getitem__, cs))  # cell -1 (none) is the last: None
+    users_of = list(map(ukey.__getitem__, us))
+    trace.extend(zip(stage, gs, users_of, cells_of, es, oks, strict=True))
+    suppressed.extend([(users_of[i], cells_of[i]) for i in np.flatnonzero(t_ok[:nt]).tolist()])
+    if undone:
+        del suppressed[len(suppressed) - undone :]
+    if candidates is not None:
+        off = cand_off[: nt + 1].tolist()
+        cc_l, ce_l = cand_c.tolist(), cand_e.tolist()
+        for t in range(nt):
+            lo, hi = off[t], off[t + 1]
+            candidates.append(
+                (users_of[t], [(ckey[c], e) for c, e in zip(cc_l[lo:hi], ce_l[lo:hi], strict=True)])
+            )
+    top = np.where(p1 >= 0, cv[np.maximum(p1, 0)] if cv.size else 0, 0)
+    return ("floor" if code == FLOOR else "halted"), top.astype(np.int64)
