@@ -151,6 +151,8 @@ class DaskGeoPriv:
         beta: float = 0.05,
         to: Any = None,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
     ) -> Any:
         """Release every point with noise, partition by partition (``docs/beyond-one-machine.md``).
 
@@ -177,6 +179,13 @@ class DaskGeoPriv:
         rng : BitSource, optional
             None: each worker draws from its own OS CSPRNG. Tests pass
             ``gp.testing.seeded_rng(seed)`` (each partition gets its own child stream).
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
 
         Returns
         -------
@@ -202,7 +211,8 @@ class DaskGeoPriv:
         """
         from gpframe.dask.privatize import privatize
 
-        return privatize(self, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng)
+        return privatize(self, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng,
+                         on_exhausted=on_exhausted, dry_run=dry_run)
 
 
     def range_count(
@@ -218,6 +228,8 @@ class DaskGeoPriv:
         component: Any = None,
         reduce: Literal["first", "last"] | None = None,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
     ) -> Any:
         """Count the users whose point lies inside ``region``, privately, partition by partition.
 
@@ -239,6 +251,13 @@ class DaskGeoPriv:
             As for the pandas accessor (``allocations=`` and plans are not offered here).
         rng : BitSource, optional
             None: each worker draws from its own OS CSPRNG.
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
 
         Returns
         -------
@@ -262,7 +281,7 @@ class DaskGeoPriv:
 
         return range_count(self, region, rho=rho, eps=eps, method=method, rounds=rounds,
                            split=split, beta=beta, component=component, reduce=reduce,
-                           rng=rng)  # fmt: skip
+                           rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
 
 
     def kde_raster(
@@ -277,6 +296,8 @@ class DaskGeoPriv:
         component: Any = None,
         reduce: Literal["first", "last"] | None = None,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
     ) -> Any:
         """Estimate the density of the users' points on a grid, privately, across partitions.
 
@@ -293,6 +314,13 @@ class DaskGeoPriv:
             As for the pandas accessor.
         rng : BitSource, optional
             None: each worker draws from its own OS CSPRNG.
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
 
         Returns
         -------
@@ -316,7 +344,7 @@ class DaskGeoPriv:
 
         return kde_raster(self, bandwidth_m=bandwidth_m, cell_m=cell_m, bounds=bounds, rho=rho,
                           eps=eps, correct=correct, component=component, reduce=reduce,
-                          rng=rng)  # fmt: skip
+                          rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
 
 
     def knn(
@@ -332,6 +360,8 @@ class DaskGeoPriv:
         max_cycles: int = 1000,
         beta: float = 0.05,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
     ) -> Any:
         """Select each user's k private nearest neighbours of ``point`` among the user's rows.
 
@@ -349,6 +379,13 @@ class DaskGeoPriv:
             As for the pandas accessor.
         rng : BitSource, optional
             None: each worker draws from its own OS CSPRNG.
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
 
         Returns
         -------
@@ -371,7 +408,8 @@ class DaskGeoPriv:
         from gpframe.dask.knn import knn
 
         return knn(self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
-                   scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng)  # fmt: skip
+                   scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng,
+                   on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
 
 
 def register() -> None:
