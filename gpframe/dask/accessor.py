@@ -412,6 +412,81 @@ class DaskGeoPriv:
                    on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
 
 
+    def grid_stats(
+        self,
+        value: str,
+        *,
+        bounds: tuple[float, float],
+        epsilon_per_user: float | None = None,
+        cells: int | str = 8,
+        occupancy: str | None = None,
+        clamp: bool = False,
+        beta: float = 0.05,
+        split: tuple[float, float] | None = None,
+        rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> Any:
+        """Private mean and variance of ``value`` per H3 cell, under a per-user total ε.
+
+        The pandas face's ``grid_stats(epsilon_per_user=E, occupancy="public")``
+        (``docs/operations/grid_stats.md``, "A per-user total: how gpframe spends it"): each
+        partition is reduced to exact per-(user, cell) integer sums, which the client adds; the
+        public occupancy is their counts; the plan, the noise (drawn on the client) and the
+        charge are the pandas face's (``docs/beyond-one-machine.md``). No shuffle. Noise: per
+        released cell, discrete Laplace of scale 2H·max w/(Σw·ε_μ,j) (mean) and
+        H²·max w/(Σw·ε_V,j) (second moment). Charge: each kept user pays Σ over their kept cells
+        of ε_μ,j + ε_V,j ≤ ``epsilon_per_user`` (central ledger).
+
+        Parameters
+        ----------
+        value : str
+            Numeric column to summarise.
+        bounds : (L, U)
+            Interval that contains every value (public, chosen without looking at the data).
+        epsilon_per_user : float
+            The total central ε any one user pays for the call (required here).
+        cells : int or str
+            H3 resolution, or a column of H3 cells (str or int).
+        occupancy : "public"
+            Required acknowledgement that the per-(user, cell) counts are public (the only
+            form offered on the Dask face).
+        clamp, beta, split
+            As for the pandas accessor.
+        rng : BitSource, optional
+            None: the client's OS CSPRNG (the noise is drawn on the client).
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running (the sums are
+            computed, nothing is drawn, charged or written).
+
+        Returns
+        -------
+        geopandas.GeoDataFrame
+            The pandas face's output: one row per cell, ``attrs["geopriv"]`` the
+            :class:`~gpframe.results.GridStatsResult`.
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, numpy as np, pandas as pd, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": np.repeat(np.arange(40), 3), "lon": -74.0,
+        ...                    "lat": 40.7, "speed": np.tile([2.0, 4.0, 6.0], 40)})
+        >>> s = gp.Session(central=gp.DP(epsilon=10.0))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(
+        ...     s, user="boat", lon="lon", lat="lat", crs="EPSG:4326", to_crs="EPSG:32618")
+        >>> out = bound.grid_stats("speed", bounds=(0, 10), epsilon_per_user=1.0, cells=7,
+        ...                        occupancy="public")
+        >>> out[["users", "n_samples"]].values.tolist(), float(s.spent().max()) <= 1.0
+        ([[40, 120]], True)
+        """
+        from gpframe.dask.grid_stats import grid_stats
+
+        return grid_stats(self, value=value, bounds=bounds, epsilon_per_user=epsilon_per_user,
+                          cells=cells, occupancy=occupancy, clamp=clamp, beta=beta, split=split,
+                          rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
+
+
 def register() -> None:
     """Register ``geopriv`` on dask DataFrames once (dask-geopandas frames inherit it)."""
     import dask.dataframe as dd

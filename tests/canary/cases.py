@@ -910,6 +910,27 @@ def _dask_knn(ctx: Ctx) -> Any:
         return b.knn(POINT, 3, rho=1e-6, rng=ctx.rng(125))
 
 
+@case(
+    name="grid_stats/dask/public-occupancy/epsilon_per_user",
+    frontend="dask",
+    covers=("dask.grid_stats",),
+    modules=("gpframe.dask.accessor", "gpframe.dask.grid_stats", QF + "grid_user_stats",
+             QF + "grid_user_output", QF + "grid_cells", QF + "grid_budget"),
+    public=frozenset({"count", "cell"}),
+    central=True,
+    neighbour="result",
+    exempt=("error",),
+    missing=_no_dask,
+)  # fmt: skip (the largest cell error: from the public occupancy and the public plan)
+def _dask_grid_per_user(ctx: Ctx) -> Any:
+    import dask
+
+    kw = {k: v for k, v in _GRID.items() if k != "epsilon"}
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.grid_stats(**kw, epsilon_per_user=4.0, occupancy="public", rng=ctx.rng(126))
+
+
 @case(name="privatize/dask/preview", frontend="dask", covers=("dask.privatize",),
       modules=(*DASK, "gpframe.dask.driver", "gpframe.results.preview"),
       missing=_no_dask)  # fmt: skip
