@@ -151,6 +151,8 @@ class DaskGeoPriv:
         beta: float = 0.05,
         to: Any = None,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
     ) -> Any:
         """Release every point with noise, partition by partition (``docs/beyond-one-machine.md``).
 
@@ -177,6 +179,13 @@ class DaskGeoPriv:
         rng : BitSource, optional
             None: each worker draws from its own OS CSPRNG. Tests pass
             ``gp.testing.seeded_rng(seed)`` (each partition gets its own child stream).
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
 
         Returns
         -------
@@ -202,7 +211,8 @@ class DaskGeoPriv:
         """
         from gpframe.dask.privatize import privatize
 
-        return privatize(self, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng)
+        return privatize(self, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng,
+                         on_exhausted=on_exhausted, dry_run=dry_run)
 
 
     def range_count(
@@ -218,6 +228,8 @@ class DaskGeoPriv:
         component: Any = None,
         reduce: Literal["first", "last"] | None = None,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
     ) -> Any:
         """Count the users whose point lies inside ``region``, privately, partition by partition.
 
@@ -239,6 +251,13 @@ class DaskGeoPriv:
             As for the pandas accessor (``allocations=`` and plans are not offered here).
         rng : BitSource, optional
             None: each worker draws from its own OS CSPRNG.
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
 
         Returns
         -------
@@ -262,7 +281,7 @@ class DaskGeoPriv:
 
         return range_count(self, region, rho=rho, eps=eps, method=method, rounds=rounds,
                            split=split, beta=beta, component=component, reduce=reduce,
-                           rng=rng)  # fmt: skip
+                           rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
 
 
     def kde_raster(
@@ -277,6 +296,8 @@ class DaskGeoPriv:
         component: Any = None,
         reduce: Literal["first", "last"] | None = None,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
     ) -> Any:
         """Estimate the density of the users' points on a grid, privately, across partitions.
 
@@ -293,6 +314,13 @@ class DaskGeoPriv:
             As for the pandas accessor.
         rng : BitSource, optional
             None: each worker draws from its own OS CSPRNG.
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
 
         Returns
         -------
@@ -316,7 +344,7 @@ class DaskGeoPriv:
 
         return kde_raster(self, bandwidth_m=bandwidth_m, cell_m=cell_m, bounds=bounds, rho=rho,
                           eps=eps, correct=correct, component=component, reduce=reduce,
-                          rng=rng)  # fmt: skip
+                          rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
 
 
     def knn(
@@ -332,6 +360,8 @@ class DaskGeoPriv:
         max_cycles: int = 1000,
         beta: float = 0.05,
         rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
     ) -> Any:
         """Select each user's k private nearest neighbours of ``point`` among the user's rows.
 
@@ -349,6 +379,13 @@ class DaskGeoPriv:
             As for the pandas accessor.
         rng : BitSource, optional
             None: each worker draws from its own OS CSPRNG.
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
 
         Returns
         -------
@@ -371,7 +408,83 @@ class DaskGeoPriv:
         from gpframe.dask.knn import knn
 
         return knn(self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
-                   scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng)  # fmt: skip
+                   scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng,
+                   on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
+
+
+    def grid_stats(
+        self,
+        value: str,
+        *,
+        bounds: tuple[float, float],
+        epsilon_per_user: float | None = None,
+        cells: int | str = 8,
+        occupancy: str | None = None,
+        clamp: bool = False,
+        beta: float = 0.05,
+        split: tuple[float, float] | None = None,
+        rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> Any:
+        """Private mean and variance of ``value`` per H3 cell, under a per-user total ε.
+
+        The pandas face's ``grid_stats(epsilon_per_user=E, occupancy="public")``
+        (``docs/operations/grid_stats.md``, "A per-user total: how gpframe spends it"): each
+        partition is reduced to exact per-(user, cell) integer sums, which the client adds; the
+        public occupancy is their counts; the plan, the noise (drawn on the client) and the
+        charge are the pandas face's (``docs/beyond-one-machine.md``). No shuffle. Noise: per
+        released cell, discrete Laplace of scale 2H·max w/(Σw·ε_μ,j) (mean) and
+        H²·max w/(Σw·ε_V,j) (second moment). Charge: each kept user pays Σ over their kept cells
+        of ε_μ,j + ε_V,j ≤ ``epsilon_per_user`` (central ledger).
+
+        Parameters
+        ----------
+        value : str
+            Numeric column to summarise.
+        bounds : (L, U)
+            Interval that contains every value (public, chosen without looking at the data).
+        epsilon_per_user : float
+            The total central ε any one user pays for the call (required here).
+        cells : int or str
+            H3 resolution, or a column of H3 cells (str or int).
+        occupancy : "public"
+            Required acknowledgement that the per-(user, cell) counts are public (the only
+            form offered on the Dask face).
+        clamp, beta, split
+            As for the pandas accessor.
+        rng : BitSource, optional
+            None: the client's OS CSPRNG (the noise is drawn on the client).
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running (the sums are
+            computed, nothing is drawn, charged or written).
+
+        Returns
+        -------
+        geopandas.GeoDataFrame
+            The pandas face's output: one row per cell, ``attrs["geopriv"]`` the
+            :class:`~gpframe.results.GridStatsResult`.
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, numpy as np, pandas as pd, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": np.repeat(np.arange(40), 3), "lon": -74.0,
+        ...                    "lat": 40.7, "speed": np.tile([2.0, 4.0, 6.0], 40)})
+        >>> s = gp.Session(central=gp.DP(epsilon=10.0))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(
+        ...     s, user="boat", lon="lon", lat="lat", crs="EPSG:4326", to_crs="EPSG:32618")
+        >>> out = bound.grid_stats("speed", bounds=(0, 10), epsilon_per_user=1.0, cells=7,
+        ...                        occupancy="public")
+        >>> out[["users", "n_samples"]].values.tolist(), float(s.spent().max()) <= 1.0
+        ([[40, 120]], True)
+        """
+        from gpframe.dask.grid_stats import grid_stats
+
+        return grid_stats(self, value=value, bounds=bounds, epsilon_per_user=epsilon_per_user,
+                          cells=cells, occupancy=occupancy, clamp=clamp, beta=beta, split=split,
+                          rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
 
 
 def register() -> None:

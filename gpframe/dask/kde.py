@@ -83,12 +83,14 @@ def merge(pvs: list[Any], sizes: np.ndarray, kind: str) -> Any:
 
 def kde_raster(
     bound: Any, *, bandwidth_m: float, cell_m: float, bounds: Any, rho: Any, eps: Any,
-    correct: bool, component: Any, reduce: Any, rng: Any,
+    correct: bool, component: Any, reduce: Any, rng: Any, on_exhausted: str = "exclude",
+    dry_run: bool = False,
 ) -> Any:  # fmt: skip
     """Run kde_raster on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.kde_raster`)."""
     import dask
     import pyproj
 
+    from gpframe.dask.driver import check_on_exhausted, settle
     from gpframe.dask.partitions import Component, metric_kind, one_point_pass, spawn_rng
     from gpframe.ledger.charges import ledger_keys
     from gpframe.mechanisms.noise.bits import resolve_rng
@@ -100,6 +102,7 @@ def kde_raster(
     rng = resolve_rng(rng)
     h = _k.check_length(bandwidth_m, "bandwidth_m")
     c = _k.check_length(cell_m, "cell_m")
+    check_on_exhausted(on_exhausted)
     kind, amount = metric_kind(session, rho, eps, ".kde_raster(bandwidth_m=500, rho=1e-5)")
     cols = bound.cols
 
@@ -124,9 +127,12 @@ def kde_raster(
         ]
         return merge(list(dask.compute(*tasks)), sizes, kind)
 
-    return _k.raster_from_points(
-        session, ledger_keys(users), np.zeros((len(users), 2)), bandwidth_m=h, cell_m=c,
-        bounds_m=bm, kind=kind, amount=amount, correct=correct, scale_max=ref.scale_max,
-        crs_m=crs_m.to_string(), rng=rng, bandwidth_arg=bandwidth_m,
-        noise_inflation=ref.noise_inflation, privatize=privatize,
-    )  # fmt: skip
+    def go(**_: Any) -> Any:  # the reservation and release (on_exhausted: see settle)
+        return _k.raster_from_points(
+            session, ledger_keys(users), np.zeros((len(users), 2)), bandwidth_m=h, cell_m=c,
+            bounds_m=bm, kind=kind, amount=amount, correct=correct, scale_max=ref.scale_max,
+            crs_m=crs_m.to_string(), rng=rng, bandwidth_arg=bandwidth_m,
+            noise_inflation=ref.noise_inflation, privatize=privatize,
+        )  # fmt: skip
+
+    return settle(session, "kde_raster", go, on_exhausted=on_exhausted, dry_run=dry_run)

@@ -135,7 +135,8 @@ def _check_scan(gamma0: Any, max_cycles: Any) -> None:
 
 def knn(
     bound: Any, point: Any, k: int, *, rho: Any, eps: Any, compat: Any, gamma0: Any,
-    scan_order: Any, max_cycles: int, beta: float, rng: Any,
+    scan_order: Any, max_cycles: int, beta: float, rng: Any, on_exhausted: str = "exclude",
+    dry_run: bool = False,
 ) -> Any:  # fmt: skip
     """Run knn on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.knn`)."""
     import dask
@@ -143,6 +144,7 @@ def knn(
 
     from gpframe.accounting.amounts import metric_amount, probability
     from gpframe.accounting.filters import charge_for
+    from gpframe.dask.driver import check_on_exhausted, settle
     from gpframe.dask.partitions import by_user, check_partition, combine, digest, spawn_rng
     from gpframe.ledger.charges import ledger_keys
     from gpframe.ledger.run import Charge, run
@@ -164,6 +166,7 @@ def knn(
     k_asked = _k.check_k(k)
     b = probability(beta)
     _check_scan(gamma0, max_cycles)
+    check_on_exhausted(on_exhausted)
     g0, order = _k.resolve_compat(compat, gamma0, scan_order)
     cols = bound.cols
     check_reserved(cols.public, ["knn_rank"], "knn")
@@ -205,30 +208,33 @@ def knn(
             raise GpframeInternalError("the partitions returned charges for other users.")
         return Charge(outs, np.where(adm, charges, 0))
 
-    ran = run(session, ledger_keys(users), amount, notion="metric", kind=kind, query="knn",
-              params=params, compute=compute)  # fmt: skip
-    # -- the charge is committed: build the output and its Result
-    outs, adm = ran.value, ran.admitted
-    frames = [o.frame for o in outs if o.frame is not None]
-    frame = pd.concat(frames) if len(frames) > 1 else frames[0]
-    labels = [lab for o in outs if o.labels is not None for lab in o.labels]
-    errors = np.concatenate([o.error for o in outs if o.error is not None])
-    value = {users[u]: labels[u] for u in np.flatnonzero(adm)}
-    c = float(charge_for(fk, kind, amount))
-    live = [o for o in outs if o.frame is not None]
-    res = KnnResult(
-        value=value,
-        error=float(np.nanmax(errors[adm])) if adm.any() else None,
-        confidence=1.0 - b,
-        mechanism="pnn (laplace_gp draws, docs/noise.md)",
-        params={**params, "capped": sum(o.capped for o in outs)},
-        kind=fk,
-        metric=("floor", max([1.0, *(o.r_min for o in live)])),
-        r_min=max([1.0, *(o.r_min for o in live)]),
-        charges=pd.Series(np.full(int(adm.sum()), c), index=pd.Index(users[adm], name="user")),
-        excluded=users[~adm].tolist(),
-        query_id=ran.query_id,
-        errors=pd.Series(errors[adm], index=pd.Index(users[adm], name="user")),
-    )
-    frame.attrs["geopriv"] = res.to_attr()
-    return frame
+    def go(**_: Any) -> Any:  # the reservation and release (on_exhausted: see settle)
+        ran = run(session, ledger_keys(users), amount, notion="metric", kind=kind, query="knn",
+                  params=params, compute=compute)  # fmt: skip
+        # -- the charge is committed: build the output and its Result
+        outs, adm = ran.value, ran.admitted
+        frames = [o.frame for o in outs if o.frame is not None]
+        frame = pd.concat(frames) if len(frames) > 1 else frames[0]
+        labels = [lab for o in outs if o.labels is not None for lab in o.labels]
+        errors = np.concatenate([o.error for o in outs if o.error is not None])
+        value = {users[u]: labels[u] for u in np.flatnonzero(adm)}
+        c = float(charge_for(fk, kind, amount))
+        live = [o for o in outs if o.frame is not None]
+        res = KnnResult(
+            value=value,
+            error=float(np.nanmax(errors[adm])) if adm.any() else None,
+            confidence=1.0 - b,
+            mechanism="pnn (laplace_gp draws, docs/noise.md)",
+            params={**params, "capped": sum(o.capped for o in outs)},
+            kind=fk,
+            metric=("floor", max([1.0, *(o.r_min for o in live)])),
+            r_min=max([1.0, *(o.r_min for o in live)]),
+            charges=pd.Series(np.full(int(adm.sum()), c), index=pd.Index(users[adm], name="user")),
+            excluded=users[~adm].tolist(),
+            query_id=ran.query_id,
+            errors=pd.Series(errors[adm], index=pd.Index(users[adm], name="user")),
+        )
+        frame.attrs["geopriv"] = res.to_attr()
+        return frame
+
+    return settle(session, "knn", go, on_exhausted=on_exhausted, dry_run=dry_run)

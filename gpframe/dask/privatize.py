@@ -15,6 +15,9 @@ See ``docs/beyond-one-machine.md`` and ``docs/operations/privatize.md``. The ord
    tasks report (the same :func:`gpframe.queries.privatize_plan.actual_units` as pandas);
 5. only then the client publishes the staging directory (one rename) or returns the frame.
 
+``on_exhausted=`` and ``dry_run=`` apply to steps 3 to 5 (:mod:`gpframe.dask.driver`): a dry
+run stops at the driver's planned reservation, before any release task is submitted.
+
 Noise: per user, exactly the pandas face's (GP planar Laplace at ε/n per point, CGP lattice
 Gaussian at ρ/n, ``per="user"``; the amount per point with ``per="point"``). Charge: the same
 per-user amounts as the pandas face (ε or ρ per user; n × amount per point).
@@ -146,13 +149,15 @@ class _Metric:
 
 
 def privatize(
-    bound: Any, *, rho: Any, eps: Any, per: str, beta: float, to: Any, rng: Any
+    bound: Any, *, rho: Any, eps: Any, per: str, beta: float, to: Any, rng: Any,
+    on_exhausted: str = "exclude", dry_run: bool = False,
 ) -> Any:  # fmt: skip
     """Run privatize on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.privatize`)."""
     import dask
     import pyproj
 
     from gpframe.accounting.amounts import LedgerUnits, metric_amount, probability
+    from gpframe.dask.driver import check_on_exhausted, settle
     from gpframe.dask.partitions import (
         by_user,
         check_partition,
@@ -174,6 +179,7 @@ def privatize(
     kind, amount = metric_amount(rho, eps, example=".privatize(rho=1e-4)")
     _pv.check_amount(kind, per, amount)
     probability(beta)
+    check_on_exhausted(on_exhausted)
     target = check_target(to) if to is not None else None
     cols = bound.cols
     if not bound.is_geo:  # a DataFrame input gets a new geometry column
@@ -231,31 +237,66 @@ def privatize(
             raise
         return Charge((admitted, outs, merged, act_f), act_u, units=True)
 
-    ran = run(
-        session, ledger_keys(users), alloc_in, notion="metric", query="privatize", params=params,
-        units=True, compute=compute,
-    )  # fmt: skip
-    # -- the charge is committed: build the Result, then publish or return
-    admitted, outs, merged, act_f = ran.value
-    # the workers' noise-scale warning, once for the whole query (as the pandas face warns)
-    _pv._warn_scales(merged.noise_scale_m, kind, per)
-    result = _pv.make_privatize_result(
-        kind=kind, amount=amount, per=per, beta=float(beta), users=users, counts=counts,
-        admitted=admitted, charges=act_f, out=merged, query_id=ran.query_id, fkind=fkind,
-        projected=_Metric(crs_m, ref.scale_max, ref.noise_inflation),
-        allocations=unit_floats(ledger, alloc_units),
-    )  # fmt: skip
-    if target is None:
-        frames = [from_xy(o.frame) for o in outs if o.frame is not None]
-        frame = pd.concat(frames) if len(frames) > 1 else frames[0]
-        frame.attrs["geopriv"] = result.to_attr()
-        return frame
-    result = _with_value(result, None, output=str(target))
-    files = dict(o.file for o in outs if o.file is not None)
-    # the digests let a reader check each part against what its accepted task wrote
-    saved = {**result.to_dict(value=False), "files": files}
-    publish(staged["dir"], target, files, json.dumps(saved))
-    return result
+    def finish(ran: Any) -> Any:
+        """Build the Result once the charge is committed, then publish or return."""
+        admitted, outs, merged, act_f = ran.value
+        # the workers' noise-scale warning, once for the whole query (as the pandas face warns)
+        _pv._warn_scales(merged.noise_scale_m, kind, per)
+        result = _pv.make_privatize_result(
+            kind=kind, amount=amount, per=per, beta=float(beta), users=users, counts=counts,
+            admitted=admitted, charges=act_f, out=merged, query_id=ran.query_id, fkind=fkind,
+            projected=_Metric(crs_m, ref.scale_max, ref.noise_inflation),
+            allocations=unit_floats(ledger, alloc_units),
+        )  # fmt: skip
+        if target is None:
+            frames = [from_xy(o.frame) for o in outs if o.frame is not None]
+            frame = pd.concat(frames) if len(frames) > 1 else frames[0]
+            frame.attrs["geopriv"] = result.to_attr()
+            return frame
+        result = _with_value(result, None, output=str(target))
+        files = dict(o.file for o in outs if o.file is not None)
+        # the digests let a reader check each part against what its accepted task wrote
+        saved = {**result.to_dict(value=False), "files": files}
+        publish(staged["dir"], target, files, json.dumps(saved))
+        return result
+
+    def go(**_: Any) -> Any:  # the reservation and release (on_exhausted: see settle)
+        ran = run(
+            session, ledger_keys(users), alloc_in, notion="metric", query="privatize",
+            params=params, units=True, compute=compute,
+        )  # fmt: skip
+        return finish(ran)
+
+    info = _preview_info(kind, amount, per, float(beta), users, counts, ref.scale_max) if (
+        dry_run
+    ) else {}
+    return settle(session, "privatize", go, on_exhausted=on_exhausted, dry_run=dry_run, **info)
+
+
+def _preview_info(
+    kind: str, amount: Fraction, per: str, beta: float, users: Any, counts: np.ndarray,
+    scale_max: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Return the pandas face's preview fields of privatize: ``per``, its note, the error.
+
+    The radii read only each user's number of points, from the first pass
+    (``docs/operations/privatize.md``).
+    """
+    from gpframe.ledger.charges import ledger_keys
+    from gpframe.queries import privatize as _pv
+
+    errs = _pv.nominal_errors(kind, amount, per, counts, beta, float(scale_max))
+    count_of = dict(zip(list(ledger_keys(users)), counts.tolist(), strict=True))
+
+    def error(table: pd.DataFrame) -> tuple[float, str, float] | None:
+        n = [count_of.get(u, 0) for u in table.index[table["status"] == "reserved"]]
+        if not sum(n):
+            return None
+        e = _pv.nominal_errors(kind, amount, per, np.array(n), beta, float(scale_max),
+                               overall=True)  # fmt: skip
+        return float(e), "max point error (m)", 1 - beta
+
+    return {"per": per, "per_note": _pv.per_note(kind, per, errs, counts), "error": error}
 
 
 def _with_value(result: Any, value: Any, **params: Any) -> Any:

@@ -137,13 +137,15 @@ def _region(region: Any, crs_in: Any, crs_m: Any) -> tuple[Any, Any]:
 
 def range_count(
     bound: Any, region: Any, *, rho: Any, eps: Any, method: str, rounds: int, split: str,
-    beta: float, component: Any, reduce: Any, rng: Any,
+    beta: float, component: Any, reduce: Any, rng: Any, on_exhausted: str = "exclude",
+    dry_run: bool = False,
 ) -> Any:  # fmt: skip
     """Run range_count on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.range_count`)."""
     import dask
     import pyproj
 
     from gpframe.accounting.amounts import nonnegative
+    from gpframe.dask.driver import check_on_exhausted, settle
     from gpframe.dask.partitions import Component, metric_kind, one_point_pass, spawn_rng
     from gpframe.dask.privatize import _Metric
     from gpframe.ledger.charges import ledger_keys
@@ -157,6 +159,7 @@ def range_count(
     session = bound.session
     rng = resolve_rng(rng)
     check_options(method, rounds, split, beta)
+    check_on_exhausted(on_exhausted)
     rounds = int(rounds)
     kind, _ = metric_kind(session, rho, eps, ".range_count(region, rho=1e-5)")
     cols = bound.cols
@@ -208,22 +211,28 @@ def range_count(
         table = np.array([lu.up(v) for v in el.charge_table.tolist()], dtype=np.int64)
         return Charge((merged, alloc), table[el.charge_codes], units=True)
 
-    ran = run(session, ledger_keys(users), amt, notion="metric", query="range_count",
-              params=params, check=check, compute=compute)  # fmt: skip
-    merged, alloc = ran.value
-    metric = _Metric(crs_m, ref.scale_max, ref.noise_inflation)
-    res = region_result(merged, alloc, users, ran.admitted, params, metric, kind=kind,
-                        method=method, query_id=ran.query_id)  # fmt: skip
-    row = dict(
-        count=int(res.value), error=float(res.error), n_charged=res.n_charged,
-        n_excluded=res.n_excluded, saving=res.saved, n_low=res.params["n_low"],
-        n_high=res.params["n_high"], n_undecided=res.params["n_undecided"],
-        rounds_histogram=list(res.params["rounds_histogram"]), query_id=res.query_id,
-    )  # fmt: skip
-    return combine_regions([res], [row], series.index, series, crs_in, False, users, None, None,
-                           params=dict(
-        method=method, rounds=rounds, split=split, beta=beta,
-        rho=None if rho is None else float(rho), eps=None if eps is None else float(eps),
-        component=repr(component), reduce=reduce, n_regions=1, crs_m=crs_m.to_string(),
-        scale_max=float(ref.scale_max), noise_inflation=float(ref.noise_inflation),
-    ), confidence=1.0 - float(beta), kind=kind)  # fmt: skip
+    def go(**_: Any) -> Any:  # the reservation and release (on_exhausted: see settle)
+        ran = run(session, ledger_keys(users), amt, notion="metric", query="range_count",
+                  params=params, check=check, compute=compute)  # fmt: skip
+        merged, alloc = ran.value
+        metric = _Metric(crs_m, ref.scale_max, ref.noise_inflation)
+        res = region_result(merged, alloc, users, ran.admitted, params, metric, kind=kind,
+                            method=method, query_id=ran.query_id)  # fmt: skip
+        row = dict(
+            count=int(res.value), error=float(res.error), n_charged=res.n_charged,
+            n_excluded=res.n_excluded, saving=res.saved, n_low=res.params["n_low"],
+            n_high=res.params["n_high"], n_undecided=res.params["n_undecided"],
+            rounds_histogram=list(res.params["rounds_histogram"]), query_id=res.query_id,
+        )  # fmt: skip
+        summary = dict(
+            method=method, rounds=rounds, split=split, beta=beta,
+            rho=None if rho is None else float(rho), eps=None if eps is None else float(eps),
+            component=repr(component), reduce=reduce, n_regions=1, crs_m=crs_m.to_string(),
+            scale_max=float(ref.scale_max), noise_inflation=float(ref.noise_inflation),
+        )  # fmt: skip
+        return combine_regions([res], [row], series.index, series, crs_in, False, users, None,
+                               None, params=summary, confidence=1.0 - float(beta),
+                               kind=kind)  # fmt: skip
+
+    return settle(session, "range_count", go, on_exhausted=on_exhausted, dry_run=dry_run,
+                  adaptive=method.endswith("-elim"))  # fmt: skip

@@ -45,11 +45,14 @@ from gpframe.queries.clip_user import Occupancy
 from gpframe.queries.grid_budget import DEFAULT_SPLIT, BudgetPlan, plan_budget
 
 __all__ = [
+    "PairSums",
     "UserStatsRelease",
     "UserStatsRun",
+    "pair_sums",
     "private_epsilons",
     "release_user_stats",
     "run_user_grid_stats",
+    "snap",
 ]
 
 _NOTHING = "Nothing was charged."
@@ -79,8 +82,54 @@ def _pre_snap(x: Fraction, g: Fraction) -> float:
     return float(u * g)
 
 
+def snap(values: np.ndarray, lower: Fraction, upper: Fraction) -> tuple[np.ndarray, int, Fraction]:
+    """Values in [L, U] as integers k on the fixed-point grid q above L: (k, T, q), k in [0, T].
+
+    Every face computes its sums from these integers, so partial sums add up exactly.
+    """
+    from gpframe.queries.grid_stats import value_step
+
+    q = value_step(lower, upper)
+    T = int((upper - lower) // q)
+    k = np.clip(np.rint((values - float(lower)) / float(q)), 0, T).astype(np.int64)
+    return k, T, q
+
+
+@dataclass(frozen=True)
+class PairSums:
+    """Exact per-(user, cell) sums, aligned with an occupancy's rows (sorted by cell, user).
+
+    ``s0`` the count, ``s1`` Σ k and ``s2`` Σ (2k − T)² over the pair's values (:func:`snap`):
+    int64, so sums over partitions of the data add up exactly.
+    """
+
+    s0: np.ndarray
+    s1: np.ndarray
+    s2: np.ndarray
+
+
+def pair_sums(
+    occ: Occupancy, rows_u: np.ndarray, rows_j: np.ndarray, values: np.ndarray,
+    lower: Fraction, upper: Fraction,
+) -> PairSums:  # fmt: skip
+    """Sum each data row into its occupancy pair (``rows_u``/``rows_j`` index ``occ``)."""
+    k, T, _q = snap(values, lower, upper)
+    n_u = max(occ.n_users, 1)
+    code = rows_j.astype(np.int64) * n_u + rows_u
+    coo = np.searchsorted(occ.j * n_u + occ.u, code)
+    npair = occ.u.size
+    s0 = np.bincount(coo, minlength=npair).astype(np.int64)
+    s1 = np.zeros(npair, np.int64)
+    s2 = np.zeros(npair, np.int64)
+    # 2k − T is (x̂ − c)/(q/2): integers, so every sum is exact
+    d = 2 * k - T
+    np.add.at(s1, coo, k)
+    np.add.at(s2, coo, d * d)
+    return PairSums(s0, s1, s2)
+
+
 def _user_moments(
-    plan: BudgetPlan, rows_u: np.ndarray, rows_j: np.ndarray, values: np.ndarray
+    plan: BudgetPlan, sums: PairSums
 ) -> tuple[list[Fraction | None], list[Fraction | None], Fraction, Fraction]:
     """Exact per-cell means of the kept users' averages of x̂ and of (x̂ − c)²."""
     from gpframe.queries.grid_stats import value_step
@@ -89,23 +138,11 @@ def _user_moments(
     lo, hi = plan.lower, plan.upper
     q = value_step(lo, hi)
     T = int((hi - lo) // q)
-    k = np.clip(np.rint((values - float(lo)) / float(q)), 0, T).astype(np.int64)
-    n_u = max(occ.n_users, 1)
-    code = rows_j.astype(np.int64) * n_u + rows_u
-    coo = np.searchsorted(occ.j * n_u + occ.u, code)
-    kept = plan.keep[coo]
-    npair = occ.u.size
-    s0 = np.bincount(coo[kept], minlength=npair).astype(np.int64)
-    s1 = np.zeros(npair, np.int64)
-    s2 = np.zeros(npair, np.int64)
-    # 2k − T is (x̂ − c)/(q/2): integers, so every sum is exact
-    d = 2 * k[kept] - T
-    np.add.at(s1, coo[kept], k[kept])
-    np.add.at(s2, coo[kept], d * d)
-    means: list[Fraction | None] = [None] * occ.n_cells
-    seconds: list[Fraction | None] = [None] * occ.n_cells
+    s0, s1, s2 = sums.s0, sums.s1, sums.s2
     if (s0[plan.keep] != occ.m[plan.keep]).any():
         raise GpframeInternalError("kept rows do not match the occupancy.")
+    means: list[Fraction | None] = [None] * occ.n_cells
+    seconds: list[Fraction | None] = [None] * occ.n_cells
     # weight min(m, c_j) times the user's own mean s/m: per cell, one common denominator (the
     # lcm of the counts) and Python integers, so the sums are exact and cheap
     wsum, _wmax = cell_weights(plan)
@@ -136,12 +173,13 @@ def cell_weights(plan: BudgetPlan) -> tuple[np.ndarray, np.ndarray]:
 
 def release_user_stats(
     plan: BudgetPlan,
-    rows_u: np.ndarray,
-    rows_j: np.ndarray,
-    values: np.ndarray,
+    rows_u: np.ndarray | None,
+    rows_j: np.ndarray | None,
+    values: np.ndarray | None,
     *,
     beta: float = 0.05,
     rng: Any = None,
+    sums: PairSums | None = None,
 ) -> UserStatsRelease:
     """Release each planned cell's mean and second moment of per-user averages (steps 2–3).
 
@@ -151,7 +189,8 @@ def release_user_stats(
     kept user Σ (ε_μ,j + ε_V,j) over their kept cells first.
 
     ``rows_u``/``rows_j`` index the occupancy's users and cells per data row; ``values`` are in
-    [L, U].
+    [L, U]. Or ``sums``: the per-pair sums already reduced (:func:`pair_sums`, e.g. over the
+    partitions of a Dask frame), and then the rows are not read.
     """
     from gpframe.mechanisms import laplace_dp
     from gpframe.mechanisms.calibration import central_laplace
@@ -159,7 +198,9 @@ def release_user_stats(
 
     occ = plan.occupancy
     n_c = occ.n_cells
-    means, seconds, q, H = _user_moments(plan, rows_u, rows_j, values)
+    if sums is None:
+        sums = pair_sums(occ, rows_u, rows_j, values, plan.lower, plan.upper)  # type: ignore[arg-type]
+    means, seconds, q, H = _user_moments(plan, sums)
     L, U = plan.lower, plan.upper
     W = U - L
     out = {k: np.full(n_c, np.nan) for k in ("m", "v", "em", "ev", "sm", "sv")}
@@ -257,9 +298,9 @@ def _grid(ledger: Any) -> Fraction:
 def run_user_grid_stats(
     session: Any,
     occ: Occupancy,
-    rows_u: np.ndarray,
-    rows_j: np.ndarray,
-    values: np.ndarray,
+    rows_u: np.ndarray | None,
+    rows_j: np.ndarray | None,
+    values: np.ndarray | None,
     *,
     lower: Fraction,
     upper: Fraction,
@@ -270,6 +311,7 @@ def run_user_grid_stats(
     params: dict[str, Any] | None = None,
     max_retries: int = 3,
     on_stage: Callable[[str], None] | None = None,
+    sums: PairSums | None = None,
 ) -> UserStatsRun:
     """Plan, admit, charge and release under a per-user total ``total`` (module docstring).
 
@@ -277,12 +319,18 @@ def run_user_grid_stats(
     ε_μ,j + ε_V,j ≤ ``total`` on the central ledger (ε-DP draws; a zCDP filter records ε²/2 per
     draw); users whose remaining budget cannot pay are left out of every cell and charged nothing.
     ``values`` must be in [L, U]; the data's counts must equal ``occ`` (checked, fail closed).
+    Or ``sums`` (:func:`pair_sums` reduced elsewhere, e.g. per partition of a Dask frame and
+    added exactly): their counts must equal ``occ``; the rows are then not read.
     """
     from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries.grid_stats import central_kind, check_data_matches
 
     central_kind(session)
-    check_data_matches(occ, rows_u, rows_j)
+    if sums is None:
+        check_data_matches(occ, rows_u, rows_j)  # type: ignore[arg-type]
+        sums = pair_sums(occ, rows_u, rows_j, values, lower, upper)  # type: ignore[arg-type]
+    elif not np.array_equal(sums.s0, occ.m):
+        raise GpframeInternalError("the reduced sums do not match the occupancy's counts.")
     rng = resolve_rng(rng)
     ledger = session.ledger
     grid = _grid(ledger)
@@ -313,7 +361,7 @@ def run_user_grid_stats(
         pay_units = units[payers]
 
         def compute(r: Any, plan: BudgetPlan = plan, pay_units: Any = pay_units) -> Charge[Any]:
-            rel = release_user_stats(plan, rows_u, rows_j, values, beta=beta, rng=rng)
+            rel = release_user_stats(plan, None, None, None, beta=beta, rng=rng, sums=sums)
             return Charge(rel, pay_units, units=True)
 
         ran = run(

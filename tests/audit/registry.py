@@ -120,6 +120,13 @@ THIN_WRAPPERS: dict[str, str] = {
         "amount and the projection's scale_max; charges as the pandas face. "
         "tests/integration/dask/test_knn.py"
     ),
+    "gpframe.dask.grid_stats": (
+        "the Dask face's grid_stats(epsilon_per_user=, occupancy='public'): each partition "
+        "reduces its rows to exact int64 per-(user, cell) sums (no noise), the client adds them "
+        "and calls gpframe.queries.grid_user_stats.run_user_grid_stats (audited) with them; the "
+        "noise is drawn on the client. Same values and charges as the pandas face with the same "
+        "seeded source: tests/integration/dask/test_grid_stats.py"
+    ),
     "gpframe.dask.partitions": (
         "shuffles on the user column and validates/counts each partition (draws nothing); "
         "spawn_rng gives each partition a fresh secure source or a child test stream"

@@ -910,6 +910,51 @@ def _dask_knn(ctx: Ctx) -> Any:
         return b.knn(POINT, 3, rho=1e-6, rng=ctx.rng(125))
 
 
+@case(
+    name="grid_stats/dask/public-occupancy/epsilon_per_user",
+    frontend="dask",
+    covers=("dask.grid_stats",),
+    modules=("gpframe.dask.accessor", "gpframe.dask.grid_stats", QF + "grid_user_stats",
+             QF + "grid_user_output", QF + "grid_cells", QF + "grid_budget"),
+    public=frozenset({"count", "cell"}),
+    central=True,
+    neighbour="result",
+    exempt=("error",),
+    missing=_no_dask,
+)  # fmt: skip (the largest cell error: from the public occupancy and the public plan)
+def _dask_grid_per_user(ctx: Ctx) -> Any:
+    import dask
+
+    kw = {k: v for k, v in _GRID.items() if k != "epsilon"}
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.grid_stats(**kw, epsilon_per_user=4.0, occupancy="public", rng=ctx.rng(126))
+
+
+@case(name="privatize/dask/preview", frontend="dask", covers=("dask.privatize",),
+      modules=(*DASK, "gpframe.dask.driver", "gpframe.results.preview"),
+      missing=_no_dask)  # fmt: skip
+def _dask_privatize_preview(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return _preview_forms(ctx, lambda: b.privatize(rho=1e-8, dry_run=True))
+
+
+@case(name="range_count/dask/preview", frontend="dask", covers=("dask.range_count",),
+      modules=("gpframe.dask.range_count", "gpframe.dask.driver", "gpframe.results.preview"),
+      missing=_no_dask)  # fmt: skip
+def _dask_range_count_preview(ctx: Ctx) -> Any:
+    import dask
+    import shapely
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return _preview_forms(ctx, lambda: b.range_count(
+            shapely.box(*REGION), rho=1e-6, reduce="last", on_exhausted="raise", dry_run=True))
+
+
 def gp_last(col: str) -> Any:
     import gpframe as gp
 

@@ -23,7 +23,7 @@ def cluster():
 
     quiet()
     with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
         silence_logs=logging.ERROR,
     ) as lc, Client(lc) as client:  # fmt: skip
         # a plugin, not client.run: a worker restarted after a kill enables them again

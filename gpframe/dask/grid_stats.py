@@ -1,0 +1,216 @@
+"""``ddf.geopriv(...).grid_stats``: per-user-total grid statistics, reduced over partitions.
+
+See ``docs/beyond-one-machine.md`` and ``docs/operations/grid_stats.md`` (section "A per-user
+total: how gpframe spends it"). Only ``epsilon_per_user=`` with ``occupancy="public"``: the
+occupancy (who has how many samples in which cell) is public by declaration, and everything
+the release needs from the data is a sum over rows, so no shuffle is needed:
+
+1. each partition is validated as the pandas face validates a frame (coordinates, the value
+   column, its bounds) and reduced to one row per (user, cell) it holds: the count, Σ k and
+   Σ (2k − T)² of its values on the fixed-point grid (:func:`gpframe.queries.grid_user_stats.snap`),
+   exact int64 integers; no noise is drawn;
+2. the client adds the partitions' rows exactly (integers), builds the public occupancy and
+   hands the sums to :func:`gpframe.queries.grid_user_stats.run_user_grid_stats`, which plans,
+   reserves through the one driver, draws the noise **on the client** (one ``laplace_dp`` call
+   per group of cells, as on the pandas face) and charges;
+3. the output is :func:`gpframe.queries.grid_user_output.user_stats_output`'s, the pandas face's.
+
+Noise and charge are the pandas face's: per released cell, discrete Laplace of scale
+2H·max w/(Σw·ε_μ,j) (mean) and H²·max w/(Σw·ε_V,j) (second moment); each kept user pays
+Σ over their kept cells of ε_μ,j + ε_V,j ≤ ``epsilon_per_user``. With the same seeded source,
+both faces release the same values.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpframe.errors import InvalidInputError
+
+__all__ = ["grid_stats", "reduce_partition"]
+
+_NOTHING = "Nothing was charged."
+_TOTAL_MAX = 10**6  # the pandas face's largest epsilon_per_user (a total over cells)
+
+
+def _check_args(
+    meta: Any, value: Any, cells: Any, occupancy: Any, epsilon_per_user: Any, split: Any
+) -> tuple[Fraction, tuple[Fraction, Fraction]]:
+    """Check what the frame's ``meta`` and the arguments tell, before any data is read."""
+    from gpframe.accounting.amounts import exact
+
+    if not isinstance(value, str) or value not in meta.columns:
+        raise InvalidInputError(
+            f"value={value!r} is not a column of the frame (columns: "
+            f"{', '.join(map(str, meta.columns[:12]))}). Name the value column, e.g. "
+            f"value='speed'. {_NOTHING}"
+        )
+    col = meta[value]
+    if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
+        raise InvalidInputError(f"column {value!r} is not numeric ({col.dtype}). {_NOTHING}")
+    if isinstance(cells, bool) or not isinstance(cells, (int, np.integer, str)):
+        raise InvalidInputError(
+            f"cells={cells!r} must be an H3 resolution (0..15) or the name of a column of H3 "
+            f"cells. {_NOTHING}"
+        )
+    if isinstance(cells, (int, np.integer)) and not 0 <= int(cells) <= 15:
+        raise InvalidInputError(f"cells={cells!r}: H3 resolutions are 0..15. {_NOTHING}")
+    if isinstance(cells, str) and cells not in meta.columns:
+        raise InvalidInputError(
+            f"cells={cells!r} is not a column of the frame; pass an H3 resolution (e.g. "
+            f"cells=8) or a column of H3 cells. {_NOTHING}"
+        )
+    if not (isinstance(occupancy, str) and occupancy == "public"):
+        raise InvalidInputError(
+            f"occupancy={occupancy!r}: the Dask face offers occupancy='public' only (the "
+            "per-(user, cell) counts are public by declaration; docs/operations/grid_stats.md). "
+            f"Use the pandas face for a checked table or private occupancy. {_NOTHING}"
+        )
+    if epsilon_per_user is None:
+        raise InvalidInputError(
+            "the Dask face's grid_stats needs epsilon_per_user= (the total any one user pays "
+            f"for the call), e.g. epsilon_per_user=4. {_NOTHING}"
+        )
+    try:
+        total = exact(epsilon_per_user, "epsilon_per_user")
+    except InvalidInputError:
+        total = None
+    if isinstance(epsilon_per_user, (bool, np.bool_)) or total is None or not (
+        0 < total <= _TOTAL_MAX
+    ):
+        raise InvalidInputError(
+            f"epsilon_per_user={epsilon_per_user!r} must be a number in (0, {_TOTAL_MAX}]: the "
+            f"total ε any one user pays for the call, e.g. epsilon_per_user=4. {_NOTHING}"
+        )
+    sp = (0.75, 0.25) if split is None else split
+    try:
+        a, b = sp
+        ea, eb = exact(a, "split[0]"), exact(b, "split[1]")
+        ok = ea > 0 and eb > 0 and ea + eb == 1
+    except (TypeError, ValueError, InvalidInputError):
+        ok = False
+    if not ok:
+        raise InvalidInputError(
+            f"split={split!r} must be two positive shares (mean, variance) summing to 1, "
+            f"e.g. split=(0.75, 0.25). {_NOTHING}"
+        )
+    return total, (ea, eb)
+
+
+def reduce_partition(
+    part: pd.DataFrame, cols: Any, value: str, cells: Any, lo: Fraction, hi: Fraction,
+    clamp: bool,
+) -> tuple[pd.DataFrame, str | None]:  # fmt: skip
+    """Validate one partition and reduce it to (user, cell, m, s1, s2) rows (runs on a worker).
+
+    Exact int64 sums of the snapped values; no noise, nothing written. Also returns the input
+    CRS (WKT) the points were read in, or None for an empty partition.
+    """
+    import warnings
+
+    from gpframe.dask.partitions import _frame
+    from gpframe.geo import locate_points
+    from gpframe.queries.grid_cells import as_h3, h3_cells
+    from gpframe.queries.grid_user_stats import snap
+
+    out_cols = {"user": [], "cell": np.zeros(0, np.uint64), "m": np.zeros(0, np.int64),
+                "s1": np.zeros(0, np.int64), "s2": np.zeros(0, np.int64)}  # fmt: skip
+    if len(part) == 0:
+        return pd.DataFrame(out_cols), None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a worker's warning would stay in its log
+        frame = _frame(part, cols)
+        located = locate_points(
+            frame, user=cols.user, x=cols.x, y=cols.y, lon=cols.lon, lat=cols.lat, crs=cols.crs,
+            to_crs=cols.to_crs, domain=cols.domain,
+        )  # fmt: skip
+    x = frame[value].to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        rows = ", ".join(map(str, frame.index[bad][:3].tolist()))
+        raise InvalidInputError(
+            f"column {value!r} has {int(bad.sum())} NaN/inf values (rows {rows}). Drop or fill "
+            f"them first: ddf = ddf.dropna(subset=[{value!r}]). {_NOTHING}"
+        )
+    out_of = (x < float(lo)) | (x > float(hi))
+    if out_of.any():
+        if not clamp:
+            rows = ", ".join(map(str, frame.index[out_of][:3].tolist()))
+            raise InvalidInputError(
+                f"column {value!r} has {int(out_of.sum())} values outside bounds=({float(lo):g}, "
+                f"{float(hi):g}) (rows {rows}); the sensitivity needs every value in [L, U] "
+                f"(docs/operations/grid_stats.md). Widen bounds or pass clamp=True. {_NOTHING}"
+            )
+        x = np.clip(x, float(lo), float(hi))
+    if isinstance(cells, str):
+        keys = as_h3(frame[cells], f"column {cells!r}")
+    else:
+        keys = h3_cells(located, int(cells))
+    k, T, _q = snap(x, lo, hi)
+    d = 2 * k - T
+    t = pd.DataFrame({"user": np.asarray(located.users), "cell": keys,
+                      "m": np.ones(k.size, np.int64), "s1": k, "s2": d * d})  # fmt: skip
+    return t.groupby(["user", "cell"], sort=True, as_index=False).sum(), located.crs_in.to_wkt()
+
+
+def grid_stats(
+    bound: Any, *, value: str, bounds: Any, epsilon_per_user: Any, cells: Any, occupancy: Any,
+    clamp: bool, beta: float, split: Any, rng: Any, on_exhausted: str = "exclude",
+    dry_run: bool = False,
+) -> Any:  # fmt: skip
+    """Run grid_stats on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.grid_stats`)."""
+    import dask
+    import pyproj
+
+    from gpframe.accounting.amounts import probability
+    from gpframe.dask.driver import check_on_exhausted, settle
+    from gpframe.mechanisms.noise.bits import resolve_rng
+    from gpframe.queries.clip_user import occupancy_from_records
+    from gpframe.queries.grid_stats import central_kind, value_bounds
+    from gpframe.queries.grid_user_output import user_stats_output
+    from gpframe.queries.grid_user_stats import PairSums, run_user_grid_stats
+
+    # -- on the client, before anything is computed or reserved
+    session = bound.session
+    rng = resolve_rng(rng)
+    central_kind(session)
+    probability(beta)
+    check_on_exhausted(on_exhausted)
+    total, sp = _check_args(bound.ddf._meta, value, cells, occupancy, epsilon_per_user, split)
+    lo, hi = value_bounds(bounds)
+    cols = bound.cols
+
+    # -- first pass: per-(user, cell) exact sums per partition, added on the client
+    parts = bound.ddf.to_delayed()
+    outs = dask.compute(*[dask.delayed(reduce_partition)(d, cols, value, cells, lo, hi, clamp)
+                          for d in parts])  # fmt: skip
+    t = pd.concat([o[0] for o in outs], ignore_index=True)
+    t = t.groupby(["user", "cell"], sort=True, as_index=False).sum()  # exact: int64 sums
+    if len(t) == 0:
+        raise InvalidInputError(f"the frame has no rows: nothing to summarise. {_NOTHING}")
+    occ = occupancy_from_records(t["user"].to_numpy(), t["cell"].to_numpy(np.uint64),
+                                 t["m"].to_numpy(np.int64))  # fmt: skip
+    n_u = max(occ.n_users, 1)
+    pos = np.searchsorted(occ.j * n_u + occ.u,
+                          np.searchsorted(occ.cells, t["cell"].to_numpy(np.uint64)) * n_u
+                          + np.searchsorted(occ.users, t["user"].to_numpy()))  # fmt: skip
+    s = [np.zeros(occ.u.size, np.int64) for _ in range(3)]
+    for arr, name in zip(s, ("m", "s1", "s2"), strict=True):
+        arr[pos] = t[name].to_numpy(np.int64)
+    sums = PairSums(*s)
+    crs_in = pyproj.CRS.from_wkt(next(c for _, c in outs if c is not None))
+
+    def go(**_: Any) -> Any:  # the reservation and release (on_exhausted: see settle)
+        ran = run_user_grid_stats(
+            session, occ, None, None, None, lower=lo, upper=hi, total=total, split=sp,
+            beta=beta, rng=rng, sums=sums,
+            params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
+        )  # fmt: skip
+        return user_stats_output(session, occ, ran, crs_in=crs_in, lo=lo, hi=hi, total=total,
+                                 cells=cells, beta=beta)  # fmt: skip
+
+    return settle(session, "grid_stats", go, on_exhausted=on_exhausted, dry_run=dry_run)
