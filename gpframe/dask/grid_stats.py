@@ -115,6 +115,7 @@ def reduce_partition(
     from gpframe.dask.partitions import _frame
     from gpframe.geo import locate_points
     from gpframe.queries.grid_cells import as_h3, h3_cells
+    from gpframe.queries.grid_stats import checked_values
     from gpframe.queries.grid_user_stats import snap
 
     out_cols = {"user": [], "cell": np.zeros(0, np.uint64), "m": np.zeros(0, np.int64),
@@ -128,24 +129,7 @@ def reduce_partition(
             frame, user=cols.user, x=cols.x, y=cols.y, lon=cols.lon, lat=cols.lat, crs=cols.crs,
             to_crs=cols.to_crs, domain=cols.domain,
         )  # fmt: skip
-    x = frame[value].to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(x)
-    if bad.any():
-        rows = ", ".join(map(str, frame.index[bad][:3].tolist()))
-        raise InvalidInputError(
-            f"column {value!r} has {int(bad.sum())} NaN/inf values (rows {rows}). Drop or fill "
-            f"them first: ddf = ddf.dropna(subset=[{value!r}]). {_NOTHING}"
-        )
-    out_of = (x < float(lo)) | (x > float(hi))
-    if out_of.any():
-        if not clamp:
-            rows = ", ".join(map(str, frame.index[out_of][:3].tolist()))
-            raise InvalidInputError(
-                f"column {value!r} has {int(out_of.sum())} values outside bounds=({float(lo):g}, "
-                f"{float(hi):g}) (rows {rows}); the sensitivity needs every value in [L, U] "
-                f"(docs/operations/grid_stats.md). Widen bounds or pass clamp=True. {_NOTHING}"
-            )
-        x = np.clip(x, float(lo), float(hi))
+    x = checked_values(frame, value, lo, hi, clamp=clamp, name="ddf")
     if isinstance(cells, str):
         keys = as_h3(frame[cells], f"column {cells!r}")
     else:

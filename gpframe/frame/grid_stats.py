@@ -36,7 +36,7 @@ from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
 from gpframe.queries.grid_cells import as_h3 as _as_h3
 from gpframe.queries.grid_cells import h3_cells
 from gpframe.queries.grid_cells import hexagons as _hexagons
-from gpframe.queries.grid_stats import CLIPS, value_bounds
+from gpframe.queries.grid_stats import CLIPS, checked_values, value_bounds
 from gpframe.results import GridStatsResult
 from gpframe.results.preview import dry
 
@@ -53,7 +53,7 @@ _OCC_HELP = (
 )
 
 
-def _value_column(frame: pd.DataFrame, value: Any) -> np.ndarray:
+def _value_column(frame: pd.DataFrame, value: Any) -> None:
     if not isinstance(value, str) or value not in frame.columns:
         raise InvalidInputError(
             f"value={value!r} is not a column of the frame (columns: "
@@ -63,15 +63,6 @@ def _value_column(frame: pd.DataFrame, value: Any) -> np.ndarray:
     col = frame[value]
     if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
         raise InvalidInputError(f"column {value!r} is not numeric ({col.dtype}). {_NOTHING}")
-    x = col.to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(x)
-    if bad.any():
-        rows = ", ".join(map(str, frame.index[bad][:3].tolist()))
-        raise InvalidInputError(
-            f"column {value!r} has {int(bad.sum())} NaN/inf values (rows {rows}). Drop or fill "
-            f"them first: df = df.dropna(subset=[{value!r}]). {_NOTHING}"
-        )
-    return x
 
 
 def _cell_keys(frame: pd.DataFrame, cells: Any, projected: Any) -> np.ndarray:
@@ -283,17 +274,8 @@ def grid_stats(
             f"own contribution bounds (docs/operations/grid_stats.md). Drop clip=. {_NOTHING}"
         )
     lo, hi = value_bounds(bounds)
-    x = _value_column(frame, value)
-    out_of = (x < float(lo)) | (x > float(hi))
-    if out_of.any():
-        if not clamp:
-            rows = ", ".join(map(str, frame.index[out_of][:3].tolist()))
-            raise InvalidInputError(
-                f"column {value!r} has {int(out_of.sum())} values outside bounds=({float(lo):g}, "
-                f"{float(hi):g}) (rows {rows}); the sensitivity needs every value in [L, U] "
-                f"(docs/operations/grid_stats.md). Widen bounds or pass clamp=True. {_NOTHING}"
-            )
-        x = np.clip(x, float(lo), float(hi))
+    _value_column(frame, value)
+    x = checked_values(frame, value, lo, hi, clamp=clamp)
     if occupancy is None:
         raise InvalidInputError("occupancy= is required. " + _OCC_HELP + f" {_NOTHING}")
     order = None

@@ -502,6 +502,36 @@ _BOUND_MAX = Fraction(10**18)
 _WIDTH_MIN = Fraction(1, 2**64)
 
 
+def checked_values(
+    frame: Any, value: str, lo: Fraction, hi: Fraction, *, clamp: bool, name: str = "df"
+) -> np.ndarray:
+    """Return the ``value`` column as floats in [lo, hi], checked once for every face.
+
+    NaN/inf values are refused; values outside the public bounds are refused, or clamped with
+    ``clamp=True`` (the sensitivity needs every value in [L, U]). ``name`` is the frame's name in
+    the fix the message suggests (``df`` or ``ddf``).
+    """
+    x = frame[value].to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        rows = ", ".join(map(str, frame.index[bad][:3].tolist()))
+        raise InvalidInputError(
+            f"column {value!r} has {int(bad.sum())} NaN/inf values (rows {rows}). Drop or fill "
+            f"them first: {name} = {name}.dropna(subset=[{value!r}]). {_NOTHING}"
+        )
+    out_of = (x < float(lo)) | (x > float(hi))
+    if out_of.any():
+        if not clamp:
+            rows = ", ".join(map(str, frame.index[out_of][:3].tolist()))
+            raise InvalidInputError(
+                f"column {value!r} has {int(out_of.sum())} values outside bounds=({float(lo):g}, "
+                f"{float(hi):g}) (rows {rows}); the sensitivity needs every value in [L, U] "
+                f"(docs/operations/grid_stats.md). Widen bounds or pass clamp=True. {_NOTHING}"
+            )
+        x = np.clip(x, float(lo), float(hi))
+    return x
+
+
 def value_bounds(bounds: Any) -> tuple[Fraction, Fraction]:
     """Return the public value interval ``bounds=(L, U)`` as exact numbers, checked."""
     try:
