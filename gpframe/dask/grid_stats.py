@@ -42,28 +42,10 @@ def _check_args(
 ) -> tuple[Fraction, tuple[Fraction, Fraction]]:
     """Check what the frame's ``meta`` and the arguments tell, before any data is read."""
     from gpframe.accounting.amounts import exact
+    from gpframe.queries.grid_stats import check_cells_argument, check_value_column
 
-    if not isinstance(value, str) or value not in meta.columns:
-        raise InvalidInputError(
-            f"value={value!r} is not a column of the frame (columns: "
-            f"{', '.join(map(str, meta.columns[:12]))}). Name the value column, e.g. "
-            f"value='speed'. {_NOTHING}"
-        )
-    col = meta[value]
-    if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
-        raise InvalidInputError(f"column {value!r} is not numeric ({col.dtype}). {_NOTHING}")
-    if isinstance(cells, bool) or not isinstance(cells, (int, np.integer, str)):
-        raise InvalidInputError(
-            f"cells={cells!r} must be an H3 resolution (0..15) or the name of a column of H3 "
-            f"cells. {_NOTHING}"
-        )
-    if isinstance(cells, (int, np.integer)) and not 0 <= int(cells) <= 15:
-        raise InvalidInputError(f"cells={cells!r}: H3 resolutions are 0..15. {_NOTHING}")
-    if isinstance(cells, str) and cells not in meta.columns:
-        raise InvalidInputError(
-            f"cells={cells!r} is not a column of the frame; pass an H3 resolution (e.g. "
-            f"cells=8) or a column of H3 cells. {_NOTHING}"
-        )
+    check_value_column(meta, value)
+    check_cells_argument(meta, cells)
     if not (isinstance(occupancy, str) and occupancy == "public"):
         raise InvalidInputError(
             f"occupancy={occupancy!r}: the Dask face offers occupancy='public' only (the "

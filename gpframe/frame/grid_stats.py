@@ -36,7 +36,13 @@ from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
 from gpframe.queries.grid_cells import as_h3 as _as_h3
 from gpframe.queries.grid_cells import h3_cells
 from gpframe.queries.grid_cells import hexagons as _hexagons
-from gpframe.queries.grid_stats import CLIPS, checked_values, value_bounds
+from gpframe.queries.grid_stats import (
+    CLIPS,
+    check_cells_argument,
+    check_value_column,
+    checked_values,
+    value_bounds,
+)
 from gpframe.results import GridStatsResult
 from gpframe.results.preview import dry
 
@@ -53,34 +59,10 @@ _OCC_HELP = (
 )
 
 
-def _value_column(frame: pd.DataFrame, value: Any) -> None:
-    if not isinstance(value, str) or value not in frame.columns:
-        raise InvalidInputError(
-            f"value={value!r} is not a column of the frame (columns: "
-            f"{', '.join(map(str, frame.columns[:12]))}). Name the value column, e.g. "
-            f"value='speed'. {_NOTHING}"
-        )
-    col = frame[value]
-    if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
-        raise InvalidInputError(f"column {value!r} is not numeric ({col.dtype}). {_NOTHING}")
-
-
 def _cell_keys(frame: pd.DataFrame, cells: Any, projected: Any) -> np.ndarray:
-
-    if isinstance(cells, bool) or not isinstance(cells, (int, np.integer, str)):
-        raise InvalidInputError(
-            f"cells={cells!r} must be an H3 resolution (0..15) or the name of a column of H3 "
-            f"cells. {_NOTHING}"
-        )
+    check_cells_argument(frame, cells)
     if isinstance(cells, (int, np.integer)):
-        if not 0 <= int(cells) <= 15:
-            raise InvalidInputError(f"cells={cells!r}: H3 resolutions are 0..15. {_NOTHING}")
         return h3_cells(projected, int(cells))
-    if cells not in frame.columns:
-        raise InvalidInputError(
-            f"cells={cells!r} is not a column of the frame; pass an H3 resolution (e.g. "
-            f"cells=8) or a column of H3 cells. {_NOTHING}"
-        )
     return _as_h3(frame[cells], f"column {cells!r}")
 
 
@@ -274,7 +256,7 @@ def grid_stats(
             f"own contribution bounds (docs/operations/grid_stats.md). Drop clip=. {_NOTHING}"
         )
     lo, hi = value_bounds(bounds)
-    _value_column(frame, value)
+    check_value_column(frame, value)
     x = checked_values(frame, value, lo, hi, clamp=clamp)
     if occupancy is None:
         raise InvalidInputError("occupancy= is required. " + _OCC_HELP + f" {_NOTHING}")

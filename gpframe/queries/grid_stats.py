@@ -502,6 +502,37 @@ _BOUND_MAX = Fraction(10**18)
 _WIDTH_MIN = Fraction(1, 2**64)
 
 
+def check_value_column(frame: Any, value: Any) -> None:
+    """Refuse a ``value=`` that is not a numeric column of ``frame`` (or of a Dask ``meta``)."""
+    import pandas as pd
+
+    if not isinstance(value, str) or value not in frame.columns:
+        raise InvalidInputError(
+            f"value={value!r} is not a column of the frame (columns: "
+            f"{', '.join(map(str, frame.columns[:12]))}). Name the value column, e.g. "
+            f"value='speed'. {_NOTHING}"
+        )
+    col = frame[value]
+    if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
+        raise InvalidInputError(f"column {value!r} is not numeric ({col.dtype}). {_NOTHING}")
+
+
+def check_cells_argument(frame: Any, cells: Any) -> None:
+    """Refuse a ``cells=`` that is neither an H3 resolution nor a column of ``frame``."""
+    if isinstance(cells, bool) or not isinstance(cells, (int, np.integer, str)):
+        raise InvalidInputError(
+            f"cells={cells!r} must be an H3 resolution (0..15) or the name of a column of H3 "
+            f"cells. {_NOTHING}"
+        )
+    if isinstance(cells, (int, np.integer)) and not 0 <= int(cells) <= 15:
+        raise InvalidInputError(f"cells={cells!r}: H3 resolutions are 0..15. {_NOTHING}")
+    if isinstance(cells, str) and cells not in frame.columns:
+        raise InvalidInputError(
+            f"cells={cells!r} is not a column of the frame; pass an H3 resolution (e.g. "
+            f"cells=8) or a column of H3 cells. {_NOTHING}"
+        )
+
+
 def checked_values(
     frame: Any, value: str, lo: Fraction, hi: Fraction, *, clamp: bool, name: str = "df"
 ) -> np.ndarray:
