@@ -411,6 +411,70 @@ class DaskGeoPriv:
                    scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng,
                    on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
 
+    def convex_hull(
+        self,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        beta: float = 0.1,
+        k: int | None = None,
+        alpha: float = 0.92,
+        k_rule: Literal["reference", "consistent"] = "reference",
+        radius_floor_m: float = 10.0,
+        rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> Any:
+        """Release one private convex hull of each user's points, partition by partition.
+
+        The pandas face's private hull (``docs/operations/convex_hull.md``; Liang & Yi,
+        'Concentrated Geo-Privacy' (2023), Alg. 4), each partition running it for the users it
+        holds (``docs/beyond-one-machine.md``). Noise: a noisy centre and radius (ρ/20), k PNN
+        calls toward anchors on the circle (α of the rest) and the anchors' release (the
+        remainder); lattice Gaussian (``rho``) or Laplace (``eps``). Charge: ρ (or ε) once per
+        admitted user (a GP run on a CGP budget costs ε²/2), committed before the result is
+        returned.
+
+        Parameters
+        ----------
+        rho, eps, beta, k, alpha, k_rule, radius_floor_m
+            As for the pandas accessor.
+        rng : BitSource, optional
+            None: each worker draws from its own OS CSPRNG.
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
+
+        Returns
+        -------
+        geopandas.GeoDataFrame
+            The pandas face's output: one row per admitted user (index: user id, sorted by
+            partition), ``geometry`` (input CRS), ``k``, ``radius_m``, ``error_m``,
+            ``fallback``; ``attrs["geopriv"]`` is the :class:`~gpframe.results.HullResult`.
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, numpy as np, pandas as pd, gpframe as gp, gpframe.dask
+        >>> grid = np.arange(300.0)
+        >>> df = pd.DataFrame({"u": np.repeat([1, 2], 300),
+        ...                    "x": 500_000 + np.tile(grid * 7 % 2000, 2),
+        ...                    "y": 4_500_000 + np.tile(grid * 13 % 2000, 2)})
+        >>> s = gp.Session(budget=gp.CGP(rho=1e-2))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(s, user="u", x="x", y="y",
+        ...                                                   crs="EPSG:32618")
+        >>> hulls = bound.convex_hull(rho=1e-3)
+        >>> sorted(hulls.index.tolist()), hulls["k"].tolist(), s.spent().tolist()
+        ([1, 2], [16, 16], [0.001, 0.001])
+        """
+        from gpframe.dask.hull import convex_hull
+
+        return convex_hull(self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,
+                           radius_floor_m=radius_floor_m, rng=rng, on_exhausted=on_exhausted,
+                           dry_run=dry_run)  # fmt: skip
 
     def grid_stats(
         self,

@@ -120,6 +120,13 @@ THIN_WRAPPERS: dict[str, str] = {
         "amount and the projection's scale_max; charges as the pandas face. "
         "tests/integration/dask/test_knn.py"
     ),
+    "gpframe.dask.hull": (
+        "the Dask face's convex_hull: one reservation through the driver, then "
+        "gpframe.queries.hull.private_hulls (audited) on each partition's users with the "
+        "reserved amount and the projection's scale_max; charges as the pandas face. Same hulls "
+        "as the pandas face per partition with the same seeded stream: "
+        "tests/integration/dask/test_hull.py"
+    ),
     "gpframe.dask.grid_stats": (
         "the Dask face's grid_stats(epsilon_per_user=, occupancy='public'): each partition "
         "reduces its rows to exact int64 per-(user, cell) sums (no noise), the client adds them "

@@ -910,6 +910,30 @@ def _dask_knn(ctx: Ctx) -> Any:
         return b.knn(POINT, 3, rho=1e-6, rng=ctx.rng(125))
 
 
+@case(name="convex_hull/dask", frontend="dask", covers=("dask.convex_hull",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.hull", "gpframe.dask.partitions",
+               QF + "hull"), missing=_no_dask)  # fmt: skip
+def _dask_hull(ctx: Ctx) -> Any:
+    # one row per user: the user id and the released hull and numbers, nothing else
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.convex_hull(rho=1e-4, rng=ctx.rng(127))
+
+
+@case(name="convex_hull/dask/preview", frontend="dask", covers=("dask.convex_hull",),
+      modules=("gpframe.dask.hull", "gpframe.dask.driver", "gpframe.results.preview"),
+      missing=_no_dask)  # fmt: skip
+def _dask_hull_preview(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return _preview_forms(ctx, lambda: b.convex_hull(rho=1e-4, on_exhausted="raise",
+                                                         dry_run=True))
+
+
 @case(
     name="grid_stats/dask/public-occupancy/epsilon_per_user",
     frontend="dask",
