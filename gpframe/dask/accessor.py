@@ -284,6 +284,78 @@ class DaskGeoPriv:
                            rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
 
 
+    def kde(
+        self,
+        at: Any,
+        *,
+        bandwidth_m: float,
+        rho: float | None = None,
+        eps: float | None = None,
+        method: Literal["pt-elim", "dist-elim", "dist"] = "pt-elim",
+        rounds: int = 10,
+        split: Literal["doubling", "even"] = "doubling",
+        beta: float = 0.05,
+        nu_m: float | None = None,
+        component: Any = None,
+        reduce: Literal["first", "last"] | None = None,
+        rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> Any:
+        """Private Gaussian KDE at the query point(s) ``at``, partition by partition.
+
+        The pandas face's ``kde`` (``docs/operations/kde.md``; Liang & Yi, 'Adaptive Privacy
+        Budgeting' (2026), Alg. 7): each user's point (``component=``) is selected on the
+        partition holding the user's rows; for each query point every partition runs the
+        elimination on its users with the query's union-bound n, and the client adds the
+        partitions' sums (``docs/beyond-one-machine.md``). Noise: ``pt-elim`` the point,
+        ``dist*`` the distance, lattice Gaussian (``rho``) or Laplace (``eps``) at each round's
+        part of the allocation. Charge: per user and query point, the allocation (``dist``) or
+        the parts of the rounds the user ran (``*-elim``), committed before the result is
+        returned.
+
+        Parameters
+        ----------
+        at : shapely Point, GeoSeries of points, or array (m, 2)
+            Public query points, in the data's CRS unless a GeoSeries carries its own.
+        bandwidth_m, rho, eps, rounds, split, beta, nu_m, component, reduce
+            As for the pandas accessor.
+        method : {"pt-elim", "dist-elim", "dist"}
+            As for the pandas accessor; the ``pt`` baseline is the pandas face's only.
+        rng : BitSource, optional
+            None: each worker draws from its own OS CSPRNG.
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
+
+        Returns
+        -------
+        KdeResult
+            As the pandas face's: the value (one point) or a table of the points.
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, pandas as pd, shapely, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": [1, 2, 3], "x": [500_100.0, 500_200.0, 540_000.0],
+        ...                    "y": [4_500_100.0, 4_500_300.0, 4_540_000.0]})
+        >>> s = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(s, user="boat", x="x", y="y",
+        ...                                                   crs="EPSG:32618")
+        >>> res = bound.kde(shapely.Point(500_000, 4_500_000), bandwidth_m=2000, rho=1e-4)
+        >>> res.n_charged, int(res.points["n_far"].iloc[0])  # the boat 56 km away stops early
+        (3, 1)
+        """
+        from gpframe.dask.kde_points import kde
+
+        return kde(self, at, bandwidth_m=bandwidth_m, rho=rho, eps=eps, method=method,
+                   rounds=rounds, split=split, beta=beta, nu_m=nu_m, component=component,
+                   reduce=reduce, rng=rng, on_exhausted=on_exhausted,
+                   dry_run=dry_run)  # fmt: skip
+
     def kde_raster(
         self,
         *,
@@ -411,6 +483,70 @@ class DaskGeoPriv:
                    scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng,
                    on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
 
+    def convex_hull(
+        self,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        beta: float = 0.1,
+        k: int | None = None,
+        alpha: float = 0.92,
+        k_rule: Literal["reference", "consistent"] = "reference",
+        radius_floor_m: float = 10.0,
+        rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> Any:
+        """Release one private convex hull of each user's points, partition by partition.
+
+        The pandas face's private hull (``docs/operations/convex_hull.md``; Liang & Yi,
+        'Concentrated Geo-Privacy' (2023), Alg. 4), each partition running it for the users it
+        holds (``docs/beyond-one-machine.md``). Noise: a noisy centre and radius (ρ/20), k PNN
+        calls toward anchors on the circle (α of the rest) and the anchors' release (the
+        remainder); lattice Gaussian (``rho``) or Laplace (``eps``). Charge: ρ (or ε) once per
+        admitted user (a GP run on a CGP budget costs ε²/2), committed before the result is
+        returned.
+
+        Parameters
+        ----------
+        rho, eps, beta, k, alpha, k_rule, radius_floor_m
+            As for the pandas accessor.
+        rng : BitSource, optional
+            None: each worker draws from its own OS CSPRNG.
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
+
+        Returns
+        -------
+        geopandas.GeoDataFrame
+            The pandas face's output: one row per admitted user (index: user id, sorted by
+            partition), ``geometry`` (input CRS), ``k``, ``radius_m``, ``error_m``,
+            ``fallback``; ``attrs["geopriv"]`` is the :class:`~gpframe.results.HullResult`.
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, numpy as np, pandas as pd, gpframe as gp, gpframe.dask
+        >>> grid = np.arange(300.0)
+        >>> df = pd.DataFrame({"u": np.repeat([1, 2], 300),
+        ...                    "x": 500_000 + np.tile(grid * 7 % 2000, 2),
+        ...                    "y": 4_500_000 + np.tile(grid * 13 % 2000, 2)})
+        >>> s = gp.Session(budget=gp.CGP(rho=1e-2))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(s, user="u", x="x", y="y",
+        ...                                                   crs="EPSG:32618")
+        >>> hulls = bound.convex_hull(rho=1e-3)
+        >>> sorted(hulls.index.tolist()), hulls["k"].tolist(), s.spent().tolist()
+        ([1, 2], [16, 16], [0.001, 0.001])
+        """
+        from gpframe.dask.hull import convex_hull
+
+        return convex_hull(self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,
+                           radius_floor_m=radius_floor_m, rng=rng, on_exhausted=on_exhausted,
+                           dry_run=dry_run)  # fmt: skip
 
     def grid_stats(
         self,

@@ -114,10 +114,23 @@ THIN_WRAPPERS: dict[str, str] = {
         "gpframe.queries.kde.privatize_once (audited through kde_raster_arrays) on each "
         "partition; the raster is post-processing on the client. tests/integration/dask/test_kde.py"
     ),
+    "gpframe.dask.kde_points": (
+        "the Dask face's kde at query points: one reservation per query point through the "
+        "driver, then gpframe.queries.kde.kde_point (audited) on each partition's users with the "
+        "reserved allocations, the query's union-bound n and a child stream per (point, "
+        "partition); sums and charges on the client. tests/integration/dask/test_kde.py"
+    ),
     "gpframe.dask.knn": (
         "the Dask face's knn: one reservation through the driver, then "
         "gpframe.queries.knn.knn_indices (audited) on each partition's users with the reserved "
         "amount and the projection's scale_max; charges as the pandas face. "
+        "tests/integration/dask/test_knn.py"
+    ),
+    "gpframe.dask.hull": (
+        "the Dask face's convex_hull: one reservation through the driver, then "
+        "gpframe.queries.hull.private_hulls (audited) on each partition's users with the "
+        "reserved amount and the projection's scale_max; charges as the pandas face. Same hulls "
+        "as the pandas face per partition with the same seeded stream: "
         "tests/integration/dask/test_knn.py"
     ),
     "gpframe.dask.grid_stats": (

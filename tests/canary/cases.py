@@ -910,6 +910,55 @@ def _dask_knn(ctx: Ctx) -> Any:
         return b.knn(POINT, 3, rho=1e-6, rng=ctx.rng(125))
 
 
+@case(name="kde/dask/last-fix", frontend="dask", covers=("dask.kde",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.kde_points", "gpframe.dask.partitions",
+               QF + "kde", QF + "elimination"), missing=_no_dask)  # fmt: skip
+def _dask_kde(ctx: Ctx) -> Any:
+    # one row per query point: the released KDE, its error and the elimination's counts
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.kde([POINT, POINT], bandwidth_m=500.0, rho=1e-6, component=gp_last("ts"),
+                     rng=ctx.rng(151))  # fmt: skip
+
+
+@case(name="kde/dask/preview", frontend="dask", covers=("dask.kde",),
+      modules=("gpframe.dask.kde_points", "gpframe.dask.driver", "gpframe.results.preview"),
+      missing=_no_dask)  # fmt: skip
+def _dask_kde_preview(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return _preview_forms(ctx, lambda: b.kde(POINT, bandwidth_m=500.0, rho=1e-6,
+                                                 reduce="last", dry_run=True))
+
+
+@case(name="convex_hull/dask", frontend="dask", covers=("dask.convex_hull",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.hull", "gpframe.dask.partitions",
+               QF + "hull"), missing=_no_dask)  # fmt: skip
+def _dask_hull(ctx: Ctx) -> Any:
+    # one row per user: the user id and the released hull and numbers, nothing else
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.convex_hull(rho=1e-4, rng=ctx.rng(150))
+
+
+@case(name="convex_hull/dask/preview", frontend="dask", covers=("dask.convex_hull",),
+      modules=("gpframe.dask.hull", "gpframe.dask.driver", "gpframe.results.preview"),
+      missing=_no_dask)  # fmt: skip
+def _dask_hull_preview(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return _preview_forms(ctx, lambda: b.convex_hull(rho=1e-4, on_exhausted="raise",
+                                                         dry_run=True))
+
+
 @case(
     name="grid_stats/dask/public-occupancy/epsilon_per_user",
     frontend="dask",

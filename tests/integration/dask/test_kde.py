@@ -1,7 +1,8 @@
-"""The Dask face's kde_raster on a LocalCluster, against the pandas face (beyond-one-machine.md).
+"""The Dask face's kde_raster and kde on a LocalCluster, against the pandas face.
 
-Same charges and Result fields; the same raster law (a seeded comparison with the spread of two
-pandas runs); refusals before the ledger is touched.
+See beyond-one-machine.md. kde_raster: same charges and Result fields; the same raster law (a
+seeded comparison with the spread of two pandas runs); refusals before the ledger is touched.
+kde at query points: below.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
+import shapely
 
 import gpframe as gp
 import gpframe.dask
@@ -90,4 +92,106 @@ def test_bad_input_is_refused_before_the_ledger_is_touched(cluster, kw, match):
     with pytest.raises(gp.GpframeError, match=match) as err:
         bound.kde_raster(**{**CALL, **kw})
     assert str(err.value).endswith("Nothing was charged.")
+    assert s.ledger.snapshot() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# kde at query points. ``dist`` (one round, no elimination): the same charges and Result fields
+# as the pandas face on the whole frame, and the same released value as the pandas face run on
+# each partition's users with that (point, partition)'s child of the seeded source (the same
+# draws; the client adds them). ``pt-elim``: users beyond nu stop early and pay less, as on the
+# pandas face. Refusals before the ledger is touched.
+
+PKW = {"user": "u", "x": "x", "y": "y", "crs": CRS}
+QS = [(500_000.0, 4_500_000.0), (501_000.0, 4_500_500.0)]
+PFIELDS = ("type", "mechanism", "guarantee", "n_users", "n_charged", "charges", "spent_total",
+          "spent_max", "confidence", "params")  # fmt: skip
+
+
+def _point_rows(n_users=60, seed=0):
+    r = np.random.default_rng(seed)  # true points only, never noise
+    # a third of the users 60 km away (beyond nu = 3b: they stop early with *-elim)
+    far = np.arange(n_users) % 3 == 0
+    return pd.DataFrame({"u": np.arange(n_users),
+                         "x": 500_000 + r.uniform(0, 3_000, n_users) + 60_000 * far,
+                         "y": 4_500_000 + r.uniform(0, 3_000, n_users)})  # fmt: skip
+
+
+@pytest.mark.parametrize("budget,amount", [(gp.CGP(rho=1e-2), {"rho": 1e-4}),
+                                           (gp.GP(eps=1.0), {"eps": 1e-2})])  # fmt: skip
+def test_points_dist_values_charges_and_result_match_the_pandas_face(cluster, budget, amount):
+    df = _point_rows()
+    ddf = dd.from_pandas(df.set_index("u"), npartitions=3, sort=True)
+    call = dict(bandwidth_m=2_000, method="dist", **amount)
+    s_dk = gp.Session(budget=budget)
+    b = ddf.geopriv(s_dk, **PKW).kde(QS, rng=seeded_rng(3), **call)
+    s_pd = gp.Session(budget=budget)
+    a = df.geopriv(s_pd, **PKW).kde(QS, rng=seeded_rng(4), **call)
+    pd.testing.assert_series_equal(s_dk.spent().sort_index(), s_pd.spent().sort_index())
+    da, db = a.to_dict(value=False), b.to_dict(value=False)
+    assert da.keys() == db.keys()
+    for key in PFIELDS:
+        assert da[key] == db[key], key
+    assert list(b.points.columns) == list(a.points.columns)
+    assert (b.points["n_near"] == 60).all() and (b.points["error"] <= 1).all()
+    # each partition's released contributions at each point, from the pandas face with that
+    # (point, partition)'s child stream: the same draws, so the same value (up to the order of
+    # the additions)
+    totals = np.zeros(len(QS))
+    n = ddf.npartitions
+    for i in range(n):
+        part = ddf.get_partition(i).compute().reset_index()
+        for j, q in enumerate(QS):
+            r = part.geopriv(gp.Session(budget=budget), **PKW).kde(
+                shapely.Point(q), rng=seeded_rng(3).spawn(j * n + i), **call)
+            totals[j] += r.value * len(part)
+    np.testing.assert_allclose(b.points["kde"].to_numpy(), totals / len(df), rtol=1e-12)
+    # and the value is noisy: another seed releases another
+    c = ddf.geopriv(gp.Session(budget=budget), **PKW).kde(QS, rng=seeded_rng(5), **call)
+    assert (c.points["kde"] != b.points["kde"]).all()
+
+
+def test_points_pt_elim_stops_the_far_users_early_as_the_pandas_face(cluster):
+    df = _point_rows()
+    call = dict(bandwidth_m=2_000, rho=1e-4)
+    s_dk, s_pd = gp.Session(budget=gp.CGP(rho=1e-2)), gp.Session(budget=gp.CGP(rho=1e-2))
+    b = dd.from_pandas(df, npartitions=3).geopriv(s_dk, **PKW).kde(
+        shapely.Point(QS[0]), rng=seeded_rng(6), **call)
+    a = df.geopriv(s_pd, **PKW).kde(shapely.Point(QS[0]), rng=seeded_rng(7), **call)
+    assert isinstance(b.value, float) and 0 <= b.value <= 1 and b.error <= 1
+    far = df["u"][df["u"] % 3 == 0]
+    assert int(b.points["n_far"].iloc[0]) == int(a.points["n_far"].iloc[0]) == len(far)
+    # the far users keep most of their allocation, the near ones pay all of it, on both faces
+    for s in (s_dk, s_pd):
+        spent = s.spent()
+        assert (spent.loc[far] < 1e-4).all()
+        assert np.allclose(spent.drop(far), 1e-4)
+    assert b.n_charged == a.n_charged == 60
+
+
+@pytest.mark.parametrize("call,match", [
+    ({"bandwidth_m": 0, "rho": 1e-4}, "bandwidth_m"),
+    ({"bandwidth_m": 500, "rho": 1e-4, "method": "pt"}, "method='pt'"),
+    ({"bandwidth_m": 500, "rho": 1e-4, "method": "nope"}, "method"),
+    ({"bandwidth_m": 500, "rho": 1e-4, "beta": 2}, "beta"),
+    ({"bandwidth_m": 500, "eps": 1e-4}, "pass rho="),
+])  # fmt: skip
+def test_points_bad_input_is_refused_before_the_ledger_is_touched(cluster, call, match):
+    s = gp.Session(budget=gp.CGP(rho=1e-2))
+    before = s.ledger.snapshot()
+    bound = dd.from_pandas(_point_rows(12), npartitions=2).geopriv(s, **PKW)
+    with pytest.raises(gp.GpframeError, match=match) as err:
+        bound.kde(QS[0], **call)
+    assert str(err.value).endswith("Nothing was charged.")
+    assert s.ledger.snapshot() == before
+
+
+def test_points_bad_query_points_are_refused_before_the_ledger_is_touched(cluster):
+    s = gp.Session(budget=gp.CGP(rho=1e-2))
+    before = s.ledger.snapshot()
+    bound = dd.from_pandas(_point_rows(12), npartitions=2).geopriv(s, **PKW)
+    for at in (None, [(np.nan, 1.0)], []):
+        with pytest.raises(gp.GpframeError, match="at") as err:
+            bound.kde(at, bandwidth_m=500, rho=1e-4)
+        assert str(err.value).endswith("Nothing was charged.")
     assert s.ledger.snapshot() == before
