@@ -329,8 +329,8 @@ def _run(
                 result[i] = v
         return [a if ok else Fraction(0) for a, ok in zip(alloc, adm_u.tolist(), strict=True)]
 
-    with _u.LEDGER_LOCK:
-        session = reg.session
+    session = reg.session  # read once: the allocation and the charge see the same session
+    with _u.batch_lock(reg):
         fk = _check_session(session, fname, kind)
         conv = {a: charge_for(fk, kind, a) for a in set(amounts)}
         alloc = _u.per_user_sum(codes, len(uniques), [conv[a] for a in amounts])

@@ -208,11 +208,9 @@ def _make_udf(reg: Registration, mode: str) -> Any:
             xs = _u.to_numpy(x, np.float64)[rows]
             ys = _u.to_numpy(y, np.float64)[rows]
             amts = _u.to_numpy(amount, np.float64)[rows]
-            # One batch at a time in the process: the work is Python under the GIL, so parallel
-            # DuckDB threads only contend for it (measured: threads=4 on 2 cores ran ~1.4x
-            # slower with the lock held only around reserve/charge); DuckDB's own scan and
-            # conversion still run in parallel outside the lock.
-            with _u.LEDGER_LOCK:
+            # no process-wide lock (docs/sql.md): the Ledger serialises the reserve and the
+            # charge, so DuckDB's threads draw their batches' noise in parallel
+            with _u.batch_lock(reg):
                 codes, uniques = _u.factorize_ids(user_id, rows)
                 released, xy = _privatize_batch(reg, mode, param, codes, uniques, xs, ys, amts)
             out_x[rows] = xy[:, 0]
@@ -294,7 +292,8 @@ def _privatize_batch(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Validate, reserve, draw and charge one Arrow batch; returns (released mask, noisy xy).
 
-    The caller holds the process-wide lock. One reservation and one charge per batch, both in
+    Runs on any of DuckDB's threads (the caller holds :func:`gpframe.duckdb.udf.batch_lock`).
+    One reservation and one charge per batch, both in
     int64 ledger units computed once per distinct amount (no per-user ``Fraction``); the charge
     is durable before the batch's values are returned, and an error after the reservation
     charges the full allocation.

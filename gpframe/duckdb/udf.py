@@ -14,9 +14,11 @@ that reserve and charge a Session once per Arrow batch. What they share lives he
   :func:`check_units`, :func:`exact_amounts`, :func:`check_rounds`;
 * Arrow columns: :func:`to_numpy`, :func:`nulls`, :func:`objects`, :func:`factorize_ids`,
   :func:`user_objects`, :func:`union_sizes`;
-* charging: :data:`LEDGER_LOCK` and :func:`charge_batch`, one Arrow batch through the one
-  driver :func:`gpframe.ledger.run.run` (reserve, compute for the admitted users, charge, all
-  under the lock; an error after the reservation charges the full allocation);
+* charging: :func:`charge_batch`, one Arrow batch through the one driver
+  :func:`gpframe.ledger.run.run` (reserve, compute for the admitted users, charge; an error
+  after the reservation charges the full allocation). Batches run in parallel on DuckDB's
+  threads: the Ledger serialises only the reserve and the durable charge with its own lock;
+  :func:`batch_lock` names the few cases that still run one batch at a time;
   :func:`elimination_batch`, the runner of the elimination functions; :func:`tally` for the
   per-registration counters.
 
@@ -26,6 +28,7 @@ module level without an import cycle.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -42,15 +45,41 @@ from gpframe.ledger.run import Charge, run
 #: planning); UBIGINT has its own path (gpframe.ledger.keys)
 INT_TYPES = "'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'UTINYINT', 'USMALLINT', 'UINTEGER'"
 
-# One lock for every gpframe UDF in the process: DuckDB runs UDF calls on several threads, and
-# a Session (an SQLite connection) must see one reserve/charge at a time. Re-entrant, so a
-# caller may hold it around work that must see the same session as the charge.
+# The Ledger serialises its own reserve and charge (its RLock around every SQLite transaction),
+# so a batch needs no process-wide lock to reserve, draw and charge: DuckDB's threads run their
+# batches in parallel, each holding its own reservation (the Ledger counts every open
+# reservation as held, so concurrent batches never admit more than a user's budget). This
+# re-entrant lock guards what the Ledger does not: SQL_PREVIEWS, a preview's plan (its held
+# amounts and calls) and the batches of a seeded test source (see batch_lock).
 LEDGER_LOCK = threading.RLock()
+
+#: True restores the old behaviour of every batch's whole work under LEDGER_LOCK (one batch at
+#: a time in the process); only benchmarks/speed/duckdb_threads.py sets it, to time the old
+#: path next to the new one in the same run.
+SERIAL_BATCHES = False
 
 #: id(session) -> the PreviewPlan of a running ``gp.duckdb.preview`` on that session: its
 #: batches are planned, not run (DuckDB calls UDFs on its own threads, so a context variable
 #: of the calling thread would not reach them). Read and written under LEDGER_LOCK.
 SQL_PREVIEWS: dict[int, Any] = {}
+
+
+def batch_lock(reg: Any) -> contextlib.AbstractContextManager[Any]:
+    """Return the lock one batch's whole work runs under: none, except in three cases.
+
+    * a seeded test source (:func:`gpframe.testing.seeded_rng`) keeps a counter: two threads
+      drawing from it at once could read the same bytes, so its batches run one at a time;
+    * inside ``gp.duckdb.preview`` of the session, the batches are planned one at a time (each
+      plan sees the amounts the earlier ones hold; :func:`charge_batch` holds the lock too);
+    * :data:`SERIAL_BATCHES` (benchmarks only).
+
+    Otherwise the batch reserves, draws and charges outside any process-wide lock.
+    """
+    if SERIAL_BATCHES or getattr(reg.rng, "seeded", False):
+        return LEDGER_LOCK
+    with LEDGER_LOCK:
+        previewed = id(reg.session) in SQL_PREVIEWS
+    return LEDGER_LOCK if previewed else contextlib.nullcontext()
 
 
 # ------------------------------------------------------------------------------- registration
@@ -511,17 +540,20 @@ def charge_batch(
 ) -> np.ndarray:
     """Reserve ``alloc`` for ``users``, run ``work(admitted)``, charge what it returns.
 
-    One Arrow batch through the one driver, :func:`gpframe.ledger.run.run`, under
-    :data:`LEDGER_LOCK` (re-entrant: a caller that computed ``alloc`` from the session
-    may already hold it). ``work`` gets the boolean admitted mask per user, draws noise for the
-    admitted users only and returns each user's actual charge (in ledger units if ``units``,
-    else exact amounts; 0 for a refused user, at most the allocation). The charge is durable
+    One Arrow batch through the one driver, :func:`gpframe.ledger.run.run`, in the driver's
+    order: reserve, ``work``, durable charge, return. No process-wide lock is held: the Ledger
+    serialises the reserve and the charge with its own lock, and ``work`` (the noise) runs
+    in parallel with other threads' batches (a caller may hold :func:`batch_lock`). ``work``
+    gets the boolean admitted mask per user, draws noise for the admitted users only and
+    returns each user's actual charge (in ledger units if ``units``, else exact amounts; 0 for
+    a refused user, at most the allocation). The charge is durable
     before this returns, so before any value leaves the UDF. If ``work`` raises, the reservation
     is settled at the full allocation (noise may have been drawn). With ``all_or_none`` (an
     error message), a reservation that refuses any user is cancelled before anything is drawn
     and :class:`~gpframe.errors.LedgerError` is raised: nothing is charged. Inside
-    ``gp.duckdb.preview`` the batch is only planned (:data:`SQL_PREVIEWS`) and nobody is
-    admitted, so every row comes out NULL.
+    ``gp.duckdb.preview`` the batch is only planned (:data:`SQL_PREVIEWS`), under
+    :data:`LEDGER_LOCK` (the plan's held amounts are shared by the preview's threads), and
+    nobody is admitted, so every row comes out NULL.
 
     Returns
     -------
@@ -539,9 +571,11 @@ def charge_batch(
 
     with LEDGER_LOCK:
         plan = SQL_PREVIEWS.get(id(session))
-    ran = run(session, users, alloc, query=query, params=params, notion=notion, kind=kind,
-              units=units, check=check, compute=compute, lock=LEDGER_LOCK,
-              dry_run=plan)  # fmt: skip
+    # a preview plans under the lock (admission and plan.add must not interleave); a real
+    # batch holds the Ledger's lock only inside reserve and charge
+    with LEDGER_LOCK if plan is not None else contextlib.nullcontext():
+        ran = run(session, users, alloc, query=query, params=params, notion=notion, kind=kind,
+                  units=units, check=check, compute=compute, dry_run=plan)  # fmt: skip
     if ran.status == "preview":  # planned only: no user's rows are computed (NULL out)
         return np.zeros(len(ran.reservation.users), dtype=bool)
     return np.asarray(ran.value, dtype=bool)
@@ -601,8 +635,8 @@ def elimination_batch(
     rhos, exact = amounts
     codes, uniques = factorize_objects(users)
     n_u = len(uniques)
-    with LEDGER_LOCK:  # the allocation and the charge see the same session
-        session = reg.session
+    session = reg.session  # read once: the allocation and the charge see the same session
+    with batch_lock(reg):
         if filter_kind(session) != "cgp":
             raise InvalidInputError(
                 f"{fname} releases Gaussian noise (rho=): the session's filters must be CGP (a "

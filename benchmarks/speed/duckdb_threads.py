@@ -1,0 +1,155 @@
+"""DuckDB on several threads: SQL ÷ Python and the cores busy, old process-wide lock vs new.
+
+The SQL functions used to hold one process-wide lock around each batch's whole work, so DuckDB
+ran one batch at a time at any ``threads=``. Now only the Ledger's reserve and durable charge
+are serialised (``docs/sql.md``). This script times both in the same run, on the same data:
+``before`` sets :data:`gpframe.duckdb.udf.SERIAL_BATCHES` (every batch under the old lock),
+``after`` is the default.
+
+* ``gp_privatize`` on ``--rows`` points (default 10⁶, ``--users`` users), file-backed ledgers
+  (SQLite WAL, synchronous=FULL), ``threads=1, 2, 4``, against the accessor's
+  ``privatize(per="point")`` on the same points and a file ledger;
+* the same ``gp_privatize`` on in-memory ledgers at ``threads=1, 2`` (no fsync: the cores
+  the batches' own work keeps busy);
+* ``gp_in_region`` (``dist-elim``, 10 rounds) on ``--region-rows`` users with one point each
+  (default 10⁵), ``threads=1, 2``, against the accessor's ``range_count``.
+
+Each line is the best of ``--repeat`` interleaved runs (before, after, before, ...). It prints
+the wall time, the cores busy (process CPU time ÷ wall time over the
+query: 1.0 is one core all the time) and SQL ÷ Python, before and after. On a machine shared
+with other work the cores busy are a lower bound. Goals: SQL ÷ Python ≤ 1.2× at threads=4
+(gp_privatize) and for gp_in_region; ≥ 1.7 cores busy at threads=2.
+
+Smallest run: ``--rows 100000 --region-rows 5000 --repeat 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import duckdb
+import numpy as np
+import pandas as pd
+import shapely
+
+import gpframe as gp
+import gpframe.duckdb.udf as udf
+import gpframe.frame.accessor
+from gpframe.duckdb import register
+from gpframe.ledger import Session
+
+RHO = 1e-4
+CRS = "EPSG:32618"
+DOMAIN = (-75.3, 40.4, -74.7, 40.9)  # UTM scale below 1 here: both paths run at scale 1
+BOX = shapely.box(495_000, 4_495_000, 505_000, 4_505_000)
+
+
+def points(n: int, users: int, seed: int = 0) -> pd.DataFrame:
+    r = np.random.default_rng(seed)  # the true points only
+    return pd.DataFrame(
+        {
+            "user_id": np.arange(n) % users,
+            "x": 500_000 + r.uniform(-12e3, 12e3, n),
+            "y": 4_500_000 + r.uniform(-12e3, 12e3, n),
+        }
+    )
+
+
+def timed(fn) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(wall s, process CPU s) of ``fn()``: CPU time counts every thread of the process."""
+    c, t = time.process_time(), time.perf_counter()
+    fn()
+    return time.perf_counter() - t, time.process_time() - c
+
+
+def sql(df: pd.DataFrame, path: str | None, threads: int, q: str, old: bool) -> tuple[float, float]:
+    s = Session(path, budget=gp.CGP(rho=1e3))
+    con = duckdb.connect()
+    con.execute(f"SET threads = {threads}")
+    register(con, s, crs=CRS, domain=DOMAIN)
+    con.register("pts_in", df)
+    con.execute("CREATE TABLE pts AS SELECT * FROM pts_in")
+    udf.SERIAL_BATCHES = old
+    try:
+        out = timed(lambda: con.execute(q, {"w": shapely.to_wkb(BOX)} if "$w" in q else {})
+                    .fetchall())  # fmt: skip
+    finally:
+        udf.SERIAL_BATCHES = False
+        s.close()
+    return out
+
+
+def python_privatize(df: pd.DataFrame, path: str | None) -> float:
+    s = Session(path, budget=gp.CGP(rho=1e3))
+    b = df.geopriv(s, user="user_id", x="x", y="y", crs=CRS, domain=DOMAIN)
+    wall, _ = timed(lambda: b.privatize(rho=RHO, per="point", progress=False))
+    s.close()
+    return wall
+
+
+def python_region(df: pd.DataFrame, path: str | None) -> float:
+    s = Session(path, budget=gp.CGP(rho=1e3))
+    b = df.geopriv(s, user="user_id", x="x", y="y", crs=CRS, domain=DOMAIN)
+    wall, _ = timed(lambda: b.range_count(BOX, rho=RHO, rounds=10, progress=False))
+    s.close()
+    return wall
+
+
+def line(name: str, threads: int, py: float, before: tuple[float, float],
+         after: tuple[float, float]) -> str:  # fmt: skip
+    (wb, cb), (wa, ca) = before, after
+    return (
+        f"{name} threads={threads}: after {wa:.2f} s, {ca / wa:.2f} cores busy, SQL/Python "
+        f"{wa / py:.2f}x | before (process-wide lock) {wb:.2f} s, {cb / wb:.2f} cores busy, "
+        f"SQL/Python {wb / py:.2f}x | before/after {wb / wa:.2f}x (Python {py:.2f} s)"
+    )
+
+
+def pair(df: pd.DataFrame, path, threads: int, q: str, repeat: int):  # type: ignore[no-untyped-def]
+    """Best (least wall time) of ``repeat`` interleaved runs, before and after."""
+    before, after = [], []
+    for _ in range(repeat):
+        before.append(sql(df, path(), threads, q, True))
+        after.append(sql(df, path(), threads, q, False))
+    return min(before), min(after)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000, help="gp_privatize rows")
+    ap.add_argument("--users", type=int, default=10_000, help="gp_privatize users")
+    ap.add_argument("--region-rows", type=int, default=100_000, help="gp_in_region users")
+    ap.add_argument("--repeat", type=int, default=3, help="best of this many runs per line")
+    a = ap.parse_args()
+    warm = points(20_000, 200)
+    python_privatize(warm, None)
+    sql(warm, None, 2, f"SELECT count(gp_privatize(user_id, x, y, {RHO})) FROM pts", False)
+    df = points(a.rows, a.users)
+    q = f"SELECT count(gp_privatize(user_id, x, y, {RHO})) FROM pts"
+    with tempfile.TemporaryDirectory() as d:
+        n = iter(range(10**6))
+
+        def path() -> str:
+            return os.path.join(d, f"l{next(n)}.sqlite")
+
+        py = min(python_privatize(df, path()) for _ in range(a.repeat))
+        print(f"gp_privatize, {a.rows:,} rows, {a.users:,} users, file ledgers:")
+        for t in (1, 2, 4):
+            print("  " + line("gp_privatize", t, py, *pair(df, path, t, q, a.repeat)))
+        py = min(python_privatize(df, None) for _ in range(a.repeat))
+        print("gp_privatize, in-memory ledgers (no fsync: the cores the noise itself keeps busy):")
+        for t in (1, 2):
+            print("  " + line("gp_privatize", t, py, *pair(df, lambda: None, t, q, a.repeat)))
+        reg = points(a.region_rows, a.region_rows, seed=1)  # one point per user
+        qr = f"SELECT sum(gp_in_region(user_id, x, y, $w, {RHO}, 10)::INT) FROM pts"
+        py = min(python_region(reg, path()) for _ in range(a.repeat))
+        print(f"gp_in_region, {a.region_rows:,} users (dist-elim, 10 rounds), file ledgers:")
+        for t in (1, 2):
+            print("  " + line("gp_in_region", t, py, *pair(reg, path, t, qr, a.repeat)))
+
+
+if __name__ == "__main__":
+    main()
