@@ -17,8 +17,10 @@ Neighbouring relation: as for Clip-User, the occupancy is public and one user's 
    releases M_j = mean over kept users of a_ℓ (sensitivity 2H/k_j ≤ W/k_j, k_j kept users) and
    Q_j = mean of s_ℓ (sensitivity H²/k_j), both exact rationals, with ``laplace_dp`` at ε_μ,j and
    ε_V,j (Dwork & Roth, 'The Algorithmic Foundations of Differential Privacy', 2014, Thm. 3.6).
-3. **Post-processing** that never moves an estimate away from its estimand: M̃ is clamped to
-   [L, U], Q̃ to [0, H²], and the variance Q̃ − (M̃ − c)² to [0, W²/4].
+3. **Post-processing**: Q̃ is clamped to [0, H²] and the variance Q̃ − (M̃ − c)² (M̃ clamped
+   to [L, U]) to [0, W²/4]. The released means are shrunk toward their common centre by their
+   noise (:func:`shrink_means`, empirical Bayes on released values and public scales only),
+   then clamped to [L, U].
 4. **Charge**: user ℓ pays Σ over their kept cells of ε_μ,j + ε_V,j (≤ E), before the release.
 
 The estimand is the average over a cell's kept users of each user's own mean (and the variance
@@ -52,6 +54,7 @@ __all__ = [
     "private_epsilons",
     "release_user_stats",
     "run_user_grid_stats",
+    "shrink_means",
     "snap",
 ]
 
@@ -203,7 +206,7 @@ def release_user_stats(
     means, seconds, q, H = _user_moments(plan, sums)
     L, U = plan.lower, plan.upper
     W = U - L
-    out = {k: np.full(n_c, np.nan) for k in ("m", "v", "em", "ev", "sm", "sv")}
+    out = {k: np.full(n_c, np.nan) for k in ("m", "v", "em", "ev", "sm", "sv", "raw")}
     todo = np.flatnonzero(plan.released)
     for j in todo.tolist():
         if means[j] is None or seconds[j] is None:
@@ -224,7 +227,9 @@ def release_user_stats(
         )  # fmt: skip
         if rel.guarantee.amount != e_mu:
             raise GpframeInternalError("a release guarantee differs from the planned budget.")
-        mu = np.clip(np.asarray(rel.values, dtype=np.float64), float(L), float(U))
+        raw = np.asarray(rel.values, dtype=np.float64)
+        out["raw"][cj] = raw
+        mu = np.clip(raw, float(L), float(U))
         tm = laplace_bound(beta / 2, rel.noise["scale"], rel.g) + float(q)
         out["m"][cj], out["em"][cj] = mu, min(tm, float(W))
         out["sm"][cj] = float(rel.noise["scale"])
@@ -245,6 +250,8 @@ def release_user_stats(
             ev = tq + tm * 2 * float(H) + float(q * (W + q))
             out["v"][cj], out["sv"][cj] = var, float(relv.noise["scale"])
             out["ev"][cj] = min(ev, float(W * W) / 4)
+    if SHRINK:  # post-processing of the released (unclamped) means and their public scales
+        out["m"], out["em"] = shrink_means(out["raw"], out["sm"], out["em"], float(L), float(U))
     return UserStatsRelease(
         mean=out["m"],
         var=out["v"],
@@ -254,6 +261,64 @@ def release_user_stats(
         scale_v=out["sv"],
         released=plan.released.copy(),
     )
+
+
+#: apply :func:`shrink_means` to the released means (post-processing of released values)
+SHRINK = True
+#: fewest released cells for which the shrinkage centre and spread are estimated (Stein's
+#: estimator dominates the raw estimates only from three cells on)
+SHRINK_MIN_CELLS = 3
+#: the smallest spread of the true cell means the shrinkage assumes, in units of W
+SHRINK_MIN_SPREAD = 1 / 32
+
+
+def shrink_means(
+    mean: np.ndarray, scale: np.ndarray, error: np.ndarray, lower: float, upper: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Shrink each released mean toward the cells' common centre, by its noise (post-processing).
+
+    Empirical Bayes (Efron & Morris, 'Stein's Estimation Rule and Its Competitors — An Empirical
+    Bayes Approach', 1973): the released means M̃_j (Laplace scale b_j, noise variance
+    v_j = 2b_j²) are read as the true means, spread τ² around a centre m₀, plus noise. m₀ (the
+    precision-weighted average of the released means) and τ² (their weighted spread less the noise,
+    at least ``SHRINK_MIN_SPREAD``·W squared) are estimated from the **released** values and the
+    public scales only, so this is post-processing and costs nothing. Each mean becomes
+    m₀ + λ_j (M̃_j − m₀) with λ_j = τ²/(τ² + v_j): a precise cell barely moves, a noisy one goes
+    most of the way to m₀. NaN (unreleased) cells stay NaN; fewer than ``SHRINK_MIN_CELLS``
+    released cells are left as they are.
+
+    ``mean`` holds the unclamped released means (their noise is exactly Laplace, so the moment
+    estimates are consistent); m₀ is clamped to [L, U] and so is every shrunk mean. The error
+    bound follows: with probability ≥ 1 − β, |M̃_j − μ_j| ≤ t_j (the raw bound ``error``) and
+    |m₀ − μ_j| ≤ W, so |m₀ + λ_j (M̃_j − m₀) − μ_j| ≤ λ_j t_j + (1 − λ_j) W (clamping to
+    [L, U] ∋ μ_j only shortens it).
+
+    >>> m, e = shrink_means(np.array([2.0, 3.0, 4.0, 9.0, np.nan]),
+    ...                     np.array([0.01, 0.01, 0.01, 50.0, np.nan]),
+    ...                     np.array([0.1, 0.1, 0.1, 10.0, np.nan]), 0.0, 10.0)
+    >>> [round(float(x), 2) for x in m[:4]], bool(np.isnan(m[4]))  # the noisy cell moves to ~3
+    ([2.0, 3.0, 4.0, 3.0], True)
+    """
+    ok = np.isfinite(mean) & np.isfinite(scale)
+    if int(ok.sum()) < SHRINK_MIN_CELLS:
+        return np.clip(mean, lower, upper), error
+    W = upper - lower
+    m, v = mean[ok], 2.0 * scale[ok] ** 2
+    floor = (SHRINK_MIN_SPREAD * W) ** 2
+    tau2 = W * W / 12  # the spread of a uniform on [L, U] to start
+    for _ in range(20):  # fixed point of the weighted moment equations (a few rounds suffice)
+        w = 1.0 / (v + tau2)
+        centre = min(max(float(np.sum(w * m) / np.sum(w)), lower), upper)
+        new = max(float(np.sum(w * ((m - centre) ** 2 - v)) / np.sum(w)), floor)
+        if abs(new - tau2) <= 1e-9 * W * W:
+            tau2 = new
+            break
+        tau2 = new
+    lam = tau2 / (tau2 + v)
+    out_m, out_e = mean.copy(), error.copy()
+    out_m[ok] = np.clip(centre + lam * (m - centre), lower, upper)
+    out_e[ok] = np.minimum(lam * error[ok] + (1.0 - lam) * W, W)
+    return out_m, out_e
 
 
 @dataclass(frozen=True, eq=False)
