@@ -146,7 +146,7 @@ def knn(
     from gpframe.accounting.filters import charge_for
     from gpframe.dask.driver import check_on_exhausted, settle
     from gpframe.dask.partitions import by_user, check_partition, combine, digest, spawn_rng
-    from gpframe.ledger.charges import ledger_keys
+    from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.ledger.run import Charge, run
     from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries import knn as _k
@@ -156,12 +156,7 @@ def knn(
     # -- on the client, before anything is computed or reserved
     session = bound.session
     rng = resolve_rng(rng)
-    fk = (getattr(session.ledger, "kind", {}) or {}).get("metric")
-    if fk not in ("gp", "cgp"):
-        raise InvalidInputError(
-            "the session has no metric budget (GP or CGP); open it with "
-            f"gp.Session(budget=gp.CGP(rho=...)) or gp.GP(eps=...). {_NOTHING}"
-        )
+    fk = filter_kind(session, "knn")
     kind, amount = metric_amount(rho, eps, example=".knn(..., rho=1e-5)", filter_kind=fk)
     k_asked = _k.check_k(k)
     b = probability(beta)

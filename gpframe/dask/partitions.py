@@ -251,13 +251,9 @@ def _first_pass(
 def metric_kind(session: Any, rho: Any, eps: Any, example: str) -> tuple[str, Any]:
     """Return the session's metric notion and the exact amount (``rho=`` / ``eps=``), checked."""
     from gpframe.accounting.amounts import metric_amount
+    from gpframe.ledger.charges import filter_kind
 
-    kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
-    if kind not in ("gp", "cgp"):
-        raise InvalidInputError(
-            "the session has no metric budget (GP or CGP); open it with "
-            f"gp.Session(budget=gp.CGP(rho=...)). {_NOTHING}"
-        )
+    kind = filter_kind(session, example.lstrip(".").split("(")[0])
     return metric_amount(rho, eps, example=example, filter_kind=kind, same_kind=True)
 
 

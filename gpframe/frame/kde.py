@@ -46,13 +46,9 @@ _NOTHING = "Nothing was charged."
 
 def _check_amount(session: Any, rho: Any, eps: Any) -> tuple[str, Fraction]:
     from gpframe.accounting.amounts import metric_amount
+    from gpframe.ledger.charges import filter_kind
 
-    kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
-    if kind not in ("gp", "cgp"):
-        raise InvalidInputError(
-            "the session has no metric budget (GP or CGP); open it with "
-            f"gp.Session(budget=gp.CGP(rho=...)). {_NOTHING}"
-        )
+    kind = filter_kind(session, "kde")
     return metric_amount(rho, eps, example=".kde(at, bandwidth_m=500, rho=1e-5)",
                          filter_kind=kind, same_kind=True)  # fmt: skip
 

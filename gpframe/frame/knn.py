@@ -38,14 +38,9 @@ _NOTHING = "Nothing was charged."
 
 
 def _filter_kind(session: Any) -> str:
-    kinds = getattr(getattr(session, "ledger", None), "kind", None) or {}
-    kind = kinds.get("metric") if isinstance(kinds, dict) else None
-    if kind not in ("gp", "cgp"):
-        raise InvalidInputError(
-            "the session has no metric budget (GP or CGP); open it with "
-            f"gp.Session(budget=gp.CGP(rho=...)) or gp.GP(eps=...). {_NOTHING}"
-        )
-    return str(kind)
+    from gpframe.ledger.charges import filter_kind
+
+    return filter_kind(session, "knn or convex_hull")
 
 
 def _amount(session: Any, rho: Any, eps: Any, what: str) -> tuple[str, Fraction, str]:

@@ -148,13 +148,9 @@ def _check_crs_extent(series: Any, crs: Any) -> None:
 
 def _check_amount(session: Any, rho: Any, eps: Any, allocations: Any) -> None:
     from gpframe.accounting.amounts import metric_amount
+    from gpframe.ledger.charges import filter_kind
 
-    kind = (getattr(session.ledger, "kind", {}) or {}).get("metric")
-    if kind not in ("gp", "cgp"):
-        raise InvalidInputError(
-            "the session has no metric budget (GP or CGP); open it with "
-            f"gp.Session(budget=gp.CGP(rho=...)). {_NOTHING}"
-        )
+    kind = filter_kind(session, "range_count")
     if allocations is not None:
         if rho is not None or eps is not None:
             raise InvalidInputError(f"pass either rho=/eps= or allocations=, not both. {_NOTHING}")

@@ -17,17 +17,18 @@ from gpframe.errors import InvalidInputError
 __all__ = ["filter_charges", "filter_kind", "ledger_keys"]
 
 
-def filter_kind(session: Any) -> str:
+def filter_kind(session: Any, what: str = "privatize") -> str:
     """Return the kind (``"gp"`` or ``"cgp"``) of the session's default metric budget.
 
-    Raises ``InvalidInputError`` when the session has no metric budget.
+    Raises ``InvalidInputError`` naming the operation ``what`` when the session has no metric
+    budget. Every operation of every face that charges a metric budget asks here.
     """
     ledger = getattr(session, "ledger", None)
     kinds = getattr(ledger, "kind", None) or {}
     kind = kinds.get("metric") if isinstance(kinds, dict) else None
     if kind not in ("gp", "cgp"):
         raise InvalidInputError(
-            "the session has no metric budget (GP or CGP), so it cannot pay for privatize. "
+            f"the session has no metric budget (GP or CGP), so it cannot pay for {what}. "
             "Open it with gp.Session(budget=gp.CGP(rho=...)) or gp.GP(eps=...). "
             "Nothing was charged."
         )

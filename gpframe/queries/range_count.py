@@ -589,13 +589,10 @@ def run_range_count(
     # refuse an insecure or foreign rng before the reservation (it would otherwise only fail in
     # the sampler, after the users were reserved and so charged in full)
     rng = resolve_rng(rng)
+    from gpframe.ledger.charges import filter_kind
+
     led = session.ledger
-    if "metric" not in led.kind:
-        raise InvalidInputError(
-            f"this session has no metric budget; open it with Session(budget=gp.CGP(rho=...)). "
-            f"{_NOTHING}"
-        )
-    kind = led.kind["metric"]
+    kind = filter_kind(session, "range_count")
     if kind == "cgp" and (rho is None or eps is not None):
         if allocations is None:
             raise InvalidInputError(

@@ -86,13 +86,10 @@ def run_range_count_parts(
     from gpframe.results import Result
 
     rng = resolve_rng(rng)
+    from gpframe.ledger.charges import filter_kind
+
     led = session.ledger
-    if "metric" not in led.kind:
-        raise InvalidInputError(
-            f"this session has no metric budget; open it with Session(budget=gp.CGP(rho=...)). "
-            f"{_NOTHING}"
-        )
-    kind = led.kind["metric"]
+    kind = filter_kind(session, "range_count")
     # the one rho=/eps= check of both faces; range_count calibrates to the filter's own kind
     _, amt = metric_amount(rho, eps, example=".range_count(region, rho=2e-6)",
                            filter_kind=kind, same_kind=True)  # fmt: skip
