@@ -562,6 +562,7 @@ class DaskGeoPriv:
         rng: BitSource | None = None,
         on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
+        shrink: bool = True,
     ) -> Any:
         """Private mean and variance of ``value`` per H3 cell, under a per-user total ε.
 
@@ -596,6 +597,9 @@ class DaskGeoPriv:
         dry_run : bool
             Return a :class:`~gpframe.results.Preview` instead of running (the sums are
             computed, nothing is drawn, charged or written).
+        shrink : bool
+            As for the pandas accessor: pull noisy means toward the released means' average
+            (post-processing, no charge); ``False`` releases the plain noisy means.
 
         Returns
         -------
@@ -620,7 +624,8 @@ class DaskGeoPriv:
 
         return grid_stats(self, value=value, bounds=bounds, epsilon_per_user=epsilon_per_user,
                           cells=cells, occupancy=occupancy, clamp=clamp, beta=beta, split=split,
-                          rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
+                          rng=rng, on_exhausted=on_exhausted, dry_run=dry_run,
+                          shrink=shrink)  # fmt: skip
 
 
 def register() -> None:

@@ -126,7 +126,7 @@ def reduce_partition(
 def grid_stats(
     bound: Any, *, value: str, bounds: Any, epsilon_per_user: Any, cells: Any, occupancy: Any,
     clamp: bool, beta: float, split: Any, rng: Any, on_exhausted: str = "exclude",
-    dry_run: bool = False,
+    dry_run: bool = False, shrink: bool = True,
 ) -> Any:  # fmt: skip
     """Run grid_stats on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.grid_stats`)."""
     import dask
@@ -173,7 +173,7 @@ def grid_stats(
     def go(**_: Any) -> Any:  # the reservation and release (on_exhausted: see settle)
         ran = run_user_grid_stats(
             session, occ, None, None, None, lower=lo, upper=hi, total=total, split=sp,
-            beta=beta, rng=rng, sums=sums,
+            beta=beta, rng=rng, sums=sums, shrink=bool(shrink),
             params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
         )  # fmt: skip
         return user_stats_output(session, occ, ran, crs_in=crs_in, lo=lo, hi=hi, total=total,

@@ -35,6 +35,7 @@ def grid_stats(
     clamp: bool = False,
     split: tuple[float, float] = (0.75, 0.25),
     beta: float = 0.05,
+    shrink: bool = True,
 ) -> Any:
     """Release each cell's mean and variance of ``value``; no user pays more than the total.
 
@@ -63,6 +64,10 @@ def grid_stats(
         Shares of a cell's ε for the mean and the variance.
     beta : float
         Failure probability of each cell's error bounds.
+    shrink : bool
+        Pull each released mean toward the released means' average, the more the noisier its
+        cell (post-processing of released values, no charge; ``docs/operations/grid_stats.md``).
+        ``False`` releases the plain noisy means.
 
     Returns
     -------
@@ -157,7 +162,7 @@ def grid_stats(
     rows_j = np.searchsorted(occ.cells, cells)
     ran = run_user_grid_stats(
         session, occ, rows_u, rows_j, x, lower=lo, upper=hi, total=total, split=(s_mu, s_v),
-        beta=beta, rng=reg.rng,
+        beta=beta, rng=reg.rng, shrink=bool(shrink),
         params={"value": value, "bounds": [float(lo), float(hi)], "face": "sql"},
     )  # fmt: skip
     plan, r = ran.plan, ran.release

@@ -597,6 +597,7 @@ class GeoPriv:
         error_cap: float | None = None,
         protect_worst_grid: bool = True,
         rollback_incomplete_stage: bool = False,
+        shrink: bool = True,
         progress: bool | None = None,
         on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
@@ -661,6 +662,13 @@ class GeoPriv:
             Clip-User never makes the worst cell worse.
         rollback_incomplete_stage : bool
             Undo a Clip-User stage that did not finish.
+        shrink : bool
+            Per-user total with public occupancy only: pull each released mean toward the average
+            of the released means, the more the noisier its cell (empirical Bayes, Efron & Morris
+            1973; post-processing of released values, no charge). Lowers the median error when
+            noise is large, at the price of a bias toward the other cells; ``mean_error`` widens to
+            stay a valid bound. ``False`` releases the plain noisy means
+            (``docs/operations/grid_stats.md``).
         progress : bool or None
             tqdm bar over the stages (None: on in a terminal or notebook).
 
@@ -710,7 +718,7 @@ class GeoPriv:
             occupancy=occupancy, clamp=clamp, beta=beta, order_by=order_by, rng=rng,
             public_cells=public_cells, max_cells=max_cells, max_per_cell=max_per_cell, salt=salt,
             kappa=kappa, split=split, error_cap=error_cap, protect_worst_grid=protect_worst_grid,
-            rollback_incomplete_stage=rollback_incomplete_stage, progress=progress,
+            rollback_incomplete_stage=rollback_incomplete_stage, shrink=shrink, progress=progress,
             on_exhausted=on_exhausted,
             dry_run=dry_run,
         )  # fmt: skip

@@ -34,6 +34,7 @@ def per_user_public(
     cells: Any,
     value: str,
     progress: bool | None,
+    shrink: bool = True,
 ) -> Any:
     """Run the per-user-total release and build its GeoDataFrame (one row per occupied cell).
 
@@ -54,7 +55,7 @@ def per_user_public(
         bar.step("occupancy")
         ran = run_user_grid_stats(
             session, occ, rows_u, rows_j, x, lower=lo, upper=hi, total=total, split=sp,
-            beta=beta, rng=rng, on_stage=bar.step,
+            beta=beta, rng=rng, on_stage=bar.step, shrink=shrink,
             params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
         )  # fmt: skip
         bar.step("release")

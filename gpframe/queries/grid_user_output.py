@@ -58,6 +58,7 @@ def user_stats_output(
         params={
             "epsilon_per_user": float(total),
             "estimator": "per-user averages",
+            "shrink": bool(rel.shrunk),
             "bounds": (float(lo), float(hi)),
             "cells": cells,
             "beta": beta,

@@ -76,6 +76,8 @@ class UserStatsRelease:
     scale_mu: np.ndarray
     scale_v: np.ndarray
     released: np.ndarray
+    #: whether the means were shrunk (:func:`shrink_means`); a public choice of the caller
+    shrunk: bool = False
 
 
 def _pre_snap(x: Fraction, g: Fraction) -> float:
@@ -183,6 +185,7 @@ def release_user_stats(
     beta: float = 0.05,
     rng: Any = None,
     sums: PairSums | None = None,
+    shrink: bool | None = None,
 ) -> UserStatsRelease:
     """Release each planned cell's mean and second moment of per-user averages (steps 2–3).
 
@@ -193,7 +196,8 @@ def release_user_stats(
 
     ``rows_u``/``rows_j`` index the occupancy's users and cells per data row; ``values`` are in
     [L, U]. Or ``sums``: the per-pair sums already reduced (:func:`pair_sums`, e.g. over the
-    partitions of a Dask frame), and then the rows are not read.
+    partitions of a Dask frame), and then the rows are not read. ``shrink``: apply
+    :func:`shrink_means` (None: the module default ``SHRINK``); post-processing either way.
     """
     from gpframe.mechanisms import laplace_dp
     from gpframe.mechanisms.calibration import central_laplace
@@ -250,7 +254,8 @@ def release_user_stats(
             ev = tq + tm * 2 * float(H) + float(q * (W + q))
             out["v"][cj], out["sv"][cj] = var, float(relv.noise["scale"])
             out["ev"][cj] = min(ev, float(W * W) / 4)
-    if SHRINK:  # post-processing of the released (unclamped) means and their public scales
+    shrunk = bool(SHRINK if shrink is None else shrink)
+    if shrunk:  # post-processing of the released (unclamped) means and their public scales
         out["m"], out["em"] = shrink_means(out["raw"], out["sm"], out["em"], float(L), float(U))
     return UserStatsRelease(
         mean=out["m"],
@@ -260,6 +265,7 @@ def release_user_stats(
         scale_mu=out["sm"],
         scale_v=out["sv"],
         released=plan.released.copy(),
+        shrunk=shrunk,
     )
 
 
@@ -377,6 +383,7 @@ def run_user_grid_stats(
     max_retries: int = 3,
     on_stage: Callable[[str], None] | None = None,
     sums: PairSums | None = None,
+    shrink: bool | None = None,
 ) -> UserStatsRun:
     """Plan, admit, charge and release under a per-user total ``total`` (module docstring).
 
@@ -426,7 +433,8 @@ def run_user_grid_stats(
         pay_units = units[payers]
 
         def compute(r: Any, plan: BudgetPlan = plan, pay_units: Any = pay_units) -> Charge[Any]:
-            rel = release_user_stats(plan, None, None, None, beta=beta, rng=rng, sums=sums)
+            rel = release_user_stats(plan, None, None, None, beta=beta, rng=rng, sums=sums,
+                                     shrink=shrink)  # fmt: skip
             return Charge(rel, pay_units, units=True)
 
         ran = run(
@@ -435,6 +443,7 @@ def run_user_grid_stats(
                 **(params or {}),
                 "epsilon_per_user": float(total),
                 "estimator": "per-user averages",
+                "shrink": bool(SHRINK if shrink is None else shrink),
                 "cap": plan.cap,
                 "split": [float(x) for x in plan.split],
                 EXCLUDED_KEY: sorted(occ.users[excluded].tolist()),

@@ -117,3 +117,28 @@ def test_bad_amounts_are_refused_before_the_ledger(kw, match):
                      rng=seeded_rng(1), **kw)  # fmt: skip
     assert str(ei.value).endswith("Nothing was charged.")
     assert s.ledger.snapshot() == before
+
+
+def test_shrink_false_releases_the_plain_noisy_means_at_the_same_charge():
+    # shrink= is post-processing: the same seeded draws give the same charges; with shrink=False
+    # the released means are the plain noisy ones (clamped), with shrink=True they move toward
+    # the released means' average and the Result says which
+    df = _frame(seed=5, n_users=60)
+    runs = {}
+    for shrink in (True, False):
+        s, b = _bound(df, budget=1000.0)
+        out = b.grid_stats(value="v", bounds=(0, 20), epsilon_per_user=300.0, cells=8,
+                           occupancy="public", rng=seeded_rng(7), shrink=shrink)  # fmt: skip
+        res = out.attrs["geopriv"]
+        assert res.params["shrink"] is shrink
+        runs[shrink] = (out, _spent(s, sorted(df.u.unique()), 1000.0))
+    (on, spent_on), (off, spent_off) = runs[True], runs[False]
+    np.testing.assert_array_equal(spent_on, spent_off)
+    rel = off["released"].to_numpy()
+    assert rel.sum() >= 3  # enough released cells for the shrinkage to act
+    m_on, m_off = on["mean"].to_numpy()[rel], off["mean"].to_numpy()[rel]
+    assert not np.allclose(m_on, m_off)
+    # shrinking moves every mean toward one centre: the spread of the means can only narrow
+    assert np.ptp(m_on) <= np.ptp(m_off) + 1e-12
+    # the error bound widens to stay valid, never narrows
+    assert (on["mean_error"].to_numpy()[rel] >= off["mean_error"].to_numpy()[rel] - 1e-12).all()
