@@ -90,48 +90,6 @@ def kde_partition(
     )  # fmt: skip
 
 
-def _query_points(at: Any, crs_in: Any, crs_m: Any) -> tuple[np.ndarray, Any, bool]:
-    """Project the public query points to metres: (m × 2, GeoSeries in their CRS, many)."""
-    import geopandas as gpd
-    import shapely
-
-    from gpframe.geo import project_geometry
-    from gpframe.queries.privatize import COORD_MAX_M
-
-    many = True
-    if isinstance(at, shapely.Point):
-        series, many = gpd.GeoSeries([at], crs=crs_in), False
-    elif isinstance(at, gpd.GeoSeries):
-        series = at if at.crs is not None else at.set_crs(crs_in)
-    else:
-        try:
-            arr = np.asarray(at, dtype=np.float64)
-        except (TypeError, ValueError):
-            arr = None
-        if arr is None or arr.ndim not in (1, 2) or arr.size == 0 or arr.shape[-1] != 2:
-            raise InvalidInputError(
-                f"at={at!r} is not a shapely Point, a GeoSeries of points or an (m, 2) array "
-                f"of (x, y) in the data's CRS. {_NOTHING}"
-            )
-        many = arr.ndim == 2
-        arr = arr.reshape(-1, 2)
-        if not np.isfinite(arr).all():
-            raise InvalidInputError(f"at has NaN or infinite coordinates. {_NOTHING}")
-        series = gpd.GeoSeries(gpd.points_from_xy(arr[:, 0], arr[:, 1]), crs=crs_in)
-    if len(series) == 0:
-        raise InvalidInputError(f"at is empty: pass at least one query point. {_NOTHING}")
-    if series.isna().any() or not (series.geom_type == "Point").all() or series.is_empty.any():
-        raise InvalidInputError(f"at must contain only non-empty Points. {_NOTHING}")
-    m = project_geometry(series, series.crs, crs_m, name="at")
-    xy = shapely.get_coordinates(np.asarray(m.array, dtype=object))
-    if not (np.isfinite(xy).all() and (np.abs(xy) < COORD_MAX_M).all()):
-        raise InvalidInputError(
-            f"a query point does not land at finite metres in {crs_m.to_string()}; check its "
-            f"CRS. {_NOTHING}"
-        )
-    return xy, series, many
-
-
 def _floats(objs: np.ndarray) -> np.ndarray:
     return np.array([float(v) for v in objs.tolist()], dtype=np.float64)
 
@@ -153,6 +111,7 @@ def kde(
     from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries import kde as _k
     from gpframe.queries.elimination import check_method_parts
+    from gpframe.queries.kde_bounds import query_points
     from gpframe.queries.range_count import check_options
     from gpframe.results import KdeResult
 
@@ -178,7 +137,7 @@ def kde(
                         f"component={component!r}.")  # fmt: skip
     users, offsets, ref, parts = fp.users, fp.offsets, fp.ref, fp.parts
     crs_m = pyproj.CRS.from_wkt(ref.crs_m)
-    q_m, q_series, many = _query_points(at, pyproj.CRS.from_wkt(ref.crs_in), crs_m)
+    q_m, q_series, many = query_points(at, pyproj.CRS.from_wkt(ref.crs_in), crs_m)
     _k.preflight(kind, amount, float(ref.scale_max), method)
     lu = session.ledger.units["metric"]
     unit = Fraction(1) / lu.scale

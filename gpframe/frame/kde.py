@@ -23,7 +23,6 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-import shapely
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
@@ -32,6 +31,7 @@ from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.queries import kde as _k
 from gpframe.queries.elimination import check_method_parts
 from gpframe.queries.kde_bounds import bounds_m as _bounds_m
+from gpframe.queries.kde_bounds import query_points
 from gpframe.results import KdeResult
 from gpframe.results.preview import dry
 
@@ -51,58 +51,6 @@ def _check_amount(session: Any, rho: Any, eps: Any) -> tuple[str, Fraction]:
     kind = filter_kind(session, "kde")
     return metric_amount(rho, eps, example=".kde(at, bandwidth_m=500, rho=1e-5)",
                          filter_kind=kind, same_kind=True)  # fmt: skip
-
-
-def _query_points(at: Any, projected: Any) -> tuple[np.ndarray, Any, bool]:
-    """Project the query points to metres: (m × 2 array, GeoSeries in their CRS, many)."""
-    import geopandas as gpd
-
-    from gpframe.geo import project_geometry
-
-    many = True
-    if isinstance(at, shapely.Point):
-        series, many = gpd.GeoSeries([at], crs=projected.crs_in), False
-    elif isinstance(at, pd.DataFrame):
-        if not isinstance(at, gpd.GeoDataFrame):
-            raise InvalidInputError(
-                f"at is a DataFrame without geometry; pass a GeoSeries / GeoDataFrame of points "
-                f"or an (m, 2) array in the data's CRS. {_NOTHING}"
-            )
-        series = at.geometry
-    elif isinstance(at, gpd.GeoSeries):
-        series = at
-    else:
-        try:
-            arr = np.asarray(at, dtype=np.float64)
-        except (TypeError, ValueError):
-            arr = None
-        # ndim 0 first: at=None is a 0-d NaN array, whose shape[-1] raised IndexError
-        if arr is None or arr.ndim not in (1, 2) or arr.size == 0 or arr.shape[-1] != 2:
-            raise InvalidInputError(
-                f"at={at!r} is not a shapely Point, a GeoSeries / GeoDataFrame of points or an "
-                f"(m, 2) array of (x, y) (lon, lat for degrees) in the data's CRS. {_NOTHING}"
-            )
-        many = arr.ndim == 2
-        arr = arr.reshape(-1, 2)
-        if not np.isfinite(arr).all():
-            raise InvalidInputError(f"at has NaN or infinite coordinates. {_NOTHING}")
-        series = gpd.GeoSeries(gpd.points_from_xy(arr[:, 0], arr[:, 1]), crs=projected.crs_in)
-    if len(series) == 0:
-        raise InvalidInputError(f"at is empty: pass at least one query point. {_NOTHING}")
-    if series.isna().any() or not (series.geom_type == "Point").all() or series.is_empty.any():
-        raise InvalidInputError(f"at must contain only non-empty Points. {_NOTHING}")
-    if series.crs is None:
-        series = series.set_crs(projected.crs_in)
-    m = project_geometry(series, projected.crs_in, projected.crs_m, name="at")
-    xy = shapely.get_coordinates(np.asarray(m.array, dtype=object))
-    from gpframe.queries.privatize import COORD_MAX_M
-
-    if not (np.isfinite(xy).all() and (np.abs(xy) < COORD_MAX_M).all()):
-        raise InvalidInputError(
-            f"a query point does not land at finite metres in {projected.crs_m.to_string()}; "
-            f"check its CRS. {_NOTHING}"
-        )
-    return xy, series, many
 
 
 def _component(bound: Any, component: Any, reduce: Any, operation: str) -> Any:
@@ -268,7 +216,7 @@ def kde(
         nu_m = _k.check_length(nu_m, "nu_m")
     kind, amount = _check_amount(session, rho, eps)
     p = _component(bound, component, reduce, "kde")
-    q_m, q_series, many = _query_points(at, p)
+    q_m, q_series, many = query_points(at, p.crs_in, p.crs_m)
     _k.preflight(kind, amount, float(p.scale_max), method)
     users = np.asarray(p.users)
     if len(pd.unique(users)) != users.size:

@@ -1,6 +1,7 @@
-"""Public raster bounds in the data's CRS, as a metric envelope (``docs/operations/kde.md``).
+"""Public KDE inputs in metres (``docs/operations/kde.md``): raster bounds and query points.
 
-Shared by the faces' ``kde_raster``: the bounds are public, so projecting them reads no data.
+Shared by the faces' ``kde_raster`` and ``kde``: both are public, so projecting them reads no
+data.
 """
 
 from __future__ import annotations
@@ -8,12 +9,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import shapely
 
 from gpframe.errors import InvalidInputError
 from gpframe.queries.kde import LENGTH_MAX_M
 
-__all__ = ["bounds_m"]
+__all__ = ["bounds_m", "query_points"]
 
 _NOTHING = "Nothing was charged."
 
@@ -45,3 +48,60 @@ def bounds_m(bounds: Any, projected: Any) -> tuple[float, float, float, float]:
     if not all(map(math.isfinite, bx)):
         raise InvalidInputError(f"bounds={bounds!r} do not project to finite metres. {_NOTHING}")
     return bx
+
+
+def query_points(at: Any, crs_in: Any, crs_m: Any) -> tuple[np.ndarray, Any, bool]:
+    """Project public query points to metres: (m × 2 array, GeoSeries in their CRS, many).
+
+    ``at``: a shapely Point, a GeoSeries / GeoDataFrame of points, or an (m, 2) array of (x, y)
+    in the data's CRS ``crs_in``. Shared by the faces' ``kde`` at query points; the points are
+    public, so projecting them reads no data.
+    """
+    import geopandas as gpd
+
+    from gpframe.geo import project_geometry
+
+    many = True
+    if isinstance(at, shapely.Point):
+        series, many = gpd.GeoSeries([at], crs=crs_in), False
+    elif isinstance(at, pd.DataFrame):
+        if not isinstance(at, gpd.GeoDataFrame):
+            raise InvalidInputError(
+                f"at is a DataFrame without geometry; pass a GeoSeries / GeoDataFrame of points "
+                f"or an (m, 2) array in the data's CRS. {_NOTHING}"
+            )
+        series = at.geometry
+    elif isinstance(at, gpd.GeoSeries):
+        series = at
+    else:
+        try:
+            arr = np.asarray(at, dtype=np.float64)
+        except (TypeError, ValueError):
+            arr = None
+        # ndim 0 first: at=None is a 0-d NaN array, whose shape[-1] raised IndexError
+        if arr is None or arr.ndim not in (1, 2) or arr.size == 0 or arr.shape[-1] != 2:
+            raise InvalidInputError(
+                f"at={at!r} is not a shapely Point, a GeoSeries / GeoDataFrame of points or an "
+                f"(m, 2) array of (x, y) (lon, lat for degrees) in the data's CRS. {_NOTHING}"
+            )
+        many = arr.ndim == 2
+        arr = arr.reshape(-1, 2)
+        if not np.isfinite(arr).all():
+            raise InvalidInputError(f"at has NaN or infinite coordinates. {_NOTHING}")
+        series = gpd.GeoSeries(gpd.points_from_xy(arr[:, 0], arr[:, 1]), crs=crs_in)
+    if len(series) == 0:
+        raise InvalidInputError(f"at is empty: pass at least one query point. {_NOTHING}")
+    if series.isna().any() or not (series.geom_type == "Point").all() or series.is_empty.any():
+        raise InvalidInputError(f"at must contain only non-empty Points. {_NOTHING}")
+    if series.crs is None:
+        series = series.set_crs(crs_in)
+    m = project_geometry(series, crs_in, crs_m, name="at")
+    xy = shapely.get_coordinates(np.asarray(m.array, dtype=object))
+    from gpframe.queries.privatize import COORD_MAX_M
+
+    if not (np.isfinite(xy).all() and (np.abs(xy) < COORD_MAX_M).all()):
+        raise InvalidInputError(
+            f"a query point does not land at finite metres in {crs_m.to_string()}; "
+            f"check its CRS. {_NOTHING}"
+        )
+    return xy, series, many
