@@ -60,21 +60,15 @@ def hull_partition(
     """Run the private hull of each admitted user of one partition (a worker)."""
     import warnings
 
-    from gpframe.dask.partitions import digest, locate, user_counts, worker_rng
+    from gpframe.dask.partitions import located_users, worker_rng
     from gpframe.queries.hull import private_hulls
 
     if len(admitted) == 0:
         return HullOut()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GpframeWarning)  # the client warns once
-        _, _, p = locate(part, task.cols)
-        users, counts = user_counts(p.users)
-        if digest(users, counts) != want:
-            raise GpframeInternalError(
-                f"partition {i} holds other users than the first pass counted."
-            )
         # sorted codes: the users' order of the first pass (and of the reservation)
-        codes = pd.factorize(pd.Series(p.users), sort=True)[0].astype(np.int64)
+        _, p, users, codes = located_users(part, task.cols, i, want)
         out = private_hulls(
             p.xy, codes, kind=task.kind, amount=task.amount,  # type: ignore[arg-type]
             n_users=len(users), admitted=admitted, beta=task.beta, scale_max=task.scale_max,

@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from gpframe.errors import GpframeInternalError
-
 __all__ = ["kde_raster", "release_points"]
 
 _NOTHING = "Nothing was charged."
@@ -43,14 +41,13 @@ def release_points(
 
     ``prepared`` is the partition's first pass (:func:`gpframe.dask.partitions.prepare`).
     """
-    from gpframe.dask.partitions import digest, worker_rng
+    from gpframe.dask.partitions import check_same_users, worker_rng
     from gpframe.queries.kde import privatize_once
 
     if len(codes) == 0:
         return None
     check, xy = prepared
-    if digest(check.users, check.counts) != want:
-        raise GpframeInternalError(f"partition {i} holds other users than the first pass counted.")
+    check_same_users(i, check.users, check.counts, want)
     return privatize_once(xy, values, kind=task.kind, unit=task.unit,  # type: ignore[arg-type]
                           scale_max=task.scale_max, rng=worker_rng(rng), codes=codes)  # fmt: skip
 

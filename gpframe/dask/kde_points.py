@@ -67,14 +67,13 @@ def kde_partition(
     n_union: int,
 ) -> KdeOut:  # fmt: skip
     """Run one query point's KDE on one partition's selected users (a worker)."""
-    from gpframe.dask.partitions import digest, worker_rng
+    from gpframe.dask.partitions import check_same_users, worker_rng
     from gpframe.queries.kde import kde_point
 
     if len(alloc) == 0:
         return KdeOut(charges=np.zeros(0, dtype=object))
     check, xy = prepared
-    if digest(check.users, check.counts) != want:
-        raise GpframeInternalError(f"partition {i} holds other users than the first pass counted.")
+    check_same_users(i, check.users, check.counts, want)
     out = kde_point(
         xy, q_m, bandwidth_m=task.bandwidth_m, kind=task.kind,  # type: ignore[arg-type]
         amount=alloc, method=task.method, rounds=task.rounds, split=task.split, beta=task.beta,

@@ -59,7 +59,7 @@ def knn_partition(
     """Select the k private nearest rows of each admitted user of one partition (a worker)."""
     import warnings
 
-    from gpframe.dask.partitions import digest, locate, user_counts, worker_rng
+    from gpframe.dask.partitions import located_users, worker_rng
     from gpframe.queries.knn import knn_indices
     from gpframe.release import protected_columns, release_frame
 
@@ -67,13 +67,7 @@ def knn_partition(
         return KnnOut()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GpframeWarning)  # the client warns once
-        frame, _, p = locate(part, task.cols)
-        users, counts = user_counts(p.users)
-        if digest(users, counts) != want:
-            raise GpframeInternalError(
-                f"partition {i} holds other users than the first pass counted."
-            )
-        codes = pd.factorize(pd.Series(p.users), sort=True)[0].astype(np.int64)
+        frame, p, users, codes = located_users(part, task.cols, i, want)
         out = knn_indices(
             p.xy, codes, task.point_m, task.k, kind=task.kind,  # type: ignore[arg-type]
             amount=task.amount, n_users=len(users), admitted=admitted, gamma0=task.gamma0,

@@ -308,6 +308,28 @@ def digest(users: np.ndarray, counts: np.ndarray) -> str:
     return h.hexdigest()
 
 
+def check_same_users(i: int, users: np.ndarray, counts: np.ndarray, want: str) -> None:
+    """Refuse a partition whose users or row counts differ from its first pass (``want``)."""
+    if digest(users, counts) != want:
+        raise GpframeInternalError(f"partition {i} holds other users than the first pass counted.")
+
+
+def located_users(
+    part: pd.DataFrame, cols: Columns, i: int, want: str
+) -> tuple[pd.DataFrame, Any, np.ndarray, np.ndarray]:
+    """Locate a partition on a worker, check it against its first pass, and code its users.
+
+    Returns the frame, the located points, the distinct users (sorted: the order of the first
+    pass and of the reservation) and each row's user code (int64), factorized once.
+    """
+    frame, _, p = locate(part, cols)
+    codes, uniques = pd.factorize(pd.Series(p.users), sort=True)
+    counts = np.bincount(codes, minlength=len(uniques)).astype(np.int64)
+    users = np.asarray(uniques, dtype=object)
+    check_same_users(i, users, counts, want)
+    return frame, p, users, codes.astype(np.int64)
+
+
 def combine(checks: list[PartCheck]) -> tuple[np.ndarray, np.ndarray, np.ndarray, PartCheck]:
     """Concatenate the partitions' users; refuse a user in two partitions or two metric CRSs.
 

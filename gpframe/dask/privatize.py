@@ -77,7 +77,7 @@ def release_partition(
     shuffle must give the partition the same users, or the task fails (the driver then
     settles the reservation in full).
     """
-    from gpframe.dask.partitions import digest, locate, to_xy, user_counts, worker_rng
+    from gpframe.dask.partitions import located_users, to_xy, worker_rng
     from gpframe.dask.staging import write_part
     from gpframe.queries.privatize import privatize_points
     from gpframe.release import privatized_frame
@@ -89,13 +89,7 @@ def release_partition(
     with warnings.catch_warnings():
         # the client warns once (dropped columns); a worker's warning would be lost in its log
         warnings.simplefilter("ignore", GpframeWarning)
-        frame, _, p = locate(part, plan.cols)
-        users, counts = user_counts(p.users)
-        if digest(users, counts) != want:
-            raise GpframeInternalError(
-                f"partition {i} holds other users than the first pass counted."
-            )
-        codes = pd.factorize(pd.Series(p.users), sort=True)[0]
+        frame, p, users, codes = located_users(part, plan.cols, i, want)
         out = privatize_points(
             p.xy, codes, len(users), kind=plan.kind, amount=plan.amount,  # type: ignore[arg-type]
             per=plan.per, admitted=admitted, scale_max=float(p.scale_max), beta=plan.beta,  # type: ignore[arg-type]

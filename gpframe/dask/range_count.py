@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gpframe.errors import GpframeInternalError, InvalidInputError
+from gpframe.errors import InvalidInputError
 
 __all__ = ["CountOut", "count_partition", "range_count"]
 
@@ -68,15 +68,14 @@ def count_partition(
     ``prepared`` is the partition's first pass (:func:`gpframe.dask.partitions.prepare`),
     kept on the worker; recomputed after a worker's death, it must hold the same users.
     """
-    from gpframe.dask.partitions import digest, worker_rng
+    from gpframe.dask.partitions import check_same_users, worker_rng
     from gpframe.queries.range_count import range_count_arrays
 
     if len(alloc) == 0:
         return CountOut(charge_codes=np.zeros(0, np.int64))
     check, xy = prepared
     users = check.users
-    if digest(users, check.counts) != want:
-        raise GpframeInternalError(f"partition {i} holds other users than the first pass counted.")
+    check_same_users(i, users, check.counts, want)
     out = range_count_arrays(
         xy, users, task.region_m, kind=task.kind, amount=alloc,  # type: ignore[arg-type]
         method=task.method, rounds=task.rounds, split=task.split, beta=task.beta,
