@@ -192,6 +192,7 @@ def kde(
 
     Examples
     --------
+    >>> import shapely
     >>> import gpframe as gp, gpframe.frame.accessor
     >>> from gpframe.ledger import Session
     >>> df = pd.DataFrame({"boat": [1, 2, 3], "x": [500_100.0, 500_200.0, 540_000.0],
