@@ -178,6 +178,26 @@ def test_polygon_shift_on_simplified_region_matches_exact_root(w, monkeypatch):
     assert abs(_fresh_shift(w, region, monkeypatch) - exact) <= 0.01 * w
 
 
+@pytest.mark.parametrize("w", [80.0, 150.0])  # a root below w/4 (the model), one above (buffers)
+def test_polygon_shift_on_a_simplified_circle_matches_exact_root(w, monkeypatch):
+    # a smooth convex region of 2049 vertices: simplified, its chords lie inside the circle, a
+    # bias the buffer distances correct for
+    circle = shapely.Point(0, 0).buffer(300, quad_segs=512)
+    assert shapely.get_num_coordinates(circle) >= rc._SIMPLIFY_MIN_VERTICES
+    exact = rc.threshold_shift_polygon(w, circle)
+    assert (exact < rc._MODEL_RANGE * w) == (w == 80.0)
+    assert abs(_fresh_shift(w, circle, monkeypatch) - exact) <= 0.01 * w
+
+
+def test_polygon_shift_model_is_exact_for_a_convex_polygon(monkeypatch):
+    # an octagon (9 vertices, not simplified): the dilation's area is exactly quadratic in its
+    # distance (Steiner), so the second-order outer band leaves only the searches' tolerances
+    octagon = shapely.Point(0, 0).buffer(200, quad_segs=2)
+    exact = rc.threshold_shift_polygon(80.0, octagon)
+    assert 0.2 * 80 < exact < rc._MODEL_RANGE * 80
+    assert _fresh_shift(80.0, octagon, monkeypatch) == pytest.approx(exact, abs=4e-4 * 80)
+
+
 def test_polygon_shift_on_shipped_boroughs_matches_exact_root(monkeypatch):
     import gpframe as gp
 
@@ -204,6 +224,22 @@ def test_polygon_shift_takes_few_buffers_of_the_simplified_region(monkeypatch):
     assert 0 < s < 8 and len(calls) <= 6
 
 
+@pytest.mark.parametrize(
+    ("poly", "rate"),
+    [(shapely.box(0, 0, 100, 50), 2 * math.pi),  # four convex right angles
+     (shapely.Polygon([(0, 0), (100, 0), (100, 40), (40, 40), (40, 100), (0, 100)]),
+      5 * math.pi / 2 - 2),  # five convex, one concave: its edges shorten by tan(45°) each
+     (shapely.box(0, 0, 100, 100).difference(shapely.box(30, 30, 60, 60)), 2 * math.pi - 8),
+     (shapely.box(0, 0, 100, 100).reverse(), 2 * math.pi)],  # orientation does not matter
+)  # fmt: skip
+def test_perimeter_rate_of_a_buffer(poly, rate):
+    assert rc._perimeter_rate(poly) == pytest.approx(rate, rel=1e-12)
+    # against GEOS: the perimeter of a round buffer grows at this rate (its arcs are polygons of
+    # 64 segments a quarter, a relative 1e-4 short of circles)
+    grown = shapely.buffer(poly, 1.0, quad_segs=64).length - poly.length
+    assert grown == pytest.approx(rate, rel=1e-3)
+
+
 def test_polygon_shift_bands_balance_on_the_full_region(monkeypatch):
     # an oracle independent of both searches: at the returned shift, the buffered bands of the
     # full-resolution region are equal to within the band slope times 1 % of w
@@ -223,7 +259,7 @@ def test_polygon_shift_is_zero_when_the_outer_band_is_smaller(monkeypatch):
 
 
 def test_polygon_shift_does_not_depend_on_the_other_scales_asked(monkeypatch):
-    region = _random_region(5)
+    region = _coastline()
     alone = _fresh_shift(60.0, region, monkeypatch)
     monkeypatch.setattr(rc, "_SHIFTS", {})
     monkeypatch.setattr(rc, "_SIMPLE", {})
@@ -419,9 +455,9 @@ def test_polygon_shift_is_remembered_per_region_and_w(monkeypatch):
     calls = []
     real = rc._fast_shift
 
-    def counting(w, simple, area):
+    def counting(w, simple, area, bias):
         calls.append(w)
-        return real(w, simple, area)
+        return real(w, simple, area, bias)
 
     monkeypatch.setattr(rc, "_fast_shift", counting)
     monkeypatch.setattr(rc, "_SHIFTS", {})
