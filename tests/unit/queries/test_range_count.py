@@ -146,6 +146,127 @@ def test_polygon_shift_needs_few_buffers(monkeypatch):
     assert len(calls) == len(set(calls)) and len(calls) <= 16
 
 
+@functools.lru_cache(maxsize=1)
+def _coastline():
+    # a jagged shore (1500 vertices, ±12 m of noise on each), a lake and a rough island: the
+    # detail a simplification at w/5 removes, in a region whose exact root costs a second
+    r = np.random.default_rng(7)
+    ang = np.linspace(0, 2 * np.pi, 1500, endpoint=False)
+    rad = 3000 + 400 * np.sin(5 * ang) + 150 * np.sin(23 * ang) + r.uniform(-12, 12, ang.size)
+    t = np.linspace(0, 2 * np.pi, 40, endpoint=False)
+    lake = np.column_stack([200 + 300 * np.cos(t), 200 * np.sin(t)])
+    ti = np.linspace(0, 2 * np.pi, 300, endpoint=False)
+    ri = 250 + r.uniform(-15, 15, ti.size)
+    return shapely.MultiPolygon([
+        shapely.Polygon(np.column_stack([rad * np.cos(ang), rad * np.sin(ang)]), [lake]),
+        shapely.Polygon(np.column_stack([4200 + ri * np.cos(ti), ri * np.sin(ti)])),
+    ])  # fmt: skip
+
+
+def _fresh_shift(w, region, monkeypatch):
+    monkeypatch.setattr(rc, "_SHIFTS", {})
+    monkeypatch.setattr(rc, "_SIMPLE", {})
+    return float(rc.shift_for_region([w], region)[0])
+
+
+@pytest.mark.parametrize("w", [30.0, 80.0])
+def test_polygon_shift_on_simplified_region_matches_exact_root(w, monkeypatch):
+    # docs/operations/range_count.md: within 1 % of w of the full-resolution root
+    region = _coastline()
+    exact = rc.threshold_shift_polygon(w, region)
+    assert 0 < exact < 0.1 * w
+    assert abs(_fresh_shift(w, region, monkeypatch) - exact) <= 0.01 * w
+
+
+@pytest.mark.parametrize("w", [80.0, 150.0])  # a root below w/4 (the model), one above (buffers)
+def test_polygon_shift_on_a_simplified_circle_matches_exact_root(w, monkeypatch):
+    # a smooth convex region of 2049 vertices: simplified, its chords lie inside the circle, a
+    # bias the buffer distances correct for
+    circle = shapely.Point(0, 0).buffer(300, quad_segs=512)
+    assert shapely.get_num_coordinates(circle) >= rc._SIMPLIFY_MIN_VERTICES
+    exact = rc.threshold_shift_polygon(w, circle)
+    assert (exact < rc._MODEL_RANGE * w) == (w == 80.0)
+    assert abs(_fresh_shift(w, circle, monkeypatch) - exact) <= 0.01 * w
+
+
+def test_polygon_shift_model_is_exact_for_a_convex_polygon(monkeypatch):
+    # an octagon (9 vertices, not simplified): the dilation's area is exactly quadratic in its
+    # distance (Steiner), so the second-order outer band leaves only the searches' tolerances
+    octagon = shapely.Point(0, 0).buffer(200, quad_segs=2)
+    exact = rc.threshold_shift_polygon(80.0, octagon)
+    assert 0.2 * 80 < exact < rc._MODEL_RANGE * 80
+    assert _fresh_shift(80.0, octagon, monkeypatch) == pytest.approx(exact, abs=4e-4 * 80)
+
+
+def test_polygon_shift_on_shipped_boroughs_matches_exact_root(monkeypatch):
+    import gpframe as gp
+
+    boroughs = gp.datasets.load("nyc_boroughs").to_crs(32618).geometry.values
+    w = 70.71067811865476  # the noise scale of ρ = 1e-4
+    got = [_fresh_shift(w, b, monkeypatch) for b in boroughs]
+    want = [rc.threshold_shift_polygon(w, b) for b in boroughs]
+    assert sum(v == 0 for v in want) == 1  # a borough whose outer band is already the smaller
+    for g, e in zip(got, want, strict=True):
+        assert (g == 0) == (e == 0) and abs(g - e) <= 0.01 * w
+
+
+def test_polygon_shift_takes_few_buffers_of_the_simplified_region(monkeypatch):
+    # Newton with the perimeters as slope: three or four buffers where bisection needs dozens
+    calls = []
+    real = shapely.buffer
+
+    def counting(geom, distance, **kw):
+        calls.append(distance)
+        return real(geom, distance, **kw)
+
+    monkeypatch.setattr(shapely, "buffer", counting)
+    s = _fresh_shift(80.0, _coastline(), monkeypatch)
+    assert 0 < s < 8 and len(calls) <= 6
+
+
+@pytest.mark.parametrize(
+    ("poly", "rate"),
+    [(shapely.box(0, 0, 100, 50), 2 * math.pi),  # four convex right angles
+     (shapely.Polygon([(0, 0), (100, 0), (100, 40), (40, 40), (40, 100), (0, 100)]),
+      5 * math.pi / 2 - 2),  # five convex, one concave: its edges shorten by tan(45°) each
+     (shapely.box(0, 0, 100, 100).difference(shapely.box(30, 30, 60, 60)), 2 * math.pi - 8),
+     (shapely.box(0, 0, 100, 100).reverse(), 2 * math.pi)],  # orientation does not matter
+)  # fmt: skip
+def test_perimeter_rate_of_a_buffer(poly, rate):
+    assert rc._perimeter_rate(poly) == pytest.approx(rate, rel=1e-12)
+    # against GEOS: the perimeter of a round buffer grows at this rate (its arcs are polygons of
+    # 64 segments a quarter, a relative 1e-4 short of circles)
+    grown = shapely.buffer(poly, 1.0, quad_segs=64).length - poly.length
+    assert grown == pytest.approx(rate, rel=1e-3)
+
+
+def test_polygon_shift_bands_balance_on_the_full_region(monkeypatch):
+    # an oracle independent of both searches: at the returned shift, the buffered bands of the
+    # full-resolution region are equal to within the band slope times 1 % of w
+    region, w = _coastline(), 80.0
+    s = _fresh_shift(w, region, monkeypatch)
+    o, i = rc._bands(region, w, s)
+    slope = region.length  # both bands grow at about the perimeter per metre
+    assert 0 < s < w and abs(o - i) <= 2 * slope * 0.01 * w
+
+
+def test_polygon_shift_is_zero_when_the_outer_band_is_smaller(monkeypatch):
+    # a comb: dilation fills the 10 m gaps, erosion removes the 30 m teeth
+    teeth = [shapely.box(40 * k, 0, 40 * k + 30, 600) for k in range(30)]
+    comb = shapely.union_all([*teeth, shapely.box(0, -100, 1180, 0)])
+    assert rc.threshold_shift_polygon(30.0, comb) == 0.0
+    assert _fresh_shift(30.0, comb, monkeypatch) == 0.0
+
+
+def test_polygon_shift_does_not_depend_on_the_other_scales_asked(monkeypatch):
+    region = _coastline()
+    alone = _fresh_shift(60.0, region, monkeypatch)
+    monkeypatch.setattr(rc, "_SHIFTS", {})
+    monkeypatch.setattr(rc, "_SIMPLE", {})
+    together = rc.shift_for_region([33.0, 60.0, 250.0], region)
+    assert together[1] == alone
+
+
 # ------------------------------------------------------------------------ range_count_arrays
 
 
@@ -332,13 +453,13 @@ def test_signed_distance_by_segment_tree_is_bit_identical():
 def test_polygon_shift_is_remembered_per_region_and_w(monkeypatch):
     region = _random_region(4)
     calls = []
-    real = rc._bands
+    real = rc._fast_shift
 
-    def counting(r, w, s):
-        calls.append(s)
-        return real(r, w, s)
+    def counting(w, simple, area, bias):
+        calls.append(w)
+        return real(w, simple, area, bias)
 
-    monkeypatch.setattr(rc, "_bands", counting)
+    monkeypatch.setattr(rc, "_fast_shift", counting)
     monkeypatch.setattr(rc, "_SHIFTS", {})
     first = rc.shift_for_region([60.0, 60.0, 90.0], region)
     n = len(calls)
