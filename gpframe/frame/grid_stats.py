@@ -285,6 +285,7 @@ def grid_stats(
             bound, x, cell_keys, users, cells=cells, public_cells=public_cells,
             max_cells=max_cells, max_per_cell=max_per_cell, salt=salt, lo=lo, hi=hi, eps=eps,
             beta=beta, order=order, rng=rng, value=value, per_user=per_user, split=split_f,
+            shrink=bool(shrink),
         )  # fmt: skip
     if public_cells is not None or max_cells is not None or max_per_cell is not None:
         raise InvalidInputError(
@@ -513,6 +514,7 @@ def _private(
     value: str,
     per_user: bool = False,
     split: tuple[Any, Any] = (0.75, 0.25),
+    shrink: bool = True,
 ) -> Any:
     """occupancy="private": contribution bounding and release of every public cell.
 
@@ -553,7 +555,7 @@ def _private(
         max_cells=max_cells, max_per_cell=max_per_cell, order=order,
         salt=DEFAULT_SALT if salt is None else salt, beta=beta, rng=rng,
         params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
-        epsilons=epsilons,
+        epsilons=epsilons, user_averages=per_user, shrink=per_user and shrink,
     )  # fmt: skip
     rel, b = run.release, run.bounded
     idx = pd.Index([h3.int_to_str(int(c)) for c in b.cells.tolist()], name="cell")
@@ -586,7 +588,8 @@ def _private(
             "max_per_cell": b.max_per_cell,
             "worst_case_epsilon": float(sum(stat_eps)) * b.max_cells,
             **({"epsilon_per_user": float(total),
-                "epsilons": tuple(float(e) for e in stat_eps)} if per_user else {}),
+                "epsilons": tuple(float(e) for e in stat_eps),
+                "estimator": "per-user averages", "shrink": bool(shrink)} if per_user else {}),
         },
         kind=run.fkind,
         query_id=run.query_id,
