@@ -191,11 +191,14 @@ def grid_stats(
     kappa, split, error_cap, protect_worst_grid, rollback_incomplete_stage
         Options of Clip-User (:func:`gpframe.queries.clip_user.clip_user_plan`; its defaults).
     shrink : bool
-        Per-user total with public occupancy only: pull each released mean toward the average
-        of the released means, the more the noisier its cell (empirical Bayes, Efron & Morris
-        1973; post-processing of released values, no charge). Lowers the median error when
-        noise is large, at the price of a bias toward the other cells; ``mean_error`` widens to
-        stay a valid bound. ``False`` releases the plain noisy means
+        Per-user total (both occupancies): pull each released mean toward the average of the
+        released means, the more the noisier its cell (empirical Bayes, Efron & Morris 1973;
+        post-processing of released values, no charge). Lowers the median error when noise is
+        large, at the price of a bias toward the other cells; ``mean_error`` widens to stay a
+        valid bound. Cells with no noisy mean (public occupancy: left unreleased by the plan)
+        get that average with the bound W, and cells with no variance the pooled variance;
+        with private occupancy no mean is withheld. ``False`` releases the plain noisy means
+        and NaN where nothing was (or, private, nothing useful could be) released
         (``docs/operations/grid_stats.md``).
     progress : bool or None
         tqdm bar over the stages with ``occupancy="public"`` (occupancy, Clip-User plan, release,
@@ -219,7 +222,8 @@ def grid_stats(
     moment), the ε planned from the public occupancy; charge Σ over the user's kept cells of
     ε_μ,j + ε_V,j ≤ E. Output columns ``epsilon_cell``, ``users``, ``users_kept``, ``released``
     (False: not released, NaN). With private occupancy: the per-statistic form below with
-    (ε_n, ε_1, ε_2) = E/``max_cells`` split by ``private_epsilons``; charge ≤ E.
+    (ε_n, ε_1, ε_2) = E/``max_cells`` split by ``private_epsilons``, each kept row carrying
+    its user's average in the cell (per-user averages, same noise); charge ≤ E.
 
     Per-statistic form:
     Noise: per cell, discrete Laplace on the lattice 2^(⌊log₂Δ⌋−20) with

@@ -40,6 +40,11 @@ cells a user visits and how often. What is public: the cell list, [L, U], ε, ``
    sensitivity) and costs ε × ``max_cells``. Users whose budget cannot pay are dropped (their own
    ledger state alone decides it) and charged nothing.
 
+The per-user total form (``epsilon_per_user=E``; ``docs/operations/grid_stats.md``) releases
+the same three statistics with one ε each (``epsilons``), every kept row carrying its user's
+average in the cell (:func:`pair_averages`: per-user averages, weighted by min(m, p), with the
+sensitivities above), and shrinks the means toward their pooled centre (post-processing).
+
 Differences from ``occupancy="public"`` (Clip-User): the public mode protects values only and
 adapts its noise to the (public) counts: a cell with many users gets sensitivity W·r*/r, which
 shrinks with the crowd. Here the sum's noise is fixed (p·H/ε) and the mean's error is roughly

@@ -20,7 +20,8 @@ Neighbouring relation: as for Clip-User, the occupancy is public and one user's 
 3. **Post-processing**: Q̃ is clamped to [0, H²] and the variance Q̃ − (M̃ − c)² (M̃ clamped
    to [L, U]) to [0, W²/4]. The released means are shrunk toward their common centre by their
    noise (:func:`shrink_means`, empirical Bayes on released values and public scales only),
-   then clamped to [L, U].
+   then clamped to [L, U]; cells the plan left unreleased get the shrinkage centre (bound W)
+   and cells without a variance the pooled variance (bound W²/4), ``shrink=False``: NaN.
 4. **Charge**: user ℓ pays Σ over their kept cells of ε_μ,j + ε_V,j (≤ E), before the release.
 
 The estimand is the average over a cell's kept users of each user's own mean (and the variance
@@ -325,7 +326,9 @@ def shrink_means(
     |m₀ − μ_j| ≤ W, so |m₀ + λ_j (M̃_j − m₀) − μ_j| ≤ λ_j t_j + (1 − λ_j) W (clamping to
     [L, U] ∋ μ_j only shortens it); on the same event it is also ≤ t_j + the distance the
     clamped mean moved, and the smaller of the two is reported. ``fill`` (cells with no noisy
-    mean, e.g. left unreleased by the plan) get m₀, their λ being 0, with the trivial bound W.
+    mean, e.g. left unreleased by the plan) get m₀, their λ being 0, with the trivial bound W,
+    when m₀ differs from the midpoint (L + U)/2 by more than its standard error (Σ_j 1/(v_j +
+    τ²))^−½ (otherwise they stay NaN: a few noisy cells would set it).
     ``centre``: m₀ given by the caller (a function of released values), only τ² is estimated.
 
     >>> m, e = shrink_means(np.array([2.0, 3.0, 4.0, 9.0, np.nan]),
@@ -360,7 +363,11 @@ def shrink_means(
     # the distance the clamped mean was moved (so a cell's bound grows by at most that shift)
     moved = np.abs(out_m[ok] - np.clip(m, lower, upper))
     out_e[ok] = np.minimum(np.minimum(lam * error[ok] + (1.0 - lam) * W, error[ok] + moved), W)
-    if fill is not None:  # no noisy mean at all (λ = 0): the centre, with the trivial bound W
+    # no noisy mean at all (λ = 0): the centre, with the trivial bound W, but only when the
+    # centre is told apart from the data-free midpoint by more than its own standard error
+    # (1/Σ w)^½, else a few noisy cells would set it
+    se = float(np.sum(1.0 / (v + tau2))) ** -0.5
+    if fill is not None and abs(centre - (lower + upper) / 2) > se:
         at = np.asarray(fill, dtype=bool) & ~ok
         out_m[at], out_e[at] = centre, W
     return out_m, out_e

@@ -51,8 +51,8 @@ def test_public_no_user_pays_more_than_the_total(total):
     # shrinkage centre (one value, bound W) when there are enough released cells to pool
     assert {"epsilon_cell", "users_kept", "users", "released"} <= set(out.columns)
     rel = out["released"].to_numpy()
-    if rel.sum() >= 3:
-        filled = out["mean"].to_numpy()[~rel]
+    filled = out["mean"].to_numpy()[~rel]
+    if np.isfinite(filled).any():  # when the centre is told apart from the midpoint
         assert np.all(filled == filled[:1]) and (out["mean_error"].to_numpy()[~rel] == 20).all()
     assert (out["epsilon_cell"].to_numpy()[~rel] == 0).all()
     m = out["mean"].to_numpy()[rel]

@@ -155,8 +155,8 @@ def test_estimates_stay_in_their_ranges():
     # unreleased cells: NaN without the shrinkage, its centre (one value, bound W) with it
     raw = release_user_stats(plan, ru, rj, vals, rng=seeded_rng(3), shrink=False)
     assert np.isnan(raw.mean[~plan.released]).all()
-    if (~plan.released).any() and plan.released.sum() >= 3:
-        filled = rel.mean[~plan.released]
+    filled = rel.mean[~plan.released]
+    if filled.size and np.isfinite(filled).any():  # the centre, when it is told from 5
         assert np.all(filled == filled[0]) and 0 <= filled[0] <= 10
         assert np.all(rel.mean_error[~plan.released] == 10)
 
