@@ -91,7 +91,8 @@ DEFAULT_SALT = "gpframe/contribution-bounding/v1"
 #: statistics released per cell in private mode: count, centred sum, centred sum of squares
 STATISTICS_PRIVATE = 3
 _NOTHING = "Nothing was charged."
-#: expected error (units of W) at which a private-mode mean is withheld (``epsilons`` form):
+#: expected error (units of W) at which a private-mode mean is withheld (``epsilons`` form with
+#: ``shrink=False``; the shrunk form withholds nothing):
 #: a margin above the midpoint's W/4 under a uniform true mean, set on the AIS benchmark
 #: (benchmarks/accuracy/grid_vs_peers.py; 0.25 withheld useful crowded cells at res 6)
 USELESS = 0.3
