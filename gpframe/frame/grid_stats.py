@@ -534,7 +534,6 @@ def _private(
         DEFAULT_SALT,
         STATISTICS_PRIVATE,
         run_private_grid_stats,
-        spread_order,
     )
 
     p = bound.located
@@ -552,8 +551,8 @@ def _private(
 
         epsilons = private_epsilons(bound.session, eps, max_cells, split)
         eps = max(epsilons)  # ignored by the release when epsilons is given
-        if order is None:
-            order = spread_order(users, salt=DEFAULT_SALT if salt is None else salt)
+        # every kept row carries its user's average in the cell (pair_averages), so which rows
+        # are kept does not change a released value: no spread order (spread_order) is needed
     run = run_private_grid_stats(
         bound.session, users, cell_keys, x, pub, lower=lo, upper=hi, epsilon=eps,
         max_cells=max_cells, max_per_cell=max_per_cell, order=order,
