@@ -221,7 +221,8 @@ def grid_stats(
     discrete Laplace noise of scale 2H·max w/(Σw·ε_μ,j) (mean) and H²·max w/(Σw·ε_V,j) (second
     moment), the ε planned from the public occupancy; charge Σ over the user's kept cells of
     ε_μ,j + ε_V,j ≤ E. Output columns ``epsilon_cell``, ``users``, ``users_kept``, ``released``
-    (False: not released, NaN). With private occupancy: the per-statistic form below with
+    (False: not released, no ε: NaN, or with ``shrink`` the pooled centre). With private
+    occupancy: the per-statistic form below with
     (ε_n, ε_1, ε_2) = E/``max_cells`` split by ``private_epsilons``, each kept row carrying
     its user's average in the cell (per-user averages, same noise); charge ≤ E.
 
