@@ -14,6 +14,9 @@ Methods (each given the same total ε per user; every occupied cell is a public 
 Every method gets the H3 cells precomputed (column ``cell``), so wall times compare the DP work.
 
 * ``gp-public``: ``grid_stats(epsilon_per_user=E, occupancy="public")`` (no tuning knob).
+  With the default ``shrink=True`` the means are pooled (empirical Bayes, post-processing) and
+  cells left unreleased carry the pooled centre instead of NaN; ``--no-shrink`` runs both gpframe
+  modes with ``shrink=False`` (NaN cells then score the midpoint, as for the peers).
 * ``gp-private``: ``grid_stats(epsilon_per_user=E, occupancy="private", max_cells=L,
   max_per_cell=C)``.
 * ``pipelinedp``: PipelineDP 0.3.1 ``DPEngine.aggregate`` with MEAN and VARIANCE, Laplace noise,
@@ -47,6 +50,7 @@ import pandas as pd
 L_, U_ = 0.0, 15.0
 W = U_ - L_
 DATA = Path("/work/shared/data/ais_nyharbor/ais_nyharbor_tracks.parquet")
+SHRINK = True  # gpframe's shrinkage (``--no-shrink``)
 
 
 def load(path: Path, value: str, res: int) -> pd.DataFrame:
@@ -95,7 +99,7 @@ def gp_public(d: pd.DataFrame, eps: float, res: int, **_: int) -> pd.DataFrame:
     s = gp.Session(central=gp.DP(epsilon=1e4))
     b = d.geopriv(s, user="mmsi", x="lon", y="lat", crs="EPSG:4326")
     out = b.grid_stats(value="v", bounds=(L_, U_), epsilon_per_user=eps, cells="cell",
-                       occupancy="public", progress=False)  # fmt: skip
+                       occupancy="public", progress=False, shrink=SHRINK)  # fmt: skip
     idx = [h3.str_to_int(c) for c in out.index]
     return pd.DataFrame({"mean": out["mean"].to_numpy(), "var": out["variance"].to_numpy()},
                         index=pd.Index(np.array(idx, dtype=np.uint64)))  # fmt: skip
@@ -111,7 +115,7 @@ def gp_private(d: pd.DataFrame, eps: float, res: int, L: int, C: int) -> pd.Data
     cells = np.unique(d["cell"].to_numpy())
     out = b.grid_stats(value="v", bounds=(L_, U_), epsilon_per_user=eps, cells="cell",
                        occupancy="private", public_cells=cells, max_cells=L, max_per_cell=C,
-                       progress=False)  # fmt: skip
+                       progress=False, shrink=SHRINK)  # fmt: skip
     idx = [h3.str_to_int(c) for c in out.index]
     return pd.DataFrame({"mean": out["mean"].to_numpy(), "var": out["variance"].to_numpy()},
                         index=pd.Index(np.array(idx, dtype=np.uint64)))  # fmt: skip
@@ -212,7 +216,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
     ap.add_argument("--quick", action="store_true", help="res 6, ε 4 and 16, one run")
+    ap.add_argument("--no-shrink", action="store_true", help="gpframe with shrink=False")
     a = ap.parse_args()
+    global SHRINK
+    SHRINK = not a.no_shrink
     if a.quick:
         a.res, a.eps, a.runs = [6], [4.0, 16.0], 1
     import gpframe.frame.accessor  # noqa: F401  (registers df.geopriv)

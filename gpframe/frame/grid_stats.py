@@ -191,11 +191,14 @@ def grid_stats(
     kappa, split, error_cap, protect_worst_grid, rollback_incomplete_stage
         Options of Clip-User (:func:`gpframe.queries.clip_user.clip_user_plan`; its defaults).
     shrink : bool
-        Per-user total with public occupancy only: pull each released mean toward the average
-        of the released means, the more the noisier its cell (empirical Bayes, Efron & Morris
-        1973; post-processing of released values, no charge). Lowers the median error when
-        noise is large, at the price of a bias toward the other cells; ``mean_error`` widens to
-        stay a valid bound. ``False`` releases the plain noisy means
+        Per-user total (both occupancies): pull each released mean toward the average of the
+        released means, the more the noisier its cell (empirical Bayes, Efron & Morris 1973;
+        post-processing of released values, no charge). Lowers the median error when noise is
+        large, at the price of a bias toward the other cells; ``mean_error`` widens to stay a
+        valid bound. Cells with no noisy mean (public occupancy: left unreleased by the plan)
+        get that average with the bound W, and cells with no variance the pooled variance;
+        with private occupancy no mean is withheld. ``False`` releases the plain noisy means
+        and NaN where nothing was (or, private, nothing useful could be) released
         (``docs/operations/grid_stats.md``).
     progress : bool or None
         tqdm bar over the stages with ``occupancy="public"`` (occupancy, Clip-User plan, release,
@@ -218,8 +221,10 @@ def grid_stats(
     discrete Laplace noise of scale 2H·max w/(Σw·ε_μ,j) (mean) and H²·max w/(Σw·ε_V,j) (second
     moment), the ε planned from the public occupancy; charge Σ over the user's kept cells of
     ε_μ,j + ε_V,j ≤ E. Output columns ``epsilon_cell``, ``users``, ``users_kept``, ``released``
-    (False: not released, NaN). With private occupancy: the per-statistic form below with
-    (ε_n, ε_1, ε_2) = E/``max_cells`` split by ``private_epsilons``; charge ≤ E.
+    (False: not released, no ε: NaN, or with ``shrink`` the pooled centre). With private
+    occupancy: the per-statistic form below with
+    (ε_n, ε_1, ε_2) = E/``max_cells`` split by ``private_epsilons``, each kept row carrying
+    its user's average in the cell (per-user averages, same noise); charge ≤ E.
 
     Per-statistic form:
     Noise: per cell, discrete Laplace on the lattice 2^(⌊log₂Δ⌋−20) with
@@ -285,6 +290,7 @@ def grid_stats(
             bound, x, cell_keys, users, cells=cells, public_cells=public_cells,
             max_cells=max_cells, max_per_cell=max_per_cell, salt=salt, lo=lo, hi=hi, eps=eps,
             beta=beta, order=order, rng=rng, value=value, per_user=per_user, split=split_f,
+            shrink=bool(shrink),
         )  # fmt: skip
     if public_cells is not None or max_cells is not None or max_per_cell is not None:
         raise InvalidInputError(
@@ -513,6 +519,7 @@ def _private(
     value: str,
     per_user: bool = False,
     split: tuple[Any, Any] = (0.75, 0.25),
+    shrink: bool = True,
 ) -> Any:
     """occupancy="private": contribution bounding and release of every public cell.
 
@@ -528,7 +535,6 @@ def _private(
         DEFAULT_SALT,
         STATISTICS_PRIVATE,
         run_private_grid_stats,
-        spread_order,
     )
 
     p = bound.located
@@ -546,14 +552,14 @@ def _private(
 
         epsilons = private_epsilons(bound.session, eps, max_cells, split)
         eps = max(epsilons)  # ignored by the release when epsilons is given
-        if order is None:
-            order = spread_order(users, salt=DEFAULT_SALT if salt is None else salt)
+        # every kept row carries its user's average in the cell (pair_averages), so which rows
+        # are kept does not change a released value: no spread order (spread_order) is needed
     run = run_private_grid_stats(
         bound.session, users, cell_keys, x, pub, lower=lo, upper=hi, epsilon=eps,
         max_cells=max_cells, max_per_cell=max_per_cell, order=order,
         salt=DEFAULT_SALT if salt is None else salt, beta=beta, rng=rng,
         params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
-        epsilons=epsilons,
+        epsilons=epsilons, user_averages=per_user, shrink=per_user and shrink,
     )  # fmt: skip
     rel, b = run.release, run.bounded
     idx = pd.Index([h3.int_to_str(int(c)) for c in b.cells.tolist()], name="cell")
@@ -586,7 +592,8 @@ def _private(
             "max_per_cell": b.max_per_cell,
             "worst_case_epsilon": float(sum(stat_eps)) * b.max_cells,
             **({"epsilon_per_user": float(total),
-                "epsilons": tuple(float(e) for e in stat_eps)} if per_user else {}),
+                "epsilons": tuple(float(e) for e in stat_eps),
+                "estimator": "per-user averages", "shrink": bool(shrink)} if per_user else {}),
         },
         kind=run.fkind,
         query_id=run.query_id,

@@ -40,6 +40,11 @@ cells a user visits and how often. What is public: the cell list, [L, U], ε, ``
    sensitivity) and costs ε × ``max_cells``. Users whose budget cannot pay are dropped (their own
    ledger state alone decides it) and charged nothing.
 
+The per-user total form (``epsilon_per_user=E``; ``docs/operations/grid_stats.md``) releases
+the same three statistics with one ε each (``epsilons``), every kept row carrying its user's
+average in the cell (:func:`pair_averages`: per-user averages, weighted by min(m, p), with the
+sensitivities above), and shrinks the means toward their pooled centre (post-processing).
+
 Differences from ``occupancy="public"`` (Clip-User): the public mode protects values only and
 adapts its noise to the (public) counts: a cell with many users gets sensitivity W·r*/r, which
 shrinks with the crowd. Here the sum's noise is fixed (p·H/ε) and the mean's error is roughly
@@ -75,6 +80,7 @@ __all__ = [
     "PrivateCellRelease",
     "PrivateRun",
     "bound_contributions",
+    "pair_averages",
     "release_private_cells",
     "run_private_grid_stats",
     "spread_order",
@@ -85,7 +91,8 @@ DEFAULT_SALT = "gpframe/contribution-bounding/v1"
 #: statistics released per cell in private mode: count, centred sum, centred sum of squares
 STATISTICS_PRIVATE = 3
 _NOTHING = "Nothing was charged."
-#: expected error (units of W) at which a private-mode mean is withheld (``epsilons`` form):
+#: expected error (units of W) at which a private-mode mean is withheld (``epsilons`` form with
+#: ``shrink=False``; the shrunk form withholds nothing):
 #: a margin above the midpoint's W/4 under a uniform true mean, set on the AIS benchmark
 #: (benchmarks/accuracy/grid_vs_peers.py; 0.25 withheld useful crowded cells at res 6)
 USELESS = 0.3
@@ -360,6 +367,8 @@ def release_private_cells(
     beta: float = 0.05,
     rng: Any = None,
     epsilons: tuple[Any, Any, Any] | None = None,
+    moments: tuple[np.ndarray, np.ndarray] | None = None,
+    shrink: bool = False,
 ) -> PrivateCellRelease:
     """Release count, centred sum and centred sum of squares of every listed cell (steps 3–4).
 
@@ -374,6 +383,14 @@ def release_private_cells(
     released values and the public scales, :func:`gpframe.queries.grid_budget.expected_error`)
     beats the data-free midpoint's W/4 (``released``; NaN elsewhere); ``epsilon`` is then
     ignored.
+
+    ``moments=(k, d²)`` (per kept value, integers in [0, T] and [0, T²]; :func:`pair_averages`)
+    replaces each value's snapped k and (2k − T)² by its user's averages in that cell, so a user
+    contributes min(m, p) copies of one bounded average (per-user averages); the ranges, hence
+    the sensitivities, are those of a single value. ``shrink`` (with ``epsilons``) pools the
+    means toward their common centre instead of withholding the noisy ones
+    (:func:`gpframe.queries.grid_user_stats.shrink_means`, post-processing): every cell then has
+    a mean and ``released`` is True everywhere.
 
     Parameters
     ----------
@@ -405,16 +422,25 @@ def release_private_cells(
         raise InvalidInputError(
             f"more than 2**26 kept values: the exact sums could overflow. {_NOTHING}"
         )
-    k = np.clip(np.rint((values - float(L)) / float(q)), 0, T).astype(np.int64)
+    if moments is None:
+        k = np.clip(np.rint((values - float(L)) / float(q)), 0, T).astype(np.int64)
+        d2 = (2 * k - T) ** 2
+    else:
+        k, d2 = (np.asarray(a, dtype=np.int64) for a in moments)
+        if k.shape != values.shape or d2.shape != values.shape:
+            raise GpframeInternalError("moments are not aligned with the kept values.")
+        if k.size and (k.min() < 0 or k.max() > T or d2.min() < 0 or d2.max() > T * T):
+            raise GpframeInternalError("a per-user average is outside its range.")
     S0 = np.zeros(n_cells, np.int64)
     S1 = np.zeros(n_cells, np.int64)
-    S2 = np.zeros(n_cells, np.int64)
+    D2 = np.zeros(n_cells, np.int64)
     np.add.at(S0, cells, 1)
     np.add.at(S1, cells, k)
-    np.add.at(S2, cells, k * k)
-    # s1 = q(S1 − n T/2) = (q/2)(2 S1 − n T);  s2 = (q²/8)(8 S2 − 8 T S1 + n T²), both exact
+    np.add.at(D2, cells, d2)
+    # s1 = q(S1 − n T/2) = (q/2)(2 S1 − n T);  s2 = Σ((x̂ − c)² − H²/2) = (q²/8)(2 D2 − n T²)
+    # with D2 = Σ (2k − T)² (equal to 8 S2 − 8 T S1 + n T², S2 = Σ k²), both exact
     num1 = 2 * S1 - S0 * T
-    num2 = 8 * S2 - 8 * T * S1 + S0 * (T * T)
+    num2 = 2 * D2 - S0 * (T * T)
     d1, d2 = p * H, p * H * H / 2
     g1 = central_laplace(e_1, d1, integer=False).g
     g2 = central_laplace(e_2, d2, integer=False).g
@@ -461,8 +487,17 @@ def release_private_cells(
 
         b_n, b_1 = float(rn.noise["scale"]), float(r1.noise["scale"])
         noise_err = np.hypot(b_1, np.abs(mean - c) * b_n) / np.maximum(cnt, 1.0)
-        released = expected_error(noise_err / float(U - L)) < USELESS
-        mean = np.where(released, mean, np.nan)
+        if shrink:
+            # the centre from the pooled sums, Σ s̃1 / Σ ñ (unclamped counts: both sums are
+            # unbiased), not from the per-cell ratios, whose noisy denominators pull the
+            # cells that look precise toward c
+            n_raw = float(np.sum(np.asarray(rn.values, dtype=np.float64)))
+            m0 = c + float(np.sum(s1)) / n_raw if n_raw >= 1 else c
+            mean, err = _shrunk(c + m1, noise_err, err, float(L), float(U), m0)
+            released = np.ones(cnt.size, dtype=bool)
+        else:
+            released = expected_error(noise_err / float(U - L)) < USELESS
+            mean = np.where(released, mean, np.nan)
     return PrivateCellRelease(
         count=cnt,
         s1=s1,
@@ -474,6 +509,69 @@ def release_private_cells(
         guarantees=amounts,
         released=released,
     )
+
+
+def _shrunk(
+    raw: np.ndarray, scale: np.ndarray, err: np.ndarray, lower: float, upper: float,
+    centre: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Shrink the private means by their noise (released values and public scales only).
+
+    ``raw`` is c + s̃1/max(ñ, 1) unclamped, ``scale`` its Laplace-equivalent noise scale
+    hypot(b₁, |m̃ − c|·b_n)/max(ñ, 1) (the ratio's delta-method spread). The bound: where the
+    raw bound t is not finite, W (the mean and the truth are both in [L, U]); otherwise
+    :func:`~gpframe.queries.grid_user_stats.shrink_means`' (at most t + the distance the mean
+    was moved).
+    """
+    from gpframe.queries.grid_user_stats import shrink_means
+
+    t = np.where(np.isfinite(err), err, upper - lower)
+    return shrink_means(raw, scale, t, lower, upper, centre=centre)
+
+
+def pair_averages(
+    b: BoundedContributions, values: np.ndarray, lower: Any, upper: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per data row, its user's averages in its cell: (k̄, d̄²) on the value grid (integers).
+
+    k is a value snapped to the fixed-point grid q above L (:func:`release_private_cells`),
+    d = 2k − T. Over **all** of a user's rows in a listed cell (not only the ``max_per_cell``
+    kept ones), k̄ = round(Σk/m) ∈ [0, T] and d̄² = round(Σd²/m) ∈ [0, T²] (exact integer
+    arithmetic, halves up). Each reads only that user's own rows, so bounding and sensitivities
+    are unchanged when every kept row carries them (``moments=`` of
+    :func:`release_private_cells`). Rows off the list get 0.
+
+    >>> b = bound_contributions([1, 1, 2], [10, 10, 10], [10], max_cells=1, max_per_cell=1)
+    >>> kbar, d2 = pair_averages(b, np.array([0.0, 4.0, 1.0]), 0, 4)
+    >>> [float(x) * 2.0 ** -14 for x in kbar]  # user 1's rows average 2, user 2's is 1
+    [2.0, 2.0, 1.0]
+    """
+    from gpframe.queries.grid_stats import value_step
+
+    L, U = exact(lower, "bounds[0]"), exact(upper, "bounds[1]")
+    q = value_step(L, U)
+    T = int((U - L) // q)
+    values = np.asarray(values, dtype=np.float64)
+    on = np.flatnonzero(b.row_j >= 0)
+    if on.size >= 2**26:
+        raise InvalidInputError(
+            f"more than 2**26 rows in listed cells: the exact sums could overflow. {_NOTHING}"
+        )
+    k = np.clip(np.rint((values[on] - float(L)) / float(q)), 0, T).astype(np.int64)
+    d2 = (2 * k - T) ** 2
+    code = b.row_u[on] * np.int64(b.cells.size) + b.row_j[on]
+    _, inv = np.unique(code, return_inverse=True)
+    inv = inv.reshape(-1)
+    n = np.bincount(inv).astype(np.int64)
+    s1 = np.zeros(n.size, np.int64)
+    s2 = np.zeros(n.size, np.int64)
+    np.add.at(s1, inv, k)
+    np.add.at(s2, inv, d2)
+    kbar = np.zeros(values.size, np.int64)
+    d2bar = np.zeros(values.size, np.int64)
+    kbar[on] = ((2 * s1 + n) // (2 * n))[inv]
+    d2bar[on] = ((2 * s2 + n) // (2 * n))[inv]
+    return kbar, d2bar
 
 
 @dataclass(frozen=True, eq=False)
@@ -508,11 +606,15 @@ def run_private_grid_stats(
     rng: Any = None,
     params: dict[str, Any] | None = None,
     epsilons: tuple[Any, Any, Any] | None = None,
+    user_averages: bool = False,
+    shrink: bool = False,
 ) -> PrivateRun:
     """Bound, admit, charge and release (module docstring, steps 1–5; charge first, release second).
 
     ``epsilons=(ε_n, ε_1, ε_2)``: one ε per statistic (see :func:`release_private_cells`); a
-    user then pays (ε_n + ε_1 + ε_2) × |G′_ℓ|.
+    user then pays (ε_n + ε_1 + ε_2) × |G′_ℓ|. ``user_averages``: each kept row carries its
+    user's averages in the cell (:func:`pair_averages`; same sensitivities and charges);
+    ``shrink``: the means are pooled (:func:`release_private_cells`).
 
     Noise: :func:`release_private_cells`. Charge: ``epsilon × 3 × |G′_ℓ|`` per user on the central
     ledger (ε-DP draws compose as ε²/2 each on a zCDP filter); users whose remaining budget cannot
@@ -561,12 +663,16 @@ def run_private_grid_stats(
                 f"retry. {_NOTHING}"
             )
 
+    averages = pair_averages(b, values, lo, hi) if user_averages else None
+
     def compute(r: Any) -> Charge[Any]:
         keep = b.keep
         release = release_private_cells(
             values[keep], b.row_j[keep], int(b.cells.size), lower=lo, upper=hi, epsilon=eps,
             max_per_cell=b.max_per_cell, beta=beta, rng=rng,
             epsilons=None if epsilons is None else stat_eps,
+            moments=None if averages is None else (averages[0][keep], averages[1][keep]),
+            shrink=shrink,
         )  # fmt: skip
         return Charge(release, units, units=True)  # three ε-DP draws per kept cell
 
@@ -585,6 +691,8 @@ def run_private_grid_stats(
             "max_cells": b.max_cells,
             "max_per_cell": b.max_per_cell,
             "cells": int(b.cells.size),
+            **({"estimator": "per-user averages"} if user_averages else {}),
+            **({"shrink": True} if shrink else {}),
             # the curator's record of who was left out (session.report(query_id=...))
             EXCLUDED_KEY: sorted(b.users[over].tolist()) if over.any() else [],
         },

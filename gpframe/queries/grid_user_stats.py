@@ -20,7 +20,8 @@ Neighbouring relation: as for Clip-User, the occupancy is public and one user's 
 3. **Post-processing**: Q̃ is clamped to [0, H²] and the variance Q̃ − (M̃ − c)² (M̃ clamped
    to [L, U]) to [0, W²/4]. The released means are shrunk toward their common centre by their
    noise (:func:`shrink_means`, empirical Bayes on released values and public scales only),
-   then clamped to [L, U].
+   then clamped to [L, U]; cells the plan left unreleased get the shrinkage centre (bound W)
+   and cells without a variance the pooled variance (bound W²/4), ``shrink=False``: NaN.
 4. **Charge**: user ℓ pays Σ over their kept cells of ε_μ,j + ε_V,j (≤ E), before the release.
 
 The estimand is the average over a cell's kept users of each user's own mean (and the variance
@@ -256,7 +257,11 @@ def release_user_stats(
             out["ev"][cj] = min(ev, float(W * W) / 4)
     shrunk = bool(SHRINK if shrink is None else shrink)
     if shrunk:  # post-processing of the released (unclamped) means and their public scales
-        out["m"], out["em"] = shrink_means(out["raw"], out["sm"], out["em"], float(L), float(U))
+        out["mc"] = out["m"]  # the clamped means, before the shrinkage
+        out["m"], out["em"] = shrink_means(out["raw"], out["sm"], out["em"], float(L), float(U),
+                                           fill=~plan.released if FILL else None)
+        if FILL:  # cells with no released second moment: the precision-weighted centre
+            out["v"], out["ev"] = _fill_variance(out, float(L + H), float(W * W) / 4)
     return UserStatsRelease(
         mean=out["m"],
         var=out["v"],
@@ -269,8 +274,29 @@ def release_user_stats(
     )
 
 
+def _fill_variance(out: dict[str, np.ndarray], c: float, top: float) -> tuple[Any, Any]:
+    """Give the cells without a variance the released variances' precision-weighted average.
+
+    Post-processing: the weights 1/(2s²) use each variance's noise scale,
+    s = hypot(b_Q, 2|M̃ − c|·b_M) (the second moment's and the squared mean's, M̃ clamped,
+    not shrunk), public scales and
+    released values; the bound of a filled cell is the trivial W²/4. Fewer than
+    ``SHRINK_MIN_CELLS`` variances: nothing is filled.
+    """
+    v, ev = out["v"], out["ev"]
+    s = np.hypot(out["sv"], 2 * np.abs(out["mc"] - c) * out["sm"])
+    got = np.isfinite(v) & np.isfinite(s) & (s > 0)
+    if int(got.sum()) < SHRINK_MIN_CELLS:
+        return v, ev
+    w = 1.0 / (2 * s[got] ** 2)
+    centre = float(np.sum(w * v[got]) / np.sum(w))
+    return np.where(np.isfinite(v), v, centre), np.where(np.isfinite(v), ev, top)
+
+
 #: apply :func:`shrink_means` to the released means (post-processing of released values)
 SHRINK = True
+#: give the cells left unreleased the shrinkage centre (their λ is 0: no noisy mean)
+FILL = True
 #: fewest released cells for which the shrinkage centre and spread are estimated (Stein's
 #: estimator dominates the raw estimates only from three cells on)
 SHRINK_MIN_CELLS = 3
@@ -279,7 +305,8 @@ SHRINK_MIN_SPREAD = 1 / 32
 
 
 def shrink_means(
-    mean: np.ndarray, scale: np.ndarray, error: np.ndarray, lower: float, upper: float
+    mean: np.ndarray, scale: np.ndarray, error: np.ndarray, lower: float, upper: float,
+    fill: np.ndarray | None = None, centre: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Shrink each released mean toward the cells' common centre, by its noise (post-processing).
 
@@ -297,7 +324,12 @@ def shrink_means(
     estimates are consistent); m₀ is clamped to [L, U] and so is every shrunk mean. The error
     bound follows: with probability ≥ 1 − β, |M̃_j − μ_j| ≤ t_j (the raw bound ``error``) and
     |m₀ − μ_j| ≤ W, so |m₀ + λ_j (M̃_j − m₀) − μ_j| ≤ λ_j t_j + (1 − λ_j) W (clamping to
-    [L, U] ∋ μ_j only shortens it).
+    [L, U] ∋ μ_j only shortens it); on the same event it is also ≤ t_j + the distance the
+    clamped mean moved, and the smaller of the two is reported. ``fill`` (cells with no noisy
+    mean, e.g. left unreleased by the plan) get m₀, their λ being 0, with the trivial bound W,
+    when m₀ differs from the midpoint (L + U)/2 by more than its standard error (Σ_j 1/(v_j +
+    τ²))^−½ (otherwise they stay NaN: a few noisy cells would set it).
+    ``centre``: m₀ given by the caller (a function of released values), only τ² is estimated.
 
     >>> m, e = shrink_means(np.array([2.0, 3.0, 4.0, 9.0, np.nan]),
     ...                     np.array([0.01, 0.01, 0.01, 50.0, np.nan]),
@@ -312,9 +344,13 @@ def shrink_means(
     m, v = mean[ok], 2.0 * scale[ok] ** 2
     floor = (SHRINK_MIN_SPREAD * W) ** 2
     tau2 = W * W / 12  # the spread of a uniform on [L, U] to start
+    fixed = centre
+    if fixed is not None:
+        centre = min(max(float(fixed), lower), upper)
     for _ in range(20):  # fixed point of the weighted moment equations (a few rounds suffice)
         w = 1.0 / (v + tau2)
-        centre = min(max(float(np.sum(w * m) / np.sum(w)), lower), upper)
+        if fixed is None:
+            centre = min(max(float(np.sum(w * m) / np.sum(w)), lower), upper)
         new = max(float(np.sum(w * ((m - centre) ** 2 - v)) / np.sum(w)), floor)
         if abs(new - tau2) <= 1e-9 * W * W:
             tau2 = new
@@ -323,7 +359,17 @@ def shrink_means(
     lam = tau2 / (tau2 + v)
     out_m, out_e = mean.copy(), error.copy()
     out_m[ok] = np.clip(centre + lam * (m - centre), lower, upper)
-    out_e[ok] = np.minimum(lam * error[ok] + (1.0 - lam) * W, W)
+    # two bounds that hold on the same event |M̃_j − μ_j| ≤ t_j: the pooled one, and t_j plus
+    # the distance the clamped mean was moved (so a cell's bound grows by at most that shift)
+    moved = np.abs(out_m[ok] - np.clip(m, lower, upper))
+    out_e[ok] = np.minimum(np.minimum(lam * error[ok] + (1.0 - lam) * W, error[ok] + moved), W)
+    # no noisy mean at all (λ = 0): the centre, with the trivial bound W, but only when the
+    # centre is told apart from the data-free midpoint by more than its own standard error
+    # (1/Σ w)^½, else a few noisy cells would set it
+    se = float(np.sum(1.0 / (v + tau2))) ** -0.5
+    if fill is not None and abs(centre - (lower + upper) / 2) > se:
+        at = np.asarray(fill, dtype=bool) & ~ok
+        out_m[at], out_e[at] = centre, W
     return out_m, out_e
 
 

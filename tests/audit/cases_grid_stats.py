@@ -433,6 +433,71 @@ def release_private_split_case(*, tiers=FAST, n_fast=20_000):
     )
 
 
+def release_private_averages_case(*, tiers=FAST, n_fast=20_000):
+    """Per-user averages (each kept row carries its user's cell average): same s̃1 claim."""
+    from gpframe.queries.contribution_bounding import (
+        bound_contributions,
+        pair_averages,
+        release_private_cells,
+    )
+
+    def run(which, n, rng):
+        users, cells, vals = _private_rows(which, n)
+        b = bound_contributions(users, cells, np.arange(n), max_cells=1, max_per_cell=P_CAP)
+        k, d2 = pair_averages(b, vals, L, U)
+        rel = release_private_cells(
+            vals[b.keep], b.row_j[b.keep], n, lower=L, upper=U, epsilon=EPS,
+            max_per_cell=P_CAP, rng=rng, epsilons=PRIVATE_EPS,
+            moments=(k[b.keep], d2[b.keep]), shrink=True,
+        )  # fmt: skip
+        return rel.s1
+
+    return register(
+        Case(
+            name="grid_stats/release_private_cells/s1/add-remove/user-averages",
+            covers=(
+                "gpframe.queries.contribution_bounding.release_private_cells",
+                "gpframe.queries.contribution_bounding.pair_averages",
+            ),
+            run=run,
+            inputs=(0, 1),
+            centers=(_private_s1(0), _private_s1(1)),
+            claim=Claim.dp(float(PRIVATE_EPS[1])),
+            tiers=tiers,
+            n_fast=n_fast,
+            n_slow=1_000_000,
+            tight=True,
+        )
+    )
+
+
+def run_private_averages_case(*, tiers=FAST, n_fast=4_000):
+    from gpframe.queries.contribution_bounding import run_private_grid_stats
+
+    def run(which, n, rng):
+        users, cells, vals = _private_rows(which, n)
+        out = run_private_grid_stats(
+            _session(), users, cells, vals, np.arange(n), lower=L, upper=U, epsilon=EPS,
+            max_cells=1, max_per_cell=P_CAP, rng=rng, epsilons=PRIVATE_EPS,
+            user_averages=True, shrink=True,
+        )  # fmt: skip
+        return out.release.s1
+
+    return register(
+        Case(
+            name="grid_stats/run_private_grid_stats/s1/add-remove/user-averages",
+            covers=("gpframe.queries.contribution_bounding.run_private_grid_stats",),
+            run=run,
+            inputs=(0, 1),
+            centers=(_private_s1(0), _private_s1(1)),
+            claim=Claim.dp(float(PRIVATE_EPS[1])),
+            tiers=tiers,
+            n_fast=n_fast,
+            n_slow=100_000,
+        )
+    )
+
+
 release_cells_case()
 run_grid_stats_case()
 grid_stats_frame_case()
@@ -443,3 +508,5 @@ release_user_stats_case()
 run_user_grid_stats_case()
 grid_stats_per_user_frame_case()
 release_private_split_case()
+release_private_averages_case()
+run_private_averages_case()

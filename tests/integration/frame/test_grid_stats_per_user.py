@@ -47,10 +47,13 @@ def test_public_no_user_pays_more_than_the_total(total):
     res = out.attrs["geopriv"]
     assert res.params["epsilon_per_user"] == total and res.spent_at_most <= total
     assert res.spent_at_most == pytest.approx(spent.max())
-    # the cells say what they got and who was kept; unreleased cells are NaN
+    # the cells say what they got and who was kept; unreleased cells got no ε and carry the
+    # shrinkage centre (one value, bound W) when there are enough released cells to pool
     assert {"epsilon_cell", "users_kept", "users", "released"} <= set(out.columns)
     rel = out["released"].to_numpy()
-    assert np.isnan(out["mean"].to_numpy()[~rel]).all()
+    filled = out["mean"].to_numpy()[~rel]
+    if np.isfinite(filled).any():  # when the centre is told apart from the midpoint
+        assert np.all(filled == filled[:1]) and (out["mean_error"].to_numpy()[~rel] == 20).all()
     assert (out["epsilon_cell"].to_numpy()[~rel] == 0).all()
     m = out["mean"].to_numpy()[rel]
     assert ((m >= 0) & (m <= 20)).all()
@@ -82,9 +85,24 @@ def test_private_no_user_pays_more_than_the_total_and_means_are_in_bounds():
     assert res.params["epsilon_per_user"] == 3.0 and res.spent_at_most <= 3.0
     assert sum(res.params["epsilons"]) * 4 <= 3.0 + 1e-12
     assert (out["count"] >= 0).all()
+    assert res.params["estimator"] == "per-user averages" and res.params["shrink"] is True
+    # shrunk: every listed cell has a mean in [L, U] and a bound of at most W
     m, rel = out["mean"].to_numpy(), out["released"].to_numpy()
+    assert rel.all() and np.isfinite(m).all() and ((m >= 0) & (m <= 20)).all()
+    assert (out["mean_error"].to_numpy() <= 20).all()
+
+
+def test_private_without_shrinkage_withholds_the_noisy_means():
+    df = _frame(1)
+    _s, b = _bound(df)
+    cells = np.unique(gp.frame.grid_stats.h3_cells(b.located, 8))
+    out = b.grid_stats(value="v", bounds=(0, 20), epsilon_per_user=0.5, cells=8,
+                       occupancy="private", public_cells=cells.tolist(), max_cells=4,
+                       max_per_cell=5, rng=seeded_rng(2), shrink=False)  # fmt: skip
+    m, rel = out["mean"].to_numpy(), out["released"].to_numpy()
+    assert out.attrs["geopriv"].params["shrink"] is False
+    assert not rel.all() and np.isnan(m[~rel]).all()
     assert np.isfinite(m[rel]).all() and ((m[rel] >= 0) & (m[rel] <= 20)).all()
-    assert np.isnan(m[~rel]).all()
 
 
 def test_epsilon_is_the_former_name_of_epsilon_per_statistic():

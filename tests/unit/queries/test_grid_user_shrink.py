@@ -57,8 +57,11 @@ def test_shrinkage_lowers_the_median_error_of_noisy_means(monkeypatch):
     e_raw = np.median(np.abs(raw.mean[ok] - truth[ok]))
     e_shr = np.median(np.abs(shr.mean[ok] - truth[ok]))
     assert e_shr < 0.8 * e_raw
-    # the variance, the scales and the released set are not touched
-    np.testing.assert_array_equal(raw.var, shr.var)
+    # the released variances, the scales and the released set are not touched (cells with
+    # no variance get the pooled one)
+    has = np.isfinite(raw.var)
+    np.testing.assert_array_equal(raw.var[has], shr.var[has])
+    assert np.isfinite(shr.var).all() and len(set(shr.var[~has].tolist())) <= 1
     np.testing.assert_array_equal(raw.scale_mu, shr.scale_mu)
     np.testing.assert_array_equal(raw.released, shr.released)
 
@@ -86,3 +89,22 @@ def test_precise_means_barely_move_and_noisy_ones_go_to_the_centre():
 def test_fewer_than_three_cells_are_only_clamped():
     m, e = shrink_means(np.array([-1.0, 12.0]), np.array([5.0, 5.0]), np.array([9.0, 9.0]), 0, 10)
     assert m.tolist() == [0.0, 10.0] and e.tolist() == [9.0, 9.0]
+
+
+def test_the_bound_grows_by_at_most_the_shift_and_fill_gets_the_centre():
+    mean = np.array([2.0, 3.0, 4.0, 3.5, 2.5, 6.0, np.nan, np.nan])
+    scale = np.array([0.01] * 5 + [0.5, np.nan, np.nan])
+    err = np.array([0.1] * 5 + [1.5, np.nan, np.nan])
+    fill = np.array([False] * 7 + [True])
+    m, e = shrink_means(mean, scale, err, 0.0, 10.0, fill=fill)
+    ok = np.isfinite(mean)
+    moved = np.abs(m[ok] - mean[ok])
+    assert np.all(e[ok] <= err[ok] + moved + 1e-12)
+    assert moved[5] > 0.1  # the noisy cell moved, and its bound is below λt + (1 − λ)W
+    assert e[5] < 10.0 * 0.5
+    assert np.isnan(m[6]) and np.isnan(e[6])  # not asked to fill: stays NaN
+    assert 2.5 < m[7] < 4.0 and e[7] == 10.0  # filled: the centre, the trivial bound W
+    # a centre within its standard error of the midpoint fills nothing
+    m2, _ = shrink_means(np.array([0.0, 10.0, 5.0, np.nan]), np.full(4, 3.0), np.full(4, 9.0),
+                         0.0, 10.0, fill=np.array([False, False, False, True]))
+    assert np.isnan(m2[3])
