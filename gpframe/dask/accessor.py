@@ -548,6 +548,76 @@ class DaskGeoPriv:
                            radius_floor_m=radius_floor_m, rng=rng, on_exhausted=on_exhausted,
                            dry_run=dry_run)  # fmt: skip
 
+    def nearest_users(
+        self,
+        point: Any,
+        k: int,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        method: Literal["pt", "dist", "pt-elim", "dist-elim"] = "dist-elim",
+        rounds: int = 10,
+        split: Literal["doubling", "even"] = "doubling",
+        beta: float = 0.1,
+        component: Any = None,
+        reduce: Literal["first", "last"] | None = None,
+        rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> Any:
+        """Find the k users nearest to ``point``, one point per user, privately.
+
+        The pandas face's ``nearest_users`` (``docs/operations/nearest_users.md``; Liang & Yi,
+        'Adaptive Privacy Budgeting' (2026), Alg. 8). Each user's point (``component=``) is
+        selected on the partition holding all of the user's rows and stays there; the client
+        runs the rounds, each partition releasing its remaining users' values for the round
+        and sending back only those released values (``docs/beyond-one-machine.md``). Noise:
+        ``dist`` the distance to ``point``, ``pt`` the point, lattice Gaussian (``rho``) or
+        Laplace (``eps``) at each round's part of the allocation. Charge: per user, the
+        allocation (``pt``, ``dist``) or the parts of the rounds the user ran (``*-elim``),
+        committed before the result is returned.
+
+        Parameters
+        ----------
+        point : shapely Point or (x, y)
+            The public query point, in the data's CRS.
+        k, rho, eps, method, rounds, split, beta, component, reduce
+            As for the pandas accessor.
+        rng : BitSource, optional
+            None: each worker draws from its own OS CSPRNG (the client only orders ties).
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
+
+        Returns
+        -------
+        NearestResult
+            ``value`` the k user ids (nearest first), the per-user charges (users dropped
+            early pay less: ``saved``) and the error bound.
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, pandas as pd, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": [1, 2, 3, 4],
+        ...                    "x": [500_000.0, 500_010.0, 530_000.0, 560_000.0],
+        ...                    "y": [4_500_000.0] * 4})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-2))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(session, user="boat", x="x",
+        ...                                                   y="y", crs="EPSG:32618")
+        >>> res = bound.nearest_users((500_000.0, 4_500_000.0), 2, rho=1e-3)
+        >>> sorted(res.value), res.saved > 0
+        ([1, 2], True)
+        """
+        from gpframe.dask.nearest import nearest_users
+
+        return nearest_users(self, point, k, rho=rho, eps=eps, method=method, rounds=rounds,
+                             split=split, beta=beta, component=component, reduce=reduce,
+                             rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
+
     def grid_stats(
         self,
         value: str,

@@ -126,6 +126,13 @@ THIN_WRAPPERS: dict[str, str] = {
         "amount and the projection's scale_max; charges as the pandas face. "
         "tests/integration/dask/test_knn.py"
     ),
+    "gpframe.dask.nearest": (
+        "the Dask face's nearest_users: one reservation through the driver, then "
+        "gpframe.queries.nearest.nearest_rounds (audited) on the client with a draw that runs "
+        "gpframe.queries.elimination.release_part (audited) on each partition's remaining users "
+        "at the round's part, with a child stream per (call, partition); only released values "
+        "reach the client. Charges as the pandas face: tests/integration/dask/test_nearest.py"
+    ),
     "gpframe.dask.hull": (
         "the Dask face's convex_hull: one reservation through the driver, then "
         "gpframe.queries.hull.private_hulls (audited) on each partition's users with the "

@@ -910,6 +910,30 @@ def _dask_knn(ctx: Ctx) -> Any:
         return b.knn(POINT, 3, rho=1e-6, rng=ctx.rng(125))
 
 
+@case(name="nearest_users/dask/last-fix", frontend="dask", covers=("dask.nearest_users",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.nearest", "gpframe.dask.partitions",
+               QF + "nearest", QF + "elimination"), missing=_no_dask)  # fmt: skip
+def _dask_nearest(ctx: Ctx) -> Any:
+    # the rounds run in this process, each partition releasing its remaining users' values
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.nearest_users(POINT, 2, rho=1e-6, component=gp_last("ts"), rng=ctx.rng(152))
+
+
+@case(name="nearest_users/dask/preview", frontend="dask", covers=("dask.nearest_users",),
+      modules=("gpframe.dask.nearest", "gpframe.dask.driver", "gpframe.results.preview"),
+      missing=_no_dask)  # fmt: skip
+def _dask_nearest_preview(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return _preview_forms(ctx, lambda: b.nearest_users(POINT, 2, rho=1e-6, reduce="last",
+                                                           dry_run=True))
+
+
 @case(name="kde/dask/last-fix", frontend="dask", covers=("dask.kde",),
       modules=("gpframe.dask.accessor", "gpframe.dask.kde_points", "gpframe.dask.partitions",
                QF + "kde", QF + "elimination"), missing=_no_dask)  # fmt: skip
