@@ -624,26 +624,44 @@ class DaskGeoPriv:
         *,
         bounds: tuple[float, float],
         epsilon_per_user: float | None = None,
+        epsilon_per_statistic: float | None = None,
+        epsilon: float | None = None,
         cells: int | str = 8,
         occupancy: str | None = None,
         clamp: bool = False,
         beta: float = 0.05,
         split: tuple[float, float] | None = None,
+        public_cells: Any = None,
+        max_cells: int | None = None,
+        max_per_cell: int | None = None,
+        salt: str | None = None,
+        order_by: str | None = None,
         rng: BitSource | None = None,
         on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
         shrink: bool = True,
     ) -> Any:
-        """Private mean and variance of ``value`` per H3 cell, under a per-user total ε.
+        """Private mean and variance of ``value`` per H3 cell (user-level central DP).
 
-        The pandas face's ``grid_stats(epsilon_per_user=E, occupancy="public")``
-        (``docs/operations/grid_stats.md``, "A per-user total: how gpframe spends it"): each
-        partition is reduced to exact per-(user, cell) integer sums, which the client adds; the
-        public occupancy is their counts; the plan, the noise (drawn on the client) and the
-        charge are the pandas face's (``docs/beyond-one-machine.md``). No shuffle. Noise: per
-        released cell, discrete Laplace of scale 2H·max w/(Σw·ε_μ,j) (mean) and
-        H²·max w/(Σw·ε_V,j) (second moment). Charge: each kept user pays Σ over their kept cells
-        of ε_μ,j + ε_V,j ≤ ``epsilon_per_user`` (central ledger).
+        The pandas face's ``grid_stats`` (``docs/operations/grid_stats.md``) in two of its
+        forms (``docs/beyond-one-machine.md``):
+
+        * ``epsilon_per_user=E, occupancy="public"`` ("A per-user total: how gpframe spends
+          it"): each partition is reduced to exact per-(user, cell) integer sums, which the
+          client adds (no shuffle); the public occupancy is their counts; the plan, the noise
+          (drawn on the client) and the charge are the pandas face's. Noise: per released cell,
+          discrete Laplace of scale 2H·max w/(Σw·ε_μ,j) (mean) and H²·max w/(Σw·ε_V,j) (second
+          moment). Charge: each kept user pays Σ over their kept cells of ε_μ,j + ε_V,j ≤ E.
+        * ``occupancy="private"`` with ``epsilon_per_user=E`` or ``epsilon_per_statistic=ε``
+          (``epsilon=`` is its former name), ``public_cells``, ``max_cells`` and
+          ``max_per_cell``: after the shuffle on the user column each partition bounds its
+          users' contributions with the pandas face's rule (at most ``max_cells`` cells of the
+          public list, ``max_per_cell`` rows per cell, by row position in the dask frame's
+          order, ``order_by=`` or the per-user form's spread) and returns exact integer sums;
+          the client adds them and releases every public cell. Noise: per public cell, Laplace
+          on the count (λ = ε_n/p), the centred sum (scale p·H/ε_1) and sum of squares
+          (p·H²/(2ε_2)), p = ``max_per_cell``. Charge: (ε_n + ε_1 + ε_2) per kept cell per
+          user, at most E (or 3ε × ``max_cells``).
 
         Parameters
         ----------
@@ -651,15 +669,22 @@ class DaskGeoPriv:
             Numeric column to summarise.
         bounds : (L, U)
             Interval that contains every value (public, chosen without looking at the data).
-        epsilon_per_user : float
-            The total central ε any one user pays for the call (required here).
+        epsilon_per_user : float, optional
+            The total central ε any one user pays for the call.
+        epsilon_per_statistic, epsilon : float, optional
+            ε per statistic per cell (``occupancy="private"`` only here). Exactly one of the
+            three amounts.
         cells : int or str
             H3 resolution, or a column of H3 cells (str or int).
-        occupancy : "public"
-            Required acknowledgement that the per-(user, cell) counts are public (the only
-            form offered on the Dask face).
+        occupancy : {"public", "private"}
+            ``"public"``: the per-(user, cell) counts are public by declaration; ``"private"``:
+            they are protected too (contribution bounding). A checked occupancy table needs the
+            pandas face.
         clamp, beta, split
             As for the pandas accessor.
+        public_cells, max_cells, max_per_cell, salt, order_by
+            ``occupancy="private"``: as for the pandas accessor (``public_cells`` an H3 list or
+            an area in the data's CRS).
         rng : BitSource, optional
             None: the client's OS CSPRNG (the noise is drawn on the client).
         on_exhausted : {"exclude", "raise"}
@@ -689,13 +714,23 @@ class DaskGeoPriv:
         ...                        occupancy="public")
         >>> out[["users", "n_samples"]].values.tolist(), float(s.spent().max()) <= 1.0
         ([[40, 120]], True)
+        >>> import h3
+        >>> cell = h3.latlng_to_cell(40.7, -74.0, 7)
+        >>> out = bound.grid_stats("speed", bounds=(0, 10), epsilon_per_user=1.0, cells=7,
+        ...                        occupancy="private", public_cells=[cell], max_cells=1,
+        ...                        max_per_cell=2)
+        >>> list(out.index) == [cell], float(s.spent().max()) <= 2.0
+        (True, True)
         """
         from gpframe.dask.grid_stats import grid_stats
 
         return grid_stats(self, value=value, bounds=bounds, epsilon_per_user=epsilon_per_user,
                           cells=cells, occupancy=occupancy, clamp=clamp, beta=beta, split=split,
                           rng=rng, on_exhausted=on_exhausted, dry_run=dry_run,
-                          shrink=shrink)  # fmt: skip
+                          shrink=shrink, epsilon=epsilon,
+                          epsilon_per_statistic=epsilon_per_statistic,
+                          public_cells=public_cells, max_cells=max_cells,
+                          max_per_cell=max_per_cell, salt=salt, order_by=order_by)  # fmt: skip
 
 
 def register() -> None:

@@ -417,18 +417,10 @@ def _check_split(split: Any, per_user: bool) -> tuple[Any, Any]:
 
 
 def _bound(session: Any, amounts: Any, cells: int) -> float:
-    """Return the public per-user bound: one ε-DP draw per amount in each of ``cells`` cells.
+    """Return the public per-user bound (``grid_private.spent_bound``)."""
+    from gpframe.queries.grid_private import spent_bound
 
-    In the central filter's units, rounded up exactly as the ledger charges, so no user's
-    charge exceeds it; it depends on public parameters only (Γ′ is a function of the declared
-    public occupancy, ``max_cells`` a public cap).
-    """
-    ledger = session.ledger
-    units = 0
-    for amt in amounts:
-        u, _big = ledger.units_for("central", amt, np.array([int(cells)]), kind="dp")
-        units += int(u[0])
-    return units / 10.0 ** ledger.units["central"].exponent
+    return spent_bound(session, amounts, cells)
 
 
 def _build_frame(plan: ClipUserPlan, rel: Any, crs_in: Any) -> Any:
@@ -460,39 +452,6 @@ def _build_frame(plan: ClipUserPlan, rel: Any, crs_in: Any) -> Any:
     return gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geom.array, index=idx), crs=crs_in)
 
 
-def _public_cell_keys(public_cells: Any, cells: Any, crs_in: Any) -> np.ndarray:
-    """Return the public cell list as uint64 H3 indexes (an explicit list, or an area cover)."""
-    import shapely
-
-    if public_cells is None:
-        from gpframe.queries.contribution_bounding import public_cell_list
-
-        public_cell_list(None)  # raises the explanatory error
-    geom = public_cells
-    if hasattr(geom, "union_all") and hasattr(geom, "crs"):  # GeoSeries / GeoDataFrame
-        geom = geom.to_crs("EPSG:4326").union_all()
-    elif isinstance(geom, shapely.Geometry):
-        import geopandas as gpd
-
-        geom = gpd.GeoSeries([geom], crs=crs_in).to_crs("EPSG:4326").iloc[0]
-    else:
-        return np.unique(_as_h3(pd.Series(list(public_cells)), "public_cells"))
-    if isinstance(cells, str):
-        raise InvalidInputError(
-            "public_cells is an area, so cells= must be an H3 resolution (to cover the area "
-            f"with cells of that resolution). {_NOTHING}"
-        )
-    import h3
-
-    out = h3.geo_to_cells(geom, int(cells))
-    if not out:
-        raise InvalidInputError(
-            f"public_cells covers no H3 cell at resolution {cells}; use a larger area or a "
-            f"finer resolution. {_NOTHING}"
-        )
-    return np.unique(np.array([h3.str_to_int(c) for c in out], dtype=np.uint64))
-
-
 def _private(
     bound: Any,
     x: np.ndarray,
@@ -521,12 +480,8 @@ def _private(
     :func:`~gpframe.queries.grid_user_stats.private_epsilons` (rounded down to the ledger's
     grid), so no user pays more than ``eps``.
     """
-    import geopandas as gpd
-    import h3
-
     from gpframe.queries.contribution_bounding import (
         DEFAULT_SALT,
-        STATISTICS_PRIVATE,
         run_private_grid_stats,
         spread_order,
     )
@@ -538,7 +493,9 @@ def _private(
             "cells a user contributes to and how many samples per cell), e.g. max_cells=5, "
             f"max_per_cell=10. {_NOTHING}"
         )
-    pub = _public_cell_keys(public_cells, cells, p.crs_in)
+    from gpframe.queries.grid_private import public_cell_keys
+
+    pub = public_cell_keys(public_cells, cells, p.crs_in)
     total = eps
     epsilons = None
     if per_user:
@@ -555,46 +512,8 @@ def _private(
         params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
         epsilons=epsilons,
     )  # fmt: skip
-    rel, b = run.release, run.bounded
-    idx = pd.Index([h3.int_to_str(int(c)) for c in b.cells.tolist()], name="cell")
-    stat_eps = (eps,) * STATISTICS_PRIVATE if epsilons is None else epsilons
-    df = pd.DataFrame(
-        {
-            "count": rel.count,
-            "mean": rel.mean,
-            "variance": rel.var,
-            "mean_error": rel.mean_error,
-            "released": (np.ones(b.cells.size, dtype=bool) if rel.released is None
-                         else rel.released),
-        },
-        index=idx,
-    )
-    geom = _hexagons(b.cells, p.crs_in)
-    out = gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geom.array, index=idx), crs=p.crs_in)
-    finite = np.isfinite(rel.mean_error)
-    result = GridStatsResult(
-        value=out,
-        error=float(np.max(rel.mean_error[finite])) if finite.any() else None,
-        confidence=1.0 - beta,
-        params={
-            **({} if per_user else {"epsilon": float(eps)}),
-            "bounds": (float(lo), float(hi)),
-            "occupancy": "private",
-            "cells": cells,
-            "beta": beta,
-            "max_cells": b.max_cells,
-            "max_per_cell": b.max_per_cell,
-            "worst_case_epsilon": float(sum(stat_eps)) * b.max_cells,
-            **({"epsilon_per_user": float(total),
-                "epsilons": tuple(float(e) for e in stat_eps)} if per_user else {}),
-        },
-        kind=run.fkind,
-        query_id=run.query_id,
-        # the public bound (3 draws per cell, at most max_cells cells), never the realised
-        # charges: those count each user's occupied cells, which this mode protects
-        spent_at_most=_bound(bound.session, stat_eps, b.max_cells),
-        Gamma=b.max_cells,
-        Gamma_prime=b.max_cells,
-    )
-    out.attrs["geopriv"] = result.to_attr()
-    return out
+    from gpframe.queries.grid_private import private_stats_output
+
+    return private_stats_output(bound.session, run, crs_in=p.crs_in, eps=eps, total=total,
+                                epsilons=epsilons, lo=lo, hi=hi, cells=cells,
+                                beta=beta)  # fmt: skip

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -75,6 +75,7 @@ __all__ = [
     "PrivateCellRelease",
     "PrivateRun",
     "bound_contributions",
+    "private_sums",
     "release_private_cells",
     "run_private_grid_stats",
     "spread_order",
@@ -348,6 +349,38 @@ class PrivateCellRelease:
     released: np.ndarray | None = None
 
 
+def private_sums(
+    values: Any, cells: Any, n_cells: int, lower: Fraction, upper: Fraction
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per cell: the count, Σ k and Σ k² of the values on the fixed-point grid (int64, exact).
+
+    k = rint((x − L)/q) clipped to [0, T], q the grid step of
+    :func:`gpframe.queries.grid_stats.value_step`; sums of partial sums are exact.
+
+    >>> [a.tolist() for a in private_sums(np.array([0.0, 4.0]), np.array([1, 1]), 2,
+    ...                                    Fraction(0), Fraction(4))]
+    [[0, 2], [0, 65536], [0, 4294967296]]
+    """
+    from gpframe.queries.grid_stats import value_step
+
+    q = value_step(lower, upper)
+    T = int((upper - lower) // q)
+    values = np.asarray(values, dtype=np.float64)
+    cells = np.asarray(cells, dtype=np.int64)
+    if values.size >= 2**26:
+        raise InvalidInputError(
+            f"more than 2**26 kept values: the exact sums could overflow. {_NOTHING}"
+        )
+    k = np.clip(np.rint((values - float(lower)) / float(q)), 0, T).astype(np.int64)
+    S0 = np.zeros(n_cells, np.int64)
+    S1 = np.zeros(n_cells, np.int64)
+    S2 = np.zeros(n_cells, np.int64)
+    np.add.at(S0, cells, 1)
+    np.add.at(S1, cells, k)
+    np.add.at(S2, cells, k * k)
+    return S0, S1, S2
+
+
 def release_private_cells(
     values: np.ndarray,
     cells: np.ndarray,
@@ -360,6 +393,7 @@ def release_private_cells(
     beta: float = 0.05,
     rng: Any = None,
     epsilons: tuple[Any, Any, Any] | None = None,
+    sums: tuple[Any, Any, Any] | None = None,
 ) -> PrivateCellRelease:
     """Release count, centred sum and centred sum of squares of every listed cell (steps 3–4).
 
@@ -381,6 +415,10 @@ def release_private_cells(
         The kept values (already bounded, in [L, U]).
     cells : ndarray of int
         Index of each kept value's cell in the public list (0..n_cells−1).
+    sums : (S0, S1, S2), optional
+        Instead of ``values`` and ``cells`` (then None): per cell, the count, Σ k and Σ k² of
+        the kept values on the fixed-point grid (:func:`private_sums`; int64, exact), e.g.
+        added up over the partitions of a Dask frame (``docs/beyond-one-machine.md``).
 
     >>> rel = release_private_cells(np.array([1.0, 3.0]), np.array([0, 0]), 2, lower=0, upper=4,
     ...                             epsilon=1.0, max_per_cell=1)
@@ -399,19 +437,14 @@ def release_private_cells(
     q = value_step(L, U)
     T = int((U - L) // q)
     H = T * q / 2
-    values = np.asarray(values, dtype=np.float64)
-    cells = np.asarray(cells, dtype=np.int64)
-    if values.size >= 2**26:
-        raise InvalidInputError(
-            f"more than 2**26 kept values: the exact sums could overflow. {_NOTHING}"
-        )
-    k = np.clip(np.rint((values - float(L)) / float(q)), 0, T).astype(np.int64)
-    S0 = np.zeros(n_cells, np.int64)
-    S1 = np.zeros(n_cells, np.int64)
-    S2 = np.zeros(n_cells, np.int64)
-    np.add.at(S0, cells, 1)
-    np.add.at(S1, cells, k)
-    np.add.at(S2, cells, k * k)
+    if sums is None:
+        S0, S1, S2 = private_sums(values, cells, n_cells, L, U)
+    else:
+        S0, S1, S2 = (np.asarray(a, dtype=np.int64).reshape(n_cells) for a in sums)
+        if int(S0.sum()) >= 2**26:
+            raise InvalidInputError(
+                f"more than 2**26 kept values: the exact sums could overflow. {_NOTHING}"
+            )
     # s1 = q(S1 − n T/2) = (q/2)(2 S1 − n T);  s2 = (q²/8)(8 S2 − 8 T S1 + n T²), both exact
     num1 = 2 * S1 - S0 * T
     num2 = 8 * S2 - 8 * T * S1 + S0 * (T * T)
@@ -508,11 +541,19 @@ def run_private_grid_stats(
     rng: Any = None,
     params: dict[str, Any] | None = None,
     epsilons: tuple[Any, Any, Any] | None = None,
+    bounded: tuple[BoundedContributions, Any] | None = None,
 ) -> PrivateRun:
     """Bound, admit, charge and release (module docstring, steps 1–5; charge first, release second).
 
     ``epsilons=(ε_n, ε_1, ε_2)``: one ε per statistic (see :func:`release_private_cells`); a
     user then pays (ε_n + ε_1 + ε_2) × |G′_ℓ|.
+
+    ``bounded=(b, cell_sums)`` gives step 2 already done elsewhere (the Dask face, each
+    partition bounding the users it holds, ``docs/beyond-one-machine.md``): ``b`` carries the
+    public cells, the users (sorted) and their ``cells_kept`` (no rows), and
+    ``cell_sums(kept)`` returns the per-cell sums (:func:`private_sums`) of the kept rows of
+    the users where ``kept`` (per user) is True. ``users``, ``cells``, ``values`` and
+    ``public_cells`` are then None.
 
     Noise: :func:`release_private_cells`. Charge: ``epsilon × 3 × |G′_ℓ|`` per user on the central
     ledger (ε-DP draws compose as ε²/2 each on a zCDP filter); users whose remaining budget cannot
@@ -525,14 +566,17 @@ def run_private_grid_stats(
     fkind = central_kind(session)
     eps = exact(check_eps(epsilon, "epsilon"), "epsilon")
     rng = resolve_rng(rng)
-    values = np.asarray(values, dtype=np.float64)
-    if not np.isfinite(values).all():
-        raise InvalidInputError(f"values has NaN/inf entries. {_NOTHING}")
     lo, hi = exact(lower, "bounds[0]"), exact(upper, "bounds[1]")
-    if ((values < float(lo)) | (values > float(hi))).any():
-        raise InvalidInputError(f"values outside bounds=({float(lo):g}, {float(hi):g}). {_NOTHING}")
+    if bounded is None:
+        values = np.asarray(values, dtype=np.float64)
+        if not np.isfinite(values).all():
+            raise InvalidInputError(f"values has NaN/inf entries. {_NOTHING}")
+        if ((values < float(lo)) | (values > float(hi))).any():
+            raise InvalidInputError(
+                f"values outside bounds=({float(lo):g}, {float(hi):g}). {_NOTHING}"
+            )
     kw = {"max_cells": max_cells, "max_per_cell": max_per_cell, "order": order, "salt": salt}
-    b = bound_contributions(users, cells, public_cells, **kw)
+    b = bound_contributions(users, cells, public_cells, **kw) if bounded is None else bounded[0]
     ledger = session.ledger
     ukeys = b.users.tolist()
     lu = ledger.units["central"]
@@ -549,7 +593,10 @@ def run_private_grid_stats(
         need = need + per_stat.astype(np.int64)
     over = (need.astype(object) > rem_units) & (b.cells_kept > 0)
     if over.any():  # a user's own ledger state decides: the others' kept rows do not change
-        b = bound_contributions(users, cells, public_cells, excluded=over, **kw)
+        if bounded is None:
+            b = bound_contributions(users, cells, public_cells, excluded=over, **kw)
+        else:
+            b = replace(b, cells_kept=np.where(over, 0, b.cells_kept))
     payers = np.flatnonzero(b.cells_kept > 0)
     pay_users = b.users[payers].tolist()
     units = need[payers]
@@ -562,11 +609,15 @@ def run_private_grid_stats(
             )
 
     def compute(r: Any) -> Charge[Any]:
-        keep = b.keep
+        if bounded is None:
+            keep = b.keep
+            rows: dict[str, Any] = {"values": values[keep], "cells": b.row_j[keep]}
+        else:
+            rows = {"values": None, "cells": None, "sums": bounded[1](b.cells_kept > 0)}
         release = release_private_cells(
-            values[keep], b.row_j[keep], int(b.cells.size), lower=lo, upper=hi, epsilon=eps,
+            n_cells=int(b.cells.size), lower=lo, upper=hi, epsilon=eps,
             max_per_cell=b.max_per_cell, beta=beta, rng=rng,
-            epsilons=None if epsilons is None else stat_eps,
+            epsilons=None if epsilons is None else stat_eps, **rows,
         )  # fmt: skip
         return Charge(release, units, units=True)  # three ε-DP draws per kept cell
 

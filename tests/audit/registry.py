@@ -147,6 +147,14 @@ THIN_WRAPPERS: dict[str, str] = {
         "noise is drawn on the client. Same values and charges as the pandas face with the same "
         "seeded source: tests/integration/dask/test_grid_stats.py"
     ),
+    "gpframe.dask.grid_private": (
+        "the Dask face's grid_stats(occupancy='private'): each partition (whole users, input "
+        "order) runs gpframe.queries.contribution_bounding.bound_contributions and returns exact "
+        "int64 per-(user, cell) sums of the kept values (no noise); the client calls "
+        "gpframe.queries.contribution_bounding.run_private_grid_stats (audited through its "
+        "release) with them, the noise drawn on the client. Same values and charges as the "
+        "pandas face with the same seeded source: tests/integration/dask/test_grid_stats.py"
+    ),
     "gpframe.dask.partitions": (
         "shuffles on the user column and validates/counts each partition (draws nothing); "
         "spawn_rng gives each partition a fresh secure source or a child test stream"

@@ -1004,6 +1004,40 @@ def _dask_grid_per_user(ctx: Ctx) -> Any:
         return b.grid_stats(**kw, epsilon_per_user=4.0, occupancy="public", rng=ctx.rng(126))
 
 
+@case(name="grid_stats/dask/private-occupancy", frontend="dask", covers=("dask.grid_stats",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.grid_private", "gpframe.dask.partitions",
+               QF + "contribution_bounding", QF + "grid_private"),
+      public=frozenset({"cell"}), central=True, neighbour="all",
+      exempt=("mean", "variance", "variance_unbiased", "count"), missing=_no_dask)  # fmt: skip
+def _dask_grid_private(ctx: Ctx) -> Any:
+    # the accessor case's source: the noise is drawn on the client by the same code, so both
+    # faces publish the same (a noisy count is an integer: another seed can repeat one by
+    # chance, which the canary's text comparison reads as a deterministic change)
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.grid_stats(**_GRID, occupancy="private", max_cells=3, max_per_cell=5,
+                            public_cells=public_cells(), rng=ctx.rng(13))  # fmt: skip
+
+
+@case(name="grid_stats/dask/private-occupancy/epsilon_per_user", frontend="dask",
+      covers=("dask.grid_stats",),
+      modules=("gpframe.dask.grid_private", QF + "contribution_bounding",
+               QF + "grid_user_stats", QF + "grid_private"),
+      public=frozenset({"cell"}), central=True, neighbour="all",
+      exempt=("mean", "variance", "variance_unbiased", "count"), missing=_no_dask)  # fmt: skip
+def _dask_grid_private_per_user(ctx: Ctx) -> Any:
+    import dask
+
+    kw = {k: v for k, v in _GRID.items() if k != "epsilon"}
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.grid_stats(**kw, epsilon_per_user=3.0, occupancy="private", max_cells=3,
+                            max_per_cell=5, public_cells=public_cells(),
+                            rng=ctx.rng(16))  # fmt: skip
+
+
 @case(name="privatize/dask/preview", frontend="dask", covers=("dask.privatize",),
       modules=(*DASK, "gpframe.dask.driver", "gpframe.results.preview"),
       missing=_no_dask)  # fmt: skip
