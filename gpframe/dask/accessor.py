@@ -636,6 +636,11 @@ class DaskGeoPriv:
         max_per_cell: int | None = None,
         salt: str | None = None,
         order_by: str | None = None,
+        clip: Literal["clip-user", "pseudo-user", "none"] = "clip-user",
+        kappa: float | None = None,
+        error_cap: float | None = None,
+        protect_worst_grid: bool = True,
+        rollback_incomplete_stage: bool = False,
         rng: BitSource | None = None,
         on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
@@ -643,7 +648,7 @@ class DaskGeoPriv:
     ) -> Any:
         """Private mean and variance of ``value`` per H3 cell (user-level central DP).
 
-        The pandas face's ``grid_stats`` (``docs/operations/grid_stats.md``) in two of its
+        The pandas face's ``grid_stats`` (``docs/operations/grid_stats.md``) in three of its
         forms (``docs/beyond-one-machine.md``):
 
         * ``epsilon_per_user=E, occupancy="public"`` ("A per-user total: how gpframe spends
@@ -652,6 +657,12 @@ class DaskGeoPriv:
           (drawn on the client) and the charge are the pandas face's. Noise: per released cell,
           discrete Laplace of scale 2H·max w/(Σw·ε_μ,j) (mean) and H²·max w/(Σw·ε_V,j) (second
           moment). Charge: each kept user pays Σ over their kept cells of ε_μ,j + ε_V,j ≤ E.
+        * ``epsilon_per_statistic=ε`` (``epsilon=`` is its former name) with
+          ``occupancy="public"`` (Clip-User, ``clip=``, ``order_by=``): after the shuffle on
+          the user column each partition counts its (user, cell) pairs; the client plans and
+          reserves, then each partition returns the exact sums of the rows the plan keeps.
+          Noise: per released cell, discrete Laplace with sensitivity W·r*/r (mean) and
+          W²·h(r*, r) (variance) at ε each. Charge: 2ε per kept cell per user.
         * ``occupancy="private"`` with ``epsilon_per_user=E`` or ``epsilon_per_statistic=ε``
           (``epsilon=`` is its former name), ``public_cells``, ``max_cells`` and
           ``max_per_cell``: after the shuffle on the user column each partition bounds its
@@ -672,8 +683,7 @@ class DaskGeoPriv:
         epsilon_per_user : float, optional
             The total central ε any one user pays for the call.
         epsilon_per_statistic, epsilon : float, optional
-            ε per statistic per cell (``occupancy="private"`` only here). Exactly one of the
-            three amounts.
+            ε per statistic per cell. Exactly one of the three amounts.
         cells : int or str
             H3 resolution, or a column of H3 cells (str or int).
         occupancy : {"public", "private"}
@@ -682,9 +692,15 @@ class DaskGeoPriv:
             pandas face.
         clamp, beta, split
             As for the pandas accessor.
-        public_cells, max_cells, max_per_cell, salt, order_by
+        public_cells, max_cells, max_per_cell, salt
             ``occupancy="private"``: as for the pandas accessor (``public_cells`` an H3 list or
             an area in the data's CRS).
+        order_by : str, optional
+            The per-statistic and private forms: the column ordering a user's rows (then row
+            position, the dask frame's row order).
+        clip, kappa, error_cap, protect_worst_grid, rollback_incomplete_stage
+            The per-statistic form with public occupancy: as for the pandas accessor
+            (``kappa=None``: Clip-User's default).
         rng : BitSource, optional
             None: the client's OS CSPRNG (the noise is drawn on the client).
         on_exhausted : {"exclude", "raise"}
@@ -721,6 +737,10 @@ class DaskGeoPriv:
         ...                        max_per_cell=2)
         >>> list(out.index) == [cell], float(s.spent().max()) <= 2.0
         (True, True)
+        >>> out = bound.grid_stats("speed", bounds=(0, 10), epsilon_per_statistic=0.5, cells=7,
+        ...                        occupancy="public")
+        >>> out[["users", "n_samples"]].values.tolist()
+        [[40, 120]]
         """
         from gpframe.dask.grid_stats import grid_stats
 
@@ -730,7 +750,18 @@ class DaskGeoPriv:
                           shrink=shrink, epsilon=epsilon,
                           epsilon_per_statistic=epsilon_per_statistic,
                           public_cells=public_cells, max_cells=max_cells,
-                          max_per_cell=max_per_cell, salt=salt, order_by=order_by)  # fmt: skip
+                          max_per_cell=max_per_cell, salt=salt, order_by=order_by,
+                          clip=clip, plan_options=_plan_options(kappa, error_cap,
+                                                                protect_worst_grid,
+                                                                rollback_incomplete_stage))
+
+
+def _plan_options(kappa: Any, error_cap: Any, protect: bool, rollback: bool) -> dict[str, Any]:
+    """Clip-User's options as the pandas face passes them (``kappa=None``: its default)."""
+    from gpframe.queries.clip_user import KAPPA
+
+    return {"kappa": KAPPA if kappa is None else kappa, "error_cap": error_cap,
+            "protect_worst_grid": protect, "rollback_incomplete_stage": rollback}  # fmt: skip
 
 
 def register() -> None:

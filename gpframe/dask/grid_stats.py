@@ -163,7 +163,8 @@ def grid_stats(
     clamp: bool, beta: float, split: Any, rng: Any, on_exhausted: str = "exclude",
     dry_run: bool = False, shrink: bool = True, epsilon: Any = None,
     epsilon_per_statistic: Any = None, public_cells: Any = None, max_cells: Any = None,
-    max_per_cell: Any = None, salt: Any = None, order_by: Any = None,
+    max_per_cell: Any = None, salt: Any = None, order_by: Any = None, clip: str = "clip-user",
+    plan_options: dict[str, Any] | None = None,
 ) -> Any:  # fmt: skip
     """Run grid_stats on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.grid_stats`)."""
     import dask
@@ -183,8 +184,19 @@ def grid_stats(
     central_kind(session)
     probability(beta)
     check_on_exhausted(on_exhausted)
+    from gpframe.queries.grid_stats import CLIPS
+
+    if clip not in CLIPS:
+        raise InvalidInputError(
+            f"clip={clip!r} is not one of {', '.join(map(repr, CLIPS))}. {_NOTHING}"
+        )
     name, amount = _which_epsilon(epsilon, epsilon_per_user, epsilon_per_statistic)
     per_user = name == "epsilon_per_user"
+    if per_user and clip != "clip-user":
+        raise InvalidInputError(
+            f"clip={clip!r} applies to the per-statistic form only; epsilon_per_user plans its "
+            f"own contribution bounds (docs/operations/grid_stats.md). Drop clip=. {_NOTHING}"
+        )
     occupancy = _check_occupancy(occupancy)
     if occupancy == "public" and (public_cells, max_cells, max_per_cell) != (None,) * 3:
         raise InvalidInputError(
@@ -210,13 +222,16 @@ def grid_stats(
             on_exhausted=on_exhausted, dry_run=dry_run,
         )  # fmt: skip
     if not per_user:
-        raise InvalidInputError(
-            f"{name}= with occupancy='public' (Clip-User) is not offered on the Dask face yet: "
-            "use epsilon_per_user= (recommended) or the pandas face. Nothing was charged."
-        )
+        from gpframe.dask.grid_clip import grid_clip
+
+        return grid_clip(
+            bound, value=value, lo=lo, hi=hi, eps=total, split=sp, cells=cells, clamp=clamp,
+            beta=beta, clip=clip, order_by=order_by, plan_options=dict(plan_options or {}),
+            rng=rng, on_exhausted=on_exhausted, dry_run=dry_run,
+        )  # fmt: skip
     if order_by is not None:
         raise InvalidInputError(
-            f"order_by= applies to occupancy='private' (or the per-statistic form). {_NOTHING}"
+            f"order_by= applies to occupancy='private' and the per-statistic form. {_NOTHING}"
         )
     cols = bound.cols
 

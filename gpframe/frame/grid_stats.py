@@ -32,10 +32,9 @@ import pandas as pd
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import with_on_exhausted
-from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
+from gpframe.queries.clip_user import KAPPA, Occupancy
 from gpframe.queries.grid_cells import as_h3 as _as_h3
 from gpframe.queries.grid_cells import h3_cells
-from gpframe.queries.grid_cells import hexagons as _hexagons
 from gpframe.queries.grid_stats import (
     CLIPS,
     check_cells_argument,
@@ -43,7 +42,6 @@ from gpframe.queries.grid_stats import (
     checked_values,
     value_bounds,
 )
-from gpframe.results import GridStatsResult
 from gpframe.results.preview import dry
 
 __all__ = ["grid_stats", "h3_cells"]
@@ -325,33 +323,11 @@ def grid_stats(
             on_stage=bar.step,
         )
         bar.step("release")
-        out = _build_frame(run.plan, run.release, p.crs_in)
+        from gpframe.queries.grid_clip_output import clip_stats_output
+
+        out = clip_stats_output(session, run, crs_in=p.crs_in, eps=eps, lo=lo, hi=hi,
+                                clip=clip, cells=cells, beta=beta)  # fmt: skip
         bar.step("output frame")
-    result = GridStatsResult(
-        value=out,
-        error=float(np.nanmax(run.release.mean_error)) if run.release.released.any() else None,
-        confidence=1.0 - beta,
-        params={
-            "epsilon": float(eps),
-            "bounds": (float(lo), float(hi)),
-            "clip": clip,
-            "cells": cells,
-            "beta": beta,
-            "worst_case_epsilon": float(run.plan.worst_case_loss),
-        },
-        kind=run.fkind,
-        query_id=run.query_id,
-        spent_at_most=_bound(
-            session, [run.plan.eps_cell * x for x in run.plan.split], run.plan.Gamma_prime
-        ),
-        Gamma=run.plan.Gamma,
-        Gamma_prime=run.plan.Gamma_prime,
-        E_star=run.plan.E_star,
-        E_new=run.plan.E_new,
-        n_suppressed_pairs=int(((run.plan.r == 0) & ~run.plan.excluded[occ.u]).sum()),
-    )
-    # ResultAttr: pandas deep-copies attrs, and the result holds this very frame as its value
-    out.attrs["geopriv"] = result.to_attr()
     return out
 
 
@@ -414,42 +390,6 @@ def _check_split(split: Any, per_user: bool) -> tuple[Any, Any]:
                 f"e.g. split=(0.75, 0.25). {_NOTHING}"
             )
     return (a, b)
-
-
-def _bound(session: Any, amounts: Any, cells: int) -> float:
-    """Return the public per-user bound (``grid_private.spent_bound``)."""
-    from gpframe.queries.grid_private import spent_bound
-
-    return spent_bound(session, amounts, cells)
-
-
-def _build_frame(plan: ClipUserPlan, rel: Any, crs_in: Any) -> Any:
-    import geopandas as gpd
-    import h3
-
-    occ = plan.occupancy
-    users_per = np.bincount(occ.j, minlength=occ.n_cells)
-    kept_per = np.bincount(occ.j[plan.r > 0], minlength=occ.n_cells)
-    idx = pd.Index([h3.int_to_str(int(c)) for c in occ.cells.tolist()], name="cell")
-    df = pd.DataFrame(
-        {
-            "mean": rel.mean,
-            "variance": rel.var,
-            "variance_unbiased": rel.var_unbiased,
-            "mean_error": rel.mean_error,
-            "variance_error": rel.var_error,
-            "n_samples": plan.m,
-            "n_kept": plan.r_cell,
-            "n_suppressed": plan.m - plan.r_cell,
-            "users": users_per,
-            "users_kept": kept_per,
-            "m_ub": plan.m_ub,
-            "released": rel.released,
-        },
-        index=idx,
-    )
-    geom = _hexagons(occ.cells, crs_in)
-    return gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geom.array, index=idx), crs=crs_in)
 
 
 def _private(

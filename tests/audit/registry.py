@@ -141,11 +141,20 @@ THIN_WRAPPERS: dict[str, str] = {
         "tests/integration/dask/test_knn.py"
     ),
     "gpframe.dask.grid_stats": (
-        "the Dask face's grid_stats(epsilon_per_user=, occupancy='public'): each partition "
+        "the Dask face's grid_stats(epsilon_per_user=, occupancy='public'; the other forms: "
+        "gpframe.dask.grid_clip, gpframe.dask.grid_private): each partition "
         "reduces its rows to exact int64 per-(user, cell) sums (no noise), the client adds them "
         "and calls gpframe.queries.grid_user_stats.run_user_grid_stats (audited) with them; the "
         "noise is drawn on the client. Same values and charges as the pandas face with the same "
         "seeded source: tests/integration/dask/test_grid_stats.py"
+    ),
+    "gpframe.dask.grid_clip": (
+        "the Dask face's grid_stats(epsilon_per_statistic=, occupancy='public'): each partition "
+        "(whole users, input order) counts its (user, cell) pairs, then returns exact int64 "
+        "per-cell sums of the rows the plan keeps (no noise); the client calls "
+        "gpframe.queries.grid_stats.run_grid_stats (audited) with them, the noise drawn on the "
+        "client. Same values and charges as the pandas face with the same seeded source: "
+        "tests/integration/dask/test_grid_stats.py"
     ),
     "gpframe.dask.grid_private": (
         "the Dask face's grid_stats(occupancy='private'): each partition (whole users, input "

@@ -1004,6 +1004,27 @@ def _dask_grid_per_user(ctx: Ctx) -> Any:
         return b.grid_stats(**kw, epsilon_per_user=4.0, occupancy="public", rng=ctx.rng(126))
 
 
+@case(
+    name="grid_stats/dask/public-occupancy",
+    frontend="dask",
+    covers=("dask.grid_stats",),
+    modules=("gpframe.dask.accessor", "gpframe.dask.grid_clip", "gpframe.dask.partitions",
+             QF + "grid_stats", QF + "grid_clip_output"),
+    public=frozenset({"count", "cell"}),
+    central=True,
+    neighbour="result",
+    exempt=("error",),
+    missing=_no_dask,
+)  # fmt: skip (the largest cell error: from the public occupancy)
+def _dask_grid_public(ctx: Ctx) -> Any:
+    # Clip-User, the per-statistic form: the accessor case's source (the same released values)
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.grid_stats(**_GRID, occupancy="public", rng=ctx.rng(12))
+
+
 @case(name="grid_stats/dask/private-occupancy", frontend="dask", covers=("dask.grid_stats",),
       modules=("gpframe.dask.accessor", "gpframe.dask.grid_private", "gpframe.dask.partitions",
                QF + "contribution_bounding", QF + "grid_private"),

@@ -122,6 +122,81 @@ def test_private_occupancy_releases_what_the_pandas_face_releases(cluster, form)
     assert set(ta.loc[ta["status"] == "excluded", "user"]) == set(LOW)
 
 
+@pytest.mark.parametrize("form", [
+    {"epsilon_per_statistic": 0.5},  # Clip-User keeps the first rows in input order
+    {"epsilon": 0.5, "order_by": "t", "clip": "pseudo-user"},
+    {"epsilon_per_statistic": 0.5, "kappa": 2.0, "error_cap": 3.0},
+])  # fmt: skip
+def test_clip_user_releases_what_the_pandas_face_releases(cluster, form) -> None:
+    # users with up to 19 rows in a few cells: Clip-User suppresses hundreds of rows, and
+    # which ones (input order across the shuffle, order_by) changes the released values
+    df = _frame(most=20, side=0.008)
+    call = {**CALL, "epsilon_per_user": None, **form}
+    s_pd, s_dk = _session(), _session()
+    a = df.geopriv(s_pd, **KW).grid_stats(**call, rng=seeded_rng(9))
+    ddf = dd.from_pandas(df, npartitions=3, sort=False)  # the pandas frame's row order
+    b = ddf.geopriv(s_dk, **KW).grid_stats(**call, rng=seeded_rng(9))
+    assert a["released"].sum() >= 2
+    assert a["n_suppressed"].sum() > 100 or "kappa" in form  # (a looser plan keeps them)
+    pd.testing.assert_frame_equal(pd.DataFrame(b.drop(columns="geometry")),
+                                  pd.DataFrame(a.drop(columns="geometry")),
+                                  check_exact=True)  # fmt: skip
+    assert b.geometry.geom_equals_exact(a.geometry, 1e-9).all() and b.crs == a.crs
+    assert _committed(s_dk, "amount") == _committed(s_pd, "amount")
+    assert _committed(s_dk, "alloc") == _committed(s_pd, "alloc")
+    ra, rb = a.attrs["geopriv"], b.attrs["geopriv"]
+    assert {k for k in ra if k != "query_id" and k != "value" and ra[k] != rb[k]} == set()
+
+
+def test_clip_user_preview_is_the_real_reservation(cluster) -> None:
+    df = _frame(most=20, side=0.008)
+    call = {**CALL, "epsilon_per_user": None, "epsilon_per_statistic": 0.5}
+    pv_pd = df.geopriv(_session(), **KW).grid_stats(**call, dry_run=True)
+    s = _session()
+    b = dd.from_pandas(df, npartitions=3).geopriv(s, **KW)
+    snap, audit = s.ledger.snapshot(), list(s.ledger.store.audit())
+    pv = b.grid_stats(**call, dry_run=True)
+    assert s.ledger.snapshot() == snap and list(s.ledger.store.audit()) == audit
+    pd.testing.assert_frame_equal(pv.table.sort_index(), pv_pd.table.sort_index())
+    b.grid_stats(**call, rng=seeded_rng(8))
+    planned = {u: int(v) for u, v in pv.table["allocation_units"].items() if v}
+    assert planned == _committed(s, "alloc")
+
+
+@pytest.mark.parametrize("order_by", [None, "t"])
+def test_clip_user_keeps_rows_in_input_order(order_by) -> None:
+    # a partition whose rows arrive out of input order keeps the rows retained_rows keeps
+    from fractions import Fraction
+
+    from gpframe.dask.grid_clip import RowsTask, kept_sums, prepare_rows
+    from gpframe.dask.grid_private import with_positions
+    from gpframe.dask.partitions import Columns
+    from gpframe.queries.clip_user import occupancy_from_records
+
+    df = _frame(most=20, side=0.008)
+    task = RowsTask(cols=Columns(user="u", lon="lon", lat="lat", crs="EPSG:4326",
+                                 to_crs="EPSG:32618"), value="v", cells=8, lo=Fraction(0),
+                    hi=Fraction(10), clamp=False, order_by=order_by)  # fmt: skip
+    prepared = prepare_rows(with_positions(df).sample(frac=1.0, random_state=5), task)
+    (table, _), _rows = prepared
+    r = np.minimum(table["m"].to_numpy(), 2)  # keep the first two rows of every pair
+    cells, sums = kept_sums(prepared, r)
+    # the same rule on the input order (retained_rows' ranking, with a plan keeping 2)
+    inp = prepare_rows(with_positions(df), task)[1]
+    occ = occupancy_from_records(inp[0], inp[1])
+    n_u = max(occ.n_users, 1)
+    rows_u, rows_j = np.searchsorted(occ.users, inp[0]), np.searchsorted(occ.cells, inp[1])
+    code = rows_j * n_u + rows_u
+    pos = np.arange(code.size)
+    srt = np.lexsort((pos, code) if order_by is None else (pos, df["t"].to_numpy(), code))
+    rank = np.empty(code.size, np.int64)
+    rank[srt] = np.arange(code.size) - np.searchsorted(code[srt], code[srt], side="left")
+    want = np.zeros(occ.n_cells, np.int64)
+    np.add.at(want, rows_j[rank < 2], inp[2][rank < 2])
+    assert sums[1].tolist() == want[np.searchsorted(occ.cells, cells)].tolist()
+    assert int(sums[0].sum()) == int((rank < 2).sum()) < len(df)
+
+
 @pytest.mark.parametrize("form", [{"spread": True}, {"order_by": "t"}, {}])
 def test_bounding_reads_rows_in_input_order(form) -> None:
     # a partition whose rows arrive out of input order (as a shuffle may deliver them) keeps
@@ -204,6 +279,9 @@ def test_raise_names_who_cannot_pay_and_writes_nothing(cluster) -> None:
     ({"occupancy": pd.DataFrame()}, "offers occupancy='public'"),
     ({"epsilon_per_user": None}, "exactly one of"),
     ({"epsilon_per_statistic": 1.0}, "exactly one of"),
+    ({"clip": "pseudo-user"}, "applies to the per-statistic form only"),
+    ({"epsilon_per_user": None, "epsilon_per_statistic": 1.0, "clip": "nope"}, "clip='nope'"),
+    ({"epsilon_per_user": None, "epsilon": 1.0, "order_by": "nope"}, "order_by='nope'"),
     ({"max_cells": 2}, "apply to occupancy='private' only"),
     ({**PRIVATE, "public_cells": None}, "needs public_cells="),
     ({**PRIVATE, "max_cells": 0}, "max_cells=0 must be a positive integer"),
