@@ -291,7 +291,7 @@ class DaskGeoPriv:
         bandwidth_m: float,
         rho: float | None = None,
         eps: float | None = None,
-        method: Literal["pt-elim", "dist-elim", "dist"] = "pt-elim",
+        method: Literal["pt-elim", "dist-elim", "dist", "pt"] = "pt-elim",
         rounds: int = 10,
         split: Literal["doubling", "even"] = "doubling",
         beta: float = 0.05,
@@ -308,11 +308,13 @@ class DaskGeoPriv:
         Budgeting' (2026), Alg. 7): each user's point (``component=``) is selected on the
         partition holding the user's rows; for each query point every partition runs the
         elimination on its users with the query's union-bound n, and the client adds the
-        partitions' sums (``docs/beyond-one-machine.md``). Noise: ``pt-elim`` the point,
-        ``dist*`` the distance, lattice Gaussian (``rho``) or Laplace (``eps``) at each round's
-        part of the allocation. Charge: per user and query point, the allocation (``dist``) or
-        the parts of the rounds the user ran (``*-elim``), committed before the result is
-        returned.
+        partitions' sums (``docs/beyond-one-machine.md``); the ``pt`` baseline releases each
+        user's point once on its worker and the client evaluates every query point from the
+        released points. Noise: ``pt*`` the point, ``dist*`` the distance, lattice Gaussian
+        (``rho``) or Laplace (``eps``) at each round's part of the allocation (``pt``: the whole
+        allocation, once). Charge: per user, the allocation once (``pt``), per query point the
+        allocation (``dist``) or the parts of the rounds the user ran (``*-elim``), committed
+        before the result is returned.
 
         Parameters
         ----------
@@ -320,8 +322,8 @@ class DaskGeoPriv:
             Public query points, in the data's CRS unless a GeoSeries carries its own.
         bandwidth_m, rho, eps, rounds, split, beta, nu_m, component, reduce
             As for the pandas accessor.
-        method : {"pt-elim", "dist-elim", "dist"}
-            As for the pandas accessor; the ``pt`` baseline is the pandas face's only.
+        method : {"pt-elim", "dist-elim", "dist", "pt"}
+            As for the pandas accessor.
         rng : BitSource, optional
             None: each worker draws from its own OS CSPRNG.
         on_exhausted : {"exclude", "raise"}
@@ -348,6 +350,10 @@ class DaskGeoPriv:
         >>> res = bound.kde(shapely.Point(500_000, 4_500_000), bandwidth_m=2000, rho=1e-4)
         >>> res.n_charged, int(res.points["n_far"].iloc[0])  # the boat 56 km away stops early
         (3, 1)
+        >>> res = bound.kde([(500_000, 4_500_000), (540_000, 4_540_000)], bandwidth_m=2000,
+        ...                 rho=1e-4, method="pt")          # one release for both points
+        >>> len(res.points), res.n_charged
+        (2, 3)
         """
         from gpframe.dask.kde_points import kde
 

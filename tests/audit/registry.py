@@ -118,7 +118,10 @@ THIN_WRAPPERS: dict[str, str] = {
         "the Dask face's kde at query points: one reservation per query point through the "
         "driver, then gpframe.queries.kde.kde_point (audited) on each partition's users with the "
         "reserved allocations, the query's union-bound n and a child stream per (point, "
-        "partition); sums and charges on the client. tests/integration/dask/test_kde.py"
+        "partition); sums and charges on the client. method='pt': one reservation, "
+        "gpframe.queries.kde.privatize_once (audited) on each partition, then "
+        "gpframe.queries.kde.kde_points_pt's evaluation of the released points on the client. "
+        "tests/integration/dask/test_kde.py"
     ),
     "gpframe.dask.knn": (
         "the Dask face's knn: one reservation through the driver, then "

@@ -947,6 +947,20 @@ def _dask_kde(ctx: Ctx) -> Any:
                      rng=ctx.rng(151))  # fmt: skip
 
 
+@case(name="kde/dask/pt", frontend="dask", covers=("dask.kde",),
+      modules=("gpframe.dask.kde_points", "gpframe.dask.kde", "gpframe.dask.partitions",
+               QF + "kde"), missing=_no_dask)  # fmt: skip
+def _dask_kde_pt(ctx: Ctx) -> Any:
+    # the baseline: each user's point released once on its worker, the points evaluated on
+    # the client
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.kde([POINT, POINT], bandwidth_m=500.0, rho=1e-6, method="pt",
+                     component=gp_last("ts"), rng=ctx.rng(155))  # fmt: skip
+
+
 @case(name="kde/dask/preview", frontend="dask", covers=("dask.kde",),
       modules=("gpframe.dask.kde_points", "gpframe.dask.driver", "gpframe.results.preview"),
       missing=_no_dask)  # fmt: skip

@@ -46,6 +46,8 @@ OPS: dict[str, Any] = {
     "convex_hull": lambda b, **k: b.convex_hull(rho=1e-4, **k),
     "kde": lambda b, **k: b.kde([P, (510_000.0, 4_510_000.0)], bandwidth_m=2000, rho=1e-4,
                                 reduce="first", **k),
+    "kde/pt": lambda b, **k: b.kde([P, (510_000.0, 4_510_000.0)], bandwidth_m=2000, rho=1e-4,
+                                   method="pt", reduce="first", **k),
 }
 
 
