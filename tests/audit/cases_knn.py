@@ -126,7 +126,9 @@ def nearest_case(mode: str, amount: float, d: float, *, tiers=SLOW) -> Case:
 nearest_case("gp", 0.2, 10.0, tiers=FAST)
 
 
-def nearest_draw_case(mode: str, amount: float, d: float, *, tiers=SLOW) -> Case:
+def nearest_draw_case(
+    mode: str, amount: float, d: float, *, method: str = "dist-elim", tiers=SLOW
+) -> Case:
     """Nearest users as the Dask face runs it (``dist-elim``, 2 rounds): the rounds on the
     caller's side, each round's values released by ``release_part`` per "partition" (the user,
     a fixed decoy) from its own child stream; the output is which of the two is selected and
@@ -150,14 +152,14 @@ def nearest_draw_case(mode: str, amount: float, d: float, *, tiers=SLOW) -> Case
                     for j in range(idx.size)]  # fmt: skip
 
         for i in range(n):
-            r = nearest_rounds(np.zeros(2), q, 1, kind=mode, amount=amount, method="dist-elim",
+            r = nearest_rounds(np.zeros(2), q, 1, kind=mode, amount=amount, method=method,
                                rounds=2, split="even", beta=0.1, unit=None, scale_max=1,
                                rng=rng, draw=draw)  # fmt: skip
             out[i] = int(r.selected[0]) * 3 + int(r.rounds_run[0])
         return out
 
     claim = Claim.gp(amount, d) if mode == "gp" else Claim.cgp(amount, d)
-    return register(Case(name=f"nearest/draw/{mode}/{amount:g}/d{d:g}",
+    return register(Case(name=f"nearest/draw/{method}/{mode}/{amount:g}/d{d:g}",
                          covers=("gpframe.queries.nearest.nearest_rounds",
                                  "gpframe.queries.elimination.release_part"), run=run,
                          inputs=(x, xp), claim=claim, featurizers=(discrete_featurizer(
@@ -165,7 +167,10 @@ def nearest_draw_case(mode: str, amount: float, d: float, *, tiers=SLOW) -> Case
                          n_fast=400, n_slow=20_000))  # fmt: skip
 
 
-nearest_draw_case("gp", 0.2, 10.0, tiers=FAST)
+# the fast tier runs the one-round baseline (half the calls); with the same stream the draw path
+# releases exactly what nearest_users_arrays releases
+# (tests/unit/queries/test_nearest.py::test_a_draw_from_the_same_stream_gives_the_same_output)
+nearest_draw_case("gp", 0.2, 10.0, method="dist", tiers=FAST)
 nearest_draw_case("cgp", 0.02, 10.0)
 
 
