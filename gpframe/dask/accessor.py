@@ -291,7 +291,7 @@ class DaskGeoPriv:
         bandwidth_m: float,
         rho: float | None = None,
         eps: float | None = None,
-        method: Literal["pt-elim", "dist-elim", "dist"] = "pt-elim",
+        method: Literal["pt-elim", "dist-elim", "dist", "pt"] = "pt-elim",
         rounds: int = 10,
         split: Literal["doubling", "even"] = "doubling",
         beta: float = 0.05,
@@ -308,11 +308,13 @@ class DaskGeoPriv:
         Budgeting' (2026), Alg. 7): each user's point (``component=``) is selected on the
         partition holding the user's rows; for each query point every partition runs the
         elimination on its users with the query's union-bound n, and the client adds the
-        partitions' sums (``docs/beyond-one-machine.md``). Noise: ``pt-elim`` the point,
-        ``dist*`` the distance, lattice Gaussian (``rho``) or Laplace (``eps``) at each round's
-        part of the allocation. Charge: per user and query point, the allocation (``dist``) or
-        the parts of the rounds the user ran (``*-elim``), committed before the result is
-        returned.
+        partitions' sums (``docs/beyond-one-machine.md``); the ``pt`` baseline releases each
+        user's point once on its worker and the client evaluates every query point from the
+        released points. Noise: ``pt*`` the point, ``dist*`` the distance, lattice Gaussian
+        (``rho``) or Laplace (``eps``) at each round's part of the allocation (``pt``: the whole
+        allocation, once). Charge: per user, the allocation once (``pt``), per query point the
+        allocation (``dist``) or the parts of the rounds the user ran (``*-elim``), committed
+        before the result is returned.
 
         Parameters
         ----------
@@ -320,8 +322,8 @@ class DaskGeoPriv:
             Public query points, in the data's CRS unless a GeoSeries carries its own.
         bandwidth_m, rho, eps, rounds, split, beta, nu_m, component, reduce
             As for the pandas accessor.
-        method : {"pt-elim", "dist-elim", "dist"}
-            As for the pandas accessor; the ``pt`` baseline is the pandas face's only.
+        method : {"pt-elim", "dist-elim", "dist", "pt"}
+            As for the pandas accessor.
         rng : BitSource, optional
             None: each worker draws from its own OS CSPRNG.
         on_exhausted : {"exclude", "raise"}
@@ -348,6 +350,10 @@ class DaskGeoPriv:
         >>> res = bound.kde(shapely.Point(500_000, 4_500_000), bandwidth_m=2000, rho=1e-4)
         >>> res.n_charged, int(res.points["n_far"].iloc[0])  # the boat 56 km away stops early
         (3, 1)
+        >>> res = bound.kde([(500_000, 4_500_000), (540_000, 4_540_000)], bandwidth_m=2000,
+        ...                 rho=1e-4, method="pt")          # one release for both points
+        >>> len(res.points), res.n_charged
+        (2, 3)
         """
         from gpframe.dask.kde_points import kde
 
@@ -548,32 +554,131 @@ class DaskGeoPriv:
                            radius_floor_m=radius_floor_m, rng=rng, on_exhausted=on_exhausted,
                            dry_run=dry_run)  # fmt: skip
 
+    def nearest_users(
+        self,
+        point: Any,
+        k: int,
+        *,
+        rho: float | None = None,
+        eps: float | None = None,
+        method: Literal["pt", "dist", "pt-elim", "dist-elim"] = "dist-elim",
+        rounds: int = 10,
+        split: Literal["doubling", "even"] = "doubling",
+        beta: float = 0.1,
+        component: Any = None,
+        reduce: Literal["first", "last"] | None = None,
+        rng: BitSource | None = None,
+        on_exhausted: Literal["exclude", "raise"] = "exclude",
+        dry_run: bool = False,
+    ) -> Any:
+        """Find the k users nearest to ``point``, one point per user, privately.
+
+        The pandas face's ``nearest_users`` (``docs/operations/nearest_users.md``; Liang & Yi,
+        'Adaptive Privacy Budgeting' (2026), Alg. 8). Each user's point (``component=``) is
+        selected on the partition holding all of the user's rows and stays there; the client
+        runs the rounds, each partition releasing its remaining users' values for the round
+        and sending back only those released values (``docs/beyond-one-machine.md``). Noise:
+        ``dist`` the distance to ``point``, ``pt`` the point, lattice Gaussian (``rho``) or
+        Laplace (``eps``) at each round's part of the allocation. Charge: per user, the
+        allocation (``pt``, ``dist``) or the parts of the rounds the user ran (``*-elim``),
+        committed before the result is returned.
+
+        Parameters
+        ----------
+        point : shapely Point or (x, y)
+            The public query point, in the data's CRS.
+        k, rho, eps, method, rounds, split, beta, component, reduce
+            As for the pandas accessor.
+        rng : BitSource, optional
+            None: each worker draws from its own OS CSPRNG (the client only orders ties).
+        on_exhausted : {"exclude", "raise"}
+            As for the pandas accessor: leave out (and list) the users who cannot pay, or
+            refuse the query naming them before anything is reserved.
+        dry_run : bool
+            Return a :class:`~gpframe.results.Preview` instead of running, as the pandas
+            accessor does (``docs/ledger.md``, "Previewing a query"): the first pass runs (no
+            noise), no release task is submitted, nothing is drawn, charged or written.
+
+        Returns
+        -------
+        NearestResult
+            ``value`` the k user ids (nearest first), the per-user charges (users dropped
+            early pay less: ``saved``) and the error bound.
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, pandas as pd, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": [1, 2, 3, 4],
+        ...                    "x": [500_000.0, 500_010.0, 530_000.0, 560_000.0],
+        ...                    "y": [4_500_000.0] * 4})
+        >>> session = gp.Session(budget=gp.CGP(rho=1e-2))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(session, user="boat", x="x",
+        ...                                                   y="y", crs="EPSG:32618")
+        >>> res = bound.nearest_users((500_000.0, 4_500_000.0), 2, rho=1e-3)
+        >>> sorted(res.value), res.saved > 0
+        ([1, 2], True)
+        """
+        from gpframe.dask.nearest import nearest_users
+
+        return nearest_users(self, point, k, rho=rho, eps=eps, method=method, rounds=rounds,
+                             split=split, beta=beta, component=component, reduce=reduce,
+                             rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
+
     def grid_stats(
         self,
         value: str,
         *,
         bounds: tuple[float, float],
         epsilon_per_user: float | None = None,
+        epsilon_per_statistic: float | None = None,
+        epsilon: float | None = None,
         cells: int | str = 8,
         occupancy: str | None = None,
         clamp: bool = False,
         beta: float = 0.05,
         split: tuple[float, float] | None = None,
+        public_cells: Any = None,
+        max_cells: int | None = None,
+        max_per_cell: int | None = None,
+        salt: str | None = None,
+        order_by: str | None = None,
+        clip: Literal["clip-user", "pseudo-user", "none"] = "clip-user",
+        kappa: float | None = None,
+        error_cap: float | None = None,
+        protect_worst_grid: bool = True,
+        rollback_incomplete_stage: bool = False,
         rng: BitSource | None = None,
         on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
         shrink: bool = True,
     ) -> Any:
-        """Private mean and variance of ``value`` per H3 cell, under a per-user total ε.
+        """Private mean and variance of ``value`` per H3 cell (user-level central DP).
 
-        The pandas face's ``grid_stats(epsilon_per_user=E, occupancy="public")``
-        (``docs/operations/grid_stats.md``, "A per-user total: how gpframe spends it"): each
-        partition is reduced to exact per-(user, cell) integer sums, which the client adds; the
-        public occupancy is their counts; the plan, the noise (drawn on the client) and the
-        charge are the pandas face's (``docs/beyond-one-machine.md``). No shuffle. Noise: per
-        released cell, discrete Laplace of scale 2H·max w/(Σw·ε_μ,j) (mean) and
-        H²·max w/(Σw·ε_V,j) (second moment). Charge: each kept user pays Σ over their kept cells
-        of ε_μ,j + ε_V,j ≤ ``epsilon_per_user`` (central ledger).
+        The pandas face's ``grid_stats`` (``docs/operations/grid_stats.md``) in three of its
+        forms (``docs/beyond-one-machine.md``):
+
+        * ``epsilon_per_user=E, occupancy="public"`` ("A per-user total: how gpframe spends
+          it"): each partition is reduced to exact per-(user, cell) integer sums, which the
+          client adds (no shuffle); the public occupancy is their counts; the plan, the noise
+          (drawn on the client) and the charge are the pandas face's. Noise: per released cell,
+          discrete Laplace of scale 2H·max w/(Σw·ε_μ,j) (mean) and H²·max w/(Σw·ε_V,j) (second
+          moment). Charge: each kept user pays Σ over their kept cells of ε_μ,j + ε_V,j ≤ E.
+        * ``epsilon_per_statistic=ε`` (``epsilon=`` is its former name) with
+          ``occupancy="public"`` (Clip-User, ``clip=``, ``order_by=``): after the shuffle on
+          the user column each partition counts its (user, cell) pairs; the client plans and
+          reserves, then each partition returns the exact sums of the rows the plan keeps.
+          Noise: per released cell, discrete Laplace with sensitivity W·r*/r (mean) and
+          W²·h(r*, r) (variance) at ε each. Charge: 2ε per kept cell per user.
+        * ``occupancy="private"`` with ``epsilon_per_user=E`` or ``epsilon_per_statistic=ε``
+          (``epsilon=`` is its former name), ``public_cells``, ``max_cells`` and
+          ``max_per_cell``: after the shuffle on the user column each partition bounds its
+          users' contributions with the pandas face's rule (at most ``max_cells`` cells of the
+          public list, ``max_per_cell`` rows per cell, by row position in the dask frame's
+          order, ``order_by=`` or the per-user form's spread) and returns exact integer sums;
+          the client adds them and releases every public cell. Noise: per public cell, Laplace
+          on the count (λ = ε_n/p), the centred sum (scale p·H/ε_1) and sum of squares
+          (p·H²/(2ε_2)), p = ``max_per_cell``. Charge: (ε_n + ε_1 + ε_2) per kept cell per
+          user, at most E (or 3ε × ``max_cells``).
 
         Parameters
         ----------
@@ -581,15 +686,27 @@ class DaskGeoPriv:
             Numeric column to summarise.
         bounds : (L, U)
             Interval that contains every value (public, chosen without looking at the data).
-        epsilon_per_user : float
-            The total central ε any one user pays for the call (required here).
+        epsilon_per_user : float, optional
+            The total central ε any one user pays for the call.
+        epsilon_per_statistic, epsilon : float, optional
+            ε per statistic per cell. Exactly one of the three amounts.
         cells : int or str
             H3 resolution, or a column of H3 cells (str or int).
-        occupancy : "public"
-            Required acknowledgement that the per-(user, cell) counts are public (the only
-            form offered on the Dask face).
+        occupancy : {"public", "private"}
+            ``"public"``: the per-(user, cell) counts are public by declaration; ``"private"``:
+            they are protected too (contribution bounding). A checked occupancy table needs the
+            pandas face.
         clamp, beta, split
             As for the pandas accessor.
+        public_cells, max_cells, max_per_cell, salt
+            ``occupancy="private"``: as for the pandas accessor (``public_cells`` an H3 list or
+            an area in the data's CRS).
+        order_by : str, optional
+            The per-statistic and private forms: the column ordering a user's rows (then row
+            position, the dask frame's row order).
+        clip, kappa, error_cap, protect_worst_grid, rollback_incomplete_stage
+            The per-statistic form with public occupancy: as for the pandas accessor
+            (``kappa=None``: Clip-User's default).
         rng : BitSource, optional
             None: the client's OS CSPRNG (the noise is drawn on the client).
         on_exhausted : {"exclude", "raise"}
@@ -619,13 +736,38 @@ class DaskGeoPriv:
         ...                        occupancy="public")
         >>> out[["users", "n_samples"]].values.tolist(), float(s.spent().max()) <= 1.0
         ([[40, 120]], True)
+        >>> import h3
+        >>> cell = h3.latlng_to_cell(40.7, -74.0, 7)
+        >>> out = bound.grid_stats("speed", bounds=(0, 10), epsilon_per_user=1.0, cells=7,
+        ...                        occupancy="private", public_cells=[cell], max_cells=1,
+        ...                        max_per_cell=2)
+        >>> list(out.index) == [cell], float(s.spent().max()) <= 2.0
+        (True, True)
+        >>> out = bound.grid_stats("speed", bounds=(0, 10), epsilon_per_statistic=0.5, cells=7,
+        ...                        occupancy="public")
+        >>> out[["users", "n_samples"]].values.tolist()
+        [[40, 120]]
         """
         from gpframe.dask.grid_stats import grid_stats
 
         return grid_stats(self, value=value, bounds=bounds, epsilon_per_user=epsilon_per_user,
                           cells=cells, occupancy=occupancy, clamp=clamp, beta=beta, split=split,
                           rng=rng, on_exhausted=on_exhausted, dry_run=dry_run,
-                          shrink=shrink)  # fmt: skip
+                          shrink=shrink, epsilon=epsilon,
+                          epsilon_per_statistic=epsilon_per_statistic,
+                          public_cells=public_cells, max_cells=max_cells,
+                          max_per_cell=max_per_cell, salt=salt, order_by=order_by,
+                          clip=clip, plan_options=_plan_options(kappa, error_cap,
+                                                                protect_worst_grid,
+                                                                rollback_incomplete_stage))
+
+
+def _plan_options(kappa: Any, error_cap: Any, protect: bool, rollback: bool) -> dict[str, Any]:
+    """Clip-User's options as the pandas face passes them (``kappa=None``: its default)."""
+    from gpframe.queries.clip_user import KAPPA
+
+    return {"kappa": KAPPA if kappa is None else kappa, "error_cap": error_cap,
+            "protect_worst_grid": protect, "rollback_incomplete_stage": rollback}  # fmt: skip
 
 
 def register() -> None:

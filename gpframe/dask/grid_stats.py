@@ -37,8 +37,54 @@ _NOTHING = "Nothing was charged."
 _TOTAL_MAX = 10**6  # the pandas face's largest epsilon_per_user (a total over cells)
 
 
+def _which_epsilon(epsilon: Any, per_user: Any, per_statistic: Any) -> tuple[str, Any]:
+    """Return the one ε argument given, with its name (``epsilon``: the per-statistic form)."""
+    given = [(n, v) for n, v in (("epsilon_per_user", per_user),
+                                  ("epsilon_per_statistic", per_statistic),
+                                  ("epsilon", epsilon)) if v is not None]  # fmt: skip
+    if len(given) != 1:
+        raise InvalidInputError(
+            "grid_stats needs exactly one of epsilon_per_user= (the total any one user pays "
+            "for the call: recommended) or epsilon_per_statistic= (ε for each statistic of "
+            f"each cell; 'epsilon=' is its former name); got {[n for n, _ in given] or 'none'}. "
+            f"{_NOTHING}"
+        )
+    return given[0]
+
+
+def _check_occupancy(occupancy: Any) -> str:
+    if not (isinstance(occupancy, str) and occupancy in ("public", "private")):
+        raise InvalidInputError(
+            f"occupancy={occupancy!r}: the Dask face offers occupancy='public' (the per-(user, "
+            "cell) counts are public by declaration) or 'private' (contribution bounding; "
+            "docs/operations/grid_stats.md). Use the pandas face for a checked occupancy table. "
+            f"{_NOTHING}"
+        )
+    return occupancy
+
+
+def _check_statistic(name: str, amount: Any, split: Any) -> tuple[Fraction, tuple[Any, Any]]:
+    """Return the per-statistic ε and the (mean, variance) shares, checked as on pandas."""
+    from gpframe.accounting.amounts import exact
+    from gpframe.mechanisms.calibration import check_eps
+
+    if isinstance(amount, (bool, np.bool_)):  # check_eps takes np.True_ as 1
+        raise InvalidInputError(f"{name}={amount!r} must be a number > 0. {_NOTHING}")
+    eps = exact(check_eps(amount, name), name)
+    if split is None:
+        return eps, (0.5, 0.5)
+    try:
+        a, b = split
+    except (TypeError, ValueError):
+        raise InvalidInputError(
+            f"split={split!r} must be a pair (mean share, variance share), e.g. (0.75, 0.25). "
+            f"{_NOTHING}"
+        ) from None
+    return eps, (a, b)
+
+
 def _check_args(
-    meta: Any, value: Any, cells: Any, occupancy: Any, epsilon_per_user: Any, split: Any
+    meta: Any, value: Any, cells: Any, epsilon_per_user: Any, split: Any
 ) -> tuple[Fraction, tuple[Fraction, Fraction]]:
     """Check what the frame's ``meta`` and the arguments tell, before any data is read."""
     from gpframe.accounting.amounts import exact
@@ -46,17 +92,6 @@ def _check_args(
 
     check_value_column(meta, value)
     check_cells_argument(meta, cells)
-    if not (isinstance(occupancy, str) and occupancy == "public"):
-        raise InvalidInputError(
-            f"occupancy={occupancy!r}: the Dask face offers occupancy='public' only (the "
-            "per-(user, cell) counts are public by declaration; docs/operations/grid_stats.md). "
-            f"Use the pandas face for a checked table or private occupancy. {_NOTHING}"
-        )
-    if epsilon_per_user is None:
-        raise InvalidInputError(
-            "the Dask face's grid_stats needs epsilon_per_user= (the total any one user pays "
-            f"for the call), e.g. epsilon_per_user=4. {_NOTHING}"
-        )
     try:
         total = exact(epsilon_per_user, "epsilon_per_user")
     except InvalidInputError:
@@ -126,7 +161,10 @@ def reduce_partition(
 def grid_stats(
     bound: Any, *, value: str, bounds: Any, epsilon_per_user: Any, cells: Any, occupancy: Any,
     clamp: bool, beta: float, split: Any, rng: Any, on_exhausted: str = "exclude",
-    dry_run: bool = False, shrink: bool = True,
+    dry_run: bool = False, shrink: bool = True, epsilon: Any = None,
+    epsilon_per_statistic: Any = None, public_cells: Any = None, max_cells: Any = None,
+    max_per_cell: Any = None, salt: Any = None, order_by: Any = None, clip: str = "clip-user",
+    plan_options: dict[str, Any] | None = None,
 ) -> Any:  # fmt: skip
     """Run grid_stats on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.grid_stats`)."""
     import dask
@@ -146,8 +184,55 @@ def grid_stats(
     central_kind(session)
     probability(beta)
     check_on_exhausted(on_exhausted)
-    total, sp = _check_args(bound.ddf._meta, value, cells, occupancy, epsilon_per_user, split)
+    from gpframe.queries.grid_stats import CLIPS
+
+    if clip not in CLIPS:
+        raise InvalidInputError(
+            f"clip={clip!r} is not one of {', '.join(map(repr, CLIPS))}. {_NOTHING}"
+        )
+    name, amount = _which_epsilon(epsilon, epsilon_per_user, epsilon_per_statistic)
+    per_user = name == "epsilon_per_user"
+    if per_user and clip != "clip-user":
+        raise InvalidInputError(
+            f"clip={clip!r} applies to the per-statistic form only; epsilon_per_user plans its "
+            f"own contribution bounds (docs/operations/grid_stats.md). Drop clip=. {_NOTHING}"
+        )
+    occupancy = _check_occupancy(occupancy)
+    if occupancy == "public" and (public_cells, max_cells, max_per_cell) != (None,) * 3:
+        raise InvalidInputError(
+            "public_cells, max_cells and max_per_cell apply to occupancy='private' only. "
+            f"{_NOTHING}"
+        )
+    if per_user:
+        total, sp = _check_args(bound.ddf._meta, value, cells, amount, split)
+    else:
+        from gpframe.queries.grid_stats import check_cells_argument, check_value_column
+
+        check_value_column(bound.ddf._meta, value)
+        check_cells_argument(bound.ddf._meta, cells)
+        total, sp = _check_statistic(name, amount, split)
     lo, hi = value_bounds(bounds)
+    if occupancy == "private":
+        from gpframe.dask.grid_private import grid_private
+
+        return grid_private(
+            bound, value=value, lo=lo, hi=hi, eps=total, per_user=per_user, split=sp,
+            cells=cells, clamp=clamp, beta=beta, public_cells=public_cells, max_cells=max_cells,
+            max_per_cell=max_per_cell, salt=salt, order_by=order_by, rng=rng,
+            on_exhausted=on_exhausted, dry_run=dry_run, shrink=bool(shrink),
+        )  # fmt: skip
+    if not per_user:
+        from gpframe.dask.grid_clip import grid_clip
+
+        return grid_clip(
+            bound, value=value, lo=lo, hi=hi, eps=total, split=sp, cells=cells, clamp=clamp,
+            beta=beta, clip=clip, order_by=order_by, plan_options=dict(plan_options or {}),
+            rng=rng, on_exhausted=on_exhausted, dry_run=dry_run,
+        )  # fmt: skip
+    if order_by is not None:
+        raise InvalidInputError(
+            f"order_by= applies to occupancy='private' and the per-statistic form. {_NOTHING}"
+        )
     cols = bound.cols
 
     # -- first pass: per-(user, cell) exact sums per partition, added on the client

@@ -10,7 +10,10 @@ user's noise, stopping round and error width have the law of one call over all u
 client adds the partitions' contributions, counts and error terms; the charges are per user.
 Noise and charges are the pandas face's (``dist``: the distance, ``pt-elim``: the point, at each
 round's part; a user stopped at round r pays the parts of the rounds run). The ``pt`` baseline
-(one release reused at every query point) is the pandas face's only.
+is one reservation for all the query points: every partition releases its users' points once
+(:func:`gpframe.dask.kde.release_points`, as ``kde_raster`` does; 16 bytes a user come back)
+and the client evaluates the kernel sums and the error at every query point from them
+(:func:`gpframe.queries.kde.kde_points_pt`, post-processing). Charge: the allocation once.
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpframe.errors import GpframeInternalError, InvalidInputError
+from gpframe.errors import GpframeInternalError
 
 __all__ = ["KdeOut", "kde", "kde_partition"]
 
 _NOTHING = "Nothing was charged."
-METHODS = ("dist", "pt-elim", "dist-elim")
+METHODS = ("pt", "dist", "pt-elim", "dist-elim")
 
 
 @dataclass(frozen=True)
@@ -117,11 +120,6 @@ def kde(
     # -- on the client, before anything is computed or reserved
     session = bound.session
     rng = resolve_rng(rng)
-    if method == "pt":
-        raise InvalidInputError(
-            "method='pt' (one release reused at every query point) is the pandas face's only; "
-            f"on the Dask face use 'pt-elim', 'dist-elim' or 'dist', or kde_raster. {_NOTHING}"
-        )
     check_options(method, rounds, split, beta)
     check_on_exhausted(on_exhausted)
     rounds = int(rounds)
@@ -183,6 +181,28 @@ def kde(
                    params={**params, "q_m": q_m[j].tolist()}, check=check,
                    compute=compute)  # fmt: skip
 
+    def released_once(r: Any) -> Charge[Any]:
+        # ``pt``: every user's point released once on its worker (the kde_raster release), the
+        # kernel sums at every query point are post-processing on the client
+        from gpframe.dask.kde import PointTask, merge, release_points
+
+        alloc = allocations(r)
+        units = np.where(np.asarray(r.admitted, dtype=bool), r.allocation_units, 0)
+        codes, values, _ = _k._alloc_groups(units, lu)
+        ptask = PointTask(kind=kind, unit=unit, scale_max=ref.scale_max)
+
+        def privatize() -> Any:
+            tasks = [dask.delayed(release_points)(d, i, ptask, values,
+                                                  codes[offsets[i]:offsets[i + 1]], wants[i],
+                                                  spawn_rng(rng, i))
+                     for i, d in enumerate(parts)]  # fmt: skip
+            return merge(list(dask.compute(*tasks)), np.diff(offsets), kind)
+
+        out = _k.kde_points_pt(np.zeros((users.size, 2)), q_m, bandwidth_m=b, kind=kind,
+                               amount=alloc, beta=float(beta), unit=unit,
+                               scale_max=ref.scale_max, rng=rng, privatize=privatize)  # fmt: skip
+        return Charge((out, alloc), out.privatized.charges)
+
     def go(**_: Any) -> Any:  # the reservations and releases (on_exhausted: see settle)
         charges = np.full(users.size, Fraction(0), dtype=object)
         allocs = np.full(users.size, Fraction(0), dtype=object)
@@ -191,7 +211,24 @@ def kde(
         rows: list[dict[str, Any]] = []
         qids: list[str] = []
         r_min = 1.0
-        for j in range(len(q_m)):  # one query (one reservation) per point, as the pandas face
+        if method == "pt":  # one reservation for every query point, as on the pandas face
+            try:
+                ran = run(session, keys, amount, notion="metric", query="kde",
+                          params={**params, "n_points": len(q_m)}, check=check,
+                          compute=released_once)  # fmt: skip
+            except PreviewStop:
+                ran = None
+            if ran is not None:
+                out, alloc = ran.value
+                qids.append(ran.query_id)
+                admitted_any = np.asarray(ran.admitted, dtype=bool)
+                charges, allocs = out.privatized.charges, alloc
+                r_min = out.privatized.r_min
+                hist[1] = out.n_queried
+                rows = [dict(kde=float(out.values[j]), error=float(out.errors[j]), n_far=0,
+                             n_near=out.n_queried, saving=0.0, query_id=ran.query_id)
+                        for j in range(len(q_m))]  # fmt: skip
+        for j in range(len(q_m) if method != "pt" else 0):  # one query per point
             try:
                 ran = one(j)
             except PreviewStop:  # a dry run: this point's reservation is planned, go on

@@ -32,10 +32,9 @@ import pandas as pd
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import with_on_exhausted
-from gpframe.queries.clip_user import KAPPA, ClipUserPlan, Occupancy
+from gpframe.queries.clip_user import KAPPA, Occupancy
 from gpframe.queries.grid_cells import as_h3 as _as_h3
 from gpframe.queries.grid_cells import h3_cells
-from gpframe.queries.grid_cells import hexagons as _hexagons
 from gpframe.queries.grid_stats import (
     CLIPS,
     check_cells_argument,
@@ -43,7 +42,6 @@ from gpframe.queries.grid_stats import (
     checked_values,
     value_bounds,
 )
-from gpframe.results import GridStatsResult
 from gpframe.results.preview import dry
 
 __all__ = ["grid_stats", "h3_cells"]
@@ -331,33 +329,11 @@ def grid_stats(
             on_stage=bar.step,
         )
         bar.step("release")
-        out = _build_frame(run.plan, run.release, p.crs_in)
+        from gpframe.queries.grid_clip_output import clip_stats_output
+
+        out = clip_stats_output(session, run, crs_in=p.crs_in, eps=eps, lo=lo, hi=hi,
+                                clip=clip, cells=cells, beta=beta)  # fmt: skip
         bar.step("output frame")
-    result = GridStatsResult(
-        value=out,
-        error=float(np.nanmax(run.release.mean_error)) if run.release.released.any() else None,
-        confidence=1.0 - beta,
-        params={
-            "epsilon": float(eps),
-            "bounds": (float(lo), float(hi)),
-            "clip": clip,
-            "cells": cells,
-            "beta": beta,
-            "worst_case_epsilon": float(run.plan.worst_case_loss),
-        },
-        kind=run.fkind,
-        query_id=run.query_id,
-        spent_at_most=_bound(
-            session, [run.plan.eps_cell * x for x in run.plan.split], run.plan.Gamma_prime
-        ),
-        Gamma=run.plan.Gamma,
-        Gamma_prime=run.plan.Gamma_prime,
-        E_star=run.plan.E_star,
-        E_new=run.plan.E_new,
-        n_suppressed_pairs=int(((run.plan.r == 0) & ~run.plan.excluded[occ.u]).sum()),
-    )
-    # ResultAttr: pandas deep-copies attrs, and the result holds this very frame as its value
-    out.attrs["geopriv"] = result.to_attr()
     return out
 
 
@@ -422,83 +398,6 @@ def _check_split(split: Any, per_user: bool) -> tuple[Any, Any]:
     return (a, b)
 
 
-def _bound(session: Any, amounts: Any, cells: int) -> float:
-    """Return the public per-user bound: one ε-DP draw per amount in each of ``cells`` cells.
-
-    In the central filter's units, rounded up exactly as the ledger charges, so no user's
-    charge exceeds it; it depends on public parameters only (Γ′ is a function of the declared
-    public occupancy, ``max_cells`` a public cap).
-    """
-    ledger = session.ledger
-    units = 0
-    for amt in amounts:
-        u, _big = ledger.units_for("central", amt, np.array([int(cells)]), kind="dp")
-        units += int(u[0])
-    return units / 10.0 ** ledger.units["central"].exponent
-
-
-def _build_frame(plan: ClipUserPlan, rel: Any, crs_in: Any) -> Any:
-    import geopandas as gpd
-    import h3
-
-    occ = plan.occupancy
-    users_per = np.bincount(occ.j, minlength=occ.n_cells)
-    kept_per = np.bincount(occ.j[plan.r > 0], minlength=occ.n_cells)
-    idx = pd.Index([h3.int_to_str(int(c)) for c in occ.cells.tolist()], name="cell")
-    df = pd.DataFrame(
-        {
-            "mean": rel.mean,
-            "variance": rel.var,
-            "variance_unbiased": rel.var_unbiased,
-            "mean_error": rel.mean_error,
-            "variance_error": rel.var_error,
-            "n_samples": plan.m,
-            "n_kept": plan.r_cell,
-            "n_suppressed": plan.m - plan.r_cell,
-            "users": users_per,
-            "users_kept": kept_per,
-            "m_ub": plan.m_ub,
-            "released": rel.released,
-        },
-        index=idx,
-    )
-    geom = _hexagons(occ.cells, crs_in)
-    return gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geom.array, index=idx), crs=crs_in)
-
-
-def _public_cell_keys(public_cells: Any, cells: Any, crs_in: Any) -> np.ndarray:
-    """Return the public cell list as uint64 H3 indexes (an explicit list, or an area cover)."""
-    import shapely
-
-    if public_cells is None:
-        from gpframe.queries.contribution_bounding import public_cell_list
-
-        public_cell_list(None)  # raises the explanatory error
-    geom = public_cells
-    if hasattr(geom, "union_all") and hasattr(geom, "crs"):  # GeoSeries / GeoDataFrame
-        geom = geom.to_crs("EPSG:4326").union_all()
-    elif isinstance(geom, shapely.Geometry):
-        import geopandas as gpd
-
-        geom = gpd.GeoSeries([geom], crs=crs_in).to_crs("EPSG:4326").iloc[0]
-    else:
-        return np.unique(_as_h3(pd.Series(list(public_cells)), "public_cells"))
-    if isinstance(cells, str):
-        raise InvalidInputError(
-            "public_cells is an area, so cells= must be an H3 resolution (to cover the area "
-            f"with cells of that resolution). {_NOTHING}"
-        )
-    import h3
-
-    out = h3.geo_to_cells(geom, int(cells))
-    if not out:
-        raise InvalidInputError(
-            f"public_cells covers no H3 cell at resolution {cells}; use a larger area or a "
-            f"finer resolution. {_NOTHING}"
-        )
-    return np.unique(np.array([h3.str_to_int(c) for c in out], dtype=np.uint64))
-
-
 def _private(
     bound: Any,
     x: np.ndarray,
@@ -528,12 +427,8 @@ def _private(
     :func:`~gpframe.queries.grid_user_stats.private_epsilons` (rounded down to the ledger's
     grid), so no user pays more than ``eps``.
     """
-    import geopandas as gpd
-    import h3
-
     from gpframe.queries.contribution_bounding import (
         DEFAULT_SALT,
-        STATISTICS_PRIVATE,
         run_private_grid_stats,
     )
 
@@ -544,7 +439,9 @@ def _private(
             "cells a user contributes to and how many samples per cell), e.g. max_cells=5, "
             f"max_per_cell=10. {_NOTHING}"
         )
-    pub = _public_cell_keys(public_cells, cells, p.crs_in)
+    from gpframe.queries.grid_private import public_cell_keys
+
+    pub = public_cell_keys(public_cells, cells, p.crs_in)
     total = eps
     epsilons = None
     if per_user:
@@ -561,47 +458,8 @@ def _private(
         params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
         epsilons=epsilons, user_averages=per_user, shrink=per_user and shrink,
     )  # fmt: skip
-    rel, b = run.release, run.bounded
-    idx = pd.Index([h3.int_to_str(int(c)) for c in b.cells.tolist()], name="cell")
-    stat_eps = (eps,) * STATISTICS_PRIVATE if epsilons is None else epsilons
-    df = pd.DataFrame(
-        {
-            "count": rel.count,
-            "mean": rel.mean,
-            "variance": rel.var,
-            "mean_error": rel.mean_error,
-            "released": (np.ones(b.cells.size, dtype=bool) if rel.released is None
-                         else rel.released),
-        },
-        index=idx,
-    )
-    geom = _hexagons(b.cells, p.crs_in)
-    out = gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geom.array, index=idx), crs=p.crs_in)
-    finite = np.isfinite(rel.mean_error)
-    result = GridStatsResult(
-        value=out,
-        error=float(np.max(rel.mean_error[finite])) if finite.any() else None,
-        confidence=1.0 - beta,
-        params={
-            **({} if per_user else {"epsilon": float(eps)}),
-            "bounds": (float(lo), float(hi)),
-            "occupancy": "private",
-            "cells": cells,
-            "beta": beta,
-            "max_cells": b.max_cells,
-            "max_per_cell": b.max_per_cell,
-            "worst_case_epsilon": float(sum(stat_eps)) * b.max_cells,
-            **({"epsilon_per_user": float(total),
-                "epsilons": tuple(float(e) for e in stat_eps),
-                "estimator": "per-user averages", "shrink": bool(shrink)} if per_user else {}),
-        },
-        kind=run.fkind,
-        query_id=run.query_id,
-        # the public bound (3 draws per cell, at most max_cells cells), never the realised
-        # charges: those count each user's occupied cells, which this mode protects
-        spent_at_most=_bound(bound.session, stat_eps, b.max_cells),
-        Gamma=b.max_cells,
-        Gamma_prime=b.max_cells,
-    )
-    out.attrs["geopriv"] = result.to_attr()
-    return out
+    from gpframe.queries.grid_private import private_stats_output
+
+    return private_stats_output(bound.session, run, crs_in=p.crs_in, eps=eps, total=total,
+                                epsilons=epsilons, lo=lo, hi=hi, cells=cells,
+                                beta=beta, shrink=shrink)  # fmt: skip

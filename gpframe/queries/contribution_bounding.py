@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -81,6 +81,7 @@ __all__ = [
     "PrivateRun",
     "bound_contributions",
     "pair_averages",
+    "private_sums",
     "release_private_cells",
     "run_private_grid_stats",
     "spread_order",
@@ -355,6 +356,49 @@ class PrivateCellRelease:
     released: np.ndarray | None = None
 
 
+def private_sums(
+    values: Any, cells: Any, n_cells: int, lower: Fraction, upper: Fraction,
+    moments: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per cell: the count, Σ k and Σ (2k − T)² of the values on the fixed-point grid (int64).
+
+    k = rint((x − L)/q) clipped to [0, T], q the grid step of
+    :func:`gpframe.queries.grid_stats.value_step`; sums of partial sums are exact.
+    ``moments=(k, d²)`` (per value, integers in [0, T] and [0, T²]; :func:`pair_averages`)
+    replaces each value's k and (2k − T)² by its user's averages in that cell.
+
+    >>> [a.tolist() for a in private_sums(np.array([0.0, 4.0]), np.array([1, 1]), 2,
+    ...                                    Fraction(0), Fraction(4))]
+    [[0, 2], [0, 65536], [0, 8589934592]]
+    """
+    from gpframe.queries.grid_stats import value_step
+
+    q = value_step(lower, upper)
+    T = int((upper - lower) // q)
+    values = np.asarray(values, dtype=np.float64)
+    cells = np.asarray(cells, dtype=np.int64)
+    if values.size >= 2**26:
+        raise InvalidInputError(
+            f"more than 2**26 kept values: the exact sums could overflow. {_NOTHING}"
+        )
+    if moments is None:
+        k = np.clip(np.rint((values - float(lower)) / float(q)), 0, T).astype(np.int64)
+        d2 = (2 * k - T) ** 2
+    else:
+        k, d2 = (np.asarray(a, dtype=np.int64) for a in moments)
+        if k.shape != values.shape or d2.shape != values.shape:
+            raise GpframeInternalError("moments are not aligned with the kept values.")
+        if k.size and (k.min() < 0 or k.max() > T or d2.min() < 0 or d2.max() > T * T):
+            raise GpframeInternalError("a per-user average is outside its range.")
+    S0 = np.zeros(n_cells, np.int64)
+    S1 = np.zeros(n_cells, np.int64)
+    D2 = np.zeros(n_cells, np.int64)
+    np.add.at(S0, cells, 1)
+    np.add.at(S1, cells, k)
+    np.add.at(D2, cells, d2)
+    return S0, S1, D2
+
+
 def release_private_cells(
     values: np.ndarray,
     cells: np.ndarray,
@@ -367,6 +411,7 @@ def release_private_cells(
     beta: float = 0.05,
     rng: Any = None,
     epsilons: tuple[Any, Any, Any] | None = None,
+    sums: tuple[Any, Any, Any] | None = None,
     moments: tuple[np.ndarray, np.ndarray] | None = None,
     shrink: bool = False,
 ) -> PrivateCellRelease:
@@ -398,6 +443,11 @@ def release_private_cells(
         The kept values (already bounded, in [L, U]).
     cells : ndarray of int
         Index of each kept value's cell in the public list (0..n_cells−1).
+    sums : (S0, S1, D2), optional
+        Instead of ``values`` and ``cells`` (then None): per cell, the count, Σ k and
+        Σ (2k − T)² of the kept values (or of their users' averages) on the fixed-point grid
+        (:func:`private_sums`; int64, exact), e.g. added up over the partitions of a Dask frame
+        (``docs/beyond-one-machine.md``).
 
     >>> rel = release_private_cells(np.array([1.0, 3.0]), np.array([0, 0]), 2, lower=0, upper=4,
     ...                             epsilon=1.0, max_per_cell=1)
@@ -416,27 +466,14 @@ def release_private_cells(
     q = value_step(L, U)
     T = int((U - L) // q)
     H = T * q / 2
-    values = np.asarray(values, dtype=np.float64)
-    cells = np.asarray(cells, dtype=np.int64)
-    if values.size >= 2**26:
-        raise InvalidInputError(
-            f"more than 2**26 kept values: the exact sums could overflow. {_NOTHING}"
-        )
-    if moments is None:
-        k = np.clip(np.rint((values - float(L)) / float(q)), 0, T).astype(np.int64)
-        d2 = (2 * k - T) ** 2
+    if sums is None:
+        S0, S1, D2 = private_sums(values, cells, n_cells, L, U, moments=moments)
     else:
-        k, d2 = (np.asarray(a, dtype=np.int64) for a in moments)
-        if k.shape != values.shape or d2.shape != values.shape:
-            raise GpframeInternalError("moments are not aligned with the kept values.")
-        if k.size and (k.min() < 0 or k.max() > T or d2.min() < 0 or d2.max() > T * T):
-            raise GpframeInternalError("a per-user average is outside its range.")
-    S0 = np.zeros(n_cells, np.int64)
-    S1 = np.zeros(n_cells, np.int64)
-    D2 = np.zeros(n_cells, np.int64)
-    np.add.at(S0, cells, 1)
-    np.add.at(S1, cells, k)
-    np.add.at(D2, cells, d2)
+        S0, S1, D2 = (np.asarray(a, dtype=np.int64).reshape(n_cells) for a in sums)
+        if int(S0.sum()) >= 2**26:
+            raise InvalidInputError(
+                f"more than 2**26 kept values: the exact sums could overflow. {_NOTHING}"
+            )
     # s1 = q(S1 − n T/2) = (q/2)(2 S1 − n T);  s2 = Σ((x̂ − c)² − H²/2) = (q²/8)(2 D2 − n T²)
     # with D2 = Σ (2k − T)² (equal to 8 S2 − 8 T S1 + n T², S2 = Σ k²), both exact
     num1 = 2 * S1 - S0 * T
@@ -606,6 +643,7 @@ def run_private_grid_stats(
     rng: Any = None,
     params: dict[str, Any] | None = None,
     epsilons: tuple[Any, Any, Any] | None = None,
+    bounded: tuple[BoundedContributions, Any] | None = None,
     user_averages: bool = False,
     shrink: bool = False,
 ) -> PrivateRun:
@@ -615,6 +653,14 @@ def run_private_grid_stats(
     user then pays (ε_n + ε_1 + ε_2) × |G′_ℓ|. ``user_averages``: each kept row carries its
     user's averages in the cell (:func:`pair_averages`; same sensitivities and charges);
     ``shrink``: the means are pooled (:func:`release_private_cells`).
+
+    ``bounded=(b, cell_sums)`` gives step 2 already done elsewhere (the Dask face, each
+    partition bounding the users it holds, ``docs/beyond-one-machine.md``): ``b`` carries the
+    public cells, the users (sorted) and their ``cells_kept`` (no rows), and
+    ``cell_sums(kept)`` returns the per-cell sums (:func:`private_sums`, with the users'
+    averages when ``user_averages``) of the kept rows of the users where ``kept`` (per user)
+    is True. ``users``, ``cells``, ``values`` and
+    ``public_cells`` are then None.
 
     Noise: :func:`release_private_cells`. Charge: ``epsilon × 3 × |G′_ℓ|`` per user on the central
     ledger (ε-DP draws compose as ε²/2 each on a zCDP filter); users whose remaining budget cannot
@@ -627,14 +673,17 @@ def run_private_grid_stats(
     fkind = central_kind(session)
     eps = exact(check_eps(epsilon, "epsilon"), "epsilon")
     rng = resolve_rng(rng)
-    values = np.asarray(values, dtype=np.float64)
-    if not np.isfinite(values).all():
-        raise InvalidInputError(f"values has NaN/inf entries. {_NOTHING}")
     lo, hi = exact(lower, "bounds[0]"), exact(upper, "bounds[1]")
-    if ((values < float(lo)) | (values > float(hi))).any():
-        raise InvalidInputError(f"values outside bounds=({float(lo):g}, {float(hi):g}). {_NOTHING}")
+    if bounded is None:
+        values = np.asarray(values, dtype=np.float64)
+        if not np.isfinite(values).all():
+            raise InvalidInputError(f"values has NaN/inf entries. {_NOTHING}")
+        if ((values < float(lo)) | (values > float(hi))).any():
+            raise InvalidInputError(
+                f"values outside bounds=({float(lo):g}, {float(hi):g}). {_NOTHING}"
+            )
     kw = {"max_cells": max_cells, "max_per_cell": max_per_cell, "order": order, "salt": salt}
-    b = bound_contributions(users, cells, public_cells, **kw)
+    b = bound_contributions(users, cells, public_cells, **kw) if bounded is None else bounded[0]
     ledger = session.ledger
     ukeys = b.users.tolist()
     lu = ledger.units["central"]
@@ -651,7 +700,10 @@ def run_private_grid_stats(
         need = need + per_stat.astype(np.int64)
     over = (need.astype(object) > rem_units) & (b.cells_kept > 0)
     if over.any():  # a user's own ledger state decides: the others' kept rows do not change
-        b = bound_contributions(users, cells, public_cells, excluded=over, **kw)
+        if bounded is None:
+            b = bound_contributions(users, cells, public_cells, excluded=over, **kw)
+        else:
+            b = replace(b, cells_kept=np.where(over, 0, b.cells_kept))
     payers = np.flatnonzero(b.cells_kept > 0)
     pay_users = b.users[payers].tolist()
     units = need[payers]
@@ -663,16 +715,21 @@ def run_private_grid_stats(
                 f"retry. {_NOTHING}"
             )
 
-    averages = pair_averages(b, values, lo, hi) if user_averages else None
+    averages = (pair_averages(b, values, lo, hi) if user_averages and bounded is None
+                else None)  # fmt: skip
 
     def compute(r: Any) -> Charge[Any]:
-        keep = b.keep
+        if bounded is None:
+            keep = b.keep
+            rows: dict[str, Any] = {"values": values[keep], "cells": b.row_j[keep]}
+            if averages is not None:
+                rows["moments"] = (averages[0][keep], averages[1][keep])
+        else:
+            rows = {"values": None, "cells": None, "sums": bounded[1](b.cells_kept > 0)}
         release = release_private_cells(
-            values[keep], b.row_j[keep], int(b.cells.size), lower=lo, upper=hi, epsilon=eps,
+            n_cells=int(b.cells.size), lower=lo, upper=hi, epsilon=eps,
             max_per_cell=b.max_per_cell, beta=beta, rng=rng,
-            epsilons=None if epsilons is None else stat_eps,
-            moments=None if averages is None else (averages[0][keep], averages[1][keep]),
-            shrink=shrink,
+            epsilons=None if epsilons is None else stat_eps, shrink=shrink, **rows,
         )  # fmt: skip
         return Charge(release, units, units=True)  # three ε-DP draws per kept cell
 

@@ -42,6 +42,7 @@ __all__ = [
     "KINDS",
     "SPLITS",
     "TRIPLES",
+    "Draw",
     "Elimination",
     "GroupedAmounts",
     "charge_if_stopped",
@@ -57,6 +58,7 @@ __all__ = [
     "laplace_width_t",
     "planar_radius_nominal",
     "prepare_parts",
+    "release_part",
     "round_parts",
     "split_fractions",
     "weighted_average",
@@ -72,6 +74,10 @@ SPLITS = ("even", "doubling")
 TRIPLES = ("dist", "pt")
 
 _NOTHING = "Nothing was charged."
+
+#: ``draw(positions, part) -> [(positions, Released, charge), ...]``: releases users' values
+#: where they are held (see :func:`eliminate_interactive`)
+Draw = Callable[[NDArray[np.int64], Fraction], list[tuple[NDArray[np.int64], Any, Fraction]]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -739,6 +745,25 @@ def _release(
     return rel, charge
 
 
+def release_part(
+    kind: str, triple: str, data: np.ndarray, part: Fraction, k: Fraction, rng: Any
+) -> tuple[Any, Fraction]:
+    """Release one group of users' values at ``part``: (the ``Released``, its charge).
+
+    The release of one round of the elimination (``docs/operations/range_count.md``), for a
+    ``draw`` callback that runs it where the values are held. Noise: ``gaussian_cgp`` at
+    ρ = part/k² (``kind="cgp"``), ``laplace_gp`` (``triple="dist"``) or ``planar_laplace``
+    (``triple="pt"``) at ε = part/k (``docs/noise.md``). Charge: the guarantee × k² (× k),
+    at most ``part``, in the filter's ground units.
+
+    >>> rel, charge = release_part("cgp", "dist", np.array([10.0]), Fraction(1, 10**4),
+    ...                            Fraction(1), None)
+    >>> charge, rel.guarantee.kind
+    (Fraction(1, 10000), 'cgp')
+    """
+    return _release(kind, triple, data, part, k, rng)
+
+
 def _validate_parts(kind: str, triple: str, parts: Parts, k: Fraction) -> None:
     """Check every part against the wrappers' ranges before any noise is drawn."""
     from gpframe.mechanisms import calibration as cal
@@ -878,8 +903,14 @@ def _run_round(
     rng: Any,
     charge_tab: list[list[Fraction]],
     guarantees: list[Any],
+    draw: Draw | None = None,
 ) -> int:
-    """Round j for the active users: one wrapper call per distinct part value (never per user)."""
+    """Round j for the active users: one wrapper call per distinct part value (never per user).
+
+    With ``draw``, the users' values are released where they are held (see
+    :func:`eliminate_interactive`), possibly as several calls; each call's guarantee must be
+    the same at the same part (it depends on the part only).
+    """
     gcode = parts.codes[active]
     # part ids per allocation group first (few), then per user by indexing: no per-user hashing
     pvals = np.empty(len(parts.table), dtype=object)
@@ -894,13 +925,19 @@ def _run_round(
         if idx.size == 0:
             continue
         part = puniq[q]
-        rel, charge = _release(kind, triple, x[idx], part, k, rng)
-        calls += 1
-        guarantees.append(rel.guarantee)
-        acc.rounds[idx] += 1
-        acc.add(idx, rel, charge / (k if kind == "gp" else k * k))
-        for g in np.unique(parts.codes[idx]):
-            charge_tab[g][j] = charge
+        if draw is None:
+            pieces = [(idx, *_release(kind, triple, x[idx], part, k, rng))]
+        else:
+            pieces = draw(idx, part)
+        for sub, rel, charge in pieces:
+            calls += 1
+            guarantees.append(rel.guarantee)
+            acc.rounds[sub] += 1
+            acc.add(sub, rel, charge / (k if kind == "gp" else k * k))
+            for g in np.unique(parts.codes[sub]):
+                if charge_tab[g][j] not in (0, charge):  # one part, one guarantee
+                    raise GpframeInternalError("two releases at one part stated two guarantees.")
+                charge_tab[g][j] = charge
     return calls
 
 
@@ -1098,13 +1135,21 @@ def eliminate_interactive(
     unit: Fraction | None = None,
     scale_max: float | Fraction = 1,
     rng: Any = None,
+    draw: Draw | None = None,
 ) -> Elimination:
     """Algorithm 5, interactive iterative elimination: keep the k users with the smallest h.
 
     See ``docs/operations/range_count.md``.
 
     Parameters are those of :func:`eliminate_noninteractive`, with ``k`` (1 ≤ k ≤ number of
-    queried users) instead of the thresholds.
+    queried users) instead of the thresholds, and:
+
+    draw : callable, optional
+        ``draw(idx, part)`` releases the values of the users ``idx`` at ``part`` (ground units)
+        where they are held, and returns a list of ``(positions, Released, charge)``, one per
+        release call, covering ``idx`` (the Dask face: one call per partition, on its worker,
+        ``docs/beyond-one-machine.md``). The rounds' decisions stay here and read only the
+        released values. ``data`` is then read for its shape only, and ``rng`` is not used.
 
     Returns
     -------
@@ -1152,7 +1197,7 @@ def eliminate_interactive(
         if active.size <= k:
             break
         n_calls += _run_round(j, active, x, parts, acc, kind, triple, kk, rng, charge_tab,
-                              guarantees)  # fmt: skip
+                              guarantees, draw)  # fmt: skip
         est = acc.estimate(active)
         est_all[active] = est
         keep = interactive_step(est, acc.width(active, beta1), int(k))

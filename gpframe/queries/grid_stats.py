@@ -165,6 +165,26 @@ def exact_cell_stats(
     np.add.at(s0, cells, 1)
     np.add.at(s1, cells, k)
     np.add.at(s2, cells, k * k)
+    return cell_stats_from_sums(s0, s1, s2, lower, upper)
+
+
+def cell_stats_from_sums(
+    s0: np.ndarray, s1: np.ndarray, s2: np.ndarray, lower: Fraction, upper: Fraction
+) -> tuple[list[Fraction | None], list[Fraction | None], np.ndarray]:
+    """:func:`exact_cell_stats` from per-cell sums: the count, Σ k and Σ k² of the kept values.
+
+    k = rint((x − L)/q) clipped to [0, T] (int64; sums over partitions add up exactly).
+
+    >>> m, v, r = cell_stats_from_sums(np.array([2]), np.array([3]), np.array([5]),
+    ...                                Fraction(0), Fraction(4))     # q = 2**-14
+    >>> m[0], v[0], r.tolist()
+    (Fraction(3, 32768), Fraction(1, 1073741824), [2])
+    """
+    q = value_step(lower, upper)
+    if int(np.asarray(s0).sum()) >= 2**28:
+        raise InvalidInputError(
+            f"more than 2**28 kept values: the exact sums would overflow. {_NOTHING}"
+        )
     means: list[Fraction | None] = []
     variances: list[Fraction | None] = []
     for r, a, b in zip(s0.tolist(), s1.tolist(), s2.tolist(), strict=True):
@@ -384,6 +404,7 @@ def run_grid_stats(
     params: dict[str, Any] | None = None,
     max_retries: int = 3,
     on_stage: Callable[[str], None] | None = None,
+    cell_stats: Callable[[ClipUserPlan], Any] | None = None,
 ) -> GridStatsRun:
     """Plan, admit, charge and release.
 
@@ -396,9 +417,16 @@ def run_grid_stats(
     compose on a zCDP filter as ε²/2 each). ``values`` must already be in [L, U] and validated; the
     data's counts must equal ``occ`` (checked, fail closed). ``on_stage`` (a progress bar's step)
     is called once the first Clip-User plan is admitted.
+
+    ``cell_stats(plan)`` replaces the rows (``rows_u``, ``rows_j``, ``values`` then None): it
+    returns :func:`exact_cell_stats`'s (means, variances, r) of the rows the plan keeps,
+    computed where the rows are held (the Dask face, from exact per-cell sums,
+    :func:`cell_stats_from_sums`; ``docs/beyond-one-machine.md``); ``occ`` must then be the
+    data's own counts. It is called after the reservation, before any noise is drawn.
     """
     fkind = central_kind(session)
-    check_data_matches(occ, rows_u, rows_j)
+    if cell_stats is None:
+        check_data_matches(occ, rows_u, rows_j)
     eps = exact(epsilon, "epsilon")
     plan_kw = {
         "lower": lower,
@@ -437,10 +465,13 @@ def run_grid_stats(
         def compute(
             r: Any, plan: ClipUserPlan = plan, users: list[Any] = users, payers: Any = payers
         ) -> Charge[Any]:
-            keep = retained_rows(plan, rows_u, rows_j, order)
-            means, variances, r_chk = exact_cell_stats(
-                values[keep], rows_j[keep], occ.n_cells, lower, upper
-            )
+            if cell_stats is None:
+                keep = retained_rows(plan, rows_u, rows_j, order)
+                means, variances, r_chk = exact_cell_stats(
+                    values[keep], rows_j[keep], occ.n_cells, lower, upper
+                )
+            else:
+                means, variances, r_chk = cell_stats(plan)
             if not np.array_equal(r_chk, plan.r_cell):
                 raise GpframeInternalError("kept rows do not match the plan's retained counts.")
             release = release_cells(plan, means, variances, beta=beta, rng=rng)

@@ -27,6 +27,7 @@ projection's scale factor (``scale_max``), as ``privatize`` does.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
@@ -713,6 +714,7 @@ def kde_points_pt(
     scale_max: float | Fraction = 1,
     rng: Any = None,
     chunk: int = 2**22,
+    privatize: Callable[[], Privatized] | None = None,
 ) -> KdePoints:
     """``pt`` baseline at m query points: privatize once, evaluate everywhere.
 
@@ -720,6 +722,9 @@ def kde_points_pt(
 
     Noise and charge as :func:`privatize_once` (charged once however many points). Error:
     (L_K/n)·Σ_i r_i with r_i user i's radius at β/n from the sampled noise, capped at 1.
+    ``privatize()``, if given, returns the :class:`Privatized` release of the users' points
+    made where they are held (the Dask face, ``docs/beyond-one-machine.md``) instead of
+    :func:`privatize_once` on ``xy_m`` (then read for nothing).
 
     Examples
     --------
@@ -736,7 +741,10 @@ def kde_points_pt(
         raise InvalidInputError(
             f"query points must be finite with shape (m, 2), got {at.shape}. {_NOTHING}"
         )
-    pv = privatize_once(xy_m, amount, kind=kind, unit=unit, scale_max=scale_max, rng=rng)
+    if privatize is None:
+        pv = privatize_once(xy_m, amount, kind=kind, unit=unit, scale_max=scale_max, rng=rng)
+    else:
+        pv = privatize()
     nq = int(pv.queried.sum())
     m = at.shape[0]
     vals = np.zeros(m)

@@ -13,6 +13,7 @@ final selection (post-processing of released values only) and the error bound.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
@@ -22,9 +23,9 @@ from numpy.typing import NDArray
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import BudgetExceededError, InvalidInputError
-from gpframe.queries.elimination import Elimination, eliminate_interactive
+from gpframe.queries.elimination import Draw, Elimination, eliminate_interactive
 
-__all__ = ["METHODS", "NearestArrays", "nearest_users_arrays"]
+__all__ = ["METHODS", "NearestArrays", "distance_to", "nearest_rounds", "nearest_users_arrays"]
 
 METHODS = ("pt", "dist", "pt-elim", "dist-elim")
 _NOTHING = "Nothing was charged."
@@ -139,18 +140,55 @@ def nearest_users_arrays(
     q = np.asarray(point_m, dtype=np.float64).reshape(-1)
     if q.shape != (2,) or not np.isfinite(q).all():
         raise InvalidInputError(f"point must be one finite (x, y), got {point_m!r}. {_NOTHING}")
-    b = probability(beta)
-    elim = method.endswith("-elim")
-    dist = method.startswith("dist")
+    data = distance_to(q)(p) if method.startswith("dist") else p
+    return nearest_rounds(data, q, k, kind=kind, amount=amount, method=method, rounds=rounds,
+                          split=split, beta=beta, unit=unit, scale_max=scale_max,
+                          rng=resolve_rng(rng))  # fmt: skip
 
-    def h(pts: np.ndarray) -> np.ndarray:
+
+def distance_to(q: Any) -> Callable[[Any], np.ndarray]:
+    """Return h(x) = ||x − q|| on an (m, 2) array of points (1-Lipschitz; q public)."""
+    q = np.asarray(q, dtype=np.float64).reshape(-1)
+
+    def h(pts: Any) -> np.ndarray:
         pts = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
         return np.hypot(pts[:, 0] - q[0], pts[:, 1] - q[1])
 
-    data = h(p) if dist else p
-    bits = resolve_rng(rng)
-    common = dict(kind=kind, triple="dist" if dist else "pt", h=None if dist else h, unit=unit,
-                  scale_max=scale_max, rng=bits)  # fmt: skip
+    return h
+
+
+def nearest_rounds(
+    data: Any,
+    point_m: Any,
+    k: int,
+    *,
+    kind: Literal["cgp", "gp"],
+    amount: Any,
+    method: str,
+    rounds: int,
+    split: Literal["even", "doubling"],
+    beta: float,
+    unit: Fraction | None,
+    scale_max: float | Fraction,
+    rng: Any,
+    draw: Draw | None = None,
+) -> NearestArrays:
+    """Run Algorithm 8 on prepared values: the rounds, then the final selection.
+
+    ``data`` is the distances to ``point_m`` (``dist*``, shape (n,)) or the points (``pt*``,
+    shape (n, 2)); ``rng`` a resolved bit source. With ``draw`` (see
+    :func:`gpframe.queries.elimination.eliminate_interactive`), the values are released where
+    they are held (the Dask face, ``docs/beyond-one-machine.md``): ``data`` is read for its
+    shape only, and ``rng`` draws only the final selection's random order of ties. Noise,
+    charge and error as in :func:`nearest_users_arrays`.
+    """
+    b = probability(beta)
+    elim = method.endswith("-elim")
+    dist = method.startswith("dist")
+    bits = rng
+    common = dict(kind=kind, triple="dist" if dist else "pt",
+                  h=None if dist else distance_to(point_m), unit=unit, scale_max=scale_max,
+                  rng=bits, draw=draw)  # fmt: skip
     if elim:
         out = eliminate_interactive(data, amount, k=k, rounds=rounds, split=split, beta=b / 2,
                                     **common)  # fmt: skip

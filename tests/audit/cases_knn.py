@@ -126,6 +126,54 @@ def nearest_case(mode: str, amount: float, d: float, *, tiers=SLOW) -> Case:
 nearest_case("gp", 0.2, 10.0, tiers=FAST)
 
 
+def nearest_draw_case(
+    mode: str, amount: float, d: float, *, method: str = "dist-elim", tiers=SLOW
+) -> Case:
+    """Nearest users as the Dask face runs it (``dist-elim``, 2 rounds): the rounds on the
+    caller's side, each round's values released by ``release_part`` per "partition" (the user,
+    a fixed decoy) from its own child stream; the output is which of the two is selected and
+    how many rounds the user ran. The neighbour moves the user by d. One call per output."""
+    from fractions import Fraction
+
+    from gpframe.queries.elimination import release_part
+    from gpframe.queries.nearest import distance_to, nearest_rounds
+
+    x = np.array([[50.0, 0.0]])
+    xp = x + np.array([d, 0.0])
+    q = np.zeros(2)
+
+    def run(t, n, rng):
+        out = np.empty(n, dtype=np.int64)
+        held = np.vstack([t, [[0.0, 60.0]]])  # what the "workers" hold
+
+        def draw(idx, part):
+            return [(idx[j:j + 1], *release_part(mode, "dist", distance_to(q)(held[idx[j:j + 1]]),
+                                                 part, Fraction(1), rng))
+                    for j in range(idx.size)]  # fmt: skip
+
+        for i in range(n):
+            r = nearest_rounds(np.zeros(2), q, 1, kind=mode, amount=amount, method=method,
+                               rounds=2, split="even", beta=0.1, unit=None, scale_max=1,
+                               rng=rng, draw=draw)  # fmt: skip
+            out[i] = int(r.selected[0]) * 3 + int(r.rounds_run[0])
+        return out
+
+    claim = Claim.gp(amount, d) if mode == "gp" else Claim.cgp(amount, d)
+    return register(Case(name=f"nearest/draw/{method}/{mode}/{amount:g}/d{d:g}",
+                         covers=("gpframe.queries.nearest.nearest_rounds",
+                                 "gpframe.queries.elimination.release_part"), run=run,
+                         inputs=(x, xp), claim=claim, featurizers=(discrete_featurizer(
+                             lambda o: np.asarray(o, dtype=np.int64)),), tiers=tiers,
+                         n_fast=400, n_slow=20_000))  # fmt: skip
+
+
+# the fast tier runs the one-round baseline (half the calls); with the same stream the draw path
+# releases exactly what nearest_users_arrays releases
+# (tests/unit/queries/test_nearest.py::test_a_draw_from_the_same_stream_gives_the_same_output)
+nearest_draw_case("gp", 0.2, 10.0, method="dist", tiers=FAST)
+nearest_draw_case("cgp", 0.02, 10.0)
+
+
 # ------------------------------------------------------------------------------------------
 # issue 8 item 9: events on the released hull itself, and k-PNN on the released index *set*
 

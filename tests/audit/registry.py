@@ -118,13 +118,23 @@ THIN_WRAPPERS: dict[str, str] = {
         "the Dask face's kde at query points: one reservation per query point through the "
         "driver, then gpframe.queries.kde.kde_point (audited) on each partition's users with the "
         "reserved allocations, the query's union-bound n and a child stream per (point, "
-        "partition); sums and charges on the client. tests/integration/dask/test_kde.py"
+        "partition); sums and charges on the client. method='pt': one reservation, "
+        "gpframe.queries.kde.privatize_once (audited) on each partition, then "
+        "gpframe.queries.kde.kde_points_pt's evaluation of the released points on the client. "
+        "tests/integration/dask/test_kde.py"
     ),
     "gpframe.dask.knn": (
         "the Dask face's knn: one reservation through the driver, then "
         "gpframe.queries.knn.knn_indices (audited) on each partition's users with the reserved "
         "amount and the projection's scale_max; charges as the pandas face. "
         "tests/integration/dask/test_knn.py"
+    ),
+    "gpframe.dask.nearest": (
+        "the Dask face's nearest_users: one reservation through the driver, then "
+        "gpframe.queries.nearest.nearest_rounds (audited) on the client with a draw that runs "
+        "gpframe.queries.elimination.release_part (audited) on each partition's remaining users "
+        "at the round's part, with a child stream per (call, partition); only released values "
+        "reach the client. Charges as the pandas face: tests/integration/dask/test_nearest.py"
     ),
     "gpframe.dask.hull": (
         "the Dask face's convex_hull: one reservation through the driver, then "
@@ -134,11 +144,28 @@ THIN_WRAPPERS: dict[str, str] = {
         "tests/integration/dask/test_knn.py"
     ),
     "gpframe.dask.grid_stats": (
-        "the Dask face's grid_stats(epsilon_per_user=, occupancy='public'): each partition "
+        "the Dask face's grid_stats(epsilon_per_user=, occupancy='public'; the other forms: "
+        "gpframe.dask.grid_clip, gpframe.dask.grid_private): each partition "
         "reduces its rows to exact int64 per-(user, cell) sums (no noise), the client adds them "
         "and calls gpframe.queries.grid_user_stats.run_user_grid_stats (audited) with them; the "
         "noise is drawn on the client. Same values and charges as the pandas face with the same "
         "seeded source: tests/integration/dask/test_grid_stats.py"
+    ),
+    "gpframe.dask.grid_clip": (
+        "the Dask face's grid_stats(epsilon_per_statistic=, occupancy='public'): each partition "
+        "(whole users, input order) counts its (user, cell) pairs, then returns exact int64 "
+        "per-cell sums of the rows the plan keeps (no noise); the client calls "
+        "gpframe.queries.grid_stats.run_grid_stats (audited) with them, the noise drawn on the "
+        "client. Same values and charges as the pandas face with the same seeded source: "
+        "tests/integration/dask/test_grid_stats.py"
+    ),
+    "gpframe.dask.grid_private": (
+        "the Dask face's grid_stats(occupancy='private'): each partition (whole users, input "
+        "order) runs gpframe.queries.contribution_bounding.bound_contributions and returns exact "
+        "int64 per-(user, cell) sums of the kept values (no noise); the client calls "
+        "gpframe.queries.contribution_bounding.run_private_grid_stats (audited through its "
+        "release) with them, the noise drawn on the client. Same values and charges as the "
+        "pandas face with the same seeded source: tests/integration/dask/test_grid_stats.py"
     ),
     "gpframe.dask.partitions": (
         "shuffles on the user column and validates/counts each partition (draws nothing); "

@@ -910,6 +910,30 @@ def _dask_knn(ctx: Ctx) -> Any:
         return b.knn(POINT, 3, rho=1e-6, rng=ctx.rng(125))
 
 
+@case(name="nearest_users/dask/last-fix", frontend="dask", covers=("dask.nearest_users",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.nearest", "gpframe.dask.partitions",
+               QF + "nearest", QF + "elimination"), missing=_no_dask)  # fmt: skip
+def _dask_nearest(ctx: Ctx) -> Any:
+    # the rounds run in this process, each partition releasing its remaining users' values
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.nearest_users(POINT, 2, rho=1e-6, component=gp_last("ts"), rng=ctx.rng(152))
+
+
+@case(name="nearest_users/dask/preview", frontend="dask", covers=("dask.nearest_users",),
+      modules=("gpframe.dask.nearest", "gpframe.dask.driver", "gpframe.results.preview"),
+      missing=_no_dask)  # fmt: skip
+def _dask_nearest_preview(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return _preview_forms(ctx, lambda: b.nearest_users(POINT, 2, rho=1e-6, reduce="last",
+                                                           dry_run=True))
+
+
 @case(name="kde/dask/last-fix", frontend="dask", covers=("dask.kde",),
       modules=("gpframe.dask.accessor", "gpframe.dask.kde_points", "gpframe.dask.partitions",
                QF + "kde", QF + "elimination"), missing=_no_dask)  # fmt: skip
@@ -921,6 +945,20 @@ def _dask_kde(ctx: Ctx) -> Any:
         b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
         return b.kde([POINT, POINT], bandwidth_m=500.0, rho=1e-6, component=gp_last("ts"),
                      rng=ctx.rng(151))  # fmt: skip
+
+
+@case(name="kde/dask/pt", frontend="dask", covers=("dask.kde",),
+      modules=("gpframe.dask.kde_points", "gpframe.dask.kde", "gpframe.dask.partitions",
+               QF + "kde"), missing=_no_dask)  # fmt: skip
+def _dask_kde_pt(ctx: Ctx) -> Any:
+    # the baseline: each user's point released once on its worker, the points evaluated on
+    # the client
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.kde([POINT, POINT], bandwidth_m=500.0, rho=1e-6, method="pt",
+                     component=gp_last("ts"), rng=ctx.rng(155))  # fmt: skip
 
 
 @case(name="kde/dask/preview", frontend="dask", covers=("dask.kde",),
@@ -978,6 +1016,61 @@ def _dask_grid_per_user(ctx: Ctx) -> Any:
     with dask.config.set(scheduler="synchronous"):
         b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
         return b.grid_stats(**kw, epsilon_per_user=4.0, occupancy="public", rng=ctx.rng(126))
+
+
+@case(
+    name="grid_stats/dask/public-occupancy",
+    frontend="dask",
+    covers=("dask.grid_stats",),
+    modules=("gpframe.dask.accessor", "gpframe.dask.grid_clip", "gpframe.dask.partitions",
+             QF + "grid_stats", QF + "grid_clip_output"),
+    public=frozenset({"count", "cell"}),
+    central=True,
+    neighbour="result",
+    exempt=("error",),
+    missing=_no_dask,
+)  # fmt: skip (the largest cell error: from the public occupancy)
+def _dask_grid_public(ctx: Ctx) -> Any:
+    # Clip-User, the per-statistic form: the accessor case's source (the same released values)
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.grid_stats(**_GRID, occupancy="public", rng=ctx.rng(12))
+
+
+@case(name="grid_stats/dask/private-occupancy", frontend="dask", covers=("dask.grid_stats",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.grid_private", "gpframe.dask.partitions",
+               QF + "contribution_bounding", QF + "grid_private"),
+      public=frozenset({"cell"}), central=True, neighbour="all",
+      exempt=("mean", "variance", "variance_unbiased", "count"), missing=_no_dask)  # fmt: skip
+def _dask_grid_private(ctx: Ctx) -> Any:
+    # the accessor case's source: the noise is drawn on the client by the same code, so both
+    # faces publish the same (a noisy count is an integer: another seed can repeat one by
+    # chance, which the canary's text comparison reads as a deterministic change)
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.grid_stats(**_GRID, occupancy="private", max_cells=3, max_per_cell=5,
+                            public_cells=public_cells(), rng=ctx.rng(13))  # fmt: skip
+
+
+@case(name="grid_stats/dask/private-occupancy/epsilon_per_user", frontend="dask",
+      covers=("dask.grid_stats",),
+      modules=("gpframe.dask.grid_private", QF + "contribution_bounding",
+               QF + "grid_user_stats", QF + "grid_private"),
+      public=frozenset({"cell"}), central=True, neighbour="all",
+      exempt=("mean", "variance", "variance_unbiased", "count"), missing=_no_dask)  # fmt: skip
+def _dask_grid_private_per_user(ctx: Ctx) -> Any:
+    import dask
+
+    kw = {k: v for k, v in _GRID.items() if k != "epsilon"}
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.grid_stats(**kw, epsilon_per_user=3.0, occupancy="private", max_cells=3,
+                            max_per_cell=5, public_cells=public_cells(),
+                            rng=ctx.rng(16))  # fmt: skip
 
 
 @case(name="privatize/dask/preview", frontend="dask", covers=("dask.privatize",),

@@ -151,6 +151,39 @@ def test_points_dist_values_charges_and_result_match_the_pandas_face(cluster, bu
     assert (c.points["kde"] != b.points["kde"]).all()
 
 
+@pytest.mark.parametrize("budget,amount", [(gp.CGP(rho=1e-2), {"rho": 1e-4}),
+                                           (gp.GP(eps=1.0), {"eps": 1e-2})])  # fmt: skip
+def test_points_pt_releases_once_and_matches_the_pandas_face(cluster, budget, amount):
+    # the baseline: one reservation, each user's point released once on its worker, every
+    # query point evaluated on the client from the released points
+    df = _point_rows()
+    ddf = dd.from_pandas(df.set_index("u"), npartitions=3, sort=True)
+    call = dict(bandwidth_m=2_000, method="pt", **amount)
+    s_dk = gp.Session(budget=budget)
+    b = ddf.geopriv(s_dk, **PKW).kde(QS, rng=seeded_rng(3), **call)
+    s_pd = gp.Session(budget=budget)
+    a = df.geopriv(s_pd, **PKW).kde(QS, rng=seeded_rng(4), **call)
+    pd.testing.assert_series_equal(s_dk.spent().sort_index(), s_pd.spent().sort_index())
+    assert s_dk.ledger.verify()["charges"] == 1  # charged once for both points
+    da, db = a.to_dict(value=False), b.to_dict(value=False)
+    assert da.keys() == db.keys()
+    for key in PFIELDS:
+        assert da[key] == db[key], key
+    assert list(b.points.columns) == list(a.points.columns)
+    assert (b.points["n_near"] == 60).all() and (b.points["error"] <= 1).all()
+    # each partition's released points are the pandas face's with that partition's child
+    # stream (the same draws), so the value is the pandas face's per-partition sums, added
+    totals = np.zeros(len(QS))
+    for i in range(ddf.npartitions):
+        part = ddf.get_partition(i).compute().reset_index()
+        r = part.geopriv(gp.Session(budget=budget), **PKW).kde(
+            QS, rng=seeded_rng(3).spawn(i), **call)
+        totals += r.points["kde"].to_numpy() * len(part)
+    np.testing.assert_allclose(b.points["kde"].to_numpy(), totals / len(df), rtol=1e-12)
+    c = ddf.geopriv(gp.Session(budget=budget), **PKW).kde(QS, rng=seeded_rng(5), **call)
+    assert (c.points["kde"] != b.points["kde"]).all()  # noisy: another seed, another value
+
+
 def test_points_pt_elim_stops_the_far_users_early_as_the_pandas_face(cluster):
     df = _point_rows()
     call = dict(bandwidth_m=2_000, rho=1e-4)
@@ -171,7 +204,6 @@ def test_points_pt_elim_stops_the_far_users_early_as_the_pandas_face(cluster):
 
 @pytest.mark.parametrize("call,match", [
     ({"bandwidth_m": 0, "rho": 1e-4}, "bandwidth_m"),
-    ({"bandwidth_m": 500, "rho": 1e-4, "method": "pt"}, "method='pt'"),
     ({"bandwidth_m": 500, "rho": 1e-4, "method": "nope"}, "method"),
     ({"bandwidth_m": 500, "rho": 1e-4, "beta": 2}, "beta"),
     ({"bandwidth_m": 500, "eps": 1e-4}, "pass rho="),

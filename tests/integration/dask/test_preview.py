@@ -30,7 +30,7 @@ BOUNDS = (500_000, 4_500_000, 520_000, 4_520_000)
 KW = {"user": "u", "x": "x", "y": "y", "crs": "EPSG:32618"}
 #: the release tasks of the operations (what a dry run must never submit)
 RELEASE = ("release_partition", "count_partition", "release_points", "knn_partition",
-           "hull_partition", "kde_partition")
+           "hull_partition", "kde_partition", "release_round")
 
 #: name -> call on a bound frame (either face)
 OPS: dict[str, Any] = {
@@ -42,9 +42,12 @@ OPS: dict[str, Any] = {
     "kde_raster": lambda b, **k: b.kde_raster(bandwidth_m=2000, cell_m=1000, rho=1e-4,
                                               reduce="first", bounds=BOUNDS, **k),
     "knn": lambda b, **k: b.knn(P, 2, rho=1e-4, **k),
+    "nearest_users": lambda b, **k: b.nearest_users(P, 2, rho=1e-4, reduce="first", **k),
     "convex_hull": lambda b, **k: b.convex_hull(rho=1e-4, **k),
     "kde": lambda b, **k: b.kde([P, (510_000.0, 4_510_000.0)], bandwidth_m=2000, rho=1e-4,
                                 reduce="first", **k),
+    "kde/pt": lambda b, **k: b.kde([P, (510_000.0, 4_510_000.0)], bandwidth_m=2000, rho=1e-4,
+                                   method="pt", reduce="first", **k),
 }
 
 
@@ -113,7 +116,7 @@ def test_preview_is_the_pandas_preview_and_the_real_reservation(cluster, name: s
 
 
 @pytest.mark.parametrize("name", ["privatize", "range_count", "kde_raster", "knn",
-                                  "convex_hull", "kde"])
+                                  "convex_hull", "kde", "nearest_users"])
 def test_raise_names_the_users_and_writes_nothing(cluster, name: str) -> None:
     op = OPS[name]
     s, b = _bound(_frame())

@@ -68,3 +68,80 @@ def test_bad_inputs_raise(kw, match):
         nearest_users_arrays(
             _users(3, 10), args.pop("point_m"), args.pop("k"), kind="cgp", amount=1e-4, **args
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# nearest_rounds with ``draw``: the values released where they are held (the Dask face)
+
+
+def _draw(xy, q, method, kind, rng, pieces=1):
+    """A draw that releases ``idx`` in ``pieces`` calls, from ``rng``, as the workers would."""
+    from fractions import Fraction
+
+    from gpframe.queries.elimination import release_part
+    from gpframe.queries.nearest import distance_to
+
+    triple = "dist" if method.startswith("dist") else "pt"
+
+    def draw(idx, part):
+        out = []
+        for sub in np.array_split(idx, pieces):
+            data = distance_to(q)(xy[sub]) if triple == "dist" else xy[sub]
+            out.append((sub, *release_part(kind, triple, data, part, Fraction(1), rng)))
+        return out
+
+    return draw
+
+
+@pytest.mark.parametrize("method,kind", [("dist-elim", "cgp"), ("pt-elim", "gp"),
+                                         ("pt-elim", "cgp"), ("dist", "gp")])  # fmt: skip
+def test_a_draw_from_the_same_stream_gives_the_same_output(method, kind):
+    from gpframe.queries.nearest import nearest_rounds
+
+    xy, q = _users(5, 120), np.zeros(2)
+    amt = 1e-5 if kind == "cgp" else 2e-3
+    a = nearest_users_arrays(xy, q, 4, kind=kind, amount=amt, method=method, rng=seeded_rng(5))
+    rng = seeded_rng(5)
+    shape = (120,) if method.startswith("dist") else (120, 2)
+    b = nearest_rounds(np.zeros(shape), q, 4, kind=kind, amount=amt, method=method, rounds=10,
+                       split="doubling", beta=0.1, unit=None, scale_max=1, rng=rng,
+                       draw=_draw(xy, q, method, kind, rng))  # fmt: skip
+    assert a.selected.tolist() == b.selected.tolist() and a.error == b.error
+    assert a.charges.tolist() == b.charges.tolist()
+    assert a.rounds_run.tolist() == b.rounds_run.tolist()
+    if method.endswith("-elim"):
+        assert a.rounds_run.max() > 1  # several rounds ran
+
+
+def test_a_draw_in_several_calls_charges_each_user_the_parts_of_its_rounds():
+    from fractions import Fraction
+
+    from gpframe.queries.elimination import charge_if_stopped, split_fractions
+    from gpframe.queries.nearest import nearest_rounds
+
+    xy, q = _users(6, 90), np.zeros(2)
+    rng = seeded_rng(6)
+    out = nearest_rounds(np.zeros(90), q, 3, kind="cgp", amount=Fraction(1, 10**5),
+                         method="dist-elim", rounds=10, split="doubling", beta=0.1, unit=None,
+                         scale_max=1, rng=rng, draw=_draw(xy, q, "dist-elim", "cgp", rng, 3))
+    pi = split_fractions("doubling", 10)
+    want = [charge_if_stopped(Fraction(1, 10**5), pi, r) for r in out.rounds_run.tolist()]
+    assert out.charges.tolist() == want and len(set(out.rounds_run.tolist())) > 1
+
+
+def test_two_guarantees_at_one_part_are_refused():
+    from fractions import Fraction
+
+    from gpframe.errors import GpframeInternalError
+    from gpframe.queries.elimination import release_part
+    from gpframe.queries.nearest import nearest_rounds
+
+    def draw(idx, part):  # the second call states half the part: not the same mechanism
+        a = (idx[:1], *release_part("cgp", "dist", np.ones(1), part, Fraction(1), None))
+        rel, _ = release_part("cgp", "dist", np.ones(idx.size - 1), part / 2, Fraction(1), None)
+        return [a, (idx[1:], rel, part / 2)]
+
+    with pytest.raises(GpframeInternalError, match="two guarantees"):
+        nearest_rounds(np.zeros(5), np.zeros(2), 1, kind="cgp", amount=1e-4, method="dist",
+                       rounds=1, split="even", beta=0.1, unit=None, scale_max=1, rng=None,
+                       draw=draw)  # fmt: skip
