@@ -52,6 +52,27 @@ def _amount(session: Any, rho: Any, eps: Any, what: str) -> tuple[str, Fraction,
     return kind, amount, fk
 
 
+def _bound(bound: Any, rho: Any, eps: Any, what: str) -> Any:
+    """Return the preview's a-priori error hook of a knn, hull or nearest query (docs/ledger.md)."""
+    from gpframe.ledger.charges import ledger_keys
+    from gpframe.queries import preview_bounds as _pb
+
+    def extra() -> dict[str, Any]:
+        kind, amount, _ = _amount(bound.session, rho, eps, what)
+        if what == "nearest_users":
+            return {"kind": kind, "amount": amount}
+        split = getattr(bound, "partition", None) is not None
+        users = bound.located.users if split else bound.projected.users
+        codes, uniques = pd.factorize(pd.Series(users), sort=False)
+        n = np.bincount(codes, minlength=len(uniques)).tolist()
+        return {"kind": kind, "amount": amount,
+                "counts": dict(zip(list(ledger_keys(uniques)), n, strict=True))}  # fmt: skip
+
+    fn = {"knn": _pb.knn_error, "nearest_users": _pb.nearest_error,
+          "convex_hull": _pb.hull_error_known}[what]
+    return _pb.bound_for(bound.session, _pb.scale_of(bound), fn, extra)
+
+
 def _point_m(point: Any, projected: Any) -> np.ndarray:
     """Return the query point in the metric CRS: a Point (data CRS), (x, y) or a GeoSeries."""
     import shapely
@@ -179,7 +200,7 @@ def knn(
     ([1, 2, 1], ['boat', 'knn_rank'], [0.0001, 0.0001])
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(knn, locals(), "knn")
+        return dry(knn, locals(), "knn", error=_bound(bound, rho, eps, "knn"))
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(knn, locals())
     from gpframe.queries import knn as _k
@@ -356,7 +377,8 @@ def convex_hull(
     ([1, 2], [16, 16], [0.001, 0.001])
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(convex_hull, locals(), "convex_hull")
+        return dry(convex_hull, locals(), "convex_hull",
+                   error=_bound(bound, rho, eps, "convex_hull"))
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(convex_hull, locals())
     import geopandas as gpd
@@ -540,7 +562,8 @@ def nearest_users(
     ([1, 2], True)
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(nearest_users, locals(), "nearest_users", adaptive=method.endswith("-elim"))
+        return dry(nearest_users, locals(), "nearest_users", adaptive=method.endswith("-elim"),
+                   error=_bound(bound, rho, eps, "nearest_users"))
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(nearest_users, locals())
     from gpframe.queries.elimination import split_fractions

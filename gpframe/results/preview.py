@@ -27,6 +27,10 @@ __all__ = ["Preview", "dry", "preview_call"]
 
 _UNIT = {"gp": "m⁻¹", "cgp": "m⁻²", "dp": "", "zcdp": ""}
 
+#: ``error(table, calls)``: the operation's a-priori bound from the planned table and its planned
+#: reservations (:class:`gpframe.ledger.run.Planned`): ``(bound, kind, confidence or None)``
+ErrorHook = Callable[[pd.DataFrame, list[Any]], tuple[float, str, float | None] | None]
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Preview:
@@ -157,10 +161,8 @@ class Preview:
         if self.refusal:
             lines.append(f"  refusal: {self.refusal}")
         if self.error is not None:
-            lines.append(
-                f"  expected error: {self.error:.6g} {self.error_kind} at confidence "
-                f"{self.confidence:.3g}"
-            )
+            at = "" if self.confidence is None else f" at confidence {self.confidence:.3g}"
+            lines.append(f"  expected error: {self.error:.6g} {self.error_kind}{at}")
         rem = self.remaining_after()
         if not math.isnan(rem["min"]):
             lines.append(
@@ -188,7 +190,7 @@ def preview_call(
     call: Callable[[], Any],
     *,
     adaptive: bool = False,
-    error: Callable[[pd.DataFrame], tuple[float, str, float] | None] | None = None,
+    error: ErrorHook | None = None,
     per: str | None = None,
     per_note: str = "",
     stop: bool = True,
@@ -196,8 +198,8 @@ def preview_call(
     """Run ``call`` as a dry run and build its :class:`Preview`.
 
     ``call`` is the operation itself (all its validation runs; the driver plans its
-    reservations and stops it before any noise). ``error(table)`` gives the operation's error
-    formula from the planned table, when it has one.
+    reservations and stops it before any noise). ``error(table, calls)`` gives the operation's
+    a-priori error bound from the planned table and reservations, when it has one.
     """
     with previewing(stop=stop) as plan:
         try:
@@ -225,7 +227,7 @@ def build(
     plan: PreviewPlan,
     *,
     adaptive: bool = False,
-    error: Callable[[pd.DataFrame], tuple[float, str, float] | None] | None = None,
+    error: ErrorHook | None = None,
     per: str | None = None,
     per_note: str = "",
 ) -> Preview:
@@ -284,12 +286,12 @@ def build(
         },
         index=pd.Index(order, dtype=object, name="user"),
     )
-    err = error(table) if error is not None and len(table) else None
+    err = error(table, calls) if error is not None and len(table) else None
     params = {k: v for k, v in calls[0].params.items() if k != EXCLUDED_KEY} if calls else {}
     return Preview(
         operation=operation, notion=notion, kind=kind, table=table, reservations=len(calls),
         refusal=refusal, adaptive=adaptive, saving=None,
         error=None if err is None else float(err[0]), error_kind="" if err is None else err[1],
-        confidence=None if err is None else float(err[2]), per=per, per_note=per_note,
-        params=params,
+        confidence=None if err is None or err[2] is None else float(err[2]), per=per,
+        per_note=per_note, params=params,
     )  # fmt: skip
