@@ -208,7 +208,8 @@ def kde(
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
         return dry(kde, locals(), "kde", adaptive=method.endswith("-elim"),
-                   error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.kde_error))
+                   error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.kde_error),
+                   least=_pb.least_for(bound.session))
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(kde, locals())
     session = bound.session

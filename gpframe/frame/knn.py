@@ -25,6 +25,7 @@ from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import Charge, run, with_on_exhausted
 from gpframe.mechanisms.noise.bits import resolve_rng
+from gpframe.queries import preview_bounds as _pb
 from gpframe.results import HullResult, KnnResult, NearestResult
 from gpframe.results.preview import dry
 
@@ -55,7 +56,6 @@ def _amount(session: Any, rho: Any, eps: Any, what: str) -> tuple[str, Fraction,
 def _bound(bound: Any, rho: Any, eps: Any, what: str) -> Any:
     """Return the preview's a-priori error hook of a knn, hull or nearest query (docs/ledger.md)."""
     from gpframe.ledger.charges import ledger_keys
-    from gpframe.queries import preview_bounds as _pb
 
     def extra() -> dict[str, Any]:
         kind, amount, _ = _amount(bound.session, rho, eps, what)
@@ -563,7 +563,9 @@ def nearest_users(
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
         return dry(nearest_users, locals(), "nearest_users", adaptive=method.endswith("-elim"),
-                   error=_bound(bound, rho, eps, "nearest_users"))
+                   error=_bound(bound, rho, eps, "nearest_users"),
+                   least=_pb.least_for(bound.session, True, lambda: _amount(
+                       bound.session, rho, eps, "nearest_users")[1]))
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(nearest_users, locals())
     from gpframe.queries.elimination import split_fractions

@@ -264,7 +264,8 @@ def range_count(
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
         return dry(range_count, locals(), "range_count", adaptive=method.endswith("-elim"),
-                   error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.range_count_band))
+                   error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.range_count_band),
+                   least=_pb.least_for(bound.session))
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(range_count, locals())
     from gpframe.ledger.plan import SessionPlan

@@ -27,11 +27,13 @@ from gpframe.queries import elimination as _el
 
 __all__ = [
     "bound_for",
+    "elimination_least",
     "full_run_widths",
     "hull_error_known",
     "kde_error",
     "kde_raster_sigma",
     "knn_error",
+    "least_for",
     "nearest_error",
     "planned_release",
     "range_count_band",
@@ -339,3 +341,58 @@ def hull_error_known(calls: Sequence[Any], *, unit: Fraction, kind: str, scale_m
                                beta=beta, alpha=alpha)  # fmt: skip
         worst = max(worst, float(np.max(g1 + g3)))
     return worst, "hull error (m) without the 2πR̃/k term (R̃ released)", 1.0 - beta
+
+
+# ---------------------------------------------------------------------------------------------
+# the least charge of an adaptive (elimination) run: the best-case saving
+
+
+def elimination_least(calls: Sequence[Any], *, units: Any, nobody_if_k: bool = False,
+                      amount: Fraction | None = None) -> list[Any]:  # fmt: skip
+    """Return, per planned reservation, each user's least possible charge (ledger units).
+
+    An elimination run measures every user asked in round 1 and charges the parts of the rounds
+    run (``docs/operations/range_count.md``): the least is round 1's part π₁·a, rounded down to
+    the ledger's unit like the real parts and charged rounded up, as the real charge is.
+    ``nobody_if_k`` (nearest users): when k covers every user asked, nobody is measured.
+    ``amount``: the exact allocation the run splits, when it is not the reserved units'
+    (nearest users). Baselines (one round) charge the allocation: their least is it.
+    """
+    unit = Fraction(1) / units.scale
+    out = []
+    for c in calls:
+        adm = np.asarray(c.admitted, dtype=bool)
+        alloc = np.where(adm, np.asarray(c.allocation_units, dtype=np.int64), 0)
+        p = c.params
+        method = str(p.get("method", ""))
+        if not method.endswith("-elim"):
+            out.append(alloc)
+            continue
+        if nobody_if_k and int(p["k"]) >= int(adm.sum()):
+            out.append(np.zeros(adm.size, dtype=np.int64))
+            continue
+        pi = _el.split_fractions(str(p["split"]), int(p["rounds"]))
+        if amount is None:
+            split_of: Any = _el.GroupedAmounts.from_units(alloc, unit)
+        else:
+            split_of = np.empty(adm.size, dtype=object)
+            split_of[:] = [amount if a else Fraction(0) for a in adm.tolist()]
+        parts = _el.prepare_parts(split_of, adm.size, pi, unit=unit)
+        first = np.array([units.up(row[0]) for row in parts.table] + [0], dtype=np.int64)
+        out.append(first[np.where(parts.codes >= 0, parts.codes, len(parts.table))])
+    return out
+
+
+def least_for(session: Any, nobody_if_k: bool = False, amount: Any = None) -> Any:
+    """Return the ``least`` hook of :func:`gpframe.results.preview.preview_call` (metric).
+
+    ``amount()``, called after the dry run validated the input, gives the exact allocation
+    when the run splits it rather than the reserved units.
+    """
+    units = session.ledger.units["metric"]
+
+    def least(calls: Sequence[Any]) -> list[Any]:
+        a = None if amount is None else amount()
+        return elimination_least(calls, units=units, nobody_if_k=nobody_if_k, amount=a)
+
+    return least

@@ -501,6 +501,22 @@ def _range_count_preview(ctx: Ctx) -> Any:
         shapely.box(*REGION), rho=1e-6, reduce="last", on_exhausted="raise", dry_run=True))
 
 
+@case(name="metric-ops/accessor/preview-error", frontend="accessor",
+      covers=("accessor.kde", "accessor.knn", "accessor.convex_hull", "accessor.nearest_users"),
+      modules=("gpframe.frame.knn", "gpframe.frame.kde", "gpframe.queries.preview_bounds",
+               "gpframe.results.preview"))  # fmt: skip
+def _metric_previews(ctx: Ctx) -> Any:
+    # the expected error and best-case saving of every metric operation's preview: computed
+    # from amounts, k, bandwidths and per-user counts, never from a location
+    forms: list[str] = []
+    for make in (lambda b: b.kde(POINT, bandwidth_m=500, rho=1e-6, reduce="last", dry_run=True),
+                 lambda b: b.knn(POINT, 3, rho=1e-4, dry_run=True),
+                 lambda b: b.convex_hull(rho=1e-4, dry_run=True),
+                 lambda b: b.nearest_users(POINT, 2, rho=1e-6, reduce="last", dry_run=True)):
+        forms.extend(_preview_forms(ctx, lambda make=make: make(ctx.bound()))[1:])
+    return None, *forms
+
+
 @case(name="above_threshold/monitor/preview", frontend="monitor",
       covers=("monitor.above_threshold",), modules=("gpframe.queries.monitor",),
       central=True)  # fmt: skip

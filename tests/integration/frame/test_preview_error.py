@@ -121,7 +121,7 @@ def test_range_count_band_at_the_stated_confidence(method: str) -> None:
     never within it of the edge.) 20 seeded runs; β = 0.05 allows at most 1 failure in
     expectation, the bound is loose, so every run passes.
     """
-    s, b, kw = _bound("cgp", _frame(2))
+    _s, b, kw = _bound("cgp", _frame(2))
     box = shapely.box(505_000, 4_505_000, 515_000, 4_515_000)
     band = b.range_count(box, method=method, dry_run=True, **kw).error
     assert 50 < band < 1000
