@@ -537,6 +537,32 @@ def _sql_preview(ctx: Ctx) -> Any:
         ctx.con, "SELECT uid, gp_privatize(uid, x, y, 1e-8) AS p FROM pings"))
 
 
+@case(name="sql-helpers/preview", frontend="sql-relation",
+      covers=("duckdb.knn", "duckdb.nearest_users", "duckdb.range_count", "duckdb.privatize"),
+      modules=("gpframe.duckdb.preview", "gpframe.duckdb.knn", "gpframe.duckdb.range_count",
+               "gpframe.duckdb.privatize"))  # fmt: skip
+def _sql_helper_previews(ctx: Ctx) -> Any:
+    # dry_run=True of the relation helpers (and on_exhausted="raise": the refusal's text)
+    import shapely
+
+    import gpframe as gp
+
+    last = "SELECT uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM pings GROUP BY uid"
+    forms: list[str] = []
+    for make in (
+        lambda: gp.duckdb.knn(ctx.con, "SELECT * FROM pings", user="uid", x="x", y="y",
+                              point=POINT, k=3, rho=1e-4, dry_run=True),
+        lambda: gp.duckdb.nearest_users(ctx.con, last, user="uid", x="x", y="y", point=POINT,
+                                        k=2, rho=1e-6, on_exhausted="raise", dry_run=True),
+        lambda: gp.duckdb.range_count(ctx.con, last, shapely.box(*REGION), user="uid", x="x",
+                                      y="y", rho=1e-6, dry_run=True),
+        lambda: gp.duckdb.privatize(ctx.con, "SELECT uid, x, y FROM pings", user="uid", x="x",
+                                    y="y", rho=1e-8, dry_run=True),
+    ):  # fmt: skip
+        forms.extend(_preview_forms(ctx, make)[1:])
+    return None, *forms
+
+
 # --------------------------------------------------------------------------------------------
 # DuckDB: SQL functions, macros, table macros, relation helpers
 
