@@ -303,6 +303,8 @@ def build(
         index=pd.Index(order, dtype=object, name="user"),
     )
     err = error(table, calls) if error is not None and len(table) else None
+    if err is None and len(table):  # a bound the operation noted while planning
+        err = plan.notes.get("error")
     params = {k: v for k, v in calls[0].params.items() if k != EXCLUDED_KEY} if calls else {}
     return Preview(
         operation=operation, notion=notion, kind=kind, table=table, reservations=len(calls),

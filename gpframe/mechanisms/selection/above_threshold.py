@@ -69,6 +69,7 @@ class LaplaceSVTRun:
         monotone: bool = False,
         integer: bool = False,
         rng: Any = None,
+        draw: bool = True,
     ) -> None:
         eps = check_eps(epsilon, "epsilon")
         delta = check_positive(sensitivity, "sensitivity")
@@ -100,7 +101,9 @@ class LaplaceSVTRun:
         # ⊤ iff u + k_q − k_t ≥ ceil(T/g): exact on the lattice (T is public)
         tg = Fraction(t) / self.g
         self._t_units = -((-tg.numerator) // tg.denominator)
-        self._k_t = int(discrete_laplace(self.lam_t, 1, self._bits)[0])  # drawn once
+        # drawn once; ``draw=False`` (a preview: every parameter checked, nothing drawn) leaves
+        # the run unable to step
+        self._k_t = int(discrete_laplace(self.lam_t, 1, self._bits)[0]) if draw else None
         self.answers: list[bool] = []
 
     @property
@@ -121,6 +124,8 @@ class LaplaceSVTRun:
                 f"integer=True but the query value {value!r} is not an integer. "
                 "Nothing was charged."
             )
+        if self._k_t is None:
+            raise InvalidInputError("this sparse-vector run was built with draw=False (a preview).")
         u = int(snap(x, self.g, "value")[0])
         k = int(discrete_laplace(self.lam_q, 1, self._bits)[0])
         top = u + k - self._k_t >= self._t_units

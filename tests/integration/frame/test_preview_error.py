@@ -137,3 +137,49 @@ def test_range_count_band_at_the_stated_confidence(method: str) -> None:
         r = b2.range_count(box, method=method, rng=seeded_rng(seed), **kw)
         ok += int(r.value == 1 and r.error == 0)
     assert ok >= 19
+
+
+@pytest.mark.parametrize("max_steps", [None, 3])
+def test_above_threshold_preview_margin_is_the_results(max_steps: Any) -> None:
+    s = gp.Session(central=gp.DP(epsilon=10.0))
+    q = [3, 8, 40, 90, 5]
+    kw: dict[str, Any] = dict(users=["a", "b"], sensitivity=1, epsilon=0.5, integer=True,
+                              max_steps=max_steps)  # fmt: skip
+    pv = gp.monitor.above_threshold(s, q, 50, dry_run=True, **kw)
+    real = gp.monitor.above_threshold(s, q, 50, rng=seeded_rng(2), **kw)
+    assert pv.error == pytest.approx(real.error, rel=1e-12) and "margin" in pv.error_kind
+    # an unsized stream without max_steps: the margin counts the queries the run asks (data)
+    unsized = gp.monitor.above_threshold(s, iter(q), 50, dry_run=True, **kw).error
+    assert unsized is None if max_steps is None else unsized == pv.error
+
+
+def test_no_preview_draws_any_randomness() -> None:
+    """A preview draws nothing: the seeded source's counter does not move (any operation)."""
+    from gpframe.queries.monitor import above_threshold, report_noisy_max
+
+    df = _frame(per_user=2)
+    s = gp.Session(budget=gp.CGP(rho=1.0), central=gp.DP(epsilon=10.0))
+    b = df.geopriv(s, user="u", x="x", y="y", crs="EPSG:32618")
+    box = shapely.box(505_000, 4_505_000, 515_000, 4_515_000)
+    users = list(range(30))
+    ops = [
+        lambda r: b.privatize(rho=1e-4, rng=r, dry_run=True),
+        lambda r: b.range_count(box, rho=1e-4, reduce="last", rng=r, dry_run=True),
+        lambda r: b.kde(P, bandwidth_m=1000, rho=1e-4, reduce="last", rng=r, dry_run=True),
+        lambda r: b.kde_raster(bandwidth_m=1000, cell_m=500, rho=1e-4, reduce="last", rng=r,
+                               dry_run=True),
+        lambda r: b.knn(P, 2, rho=1e-4, rng=r, dry_run=True),
+        lambda r: b.convex_hull(rho=1e-4, rng=r, dry_run=True),
+        lambda r: b.nearest_users(P, 2, rho=1e-4, reduce="last", rng=r, dry_run=True),
+        lambda r: above_threshold(s, np.arange(10.0), 5, users=users, sensitivity=1,
+                                  epsilon=1.0, rng=r, dry_run=True),
+        lambda r: above_threshold(s, np.arange(10.0), 5, users=users, sensitivity=1,
+                                  noise="gaussian", sigma=2.0, bounds=(0, 20), rng=r,
+                                  dry_run=True),
+        lambda r: report_noisy_max(s, np.arange(10.0), users=users, sensitivity=1, sigma=2.0,
+                                   bounds=(0, 20), rng=r, dry_run=True),
+    ]  # fmt: skip
+    for op in ops:
+        r = seeded_rng(1)
+        op(r)
+        assert r._counter == 0
