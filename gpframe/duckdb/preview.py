@@ -123,15 +123,46 @@ def _planning(session: Any) -> Iterator[PreviewPlan]:
             _u.SQL_PREVIEWS.pop(key, None)
 
 
-def _build(session: Any, operation: str, plan: PreviewPlan) -> Preview:
+def _build(session: Any, operation: str, plan: PreviewPlan, **info: Any) -> Preview:
     queries = {c.query for c in plan.calls}
     per = "point" if queries & {"gp_privatize", "gp_privatize_gp", "privatize"} else None
     note = (
         "each row is released at the full amount and its user pays for every row (n × amount "
         "per user); the noise per point is that of one point" if per else ""
     )
-    return build(session, operation, plan, adaptive=bool(queries & set(_ADAPTIVE)), per=per,
-                 per_note=note)  # fmt: skip
+    info.setdefault("adaptive", bool(queries & set(_ADAPTIVE)))
+    return build(session, operation, plan, per=per, per_note=note, **info)
+
+
+def _bounds(operation: str, con: Any, a: dict[str, Any]) -> dict[str, Any]:
+    """Return the expected-error and least-charge hooks of a helper with an a-priori bound.
+
+    ``kde_raster``: the noise σ; ``nearest_users``: its distance error and, for ``*-elim``, the
+    least charge (the same functions as the pandas face, at the registered CRS's scale).
+    """
+    from gpframe.queries import preview_bounds as _pb
+
+    reg = _registrations(con)[0]
+
+    def scale() -> float:
+        return float(reg.scale_max)
+
+    if operation == "kde_raster":
+        return {"error": _pb.bound_for(reg.session, scale, _pb.kde_raster_sigma)}
+    if operation == "nearest_users":
+        from gpframe.duckdb.relations import kind_amount
+
+        def amount() -> Any:
+            kind, amt, _ = kind_amount(reg.session, a.get("rho"), a.get("eps"),
+                                       "gp.duckdb.nearest_users", gp_on_cgp=False)  # fmt: skip
+            return kind, amt
+
+        return {"error": _pb.bound_for(reg.session, scale, _pb.nearest_error,
+                                       lambda: dict(zip(("kind", "amount"), amount(),
+                                                        strict=True))),
+                "least": _pb.least_for(reg.session, True, lambda: amount()[1]),
+                "adaptive": str(a.get("method", "")).endswith("-elim")}  # fmt: skip
+    return {}
 
 
 # ------------------------------------------------------------------------------------------
@@ -181,7 +212,7 @@ def dry_helper(fn: Callable[..., Any], args: dict[str, Any], operation: str) -> 
             raising_on_exhausted() if mode == "raise" else contextlib.nullcontext():
         session, plan = helper_plan(
             con, lambda: fn(**a, on_exhausted=_u.RUNNING, dry_run=False))
-    return _build(session, operation, plan)
+    return _build(session, operation, plan, **_bounds(operation, con, a))
 
 
 def helper_on_exhausted(fn: Callable[..., Any], args: dict[str, Any], fname: str) -> Any:

@@ -50,6 +50,10 @@ def _count(c: object, name: str) -> int:
 class LaplaceSVTRun:
     """One Laplace sparse-vector run, stepped query by query; halts after ``c`` ⊤.
 
+    The threshold noise is drawn when the run is built; ``draw=False`` checks every parameter
+    and computes the scales without drawing it (a preview, ``docs/ledger.md``): such a run
+    cannot step.
+
     Examples
     --------
     >>> run = LaplaceSVTRun(threshold=50, epsilon=1, sensitivity=1, integer=True)

@@ -35,7 +35,8 @@ HELPERS: dict[str, Any] = {
                                                         rho=1e-4, reduce="last", **k),
     "kde_raster": lambda c, **k: gp.duckdb.kde_raster(c, "SELECT * FROM last", user="uid", x="x",
                                                       y="y", bandwidth_m=2000, cell_m=1000,
-                                                      rho=1e-4, **k),
+                                                      bounds=(5e5, 45e5, 51e4, 451e4), rho=1e-4,
+                                                      **k),
     "knn": lambda c, **k: gp.duckdb.knn(c, Q, user="uid", x="x", y="y", point=P, k=2, rho=1e-4,
                                         order_by="ts", public=["ts"], **k),
     "convex_hulls": lambda c, **k: gp.duckdb.convex_hulls(c, Q, user="uid", x="x", y="y",
@@ -46,7 +47,7 @@ HELPERS: dict[str, Any] = {
 }
 
 
-def _con(on_exhausted: str = "exclude", low: bool = True) -> tuple[Any, Any]:
+def _con(on_exhausted: str = "exclude", low: bool = True, crs: Any = None) -> tuple[Any, Any]:
     rs = np.random.default_rng(4)  # test data only
     n = 300
     df = pd.DataFrame({"uid": rs.integers(0, 30, n), "ts": np.arange(n),
@@ -56,7 +57,7 @@ def _con(on_exhausted: str = "exclude", low: bool = True) -> tuple[Any, Any]:
     if low:
         s.set_budget(LOW, gp.CGP(rho=1e-9))
     con = duckdb.connect()
-    gp.duckdb.register(con, s, rng=seeded_rng(5), on_exhausted=on_exhausted)
+    gp.duckdb.register(con, s, rng=seeded_rng(5), on_exhausted=on_exhausted, crs=crs)
     con.register("df_in", df)
     con.execute("CREATE TABLE pings AS SELECT * FROM df_in")
     con.execute("CREATE TABLE last AS SELECT uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y "
@@ -153,3 +154,27 @@ def test_helpers_unregistered_are_refused_by_their_own_name() -> None:
         for kw in ({}, {"dry_run": True}, {"on_exhausted": "raise"}):
             with pytest.raises(InvalidInputError, match=f"gp.duckdb.{name}"):
                 HELPERS[name](con, **kw)
+
+
+@pytest.mark.parametrize("method", ["dist", "dist-elim"])
+def test_nearest_users_helper_preview_states_the_error_and_least_charge(method: str) -> None:
+    s, con = _con(low=False)
+    pv = HELPERS["nearest_users"](con, method=method, dry_run=True)
+    rel = HELPERS["nearest_users"](con, method=method)
+    err = rel.df()["error_m"].max()
+    assert err <= pv.error * (1 + 1e-12)
+    if method == "dist":
+        assert err == pytest.approx(pv.error, rel=1e-12) and pv.saving_best == 0.0
+    else:
+        assert pv.adaptive and pv.saving_best > 0
+        charged = s.spent()
+        assert (charged >= pv.table["charge_min"].loc[charged.index] - 1e-15).all()
+
+
+def test_kde_raster_helper_preview_states_the_noise_sigma() -> None:
+    _s, con = _con(low=False, crs="EPSG:32618")  # the accessor's projection scale
+    pv = HELPERS["kde_raster"](con, dry_run=True)
+    frame = con.sql("SELECT * FROM last").df()
+    s2 = gp.Session(budget=gp.CGP(rho=1.0))
+    b = frame.geopriv(s2, user="uid", x="x", y="y", crs="EPSG:32618")
+    assert pv.error == b.kde_raster(bandwidth_m=2000, cell_m=1000, rho=1e-4, dry_run=True).error
