@@ -29,6 +29,7 @@ __all__ = [
     "bound_for",
     "elimination_least",
     "full_run_widths",
+    "hooks",
     "hull_error_known",
     "kde_error",
     "kde_raster_sigma",
@@ -396,3 +397,26 @@ def least_for(session: Any, nobody_if_k: bool = False, amount: Any = None) -> An
         return elimination_least(calls, units=units, nobody_if_k=nobody_if_k, amount=a)
 
     return least
+
+
+def hooks(session: Any, scale_max: Any, fn: Any, *, least: bool = True, kind: str | None = None,
+          amount: Fraction | None = None, counts: Any = None) -> dict[str, Any]:
+    """Return the ``error`` (and ``least``) preview hooks of an operation on a split face.
+
+    For a face that knows its public inputs when it plans (the Dask face: ``scale_max`` of its
+    first pass, ``counts`` as ``(ledger keys, rows per user)``), the same bounds as the pandas
+    face's, so both previews agree.
+    """
+    kw: dict[str, Any] = {}
+    if kind is not None:
+        kw["kind"] = kind
+    if amount is not None:
+        kw["amount"] = amount
+    if counts is not None:
+        keys, n = counts
+        kw["counts"] = dict(zip(list(keys), np.asarray(n).tolist(), strict=True))
+    out = {"error": bound_for(session, lambda: float(scale_max), fn,
+                              (lambda: kw) if kw else None)}  # fmt: skip
+    if least:
+        out["least"] = least_for(session)
+    return out
