@@ -1035,6 +1035,16 @@ def threshold_query(
             answer = bool(cbar >= tau)
         return Charge((answer, wid, used), used)
 
+    planning = active_preview()
+    if planning is not None:  # before the reservation: its margin and least charge, a priori
+        # the run stops after some round j: its margin is that round's width, at most the
+        # largest over the rounds (public: the parts and β); it charges at least round 1's part
+        cum = [float(sum(pis[: j + 1]) * total) for j in range(c)]
+        wids = [(_laplace_sum_tail_t(j + 1, beta1) if kind == "dp" else
+                 math.sqrt(math.log(2 / beta1))) / (u if kind == "dp" else math.sqrt(u))
+                for j, u in enumerate(cum)]  # fmt: skip
+        planning.notes["error"] = (max(wids), "count margin (users)", 1.0 - float(beta))
+        planning.notes["least"] = pis[0] * total
     ran = _run_central(
         session, ulist, total, kind=kind, query="threshold_query", params=params,
         compute=compute, on_exhausted=on_exhausted, what=f"{kind} {float(total):g}",

@@ -283,6 +283,9 @@ def build(
             before[k] = round(v * scale)
     units = [alloc.get(k, 0) for k in order]
     status = ["reserved" if k in alloc else "excluded" for k in order]
+    if least is None and "least" in plan.notes:  # one least charge for every user asked
+        low = led.units[notion].up(plan.notes["least"])
+        least = lambda cs: [np.where(c.admitted, low, 0) for c in cs]  # noqa: E731
     cmin, saving_best = _least(calls, order, units, adaptive, least, scale)
     rb = np.array([before.get(k, 0) for k in order], dtype=np.float64)
     # a refused call reserves, then cancels: nobody's budget moves

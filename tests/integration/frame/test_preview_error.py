@@ -183,3 +183,21 @@ def test_no_preview_draws_any_randomness() -> None:
         r = seeded_rng(1)
         op(r)
         assert r._counter == 0
+
+
+@pytest.mark.parametrize("central", ["dp", "zcdp"])
+def test_threshold_query_preview_margin_and_least_charge(central: str) -> None:
+    """The margin of the round the run stops at is at most the preview's (the largest over
+    the rounds), equal when it stops at round 1; it charges at least round 1's part."""
+    kw: dict[str, Any] = {"epsilon": 1.0} if central == "dp" else {"rho": 0.5}
+    for count, first in ((10**6, True), (52, False)):
+        s = gp.Session(central=gp.DP(epsilon=10.0) if central == "dp" else gp.zCDP(rho=10.0))
+        pv = gp.monitor.threshold_query(s, count, tau=50, users=["a", "b"], dry_run=True, **kw)
+        real = gp.monitor.threshold_query(s, count, tau=50, users=["a", "b"],
+                                          rng=seeded_rng(3), **kw)  # fmt: skip
+        assert real.error <= pv.error * (1 + 1e-12) and pv.error_kind == real.error_kind
+        spent = s.spent()
+        assert (spent >= pv.table["charge_min"].loc[spent.index] - 1e-15).all()
+        if first:  # far from τ: decided at round 1, the worst margin and the least charge
+            assert real.error == pytest.approx(pv.error, rel=1e-12)
+            assert np.allclose(spent.to_numpy(), pv.table["charge_min"].loc[spent.index])
