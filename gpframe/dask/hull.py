@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gpframe.errors import GpframeInternalError, GpframeWarning, InvalidInputError
+from gpframe.queries import preview_bounds as _pb
 
 __all__ = ["HullOut", "convex_hull", "hull_partition"]
 
@@ -229,4 +230,6 @@ def convex_hull(
         gdf.attrs["geopriv"] = res.to_attr()
         return gdf
 
-    return settle(session, "convex_hull", go, on_exhausted=on_exhausted, dry_run=dry_run)
+    return settle(session, "convex_hull", go, on_exhausted=on_exhausted, dry_run=dry_run,
+                  **_pb.hooks(session, ref.scale_max, _pb.hull_error_known, least=False,
+                              kind=kind, amount=amount, counts=(ledger_keys(users), counts)))

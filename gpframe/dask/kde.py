@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from gpframe.queries import preview_bounds as _pb
+
 __all__ = ["kde_raster", "release_points"]
 
 _NOTHING = "Nothing was charged."
@@ -132,4 +134,5 @@ def kde_raster(
             noise_inflation=ref.noise_inflation, privatize=privatize,
         )  # fmt: skip
 
-    return settle(session, "kde_raster", go, on_exhausted=on_exhausted, dry_run=dry_run)
+    return settle(session, "kde_raster", go, on_exhausted=on_exhausted, dry_run=dry_run,
+                  **_pb.hooks(session, ref.scale_max, _pb.kde_raster_sigma, least=False))

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from gpframe.errors import GpframeInternalError
+from gpframe.queries import preview_bounds as _pb
 
 __all__ = ["KdeOut", "kde", "kde_partition"]
 
@@ -273,4 +274,5 @@ def kde(
         )  # fmt: skip
 
     return settle(session, "kde", go, on_exhausted=on_exhausted, dry_run=dry_run,
-                  adaptive=method.endswith("-elim"))  # fmt: skip
+                  adaptive=method.endswith("-elim"), **_pb.hooks(session, ref.scale_max,
+                                                                 _pb.kde_error))  # fmt: skip

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from gpframe.errors import GpframeInternalError, GpframeWarning, InvalidInputError
+from gpframe.queries import preview_bounds as _pb
 
 __all__ = ["KnnOut", "knn", "knn_partition"]
 
@@ -226,4 +227,6 @@ def knn(
         frame.attrs["geopriv"] = res.to_attr()
         return frame
 
-    return settle(session, "knn", go, on_exhausted=on_exhausted, dry_run=dry_run)
+    return settle(session, "knn", go, on_exhausted=on_exhausted, dry_run=dry_run,
+                  **_pb.hooks(session, ref.scale_max, _pb.knn_error, least=False, kind=kind,
+                              amount=amount, counts=(ledger_keys(users), counts)))

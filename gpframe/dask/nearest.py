@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from gpframe.errors import InvalidInputError
+from gpframe.queries import preview_bounds as _pb
 
 __all__ = ["nearest_users", "release_round"]
 
@@ -189,4 +190,6 @@ def nearest_users(
         )  # fmt: skip
 
     return settle(session, "nearest_users", go, on_exhausted=on_exhausted, dry_run=dry_run,
-                  adaptive=method.endswith("-elim"))  # fmt: skip
+                  adaptive=method.endswith("-elim"),
+                  **_pb.hooks(session, ref.scale_max, _pb.nearest_error, kind=kind,
+                              amount=amount))  # fmt: skip

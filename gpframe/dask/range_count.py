@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from gpframe.errors import InvalidInputError
+from gpframe.queries import preview_bounds as _pb
 
 __all__ = ["CountOut", "count_partition", "range_count"]
 
@@ -234,4 +235,5 @@ def range_count(
                                kind=kind)  # fmt: skip
 
     return settle(session, "range_count", go, on_exhausted=on_exhausted, dry_run=dry_run,
-                  adaptive=method.endswith("-elim"))  # fmt: skip
+                  adaptive=method.endswith("-elim"), **_pb.hooks(session, ref.scale_max,
+                                                                 _pb.range_count_band))  # fmt: skip

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from gpframe.duckdb import udf as _u
+from gpframe.duckdb.preview import dry_helper, helper_on_exhausted
 from gpframe.errors import InvalidInputError
 
 __all__ = ["KdeRegistration", "kde_raster", "register_kde"]
@@ -199,6 +200,8 @@ def kde_raster(
     rho: float | None = None,
     eps: float | None = None,
     correct: bool = True,
+    on_exhausted: str | None = None,
+    dry_run: bool = False,
 ) -> Any:
     """Private density raster of one point per user, as a relation of cells (x, y, density).
 
@@ -232,6 +235,14 @@ def kde_raster(
     correct : bool
         Remove the noise's extra smoothing (bandwidth √(h² − σ²)); with σ ≥ h this is refused
         before anything is charged.
+    on_exhausted : {"exclude", "raise"}, optional
+        A user whose budget cannot pay: left out and charged nothing (``"exclude"``), or the
+        whole query refused before anything is charged, naming them (``"raise"``: its query is
+        planned read-only first). None: the ``register(..., on_exhausted=)`` setting.
+    dry_run : bool
+        Return a :class:`~gpframe.results.Preview` instead (``docs/ledger.md``, "Previewing a
+        query"): the helper's query planned as by ``gp.duckdb.preview``, nothing drawn,
+        charged or written.
 
     Returns
     -------
@@ -265,6 +276,10 @@ def kde_raster(
     >>> float(session.spent().max())          # once per user, however many cells
     0.0001
     """
+    if dry_run:  # planned like gp.duckdb.preview: nothing drawn, charged or written
+        return dry_helper(kde_raster, locals(), "kde_raster")
+    if on_exhausted is not _u.RUNNING:  # None: the registration's; "raise": planned first
+        return helper_on_exhausted(kde_raster, locals(), "gp.duckdb.kde_raster")
     import pyarrow as pa
 
     from gpframe.duckdb.relations import check_input, kind_amount, one_point_per_user, source

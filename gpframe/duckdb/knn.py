@@ -89,6 +89,7 @@ import numpy as np
 
 from gpframe.accounting.amounts import probability
 from gpframe.duckdb import udf as _u
+from gpframe.duckdb.preview import dry_helper, helper_on_exhausted
 from gpframe.duckdb.relations import (
     SRC,
     check_input,
@@ -338,7 +339,7 @@ def _run(
             session, ledger_keys(uniques), alloc, work_and_charge, query=fname,
             params={**params, _PARAM[kind]: sorted({float(a) for a in amounts})[:16],
                     "source": "duckdb", **_u.metric_params(reg)},
-            kind=None,
+            kind=None, on_exhausted=reg.on_exhausted,
         )[codes]  # fmt: skip
         _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
     return result
@@ -540,6 +541,8 @@ def knn(
     eps: float | None = None,
     order_by: str | None = None,
     public: Any = None,
+    on_exhausted: str | None = None,
+    dry_run: bool = False,
 ) -> Any:
     """Each user's k private nearest rows to a public point, as a relation.
 
@@ -568,6 +571,14 @@ def knn(
         Columns that do not depend on the locations (a row id, a timestamp), kept in the
         output to identify the selected rows. Default: none besides ``user``. ``x`` and ``y``
         cannot be public.
+    on_exhausted : {"exclude", "raise"}, optional
+        A user whose budget cannot pay: left out and charged nothing (``"exclude"``), or the
+        whole query refused before anything is charged, naming them (``"raise"``: its query is
+        planned read-only first). None: the ``register(..., on_exhausted=)`` setting.
+    dry_run : bool
+        Return a :class:`~gpframe.results.Preview` instead (``docs/ledger.md``, "Previewing a
+        query"): the helper's query planned as by ``gp.duckdb.preview``, nothing drawn,
+        charged or written.
 
     Returns
     -------
@@ -597,6 +608,10 @@ def knn(
     >>> rel.columns, len(rel.fetchall()), session.spent().tolist()
     (['boat', 'knn_rank'], 3, [0.0001, 0.0001])
     """
+    if dry_run:  # planned like gp.duckdb.preview: nothing drawn, charged or written
+        return dry_helper(knn, locals(), "knn")
+    if on_exhausted is not _u.RUNNING:  # None: the registration's; "raise": planned first
+        return helper_on_exhausted(knn, locals(), "gp.duckdb.knn")
     from gpframe.queries import knn as _k
 
     fname = "gp.duckdb.knn"
@@ -658,6 +673,8 @@ def convex_hulls(
     beta: float = 0.1,
     k: int | None = None,
     geometry: str = "wkb",
+    on_exhausted: str | None = None,
+    dry_run: bool = False,
 ) -> Any:
     """One private convex hull per user, as a relation.
 
@@ -687,6 +704,14 @@ def convex_hulls(
         ``.fetchall()``), WKT (VARCHAR), or DuckDB's ``GEOMETRY`` (``COPY ... TO
         'hulls.parquet'`` writes GeoParquet; ``.to_arrow_table()`` is GeoArrow WKB, which
         ``geopandas.GeoDataFrame.from_arrow`` reads; note that ``.df()`` gives ``bytearray``).
+    on_exhausted : {"exclude", "raise"}, optional
+        A user whose budget cannot pay: left out and charged nothing (``"exclude"``), or the
+        whole query refused before anything is charged, naming them (``"raise"``: its query is
+        planned read-only first). None: the ``register(..., on_exhausted=)`` setting.
+    dry_run : bool
+        Return a :class:`~gpframe.results.Preview` instead (``docs/ledger.md``, "Previewing a
+        query"): the helper's query planned as by ``gp.duckdb.preview``, nothing drawn,
+        charged or written.
 
     Returns
     -------
@@ -714,6 +739,10 @@ def convex_hulls(
     >>> rel.columns, rel.types, session.spent().tolist()
     (['boat', 'hull'], [BIGINT, VARCHAR], [0.001, 0.001])
     """
+    if dry_run:  # planned like gp.duckdb.preview: nothing drawn, charged or written
+        return dry_helper(convex_hulls, locals(), "convex_hulls")
+    if on_exhausted is not _u.RUNNING:  # None: the registration's; "raise": planned first
+        return helper_on_exhausted(convex_hulls, locals(), "gp.duckdb.convex_hulls")
     import pyarrow as pa
     import shapely
 
@@ -791,6 +820,8 @@ def nearest_users(
     rounds: int = 10,
     split: str = "doubling",
     beta: float = 0.1,
+    on_exhausted: str | None = None,
+    dry_run: bool = False,
 ) -> Any:
     """Find the k users nearest to a public point, one point per user, as a relation (Alg. 8).
 
@@ -821,6 +852,14 @@ def nearest_users(
         As ``df.geopriv(...).nearest_users``: ``"pt"``, ``"dist"``, ``"pt-elim"`` or
         ``"dist-elim"``; c rounds of split π (``"doubling"`` or ``"even"``); β/2 eliminations,
         β/2 final selection.
+    on_exhausted : {"exclude", "raise"}, optional
+        A user whose budget cannot pay: left out and charged nothing (``"exclude"``), or the
+        whole query refused before anything is charged, naming them (``"raise"``: its query is
+        planned read-only first). None: the ``register(..., on_exhausted=)`` setting.
+    dry_run : bool
+        Return a :class:`~gpframe.results.Preview` instead (``docs/ledger.md``, "Previewing a
+        query"): the helper's query planned as by ``gp.duckdb.preview``, nothing drawn,
+        charged or written.
 
     Returns
     -------
@@ -852,6 +891,10 @@ def nearest_users(
     >>> bool(session.spent().loc[3] < 1e-3)      # far users are dropped early and pay less
     True
     """
+    if dry_run:  # planned like gp.duckdb.preview: nothing drawn, charged or written
+        return dry_helper(nearest_users, locals(), "nearest_users")
+    if on_exhausted is not _u.RUNNING:  # None: the registration's; "raise": planned first
+        return helper_on_exhausted(nearest_users, locals(), "gp.duckdb.nearest_users")
     import pyarrow as pa
 
     from gpframe.ledger.charges import ledger_keys

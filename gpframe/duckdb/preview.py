@@ -5,31 +5,44 @@ gpframe function planned instead of released: each Arrow batch's reservation is 
 read-only by the ledger driver (:func:`gpframe.ledger.run.run`), no noise is drawn, the ledger
 is not written, and the functions return NULL. The :class:`~gpframe.results.Preview` sums the
 batches: a user with rows in several batches is planned for each, as the real query reserves
-them (the SQL functions charge per row, ``per="point"``).
+them (the SQL functions charge per row, ``per="point"``). The relation helpers
+(``gp.duckdb.range_count``, ``knn``, ...) take ``dry_run=True`` (:func:`dry_helper`, the same
+planning) and ``on_exhausted=`` (:func:`helper_on_exhausted`).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpframe.duckdb import udf as _u
 from gpframe.errors import InvalidInputError
-from gpframe.ledger.run import PreviewPlan
+from gpframe.ledger.run import PreviewPlan, PreviewStop, previewing
+from gpframe.ledger.session import EXCLUDED_KEY
 from gpframe.results.preview import Preview, build
 
-__all__ = ["preview"]
+__all__ = ["dry_helper", "helper_on_exhausted", "helper_plan", "preview"]
 
 #: queries whose charge is adaptive (they charge the rounds run, at most the reservation)
 _ADAPTIVE = ("gp_in_region", "gp_kde_contribution")
 
 
-def _session(con: Any) -> Any:
+def _registrations(con: Any) -> list[Any]:
     import importlib
 
+    regs = []
     for name in ("privatize", "range_count", "kde", "knn", "grid"):  # modules, not helpers
         reg = importlib.import_module(f"gpframe.duckdb.{name}")._REGISTRY.get(con)
         if reg is not None:
-            return reg.session
+            regs.append(reg)
+    return regs
+
+
+def _session(con: Any) -> Any:
+    regs = _registrations(con)
+    if regs:
+        return regs[0].session
     raise InvalidInputError(
         "gp.duckdb.preview needs the gpframe functions on this connection: call "
         "gp.duckdb.register(con, session) first. Nothing was charged."
@@ -86,6 +99,14 @@ def preview(con: Any, sql: str, params: Any = None) -> Preview:
             "gp.duckdb.preview takes one SELECT statement (the query whose charge you want to "
             "see); preview the SELECT of a CREATE TABLE ... AS on its own. Nothing was charged."
         )
+    with _planning(session) as plan:
+        con.execute(sql, params).fetchall()
+    return _build(session, "sql", plan)
+
+
+@contextlib.contextmanager
+def _planning(session: Any) -> Iterator[PreviewPlan]:
+    """Plan every batch charging ``session`` (:data:`gpframe.duckdb.udf.SQL_PREVIEWS`)."""
     plan = PreviewPlan(stop=False)
     key = id(session)
     with _u.LEDGER_LOCK:
@@ -96,15 +117,138 @@ def preview(con: Any, sql: str, params: Any = None) -> Preview:
             )
         _u.SQL_PREVIEWS[key] = plan
     try:
-        con.execute(sql, params).fetchall()
+        yield plan
     finally:
         with _u.LEDGER_LOCK:
             _u.SQL_PREVIEWS.pop(key, None)
+
+
+def _build(session: Any, operation: str, plan: PreviewPlan, **info: Any) -> Preview:
     queries = {c.query for c in plan.calls}
     per = "point" if queries & {"gp_privatize", "gp_privatize_gp", "privatize"} else None
     note = (
         "each row is released at the full amount and its user pays for every row (n × amount "
         "per user); the noise per point is that of one point" if per else ""
     )
-    return build(session, "sql", plan, adaptive=bool(queries & set(_ADAPTIVE)), per=per,
-                 per_note=note)  # fmt: skip
+    info.setdefault("adaptive", bool(queries & set(_ADAPTIVE)))
+    return build(session, operation, plan, per=per, per_note=note, **info)
+
+
+def _bounds(operation: str, con: Any, a: dict[str, Any]) -> dict[str, Any]:
+    """Return the expected-error and least-charge hooks of a helper with an a-priori bound.
+
+    ``kde_raster``: the noise σ; ``nearest_users``: its distance error and, for ``*-elim``, the
+    least charge (the same functions as the pandas face, at the registered CRS's scale).
+    """
+    from gpframe.queries import preview_bounds as _pb
+
+    reg = _registrations(con)[0]
+
+    def scale() -> float:
+        return float(reg.scale_max)
+
+    if operation == "kde_raster":
+        return {"error": _pb.bound_for(reg.session, scale, _pb.kde_raster_sigma)}
+    if operation == "nearest_users":
+        from gpframe.duckdb.relations import kind_amount
+
+        def amount() -> Any:
+            kind, amt, _ = kind_amount(reg.session, a.get("rho"), a.get("eps"),
+                                       "gp.duckdb.nearest_users", gp_on_cgp=False)  # fmt: skip
+            return kind, amt
+
+        return {"error": _pb.bound_for(reg.session, scale, _pb.nearest_error,
+                                       lambda: dict(zip(("kind", "amount"), amount(),
+                                                        strict=True))),
+                "least": _pb.least_for(reg.session, True, lambda: amount()[1]),
+                "adaptive": str(a.get("method", "")).endswith("-elim")}  # fmt: skip
+    return {}
+
+
+# ------------------------------------------------------------------------------------------
+# the relation helpers' dry_run= and on_exhausted= (gp.duckdb.range_count, knn, ...)
+
+
+def helper_plan(con: Any, call: Callable[[], Any]) -> tuple[Any, PreviewPlan]:
+    """Run a relation helper ``call`` as a dry run; return (session, its plan).
+
+    Its UDF batches are planned as in :func:`preview` (they return NULL and the helper goes
+    on over them) and its reservations made in Python (``nearest_users``, ``kde_raster``)
+    through :func:`gpframe.ledger.run.previewing`, which stops the helper there. Nothing is
+    drawn or written.
+    """
+    session = _session(con)
+    with _planning(session) as sql_plan, previewing() as py_plan:
+        try:
+            call()
+        except PreviewStop:
+            pass
+    return session, PreviewPlan(stop=False, calls=[*sql_plan.calls, *py_plan.calls])
+
+
+def _mode(con: Any, value: Any, fname: str) -> str:
+    """Return the ``on_exhausted`` a helper runs with: its argument, else the registration's."""
+    if value is None:
+        regs = _registrations(con)
+        value = regs[0].on_exhausted if regs else "exclude"
+    _u.check_on_exhausted(value, fname)
+    return str(value)
+
+
+def dry_helper(fn: Callable[..., Any], args: dict[str, Any], operation: str) -> Preview:
+    """``dry_run=True`` of a relation helper ``fn`` (``args`` its locals): its Preview.
+
+    With ``on_exhausted="raise"`` the preview records the refusal the real call would make.
+    """
+    from gpframe.ledger.run import raising_on_exhausted
+
+    a = {k: v for k, v in args.items() if k not in ("on_exhausted", "dry_run")}
+    con = a["con"]
+    mode = _mode(con, args.get("on_exhausted"), f"gp.duckdb.{operation}")
+    if not _registrations(con):  # the helper refuses it, by its own name
+        return fn(**a, on_exhausted=_u.RUNNING, dry_run=False)  # type: ignore[no-any-return]
+    session = _session(con)
+    with _u.helper_on_exhausted_mode(session, mode), \
+            raising_on_exhausted() if mode == "raise" else contextlib.nullcontext():
+        session, plan = helper_plan(
+            con, lambda: fn(**a, on_exhausted=_u.RUNNING, dry_run=False))
+    return _build(session, operation, plan, **_bounds(operation, con, a))
+
+
+def helper_on_exhausted(fn: Callable[..., Any], args: dict[str, Any], fname: str) -> Any:
+    """Apply a relation helper's ``on_exhausted=`` (None: the registration's); run ``fn``.
+
+    The value holds for every batch the helper's query runs on the session. ``"raise"``: plan
+    the helper's whole query read-only first and refuse it, naming the users who cannot pay,
+    before anything is reserved or drawn; then run it with every batch refusing such a user
+    (the backstop if budgets change in between: batches that ran before stay charged).
+    """
+    from gpframe.ledger.run import exhausted_error, raising_on_exhausted
+
+    a = {k: v for k, v in args.items() if k not in ("on_exhausted", "dry_run")}
+    con = a["con"]
+    mode = _mode(con, args.get("on_exhausted"), fname)
+
+    def body() -> Any:
+        return fn(**a, on_exhausted=_u.RUNNING, dry_run=False)
+
+    if not _registrations(con):  # the helper refuses it, by its own name
+        return body()
+    session = _session(con)
+
+    if mode == "exclude":
+        with _u.helper_on_exhausted_mode(session, "exclude"):
+            return body()
+    with _u.helper_on_exhausted_mode(session, "exclude"):  # plan who would be left out
+        _s, plan = helper_plan(con, body)
+    refused: list[Any] = []
+    asked: set[Any] = set()
+    for c in plan.calls:
+        asked.update(c.users.tolist())
+        for u in [*c.params.get(EXCLUDED_KEY, []), *c.users[~c.admitted].tolist()]:
+            if u not in refused:
+                refused.append(u)
+    if refused:
+        raise exhausted_error(fname, refused, len(asked | set(refused)))
+    with _u.helper_on_exhausted_mode(session, "raise"), raising_on_exhausted():
+        return body()

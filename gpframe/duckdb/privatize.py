@@ -40,6 +40,7 @@ import numpy as np
 
 from gpframe.accounting.amounts import positive
 from gpframe.duckdb import udf as _u
+from gpframe.duckdb.preview import dry_helper, helper_on_exhausted
 from gpframe.duckdb.relations import (
     SRC,
     check_input,
@@ -122,6 +123,8 @@ def privatize(
     rho: float | None = None,
     eps: float | None = None,
     public: Any = None,
+    on_exhausted: str | None = None,
+    dry_run: bool = False,
 ) -> Any:
     """Release every row's point with noise, running the query once (``gp_privatize`` per row).
 
@@ -141,6 +144,14 @@ def privatize(
     public : list of str, optional
         Columns that do not depend on the locations (an id, a timestamp), kept in the output.
         Default: none besides ``user``. ``x`` and ``y`` cannot be public.
+    on_exhausted : {"exclude", "raise"}, optional
+        A user whose budget cannot pay: left out and charged nothing (``"exclude"``), or the
+        whole query refused before anything is charged, naming them (``"raise"``: its query is
+        planned read-only first). None: the ``register(..., on_exhausted=)`` setting.
+    dry_run : bool
+        Return a :class:`~gpframe.results.Preview` instead (``docs/ledger.md``, "Previewing a
+        query"): the helper's query planned as by ``gp.duckdb.preview``, nothing drawn,
+        charged or written.
 
     Returns
     -------
@@ -169,6 +180,10 @@ def privatize(
     >>> rel.columns, len(rel.fetchall()), len(rel.fetchall()), session.spent().tolist()
     (['boat', 'x', 'y'], 3, 3, [0.0002, 0.0001])
     """
+    if dry_run:  # planned like gp.duckdb.preview: nothing drawn, charged or written
+        return dry_helper(privatize, locals(), "privatize")
+    if on_exhausted is not _u.RUNNING:  # None: the registration's; "raise": planned first
+        return helper_on_exhausted(privatize, locals(), "gp.duckdb.privatize")
     fname = "gp.duckdb.privatize"
     reg = _REGISTRY.require(con, fname)
     kind, amount, f_amt = kind_amount(reg.session, rho, eps, fname)
@@ -347,7 +362,7 @@ def _privatize_batch(
 
     _u.charge_batch(
         session, np.asarray(uniques), alloc, work, query="gp_privatize", params=params,
-        kind=None, units=True,
+        kind=None, units=True, on_exhausted=reg.on_exhausted,
     )  # fmt: skip
     n_rel = int(released.sum())
     _u.tally(reg, n_rel, len(xs) - n_rel)

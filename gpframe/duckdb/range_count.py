@@ -64,6 +64,7 @@ import numpy as np
 # the lock, the id dispatch, the registry, the Arrow helpers and the reserve/charge step are
 # shared with every gpframe UDF (one lock: a Session must see one reserve/charge at a time)
 from gpframe.duckdb import udf as _u
+from gpframe.duckdb.preview import dry_helper, helper_on_exhausted
 from gpframe.errors import InvalidInputError
 
 __all__ = ["RangeRegistration", "range_count", "register_range_count"]
@@ -270,6 +271,8 @@ def range_count(
     rounds: int = 10,
     component: Any = None,
     reduce: str | None = None,
+    on_exhausted: str | None = None,
+    dry_run: bool = False,
 ) -> Any:
     """Count the **users** inside ``region`` privately: one component (one point) per user.
 
@@ -302,6 +305,14 @@ def range_count(
         user's last / first row by a time column. The rule must read public columns only.
     reduce : {"first", "last"}, optional
         Keep the first / last selected row (row order) of a user with several.
+    on_exhausted : {"exclude", "raise"}, optional
+        A user whose budget cannot pay: left out and charged nothing (``"exclude"``), or the
+        whole query refused before anything is charged, naming them (``"raise"``: its query is
+        planned read-only first). None: the ``register(..., on_exhausted=)`` setting.
+    dry_run : bool
+        Return a :class:`~gpframe.results.Preview` instead (``docs/ledger.md``, "Previewing a
+        query"): the helper's query planned as by ``gp.duckdb.preview``, nothing drawn,
+        charged or written.
 
     Returns
     -------
@@ -327,6 +338,10 @@ def range_count(
     >>> rel.fetchall()                                       # users, not rows: 3 rows, 2 users
     [(None, 1, 2, 0)]
     """
+    if dry_run:  # planned like gp.duckdb.preview: nothing drawn, charged or written
+        return dry_helper(range_count, locals(), "range_count")
+    if on_exhausted is not _u.RUNNING:  # None: the registration's; "raise": planned first
+        return helper_on_exhausted(range_count, locals(), "gp.duckdb.range_count")
     import pandas as pd
     import pyarrow as pa
     import shapely
@@ -388,7 +403,8 @@ def range_count(
                 f"FROM __gp_src) SELECT count_if(i), count(*) - count(i) FROM __gp_r"
             )
             cnt, excl = src.query("__gp_src", sql).fetchall()[0]
-            rows.append((name, int(cnt), n, int(excl)))
+            # count_if over only NULLs (a dry run plans every batch: NULL out) is NULL
+            rows.append((name, int(cnt or 0), n, int(excl)))
     else:
         rows = [(name, 0, 0, 0) for name in wkbs]
     out = pd.DataFrame(rows, columns=["region", "count", "users", "excluded"])

@@ -30,7 +30,8 @@ GeoPandas ``gdf.to_crs(...)``), or, with the extension, ``ST_Transform(ST_Point(
 projects for you.
 
 NULL in any argument gives NULL and no charge. A user whose remaining budget cannot pay for the
-batch's rows gets NULL for those rows and no charge.
+batch's rows gets NULL for those rows and no charge (``register(..., on_exhausted="raise")``:
+the batch is refused instead, naming them, before anything is reserved or drawn).
 
 Run a release once and keep it: ``con.sql("SELECT ... gp_privatize(...) ...")`` is a lazy
 relation, and every display or fetch runs it again (fresh noise, charged again). Write it to a
@@ -88,7 +89,13 @@ __all__ = ["register"]
 
 
 def register(
-    con: Any, session: Any, *, crs: Any = None, domain: Any = None, rng: Any = None
+    con: Any,
+    session: Any,
+    *,
+    crs: Any = None,
+    domain: Any = None,
+    rng: Any = None,
+    on_exhausted: str = "exclude",
 ) -> Registration:
     """Register every gpframe SQL function and macro on ``con``, charging ``session``.
 
@@ -122,6 +129,15 @@ def register(
         publishes none; a smaller box gives a k_max closer to 1).
     rng : BitSource or None
         Randomness source; None is the OS CSPRNG (tests pass ``gp.testing.seeded_rng``).
+    on_exhausted : {"exclude", "raise"}
+        What the metric functions do with a user whose budget cannot pay (``docs/sql.md``):
+        ``"exclude"`` gives NULL for that user's rows and charges them nothing; ``"raise"``
+        refuses the batch with a ``BudgetExceededError`` naming the users, before it reserves
+        or draws anything (batches of the same query that ran before stay charged: preview the
+        query with :func:`gpframe.duckdb.preview.preview`, or use a relation helper, which
+        plans its whole query first). Also the default of the relation helpers'
+        ``on_exhausted=``. The grid functions follow their Clip-User plan, which leaves out
+        users who cannot pay when it is made.
 
     Returns
     -------
@@ -130,11 +146,12 @@ def register(
         (:class:`gpframe.duckdb.privatize.Registration`).
     """
     _u.check_session(session)
+    _u.check_on_exhausted(on_exhausted, "register")
     rng = _u.checked_rng(rng)
     units = _u.units_for(crs, domain)
     reg = register_privatize(con, session, crs=units, rng=rng)
-    register_range_count(con, session, crs=units, rng=rng)
-    register_kde(con, session, crs=units, rng=rng)
-    register_grid(con, session, rng=rng)
-    register_knn(con, session, crs=units, rng=rng)
+    for r in (reg, register_range_count(con, session, crs=units, rng=rng),
+              register_kde(con, session, crs=units, rng=rng), register_grid(con, session, rng=rng),
+              register_knn(con, session, crs=units, rng=rng)):  # fmt: skip
+        r.on_exhausted = on_exhausted
     return reg

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from gpframe.errors import InvalidInputError, LedgerError
-from gpframe.ledger.run import Charge, run
+from gpframe.ledger.run import Charge, raising_on_exhausted, run
 
 #: DuckDB types whose values are charged as Python ints through BIGINT (typeof() is folded when
 #: planning); UBIGINT has its own path (gpframe.ledger.keys)
@@ -62,6 +62,39 @@ SERIAL_BATCHES = False
 #: batches are planned, not run (DuckDB calls UDFs on its own threads, so a context variable
 #: of the calling thread would not reach them). Read and written under LEDGER_LOCK.
 SQL_PREVIEWS: dict[int, Any] = {}
+
+#: id(session) -> the ``on_exhausted=`` of the relation helpers running on that session (a
+#: stack): while one runs, its value overrides the registration's for every batch charging the
+#: session ("raise" is the helper's backstop after its read-only plan; DuckDB's threads do not
+#: see the caller's context). Read and written under LEDGER_LOCK.
+SQL_ON_EXHAUSTED: dict[int, list[str]] = {}
+
+
+class _Running(str):
+    """``on_exhausted`` of a relation helper's own body call (its mode is set already)."""
+
+    __slots__ = ()
+
+
+#: what :func:`gpframe.duckdb.preview.helper_on_exhausted` passes as ``on_exhausted`` when it
+#: runs the helper's body (compared by identity: no user string is it)
+RUNNING = _Running("exclude")
+
+
+@contextlib.contextmanager
+def helper_on_exhausted_mode(session: Any, value: str) -> Iterator[None]:
+    """Make ``value`` the ``on_exhausted`` of every batch charging ``session`` meanwhile."""
+    key = id(session)
+    with LEDGER_LOCK:
+        SQL_ON_EXHAUSTED.setdefault(key, []).append(value)
+    try:
+        yield
+    finally:
+        with LEDGER_LOCK:
+            stack = SQL_ON_EXHAUSTED[key]
+            stack.pop()
+            if not stack:
+                del SQL_ON_EXHAUSTED[key]
 
 
 def batch_lock(reg: Any) -> contextlib.AbstractContextManager[Any]:
@@ -96,6 +129,9 @@ class UdfRegistration:
     batches: int = 0
     #: the declared metre CRS (:class:`gpframe.geo.MetricFrame`) or None (unchecked metres)
     units: Any = None
+    #: ``register(..., on_exhausted=)``: "exclude" (NULL rows for a user who cannot pay) or
+    #: "raise" (the batch is refused, naming them, before it reserves or draws anything)
+    on_exhausted: str = "exclude"
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -187,6 +223,16 @@ class Registry:
         create(con, reg)
         self.put(con, reg)
         return reg
+
+
+def check_on_exhausted(value: Any, fname: str) -> None:
+    """Refuse an ``on_exhausted=`` other than "exclude" / "raise" (nothing charged)."""
+    if value not in ("exclude", "raise"):
+        raise InvalidInputError(
+            f"{fname}: on_exhausted={value!r} must be 'exclude' (a user who cannot pay gets "
+            "NULL / is left out, charged nothing) or 'raise' (the query is refused, naming "
+            "them). Nothing was charged."
+        )
 
 
 def check_session(session: Any) -> None:
@@ -537,6 +583,7 @@ def charge_batch(
     kind: str | None = None,
     units: bool = False,
     all_or_none: str | None = None,
+    on_exhausted: str = "exclude",
 ) -> np.ndarray:
     """Reserve ``alloc`` for ``users``, run ``work(admitted)``, charge what it returns.
 
@@ -553,7 +600,11 @@ def charge_batch(
     and :class:`~gpframe.errors.LedgerError` is raised: nothing is charged. Inside
     ``gp.duckdb.preview`` the batch is only planned (:data:`SQL_PREVIEWS`), under
     :data:`LEDGER_LOCK` (the plan's held amounts are shared by the preview's threads), and
-    nobody is admitted, so every row comes out NULL.
+    nobody is admitted, so every row comes out NULL. With ``on_exhausted="raise"`` (the
+    registration's, or that of a relation helper running on the session:
+    :data:`SQL_ON_EXHAUSTED`) a user
+    who cannot pay refuses the batch with a :class:`~gpframe.errors.BudgetExceededError`
+    naming them, before anything is reserved or drawn (:func:`gpframe.ledger.run.run`).
 
     Returns
     -------
@@ -571,9 +622,12 @@ def charge_batch(
 
     with LEDGER_LOCK:
         plan = SQL_PREVIEWS.get(id(session))
+        helper = SQL_ON_EXHAUSTED.get(id(session))
+        strict = (helper[-1] if helper else on_exhausted) == "raise"
     # a preview plans under the lock (admission and plan.add must not interleave); a real
     # batch holds the Ledger's lock only inside reserve and charge
-    with LEDGER_LOCK if plan is not None else contextlib.nullcontext():
+    with LEDGER_LOCK if plan is not None else contextlib.nullcontext(), \
+            raising_on_exhausted() if strict else contextlib.nullcontext():
         ran = run(session, users, alloc, query=query, params=params, notion=notion, kind=kind,
                   units=units, check=check, compute=compute, dry_run=plan)  # fmt: skip
     if ran.status == "preview":  # planned only: no user's rows are computed (NULL out)
@@ -669,7 +723,7 @@ def elimination_batch(
             session, ledger_keys(uniques), per_user_sum(codes, n_u, per_row), work, query=fname,
             params={"method": method, "split": SPLIT, "beta": BETA, **params, "source": "duckdb",
                     **metric_params(reg)},
-            kind=None,
+            kind=None, on_exhausted=reg.on_exhausted,
         )[codes]  # fmt: skip
         tally(reg, int(admitted.sum()), int((~admitted).sum()))
     return admitted

@@ -1205,7 +1205,7 @@ def _privatize_preview(
     errs = _pv.nominal_errors(kind, amount, per, counts, beta, float(scale))
     count_of = dict(zip(list(ledger_keys(uniques)), counts.tolist(), strict=True))
 
-    def error(table: pd.DataFrame) -> tuple[float, str, float] | None:
+    def error(table: pd.DataFrame, calls: Any = None) -> tuple[float, str, float] | None:
         n = [count_of.get(u, 0) for u in table.index[table["status"] == "reserved"]]
         if not sum(n):
             return None

@@ -29,6 +29,7 @@ from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import Charge, PreviewStop, end_preview, run, with_on_exhausted
 from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.queries import kde as _k
+from gpframe.queries import preview_bounds as _pb
 from gpframe.queries.elimination import check_method_parts
 from gpframe.queries.kde_bounds import bounds_m as _bounds_m
 from gpframe.queries.kde_bounds import query_points
@@ -206,7 +207,9 @@ def kde(
     True
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(kde, locals(), "kde", adaptive=method.endswith("-elim"))
+        return dry(kde, locals(), "kde", adaptive=method.endswith("-elim"),
+                   error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.kde_error),
+                   least=_pb.least_for(bound.session))
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(kde, locals())
     session = bound.session
@@ -411,7 +414,8 @@ def kde_raster(
     0.0001
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(kde_raster, locals(), "kde_raster")
+        return dry(kde_raster, locals(), "kde_raster",
+                   error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.kde_raster_sigma))
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(kde_raster, locals())
     session = bound.session

@@ -25,6 +25,7 @@ from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import Charge, run, with_on_exhausted
 from gpframe.mechanisms.noise.bits import resolve_rng
+from gpframe.queries import preview_bounds as _pb
 from gpframe.results import HullResult, KnnResult, NearestResult
 from gpframe.results.preview import dry
 
@@ -50,6 +51,26 @@ def _amount(session: Any, rho: Any, eps: Any, what: str) -> tuple[str, Fraction,
     fk = _filter_kind(session)
     kind, amount = metric_amount(rho, eps, example=f".{what}(..., rho=1e-5)", filter_kind=fk)
     return kind, amount, fk
+
+
+def _bound(bound: Any, rho: Any, eps: Any, what: str) -> Any:
+    """Return the preview's a-priori error hook of a knn, hull or nearest query (docs/ledger.md)."""
+    from gpframe.ledger.charges import ledger_keys
+
+    def extra() -> dict[str, Any]:
+        kind, amount, _ = _amount(bound.session, rho, eps, what)
+        if what == "nearest_users":
+            return {"kind": kind, "amount": amount}
+        split = getattr(bound, "partition", None) is not None
+        users = bound.located.users if split else bound.projected.users
+        codes, uniques = pd.factorize(pd.Series(users), sort=False)
+        n = np.bincount(codes, minlength=len(uniques)).tolist()
+        return {"kind": kind, "amount": amount,
+                "counts": dict(zip(list(ledger_keys(uniques)), n, strict=True))}  # fmt: skip
+
+    fn = {"knn": _pb.knn_error, "nearest_users": _pb.nearest_error,
+          "convex_hull": _pb.hull_error_known}[what]
+    return _pb.bound_for(bound.session, _pb.scale_of(bound), fn, extra)
 
 
 def _point_m(point: Any, projected: Any) -> np.ndarray:
@@ -179,7 +200,7 @@ def knn(
     ([1, 2, 1], ['boat', 'knn_rank'], [0.0001, 0.0001])
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(knn, locals(), "knn")
+        return dry(knn, locals(), "knn", error=_bound(bound, rho, eps, "knn"))
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(knn, locals())
     from gpframe.queries import knn as _k
@@ -356,7 +377,8 @@ def convex_hull(
     ([1, 2], [16, 16], [0.001, 0.001])
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(convex_hull, locals(), "convex_hull")
+        return dry(convex_hull, locals(), "convex_hull",
+                   error=_bound(bound, rho, eps, "convex_hull"))
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(convex_hull, locals())
     import geopandas as gpd
@@ -540,7 +562,10 @@ def nearest_users(
     ([1, 2], True)
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(nearest_users, locals(), "nearest_users", adaptive=method.endswith("-elim"))
+        return dry(nearest_users, locals(), "nearest_users", adaptive=method.endswith("-elim"),
+                   error=_bound(bound, rho, eps, "nearest_users"),
+                   least=_pb.least_for(bound.session, True, lambda: _amount(
+                       bound.session, rho, eps, "nearest_users")[1]))
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(nearest_users, locals())
     from gpframe.queries.elimination import split_fractions

@@ -29,6 +29,7 @@ import shapely
 
 from gpframe.errors import CRSError, InvalidInputError
 from gpframe.ledger.run import PreviewStop, active_preview, end_preview, with_on_exhausted
+from gpframe.queries import preview_bounds as _pb
 from gpframe.queries.range_count import check_options as _check_options
 from gpframe.queries.range_count import run_range_count, select_component
 from gpframe.queries.range_count_regions import combine_regions as _combine
@@ -262,7 +263,9 @@ def range_count(
     [0, 0, 0, 1, 2, 0, 0, 0, 0, 0, 0]
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(range_count, locals(), "range_count", adaptive=method.endswith("-elim"))
+        return dry(range_count, locals(), "range_count", adaptive=method.endswith("-elim"),
+                   error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.range_count_band),
+                   least=_pb.least_for(bound.session))
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(range_count, locals())
     from gpframe.ledger.plan import SessionPlan

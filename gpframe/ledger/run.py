@@ -152,6 +152,10 @@ class PreviewPlan:
 
     stop: bool = True
     calls: list[Planned] = field(default_factory=list)
+    #: what an operation knows of its result before any noise, for the Preview (``"error"``:
+    #: its a-priori bound, ``(value, kind, confidence)``; ``"least"``: the least amount it can
+    #: charge each user asked, exact, in the filter's ground units)
+    notes: dict[str, Any] = field(default_factory=dict)
     _held: dict[str, dict[Any, int]] = field(default_factory=dict)
 
     def held(self, notion: str) -> dict[Any, int]:

@@ -41,7 +41,7 @@ import pandas as pd
 from gpframe.accounting.amounts import positive, probability
 from gpframe.errors import BudgetExceededError, InvalidInputError
 from gpframe.ledger import run as driver
-from gpframe.ledger.run import Charge
+from gpframe.ledger.run import Charge, active_preview
 from gpframe.ledger.session import EXCLUDED_KEY
 from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.mechanisms.selection import (
@@ -547,10 +547,14 @@ def _laplace_monitor(
     # draw is discarded unreleased if the reservation is refused
     run = LaplaceSVTRun(
         threshold=threshold, epsilon=epsilon, sensitivity=sensitivity, c=c,
-        monotone=monotone, integer=integer, rng=rng,
+        monotone=monotone, integer=integer, rng=rng, draw=active_preview() is None,
     )  # fmt: skip
     # the public number of queries the run may ask (docs/operations/monitoring.md)
     cap = min((x for x in (max_steps, stream.remaining()) if x is not None), default=None)
+    planning = active_preview()
+    if planning is not None and cap is not None:  # the margin reads only public parameters
+        planning.notes["error"] = (_laplace_margin(run, sensitivity, beta, 0, cap),
+                                   "threshold margin α (query units)", 1.0 - float(beta))
     params = {"noise": "laplace", "epsilon": float(epsilon), "sensitivity": float(sensitivity),
               "threshold": float(threshold), "c": c, "monotone": bool(monotone)}  # fmt: skip
     if on_exhausted != "raise":
@@ -1031,6 +1035,16 @@ def threshold_query(
             answer = bool(cbar >= tau)
         return Charge((answer, wid, used), used)
 
+    planning = active_preview()
+    if planning is not None:  # before the reservation: its margin and least charge, a priori
+        # the run stops after some round j: its margin is that round's width, at most the
+        # largest over the rounds (public: the parts and β); it charges at least round 1's part
+        cum = [float(sum(pis[: j + 1]) * total) for j in range(c)]
+        wids = [(_laplace_sum_tail_t(j + 1, beta1) if kind == "dp" else
+                 math.sqrt(math.log(2 / beta1))) / (u if kind == "dp" else math.sqrt(u))
+                for j, u in enumerate(cum)]  # fmt: skip
+        planning.notes["error"] = (max(wids), "count margin (users)", 1.0 - float(beta))
+        planning.notes["least"] = pis[0] * total
     ran = _run_central(
         session, ulist, total, kind=kind, query="threshold_query", params=params,
         compute=compute, on_exhausted=on_exhausted, what=f"{kind} {float(total):g}",

@@ -27,6 +27,13 @@ __all__ = ["Preview", "dry", "preview_call"]
 
 _UNIT = {"gp": "m⁻¹", "cgp": "m⁻²", "dp": "", "zcdp": ""}
 
+#: ``error(table, calls)``: the operation's a-priori bound from the planned table and its planned
+#: reservations (:class:`gpframe.ledger.run.Planned`): ``(bound, kind, confidence or None)``
+ErrorHook = Callable[[pd.DataFrame, list[Any]], tuple[float, str, float | None] | None]
+#: ``least(calls)``: per planned reservation, each user's least possible charge (ledger units,
+#: aligned with the reservation's users) of an adaptive operation
+LeastHook = Callable[[list[Any]], list[Any]]
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Preview:
@@ -45,7 +52,9 @@ class Preview:
     table : pandas.DataFrame
         One row per user asked: ``allocation`` (what would be reserved, exactly the real call's
         reservation, in the filter's units, summed over the query's reservations),
-        ``allocation_units`` (the same in integer ledger units), ``status`` (``"reserved"`` or
+        ``allocation_units`` (the same in integer ledger units), ``charge_min`` (the least
+        the real call can charge the user, filter units: the allocation unless the operation
+        is adaptive; NaN where unknown), ``status`` (``"reserved"`` or
         ``"excluded"``), ``reason`` (why excluded), ``remaining_before`` and
         ``remaining_after`` (the user's budget left, if every reservation were charged in full;
         unchanged when the call would be refused).
@@ -57,8 +66,14 @@ class Preview:
         user who cannot pay); nothing would be charged then.
     adaptive : bool
         The operation charges what it used (elimination, ex-post settlement): the actual
-        charge is at most ``allocation``; ``saving`` is its expected saving when computable
-        without the data, else None.
+        charge is at most ``allocation``.
+    saving_best : float or None
+        Adaptive operations: the *best-case* saving, Σ over the users of ``allocation`` −
+        ``charge_min`` (filter units): what the run would leave in the budgets if every user
+        were decided as early as possible. The actual saving depends on the data (on who is
+        decided when) and lies between 0 and this; the Result reports it. 0 for operations
+        that charge their allocation; None where the least charge is not known (monitors,
+        SQL).
     error, error_kind, confidence : float, str, float or None
         The error bound the operation's formula gives before any noise (None where the bound is
         computed from released values: the Result states it).
@@ -75,7 +90,7 @@ class Preview:
     reservations: int
     refusal: str | None = None
     adaptive: bool = False
-    saving: float | None = None
+    saving_best: float | None = None
     error: float | None = None
     error_kind: str = ""
     confidence: float | None = None
@@ -141,7 +156,8 @@ class Preview:
         else:
             lines.append("  nobody would be charged")
         if self.adaptive:
-            save = "" if self.saving is None else f"; expected saving {self.saving:.6g}{unit}"
+            save = ("" if self.saving_best is None else
+                    f"; best-case saving {self.saving_best:.6g}{unit} (all decided at round 1)")
             lines.append(
                 "  adaptive: the actual charge is at most this (it charges what the run used)"
                 + save
@@ -157,10 +173,8 @@ class Preview:
         if self.refusal:
             lines.append(f"  refusal: {self.refusal}")
         if self.error is not None:
-            lines.append(
-                f"  expected error: {self.error:.6g} {self.error_kind} at confidence "
-                f"{self.confidence:.3g}"
-            )
+            at = "" if self.confidence is None else f" at confidence {self.confidence:.3g}"
+            lines.append(f"  expected error: {self.error:.6g} {self.error_kind}{at}")
         rem = self.remaining_after()
         if not math.isnan(rem["min"]):
             lines.append(
@@ -188,7 +202,8 @@ def preview_call(
     call: Callable[[], Any],
     *,
     adaptive: bool = False,
-    error: Callable[[pd.DataFrame], tuple[float, str, float] | None] | None = None,
+    error: ErrorHook | None = None,
+    least: LeastHook | None = None,
     per: str | None = None,
     per_note: str = "",
     stop: bool = True,
@@ -196,16 +211,16 @@ def preview_call(
     """Run ``call`` as a dry run and build its :class:`Preview`.
 
     ``call`` is the operation itself (all its validation runs; the driver plans its
-    reservations and stops it before any noise). ``error(table)`` gives the operation's error
-    formula from the planned table, when it has one.
+    reservations and stops it before any noise). ``error(table, calls)`` gives the operation's
+    a-priori error bound from the planned table and reservations, when it has one.
     """
     with previewing(stop=stop) as plan:
         try:
             call()
         except PreviewStop:
             pass
-    return build(session, operation, plan, adaptive=adaptive, error=error, per=per,
-                 per_note=per_note)  # fmt: skip
+    return build(session, operation, plan, adaptive=adaptive, error=error, least=least,
+                 per=per, per_note=per_note)  # fmt: skip
 
 
 def dry(fn: Callable[..., Any], args: dict[str, Any], operation: str, **info: Any) -> Preview:
@@ -225,7 +240,8 @@ def build(
     plan: PreviewPlan,
     *,
     adaptive: bool = False,
-    error: Callable[[pd.DataFrame], tuple[float, str, float] | None] | None = None,
+    error: ErrorHook | None = None,
+    least: LeastHook | None = None,
     per: str | None = None,
     per_note: str = "",
 ) -> Preview:
@@ -267,6 +283,10 @@ def build(
             before[k] = round(v * scale)
     units = [alloc.get(k, 0) for k in order]
     status = ["reserved" if k in alloc else "excluded" for k in order]
+    if least is None and "least" in plan.notes:  # one least charge for every user asked
+        low = led.units[notion].up(plan.notes["least"])
+        least = lambda cs: [np.where(c.admitted, low, 0) for c in cs]  # noqa: E731
+    cmin, saving_best = _least(calls, order, units, adaptive, least, scale)
     rb = np.array([before.get(k, 0) for k in order], dtype=np.float64)
     # a refused call reserves, then cancels: nobody's budget moves
     spend = np.zeros(len(units)) if refusal is not None else np.array(units, dtype=np.float64)
@@ -274,6 +294,7 @@ def build(
         {
             "allocation": np.array(units, dtype=np.float64) / scale,
             "allocation_units": pd.array(units, dtype="Int64"),
+            "charge_min": cmin,
             "status": status,
             "reason": [
                 reason.get(k, "") if s == "excluded" else ""
@@ -284,12 +305,34 @@ def build(
         },
         index=pd.Index(order, dtype=object, name="user"),
     )
-    err = error(table) if error is not None and len(table) else None
+    err = error(table, calls) if error is not None and len(table) else None
+    if err is None and len(table):  # a bound the operation noted while planning
+        err = plan.notes.get("error")
     params = {k: v for k, v in calls[0].params.items() if k != EXCLUDED_KEY} if calls else {}
     return Preview(
         operation=operation, notion=notion, kind=kind, table=table, reservations=len(calls),
-        refusal=refusal, adaptive=adaptive, saving=None,
+        refusal=refusal, adaptive=adaptive, saving_best=saving_best,
         error=None if err is None else float(err[0]), error_kind="" if err is None else err[1],
-        confidence=None if err is None else float(err[2]), per=per, per_note=per_note,
-        params=params,
+        confidence=None if err is None or err[2] is None else float(err[2]), per=per,
+        per_note=per_note, params=params,
     )  # fmt: skip
+
+
+def _least(
+    calls: list[Any], order: list[Any], units: list[int], adaptive: bool,
+    least: LeastHook | None, scale: float,
+) -> tuple[np.ndarray, float | None]:  # fmt: skip
+    """Each user's least possible charge (filter units) and the best-case saving."""
+    alloc = np.array(units, dtype=np.float64)
+    if not adaptive:  # the allocation is charged in full
+        return alloc / scale, 0.0
+    if least is None:
+        return np.full(alloc.size, np.nan), None
+    total: dict[Any, int] = {}
+    for c, arr in zip(calls, least(calls), strict=True):
+        for k, ok, v in zip(c.users.tolist(), c.admitted.tolist(), np.asarray(arr).tolist(),
+                            strict=True):  # fmt: skip
+            if ok:
+                total[k] = total.get(k, 0) + int(v)
+    low = np.array([total.get(k, 0) for k in order], dtype=np.float64)
+    return low / scale, float((alloc - low).sum()) / scale

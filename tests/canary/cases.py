@@ -501,6 +501,22 @@ def _range_count_preview(ctx: Ctx) -> Any:
         shapely.box(*REGION), rho=1e-6, reduce="last", on_exhausted="raise", dry_run=True))
 
 
+@case(name="metric-ops/accessor/preview-error", frontend="accessor",
+      covers=("accessor.kde", "accessor.knn", "accessor.convex_hull", "accessor.nearest_users"),
+      modules=("gpframe.frame.knn", "gpframe.frame.kde", "gpframe.queries.preview_bounds",
+               "gpframe.results.preview"))  # fmt: skip
+def _metric_previews(ctx: Ctx) -> Any:
+    # the expected error and best-case saving of every metric operation's preview: computed
+    # from amounts, k, bandwidths and per-user counts, never from a location
+    forms: list[str] = []
+    for make in (lambda b: b.kde(POINT, bandwidth_m=500, rho=1e-6, reduce="last", dry_run=True),
+                 lambda b: b.knn(POINT, 3, rho=1e-4, dry_run=True),
+                 lambda b: b.convex_hull(rho=1e-4, dry_run=True),
+                 lambda b: b.nearest_users(POINT, 2, rho=1e-6, reduce="last", dry_run=True)):
+        forms.extend(_preview_forms(ctx, lambda make=make: make(ctx.bound()))[1:])
+    return None, *forms
+
+
 @case(name="above_threshold/monitor/preview", frontend="monitor",
       covers=("monitor.above_threshold",), modules=("gpframe.queries.monitor",),
       central=True)  # fmt: skip
@@ -519,6 +535,32 @@ def _sql_preview(ctx: Ctx) -> Any:
 
     return _preview_forms(ctx, lambda: gp.duckdb.preview(
         ctx.con, "SELECT uid, gp_privatize(uid, x, y, 1e-8) AS p FROM pings"))
+
+
+@case(name="sql-helpers/preview", frontend="sql-relation",
+      covers=("duckdb.knn", "duckdb.nearest_users", "duckdb.range_count", "duckdb.privatize"),
+      modules=("gpframe.duckdb.preview", "gpframe.duckdb.knn", "gpframe.duckdb.range_count",
+               "gpframe.duckdb.privatize"))  # fmt: skip
+def _sql_helper_previews(ctx: Ctx) -> Any:
+    # dry_run=True of the relation helpers (and on_exhausted="raise": the refusal's text)
+    import shapely
+
+    import gpframe as gp
+
+    last = "SELECT uid, arg_max(x, ts) AS x, arg_max(y, ts) AS y FROM pings GROUP BY uid"
+    forms: list[str] = []
+    for make in (
+        lambda: gp.duckdb.knn(ctx.con, "SELECT * FROM pings", user="uid", x="x", y="y",
+                              point=POINT, k=3, rho=1e-4, dry_run=True),
+        lambda: gp.duckdb.nearest_users(ctx.con, last, user="uid", x="x", y="y", point=POINT,
+                                        k=2, rho=1e-6, on_exhausted="raise", dry_run=True),
+        lambda: gp.duckdb.range_count(ctx.con, last, shapely.box(*REGION), user="uid", x="x",
+                                      y="y", rho=1e-6, dry_run=True),
+        lambda: gp.duckdb.privatize(ctx.con, "SELECT uid, x, y FROM pings", user="uid", x="x",
+                                    y="y", rho=1e-8, dry_run=True),
+    ):  # fmt: skip
+        forms.extend(_preview_forms(ctx, make)[1:])
+    return None, *forms
 
 
 # --------------------------------------------------------------------------------------------

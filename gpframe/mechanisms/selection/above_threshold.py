@@ -50,6 +50,10 @@ def _count(c: object, name: str) -> int:
 class LaplaceSVTRun:
     """One Laplace sparse-vector run, stepped query by query; halts after ``c`` ⊤.
 
+    The threshold noise is drawn when the run is built; ``draw=False`` checks every parameter
+    and computes the scales without drawing it (a preview, ``docs/ledger.md``): such a run
+    cannot step.
+
     Examples
     --------
     >>> run = LaplaceSVTRun(threshold=50, epsilon=1, sensitivity=1, integer=True)
@@ -69,6 +73,7 @@ class LaplaceSVTRun:
         monotone: bool = False,
         integer: bool = False,
         rng: Any = None,
+        draw: bool = True,
     ) -> None:
         eps = check_eps(epsilon, "epsilon")
         delta = check_positive(sensitivity, "sensitivity")
@@ -100,7 +105,9 @@ class LaplaceSVTRun:
         # ⊤ iff u + k_q − k_t ≥ ceil(T/g): exact on the lattice (T is public)
         tg = Fraction(t) / self.g
         self._t_units = -((-tg.numerator) // tg.denominator)
-        self._k_t = int(discrete_laplace(self.lam_t, 1, self._bits)[0])  # drawn once
+        # drawn once; ``draw=False`` (a preview: every parameter checked, nothing drawn) leaves
+        # the run unable to step
+        self._k_t = int(discrete_laplace(self.lam_t, 1, self._bits)[0]) if draw else None
         self.answers: list[bool] = []
 
     @property
@@ -121,6 +128,8 @@ class LaplaceSVTRun:
                 f"integer=True but the query value {value!r} is not an integer. "
                 "Nothing was charged."
             )
+        if self._k_t is None:
+            raise InvalidInputError("this sparse-vector run was built with draw=False (a preview).")
         u = int(snap(x, self.g, "value")[0])
         k = int(discrete_laplace(self.lam_q, 1, self._bits)[0])
         top = u + k - self._k_t >= self._t_units

@@ -165,8 +165,9 @@ def test_preview_repr_says_curator_side_and_holds_no_released_value() -> None:
     pv = b.range_count(BOX, rho=1e-4, dry_run=True)
     assert "curator-side" in repr(pv) and "do not publish" in pv.summary()
     assert not hasattr(pv, "value") and not hasattr(pv, "to_attr")
-    assert list(pv.to_frame().columns) == ["allocation", "allocation_units", "status", "reason",
-                                           "remaining_before", "remaining_after"]  # fmt: skip
+    assert list(pv.to_frame().columns) == ["allocation", "allocation_units", "charge_min",
+                                           "status", "reason", "remaining_before",
+                                           "remaining_after"]  # fmt: skip
 
 
 def test_bad_input_is_refused_by_the_preview_too() -> None:
