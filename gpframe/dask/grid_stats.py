@@ -123,6 +123,33 @@ def reduce_partition(
     return t.groupby(["user", "cell"], sort=True, as_index=False).sum(), located.crs_in.to_wkt()
 
 
+#: partitions' sums added per task: a user's rows may be in every partition, so each table can
+#: hold as many rows as there are (user, cell) pairs; a few at a time keep a worker's memory flat
+FAN_IN = 4
+
+
+def add_sums(*tables: pd.DataFrame) -> pd.DataFrame:
+    """Add per-(user, cell) sums of several partitions (exact: int64 sums)."""
+    t = pd.concat(tables, ignore_index=True)
+    return t.groupby(["user", "cell"], sort=True, as_index=False).sum()
+
+
+def tree_sum(tables: list[Any]) -> Any:
+    """Build a dask.delayed tree of :func:`add_sums`, ``FAN_IN`` tables per task, one on top.
+
+    The client receives only the final table (one row per (user, cell) pair), never every
+    partition's: with users spread over all partitions the partitions' tables together can be
+    as large as the input.
+    """
+    import dask
+
+    level = list(tables)
+    while len(level) > 1:
+        level = [dask.delayed(add_sums)(*level[i:i + FAN_IN])
+                 for i in range(0, len(level), FAN_IN)]  # fmt: skip
+    return level[0]  # a dask frame has at least one partition
+
+
 def grid_stats(
     bound: Any, *, value: str, bounds: Any, epsilon_per_user: Any, cells: Any, occupancy: Any,
     clamp: bool, beta: float, split: Any, rng: Any, on_exhausted: str = "exclude",
@@ -150,12 +177,10 @@ def grid_stats(
     lo, hi = value_bounds(bounds)
     cols = bound.cols
 
-    # -- first pass: per-(user, cell) exact sums per partition, added on the client
-    parts = bound.ddf.to_delayed()
-    outs = dask.compute(*[dask.delayed(reduce_partition)(d, cols, value, cells, lo, hi, clamp)
-                          for d in parts])  # fmt: skip
-    t = pd.concat([o[0] for o in outs], ignore_index=True)
-    t = t.groupby(["user", "cell"], sort=True, as_index=False).sum()  # exact: int64 sums
+    # -- first pass: per-(user, cell) exact sums per partition, added in a tree on the workers
+    reduced = [dask.delayed(reduce_partition, nout=2)(d, cols, value, cells, lo, hi, clamp)
+               for d in bound.ddf.to_delayed()]  # fmt: skip
+    t, crs_wkt = dask.compute(tree_sum([r[0] for r in reduced]), [r[1] for r in reduced])
     if len(t) == 0:
         raise InvalidInputError(f"the frame has no rows: nothing to summarise. {_NOTHING}")
     occ = occupancy_from_records(t["user"].to_numpy(), t["cell"].to_numpy(np.uint64),
@@ -168,7 +193,7 @@ def grid_stats(
     for arr, name in zip(s, ("m", "s1", "s2"), strict=True):
         arr[pos] = t[name].to_numpy(np.int64)
     sums = PairSums(*s)
-    crs_in = pyproj.CRS.from_wkt(next(c for _, c in outs if c is not None))
+    crs_in = pyproj.CRS.from_wkt(next(c for c in crs_wkt if c is not None))
 
     def go(**_: Any) -> Any:  # the reservation and release (on_exhausted: see settle)
         ran = run_user_grid_stats(

@@ -118,3 +118,23 @@ def test_bad_input_is_refused_before_the_ledger(cluster, change: dict, match: st
         b.grid_stats(**{**CALL, **change}, rng=seeded_rng(1))
     assert str(e.value).endswith("Nothing was charged.")
     assert s.ledger.snapshot() == snap
+
+
+def test_partition_sums_are_added_in_a_tree_with_the_exact_totals(monkeypatch) -> None:
+    import dask
+
+    import gpframe.dask.grid_stats as dgs
+
+    sizes: list[int] = []
+    real = dgs.add_sums
+    monkeypatch.setattr(dgs, "add_sums", lambda *t: sizes.append(len(t)) or real(*t))
+    rs = np.random.default_rng(5)  # test data only
+    tables = [pd.DataFrame({"user": rs.integers(0, 7, 40), "cell": rs.integers(0, 3, 40)
+                            .astype(np.uint64), "m": np.ones(40, np.int64),
+                            "s1": rs.integers(0, 2**40, 40)}) for _ in range(dgs.FAN_IN**2 + 1)]
+    got = dask.compute(dgs.tree_sum([dask.delayed(t) for t in tables]), scheduler="sync")[0]
+    want = pd.concat(tables).groupby(["user", "cell"], sort=True, as_index=False).sum()
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
+    # 17 tables: 5 tasks, then 2, then 1; none adds more than FAN_IN tables, so no task (and
+    # not the client) ever holds every partition's table
+    assert sorted(sizes) == [1, 1, 2, 4, 4, 4, 4, 4]
