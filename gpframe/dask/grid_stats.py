@@ -150,6 +150,39 @@ def tree_sum(tables: list[Any]) -> Any:
     return level[0]  # a dask frame has at least one partition
 
 
+def split_by_user(table: pd.DataFrame, buckets: int) -> list[pd.DataFrame]:
+    """Split a partition's sums into ``buckets`` tables by a hash of the user (pandas' own)."""
+    if buckets == 1:
+        return [table]
+    h = pd.util.hash_array(np.asarray(table["user"])) % np.uint64(buckets)
+    return [table[h == b] for b in range(buckets)]
+
+
+def concat_sorted(*tables: pd.DataFrame) -> pd.DataFrame:
+    """Concatenate the buckets' sums sorted by (user, cell) (users never span buckets)."""
+    return pd.concat(tables, ignore_index=True).sort_values(["user", "cell"], ignore_index=True)
+
+
+def pair_sums(
+    parts: list[Any], cols: Any, value: str, cells: Any, lo: Fraction, hi: Fraction, clamp: bool
+) -> tuple[Any, list[Any]]:
+    """Delayed (one row per (user, cell) pair with its exact sums, each partition's input CRS).
+
+    Each partition's sums are split by user into one bucket per ``FAN_IN`` partitions and each
+    bucket is added in its own :func:`tree_sum`: no task holds more than ``FAN_IN`` tables of
+    about one partition's pairs divided by the number of buckets, so a worker's memory stays
+    flat however many partitions a user's rows are spread over.
+    """
+    import dask
+
+    buckets = max(1, -(-len(parts) // FAN_IN))
+    reduced = [dask.delayed(reduce_partition, nout=2)(d, cols, value, cells, lo, hi, clamp)
+               for d in parts]  # fmt: skip
+    split = [dask.delayed(split_by_user, nout=buckets)(r[0], buckets) for r in reduced]
+    tops = [tree_sum([sp[b] for sp in split]) for b in range(buckets)]
+    return dask.delayed(concat_sorted)(*tops), [r[1] for r in reduced]
+
+
 def grid_stats(
     bound: Any, *, value: str, bounds: Any, epsilon_per_user: Any, cells: Any, occupancy: Any,
     clamp: bool, beta: float, split: Any, rng: Any, on_exhausted: str = "exclude",
@@ -177,10 +210,9 @@ def grid_stats(
     lo, hi = value_bounds(bounds)
     cols = bound.cols
 
-    # -- first pass: per-(user, cell) exact sums per partition, added in a tree on the workers
-    reduced = [dask.delayed(reduce_partition, nout=2)(d, cols, value, cells, lo, hi, clamp)
-               for d in bound.ddf.to_delayed()]  # fmt: skip
-    t, crs_wkt = dask.compute(tree_sum([r[0] for r in reduced]), [r[1] for r in reduced])
+    # -- first pass: per-(user, cell) exact sums per partition, added on the workers
+    t, crs_wkt = dask.compute(*pair_sums(bound.ddf.to_delayed(), cols, value, cells, lo, hi,
+                                         clamp))  # fmt: skip
     if len(t) == 0:
         raise InvalidInputError(f"the frame has no rows: nothing to summarise. {_NOTHING}")
     occ = occupancy_from_records(t["user"].to_numpy(), t["cell"].to_numpy(np.uint64),

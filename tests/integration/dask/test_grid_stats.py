@@ -8,6 +8,7 @@ refusals before the ledger is touched.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import dask.dataframe as dd
@@ -138,3 +139,20 @@ def test_partition_sums_are_added_in_a_tree_with_the_exact_totals(monkeypatch) -
     # 17 tables: 5 tasks, then 2, then 1; none adds more than FAN_IN tables, so no task (and
     # not the client) ever holds every partition's table
     assert sorted(sizes) == [1, 1, 2, 4, 4, 4, 4, 4]
+
+
+def test_pair_sums_of_many_partitions_equal_those_of_one() -> None:
+    """Buckets by user and trees of sums give the one-partition table exactly."""
+    import dask
+
+    from gpframe.dask.grid_stats import FAN_IN, pair_sums
+
+    df = _frame()
+    one = dd.from_pandas(df, npartitions=1).geopriv(_session(), **KW)
+    many = dd.from_pandas(df, npartitions=3 * FAN_IN + 1, sort=False).geopriv(_session(), **KW)
+    assert many.ddf.npartitions > FAN_IN  # several buckets, trees of several levels
+    args = ("v", 8, Fraction(0), Fraction(10), False)
+    a = dask.compute(*pair_sums(one.ddf.to_delayed(), one.cols, *args), scheduler="sync")[0]
+    b = dask.compute(*pair_sums(many.ddf.to_delayed(), many.cols, *args), scheduler="sync")[0]
+    assert len(a) > N
+    pd.testing.assert_frame_equal(a, b)
