@@ -1,12 +1,22 @@
-"""Out of core: privatize points read from partitioned Parquet, workers under a memory limit.
+"""Out of core: privatize and grid_stats on partitioned Parquet, workers under a memory limit.
 
 Writes ``--points`` synthetic points (``--users`` users, files of ``--rows-per-file`` rows) as
-partitioned Parquet, generated chunk by chunk (the client never holds them), then runs
-``ddf.geopriv(...).privatize(rho=..., to=...)`` on a LocalCluster of 2 workers x 1 thread with
-``--memory-limit`` per worker (dask spills to disk above it), first on a ``--baseline-points``
-run of the same shape, then on the full size. Prints, for each: seconds, points/s per worker,
-the peak RSS of each worker (sampled every 0.2 s) against the limit, and the throughput ratio
-full / baseline (goal: within 1.5x, i.e. cost linear in the points).
+partitioned Parquet, generated chunk by chunk (the client never holds them). Each user moves
+within 4 km of a home point (as vehicles do), so a user touches a few H3 cells, and every file
+holds rows of almost every user (the worst case for per-user work: nothing is partitioned by
+user). Then runs, on a LocalCluster of 2 workers x 1 thread with ``--memory-limit`` per worker
+(dask spills to disk above it), each of ``--ops``:
+
+- ``privatize``: ``ddf.geopriv(...).privatize(rho=..., to=...)`` (shuffled by user, written by
+  the workers, published after the charge);
+- ``grid_stats``: ``grid_stats("speed", epsilon_per_user=..., occupancy="public", cells=6)``
+  (per-partition exact sums, combined in a tree on the workers; the client holds one row per
+  (user, cell) pair).
+
+first on a ``--baseline-points`` run of the same shape, then on the full size. Prints, for each:
+seconds, points/s per worker, the peak RSS of each worker (sampled every 0.2 s) against the
+limit, the client's peak RSS, and the throughput ratio baseline / full (goal: within 1.5x, i.e.
+cost linear in the points).
 
     PYTHONPATH=. python benchmarks/speed/dask_out_of_core.py --points 10000000
     PYTHONPATH=. python benchmarks/speed/dask_out_of_core.py --points 100000000 --dir /big/tmp
@@ -36,12 +46,15 @@ def write_points(root: Path, n: int, users: int, per_file: int, seed: int = 0) -
     """``n`` points as Parquet files of ``per_file`` rows (the true points only, no noise)."""
     root.mkdir(parents=True)
     r = np.random.default_rng(seed)
+    home = r.uniform(-5e4, 5e4, (users, 2))
     for i, start in enumerate(range(0, n, per_file)):
         m = min(per_file, n - start)
+        u = r.integers(0, users, m)
         table = pa.table({
-            "user_id": r.integers(0, users, m),
-            "x": 500_000 + r.uniform(-5e4, 5e4, m),
-            "y": 8_800_000 + r.uniform(-5e4, 5e4, m),
+            "user_id": u,
+            "x": 500_000 + home[u, 0] + r.uniform(-4e3, 4e3, m),
+            "y": 8_800_000 + home[u, 1] + r.uniform(-4e3, 4e3, m),
+            "speed": r.uniform(0, 15, m),
         })  # fmt: skip
         pq.write_table(table, root / f"part-{i:05d}.parquet")
 
@@ -52,8 +65,14 @@ def _rss() -> int:
     return psutil.Process().memory_info().rss
 
 
-def run(client, src: Path, out: Path, rho: float) -> tuple[float, dict[str, int]]:
-    """Privatize ``src`` into ``out``; return (seconds, peak RSS per worker)."""
+def _client_peak() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def run(client, src: Path, out: Path, op: str, rho: float) -> tuple[float, dict[str, int]]:
+    """Run ``op`` on ``src`` (privatize into ``out``); return (seconds, peak RSS per worker)."""
     import dask.dataframe as dd
 
     peak: dict[str, int] = {}
@@ -70,10 +89,18 @@ def run(client, src: Path, out: Path, rho: float) -> tuple[float, dict[str, int]
 
     t = threading.Thread(target=sample, daemon=True)
     t.start()
-    session = gp.Session(budget=gp.CGP(rho=1.0))
+    session = gp.Session(budget=gp.CGP(rho=1.0), central=gp.DP(epsilon=8.0))
     start = time.perf_counter()
     ddf = dd.read_parquet(src)
-    ddf.geopriv(session, user="user_id", x="x", y="y", crs=CRS).privatize(rho=rho, to=out)
+    if op == "privatize":
+        face = ddf[["user_id", "x", "y"]].geopriv(session, user="user_id", x="x", y="y", crs=CRS)
+        face.privatize(rho=rho, to=out)
+    else:
+        face = ddf.geopriv(session, user="user_id", x="x", y="y", crs=CRS)
+        r = face.grid_stats("speed", bounds=(0, 15), epsilon_per_user=4.0, cells=6,
+                            occupancy="public")
+        print(f"    grid_stats released {int(r['released'].sum()):,} of {len(r):,} "
+              "cells", flush=True)  # fmt: skip
     seconds = time.perf_counter() - start
     done.set()
     t.join()
@@ -89,6 +116,8 @@ def main() -> None:
     ap.add_argument("--memory-limit", default="2GiB", help="per worker")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     ap.add_argument("--rho", type=float, default=1e-4)
+    ap.add_argument("--ops", nargs="+", default=["privatize", "grid_stats"],
+                    choices=["privatize", "grid_stats"])
     args = ap.parse_args()
 
     from dask.utils import parse_bytes
@@ -98,7 +127,7 @@ def main() -> None:
     root = Path(args.dir or tempfile.mkdtemp())
     limit = parse_bytes(args.memory_limit)
     sizes = [int(args.baseline_points), int(args.points)]
-    results = []
+    rates: dict[str, list[float]] = {op: [] for op in args.ops}
     try:
         with LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
@@ -110,19 +139,22 @@ def main() -> None:
                 t0 = time.perf_counter()
                 write_points(src, n, users, min(args.rows_per_file, n))
                 gen = time.perf_counter() - t0
-                sec, peak = run(client, src, root / f"out-{k}", args.rho)
-                rate = n / sec / 2
-                results.append(rate)
-                worst = max(peak.values()) if peak else 0
-                print(f"{n:>13,} points {users:>11,} users  written in {gen:6.1f} s  "
-                      f"privatize {sec:8.1f} s  {rate:>10,.0f} points/s per worker  "
-                      f"peak RSS {worst / 2**30:5.2f} GiB of {limit / 2**30:.2f} GiB per worker "
-                      f"({'under' if worst <= limit else 'OVER'} the limit)")  # fmt: skip
+                print(f"{n:>13,} points {users:>11,} users  written in {gen:6.1f} s", flush=True)
+                for op in args.ops:
+                    sec, peak = run(client, src, root / f"out-{k}", op, args.rho)
+                    rate = n / sec / 2
+                    rates[op].append(rate)
+                    worst = max(peak.values()) if peak else 0
+                    print(f"    {op:<10} {sec:8.1f} s  {rate:>10,.0f} points/s per worker  "
+                          f"peak RSS {worst / 2**30:5.2f} GiB of {limit / 2**30:.2f} GiB per "
+                          f"worker ({'under' if worst <= limit else 'OVER'} the limit); client "
+                          f"peak RSS {_client_peak() / 2**30:5.2f} GiB", flush=True)  # fmt: skip
+                    shutil.rmtree(root / f"out-{k}", ignore_errors=True)
                 shutil.rmtree(src, ignore_errors=True)
-                shutil.rmtree(root / f"out-{k}", ignore_errors=True)
-        ratio = results[0] / results[1]
-        print(f"throughput baseline / full: {ratio:.2f}x  "
-              f"{'OK' if ratio <= 1.5 else 'SLOW'} (goal <= 1.5x: linear cost)")
+        for op, (base, full) in rates.items():
+            ratio = base / full
+            print(f"{op}: throughput baseline / full: {ratio:.2f}x  "
+                  f"{'OK' if ratio <= 1.5 else 'SLOW'} (goal <= 1.5x: linear cost)")
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -158,6 +158,66 @@ def reduce_partition(
     return t.groupby(["user", "cell"], sort=True, as_index=False).sum(), located.crs_in.to_wkt()
 
 
+#: partitions' sums added per task: a user's rows may be in every partition, so each table can
+#: hold as many rows as there are (user, cell) pairs; a few at a time keep a worker's memory flat
+FAN_IN = 4
+
+
+def add_sums(*tables: pd.DataFrame) -> pd.DataFrame:
+    """Add per-(user, cell) sums of several partitions (exact: int64 sums)."""
+    t = pd.concat(tables, ignore_index=True)
+    return t.groupby(["user", "cell"], sort=True, as_index=False).sum()
+
+
+def tree_sum(tables: list[Any]) -> Any:
+    """Build a dask.delayed tree of :func:`add_sums`, ``FAN_IN`` tables per task, one on top.
+
+    The client receives only the final table (one row per (user, cell) pair), never every
+    partition's: with users spread over all partitions the partitions' tables together can be
+    as large as the input.
+    """
+    import dask
+
+    level = list(tables)
+    while len(level) > 1:
+        level = [dask.delayed(add_sums)(*level[i:i + FAN_IN])
+                 for i in range(0, len(level), FAN_IN)]  # fmt: skip
+    return level[0]  # a dask frame has at least one partition
+
+
+def split_by_user(table: pd.DataFrame, buckets: int) -> list[pd.DataFrame]:
+    """Split a partition's sums into ``buckets`` tables by a hash of the user (pandas' own)."""
+    if buckets == 1:
+        return [table]
+    h = pd.util.hash_array(np.asarray(table["user"])) % np.uint64(buckets)
+    return [table[h == b] for b in range(buckets)]
+
+
+def concat_sorted(*tables: pd.DataFrame) -> pd.DataFrame:
+    """Concatenate the buckets' sums sorted by (user, cell) (users never span buckets)."""
+    return pd.concat(tables, ignore_index=True).sort_values(["user", "cell"], ignore_index=True)
+
+
+def pair_sums(
+    parts: list[Any], cols: Any, value: str, cells: Any, lo: Fraction, hi: Fraction, clamp: bool
+) -> tuple[Any, list[Any]]:
+    """Delayed (one row per (user, cell) pair with its exact sums, each partition's input CRS).
+
+    Each partition's sums are split by user into one bucket per ``FAN_IN`` partitions and each
+    bucket is added in its own :func:`tree_sum`: no task holds more than ``FAN_IN`` tables of
+    about one partition's pairs divided by the number of buckets, so a worker's memory stays
+    flat however many partitions a user's rows are spread over.
+    """
+    import dask
+
+    buckets = max(1, -(-len(parts) // FAN_IN))
+    reduced = [dask.delayed(reduce_partition, nout=2)(d, cols, value, cells, lo, hi, clamp)
+               for d in parts]  # fmt: skip
+    split = [dask.delayed(split_by_user, nout=buckets)(r[0], buckets) for r in reduced]
+    tops = [tree_sum([sp[b] for sp in split]) for b in range(buckets)]
+    return dask.delayed(concat_sorted)(*tops), [r[1] for r in reduced]
+
+
 def grid_stats(
     bound: Any, *, value: str, bounds: Any, epsilon_per_user: Any, cells: Any, occupancy: Any,
     clamp: bool, beta: float, split: Any, rng: Any, on_exhausted: str = "exclude",
@@ -235,12 +295,9 @@ def grid_stats(
         )
     cols = bound.cols
 
-    # -- first pass: per-(user, cell) exact sums per partition, added on the client
-    parts = bound.ddf.to_delayed()
-    outs = dask.compute(*[dask.delayed(reduce_partition)(d, cols, value, cells, lo, hi, clamp)
-                          for d in parts])  # fmt: skip
-    t = pd.concat([o[0] for o in outs], ignore_index=True)
-    t = t.groupby(["user", "cell"], sort=True, as_index=False).sum()  # exact: int64 sums
+    # -- first pass: per-(user, cell) exact sums per partition, added on the workers
+    t, crs_wkt = dask.compute(*pair_sums(bound.ddf.to_delayed(), cols, value, cells, lo, hi,
+                                         clamp))  # fmt: skip
     if len(t) == 0:
         raise InvalidInputError(f"the frame has no rows: nothing to summarise. {_NOTHING}")
     occ = occupancy_from_records(t["user"].to_numpy(), t["cell"].to_numpy(np.uint64),
@@ -253,7 +310,7 @@ def grid_stats(
     for arr, name in zip(s, ("m", "s1", "s2"), strict=True):
         arr[pos] = t[name].to_numpy(np.int64)
     sums = PairSums(*s)
-    crs_in = pyproj.CRS.from_wkt(next(c for _, c in outs if c is not None))
+    crs_in = pyproj.CRS.from_wkt(next(c for c in crs_wkt if c is not None))
 
     def go(**_: Any) -> Any:  # the reservation and release (on_exhausted: see settle)
         ran = run_user_grid_stats(

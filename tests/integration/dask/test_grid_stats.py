@@ -8,6 +8,7 @@ refusals before the ledger is touched.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import dask.dataframe as dd
@@ -304,3 +305,40 @@ def test_bad_input_is_refused_before_the_ledger(cluster, change: dict, match: st
         b.grid_stats(**{**CALL, **change}, rng=seeded_rng(1))
     assert str(e.value).endswith("Nothing was charged.")
     assert s.ledger.snapshot() == snap
+
+
+def test_partition_sums_are_added_in_a_tree_with_the_exact_totals(monkeypatch) -> None:
+    import dask
+
+    import gpframe.dask.grid_stats as dgs
+
+    sizes: list[int] = []
+    real = dgs.add_sums
+    monkeypatch.setattr(dgs, "add_sums", lambda *t: sizes.append(len(t)) or real(*t))
+    rs = np.random.default_rng(5)  # test data only
+    tables = [pd.DataFrame({"user": rs.integers(0, 7, 40), "cell": rs.integers(0, 3, 40)
+                            .astype(np.uint64), "m": np.ones(40, np.int64),
+                            "s1": rs.integers(0, 2**40, 40)}) for _ in range(dgs.FAN_IN**2 + 1)]
+    got = dask.compute(dgs.tree_sum([dask.delayed(t) for t in tables]), scheduler="sync")[0]
+    want = pd.concat(tables).groupby(["user", "cell"], sort=True, as_index=False).sum()
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
+    # 17 tables: 5 tasks, then 2, then 1; none adds more than FAN_IN tables, so no task (and
+    # not the client) ever holds every partition's table
+    assert sorted(sizes) == [1, 1, 2, 4, 4, 4, 4, 4]
+
+
+def test_pair_sums_of_many_partitions_equal_those_of_one() -> None:
+    """Buckets by user and trees of sums give the one-partition table exactly."""
+    import dask
+
+    from gpframe.dask.grid_stats import FAN_IN, pair_sums
+
+    df = _frame()
+    one = dd.from_pandas(df, npartitions=1).geopriv(_session(), **KW)
+    many = dd.from_pandas(df, npartitions=3 * FAN_IN + 1, sort=False).geopriv(_session(), **KW)
+    assert many.ddf.npartitions > FAN_IN  # several buckets, trees of several levels
+    args = ("v", 8, Fraction(0), Fraction(10), False)
+    a = dask.compute(*pair_sums(one.ddf.to_delayed(), one.cols, *args), scheduler="sync")[0]
+    b = dask.compute(*pair_sums(many.ddf.to_delayed(), many.cols, *args), scheduler="sync")[0]
+    assert len(a) > N
+    pd.testing.assert_frame_equal(a, b)
