@@ -15,7 +15,9 @@ user). Then runs, on a LocalCluster of 2 workers x 1 thread with ``--memory-limi
 
 first on a ``--baseline-points`` run of the same shape, then on the full size. Prints, for each:
 seconds, points/s per worker, the peak RSS of each worker (sampled every 0.2 s) against the
-limit, the client's peak RSS, and the throughput ratio baseline / full (goal: within 1.5x, i.e.
+limit, the client's peak RSS, how many workers the nanny restarted (a worker above 95 % of its
+limit is restarted and Dask recomputes its tasks: the sampler can miss the spike, never the new
+worker), and the throughput ratio baseline / full (goal: within 1.5x, i.e.
 cost linear in the points).
 
     PYTHONPATH=. python benchmarks/speed/dask_out_of_core.py --points 10000000
@@ -148,7 +150,8 @@ def main() -> None:
                     print(f"    {op:<10} {sec:8.1f} s  {rate:>10,.0f} points/s per worker  "
                           f"peak RSS {worst / 2**30:5.2f} GiB of {limit / 2**30:.2f} GiB per "
                           f"worker ({'under' if worst <= limit else 'OVER'} the limit); client "
-                          f"peak RSS {_client_peak() / 2**30:5.2f} GiB", flush=True)  # fmt: skip
+                          f"peak RSS {_client_peak() / 2**30:5.2f} GiB; workers restarted "
+                          f"{max(len(peak) - 2, 0)}", flush=True)  # fmt: skip
                     shutil.rmtree(root / f"out-{k}", ignore_errors=True)
                 shutil.rmtree(src, ignore_errors=True)
         for op, (base, full) in rates.items():
