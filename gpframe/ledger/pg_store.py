@@ -23,19 +23,18 @@ from typing import Any
 import numpy as np
 
 from gpframe.errors import InvalidInputError, LedgerCorruptError, LedgerError
+from gpframe.ledger.keys import decode_users as _decode_users
+from gpframe.ledger.keys import encode_users as _encode_users
 from gpframe.ledger.pg_layout import (
     _EXTERNAL,
     _P,
     _TABLES,
-    _decode_users,
-    _encode_users,
     is_postgres_url,
     redact,
 )
 from gpframe.ledger.store import (
     GENESIS,
     SCHEMA,
-    VERSION,
     ChargeRow,
     ReservationRow,
     _arr,
@@ -44,6 +43,9 @@ from gpframe.ledger.store import (
 )
 
 __all__ = ["PostgresStore", "is_postgres_url", "redact"]
+
+#: the PostgreSQL layout's version (users in batches from the start; SQLite's is its own)
+VERSION = "1"
 
 
 def _psycopg() -> Any:

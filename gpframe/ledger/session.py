@@ -224,6 +224,41 @@ def _exact_sum(a: np.ndarray) -> int:
     return (int((a >> 32).sum()) << 32) + int((a & 0xFFFFFFFF).sum())
 
 
+def _order_unique(idx: np.ndarray) -> np.ndarray:
+    """``np.argsort(idx, kind="stable")`` of distinct indices >= 0, without a sort when it can.
+
+    A reservation's users are distinct, so their ledger indices are too, and first-seen users
+    get ascending ones: already sorted is the common case (one O(n) check). Otherwise, when the
+    indices are dense enough, one scatter into a table as long as the largest index replaces
+    the O(n log n) sort. Distinct values have one ascending order: the result is the same.
+    """
+    n = idx.size
+    if n < 2 or bool(np.all(idx[1:] > idx[:-1])):
+        return np.arange(n, dtype=np.intp)
+    top = int(idx.max()) + 1
+    if top > 4 * n + CHUNK:
+        return np.argsort(idx, kind="stable")
+    slot = np.full(top, -1, dtype=np.intp)
+    slot[idx] = np.arange(n, dtype=np.intp)
+    order = slot[slot >= 0]
+    # a repeated index would lose entries here: keep the sort's answer for it
+    return order if order.size == n else np.argsort(idx, kind="stable")
+
+
+def _chunks_of(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct chunk numbers of ``idx`` >= 0, chunk number -> its rank among them).
+
+    A presence table over the chunks (one entry per CHUNK users) instead of ``np.unique``'s
+    sort of every index.
+    """
+    c = idx >> _SHIFT
+    top = int(c.max()) + 1 if c.size else 0
+    seen = np.zeros(top, dtype=bool)
+    seen[c] = True
+    rank = np.cumsum(seen, dtype=np.int64) - 1
+    return np.flatnonzero(seen).astype(np.int64), rank
+
+
 def _factorize_objects(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Codes and distinct objects of an object array, in order of first appearance.
 
@@ -555,7 +590,8 @@ class Ledger:
         known = idx >= 0
         if not known.any():
             return spent, budget
-        chunk_ids = np.unique(idx[known] >> _SHIFT)
+        k = idx[known]
+        chunk_ids, rank = _chunks_of(k)
         data = self.store.read_chunks(notion, chunk_ids.tolist())
         dense_s = np.zeros(chunk_ids.size * CHUNK, dtype=np.int64)
         dense_b = np.full(chunk_ids.size * CHUNK, -1, dtype=np.int64)
@@ -565,8 +601,7 @@ class Ledger:
                 dense_s[j * CHUNK : (j + 1) * CHUNK] = s
                 if b is not None:
                     dense_b[j * CHUNK : (j + 1) * CHUNK] = b
-        k = idx[known]
-        pos = np.searchsorted(chunk_ids, k >> _SHIFT) * CHUNK + (k & (CHUNK - 1))
+        pos = rank[k >> _SHIFT] * CHUNK + (k & (CHUNK - 1))
         spent[known] = dense_s[pos]
         b = dense_b[pos]
         budget[known] = np.where(b < 0, self.default[notion], b)
@@ -576,11 +611,11 @@ class Ledger:
         self, notion: str, idx: np.ndarray, add: np.ndarray | None, budget: int | None
     ) -> None:
         """Add ``add`` units to the users' spent, or set their budget override."""
-        order = np.argsort(idx, kind="stable")
+        order = _order_unique(idx)  # indices of one charge or override are distinct
         idx = idx[order]
         if add is not None:
             add = add[order]
-        chunk_ids = np.unique(idx >> _SHIFT)
+        chunk_ids = _chunks_of(idx)[0]
         data = self.store.read_chunks(notion, chunk_ids.tolist())
         out: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         bounds = np.searchsorted(idx >> _SHIFT, np.append(chunk_ids, chunk_ids[-1] + 1))
@@ -960,7 +995,7 @@ class Ledger:
     def _commit(self, res: Reservation, used: np.ndarray, op: str) -> bool:
         """Commit the admitted users' ``used`` units; False if this reservation already did."""
         a_idx = res._idx[res.admitted]
-        order = np.argsort(a_idx, kind="stable")
+        order = _order_unique(a_idx)  # a reservation's users are distinct
         c_idx, c_amt = a_idx[order], used[res.admitted][order]
         c_alloc = res.allocation_units[res.admitted][order]
         digest = _digest(res.notion, c_idx, c_amt)
