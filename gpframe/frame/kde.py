@@ -427,10 +427,10 @@ def kde_raster(
             f"component=... or reduce='last' (docs/ledger.md). {_NOTHING}"
         )
     bm = _bounds_m(bounds, p) if bounds is not None else None
-    from gpframe.ledger.charges import ledger_keys
+    from gpframe.ledger.charges import ledger_key_array
 
     raster = _k.raster_from_points(
-        session, ledger_keys(users), p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind,
+        session, ledger_key_array(users), p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind,
         amount=amount, correct=correct, scale_max=p.scale_max, crs_m=p.crs_m.to_string(),
         rng=rng, bandwidth_arg=bandwidth_m, noise_inflation=p.noise_inflation,
     )  # fmt: skip
