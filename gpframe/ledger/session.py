@@ -224,8 +224,8 @@ def _exact_sum(a: np.ndarray) -> int:
     return (int((a >> 32).sum()) << 32) + int((a & 0xFFFFFFFF).sum())
 
 
-def _order_unique(idx: np.ndarray) -> np.ndarray:
-    """``np.argsort(idx, kind="stable")`` of distinct indices >= 0, without a sort when it can.
+def _order_unique(idx: np.ndarray) -> np.ndarray | None:
+    """``np.argsort(idx, kind="stable")`` of distinct indices >= 0 (None: already ascending).
 
     A reservation's users are distinct, so their ledger indices are too, and first-seen users
     get ascending ones: already sorted is the common case (one O(n) check). Otherwise, when the
@@ -234,7 +234,7 @@ def _order_unique(idx: np.ndarray) -> np.ndarray:
     """
     n = idx.size
     if n < 2 or bool(np.all(idx[1:] > idx[:-1])):
-        return np.arange(n, dtype=np.intp)
+        return None
     top = int(idx.max()) + 1
     if top > 4 * n + CHUNK:
         return np.argsort(idx, kind="stable")
@@ -593,6 +593,8 @@ class Ledger:
         k = idx[known]
         chunk_ids, rank = _chunks_of(k)
         data = self.store.read_chunks(notion, chunk_ids.tolist())
+        if not data:  # users seen, never charged nor given a budget: 0 and the default
+            return spent, budget
         dense_s = np.zeros(chunk_ids.size * CHUNK, dtype=np.int64)
         dense_b = np.full(chunk_ids.size * CHUNK, -1, dtype=np.int64)
         for j, c in enumerate(chunk_ids.tolist()):
@@ -612,9 +614,10 @@ class Ledger:
     ) -> None:
         """Add ``add`` units to the users' spent, or set their budget override."""
         order = _order_unique(idx)  # indices of one charge or override are distinct
-        idx = idx[order]
-        if add is not None:
-            add = add[order]
+        if order is not None:
+            idx = idx[order]
+            if add is not None:
+                add = add[order]
         chunk_ids = _chunks_of(idx)[0]
         data = self.store.read_chunks(notion, chunk_ids.tolist())
         out: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
@@ -996,8 +999,10 @@ class Ledger:
         """Commit the admitted users' ``used`` units; False if this reservation already did."""
         a_idx = res._idx[res.admitted]
         order = _order_unique(a_idx)  # a reservation's users are distinct
-        c_idx, c_amt = a_idx[order], used[res.admitted][order]
-        c_alloc = res.allocation_units[res.admitted][order]
+        c_idx, c_amt = a_idx, used[res.admitted]
+        c_alloc = res.allocation_units[res.admitted]
+        if order is not None:  # None: already in index order (the common case), no copies
+            c_idx, c_amt, c_alloc = c_idx[order], c_amt[order], c_alloc[order]
         digest = _digest(res.notion, c_idx, c_amt)
         with self._lock, self._write():
             prior = self.store.charge(res.charge_id)
