@@ -413,6 +413,11 @@ class PostgresStore:
         rows = self._binary(f"SELECT {self._RCOLS} FROM {_P}reservations WHERE id = %s", (rid,))
         return self._rrow(rows[0]) if rows else None
 
+    def has_reservation(self, rid: str) -> bool:
+        """Tell whether reservation ``rid`` is open (without reading its blobs)."""
+        q = f"SELECT 1 FROM {_P}reservations WHERE id = %s"
+        return self.con.execute(q, (rid,)).fetchone() is not None
+
     def add_reservation(self, row: ReservationRow) -> None:
         """Store an open reservation (its users and allocations as two int64 blobs)."""
         self.con.execute(

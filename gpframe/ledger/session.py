@@ -217,10 +217,16 @@ def _big(arr: np.ndarray, name: str = "users") -> np.ndarray:
 def _exact_sum(a: np.ndarray) -> int:
     """Exact sum of an int64 array as a Python int, in numpy (no Python int per element).
 
-    Two 32-bit halves (arithmetic shift, so negative values split exactly too): neither
-    half's sum can overflow int64 below 2**31 elements.
+    One plain sum when no partial sum can overflow (largest magnitude times the length below
+    2**63), else two 32-bit halves (arithmetic shift, so negative values split exactly too):
+    neither half's sum can overflow int64 below 2**31 elements.
     """
     a = np.asarray(a, dtype=np.int64)
+    if a.size == 0:
+        return 0
+    top = max(-int(a.min()), int(a.max()))
+    if top * a.size < 2**63:  # no partial sum can overflow: one plain pass
+        return int(a.sum())
     return (int((a >> 32).sum()) << 32) + int((a & 0xFFFFFFFF).sum())
 
 
@@ -997,10 +1003,11 @@ class Ledger:
 
     def _commit(self, res: Reservation, used: np.ndarray, op: str) -> bool:
         """Commit the admitted users' ``used`` units; False if this reservation already did."""
-        a_idx = res._idx[res.admitted]
+        every = bool(res.admitted.all())  # then the arrays as they are, not masked copies
+        a_idx = res._idx if every else res._idx[res.admitted]
         order = _order_unique(a_idx)  # a reservation's users are distinct
-        c_idx, c_amt = a_idx, used[res.admitted]
-        c_alloc = res.allocation_units[res.admitted]
+        c_idx, c_amt = a_idx, used if every else used[res.admitted]
+        c_alloc = res.allocation_units if every else res.allocation_units[res.admitted]
         if order is not None:  # None: already in index order (the common case), no copies
             c_idx, c_amt, c_alloc = c_idx[order], c_amt[order], c_alloc[order]
         digest = _digest(res.notion, c_idx, c_amt)
@@ -1019,17 +1026,19 @@ class Ledger:
                         "amounts; a replay must repeat the same charge. Nothing more was charged "
                         "by this call."
                     )
-                if self.store.reservation(res.id) is not None:
+                if self.store.has_reservation(res.id):
                     self.store.delete_reservation(res.id)
                     self._audit("release", {"reservation": res.id, "charge_id": res.charge_id})
                 return False
-            if self.store.reservation(res.id) is None:
+            if not self.store.has_reservation(res.id):
                 raise LedgerError(
                     f"reservation {res.id} was already settled or cancelled (by close() or "
                     "settle_stale()); its amounts are accounted for. Nothing more was charged."
                 )
             nz = c_amt > 0
-            if nz.any():
+            if nz.size and nz.all():
+                self._update(res.notion, c_idx, c_amt, None)
+            elif nz.any():
                 self._update(res.notion, c_idx[nz], c_amt[nz], None)
             created = _now()
             self._add_charge(
@@ -1050,7 +1059,7 @@ class Ledger:
 
     def _cancel(self, res: Reservation) -> None:
         with self._lock, self._write():
-            if self.store.reservation(res.id) is None:
+            if not self.store.has_reservation(res.id):
                 raise LedgerError(
                     f"reservation {res.id} was already settled; it cannot be cancelled."
                 )

@@ -150,6 +150,7 @@ class Store(Protocol):
     ) -> None: ...
     def reservations(self, notion: str | None = None) -> list[ReservationRow]: ...  # noqa: D102
     def reservation(self, rid: str) -> ReservationRow | None: ...  # noqa: D102
+    def has_reservation(self, rid: str) -> bool: ...  # noqa: D102
     def add_reservation(self, row: ReservationRow) -> None: ...  # noqa: D102
     def delete_reservation(self, rid: str) -> None: ...  # noqa: D102
     def add_query(  # noqa: D102
@@ -590,6 +591,11 @@ class SqliteStore:
             f"SELECT {self._RCOLS} FROM reservations WHERE id = ?", (rid,)
         ).fetchone()
         return None if r is None else self._rrow(r)
+
+    def has_reservation(self, rid: str) -> bool:
+        """Tell whether reservation ``rid`` is open (without reading its blobs)."""
+        q = "SELECT 1 FROM reservations WHERE id = ?"
+        return self.con.execute(q, (rid,)).fetchone() is not None
 
     def add_reservation(self, row: ReservationRow) -> None:
         """Store an open reservation."""
