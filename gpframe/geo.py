@@ -1105,6 +1105,46 @@ def _lonlat_of(
     return lon, lat
 
 
+#: the outline of the data's rectangle is sampled every this many metres
+_OUTLINE_STEP_M = 500.0
+#: and must lie this many degrees inside the public box (and within 85 degrees of latitude)
+_OUTLINE_MARGIN_DEG = 0.01
+
+
+def _inside_by_outline(
+    xs: np.ndarray, ys: np.ndarray, crs_in: pyproj.CRS, geod: pyproj.CRS, box: Box
+) -> bool:
+    """Tell whether every projected point surely lies in the lon/lat ``box``, from the outline.
+
+    The inverse projection maps the data's bounding rectangle onto the region its outline
+    encloses, so when the outline, sampled every ``_OUTLINE_STEP_M`` m, lies
+    ``_OUTLINE_MARGIN_DEG`` inside the box (a curve sampled that finely strays metres, not a
+    kilometre, between samples), every point does: a few thousand transformed points instead
+    of every point (:func:`_lonlat_of`). False means "not shown": the caller then checks every
+    point, which also names the rows outside. Geographic input is checked directly.
+    """
+    if crs_in.is_geographic or xs.size == 0:
+        return False
+    x0, x1, y0, y1 = float(xs.min()), float(xs.max()), float(ys.min()), float(ys.max())
+    if not np.all(np.isfinite([x0, x1, y0, y1])):
+        return False
+    m = _OUTLINE_MARGIN_DEG
+    inner = (box[0] + m, box[1] + m, box[2] - m, box[3] - m)
+    if not (inner[0] < inner[2] and -85.0 <= inner[1] < inner[3] <= 85.0):
+        return False
+    k = int(max(x1 - x0, y1 - y0) * _linear_unit(crs_in)[1] / _OUTLINE_STEP_M) + 2
+    if k > 20_000:
+        return False
+    t = np.linspace(0.0, 1.0, k)
+    ex = np.concatenate([x0 + (x1 - x0) * t, np.full(k, x1), x1 - (x1 - x0) * t, np.full(k, x0)])
+    ey = np.concatenate([np.full(k, y0), y0 + (y1 - y0) * t, np.full(k, y1), y1 - (y1 - y0) * t])
+    lon, lat = pyproj.Transformer.from_crs(crs_in, geod, always_xy=True).transform(ex, ey)
+    lon, lat = np.asarray(lon, dtype=np.float64), np.asarray(lat, dtype=np.float64)
+    if not np.all(np.isfinite(lon) & np.isfinite(lat)):
+        return False
+    return not bool(_outside(lon, lat, inner).any())
+
+
 def _data_box(
     xs: np.ndarray, ys: np.ndarray, crs_in: pyproj.CRS, geod: pyproj.CRS, cols: tuple[str, str]
 ) -> Box:
@@ -1349,7 +1389,7 @@ def _project(
             choice = _CHOICE_DATA
             _warn_coarse_extent(ext, crs_m)
 
-    if choice != _CHOICE_DATA:
+    if choice != _CHOICE_DATA and not _inside_by_outline(xs, ys, crs_in, geod, ext):
         lon, lat = _lonlat_of(xs, ys, crs_in, geod, cols, index)
         if source == "domain=":
             fix = (
@@ -1381,6 +1421,35 @@ def _project(
     return xy, crs_m, rng, back, choice, ext
 
 
+def _round_trip_metres(
+    xs: np.ndarray, ys: np.ndarray, bx: np.ndarray, by: np.ndarray, crs_in: pyproj.CRS
+) -> np.ndarray:
+    """Geodesic distances (m) between lon/lat points and their round trips, or upper bounds.
+
+    The geodesic is no longer than the path along the meridian, then along the parallel:
+    ``|dlat| * a**2 / b + |dlon| * a`` in radians (the meridian's radius of curvature is at
+    most ``a**2 / b``, a parallel's radius at most ``a``). Where that bound (with a relative
+    slack of 1e-9 for its rounding) is already within ``G_LOC`` it stands in for the distance;
+    the exact geodesic (:meth:`pyproj.Geod.inv`) is computed only for the other points. A
+    point the bound passes is within ``G_LOC``; one it does not pass is decided by the
+    geodesic, as before, so the refusals are the geodesic's (up to its own rounding, about
+    1e-8 m), for a fraction of its cost: an exact round trip is off by about 1e-9 degrees.
+    """
+    from gpframe.mechanisms.calibration import G_LOC
+
+    ell = crs_in.ellipsoid
+    a = float(ell.semi_major_metre) if ell is not None else float("nan")
+    b = float(ell.semi_minor_metre) if ell is not None else float("nan")
+    dlon = np.abs(np.mod(bx - xs + 180.0, 360.0) - 180.0)
+    bound = (np.abs(by - ys) * (a * a / b) + dlon * a) * (np.pi / 180.0) * (1 + 1e-9)
+    far = ~(bound <= float(G_LOC))  # NaN bounds (no ellipsoid, NaN points) take the geodesic
+    if not far.any():
+        return bound
+    _, _, d = crs_in.get_geod().inv(xs[far], ys[far], bx[far], by[far])
+    bound[far] = np.asarray(d, dtype=np.float64)
+    return bound
+
+
 def _refuse_lossy_round_trip(
     xs: np.ndarray,
     ys: np.ndarray,
@@ -1402,8 +1471,7 @@ def _refuse_lossy_round_trip(
     bx, by = back.transform(xy[:, 0], xy[:, 1])
     bx, by = np.asarray(bx, dtype=np.float64), np.asarray(by, dtype=np.float64)
     if crs_in.is_geographic:
-        _, _, d = crs_in.get_geod().inv(xs, ys, bx, by)
-        d = np.asarray(d, dtype=np.float64)
+        d = _round_trip_metres(xs, ys, bx, by, crs_in)
     else:
         d = np.hypot(bx - xs, by - ys) * _linear_unit(crs_in)[1]
     bad = ~(d <= float(G_LOC))

@@ -26,7 +26,7 @@ import pandas as pd
 
 from gpframe.accounting.amounts import LedgerUnits, metric_amount, probability
 from gpframe.errors import InvalidInputError
-from gpframe.ledger.charges import filter_kind, ledger_keys
+from gpframe.ledger.charges import filter_kind, ledger_key_array, ledger_keys
 from gpframe.ledger.run import Charge, run, with_on_exhausted
 from gpframe.queries import privatize as _pv
 from gpframe.queries.clip_user import KAPPA
@@ -1125,7 +1125,7 @@ class GeoPriv:
         alloc_units, too_big = ledger.units_for(
             "metric", amount, np.ones(n_users, np.int64) if per == "user" else counts, kind=kind
         )
-        users = ledger_keys(uniques)
+        users = ledger_key_array(uniques)  # int64 ids: no Python int per user
         params = {
             amount_keyword(kind): float(amount),
             "per": per,
@@ -1300,7 +1300,7 @@ def _privatize_partitioned(
         return Charge((admitted, merged, released, (xs, ys), act_f), act_u, units=True)
 
     ran = run(
-        bound.session, ledger_keys(uniques), alloc_in, notion="metric", query="privatize",
+        bound.session, ledger_key_array(uniques), alloc_in, notion="metric", query="privatize",
         params=params, units=True, compute=compute,
     )  # fmt: skip
     admitted, merged, released, xy_in, act_f = ran.value

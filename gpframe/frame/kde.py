@@ -71,13 +71,16 @@ def _component(bound: Any, component: Any, reduce: Any, operation: str) -> Any:
         raise InvalidInputError(
             f"the selected component has no rows. Check component={component!r}. {_NOTHING}"
         )
-    xy = p.xy[pos]
+    every = pos.size == len(users_all)  # ascending distinct rows: all of them, in order
+    xy = p.xy if every else p.xy[pos]
     from gpframe.queries.privatize import COORD_MAX_M
 
     if not (np.abs(xy) < COORD_MAX_M).all():
         raise InvalidInputError(
             f"a projected coordinate is beyond ±2**40 m; check the CRS. {_NOTHING}"
         )
+    if every:  # no copies of every row
+        return p if p.users is users_all else dataclasses.replace(p, users=users_all)
     return dataclasses.replace(p, xy=xy, users=users_all[pos], index=p.index[pos])
 
 
@@ -423,18 +426,14 @@ def kde_raster(
     h = _k.check_length(bandwidth_m, "bandwidth_m")
     c = _k.check_length(cell_m, "cell_m")
     kind, amount = _check_amount(session, rho, eps)
+    # one point per user: _component refused (or reduced) several rows of one user already
     p = _component(bound, component, reduce, "kde_raster")
     users = np.asarray(p.users)
-    if len(pd.unique(users)) != users.size:
-        raise InvalidInputError(
-            "several rows per user: kde_raster reads one point per user; select it with "
-            f"component=... or reduce='last' (docs/ledger.md). {_NOTHING}"
-        )
     bm = _bounds_m(bounds, p) if bounds is not None else None
-    from gpframe.ledger.charges import ledger_keys
+    from gpframe.ledger.charges import ledger_key_array
 
     raster = _k.raster_from_points(
-        session, ledger_keys(users), p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind,
+        session, ledger_key_array(users), p.xy, bandwidth_m=h, cell_m=c, bounds_m=bm, kind=kind,
         amount=amount, correct=correct, scale_max=p.scale_max, crs_m=p.crs_m.to_string(),
         rng=rng, bandwidth_arg=bandwidth_m, noise_inflation=p.noise_inflation,
     )  # fmt: skip

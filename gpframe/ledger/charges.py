@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from gpframe.errors import InvalidInputError
 
@@ -82,3 +83,22 @@ def ledger_keys(uniques: Any, column: str = "user") -> list[Any]:
     from gpframe.ledger.keys import canonical
 
     return canonical(uniques, column) if len(uniques) else []
+
+
+def ledger_key_array(uniques: Any, column: str = "user") -> np.ndarray:
+    """Return the keys of :func:`ledger_keys` as one array: int64 ids stay an int64 array.
+
+    Integer ids that fit int64 are their own canonical keys (the ints of the same value), so
+    they go to the ledger as one int64 array instead of one Python int per user; other ids
+    (text, UUIDs, uint64 above int64...) are :func:`ledger_keys` in an object array.
+
+    >>> ledger_key_array(pd.Index([7, 8])).dtype, ledger_key_array(["a"]).tolist()
+    (dtype('int64'), ['a'])
+    """
+    arr = uniques.to_numpy() if isinstance(uniques, (pd.Index, pd.Series)) else uniques
+    if isinstance(arr, np.ndarray) and arr.ndim == 1 and arr.dtype.kind in "iu":
+        if arr.dtype.kind == "i" or not arr.size or int(arr.max()) <= np.iinfo(np.int64).max:
+            return arr.astype(np.int64, copy=False)
+    out = np.empty(len(uniques), dtype=object)
+    out[:] = ledger_keys(uniques, column)
+    return out

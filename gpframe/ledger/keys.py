@@ -10,11 +10,12 @@ Canonical keys
 * **Integers** of any width and sign (numpy ``int8`` .. ``uint64``, pandas ``Int8`` ..
   ``UInt64`` without missing values, Python ``int``, DuckDB ``TINYINT`` .. ``UBIGINT``) become
   the Python ``int`` of the same value: ``uint8`` 7, ``int64`` 7 and DuckDB ``UBIGINT`` 7 are
-  one user. Values from ``-2**63`` to ``2**64 - 1`` are accepted. The ledger file stores an
-  int that fits SQLite's signed 64-bit ``INTEGER`` as an INTEGER; the values above
-  ``2**63 - 1`` (``uint64`` only) are stored as a BLOB ``b"u64:" + decimal digits``
-  (:func:`to_sql` / :func:`from_sql`). No other key is ever stored as a BLOB, so this is
-  unambiguous, and it is read back as the same Python int.
+  one user. Values from ``-2**63`` to ``2**64 - 1`` are accepted. Both ledger stores keep
+  first-seen users in batches (:func:`encode_users`): an int64 array as one blob, other ids
+  each tagged with its type, a value above ``2**63 - 1`` (``uint64`` only) as 8 unsigned
+  bytes, read back as the same Python int. (Files of the SQLite layout's version 1 kept one
+  row per user, such a value as the BLOB ``b"u64:" + decimal digits``: :func:`to_sql` /
+  :func:`from_sql`.)
 * **Text** (``str``; numpy ``<U``, pandas ``object`` / ``string`` / ``str`` / Arrow string,
   DuckDB ``VARCHAR``) stays the ``str``. Text and integers are different users: ``"7"`` is
   not ``7`` (cast the column if they should be the same).
@@ -33,21 +34,26 @@ first (numpy / pandas / Arrow hash tables), then converts each distinct value on
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from gpframe.errors import InvalidInputError
+from gpframe.errors import InvalidInputError, LedgerCorruptError, LedgerError
 
 __all__ = [
     "KEY_MAX",
     "KEY_MIN",
     "canonical",
     "check_users",
+    "decode_users",
+    "encode_users",
     "from_sql",
     "refusal",
     "sql_user_expr",
     "to_sql",
+    "uid_from_bytea",
+    "uid_to_bytea",
     "user_keys",
 ]
 
@@ -400,3 +406,79 @@ def from_sql(value: Any) -> Any:
     if isinstance(value, bytes) and value.startswith(_BLOB_PREFIX):
         return int(value[len(_BLOB_PREFIX) :].decode())
     return value
+
+
+def uid_to_bytea(key: Any) -> bytes:
+    r"""Encode a canonical user id inside a ``tagged`` batch (:func:`encode_users`).
+
+    >>> uid_to_bytea(7), uid_to_bytea("7")
+    (b'i\x00\x00\x00\x00\x00\x00\x00\x07', b's7')
+    """
+    if isinstance(key, str):
+        return b"s" + key.encode("utf-8", "surrogatepass")
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        k = int(key)
+        if k > 2**63 - 1:
+            return b"u" + k.to_bytes(8, "big", signed=False)
+        return b"i" + k.to_bytes(8, "big", signed=True)
+    raise LedgerError(f"user id {key!r} cannot be stored (int or str only). Nothing was charged.")
+
+
+def uid_from_bytea(raw: bytes) -> Any:
+    """Decode :func:`uid_to_bytea`.
+
+    >>> uid_from_bytea(uid_to_bytea(-5)), uid_from_bytea(uid_to_bytea(2**64 - 1)) == 2**64 - 1
+    (-5, True)
+    """
+    tag, body = raw[:1], raw[1:]
+    if tag == b"i":
+        return int.from_bytes(body, "big", signed=True)
+    if tag == b"s":
+        return body.decode("utf-8", "surrogatepass")
+    if tag == b"u":
+        return int.from_bytes(body, "big", signed=False)
+    raise LedgerCorruptError(
+        f"the ledger's user table holds an id of unknown type {tag!r}; run "
+        "session.ledger.verify() and restore the database from a backup. Nothing was charged."
+    )
+
+
+def encode_users(uids: Sequence[Any]) -> tuple[str, bytes]:
+    """Return ``(kind, ids)`` of one batch of users, as both ledger stores keep them.
+
+    ``"i64"``: an int64 array as one little-endian blob (10**6 new users are one 8 MB value,
+    not 10**6 rows and index entries); ``"tagged"``: each id with its type (:func:`uid_to_bytea`)
+    behind its 4-byte length, so user ``1`` and user ``"1"`` stay two users.
+
+    >>> kind, ids = encode_users(["ann", 7])
+    >>> kind, decode_users(kind, 2, ids)
+    ('tagged', ['ann', 7])
+    >>> encode_users(np.array([1, 2]))[0]
+    'i64'
+    """
+    if isinstance(uids, np.ndarray) and uids.dtype.kind == "i":
+        return "i64", np.ascontiguousarray(uids, dtype="<i8").tobytes()
+    parts = []
+    for u in uids.tolist() if isinstance(uids, np.ndarray) else uids:
+        raw = uid_to_bytea(u)
+        parts.append(len(raw).to_bytes(4, "little") + raw)
+    return "tagged", b"".join(parts)
+
+
+def decode_users(kind: str, n: int, ids: bytes) -> list[Any]:
+    """Inverse of :func:`encode_users`; a batch that does not decode to ``n`` ids is corrupt."""
+    out: list[Any] = []
+    if kind == "i64" and len(ids) == 8 * n:
+        out = np.frombuffer(ids, dtype="<i8").tolist()
+    elif kind == "tagged":
+        pos = 0
+        while pos < len(ids):
+            size = int.from_bytes(ids[pos : pos + 4], "little")
+            out.append(uid_from_bytea(ids[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+    if len(out) != n:
+        raise LedgerCorruptError(
+            "the ledger's user table holds a damaged batch of ids; run session.ledger.verify() "
+            "and restore the database from a backup. Nothing was charged."
+        )
+    return out

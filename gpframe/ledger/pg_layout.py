@@ -11,9 +11,10 @@ prefixed ``gpframe_`` and kept in the connection's current schema (``public`` un
     new users are one 8 MB value, not 10**6 rows and index entries); ``"tagged"`` keeps each id
     with its type, ``b"i"`` + 8 bytes (int64), ``b"s"`` + UTF-8 (str; PostgreSQL ``text``
     cannot hold NUL) or ``b"u"`` + 8 bytes (a uint64 above int64), each behind its 4-byte length.
-    User ``1`` and user ``"1"`` stay two users. Uniqueness is the ledger's to keep: it looks
-    every id up under the write lock before it adds one (as it does for SQLite, whose UNIQUE
-    index is then never hit), and the audit log's ``state`` hashes every id in order.
+    User ``1`` and user ``"1"`` stay two users; the SQLite store keeps the same batches
+    (:func:`gpframe.ledger.keys.encode_users`). Uniqueness is the ledger's to keep: it looks
+    every id up under the write lock before it adds one, and the audit log's ``state`` hashes
+    every id in order.
 ``gpframe_chunks``, ``gpframe_reservations``, ``gpframe_charges``
     The same little-endian int64 blobs as the SQLite store (``bytea``); charges keep their
     insertion order in an identity column ``pos``.
@@ -30,19 +31,13 @@ Examples
 'postgresql://ann:***@db.example.org/ledger'
 >>> is_postgres_url("postgresql:///ledger?host=/run/postgresql"), is_postgres_url("l.sqlite")
 (True, False)
->>> _decode_users("tagged", 2, _encode_users(["ann", 7])[1])
-['ann', 7]
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any
 
-import numpy as np
-
-from gpframe.errors import LedgerCorruptError, LedgerError
+from gpframe.ledger.keys import uid_from_bytea, uid_to_bytea
 
 __all__ = ["is_postgres_url", "redact", "uid_from_bytea", "uid_to_bytea"]
 
@@ -99,68 +94,3 @@ def redact(url: str) -> str:
     """Return ``url`` with its password (in the authority or a ``password=`` query) masked."""
     out = re.sub(r"^([a-z]+://[^/@:?#]*):[^/@?#]*@", r"\1:***@", url)
     return re.sub(r"([?&]password=)[^&#]*", r"\1***", out)
-
-
-def uid_to_bytea(key: Any) -> bytes:
-    r"""Encode a canonical user id for ``gpframe_users.uid`` (see the module docstring).
-
-    >>> uid_to_bytea(7), uid_to_bytea("7")
-    (b'i\x00\x00\x00\x00\x00\x00\x00\x07', b's7')
-    """
-    if isinstance(key, str):
-        return b"s" + key.encode("utf-8", "surrogatepass")
-    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-        k = int(key)
-        if k > 2**63 - 1:
-            return b"u" + k.to_bytes(8, "big", signed=False)
-        return b"i" + k.to_bytes(8, "big", signed=True)
-    raise LedgerError(f"user id {key!r} cannot be stored (int or str only). Nothing was charged.")
-
-
-def uid_from_bytea(raw: bytes) -> Any:
-    """Decode :func:`uid_to_bytea`.
-
-    >>> uid_from_bytea(uid_to_bytea(-5)), uid_from_bytea(uid_to_bytea(2**64 - 1)) == 2**64 - 1
-    (-5, True)
-    """
-    tag, body = raw[:1], raw[1:]
-    if tag == b"i":
-        return int.from_bytes(body, "big", signed=True)
-    if tag == b"s":
-        return body.decode("utf-8", "surrogatepass")
-    if tag == b"u":
-        return int.from_bytes(body, "big", signed=False)
-    raise LedgerCorruptError(
-        f"the ledger's user table holds an id of unknown type {tag!r}; run "
-        "session.ledger.verify() and restore the database from a backup. Nothing was charged."
-    )
-
-
-def _encode_users(uids: Sequence[Any]) -> tuple[str, bytes]:
-    """Return ``(kind, ids)`` of one batch of users (see the module docstring)."""
-    if isinstance(uids, np.ndarray) and uids.dtype.kind == "i":
-        return "i64", np.ascontiguousarray(uids, dtype="<i8").tobytes()
-    parts = []
-    for u in uids.tolist() if isinstance(uids, np.ndarray) else uids:
-        raw = uid_to_bytea(u)
-        parts.append(len(raw).to_bytes(4, "little") + raw)
-    return "tagged", b"".join(parts)
-
-
-def _decode_users(kind: str, n: int, ids: bytes) -> list[Any]:
-    """Inverse of :func:`_encode_users`; a batch that does not decode to ``n`` ids is corrupt."""
-    out: list[Any] = []
-    if kind == "i64" and len(ids) == 8 * n:
-        out = np.frombuffer(ids, dtype="<i8").tolist()
-    elif kind == "tagged":
-        pos = 0
-        while pos < len(ids):
-            size = int.from_bytes(ids[pos : pos + 4], "little")
-            out.append(uid_from_bytea(ids[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-    if len(out) != n:
-        raise LedgerCorruptError(
-            "the ledger's user table holds a damaged batch of ids; run session.ledger.verify() "
-            "and restore the database from a backup. Nothing was charged."
-        )
-    return out

@@ -23,19 +23,18 @@ from typing import Any
 import numpy as np
 
 from gpframe.errors import InvalidInputError, LedgerCorruptError, LedgerError
+from gpframe.ledger.keys import decode_users as _decode_users
+from gpframe.ledger.keys import encode_users as _encode_users
 from gpframe.ledger.pg_layout import (
     _EXTERNAL,
     _P,
     _TABLES,
-    _decode_users,
-    _encode_users,
     is_postgres_url,
     redact,
 )
 from gpframe.ledger.store import (
     GENESIS,
     SCHEMA,
-    VERSION,
     ChargeRow,
     ReservationRow,
     _arr,
@@ -44,6 +43,9 @@ from gpframe.ledger.store import (
 )
 
 __all__ = ["PostgresStore", "is_postgres_url", "redact"]
+
+#: the PostgreSQL layout's version (users in batches from the start; SQLite's is its own)
+VERSION = "1"
 
 
 def _psycopg() -> Any:
@@ -410,6 +412,11 @@ class PostgresStore:
         """One open reservation, or None when it was settled or cancelled."""
         rows = self._binary(f"SELECT {self._RCOLS} FROM {_P}reservations WHERE id = %s", (rid,))
         return self._rrow(rows[0]) if rows else None
+
+    def has_reservation(self, rid: str) -> bool:
+        """Tell whether reservation ``rid`` is open (without reading its blobs)."""
+        q = f"SELECT 1 FROM {_P}reservations WHERE id = %s"
+        return self.con.execute(q, (rid,)).fetchone() is not None
 
     def add_reservation(self, row: ReservationRow) -> None:
         """Store an open reservation (its users and allocations as two int64 blobs)."""

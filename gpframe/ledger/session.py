@@ -217,11 +217,52 @@ def _big(arr: np.ndarray, name: str = "users") -> np.ndarray:
 def _exact_sum(a: np.ndarray) -> int:
     """Exact sum of an int64 array as a Python int, in numpy (no Python int per element).
 
-    Two 32-bit halves (arithmetic shift, so negative values split exactly too): neither
-    half's sum can overflow int64 below 2**31 elements.
+    One plain sum when no partial sum can overflow (largest magnitude times the length below
+    2**63), else two 32-bit halves (arithmetic shift, so negative values split exactly too):
+    neither half's sum can overflow int64 below 2**31 elements.
     """
     a = np.asarray(a, dtype=np.int64)
+    if a.size == 0:
+        return 0
+    top = max(-int(a.min()), int(a.max()))
+    if top * a.size < 2**63:  # no partial sum can overflow: one plain pass
+        return int(a.sum())
     return (int((a >> 32).sum()) << 32) + int((a & 0xFFFFFFFF).sum())
+
+
+def _order_unique(idx: np.ndarray) -> np.ndarray | None:
+    """``np.argsort(idx, kind="stable")`` of distinct indices >= 0 (None: already ascending).
+
+    A reservation's users are distinct, so their ledger indices are too, and first-seen users
+    get ascending ones: already sorted is the common case (one O(n) check). Otherwise, when the
+    indices are dense enough, one scatter into a table as long as the largest index replaces
+    the O(n log n) sort. Distinct values have one ascending order: the result is the same.
+    """
+    n = idx.size
+    if n < 2 or bool(np.all(idx[1:] > idx[:-1])):
+        return None
+    top = int(idx.max()) + 1
+    if top > 4 * n + CHUNK:
+        return np.argsort(idx, kind="stable")
+    slot = np.full(top, -1, dtype=np.intp)
+    slot[idx] = np.arange(n, dtype=np.intp)
+    order = slot[slot >= 0]
+    # a repeated index would lose entries here: keep the sort's answer for it
+    return order if order.size == n else np.argsort(idx, kind="stable")
+
+
+def _chunks_of(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct chunk numbers of ``idx`` >= 0, chunk number -> its rank among them).
+
+    A presence table over the chunks (one entry per CHUNK users) instead of ``np.unique``'s
+    sort of every index.
+    """
+    c = idx >> _SHIFT
+    top = int(c.max()) + 1 if c.size else 0
+    seen = np.zeros(top, dtype=bool)
+    seen[c] = True
+    rank = np.cumsum(seen, dtype=np.int64) - 1
+    return np.flatnonzero(seen).astype(np.int64), rank
 
 
 def _factorize_objects(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -555,8 +596,11 @@ class Ledger:
         known = idx >= 0
         if not known.any():
             return spent, budget
-        chunk_ids = np.unique(idx[known] >> _SHIFT)
+        k = idx[known]
+        chunk_ids, rank = _chunks_of(k)
         data = self.store.read_chunks(notion, chunk_ids.tolist())
+        if not data:  # users seen, never charged nor given a budget: 0 and the default
+            return spent, budget
         dense_s = np.zeros(chunk_ids.size * CHUNK, dtype=np.int64)
         dense_b = np.full(chunk_ids.size * CHUNK, -1, dtype=np.int64)
         for j, c in enumerate(chunk_ids.tolist()):
@@ -565,8 +609,7 @@ class Ledger:
                 dense_s[j * CHUNK : (j + 1) * CHUNK] = s
                 if b is not None:
                     dense_b[j * CHUNK : (j + 1) * CHUNK] = b
-        k = idx[known]
-        pos = np.searchsorted(chunk_ids, k >> _SHIFT) * CHUNK + (k & (CHUNK - 1))
+        pos = rank[k >> _SHIFT] * CHUNK + (k & (CHUNK - 1))
         spent[known] = dense_s[pos]
         b = dense_b[pos]
         budget[known] = np.where(b < 0, self.default[notion], b)
@@ -576,11 +619,12 @@ class Ledger:
         self, notion: str, idx: np.ndarray, add: np.ndarray | None, budget: int | None
     ) -> None:
         """Add ``add`` units to the users' spent, or set their budget override."""
-        order = np.argsort(idx, kind="stable")
-        idx = idx[order]
-        if add is not None:
-            add = add[order]
-        chunk_ids = np.unique(idx >> _SHIFT)
+        order = _order_unique(idx)  # indices of one charge or override are distinct
+        if order is not None:
+            idx = idx[order]
+            if add is not None:
+                add = add[order]
+        chunk_ids = _chunks_of(idx)[0]
         data = self.store.read_chunks(notion, chunk_ids.tolist())
         out: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         bounds = np.searchsorted(idx >> _SHIFT, np.append(chunk_ids, chunk_ids[-1] + 1))
@@ -959,10 +1003,13 @@ class Ledger:
 
     def _commit(self, res: Reservation, used: np.ndarray, op: str) -> bool:
         """Commit the admitted users' ``used`` units; False if this reservation already did."""
-        a_idx = res._idx[res.admitted]
-        order = np.argsort(a_idx, kind="stable")
-        c_idx, c_amt = a_idx[order], used[res.admitted][order]
-        c_alloc = res.allocation_units[res.admitted][order]
+        every = bool(res.admitted.all())  # then the arrays as they are, not masked copies
+        a_idx = res._idx if every else res._idx[res.admitted]
+        order = _order_unique(a_idx)  # a reservation's users are distinct
+        c_idx, c_amt = a_idx, used if every else used[res.admitted]
+        c_alloc = res.allocation_units if every else res.allocation_units[res.admitted]
+        if order is not None:  # None: already in index order (the common case), no copies
+            c_idx, c_amt, c_alloc = c_idx[order], c_amt[order], c_alloc[order]
         digest = _digest(res.notion, c_idx, c_amt)
         with self._lock, self._write():
             prior = self.store.charge(res.charge_id)
@@ -979,17 +1026,19 @@ class Ledger:
                         "amounts; a replay must repeat the same charge. Nothing more was charged "
                         "by this call."
                     )
-                if self.store.reservation(res.id) is not None:
+                if self.store.has_reservation(res.id):
                     self.store.delete_reservation(res.id)
                     self._audit("release", {"reservation": res.id, "charge_id": res.charge_id})
                 return False
-            if self.store.reservation(res.id) is None:
+            if not self.store.has_reservation(res.id):
                 raise LedgerError(
                     f"reservation {res.id} was already settled or cancelled (by close() or "
                     "settle_stale()); its amounts are accounted for. Nothing more was charged."
                 )
             nz = c_amt > 0
-            if nz.any():
+            if nz.size and nz.all():
+                self._update(res.notion, c_idx, c_amt, None)
+            elif nz.any():
                 self._update(res.notion, c_idx[nz], c_amt[nz], None)
             created = _now()
             self._add_charge(
@@ -1010,7 +1059,7 @@ class Ledger:
 
     def _cancel(self, res: Reservation) -> None:
         with self._lock, self._write():
-            if self.store.reservation(res.id) is None:
+            if not self.store.has_reservation(res.id):
                 raise LedgerError(
                     f"reservation {res.id} was already settled; it cannot be cancelled."
                 )

@@ -1,15 +1,20 @@
 """The ledger's storage: a small :class:`Store` protocol and its SQLite implementation.
 
 The ledger logic (:mod:`gpframe.ledger.session`) only talks to a :class:`Store`, so a server
-database can back it later. Layout (schema version 1):
+database can back it later. Layout (schema version 2):
 
-``users(idx, uid)``
-    Every user ever seen, with a dense integer index ``idx`` (0, 1, 2, ... in order of first
-    sight; never reused). ``uid`` is stored with its own type: SQLite keeps an INTEGER and a
-    TEXT value apart, so the storage class is the type tag and user ``1`` and user ``"1"`` are
-    two users. A store without typed columns keeps ``(tag, canonical text)`` instead. A
-    ``uint64`` id above ``2**63 - 1`` (no SQLite INTEGER) is the BLOB ``b"u64:<digits>"``
-    (:mod:`gpframe.ledger.keys`), read back as the same Python int.
+``users(start, n, kind, ids)``
+    Every user ever seen, with a dense integer index (0, 1, 2, ... in order of first sight;
+    never reused), in batches: one row per batch of first-seen users (indices ``start`` to
+    ``start + n - 1``), as :func:`gpframe.ledger.keys.encode_users` encodes them (``"i64"``:
+    an int64 array as one blob; ``"tagged"``: each id with its type, so user ``1`` and user
+    ``"1"`` stay two users). 10**6 new users are one 8 MB value, not 10**6 rows and index
+    entries. Uniqueness is the ledger's to keep: it looks every id up under the write lock
+    before it adds one, and the audit log's ``state`` hashes every id in order. Version 1
+    kept one row per user (``users(idx, uid)``, SQLite's storage class as the type tag, a
+    ``uint64`` above ``2**63 - 1`` as the BLOB ``b"u64:<digits>"``); a version-1 file is
+    rewritten to batches when it is opened for writing (the same ids in the same order), and
+    read as it is when opened read-only.
 ``chunks(notion, chunk, spent, budget)``
     Per-user ``spent`` (and budget overrides, ``-1`` = the default) as int64 ledger units,
     for the ``CHUNK`` users ``chunk * CHUNK ... chunk * CHUNK + CHUNK - 1``, as one BLOB each.
@@ -30,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
 import os
 import sqlite3
@@ -43,19 +47,24 @@ from typing import Any, Protocol
 import numpy as np
 
 from gpframe.errors import InvalidInputError, LedgerCorruptError, LedgerError
-from gpframe.ledger.keys import from_sql, to_sql
+from gpframe.ledger.keys import decode_users, encode_users, from_sql
 
 __all__ = ["CHUNK", "ChargeRow", "ReservationRow", "SqliteStore", "Store"]
 
 #: users per chunk blob (4096 * 8 bytes = 32 KiB per blob)
 CHUNK = 4096
 SCHEMA = "gpframe-ledger"
-VERSION = "1"
+VERSION = "2"
+#: the schema version whose users table has one row per user (read, and migrated on write)
+LEGACY_VERSION = "1"
 GENESIS = "0" * 64
 
 _TABLES = {
     "meta": "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT",
-    "users": "CREATE TABLE users(idx INTEGER PRIMARY KEY, uid ANY NOT NULL UNIQUE) STRICT",
+    "users": (
+        "CREATE TABLE users(start INTEGER PRIMARY KEY, n INTEGER NOT NULL CHECK (n > 0),"
+        " kind TEXT NOT NULL, ids BLOB NOT NULL) STRICT"
+    ),
     "chunks": (
         "CREATE TABLE chunks(notion TEXT NOT NULL, chunk INTEGER NOT NULL, spent BLOB NOT NULL,"
         " budget BLOB, PRIMARY KEY(notion, chunk)) STRICT"
@@ -81,21 +90,6 @@ _TABLES = {
         " content TEXT NOT NULL, hash TEXT NOT NULL) STRICT"
     ),
 }
-
-
-def _json_ids(uids: Sequence[Any]) -> str | None:
-    """Return the ids as one JSON array if ``json_each`` gives each back as stored, else None.
-
-    int64 values come back as SQLite INTEGER and strings as TEXT, as :func:`to_sql` stores
-    them; a NUL inside a string, an id above 2**63 - 1 or any other type is left to the
-    row-at-a-time insert.
-    """
-    if isinstance(uids, np.ndarray) and uids.dtype.kind == "i":
-        return json.dumps(uids.astype(np.int64, copy=False).tolist())
-    values = uids.tolist() if isinstance(uids, np.ndarray) else list(uids)
-    if values and all(type(u) is str and "\x00" not in u for u in values):
-        return json.dumps(values, ensure_ascii=False)
-    return None
 
 
 @dataclass(frozen=True)
@@ -156,6 +150,7 @@ class Store(Protocol):
     ) -> None: ...
     def reservations(self, notion: str | None = None) -> list[ReservationRow]: ...  # noqa: D102
     def reservation(self, rid: str) -> ReservationRow | None: ...  # noqa: D102
+    def has_reservation(self, rid: str) -> bool: ...  # noqa: D102
     def add_reservation(self, row: ReservationRow) -> None: ...  # noqa: D102
     def delete_reservation(self, rid: str) -> None: ...  # noqa: D102
     def add_query(  # noqa: D102
@@ -266,6 +261,8 @@ class SqliteStore:
         #: the charges columns to select; a read-only view of a file from before ``alloc``
         #: existed cannot add the column, so it reads NULL in its place
         self._ccols = self._CCOLS
+        #: a version-1 file's users table (one row per user), until it is migrated
+        self._legacy_users = False
         if self.path is not None and not os.path.exists(self.path) and (not create or readonly):
             raise LedgerCorruptError(
                 f"ledger file {self.path!r} does not exist and create=False. Check the path, or "
@@ -377,10 +374,13 @@ class SqliteStore:
                 "ledger file. Nothing was charged."
             )
         meta = self.meta()
-        if meta.get("schema") != SCHEMA or meta.get("version") != VERSION:
+        version = meta.get("version")
+        self._legacy_users = meta.get("schema") == SCHEMA and version == LEGACY_VERSION
+        if meta.get("schema") != SCHEMA or (version != VERSION and not self._legacy_users):
             raise LedgerCorruptError(
                 f"{self.path!r} has schema {meta.get('schema')!r} version "
-                f"{meta.get('version')!r}; this gpframe reads {SCHEMA!r} version {VERSION!r}. "
+                f"{meta.get('version')!r}; this gpframe reads {SCHEMA!r} versions "
+                f"{LEGACY_VERSION!r} and {VERSION!r}. "
                 "Open it with the gpframe version that wrote it. Nothing was charged."
             )
         cols = {r[1] for r in self.con.execute("PRAGMA table_info(charges)").fetchall()}
@@ -391,6 +391,8 @@ class SqliteStore:
             # readers without it name their columns explicitly, so they keep working
             with self.write():
                 self.con.execute("ALTER TABLE charges ADD COLUMN alloc BLOB")
+        if self._legacy_users and not self.readonly:
+            self._migrate_users()
 
     # -- transactions ---------------------------------------------------------------------
     @contextlib.contextmanager
@@ -470,6 +472,27 @@ class SqliteStore:
 
     def users_from(self, start: int) -> list[Any]:
         """User ids with index >= ``start``, in index order (indices are dense)."""
+        if self._legacy_users:
+            return self._legacy_users_from(start)
+        rows = self.con.execute(
+            "SELECT start, n, kind, ids FROM users WHERE start + n > ? ORDER BY start", (start,)
+        ).fetchall()
+        out: list[Any] = []
+        at = rows[0][0] if rows else start
+        if at > start:
+            at = -1  # a gap before the first batch
+        for first, n, kind, ids in rows:
+            if first != at:
+                raise LedgerCorruptError(
+                    "the ledger's user index has gaps; run session.ledger.verify() and restore "
+                    "the file from a backup. Nothing was charged."
+                )
+            out.extend(decode_users(kind, n, ids))
+            at = first + n
+        return out[start - rows[0][0] :] if rows else out
+
+    def _legacy_users_from(self, start: int) -> list[Any]:
+        """:meth:`users_from` on a version-1 users table (one row per user)."""
         rows = self.con.execute(
             "SELECT idx, uid FROM users WHERE idx >= ? ORDER BY idx", (start,)
         ).fetchall()
@@ -481,24 +504,31 @@ class SqliteStore:
         return [from_sql(r[1]) for r in rows]
 
     def add_users(self, start: int, uids: Sequence[Any]) -> None:
-        """Append users with indices ``start, start + 1, ...``.
-
-        An int64 array or a list of plain ``str`` ids goes in as one set-based statement (a
-        JSON array expanded by SQLite's ``json_each``: the values are stored as the same
-        INTEGER / TEXT as one row at a time, about twice as fast at 10^6 users); other ids
-        (above 2**63 - 1, or holding NUL) one row at a time.
-        """
-        payload = _json_ids(uids)
-        if payload is not None:
-            self.con.execute(
-                "INSERT INTO users(idx, uid) SELECT ? + key, value FROM json_each(?)",
-                (start, payload),
-            )
+        """Append users with indices ``start, start + 1, ...`` as one batch (one row)."""
+        if len(uids) == 0:
             return
-        self.con.executemany(
-            "INSERT INTO users(idx, uid) VALUES (?, ?)",
-            zip(range(start, start + len(uids)), map(to_sql, uids), strict=True),
+        kind, ids = encode_users(uids)
+        self.con.execute(
+            "INSERT INTO users(start, n, kind, ids) VALUES (?, ?, ?, ?)",
+            (start, len(uids), kind, ids),
         )
+
+    def _migrate_users(self) -> None:
+        """Rewrite a version-1 users table (one row per user) as one batch; set version 2.
+
+        The same ids in the same index order, so the audit log's users hash still holds.
+        """
+        with self.write():
+            if self.meta().get("version") != LEGACY_VERSION:  # another process migrated it
+                self._legacy_users = False
+                return
+            uids = self._legacy_users_from(0)
+            self.con.execute("DROP TABLE users")
+            self.con.execute(_TABLES["users"])
+            ints = all(type(u) is int and -(2**63) <= u < 2**63 for u in uids)
+            self.add_users(0, np.array(uids, dtype=np.int64) if uids and ints else uids)
+            self.set_meta({"version": VERSION})
+        self._legacy_users = False
 
     # -- chunks ---------------------------------------------------------------------------
     def read_chunks(
@@ -561,6 +591,11 @@ class SqliteStore:
             f"SELECT {self._RCOLS} FROM reservations WHERE id = ?", (rid,)
         ).fetchone()
         return None if r is None else self._rrow(r)
+
+    def has_reservation(self, rid: str) -> bool:
+        """Tell whether reservation ``rid`` is open (without reading its blobs)."""
+        q = "SELECT 1 FROM reservations WHERE id = ?"
+        return self.con.execute(q, (rid,)).fetchone() is not None
 
     def add_reservation(self, row: ReservationRow) -> None:
         """Store an open reservation."""

@@ -1085,8 +1085,8 @@ def raster_from_points(
     from gpframe.queries.elimination import check_method_parts
     from gpframe.results import Raster
 
-    users = np.empty(len(keys), dtype=object)
-    users[:] = list(keys)
+    users = np.empty(len(keys), dtype=object)  # the Result's keys: Python ints and strs
+    users[:] = keys.tolist() if isinstance(keys, np.ndarray) else list(keys)
     led = session.ledger
     lu = led.units["metric"]
     params: dict[str, Any] = {

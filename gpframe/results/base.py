@@ -59,6 +59,32 @@ class CuratorViewError(GpframeError, AttributeError):
     """A per-user quantity was asked of a central-DP result; it lives in the ledger only."""
 
 
+_FLOAT_MAX = Fraction(np.finfo(np.float64).max)
+
+
+def _fsum(values: np.ndarray) -> float:
+    """``math.fsum`` of finite floats (the correctly rounded sum), without a pass in Python.
+
+    Per-user charges take few distinct values (one per point, or per allocation step), so the
+    exact sum is ``sum(count * value)`` over the distinct values, in exact rationals, rounded
+    once to the nearest float: the value ``math.fsum`` returns, as both round the exact sum
+    half to even. Many distinct values (or non-finite ones) take ``math.fsum`` itself.
+    """
+    a = np.asarray(values, dtype=np.float64).ravel()
+    if a.size == 0 or not bool(np.isfinite(a).all()):
+        return float(math.fsum(a))
+    if bool((a == a[0]).all()):
+        distinct, counts = a[:1], np.array([a.size])
+    else:
+        distinct, counts = np.unique(a, return_counts=True)
+        if distinct.size > 4096:
+            return float(math.fsum(a))
+    total = sum(Fraction(float(v)) * int(c) for v, c in zip(distinct, counts, strict=True))
+    if not total or abs(total) >= _FLOAT_MAX:  # 0: fsum keeps its sign; overflow: fsum raises
+        return float(math.fsum(a))
+    return float(total)
+
+
 def _curator_only(name: str, query_id: str) -> CuratorViewError:
     qid = repr(query_id) if query_id else "result.query_id"
     return CuratorViewError(
@@ -272,7 +298,7 @@ class Result:
     def spent_total(self) -> float:
         """Sum of the charges over users, in the filter's units. Metric notions only."""
         self._per_user("spent_total")
-        return float(math.fsum(self.charges.to_numpy())) if self.n_charged else 0.0
+        return _fsum(self.charges.to_numpy()) if self.n_charged else 0.0
 
     @property
     def spent_max(self) -> float:
@@ -301,7 +327,7 @@ class Result:
         self._per_user("saved")
         if self.allocations is None or not self.n_charged:
             return 0.0
-        return float(math.fsum((self.allocations - self.charges).to_numpy()))
+        return _fsum((self.allocations - self.charges).to_numpy())
 
     @property
     def beta(self) -> float | None:

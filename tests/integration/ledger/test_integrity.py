@@ -29,7 +29,9 @@ import pytest
 import gpframe as gp
 from gpframe.errors import InvalidInputError, LedgerCorruptError, LedgerError
 from gpframe.ledger import Session as _Session
-from gpframe.ledger.pg_layout import _decode_users, _encode_users, is_postgres_url
+from gpframe.ledger.keys import decode_users as _decode_users
+from gpframe.ledger.keys import encode_users as _encode_users
+from gpframe.ledger.pg_layout import is_postgres_url
 
 KEY = bytes(range(32))
 #: the anchor file of each PostgreSQL ledger of this module's tests (URL -> file)
@@ -127,9 +129,6 @@ def _rebuild_chain(path: str, edit) -> None:
 
 def _rename_user(path: str, old: str, new: str) -> None:
     """Give user ``old`` the id ``new`` in the users table (its spent stays with the index)."""
-    if not is_postgres_url(path):
-        _sql(path, ("UPDATE users SET uid = ? WHERE uid = ?", (new, old)))
-        return
     con = _Raw(path)
     for start, n, kind, ids in con.execute("SELECT start, n, kind, ids FROM users").fetchall():
         uids = _decode_users(kind, n, bytes(ids))
@@ -141,9 +140,6 @@ def _rename_user(path: str, old: str, new: str) -> None:
 
 def _delete_user(path: str, uid: str) -> None:
     """Delete the last-added user ``uid`` from the users table (a batch of its own here)."""
-    if not is_postgres_url(path):
-        _sql(path, ("DELETE FROM users WHERE uid = ?", (uid,)))
-        return
     con = _Raw(path)
     start, n, kind, ids = con.one("SELECT start, n, kind, ids FROM users ORDER BY start DESC")
     assert _decode_users(kind, n, ids) == [uid]

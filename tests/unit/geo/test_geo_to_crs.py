@@ -70,3 +70,37 @@ def test_sql_register_warns_like_to_crs():
     session = Session(budget=gp.CGP(rho=1.0))
     with pytest.warns(GpframeWarning, match=r"crs=EPSG:3395.*9\.535 times"):
         gp.duckdb.register(duckdb.connect(), session, crs="EPSG:3395")
+
+
+@pytest.mark.parametrize("scale", [1e-12, 1e-9, 1e-8, 1e-7, 1e-6])
+def test_the_round_trip_bound_refuses_exactly_what_the_geodesic_refuses(scale):
+    """The cheap meridian-then-parallel bound only stands in where it already passes."""
+    import numpy as np
+    import pyproj
+
+    crs = pyproj.CRS("EPSG:4326")
+    gen = np.random.default_rng(0)
+    xs, ys = gen.uniform(-180, 180, 20_000), gen.uniform(-89.9, 89.9, 20_000)
+    bx = (xs + gen.normal(0, scale, xs.size) + 180) % 360 - 180
+    by = ys + gen.normal(0, scale, ys.size)
+    _, _, exact = crs.get_geod().inv(xs, ys, bx, by)
+    d = geo._round_trip_metres(xs, ys, bx, by, crs)
+    g = 2.0**-10
+    assert ((d <= g) == (exact <= g)).all()
+    assert (d[d > g] == exact[d > g]).all()  # the refused points carry their geodesic
+
+
+def test_the_outline_shows_points_inside_and_leaves_the_rest_to_the_point_check():
+    import numpy as np
+    import pyproj
+
+    crs = pyproj.CRS("EPSG:32618")  # area of use: lon -78..-72, lat 0..84
+    box = geo._area_box(crs)
+    gen = np.random.default_rng(0)
+    xs, ys = gen.uniform(4e5, 4.5e5, 1000), gen.uniform(4.5e6, 4.55e6, 1000)
+    assert geo._inside_by_outline(xs, ys, crs, crs.geodetic_crs, box)
+    east = np.append(xs, 9e5)  # lon -67 at this latitude: outside the zone
+    assert not geo._inside_by_outline(east, np.append(ys, 4.5e6), crs, crs.geodetic_crs, box)
+    edge = np.append(xs, 2.47e5)  # lon -77.995: inside the zone, within the outline margin
+    assert not geo._inside_by_outline(edge, np.append(ys, 4.5e6), crs, crs.geodetic_crs, box)
+    assert not geo._inside_by_outline(xs, ys, crs.geodetic_crs, crs.geodetic_crs, box)
