@@ -97,6 +97,10 @@ def run(client, src: Path, out: Path, op: str, rho: float) -> tuple[float, dict[
     if op == "privatize":
         face = ddf[["user_id", "x", "y"]].geopriv(session, user="user_id", x="x", y="y", crs=CRS)
         face.privatize(rho=rho, to=out)
+        import pyarrow.dataset as pds
+
+        rows = pds.dataset(out, format="parquet").count_rows()  # what was published
+        print(f"    privatize published {rows:,} rows", flush=True)
     else:
         face = ddf.geopriv(session, user="user_id", x="x", y="y", crs=CRS)
         r = face.grid_stats("speed", bounds=(0, 15), epsilon_per_user=4.0, cells=6,
