@@ -194,3 +194,15 @@ def test_a_bad_zone_is_refused_before_the_ledger_is_touched(cluster, zones, matc
             zones, rho=1e-5, component=gp.Last("t"))
     assert str(err.value).endswith("Nothing was charged.")
     assert s.ledger.snapshot() == before
+
+
+def test_each_zone_draws_its_own_noise(cluster):
+    # the same zone twice: two queries, two charges, two independent draws (a child stream per
+    # zone and partition); reused bits would release the same count twice
+    s = gp.Session(budget=gp.CGP(rho=1e-3))
+    twice = gpd.GeoSeries([ZONE, ZONE], crs=CRS)
+    res = dd.from_pandas(_tracks(), npartitions=4).geopriv(s, **KW).range_count(
+        twice, rho=1e-6, method="dist", component=gp.Last("t"), rng=seeded_rng(5))
+    first, second = res.regions["count"].tolist()
+    assert first != second
+    assert s.ledger.verify()["charges"] == 2
