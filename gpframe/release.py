@@ -35,6 +35,7 @@ __all__ = [
     "refuse_coordinate_copies",
     "release_frame",
     "warn_dropped",
+    "zones_builder",
 ]
 
 _NOTHING = "Nothing was charged."
@@ -313,3 +314,24 @@ def privatized_frame(
         what="privatize",
         stacklevel=stacklevel,
     )
+
+
+def zones_builder(source: Any, zone_cols: tuple[Any, ...]) -> Any:
+    """How the table of regions is built when the zones are a GeoDataFrame with columns.
+
+    The zones' own columns are public (they are the caller's query) and come first, then the
+    released counts; the one output builder makes the frame, never a copy of the zones frame.
+    Every face's ``range_count`` over a GeoDataFrame of zones (``docs/operations/range_count.md``)
+    passes it to :func:`gpframe.queries.range_count_regions.combine_regions`.
+    """
+    if not zone_cols:
+        return None
+
+    def build(table: pd.DataFrame, geometry: Any, crs: Any) -> Any:
+        return release_frame(
+            source, public=zone_cols,
+            released={c: table[c].to_numpy() for c in table.columns}, geometry=geometry,
+            geometry_name=source._geometry_column_name, crs=crs, what="range_count",
+        )  # fmt: skip
+
+    return build

@@ -234,10 +234,11 @@ class DaskGeoPriv:
         """Count the users whose point lies inside ``region``, privately, partition by partition.
 
         The pandas face's ``range_count`` (``docs/operations/range_count.md``; Liang & Yi,
-        'Adaptive Privacy Budgeting' (2026), Alg. 4, Alg. 6) for one region; each user's point
-        (``component=``) is selected on the partition holding all of the user's rows, every
-        partition runs the elimination on its users, and the count, its error and the rounds
-        histogram are exact integer sums (``docs/beyond-one-machine.md``). Noise: ``dist`` the
+        'Adaptive Privacy Budgeting' (2026), Alg. 4, Alg. 6) for one region or several; each
+        user's point (``component=``) is selected once, on the partition holding all of the
+        user's rows; for each region every partition runs the elimination on its users, and the
+        count, its error and the rounds histogram are exact integer sums
+        (``docs/beyond-one-machine.md``). Noise: ``dist`` the
         signed distance to the boundary, ``pt`` the point, lattice Gaussian (``rho``) or Laplace
         (``eps``) at each round's part of the allocation. Charge: per user, the allocation
         (``pt``, ``dist``) or the parts of the rounds the user ran (``*-elim``), committed
@@ -245,8 +246,10 @@ class DaskGeoPriv:
 
         Parameters
         ----------
-        region : shapely Polygon or MultiPolygon
-            One region, in the data's CRS (count several regions with one call each).
+        region : shapely Polygon / MultiPolygon, GeoSeries or GeoDataFrame
+            A polygon in the data's CRS, or a series of them in any CRS (one row per region,
+            a GeoDataFrame's other columns kept as public). Each region is one query: K regions
+            charge each user up to K × the allocation, as on the pandas face.
         rho, eps, method, rounds, split, beta, component, reduce
             As for the pandas accessor (``allocations=`` and plans are not offered here).
         rng : BitSource, optional
@@ -262,7 +265,8 @@ class DaskGeoPriv:
         Returns
         -------
         RangeCountResult
-            ``value`` the noisy count, ``error`` its bound at 1 − β, the per-user charges.
+            ``value`` the noisy count, ``error`` its bound at 1 − β, the per-user charges
+            (several regions: ``value`` is the table of regions, one count and error each).
 
         Examples
         --------

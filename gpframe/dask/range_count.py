@@ -10,23 +10,26 @@ law of one call over all users. The count, its error U, the rounds histogram and
 users eliminated are integer sums over the partitions; the charges are per user. Noise and
 charges are the pandas face's (``dist``: the signed distance, ``pt``: the point; with
 ``*-elim`` a user decided at round r pays the parts of the rounds run).
+
+Several regions (a GeoSeries / GeoDataFrame of zones) are validated and projected as on the
+pandas face, before the ledger is touched; the first pass selects each user's point once, then
+each region is one query with its own reservation and its own release tasks (a child stream per
+region and partition), so K regions charge each user up to K times the allocation, exactly as
+the pandas face. A GeoDataFrame's other columns are public and kept in the table of regions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from gpframe.errors import InvalidInputError
 from gpframe.queries import preview_bounds as _pb
 
 __all__ = ["CountOut", "count_partition", "range_count"]
-
-_NOTHING = "Nothing was charged."
 
 
 @dataclass(frozen=True)
@@ -112,29 +115,6 @@ def merge(outs: list[CountOut], confidence: float) -> Any:
     )  # fmt: skip
 
 
-def _region(region: Any, crs_in: Any, crs_m: Any) -> tuple[Any, Any]:
-    """Validate one polygon in the data's CRS and project it: (GeoSeries, metre polygon)."""
-    import geopandas as gpd
-    import shapely
-
-    from gpframe.geo import project_geometry, validate_polygons
-
-    if not isinstance(region, (shapely.Polygon, shapely.MultiPolygon)):
-        raise InvalidInputError(
-            f"region must be one shapely Polygon or MultiPolygon in the data's CRS on the Dask "
-            f"face (got {type(region).__name__}); count several regions one call each. "
-            f"{_NOTHING}"
-        )
-    series = gpd.GeoSeries([region], crs=crs_in)
-    validate_polygons(series, name="region")
-    poly = project_geometry(series, crs_in, crs_m, name="region").array[0]
-    if not poly.area > 0:
-        raise InvalidInputError(
-            f"region has zero area in metres; pass a polygon with an interior. {_NOTHING}"
-        )
-    return series, poly
-
-
 def range_count(
     bound: Any, region: Any, *, rho: Any, eps: Any, method: str, rounds: int, split: str,
     beta: float, component: Any, reduce: Any, rng: Any, on_exhausted: str = "exclude",
@@ -149,11 +129,12 @@ def range_count(
     from gpframe.dask.partitions import Component, metric_kind, one_point_pass, spawn_rng
     from gpframe.dask.privatize import _Metric
     from gpframe.ledger.charges import ledger_keys
-    from gpframe.ledger.run import Charge, run
+    from gpframe.ledger.run import Charge, PreviewStop, end_preview, run
     from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries.elimination import GroupedAmounts, check_method_parts
     from gpframe.queries.range_count import check_options, region_result
-    from gpframe.queries.range_count_regions import combine_regions
+    from gpframe.queries.range_count_regions import combine_regions, project_regions, zone_columns
+    from gpframe.release import zones_builder
 
     # -- on the client, before anything is computed or reserved
     session = bound.session
@@ -171,7 +152,11 @@ def range_count(
     users, offsets, ref, parts = fp.users, fp.offsets, fp.ref, fp.parts
     crs_in = pyproj.CRS.from_wkt(ref.crs_in)
     crs_m = pyproj.CRS.from_wkt(ref.crs_m)
-    series, region_m = _region(region, crs_in, crs_m)
+    # the pandas face's validation and projection of the region(s), before the ledger is touched
+    polys, labels, series, crs, many = project_regions(
+        region, SimpleNamespace(crs_in=crs_in, crs_m=crs_m)
+    )
+    build = zones_builder(region, zone_columns(region))
     led = session.ledger
     lu = led.units["metric"]
     unit = Fraction(1) / lu.scale
@@ -179,11 +164,10 @@ def range_count(
     check_method_parts(lu.to_fraction(lu.up(nonnegative(amt, "rho" if kind == "cgp" else "eps"))),
                        kind=kind, method=method, rounds=rounds, split=split, beta=beta,
                        unit=unit, scale_max=ref.scale_max)  # fmt: skip
-    task = CountTask(cols=cols, region_m=region_m, kind=kind, method=method,
+    task = CountTask(cols=cols, region_m=None, kind=kind, method=method,
                      rounds=rounds, split=split, beta=float(beta), unit=unit,
                      scale_max=ref.scale_max)  # fmt: skip
-    params = {"method": method, "rounds": rounds, "split": split, "beta": beta,
-              "region_wkt": region_m.wkt[:200]}  # fmt: skip
+    base = {"method": method, "rounds": rounds, "split": split, "beta": beta}
     wants = fp.wants()
 
     def allocations(r: Any) -> Any:
@@ -194,45 +178,60 @@ def range_count(
         check_method_parts(allocations(r), kind=kind, method=method, rounds=rounds, split=split,
                            beta=beta, unit=unit, scale_max=ref.scale_max)  # fmt: skip
 
-    def compute(r: Any) -> Charge[Any]:
-        alloc = allocations(r)
-        n_union = max(int((np.asarray(alloc.to_array()) != 0).sum()), 1)
-        tasks = [
-            dask.delayed(count_partition)(
-                d, i, task,
-                GroupedAmounts(alloc.codes[offsets[i] : offsets[i + 1]], alloc.values),
-                wants[i], spawn_rng(rng, i), n_union,
-            )
-            for i, d in enumerate(parts)
-        ]
-        outs = list(dask.compute(*tasks))
-        merged = merge(outs, 1.0 - float(beta))
-        el = merged.elimination
-        table = np.array([lu.up(v) for v in el.charge_table.tolist()], dtype=np.int64)
-        return Charge((merged, alloc), table[el.charge_codes], units=True)
+    def one(k: int) -> Any:  # region k: one reservation, as on the pandas face
+        task_k = replace(task, region_m=polys[k])
 
-    def go(**_: Any) -> Any:  # the reservation and release (on_exhausted: see settle)
+        def compute(r: Any) -> Charge[Any]:
+            alloc = allocations(r)
+            n_union = max(int((np.asarray(alloc.to_array()) != 0).sum()), 1)
+            # a child stream per (region, partition): no two tasks of a call share bits
+            tasks = [
+                dask.delayed(count_partition)(
+                    d, i, task_k,
+                    GroupedAmounts(alloc.codes[offsets[i] : offsets[i + 1]], alloc.values),
+                    wants[i], spawn_rng(rng, k * len(parts) + i), n_union,
+                )
+                for i, d in enumerate(parts)
+            ]
+            outs = list(dask.compute(*tasks))
+            merged = merge(outs, 1.0 - float(beta))
+            el = merged.elimination
+            table = np.array([lu.up(v) for v in el.charge_table.tolist()], dtype=np.int64)
+            return Charge((merged, alloc), table[el.charge_codes], units=True)
+
+        params = {**base, "region_wkt": polys[k].wkt[:200]}
         ran = run(session, ledger_keys(users), amt, notion="metric", query="range_count",
                   params=params, check=check, compute=compute)  # fmt: skip
         merged, alloc = ran.value
         metric = _Metric(crs_m, ref.scale_max, ref.noise_inflation)
-        res = region_result(merged, alloc, users, ran.admitted, params, metric, kind=kind,
-                            method=method, query_id=ran.query_id)  # fmt: skip
-        row = dict(
-            count=int(res.value), error=float(res.error), n_charged=res.n_charged,
-            n_excluded=res.n_excluded, saving=res.saved, n_low=res.params["n_low"],
-            n_high=res.params["n_high"], n_undecided=res.params["n_undecided"],
-            rounds_histogram=list(res.params["rounds_histogram"]), query_id=res.query_id,
-        )  # fmt: skip
+        return region_result(merged, alloc, users, ran.admitted, params, metric, kind=kind,
+                             method=method, query_id=ran.query_id)  # fmt: skip
+
+    def go(**_: Any) -> Any:  # the reservations and releases (on_exhausted: see settle)
+        results, rows = [], []
+        for k in range(len(polys)):
+            try:
+                res = one(k)
+            except PreviewStop:  # a dry run: this region's reservation is planned, go on
+                continue
+            results.append(res)
+            rows.append(dict(
+                count=int(res.value), error=float(res.error), n_charged=res.n_charged,
+                n_excluded=res.n_excluded, saving=res.saved, n_low=res.params["n_low"],
+                n_high=res.params["n_high"], n_undecided=res.params["n_undecided"],
+                rounds_histogram=list(res.params["rounds_histogram"]), query_id=res.query_id,
+            ))  # fmt: skip
+        end_preview()  # a dry run planned every region: nothing to combine
         summary = dict(
             method=method, rounds=rounds, split=split, beta=beta,
             rho=None if rho is None else float(rho), eps=None if eps is None else float(eps),
-            component=repr(component), reduce=reduce, n_regions=1, crs_m=crs_m.to_string(),
-            scale_max=float(ref.scale_max), noise_inflation=float(ref.noise_inflation),
+            component=repr(component), reduce=reduce, n_regions=len(polys),
+            crs_m=crs_m.to_string(), scale_max=float(ref.scale_max),
+            noise_inflation=float(ref.noise_inflation),
         )  # fmt: skip
-        return combine_regions([res], [row], series.index, series, crs_in, False, users, None,
-                               None, params=summary, confidence=1.0 - float(beta),
-                               kind=kind)  # fmt: skip
+        return combine_regions(results, rows, labels, series, crs, many, users, None, None,
+                               params=summary, confidence=1.0 - float(beta), kind=kind,
+                               build=build)  # fmt: skip
 
     return settle(session, "range_count", go, on_exhausted=on_exhausted, dry_run=dry_run,
                   adaptive=method.endswith("-elim"), **_pb.hooks(session, ref.scale_max,

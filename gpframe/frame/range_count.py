@@ -25,122 +25,22 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-import shapely
 
-from gpframe.errors import CRSError, InvalidInputError
+from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import PreviewStop, active_preview, end_preview, with_on_exhausted
 from gpframe.queries import preview_bounds as _pb
 from gpframe.queries.range_count import check_options as _check_options
 from gpframe.queries.range_count import run_range_count, select_component
 from gpframe.queries.range_count_regions import combine_regions as _combine
+from gpframe.queries.range_count_regions import project_regions as _regions
+from gpframe.queries.range_count_regions import zone_columns as _zone_columns
+from gpframe.release import zones_builder as _zones_frame
 from gpframe.results import RangeCountResult, Result
 from gpframe.results.preview import dry
 
 __all__ = ["range_count"]
 
 _NOTHING = "Nothing was charged."
-
-
-# ---------------------------------------------------------------------------------------------
-# regions
-
-
-def _regions(region: Any, projected: Any) -> tuple[list[Any], pd.Index, Any, Any, bool]:
-    """Validate and project the region(s): (metre polygons, labels, input GeoSeries, CRS, many).
-
-    Everything here happens before any reservation (bad regions leave the ledger untouched).
-    """
-    import geopandas as gpd
-
-    from gpframe.geo import project_geometry, validate_polygons
-
-    many = isinstance(region, (pd.Series, pd.DataFrame))
-    if many:
-        if isinstance(region, pd.DataFrame):
-            if not isinstance(region, gpd.GeoDataFrame) or region._geometry_column_name not in (
-                region.columns
-            ):
-                raise InvalidInputError(
-                    f"region is a DataFrame without an active geometry column; pass a "
-                    f"GeoDataFrame or GeoSeries of polygons. {_NOTHING}"
-                )
-            series = region.geometry
-        else:
-            series = gpd.GeoSeries(region) if not isinstance(region, gpd.GeoSeries) else region
-        if len(series) == 0:
-            raise InvalidInputError(f"region is empty: pass at least one polygon. {_NOTHING}")
-        crs = series.crs if series.crs is not None else projected.crs_in
-    elif isinstance(region, (shapely.Polygon, shapely.MultiPolygon)):
-        series = gpd.GeoSeries([region], crs=projected.crs_in)
-        crs = projected.crs_in
-    else:
-        raise InvalidInputError(
-            f"region must be a shapely Polygon / MultiPolygon (in the data's CRS) or a GeoSeries / "
-            f"GeoDataFrame of them, got {type(region).__name__}. {_NOTHING}"
-        )
-    validate_polygons(series, name="region")
-    _check_crs_extent(series, crs)
-    projected_s = project_geometry(series, projected.crs_in, projected.crs_m, name="region")
-    polys = list(projected_s.array)
-    from gpframe.queries.privatize import COORD_MAX_M
-
-    for label, p in zip(series.index, polys, strict=True):
-        if not p.area > 0:
-            raise InvalidInputError(
-                f"region {label!r} has zero area in metres; pass a polygon with an interior. "
-                f"{_NOTHING}"
-            )
-        if not np.all(np.abs(shapely.get_coordinates(p)) < COORD_MAX_M):
-            raise CRSError(
-                f"region {label!r} lands beyond ±2**40 m in {projected.crs_m.to_string()}; its "
-                f"CRS does not match the data's. Set the right CRS on the GeoSeries. {_NOTHING}"
-            )
-    return polys, series.index, series, crs, many
-
-
-#: the per-region columns the output adds (released values and their bookkeeping)
-REGION_TABLE_COLUMNS = (
-    "count", "error", "n_charged", "n_excluded", "saving", "n_low", "n_high", "n_undecided",
-    "rounds_histogram", "query_id",
-)  # fmt: skip
-
-
-def _zone_columns(region: Any) -> tuple[Any, ...]:
-    """Return the columns of a GeoDataFrame of regions that the output keeps (all but geometry).
-
-    They are public: the caller passed them as (part of) the query, and nothing in them depends
-    on the data. A name the output uses for a released value is refused here, before the ledger
-    is touched.
-    """
-    import geopandas as gpd
-
-    if not isinstance(region, gpd.GeoDataFrame):
-        return ()
-    geom = region._geometry_column_name
-    cols = tuple(c for c in region.columns if c != geom)
-    clash = [c for c in cols if c in REGION_TABLE_COLUMNS]
-    if clash:
-        raise InvalidInputError(
-            f"region has the column(s) {', '.join(map(repr, clash))}, which the output uses for "
-            f"the private counts; rename them first (region.rename(columns={{{clash[0]!r}: "
-            f"'zone_{clash[0]}'}})). {_NOTHING}"
-        )
-    return cols
-
-
-def _check_crs_extent(series: Any, crs: Any) -> None:
-    """Refuse coordinates that cannot be in ``crs``: e.g. metres given for a degree CRS."""
-    import pyproj
-
-    c = pyproj.CRS(crs)
-    if c.is_geographic:
-        xy = shapely.get_coordinates(np.asarray(series.array, dtype=object))
-        if xy.size and (np.abs(xy[:, 0]).max() > 360 or np.abs(xy[:, 1]).max() > 90):
-            raise CRSError(
-                f"region has coordinates outside degree ranges (e.g. {xy[0].tolist()}) but is "
-                f"taken to be in {c.name} (degrees). A region in metres needs its CRS: pass "
-                f"gpd.GeoSeries([poly], crs='EPSG:32618'). {_NOTHING}"
-            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -444,23 +344,3 @@ def _range_count_parts(bound: Any, region: Any, *, rho: Any, eps: Any, method: s
         crs_m=worst.crs_m.to_string(), scale_max=float(worst.scale_max),
         noise_inflation=float(worst.noise_inflation), **extra,
     ), confidence=1.0 - float(beta), kind=bound.session.ledger.kind["metric"])  # fmt: skip
-
-
-def _zones_frame(source: Any, zone_cols: tuple[Any, ...]) -> Any:
-    """How the table of regions is built when the zones are a GeoDataFrame with columns.
-
-    The zones' own columns are public (they are the caller's query) and come first, then the
-    released counts; the one output builder makes the frame, never a copy of the zones frame.
-    """
-    if not zone_cols:
-        return None
-    from gpframe.release import release_frame
-
-    def build(table: pd.DataFrame, geometry: Any, crs: Any) -> Any:
-        return release_frame(
-            source, public=zone_cols,
-            released={c: table[c].to_numpy() for c in table.columns}, geometry=geometry,
-            geometry_name=source._geometry_column_name, crs=crs, what="range_count",
-        )  # fmt: skip
-
-    return build

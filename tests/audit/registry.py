@@ -103,10 +103,11 @@ THIN_WRAPPERS: dict[str, str] = {
         "faults: tests/integration/dask/test_privatize.py, test_faults.py"
     ),
     "gpframe.dask.range_count": (
-        "the Dask face's range_count: one reservation through the driver, then "
+        "the Dask face's range_count: one reservation per region through the driver, then "
         "gpframe.queries.range_count.range_count_arrays (audited) on each partition's users with "
-        "the reserved allocations and the query's union-bound n; counts and charges summed on "
-        "the client. tests/integration/dask/test_range_count.py"
+        "the reserved allocations and the query's union-bound n (a child stream per region and "
+        "partition); counts and charges summed on the client. "
+        "tests/integration/dask/test_range_count.py"
     ),
     "gpframe.dask.kde": (
         "the Dask face's kde_raster: the reservation, checks and charge of "

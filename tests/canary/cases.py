@@ -929,6 +929,30 @@ def _dask_range_count(ctx: Ctx) -> Any:
                              rng=ctx.rng(123))  # fmt: skip
 
 
+@case(name="range_count/dask/zones-with-columns", frontend="dask", covers=("dask.range_count",),
+      modules=("gpframe.dask.accessor", "gpframe.dask.range_count", "gpframe.dask.partitions",
+               QF + "range_count", QF + "range_count_regions", "gpframe.release"),
+      missing=_no_dask)  # fmt: skip
+def _dask_range_zones(ctx: Ctx) -> Any:
+    # the zones' own columns are public (the caller's query) and kept; they are constants here,
+    # so any canary in the output came from the data, not from them
+    import dask
+    import geopandas as gpd
+    import shapely
+
+    x0, y0, x1, y1 = REGION
+    xm = (x0 + x1) / 2
+    zones = gpd.GeoDataFrame(
+        {"zone_name": ["west", "east"], "zone_pop": [1200, 3400]},
+        geometry=[shapely.box(x0, y0, xm, y1), shapely.box(xm, y0, x1, y1)], crs=CRS_M,
+    )  # fmt: skip
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        res = b.range_count(zones, rho=1e-6, component=gp_last("ts"), rng=ctx.rng(157))
+    assert list(res.to_frame().columns[:2]) == ["zone_name", "zone_pop"], "zone columns kept"
+    return res
+
+
 @case(name="kde_raster/dask/last-fix", frontend="dask", covers=("dask.kde_raster",),
       modules=("gpframe.dask.accessor", "gpframe.dask.kde", "gpframe.dask.partitions",
                QF + "kde", QF + "kde_bounds"), missing=_no_dask)  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import dask.dataframe as dd
+import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
@@ -25,6 +26,10 @@ from gpframe.testing import seeded_rng
 N = 30
 LOW = [3, 5]  # users whose budget cannot pay
 BOX = shapely.box(505_000, 4_505_000, 515_000, 4_515_000)
+#: three zones with a public column: one reservation each, on both faces
+ZONES = gpd.GeoDataFrame({"name": ["a", "b", "c"]}, crs="EPSG:32618", geometry=[
+    shapely.box(500_000 + 5_000 * k, 4_505_000, 505_000 + 5_000 * k, 4_515_000)
+    for k in range(3)])  # fmt: skip
 P = (505_000.0, 4_505_000.0)
 BOUNDS = (500_000, 4_500_000, 520_000, 4_520_000)
 KW = {"user": "u", "x": "x", "y": "y", "crs": "EPSG:32618"}
@@ -39,6 +44,7 @@ OPS: dict[str, Any] = {
     "range_count": lambda b, **k: b.range_count(BOX, rho=1e-4, reduce="first", **k),
     "range_count/pt": lambda b, **k: b.range_count(BOX, rho=1e-4, method="pt", reduce="first",
                                                    **k),
+    "range_count/zones": lambda b, **k: b.range_count(ZONES, rho=1e-4, reduce="first", **k),
     "kde_raster": lambda b, **k: b.kde_raster(bandwidth_m=2000, cell_m=1000, rho=1e-4,
                                               reduce="first", bounds=BOUNDS, **k),
     "knn": lambda b, **k: b.knn(P, 2, rho=1e-4, **k),

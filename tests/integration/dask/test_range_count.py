@@ -8,6 +8,7 @@ exact where every user is far from the boundary, refusals before the ledger is t
 from __future__ import annotations
 
 import dask.dataframe as dd
+import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
@@ -21,6 +22,12 @@ from gpframe.testing import seeded_rng
 CRS = "EPSG:32618"
 KW = {"user": "u", "x": "x", "y": "y", "crs": CRS, "public": ["t"]}
 ZONE = shapely.box(498_000, 4_498_000, 502_000, 4_502_000)
+#: three zones with a public column of their own (kept in the table of regions)
+ZONES = gpd.GeoDataFrame(
+    {"name": ["west", "centre", "east"], "pop": [10, 20, 30]},
+    geometry=[shapely.box(494_000 + 4_000 * k, 4_498_000, 498_000 + 4_000 * k, 4_502_000)
+              for k in range(3)], crs=CRS,
+)  # fmt: skip
 
 
 def _tracks(n_users=400, seed=0, spread=6_000):
@@ -91,7 +98,7 @@ def test_elimination_rounds_follow_the_pandas_law(cluster):
 
 
 @pytest.mark.parametrize("region,call,match", [
-    (shapely.Point(0, 0), {"rho": 1e-5, "component": gp.Last("t")}, "one shapely Polygon"),
+    (shapely.Point(0, 0), {"rho": 1e-5, "component": gp.Last("t")}, "shapely Polygon"),
     (ZONE, {"rho": 1e-5}, "several rows"),
     (ZONE, {"rho": 1e-5, "method": "nope", "component": gp.Last("t")}, "method='nope'"),
     (ZONE, {"eps": 1e-3, "component": gp.Last("t")}, "filters are CGP"),
@@ -104,3 +111,98 @@ def test_bad_input_is_refused_before_the_ledger_is_touched(cluster, region, call
         dd.from_pandas(_tracks(50), npartitions=2).geopriv(s, **KW).range_count(region, **call)
     assert str(err.value).endswith("Nothing was charged.")
     assert s.ledger.snapshot() == before
+
+
+def _charged_units(s):
+    """Each user's charges, per zone in order, in exact ledger units."""
+    out: dict = {}
+    for c in s.ledger.store.charges():
+        for i, a in zip(c.idx.tolist(), c.amount.tolist(), strict=True):
+            out.setdefault(s.ledger._index[i], []).append(int(a))
+    return out
+
+
+def test_zones_frame_counts_charge_and_report_as_the_pandas_face(cluster):
+    # one reservation per zone on both faces: the same per-user charges in exact ledger units,
+    # the same Result fields and the same table of regions (the zones' public columns first)
+    df = _tracks()
+    call = {"rho": 1e-5, "method": "dist", "component": gp.Last("t")}
+    s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1e-3)), gp.Session(budget=gp.CGP(rho=1e-3))
+    a = df.geopriv(s_pd, **KW).range_count(ZONES, rng=seeded_rng(1), **call)
+    b = dd.from_pandas(df, npartitions=4).geopriv(s_dk, **KW).range_count(
+        ZONES, rng=seeded_rng(2), **call
+    )
+    assert type(a) is type(b)
+    assert s_dk.ledger.verify()["charges"] == s_pd.ledger.verify()["charges"] == 3
+    assert _charged_units(s_dk) == _charged_units(s_pd)
+    pd.testing.assert_series_equal(s_dk.spent().sort_index(), s_pd.spent().sort_index())
+    da, db = a.to_dict(value=False), b.to_dict(value=False)
+    assert da.keys() == db.keys()
+    for key in ("type", "error_kind", "error", "confidence", "mechanism", "guarantee",
+                "n_users", "n_charged", "n_excluded", "charges", "spent_total", "spent_max",
+                "saved"):  # fmt: skip
+        assert da[key] == db[key], key
+    pa, pb = dict(da["params"]), dict(db["params"])
+    assert pa.keys() == pb.keys()
+    for key in ("method", "rounds", "split", "beta", "rho", "component", "n_regions", "crs_m",
+                "scale_max", "noise_inflation"):
+        assert pa[key] == pb[key], key
+    ta, tb = a.regions, b.regions
+    assert list(ta.columns) == list(tb.columns) and list(ta.columns[:2]) == ["name", "pop"]
+    assert ta.index.equals(tb.index) and ta.crs == tb.crs
+    assert ta.geometry.geom_equals(tb.geometry).all()
+    for col in ("name", "pop", "n_charged", "n_excluded", "saving"):
+        assert ta[col].tolist() == tb[col].tolist(), col
+    assert len(set(tb["query_id"])) == 3  # one ledger query per zone
+
+
+def test_zones_far_from_their_edges_count_exactly_in_any_crs(cluster):
+    # 30 + 20 + 10 users at the zones' centres, 15 far outside: both faces count them exactly;
+    # the zones come in degrees and are projected to the data's metric CRS first
+    r = np.random.default_rng(7)  # true points only, never noise
+    centres = [(496_000, 4_500_000)] * 30 + [(500_000, 4_500_000)] * 20 \
+        + [(504_000, 4_500_000)] * 10 + [(530_000, 4_530_000)] * 15
+    xy = np.asarray(centres, float) + r.uniform(-300, 300, (len(centres), 2))
+    df = pd.DataFrame({"u": np.arange(len(xy)), "t": 0, "x": xy[:, 0], "y": xy[:, 1]})
+    zones = ZONES.to_crs("EPSG:4326")
+    s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1e-3)), gp.Session(budget=gp.CGP(rho=1e-3))
+    a = df.geopriv(s_pd, **KW).range_count(zones, rho=1e-4, rng=seeded_rng(3))
+    b = dd.from_pandas(df, npartitions=3).geopriv(s_dk, **KW).range_count(
+        zones, rho=1e-4, rng=seeded_rng(4))
+    assert b.regions["count"].tolist() == a.regions["count"].tolist() == [30, 20, 10]
+    assert b.regions["error"].tolist() == [0.0, 0.0, 0.0]
+    assert b.regions.crs == zones.crs and b.n_charged == len(xy)
+
+
+def _bowtie():
+    return shapely.Polygon([(494_000, 4_498_000), (498_000, 4_502_000),
+                            (498_000, 4_498_000), (494_000, 4_502_000)])  # fmt: skip
+
+
+@pytest.mark.parametrize("zones,match", [
+    (ZONES.set_geometry([*ZONES.geometry[:2], _bowtie()]), "invalid|not valid"),
+    (ZONES.set_crs("EPSG:4326", allow_override=True), "outside degree ranges"),
+    (gpd.GeoSeries(list(ZONES.geometry), crs="EPSG:4326"), "outside degree ranges"),
+    (ZONES.rename(columns={"pop": "count"}), "rename them first"),
+    (ZONES.iloc[:0], "empty"),
+])  # fmt: skip
+def test_a_bad_zone_is_refused_before_the_ledger_is_touched(cluster, zones, match):
+    s = gp.Session(budget=gp.CGP(rho=1e-3))
+    before = s.ledger.snapshot()
+    with pytest.raises(gp.GpframeError, match=match) as err:
+        dd.from_pandas(_tracks(50), npartitions=2).geopriv(s, **KW).range_count(
+            zones, rho=1e-5, component=gp.Last("t"))
+    assert str(err.value).endswith("Nothing was charged.")
+    assert s.ledger.snapshot() == before
+
+
+def test_each_zone_draws_its_own_noise(cluster):
+    # the same zone twice: two queries, two charges, two independent draws (a child stream per
+    # zone and partition); reused bits would release the same count twice
+    s = gp.Session(budget=gp.CGP(rho=1e-3))
+    twice = gpd.GeoSeries([ZONE, ZONE], crs=CRS)
+    res = dd.from_pandas(_tracks(), npartitions=4).geopriv(s, **KW).range_count(
+        twice, rho=1e-6, method="dist", component=gp.Last("t"), rng=seeded_rng(5))
+    first, second = res.regions["count"].tolist()
+    assert first != second
+    assert s.ledger.verify()["charges"] == 2
