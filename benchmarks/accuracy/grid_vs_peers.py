@@ -4,10 +4,13 @@ Question: with the same total privacy loss per user for the whole grid, how accu
 per-H3-cell mean and variance of a bounded value (vessel speed) from gpframe's two modes and from
 the DP libraries, and how fast?
 
-Data: AIS vessel tracks of New York Harbor (``ais_nyharbor_tracks.parquet``, U.S. Coast Guard /
-MarineCadastre.gov, public domain; see that folder's README and LICENSE), the vessel (``mmsi``) is
-the user, ``speed_mps`` clamped to [0, 15] m/s is the value. ``--data`` takes any parquet with
-``mmsi``, ``lat``, ``lon`` and the ``--value`` column.
+Data: AIS vessel tracks of New York Harbor (U.S. Coast Guard / MarineCadastre.gov, public domain),
+the vessel (``mmsi``) is the user, ``speed_mps`` clamped to [0, 15] m/s is the value.
+``--data shipped`` uses the week of tracks shipped with gpframe
+(``gp.datasets.load("ais_nyharbor_week")``: one fix per vessel per half hour, 10k fixes);
+``--data PATH`` takes any parquet with ``mmsi``, ``lat``, ``lon`` and the ``--value`` column,
+e.g. the full tracks file ``ais_nyharbor_tracks.parquet`` (181k fixes) of the project's data
+folder, which is the default when it exists (else the shipped week).
 
 Methods (each given the same total ε per user; every occupied cell is a public partition):
 
@@ -53,10 +56,16 @@ DATA = Path("/work/shared/data/ais_nyharbor/ais_nyharbor_tracks.parquet")
 SHRINK = True  # gpframe's shrinkage (``--no-shrink``)
 
 
-def load(path: Path, value: str, res: int) -> pd.DataFrame:
+def load(path: Path | str, value: str, res: int) -> pd.DataFrame:
     import h3.api.numpy_int as h3n
 
-    d = pd.read_parquet(path, columns=["mmsi", "lat", "lon", value]).dropna()
+    if str(path) == "shipped":
+        import gpframe as gp
+
+        d = pd.DataFrame(gp.datasets.load("ais_nyharbor_week")[["mmsi", "lat", "lon", value]])
+        d = d.dropna()
+    else:
+        d = pd.read_parquet(path, columns=["mmsi", "lat", "lon", value]).dropna()
     d = d.rename(columns={value: "v"})
     d["v"] = d["v"].clip(L_, U_)
     d["cell"] = np.array(
@@ -209,7 +218,8 @@ def run_method(name: str, d: pd.DataFrame, tr: pd.DataFrame, eps: float, res: in
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--data", default=str(DATA) if DATA.exists() else "shipped",
+                    help="'shipped' (the week packaged with gpframe) or a parquet path")
     ap.add_argument("--value", default="speed_mps")
     ap.add_argument("--res", type=int, nargs="+", default=[6, 7])
     ap.add_argument("--eps", type=float, nargs="+", default=[1, 4, 16, 64, 256])
