@@ -449,7 +449,7 @@ def run_grid_stats(
     stat_eps = tuple(eps * STATISTICS * exact(x, "split") for x in split)
     for _attempt in range(max_retries):
         plan, rounds = _admission(session, occ, plan_kw, stat_eps, excluded)
-        note_plan(plan, beta)  # a dry run's preview bound (nothing recorded otherwise)
+        note_plan(plan, beta, value_step(lower, upper))  # a dry run's preview bound
         if on_stage is not None and _attempt == 0:
             on_stage("Clip-User plan")
         payers = np.flatnonzero(plan.cells_kept > 0)
