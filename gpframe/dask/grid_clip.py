@@ -199,4 +199,8 @@ def grid_clip(
         return clip_stats_output(session, run, crs_in=crs_in, eps=eps, lo=lo, hi=hi, clip=clip,
                                  cells=cells, beta=beta)  # fmt: skip
 
-    return settle(session, "grid_stats", go, on_exhausted=on_exhausted, dry_run=dry_run)
+    from gpframe.queries.grid_preview import error_hook
+
+    with error_hook() as error:  # the same a-priori mean error as the pandas face's preview
+        return settle(session, "grid_stats", go, on_exhausted=on_exhausted, dry_run=dry_run,
+                      error=error)  # fmt: skip

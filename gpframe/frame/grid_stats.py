@@ -238,7 +238,11 @@ def grid_stats(
     at most ``max_cells``) per user (:mod:`gpframe.queries.contribution_bounding`).
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(grid_stats, locals(), "grid_stats")
+        args = dict(locals())
+        from gpframe.queries.grid_preview import error_hook
+
+        with error_hook() as error:  # Clip-User plans: the a-priori mean error per cell
+            return dry(grid_stats, args, "grid_stats", error=error)
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(grid_stats, locals())
     from gpframe.mechanisms.calibration import check_eps

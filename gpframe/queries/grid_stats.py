@@ -440,6 +440,7 @@ def run_grid_stats(
 
     check_eps(eps, "epsilon")
     from gpframe.mechanisms.noise.bits import resolve_rng
+    from gpframe.queries.grid_preview import note_plan
 
     rng = resolve_rng(rng)  # refuse a seeded source before anything is reserved
     ledger = session.ledger
@@ -448,6 +449,7 @@ def run_grid_stats(
     stat_eps = tuple(eps * STATISTICS * exact(x, "split") for x in split)
     for _attempt in range(max_retries):
         plan, rounds = _admission(session, occ, plan_kw, stat_eps, excluded)
+        note_plan(plan, beta, value_step(lower, upper))  # a dry run's preview bound
         if on_stage is not None and _attempt == 0:
             on_stage("Clip-User plan")
         payers = np.flatnonzero(plan.cells_kept > 0)

@@ -159,7 +159,11 @@ def test_clip_user_preview_is_the_real_reservation(cluster) -> None:
     pv = b.grid_stats(**call, dry_run=True)
     assert s.ledger.snapshot() == snap and list(s.ledger.store.audit()) == audit
     pd.testing.assert_frame_equal(pv.table.sort_index(), pv_pd.table.sort_index())
-    b.grid_stats(**call, rng=seeded_rng(8))
+    # the a-priori mean error: the pandas preview's, and the real call's worst released cell
+    assert (pv.error, pv.error_kind, pv.confidence) == (pv_pd.error, pv_pd.error_kind,
+                                                        pv_pd.confidence)  # fmt: skip
+    out = b.grid_stats(**call, rng=seeded_rng(8))
+    assert pv.error == pytest.approx(float(out["mean_error"].max()), rel=1e-12)
     planned = {u: int(v) for u, v in pv.table["allocation_units"].items() if v}
     assert planned == _committed(s, "alloc")
 

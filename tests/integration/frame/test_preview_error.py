@@ -157,7 +157,7 @@ def test_no_preview_draws_any_randomness() -> None:
     """A preview draws nothing: the seeded source's counter does not move (any operation)."""
     from gpframe.queries.monitor import above_threshold, report_noisy_max
 
-    df = _frame(per_user=2)
+    df = _frame(per_user=2).assign(v=np.linspace(0, 10, 60))
     s = gp.Session(budget=gp.CGP(rho=1.0), central=gp.DP(epsilon=10.0))
     b = df.geopriv(s, user="u", x="x", y="y", crs="EPSG:32618")
     box = shapely.box(505_000, 4_505_000, 515_000, 4_515_000)
@@ -171,6 +171,8 @@ def test_no_preview_draws_any_randomness() -> None:
         lambda r: b.knn(P, 2, rho=1e-4, rng=r, dry_run=True),
         lambda r: b.convex_hull(rho=1e-4, rng=r, dry_run=True),
         lambda r: b.nearest_users(P, 2, rho=1e-4, reduce="last", rng=r, dry_run=True),
+        lambda r: b.grid_stats(value="v", bounds=(0, 10), epsilon=1.0, cells=7,
+                               occupancy="public", rng=r, dry_run=True),
         lambda r: above_threshold(s, np.arange(10.0), 5, users=users, sensitivity=1,
                                   epsilon=1.0, rng=r, dry_run=True),
         lambda r: above_threshold(s, np.arange(10.0), 5, users=users, sensitivity=1,
@@ -183,6 +185,28 @@ def test_no_preview_draws_any_randomness() -> None:
         r = seeded_rng(1)
         op(r)
         assert r._counter == 0
+
+
+@pytest.mark.parametrize("beta", [0.05, 0.2])
+def test_grid_stats_clip_user_preview_error_is_the_results_bound(beta: float) -> None:
+    """Public occupancy, per-statistic form: the plan reads only the public occupancy, so each
+    released cell's mean_error is a-priori; the preview states the worst one (median in text)."""
+    rs = np.random.default_rng(1)  # test data only
+    df = _frame(per_user=4).assign(v=rs.uniform(0, 10, 120))
+    df["x"] = 500_000 + rs.uniform(0, 3_000, len(df))  # a few cells of several users
+    s = gp.Session(central=gp.DP(epsilon=100.0))
+    b = df.geopriv(s, user="u", x="x", y="y", crs="EPSG:32618")
+    kw: dict[str, Any] = dict(value="v", bounds=(0, 10), epsilon=1.0, cells=7,
+                              occupancy="public", beta=beta)  # fmt: skip
+    pv = b.grid_stats(**kw, dry_run=True)
+    out = b.grid_stats(**kw, rng=seeded_rng(2))
+    err = out["mean_error"].to_numpy()
+    err = err[np.isfinite(err)]
+    assert err.size >= 3 and pv.confidence == pytest.approx(1 - beta)
+    assert pv.error == pytest.approx(float(err.max()), rel=1e-12)
+    assert pv.error == pytest.approx(_result(out).error, rel=1e-12)
+    assert f"median {float(np.median(err)):.4g}" in pv.error_kind
+    assert "expected error" in pv.summary()
 
 
 @pytest.mark.parametrize("central", ["dp", "zcdp"])
