@@ -56,42 +56,14 @@ def prepare_rows(part: pd.DataFrame, task: RowsTask) -> tuple[Any, Any]:
     The counts are a frame (user, cell, m); the rows (user, cell, k, order) stay on the
     worker for :func:`kept_sums`, in input order. No noise is drawn.
     """
-    import warnings
-
-    from gpframe.dask.grid_private import _PART, _POS
-    from gpframe.dask.partitions import _frame
-    from gpframe.geo import locate_points
-    from gpframe.queries.grid_cells import as_h3, h3_cells
-    from gpframe.queries.grid_stats import checked_values
+    from gpframe.dask.grid_private import read_rows
     from gpframe.queries.grid_user_stats import snap
 
     if len(part) == 0:
         table = pd.DataFrame({"user": [], "cell": np.zeros(0, np.uint64),
                               "m": np.zeros(0, np.int64)})  # fmt: skip
         return (table, None), None
-    cols = task.cols
-    part = part.iloc[np.lexsort((part[_POS].to_numpy(), part[_PART].to_numpy()))]
-    part = part.drop(columns=[_PART, _POS])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a worker's warning would stay in its log
-        frame = _frame(part, cols)
-        located = locate_points(
-            frame, user=cols.user, x=cols.x, y=cols.y, lon=cols.lon, lat=cols.lat, crs=cols.crs,
-            to_crs=cols.to_crs, domain=cols.domain,
-        )  # fmt: skip
-    x = checked_values(frame, task.value, task.lo, task.hi, clamp=task.clamp, name="ddf")
-    if isinstance(task.cells, str):
-        keys = as_h3(frame[task.cells], f"column {task.cells!r}")
-    else:
-        keys = h3_cells(located, int(task.cells))
-    order = None
-    if task.order_by is not None:
-        if frame[task.order_by].isna().any():
-            raise InvalidInputError(
-                f"order_by={task.order_by!r} must be a column without missing values. "
-                f"{_NOTHING}"
-            )
-        order = frame[task.order_by].to_numpy()
+    located, x, keys, order = read_rows(part, task)
     users = np.asarray(located.users)
     k, _T, _q = snap(x, task.lo, task.hi)
     t = pd.DataFrame({"user": users, "cell": keys, "m": np.ones(users.size, np.int64)})

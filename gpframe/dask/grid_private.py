@@ -75,24 +75,22 @@ def with_positions(part: pd.DataFrame, partition_info: Any = None) -> pd.DataFra
     return out
 
 
-def bound_partition(part: pd.DataFrame, task: BoundTask) -> BoundOut:
-    """Validate one partition (whole users), bound its users and sum their kept values."""
+def read_rows(part: pd.DataFrame, task: Any) -> tuple[Any, np.ndarray, np.ndarray, Any]:
+    """Read one partition with positions (a worker): (located points, values, cells, order).
+
+    Restores the input order (row position means the same as on the pandas face), locates the
+    points, checks the values against the bounds and reads each row's H3 cell and the
+    ``order_by`` column (None without one), with the pandas face's checks. ``task`` carries
+    ``cols``, ``value``, ``lo``, ``hi``, ``clamp``, ``cells`` and ``order_by``.
+    """
     import warnings
 
     from gpframe.dask.partitions import _frame
     from gpframe.geo import locate_points
-    from gpframe.queries.contribution_bounding import bound_contributions, pair_averages
     from gpframe.queries.grid_cells import as_h3, h3_cells
-    from gpframe.queries.grid_private import public_cell_keys
     from gpframe.queries.grid_stats import checked_values
-    from gpframe.queries.grid_user_stats import snap
 
-    empty = np.zeros(0, np.int64)
-    if len(part) == 0:
-        return BoundOut(np.array([], dtype=object), empty, np.array([], dtype=object), empty,
-                        np.zeros((3, 0), np.int64))  # fmt: skip
     cols = task.cols
-    # the input order: row position means the same as on the pandas face
     part = part.iloc[np.lexsort((part[_POS].to_numpy(), part[_PART].to_numpy()))]
     part = part.drop(columns=[_PART, _POS])
     with warnings.catch_warnings():
@@ -107,8 +105,6 @@ def bound_partition(part: pd.DataFrame, task: BoundTask) -> BoundOut:
         keys = as_h3(frame[task.cells], f"column {task.cells!r}")
     else:
         keys = h3_cells(located, int(task.cells))
-    users = np.asarray(located.users)
-    pub = public_cell_keys(task.public_cells, task.cells, located.crs_in)
     order = None
     if task.order_by is not None:
         if frame[task.order_by].isna().any():
@@ -117,6 +113,22 @@ def bound_partition(part: pd.DataFrame, task: BoundTask) -> BoundOut:
                 f"{_NOTHING}"
             )
         order = frame[task.order_by].to_numpy()
+    return located, x, keys, order
+
+
+def bound_partition(part: pd.DataFrame, task: BoundTask) -> BoundOut:
+    """Validate one partition (whole users), bound its users and sum their kept values."""
+    from gpframe.queries.contribution_bounding import bound_contributions, pair_averages
+    from gpframe.queries.grid_private import public_cell_keys
+    from gpframe.queries.grid_user_stats import snap
+
+    empty = np.zeros(0, np.int64)
+    if len(part) == 0:
+        return BoundOut(np.array([], dtype=object), empty, np.array([], dtype=object), empty,
+                        np.zeros((3, 0), np.int64))  # fmt: skip
+    located, x, keys, order = read_rows(part, task)
+    users = np.asarray(located.users)
+    pub = public_cell_keys(task.public_cells, task.cells, located.crs_in)
     b = bound_contributions(users, keys, pub, max_cells=task.max_cells,
                             max_per_cell=task.max_per_cell, order=order,
                             salt=task.salt)  # fmt: skip
