@@ -80,11 +80,11 @@ def nearest_users(
     from gpframe.queries.knn import _check_extent, check_k
     from gpframe.queries.nearest import (
         METHODS,
+        nearest_result,
         nearest_rounds,
         refuse_if_fewer_can_pay,
         too_few_can_pay,
     )
-    from gpframe.results import NearestResult
 
     # -- on the client, before anything is computed or reserved (the pandas face's checks)
     session = bound.session
@@ -172,22 +172,8 @@ def nearest_users(
         ran = run(session, ledger_keys(users), amount, notion="metric", query="nearest_users",
                   params=params, check=check, compute=compute)  # fmt: skip
         # -- the charge is committed: only now the selection leaves the client's hands
-        out, adm = ran.value, ran.admitted
-        idx = pd.Index(users[adm], name="user")
-        return NearestResult(
-            value=users[out.selected].tolist(),
-            error=out.error,
-            confidence=1.0 - b,
-            mechanism="gaussian_cgp" if kind == "cgp" else "laplace_gp",
-            params={**params, "exact": out.exact,
-                    "rounds_histogram": out.elimination.rounds_histogram.tolist()},
-            kind=fk,
-            metric=("floor", 1.0),
-            charges=pd.Series([float(c) for c in out.charges[adm]], index=idx),
-            allocations=pd.Series([float(a) for a in out.allocations[adm]], index=idx),
-            excluded=users[~adm].tolist(),
-            query_id=ran.query_id,
-        )  # fmt: skip
+        return nearest_result(ran.value, ran.admitted, users, params=params, beta=b, kind=kind,
+                              fkind=fk, query_id=ran.query_id)  # fmt: skip
 
     return settle(session, "nearest_users", go, on_exhausted=on_exhausted, dry_run=dry_run,
                   adaptive=method.endswith("-elim"),

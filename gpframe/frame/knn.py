@@ -26,7 +26,7 @@ from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import Charge, run, with_on_exhausted
 from gpframe.mechanisms.noise.bits import resolve_rng
 from gpframe.queries import preview_bounds as _pb
-from gpframe.results import HullResult, KnnResult, NearestResult
+from gpframe.results import HullResult, KnnResult
 from gpframe.results.preview import dry
 
 __all__ = ["convex_hull", "knn", "nearest_users"]
@@ -625,7 +625,11 @@ def nearest_users(
                   scale_max=p.scale_max)  # fmt: skip
     check_method_parts(amount, **checks)
     from gpframe.ledger.charges import ledger_keys
-    from gpframe.queries.nearest import refuse_if_fewer_can_pay, too_few_can_pay
+    from gpframe.queries.nearest import (
+        nearest_result,
+        refuse_if_fewer_can_pay,
+        too_few_can_pay,
+    )
     from gpframe.queries.progress import Stages
 
     with Stages(progress, "nearest_users", 2) as bar:
@@ -657,19 +661,5 @@ def nearest_users(
         ran = run(bound.session, ledger_keys(users), amount, notion="metric",
                   query="nearest_users", params=params, check=check, compute=compute)  # fmt: skip
         bar.step("elimination")
-    out, adm, qid = ran.value, ran.admitted, ran.query_id
-    idx = pd.Index(users[adm], name="user")
-    return NearestResult(
-        value=users[out.selected].tolist(),
-        error=out.error,
-        confidence=1.0 - b,
-        mechanism="gaussian_cgp" if kind == "cgp" else "laplace_gp",
-        params={**params, "exact": out.exact,
-                "rounds_histogram": out.elimination.rounds_histogram.tolist()},
-        kind=fk,
-        metric=("floor", 1.0),
-        charges=pd.Series([float(c) for c in out.charges[adm]], index=idx),
-        allocations=pd.Series([float(a) for a in out.allocations[adm]], index=idx),
-        excluded=users[~adm].tolist(),
-        query_id=qid,
-    )  # fmt: skip
+    return nearest_result(ran.value, ran.admitted, users, params=params, beta=b, kind=kind,
+                          fkind=fk, query_id=ran.query_id)  # fmt: skip

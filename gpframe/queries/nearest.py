@@ -25,7 +25,14 @@ from gpframe.accounting.amounts import probability
 from gpframe.errors import BudgetExceededError, InvalidInputError
 from gpframe.queries.elimination import Draw, Elimination, eliminate_interactive
 
-__all__ = ["METHODS", "NearestArrays", "distance_to", "nearest_rounds", "nearest_users_arrays"]
+__all__ = [
+    "METHODS",
+    "NearestArrays",
+    "distance_to",
+    "nearest_result",
+    "nearest_rounds",
+    "nearest_users_arrays",
+]
 
 METHODS = ("pt", "dist", "pt-elim", "dist-elim")
 _NOTHING = "Nothing was charged."
@@ -249,3 +256,34 @@ def too_few_can_pay(can: int, k: int, prefix: str = "") -> BudgetExceededError:
         f"{prefix}only {can} users can afford the allocation, fewer than k={k}; lower rho/eps "
         f"or k. {_NOTHING}"
     )
+
+
+def nearest_result(
+    out: NearestArrays, admitted: np.ndarray, users: np.ndarray, *, params: dict[str, Any],
+    beta: float, kind: str, fkind: Any, query_id: Any,
+) -> Any:  # fmt: skip
+    """Return the :class:`~gpframe.results.NearestResult` of a committed run (both faces).
+
+    ``out`` is the run's value, ``admitted`` its per-user admission; called only after the
+    charge is committed. Charges and allocations are per admitted user (curator-side).
+    """
+    import pandas as pd
+
+    from gpframe.results import NearestResult
+
+    adm = np.asarray(admitted, dtype=bool)
+    idx = pd.Index(users[adm], name="user")
+    return NearestResult(
+        value=users[out.selected].tolist(),
+        error=out.error,
+        confidence=1.0 - beta,
+        mechanism="gaussian_cgp" if kind == "cgp" else "laplace_gp",
+        params={**params, "exact": out.exact,
+                "rounds_histogram": out.elimination.rounds_histogram.tolist()},
+        kind=fkind,
+        metric=("floor", 1.0),
+        charges=pd.Series([float(c) for c in out.charges[adm]], index=idx),
+        allocations=pd.Series([float(a) for a in out.allocations[adm]], index=idx),
+        excluded=users[~adm].tolist(),
+        query_id=query_id,
+    )  # fmt: skip
