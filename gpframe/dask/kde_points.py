@@ -23,10 +23,10 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from gpframe.errors import GpframeInternalError
 from gpframe.queries import preview_bounds as _pb
+from gpframe.queries.kde_bounds import kde_points_result
 
 __all__ = ["KdeOut", "kde", "kde_partition"]
 
@@ -93,10 +93,6 @@ def kde_partition(
     )  # fmt: skip
 
 
-def _floats(objs: np.ndarray) -> np.ndarray:
-    return np.array([float(v) for v in objs.tolist()], dtype=np.float64)
-
-
 def kde(
     bound: Any, at: Any, *, bandwidth_m: Any, rho: Any, eps: Any, method: str, rounds: int,
     split: str, beta: float, nu_m: Any, component: Any, reduce: Any, rng: Any,
@@ -104,7 +100,6 @@ def kde(
 ) -> Any:  # fmt: skip
     """Run kde on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.kde`)."""
     import dask
-    import geopandas as gpd
     import pyproj
 
     from gpframe.dask.driver import check_on_exhausted, settle
@@ -116,7 +111,6 @@ def kde(
     from gpframe.queries.elimination import check_method_parts
     from gpframe.queries.kde_bounds import query_points
     from gpframe.queries.range_count import check_options
-    from gpframe.results import KdeResult
 
     # -- on the client, before anything is computed or reserved
     session = bound.session
@@ -253,24 +247,10 @@ def kde(
                              saving=float(sum(o.saving for o in outs)),
                              query_id=ran.query_id))  # fmt: skip
         end_preview()  # a dry run planned every query point: nothing to build
-        table = gpd.GeoDataFrame(pd.DataFrame(rows, index=q_series.index),
-                                 geometry=q_series.array, crs=q_series.crs)  # fmt: skip
-        idx = pd.Index(np.asarray(keys, dtype=object)[admitted_any])
-        return KdeResult(
-            value=table if many else float(table["kde"].iloc[0]),
-            error=None if many else float(table["error"].iloc[0]),
-            confidence=1.0 - float(beta),
-            mechanism=("gaussian_cgp" if kind == "cgp" else
-                       ("laplace_gp" if method.startswith("dist") else "planar_laplace")),
-            params={**params, "n_points": len(q_m), "rounds_histogram": hist.tolist()},
-            kind=kind,
-            metric=("floor", r_min),
-            r_min=r_min,
-            charges=pd.Series(_floats(charges[admitted_any]), index=idx, dtype=np.float64),
-            allocations=pd.Series(_floats(allocs[admitted_any]), index=idx, dtype=np.float64),
-            excluded=[k for k, a in zip(keys, admitted_any, strict=True) if not a],
-            query_id=qids[0] + (f" (+{len(qids) - 1} more)" if len(qids) > 1 else ""),
-            points=table,
+        return kde_points_result(
+            rows, q_series, keys, admitted_any, many=many, beta=beta, kind=kind, method=method,
+            params=params, n_points=len(q_m), hist=hist, r_min=r_min, charges=charges,
+            allocs=allocs, qids=qids,
         )  # fmt: skip
 
     return settle(session, "kde", go, on_exhausted=on_exhausted, dry_run=dry_run,

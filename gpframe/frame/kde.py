@@ -32,7 +32,7 @@ from gpframe.queries import kde as _k
 from gpframe.queries import preview_bounds as _pb
 from gpframe.queries.elimination import check_method_parts
 from gpframe.queries.kde_bounds import bounds_m as _bounds_m
-from gpframe.queries.kde_bounds import query_points
+from gpframe.queries.kde_bounds import kde_points_result, query_points
 from gpframe.results import KdeResult
 from gpframe.results.preview import dry
 
@@ -116,11 +116,6 @@ def _alloc_fractions(r: Any, lu: Any) -> np.ndarray:
     uniq, inv = np.unique(units, return_inverse=True)
     fr = np.array([lu.to_fraction(int(u)) for u in uniq], dtype=object)
     return fr[inv]
-
-
-def _floats(objs: np.ndarray) -> np.ndarray:
-    uniq: dict[Any, float] = {}
-    return np.array([uniq.setdefault(v, float(v)) for v in objs.tolist()], dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,27 +307,10 @@ def kde(
                              n_near=out1.n_near, saving=float(out1.saving),
                              query_id=r.query_id))  # fmt: skip
     end_preview()  # a dry run planned every query point: nothing to build
-    import geopandas as gpd
-
-    table = gpd.GeoDataFrame(pd.DataFrame(rows, index=q_series.index),
-                             geometry=q_series.array, crs=q_series.crs)  # fmt: skip
-    idx = pd.Index(np.asarray(keys, dtype=object)[admitted_any])
-    value: Any = table if many else float(table["kde"].iloc[0])
-    return KdeResult(
-        value=value,
-        error=None if many else float(table["error"].iloc[0]),
-        confidence=1.0 - float(beta),
-        mechanism=("gaussian_cgp" if kind == "cgp" else
-                   ("laplace_gp" if method.startswith("dist") else "planar_laplace")),
-        params={**params, "n_points": len(q_m), "rounds_histogram": hist.tolist()},
-        kind=kind,
-        metric=("floor", r_min),
-        r_min=r_min,
-        charges=pd.Series(_floats(charges[admitted_any]), index=idx, dtype=np.float64),
-        allocations=pd.Series(_floats(allocs[admitted_any]), index=idx, dtype=np.float64),
-        excluded=[k for k, a in zip(keys, admitted_any, strict=True) if not a],
-        query_id=qids[0] + (f" (+{len(qids) - 1} more)" if len(qids) > 1 else ""),
-        points=table,
+    return kde_points_result(
+        rows, q_series, keys, admitted_any, many=many, beta=beta, kind=kind, method=method,
+        params=params, n_points=len(q_m), hist=hist, r_min=r_min, charges=charges,
+        allocs=allocs, qids=qids,
     )  # fmt: skip
 
 

@@ -16,7 +16,7 @@ import shapely
 from gpframe.errors import InvalidInputError
 from gpframe.queries.kde import LENGTH_MAX_M
 
-__all__ = ["bounds_m", "query_points"]
+__all__ = ["bounds_m", "kde_points_result", "query_points"]
 
 _NOTHING = "Nothing was charged."
 
@@ -105,3 +105,44 @@ def query_points(at: Any, crs_in: Any, crs_m: Any) -> tuple[np.ndarray, Any, boo
             f"check its CRS. {_NOTHING}"
         )
     return xy, series, many
+
+
+def _floats(objs: np.ndarray) -> np.ndarray:
+    uniq: dict[Any, float] = {}
+    return np.array([uniq.setdefault(v, float(v)) for v in objs.tolist()], dtype=np.float64)
+
+
+def kde_points_result(
+    rows: list[dict[str, Any]], q_series: Any, keys: Any, admitted_any: np.ndarray, *,
+    many: bool, beta: float, kind: str, method: str, params: dict[str, Any], n_points: int,
+    hist: np.ndarray, r_min: float, charges: np.ndarray, allocs: np.ndarray, qids: list[str],
+) -> Any:  # fmt: skip
+    """Return the :class:`~gpframe.results.KdeResult` of committed point queries (both faces).
+
+    ``rows`` holds one released row per query point (kde, error, n_far, n_near, saving,
+    query_id); ``charges``/``allocs`` are per user in exact amounts, summed over the points.
+    Called only after every point's charge is committed.
+    """
+    import geopandas as gpd
+
+    from gpframe.results import KdeResult
+
+    table = gpd.GeoDataFrame(pd.DataFrame(rows, index=q_series.index),
+                             geometry=q_series.array, crs=q_series.crs)  # fmt: skip
+    idx = pd.Index(np.asarray(keys, dtype=object)[admitted_any])
+    return KdeResult(
+        value=table if many else float(table["kde"].iloc[0]),
+        error=None if many else float(table["error"].iloc[0]),
+        confidence=1.0 - float(beta),
+        mechanism=("gaussian_cgp" if kind == "cgp" else
+                   ("laplace_gp" if method.startswith("dist") else "planar_laplace")),
+        params={**params, "n_points": n_points, "rounds_histogram": hist.tolist()},
+        kind=kind,
+        metric=("floor", r_min),
+        r_min=r_min,
+        charges=pd.Series(_floats(charges[admitted_any]), index=idx, dtype=np.float64),
+        allocations=pd.Series(_floats(allocs[admitted_any]), index=idx, dtype=np.float64),
+        excluded=[k for k, a in zip(keys, admitted_any, strict=True) if not a],
+        query_id=qids[0] + (f" (+{len(qids) - 1} more)" if len(qids) > 1 else ""),
+        points=table,
+    )  # fmt: skip
