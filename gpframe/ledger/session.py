@@ -26,7 +26,7 @@ import threading
 import uuid
 import warnings
 import weakref
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -1032,8 +1032,9 @@ class Ledger:
                 return False
             if not self.store.has_reservation(res.id):
                 raise LedgerError(
-                    f"reservation {res.id} was already settled or cancelled (by close() or "
-                    "settle_stale()); its amounts are accounted for. Nothing more was charged."
+                    f"reservation {res.id} was already settled or cancelled (by close(), "
+                    "settle_stale() or settle_host()); its amounts are accounted for. Nothing "
+                    "more was charged."
                 )
             nz = c_amt > 0
             if nz.size and nz.all():
@@ -1121,6 +1122,86 @@ class Ledger:
                 )
             ]
             return self._settle_rows(stale, "settle")
+
+    def settle_host(self, host: str, *, older_than: timedelta | None = None) -> int:
+        """Settle, at their full allocation, the open reservations of a host that is gone.
+
+        A Session settles the abandoned reservations of its own host only (it cannot tell
+        whether a process on another machine is alive), so those of a host that never comes
+        back keep holding their amounts. Once you know the host is gone, this charges them in
+        full, exactly as :meth:`settle_stale` would have: noise may have been drawn before the
+        crash, so the amounts are charged, never released (``docs/ledger.md``, "Several
+        hosts, one budget"). It can never overspend: the amounts were admitted when reserved.
+
+        If a process of that host is in fact alive, it finds its reservation charged in full:
+        its ``charge()`` of any smaller amounts raises
+        :class:`~gpframe.errors.ChargeConflictError`, so it releases nothing it has not paid
+        for. ``older_than`` limits the settlement to reservations at least that old, to leave
+        running queries alone. Returns how many reservations were settled.
+
+        Raises
+        ------
+        InvalidInputError
+            ``host`` is not a non-empty str, or ``older_than`` is not a non-negative
+            ``datetime.timedelta``. Nothing is settled.
+        LedgerError
+            The session is read-only.
+
+        Examples
+        --------
+        >>> import gpframe as gp
+        >>> s = gp.Session(budget=gp.GP(eps=1.0))
+        >>> s.ledger.settle_host("worker-7.example.org")  # nothing open there
+        0
+        """
+        if not isinstance(host, str) or not host:
+            raise InvalidInputError(
+                f"host={host!r} must be a host name, as in the 'host' column of "
+                "session.ledger.open_reservations(). Nothing was settled."
+            )
+        if older_than is not None and (
+            not isinstance(older_than, timedelta) or older_than < timedelta(0)
+        ):
+            raise InvalidInputError(
+                f"older_than={older_than!r} must be a non-negative datetime.timedelta, e.g. "
+                "timedelta(hours=1). Nothing was settled."
+            )
+        cutoff = None if older_than is None else datetime.now(timezone.utc) - older_than
+        with self._lock, self._write():
+            self._refresh()
+            rows = [
+                r
+                for r in self.store.reservations()
+                if r.host == host
+                and (cutoff is None or datetime.fromisoformat(r.created) <= cutoff)
+            ]
+            return self._settle_rows(rows, "settle")
+
+    def open_reservations(self) -> pd.DataFrame:
+        """Return the reservations not yet charged or cancelled, one row each (oldest first).
+
+        Columns: reservation, query_id, notion, kind, created (UTC), host, pid, users (how
+        many are admitted) and held (their summed allocation, in the filter's units, a float).
+        """
+        with self._lock, self._read():
+            self._refresh()
+            rows = sorted(self.store.reservations(), key=lambda r: r.created)
+        scale = {n: 10.0 ** u.exponent for n, u in self.units.items()}
+        return pd.DataFrame(
+            {
+                "reservation": [r.id for r in rows],
+                "query_id": [r.query_id for r in rows],
+                "notion": [r.notion for r in rows],
+                "kind": [r.kind for r in rows],
+                "created": pd.to_datetime([r.created for r in rows], utc=True),
+                "host": [r.host for r in rows],
+                "pid": np.array([r.pid for r in rows], dtype=np.int64),
+                "users": np.array([r.idx.size for r in rows], dtype=np.int64),
+                "held": np.array(
+                    [_exact_sum(r.alloc) / scale[r.notion] for r in rows], dtype=float
+                ),
+            }
+        )
 
     def _settle_own(self) -> None:
         with self._lock, self._write():
