@@ -715,6 +715,10 @@ def run_private_grid_stats(
                 f"retry. {_NOTHING}"
             )
 
+    from gpframe.queries.grid_preview import note_error, planned_private_error
+
+    # a dry run's preview bound: the count's noise, from ε, max_per_cell and the bounds only
+    note_error(planned_private_error(stat_eps, b.max_per_cell, lo, hi, beta))
     averages = (pair_averages(b, values, lo, hi) if user_averages and bounded is None
                 else None)  # fmt: skip
 
