@@ -183,7 +183,9 @@ def helper_plan(con: Any, call: Callable[[], Any]) -> tuple[Any, PreviewPlan]:
             call()
         except PreviewStop:
             pass
-    return session, PreviewPlan(stop=False, calls=[*sql_plan.calls, *py_plan.calls])
+    # the notes: what the helper's planning knew of its error before any noise
+    return session, PreviewPlan(stop=False, calls=[*sql_plan.calls, *py_plan.calls],
+                                notes={**sql_plan.notes, **py_plan.notes})
 
 
 def _mode(con: Any, value: Any, fname: str) -> str:
