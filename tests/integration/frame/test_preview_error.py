@@ -148,9 +148,60 @@ def test_above_threshold_preview_margin_is_the_results(max_steps: Any) -> None:
     pv = gp.monitor.above_threshold(s, q, 50, dry_run=True, **kw)
     real = gp.monitor.above_threshold(s, q, 50, rng=seeded_rng(2), **kw)
     assert pv.error == pytest.approx(real.error, rel=1e-12) and "margin" in pv.error_kind
-    # an unsized stream without max_steps: the margin counts the queries the run asks (data)
-    unsized = gp.monitor.above_threshold(s, iter(q), 50, dry_run=True, **kw).error
-    assert unsized is None if max_steps is None else unsized == pv.error
+    # an unsized stream without max_steps: the margin grows with the queries the run asks
+    # (data): the preview states it after the first query, at most the Result's
+    unsized = gp.monitor.above_threshold(s, iter(q), 50, dry_run=True, **kw)
+    if max_steps is not None:
+        assert unsized.error == pv.error
+        return
+    assert "after the first query" in unsized.error_kind
+    real_u = gp.monitor.above_threshold(s, iter(q), 50, rng=seeded_rng(2), **kw)
+    assert unsized.error < real_u.error and real_u.value.size > 1
+    one = gp.monitor.above_threshold(s, iter([3]), 50, rng=seeded_rng(2), **kw)
+    assert unsized.error == pytest.approx(one.error, rel=1e-12)  # K = 1: equal
+
+
+@pytest.mark.parametrize("mode", ["R", "S"])
+@pytest.mark.parametrize("max_steps", [None, 4])
+def test_gaussian_above_threshold_preview_margin_is_the_results(mode: str,
+                                                                max_steps: Any) -> None:
+    """Gaussian AboveThreshold: the margin α per run reads σ_X, σ_Z and the run's cap only;
+    the preview states it and the Result the same."""
+    s = gp.Session(central=gp.DP(epsilon=100.0))
+    q = [0.1, 0.2, 0.9, 0.1, 0.95, 0.3]
+    kw: dict[str, Any] = dict(users=["a", "b"], sensitivity=0.01, noise="gaussian", sigma=0.02,
+                              bounds=(0.0, 1.0), max_steps=max_steps, mode=mode, c=2,
+                              beta=0.1)  # fmt: skip
+    snap = s.ledger.snapshot()
+    pv = gp.monitor.above_threshold(s, q, 0.5, dry_run=True, **kw)
+    assert s.ledger.snapshot() == snap
+    real = gp.monitor.above_threshold(s, q, 0.5, rng=seeded_rng(3), **kw)
+    assert pv.error is not None and pv.error == pytest.approx(real.error, rel=1e-12)
+    assert (pv.error_kind, pv.confidence) == (real.error_kind, real.confidence)
+    assert pv.confidence == pytest.approx(0.9) and "per run" in pv.error_kind
+    steps = len(q) if max_steps is None else max_steps
+    want = 0.02 * math.sqrt(2 * math.log(4 / 0.1)) + math.sqrt(3) * 0.02 * math.sqrt(
+        2 * math.log(4 * steps / 0.1))
+    assert pv.error == pytest.approx(want, rel=1e-12)
+    # the answers are right up to α (queries farther than α from the threshold)
+    far = [(v, a) for v, a in zip(q, real.value.tolist(), strict=False)
+           if abs(v - 0.5) > real.error]
+    assert len(far) >= 3 and all(a == (v > 0.5) for v, a in far)
+
+
+def test_gaussian_margin_holds_at_the_stated_confidence() -> None:
+    """Seeded runs: answers of queries farther than α from ρ are right in ≥ 1 − β of them."""
+    s = gp.Session(central=gp.DP(epsilon=1e6))
+    q = [0.1, 0.2, 0.3, 0.25, 0.15, 0.9]
+    kw: dict[str, Any] = dict(users=["a"], sensitivity=0.01, noise="gaussian", sigma=0.02,
+                              bounds=(0.0, 1.0), c=1, beta=0.2)  # fmt: skip
+    alpha = gp.monitor.above_threshold(s, q, 0.5, dry_run=True, **kw).error
+    assert 0.05 < alpha < 0.2  # every query is farther than α from ρ
+    wrong = 0
+    for seed in range(20):
+        res = gp.monitor.above_threshold(s, q, 0.5, rng=seeded_rng(seed), **kw)
+        wrong += res.value.tolist() != [v > 0.5 for v in q]
+    assert wrong <= 4
 
 
 def test_no_preview_draws_any_randomness() -> None:
