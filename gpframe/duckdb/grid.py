@@ -339,9 +339,12 @@ def _make_udf(reg: GridRegistration) -> Any:
                     _np(s1, np.int64)[rows], _np(s2, np.int64)[rows],
                 )  # fmt: skip
             j = _np(cell_idx, np.int64)[rows]
-            for k, src in (("mean", rel.mean), ("var", rel.var), ("vu", rel.var_unbiased),
-                           ("em", rel.mean_error), ("ev", rel.var_error)):  # fmt: skip
-                cols[k][rows] = src[j]
+            if rel is None:  # planned by gp.duckdb.preview, nothing released: NULL rows
+                null = np.ones(size, dtype=bool)
+            else:
+                for k, src in (("mean", rel.mean), ("var", rel.var), ("vu", rel.var_unbiased),
+                               ("em", rel.mean_error), ("ev", rel.var_error)):  # fmt: skip
+                    cols[k][rows] = src[j]
         arrs = [pa.array(cols[k], mask=null) for k in ("mean", "var", "vu", "em", "ev")]
         names = ["mean", "variance", "variance_unbiased", "mean_error", "variance_error"]
         return pa.StructArray.from_arrays(arrs, names=names, mask=pa.array(null))
@@ -398,6 +401,10 @@ def _release_batch(
             )
         units += a
     rel = None
+    planning = _u.SQL_PREVIEWS.get(id(session))  # the caller holds the lock
+    if planning is not None:  # gp.duckdb.preview: the cells the query would release, for the
+        # preview's error (gpframe.queries.grid_preview.planned_mean_error, public plan only)
+        planning.notes.setdefault("grid_cells", []).append((plan, cells.copy()))
 
     def work(_admitted: np.ndarray) -> np.ndarray:  # every payer admitted (all_or_none)
         nonlocal rel

@@ -101,7 +101,35 @@ def preview(con: Any, sql: str, params: Any = None) -> Preview:
         )
     with _planning(session) as plan:
         con.execute(sql, params).fetchall()
-    return _build(session, "sql", plan)
+    return _build(session, "sql", plan, error=_sql_error(plan))
+
+
+def _sql_error(plan: PreviewPlan) -> Callable[[Any, list[Any]], Any]:
+    """Return the ``error`` hook of a raw SQL preview: the grid release's a-priori mean error.
+
+    A query of ``gp_grid_release`` (``grid_stats.sql`` after ``gp.duckdb.clip_user``) releases
+    each cell with the ``mean_error`` of its Clip-User plan, a function of the public plan
+    only (:func:`gpframe.queries.grid_preview.planned_mean_error`): the preview states the worst
+    of the cells its batches would release, exactly the largest ``mean_error`` the query
+    returns. Other functions state no bound in SQL (None); so does a query mixing them.
+    """
+
+    def error(table: Any, calls: list[Any]) -> Any:
+        import numpy as np
+
+        from gpframe.queries.grid_preview import planned_mean_error, summary
+        from gpframe.queries.grid_stats import value_step
+
+        got = plan.notes.get("grid_cells")
+        if not got or any(c.query != "gp_grid_release" for c in calls):
+            return None
+        per, beta = [], 0.05
+        for p, cells in got:
+            beta = float(p.params.get("beta", 0.05))
+            per.append(planned_mean_error(p, beta, value_step(p.lower, p.upper))[cells])
+        return summary(np.concatenate(per), beta)
+
+    return error
 
 
 @contextlib.contextmanager

@@ -43,6 +43,7 @@ __all__ = [
     "planned_mean_error",
     "planned_private_error",
     "planned_user_mean_error",
+    "summary",
     "user_plan_error",
 ]
 
@@ -88,7 +89,8 @@ def note_plan(plan: Any, beta: float, q: Any) -> None:
         plans.append((plan, float(beta), q))
 
 
-def _summary(per_cell: np.ndarray, beta: float) -> tuple[float, str, float] | None:
+def summary(per_cell: np.ndarray, beta: float) -> tuple[float, str, float] | None:
+    """Return the preview bound of per-cell mean errors: the worst, the median in the kind."""
     finite = per_cell[np.isfinite(per_cell)]
     if not finite.size:
         return None
@@ -111,7 +113,7 @@ def error_hook() -> Iterator[Any]:
         if not plans or not any(np.asarray(c.admitted, dtype=bool).any() for c in calls):
             return None
         plan, beta, q = plans[-1]
-        return _summary(planned_mean_error(plan, beta, q), beta)
+        return summary(planned_mean_error(plan, beta, q), beta)
 
     try:
         yield error

@@ -199,3 +199,25 @@ def test_release_under_raise_refuses_a_user_who_spent_since_the_plan(pings):
     with pytest.raises(Exception, match=r"cannot pay.*4"):
         con.sql(SQL).df()
     assert s.ledger.snapshot() == before
+
+
+@pytest.mark.parametrize("clip", ["clip-user", "pseudo-user"])
+def test_raw_sql_preview_states_the_release_error_and_charges(pings, clip):
+    """gp.duckdb.preview of grid_stats.sql: nothing written, the worst released cell's
+    mean_error (a function of the public plan) and exactly the charges the query then makes."""
+    s, con = _low(pings)
+    clip_user(con, "pings", **ARGS, clip=clip)
+    snap, audit = s.ledger.snapshot(), list(s.ledger.store.audit())
+    pv = gp.duckdb.preview(con, SQL)
+    assert s.ledger.snapshot() == snap and list(s.ledger.store.audit()) == audit
+    assert pv.confidence == pytest.approx(0.95) and "worst released cell" in pv.error_kind
+    assert list(pv.excluded.index) == [4]
+    out = con.sql(SQL).df()
+    err = out["mean_error"].to_numpy(dtype=float)
+    assert pv.error == pytest.approx(float(np.nanmax(err)), rel=1e-12)
+    assert f"median {float(np.nanmedian(err)):.4g}" in pv.error_kind
+    spent = s.spent(notion="central")
+    spent = spent[spent > 0].sort_index()
+    planned = pv.allocations[pv.table["status"] == "reserved"].sort_index()
+    assert spent.index.tolist() == planned.index.tolist()
+    assert np.allclose(spent.to_numpy(), planned.to_numpy(), rtol=1e-12, atol=0)
