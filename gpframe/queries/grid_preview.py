@@ -134,7 +134,7 @@ def note_error(bound: tuple[float, str, float | None] | None) -> None:
         planning.notes["error"] = bound
 
 
-def planned_user_mean_error(plan: Any, beta: float) -> np.ndarray:
+def planned_user_mean_error(plan: Any, beta: float, q: Any, weights: Any) -> np.ndarray:
     """Each cell's ``mean_error`` before the shrinkage (NaN where the plan releases no mean).
 
     The per-user total with public occupancy (``docs/operations/grid_stats.md``): per released
@@ -142,15 +142,19 @@ def planned_user_mean_error(plan: Any, beta: float) -> np.ndarray:
     Laplace at ε_μ,j and sensitivity 2H·max w/Σw (the kept users' weights min(m, c_j)): the very
     bound :func:`~gpframe.queries.grid_user_stats.release_user_stats` reports before
     :func:`~gpframe.queries.grid_user_stats.shrink_means`. Reads the budget plan only (public
-    occupancy and budgets).
+    occupancy and budgets); ``q`` is :func:`~gpframe.queries.grid_stats.value_step` of the
+    bounds and ``weights`` the plan's :func:`~gpframe.queries.grid_user_stats.cell_weights`.
 
     >>> from fractions import Fraction
     >>> from gpframe.queries.clip_user.planner import occupancy_from_records
     >>> from gpframe.queries.grid_budget import plan_budget
+    >>> from gpframe.queries.grid_stats import value_step
+    >>> from gpframe.queries.grid_user_stats import cell_weights
     >>> occ = occupancy_from_records(list(range(40)), ["c1"] * 40)
     >>> plan = plan_budget(occ, Fraction(2), lower=Fraction(0), upper=Fraction(10),
     ...                    grid=Fraction(1, 10**9), split=(Fraction(3, 4), Fraction(1, 4)))
-    >>> e = planned_user_mean_error(plan, 0.05)
+    >>> q = value_step(Fraction(0), Fraction(10))
+    >>> e = planned_user_mean_error(plan, 0.05, q, cell_weights(plan))
     >>> bool(0 < e[0] < 10)
     True
     """
@@ -158,14 +162,11 @@ def planned_user_mean_error(plan: Any, beta: float) -> np.ndarray:
 
     from gpframe.mechanisms.calibration import central_laplace
     from gpframe.mechanisms.tails import laplace_bound
-    from gpframe.queries.grid_stats import value_step
-    from gpframe.queries.grid_user_stats import cell_weights
 
     L, U = plan.lower, plan.upper
     W = U - L
-    q = value_step(L, U)
     H = int(W // q) * q / 2
-    wsum, wmax = cell_weights(plan)
+    wsum, wmax = weights
     out = np.full(plan.occupancy.n_cells, math.nan)
     groups: dict[tuple[Any, Any], list[int]] = {}
     for j in np.flatnonzero(plan.released).tolist():
@@ -177,14 +178,15 @@ def planned_user_mean_error(plan: Any, beta: float) -> np.ndarray:
     return out
 
 
-def user_plan_error(plan: Any, beta: float, shrink: bool) -> tuple[float, str, float] | None:
+def user_plan_error(plan: Any, beta: float, shrink: bool, q: Any,
+                    weights: Any) -> tuple[float, str, float] | None:  # fmt: skip
     """Return the per-user total's preview bound: the worst released cell's ``mean_error``.
 
     Equal to the Result's ``error`` with ``shrink=False``. With ``shrink=True`` it is a *lower*
     bound of the Result's (each shrunk cell states at least its noise bound, at most W, and a
     cell filled with the centre states W): the kind says so.
     """
-    per = planned_user_mean_error(plan, beta)
+    per = planned_user_mean_error(plan, beta, q, weights)
     finite = per[np.isfinite(per)]
     if not finite.size:
         return None
@@ -198,7 +200,7 @@ def user_plan_error(plan: Any, beta: float, shrink: bool) -> tuple[float, str, f
 
 
 def planned_private_error(
-    epsilons: Sequence[Any], max_per_cell: int, lower: Any, upper: Any, beta: float
+    epsilons: Sequence[Any], max_per_cell: int, lower: Any, upper: Any, beta: float, q: Any
 ) -> tuple[float, str, float]:
     """Private occupancy: the noise bound t_n of each released count, at confidence 1 − β/2.
 
@@ -207,9 +209,11 @@ def planned_private_error(
     ``docs/noise.md``), the very bounds :func:`~gpframe.queries.contribution_bounding.
     release_private_cells` computes; a cell's ``mean_error`` is then
     (t₁ + |s̃₁|·t_n/ñ)/(ñ − t_n) + q for a released count ñ > t_n, which needs ñ (released), so
-    the preview states t_n (rows per cell) and names t₁ in its kind.
+    the preview states t_n (rows per cell) and names t₁ in its kind. ``q``:
+    :func:`~gpframe.queries.grid_stats.value_step` of the bounds.
 
-    >>> t, kind, conf = planned_private_error([1, 1, 1], 2, 0, 10, 0.05)
+    >>> from fractions import Fraction
+    >>> t, kind, conf = planned_private_error([1, 1, 1], 2, 0, 10, 0.05, Fraction(1, 2**20))
     >>> round(t, 3), conf
     (8.316, 0.975)
     """
@@ -217,10 +221,8 @@ def planned_private_error(
 
     from gpframe.mechanisms.calibration import central_laplace
     from gpframe.mechanisms.tails import laplace_bound
-    from gpframe.queries.grid_stats import value_step
 
     L, U = Fraction(lower), Fraction(upper)
-    q = value_step(L, U)
     H = int((U - L) // q) * q / 2
     p = int(max_per_cell)
     e_n, e_1 = Fraction(epsilons[0]), Fraction(epsilons[1])
