@@ -105,16 +105,25 @@ def preview(con: Any, sql: str, params: Any = None) -> Preview:
 
 
 def _sql_error(plan: PreviewPlan) -> Callable[[Any, list[Any]], Any]:
-    """Return the ``error`` hook of a raw SQL preview: the grid release's a-priori mean error.
+    """Return the ``error`` hook of a SQL preview: what its batches would release, a priori.
 
-    A query of ``gp_grid_release`` (``grid_stats.sql`` after ``gp.duckdb.clip_user``) releases
-    each cell with the ``mean_error`` of its Clip-User plan, a function of the public plan
-    only (:func:`gpframe.queries.grid_preview.planned_mean_error`): the preview states the worst
-    of the cells its batches would release, exactly the largest ``mean_error`` the query
-    returns. Other functions state no bound in SQL (None); so does a query mixing them.
+    * ``gp_grid_release`` (``grid_stats.sql`` after ``gp.duckdb.clip_user``) releases each cell
+      with the ``mean_error`` of its Clip-User plan, a function of the public plan only
+      (:func:`gpframe.queries.grid_preview.planned_mean_error`): the preview states the worst
+      of the cells its batches would release, exactly the largest ``mean_error`` the query
+      returns.
+    * ``gp_privatize`` / ``gp_privatize_gp`` (and ``gp.duckdb.privatize``): the error radius
+      (m) of every point the batches would release at once, at confidence 1 − 0.05
+      (:func:`gpframe.queries.privatize.nominal_errors` with ``per="point"`` over the number
+      of points, the registered CRS's scale factor): the bound ``df.geopriv(...).privatize(...,
+      per="point", beta=0.05)`` states for the same points. SQL returns no error column.
+
+    Other functions state no bound (None); so does a query mixing two kinds.
     """
 
     def error(table: Any, calls: list[Any]) -> Any:
+        if calls and all(c.query == "gp_privatize" for c in calls):
+            return _points_error(plan)
         import numpy as np
 
         from gpframe.queries.grid_preview import planned_mean_error, summary
@@ -130,6 +139,22 @@ def _sql_error(plan: PreviewPlan) -> Callable[[Any, list[Any]], Any]:
         return summary(np.concatenate(per), beta)
 
     return error
+
+
+def _points_error(plan: PreviewPlan) -> tuple[float, str, float] | None:
+    """Return the radius (m) of every point the planned ``gp_privatize`` batches release."""
+    import numpy as np
+
+    from gpframe.queries.privatize import nominal_errors
+
+    got = plan.notes.get("points", [])
+    total = sum(n for _mode, parts, _k in got for _a, n in parts)
+    if not total:
+        return None
+    beta = _u.BETA
+    worst = max(float(nominal_errors(mode, a, "point", np.array([total]), beta, k, overall=True))
+                for mode, parts, k in got for a, n in parts if n)  # fmt: skip
+    return worst, f"max point error (m), all {total} points released at once", 1.0 - beta
 
 
 @contextlib.contextmanager
@@ -242,7 +267,9 @@ def dry_helper(fn: Callable[..., Any], args: dict[str, Any], operation: str) -> 
             raising_on_exhausted() if mode == "raise" else contextlib.nullcontext():
         session, plan = helper_plan(
             con, lambda: fn(**a, on_exhausted=_u.RUNNING, dry_run=False))
-    return _build(session, operation, plan, **_bounds(operation, con, a))
+    info = _bounds(operation, con, a)
+    info.setdefault("error", _sql_error(plan))  # the functions' own a-priori bounds
+    return _build(session, operation, plan, **info)
 
 
 def helper_on_exhausted(fn: Callable[..., Any], args: dict[str, Any], fname: str) -> Any:
