@@ -122,7 +122,7 @@ def test_privatize_preview_states_the_radius_of_every_released_point(name, mode,
 
     from gpframe.queries.privatize import nominal_errors
 
-    s, con = _con(budget_low=True)
+    _s, con = _con(budget_low=True)
     pings = con.execute("SELECT uid, x, y FROM pings ORDER BY ts").df()
     n = int((~pings["uid"].isin([3, 7])).sum())
     q = f"SELECT uid, x AS x0, y AS y0, {name}(uid, x, y, {amount}) AS p FROM pings"
