@@ -441,7 +441,7 @@ def run_user_grid_stats(
     added exactly): their counts must equal ``occ``; the rows are then not read.
     """
     from gpframe.mechanisms.noise.bits import resolve_rng
-    from gpframe.queries.grid_stats import central_kind, check_data_matches
+    from gpframe.queries.grid_stats import central_kind, check_data_matches, value_step
 
     central_kind(session)
     if sums is None:
@@ -477,6 +477,11 @@ def run_user_grid_stats(
         payers = np.flatnonzero(units > 0)
         users = occ.users[payers].tolist()
         pay_units = units[payers]
+        from gpframe.queries.grid_preview import note_error, user_plan_error
+
+        # a dry run's preview bound: the plan alone gives each cell's noise bound
+        note_error(user_plan_error(plan, beta, bool(SHRINK if shrink is None else shrink),
+                                   value_step(lower, upper), cell_weights(plan)))
 
         def compute(r: Any, plan: BudgetPlan = plan, pay_units: Any = pay_units) -> Charge[Any]:
             rel = release_user_stats(plan, None, None, None, beta=beta, rng=rng, sums=sums,

@@ -250,6 +250,9 @@ def test_private_occupancy_preview_is_the_real_reservation(cluster) -> None:
     pv = b.grid_stats(**call, dry_run=True)
     assert s.ledger.snapshot() == snap and list(s.ledger.store.audit()) == audit
     pd.testing.assert_frame_equal(pv.table.sort_index(), pv_pd.table.sort_index())
+    # the count's noise bound, from ε, max_per_cell and the bounds: the pandas preview's
+    assert pv.error is not None and (pv.error, pv.error_kind, pv.confidence) == (
+        pv_pd.error, pv_pd.error_kind, pv_pd.confidence)
     b.grid_stats(**call, rng=seeded_rng(8))
     planned = {u: int(v) for u, v in pv.table["allocation_units"].items() if v}
     assert planned == _committed(s, "alloc")
@@ -265,7 +268,12 @@ def test_preview_is_the_pandas_preview_and_the_real_reservation(cluster) -> None
     assert s.ledger.snapshot() == snap and list(s.ledger.store.audit()) == audit
     pd.testing.assert_frame_equal(pv.table.sort_index(), pv_pd.table.sort_index())
     assert set(pv.excluded.index) == set(LOW)
-    b.grid_stats(**CALL, rng=seeded_rng(8))
+    # the noise bound of the worst released cell before the shrinkage: the pandas preview's,
+    # at most the real call's (shrink=True widens the stated bounds)
+    assert pv.error is not None and (pv.error, pv.error_kind, pv.confidence) == (
+        pv_pd.error, pv_pd.error_kind, pv_pd.confidence)
+    out = b.grid_stats(**CALL, rng=seeded_rng(8))
+    assert pv.error <= out.attrs["geopriv"].error * (1 + 1e-12)
     planned = {u: int(v) for u, v in pv.table["allocation_units"].items() if v}
     assert planned == _committed(s, "alloc")
 
