@@ -364,21 +364,24 @@ def _perimeter_rate(poly: Any) -> float:
     convex vertex grows a circular arc (its length θ·t), a concave one shortens its two edges by
     tan(|θ|/2)·t each. Summed over every ring (holes turn the other way).
     """
-    rate = 0.0
-    for part in shapely.get_parts(poly):
-        for k, ring in enumerate(shapely.get_rings(part)):
-            c = shapely.get_coordinates(ring)[:-1]
-            if len(c) < 3:
-                continue
-            d = np.roll(c, -1, axis=0) - c  # edge i runs from vertex i to i + 1
-            x, y = c[:, 0], c[:, 1]
-            ccw = float(np.dot(x, np.roll(y, -1)) - np.dot(np.roll(x, -1), y)) > 0
-            # the interior is on the left of a counter-clockwise shell and of a clockwise hole
-            sign = 1.0 if ccw == (k == 0) else -1.0
-            a = np.arctan2(d[:, 1], d[:, 0])
-            th = sign * np.angle(np.exp(1j * (a - np.roll(a, 1))))
-            rate += float(th[th > 0].sum() + (2.0 * np.tan(th[th < 0] / 2.0)).sum())
-    return rate
+    rings, part = shapely.get_rings(shapely.get_parts(poly), return_index=True)
+    shell = np.r_[True, part[1:] != part[:-1]]  # each part's first ring is its shell
+    xy, ring = shapely.get_coordinates(rings, return_index=True)
+    keep = np.r_[ring[1:] == ring[:-1], False]  # drop each ring's closing repeat
+    c, ring = xy[keep], ring[keep]
+    start = np.searchsorted(ring, ring, side="left")
+    end = np.searchsorted(ring, ring, side="right")  # one past each ring's last vertex
+    i = np.arange(ring.size)
+    nxt = np.where(i + 1 < end, i + 1, start)  # vertex i + 1 of the same ring, cyclically
+    prv = np.where(i > start, i - 1, end - 1)
+    d = c[nxt] - c  # edge i runs from vertex i to i + 1
+    twice_area = np.bincount(ring, c[:, 0] * c[nxt, 1] - c[nxt, 0] * c[:, 1], rings.size)
+    # the interior is on the left of a counter-clockwise shell and of a clockwise hole
+    sign = np.where((twice_area > 0) == shell, 1.0, -1.0)
+    a = np.arctan2(d[:, 1], d[:, 0])
+    th = sign[ring] * np.angle(np.exp(1j * (a - a[prv])))
+    th = th[(end - start) >= 3]  # a ring of fewer than three vertices turns nowhere
+    return float(th[th > 0].sum() + (2.0 * np.tan(th[th < 0] / 2.0)).sum())
 
 
 def _model_gap(w: float, area: float, outer_w: Any, inner_w: Any) -> Any:

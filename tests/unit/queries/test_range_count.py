@@ -230,7 +230,10 @@ def test_polygon_shift_takes_few_buffers_of_the_simplified_region(monkeypatch):
      (shapely.Polygon([(0, 0), (100, 0), (100, 40), (40, 40), (40, 100), (0, 100)]),
       5 * math.pi / 2 - 2),  # five convex, one concave: its edges shorten by tan(45°) each
      (shapely.box(0, 0, 100, 100).difference(shapely.box(30, 30, 60, 60)), 2 * math.pi - 8),
-     (shapely.box(0, 0, 100, 100).reverse(), 2 * math.pi)],  # orientation does not matter
+     (shapely.box(0, 0, 100, 100).reverse(), 2 * math.pi),  # orientation does not matter
+     (shapely.MultiPolygon([shapely.box(0, 0, 100, 50),  # every part's rings, summed
+                            shapely.box(200, 0, 300, 100).difference(shapely.box(230, 30, 260, 60)),
+                            shapely.box(400, 0, 450, 50).reverse()]), 6 * math.pi - 8)],
 )  # fmt: skip
 def test_perimeter_rate_of_a_buffer(poly, rate):
     assert rc._perimeter_rate(poly) == pytest.approx(rate, rel=1e-12)
