@@ -650,8 +650,13 @@ def range_count_arrays(
     S = out.state == 0
     est = out.estimate
     theta = np.zeros(n)
-    if use_shift and S.any():
-        theta[S] = -shift_for_region(out.std[S], region)
+    if use_shift:
+        # θ = −s with s ∈ [0, w]: the test est ≤ θ depends on s only where −w < est ≤ 0 (below,
+        # inside for every s; above 0, outside), and θ = 0 decides the others the same way, so
+        # the shift (buffers of the region) is computed for those users' noise scales alone
+        need = S & (est > -out.std) & (est <= 0)
+        if need.any():
+            theta[need] = -shift_for_region(out.std[need], region)
     inside = np.zeros(n, dtype=bool)
     inside[out.state == 1] = True
     inside[S] = est[S] <= theta[S]

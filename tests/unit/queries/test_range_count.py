@@ -529,3 +529,29 @@ def test_polygon_shift_is_remembered_per_region_and_w(monkeypatch):
     assert len(calls) == n and again.tolist() == [first[2], first[0]]
     rc.shift_for_region([60.0], shapely.affinity.translate(region, 1.0))  # another region
     assert len(calls) > n
+
+
+def test_shift_is_computed_only_for_users_it_can_decide(monkeypatch):
+    # θ = −s with s in [0, w]: an undecided user with estimate ≤ −w is inside and one above 0
+    # outside whatever s is, so only the noise scales of users in (−w, 0] need the buffers
+    region = _coastline()
+    xy = np.random.default_rng(5).uniform(-4000, 4500, (400, 2))
+    amount = np.random.default_rng(6).choice([2e-5, 5e-5, 1e-4], xy.shape[0])
+    asked = []
+    real = rc.shift_for_region
+
+    def spy(w, reg):
+        asked.append(np.asarray(w).copy())
+        return real(w, reg)
+
+    monkeypatch.setattr(rc, "shift_for_region", spy)
+    out = rc.range_count_arrays(xy, np.arange(xy.shape[0]), region, kind="cgp", amount=amount,
+                                rng=seeded_rng(8))  # fmt: skip
+    el = out.elimination
+    S = el.state == 0
+    window = S & (el.estimate > -el.std) & (el.estimate <= 0)
+    assert 0 < window.sum() < S.sum()  # users on both sides of the window
+    assert len(asked) == 1 and np.array_equal(asked[0], el.std[window])
+    # the same decisions as shifting every undecided user
+    every = el.estimate[S] <= -real(el.std[S], region)
+    assert np.array_equal(out.inside[S], every)
