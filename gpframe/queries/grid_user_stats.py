@@ -15,8 +15,9 @@ Neighbouring relation: as for Clip-User, the occupancy is public and one user's 
    H = T·q/2. In cell j each kept user ℓ contributes one bounded pair: the average a_ℓ of their
    snapped values and the average s_ℓ of their (x̂ − c)², in [L, L + 2H] and [0, H²]. The cell
    releases M_j = mean over kept users of a_ℓ (sensitivity 2H/k_j ≤ W/k_j, k_j kept users) and
-   Q_j = mean of s_ℓ (sensitivity H²/k_j), both exact rationals, with ``laplace_dp`` at ε_μ,j and
-   ε_V,j (Dwork & Roth, 'The Algorithmic Foundations of Differential Privacy', 2014, Thm. 3.6).
+   Q_j = mean of s_ℓ (sensitivity H²/k_j), both exact rationals, with central Laplace at ε_μ,j
+   and ε_V,j (``laplace_dp``'s lattice and rate, every cell in one call of ``laplace_dp_rows``;
+   Dwork & Roth, 'The Algorithmic Foundations of Differential Privacy', 2014, Thm. 3.6).
 3. **Post-processing**: Q̃ is clamped to [0, H²] and the variance Q̃ − (M̃ − c)² (M̃ clamped
    to [L, U]) to [0, W²/4]. The released means are shrunk toward their common centre by their
    noise (:func:`shrink_means`, empirical Bayes on released values and public scales only),
@@ -79,13 +80,6 @@ class UserStatsRelease:
     released: np.ndarray
     #: whether the means were shrunk (:func:`shrink_means`); a public choice of the caller
     shrunk: bool = False
-
-
-def _pre_snap(x: Fraction, g: Fraction) -> float:
-    u = round(x / g)  # the statistic on the noise lattice, exactly (half to even)
-    if abs(u) >= 2**52:
-        raise InvalidInputError(f"a statistic is too large for the noise lattice. {_NOTHING}")
-    return float(u * g)
 
 
 def snap(values: np.ndarray, lower: Fraction, upper: Fraction) -> tuple[np.ndarray, int, Fraction]:
@@ -191,8 +185,10 @@ def release_user_stats(
     """Release each planned cell's mean and second moment of per-user averages (steps 2–3).
 
     See the module docstring and ``docs/operations/grid_stats.md``. Noise: per released cell,
-    ``laplace_dp`` with sensitivity 2H/k_j at ε_μ,j (mean) and H²/k_j at ε_V,j (second moment),
-    lattice g = 2^(⌊log₂Δ⌋−20) (``docs/noise.md``). Charge: none here; the caller charges each
+    central Laplace with sensitivity 2H/k_j at ε_μ,j (mean) and H²/k_j at ε_V,j (second moment),
+    lattice g = 2^(⌊log₂Δ⌋−20) (``docs/noise.md``), each cell at its own rate and every cell in
+    one sampler call (:func:`gpframe.mechanisms.laplace_rows.laplace_dp_rows`: the same lattice,
+    rate and guarantee as ``laplace_dp`` per cell). Charge: none here; the caller charges each
     kept user Σ (ε_μ,j + ε_V,j) over their kept cells first.
 
     ``rows_u``/``rows_j`` index the occupancy's users and cells per data row; ``values`` are in
@@ -200,9 +196,7 @@ def release_user_stats(
     partitions of a Dask frame), and then the rows are not read. ``shrink``: apply
     :func:`shrink_means` (None: the module default ``SHRINK``); post-processing either way.
     """
-    from gpframe.mechanisms import laplace_dp
-    from gpframe.mechanisms.calibration import central_laplace
-    from gpframe.mechanisms.tails import laplace_bound
+    from gpframe.mechanisms.laplace_rows import laplace_dp_rows
 
     occ = plan.occupancy
     n_c = occ.n_cells
@@ -212,49 +206,44 @@ def release_user_stats(
     L, U = plan.lower, plan.upper
     W = U - L
     out = {k: np.full(n_c, np.nan) for k in ("m", "v", "em", "ev", "sm", "sv", "raw")}
-    todo = np.flatnonzero(plan.released)
-    for j in todo.tolist():
+    todo = np.flatnonzero(plan.released).tolist()
+    for j in todo:
         if means[j] is None or seconds[j] is None:
             raise GpframeInternalError(f"cell {j} is planned but has no kept user.")
     wsum, wmax = cell_weights(plan)
-    # cells sharing (max w / Σ w, ε_μ, ε_V) share their noise parameters: one sampler call each
-    groups: dict[tuple[Fraction, Fraction, Fraction], list[int]] = {}
-    for j in todo.tolist():
-        key = (Fraction(int(wmax[j]), int(wsum[j])), plan.eps_mu[j], plan.eps_v[j])
-        groups.setdefault(key, []).append(j)
-    for (share, e_mu, e_v), cj_list in sorted(groups.items()):
-        cj = np.array(cj_list, dtype=np.int64)
-        d_mu = 2 * H * share  # one user moves the weighted mean by ≤ (its weight share)·2H
-        cal = central_laplace(e_mu, d_mu, integer=False)
-        rel = laplace_dp(
-            [_pre_snap(means[j], cal.g) for j in cj_list], sensitivity=d_mu, epsilon=e_mu,
-            rng=rng,
-        )  # fmt: skip
-        if rel.guarantee.amount != e_mu:
-            raise GpframeInternalError("a release guarantee differs from the planned budget.")
-        raw = np.asarray(rel.values, dtype=np.float64)
-        out["raw"][cj] = raw
-        mu = np.clip(raw, float(L), float(U))
-        tm = laplace_bound(beta / 2, rel.noise["scale"], rel.g) + float(q)
-        out["m"][cj], out["em"][cj] = mu, min(tm, float(W))
-        out["sm"][cj] = float(rel.noise["scale"])
-        if e_v > 0:
-            d_v = H * H * share
-            cal = central_laplace(e_v, d_v, integer=False)
-            relv = laplace_dp(
-                [_pre_snap(seconds[j], cal.g) for j in cj_list], sensitivity=d_v, epsilon=e_v,
-                rng=rng,
-            )  # fmt: skip
-            if relv.guarantee.amount != e_v:
-                raise GpframeInternalError("a release guarantee differs from the planned budget.")
-            s2 = np.clip(np.asarray(relv.values, dtype=np.float64), 0.0, float(H * H))
-            c = float(L + H)
-            var = np.clip(s2 - (mu - c) ** 2, 0.0, float(W * W) / 4)
-            tq = laplace_bound(beta / 2, relv.noise["scale"], relv.g)
-            # |ΔV| ≤ |ΔQ| + |ΔM|·|M̃ + M − 2c| ≤ t_Q + t_M·2H, plus snapping (≤ q(W + q))
-            ev = tq + tm * 2 * float(H) + float(q * (W + q))
-            out["v"][cj], out["sv"][cj] = var, float(relv.noise["scale"])
-            out["ev"][cj] = min(ev, float(W * W) / 4)
+    # one user moves the weighted mean by ≤ (its weight share)·2H and the second moment by
+    # ≤ share·H²: every released cell's statistics with their own (Δ, ε) in one sampler call
+    share = [Fraction(int(wmax[j]), int(wsum[j])) for j in todo]
+    var_at = [i for i, j in enumerate(todo) if plan.eps_v[j] > 0]
+    vj = [todo[i] for i in var_at]
+    rel = laplace_dp_rows(
+        [means[j] for j in todo] + [seconds[j] for j in vj],
+        sensitivity=[2 * H * x for x in share] + [H * H * share[i] for i in var_at],
+        epsilon=[plan.eps_mu[j] for j in todo] + [plan.eps_v[j] for j in vj],
+        rng=rng,
+    )  # fmt: skip
+    want = tuple(plan.eps_mu[j] for j in todo) + tuple(plan.eps_v[j] for j in vj)
+    if rel.epsilon != want:
+        raise GpframeInternalError("a release guarantee differs from the planned budget.")
+    n_m = len(todo)
+    bound = rel.error_bound(beta / 2)
+    cj = np.array(todo, dtype=np.int64)
+    raw = rel.values[:n_m]
+    out["raw"][cj] = raw
+    mu = np.clip(raw, float(L), float(U))
+    tm = bound[:n_m] + float(q)
+    out["m"][cj], out["em"][cj] = mu, np.minimum(tm, float(W))
+    out["sm"][cj] = rel.scale[:n_m]
+    if vj:
+        at = np.array(var_at, dtype=np.int64)
+        s2 = np.clip(rel.values[n_m:], 0.0, float(H * H))
+        c = float(L + H)
+        var = np.clip(s2 - (mu[at] - c) ** 2, 0.0, float(W * W) / 4)
+        # |ΔV| ≤ |ΔQ| + |ΔM|·|M̃ + M − 2c| ≤ t_Q + t_M·2H, plus snapping (≤ q(W + q))
+        ev = bound[n_m:] + tm[at] * 2 * float(H) + float(q * (W + q))
+        vc = cj[at]
+        out["v"][vc], out["sv"][vc] = var, rel.scale[n_m:]
+        out["ev"][vc] = np.minimum(ev, float(W * W) / 4)
     shrunk = bool(SHRINK if shrink is None else shrink)
     if shrunk:  # post-processing of the released (unclamped) means and their public scales
         out["mc"] = out["m"]  # the clamped means, before the shrinkage
