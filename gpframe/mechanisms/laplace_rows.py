@@ -112,7 +112,11 @@ def central_laplace_rows(
     index = np.empty(len(eps_l), dtype=np.int64)
     seen: dict[tuple, int] = {}
     for i, (e, d) in enumerate(zip(eps_l, sens_l, strict=True)):
-        key = (type(e), e, type(d), d)  # typed: True and 1 stay apart (a bool is refused)
+        te, td = type(e), type(d)
+        if te is Fraction and td is Fraction:  # ints hash faster than Fractions
+            key: tuple | None = (e.numerator, e.denominator, d.numerator, d.denominator)
+        else:  # typed: True and 1 stay apart (a bool is refused)
+            key = (te, e, td, d)
         try:
             c = seen.get(key)
         except TypeError:  # unhashable: not a number, refused by the checks
@@ -242,7 +246,9 @@ def laplace_dp_rows(
             "an exact float. Nothing was released."
         )
     y = s.astype(np.float64) * gf  # exact: powers of two
-    scale = np.array([float(g / lam) for _, g, lam in cal], dtype=np.float64)[index]
+    # g/λ as a float (a description of the noise): two correctly rounded conversions
+    lam_f = np.array([float(lam) for _, _, lam in cal], dtype=np.float64)[index]
+    scale = gf / lam_f
     rows = index.tolist()
     return ReleasedRows(
         y, gf, tuple(cal[c][2] for c in rows), scale, tuple(cal[c][0] for c in rows)

@@ -38,6 +38,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -148,16 +149,23 @@ def _user_moments(
     wsum, _wmax = cell_weights(plan)
     rows = np.flatnonzero(plan.keep)
     rows = rows[np.argsort(occ.j[rows], kind="stable")]
-    cuts = np.flatnonzero(np.diff(occ.j[rows])) + 1
-    for grp in np.split(rows, cuts) if rows.size else []:
-        j = int(occ.j[grp[0]])
-        ms = occ.m[grp].tolist()
-        ws = np.minimum(occ.m[grp], plan.weight_cap[j]).tolist()
+    cuts = [0, *(np.flatnonzero(np.diff(occ.j[rows])) + 1).tolist(), rows.size]
+    # Python ints once, then one exact Fraction per statistic: lo + q·n1/D and (q/2)²·n2/D
+    js, ms_all = occ.j[rows].tolist(), occ.m[rows].tolist()
+    ws_all = np.minimum(occ.m[rows], plan.weight_cap[occ.j[rows]]).tolist()
+    a1_all, a2_all = s1[rows].tolist(), s2[rows].tolist()
+    ws_cell = wsum.tolist()
+    ln, ld, qn, qd = lo.numerator, lo.denominator, q.numerator, q.denominator
+    for a, b in pairwise(cuts) if rows.size else []:
+        j = js[a]
+        ms = ms_all[a:b]
         den = math.lcm(*ms)
-        n1 = sum(w * a * (den // m) for w, a, m in zip(ws, s1[grp].tolist(), ms, strict=True))
-        n2 = sum(w * a * (den // m) for w, a, m in zip(ws, s2[grp].tolist(), ms, strict=True))
-        means[j] = lo + q * Fraction(n1, den * int(wsum[j]))
-        seconds[j] = (q / 2) ** 2 * Fraction(n2, den * int(wsum[j]))
+        ws = ws_all[a:b]
+        n1 = sum(w * x * (den // m) for w, x, m in zip(ws, a1_all[a:b], ms, strict=True))
+        n2 = sum(w * x * (den // m) for w, x, m in zip(ws, a2_all[a:b], ms, strict=True))
+        D = den * ws_cell[j]
+        means[j] = Fraction(ln * qd * D + ld * qn * n1, ld * qd * D)
+        seconds[j] = Fraction(qn * qn * n2, 4 * qd * qd * D)
     return means, seconds, q, T * q / 2
 
 
@@ -213,12 +221,14 @@ def release_user_stats(
     wsum, wmax = cell_weights(plan)
     # one user moves the weighted mean by ≤ (its weight share)·2H and the second moment by
     # ≤ share·H²: every released cell's statistics with their own (Δ, ε) in one sampler call
-    share = [Fraction(int(wmax[j]), int(wsum[j])) for j in todo]
+    hn, hd = H.numerator, H.denominator
+    wm, ws = wmax.tolist(), wsum.tolist()
     var_at = [i for i, j in enumerate(todo) if plan.eps_v[j] > 0]
     vj = [todo[i] for i in var_at]
     rel = laplace_dp_rows(
         [means[j] for j in todo] + [seconds[j] for j in vj],
-        sensitivity=[2 * H * x for x in share] + [H * H * share[i] for i in var_at],
+        sensitivity=[Fraction(2 * hn * wm[j], hd * ws[j]) for j in todo]
+        + [Fraction(hn * hn * wm[j], hd * hd * ws[j]) for j in vj],
         epsilon=[plan.eps_mu[j] for j in todo] + [plan.eps_v[j] for j in vj],
         rng=rng,
     )  # fmt: skip
@@ -381,6 +391,10 @@ def _units(ledger: Any, plan: BudgetPlan) -> tuple[np.ndarray, np.ndarray]:
     units = np.zeros(occ.n_users, np.int64)
     big = np.zeros(occ.n_users, bool)
     kept_u, kept_j = occ.u[plan.keep], occ.j[plan.keep]
+    if ledger.kind["central"] == "dp":
+        fast = _units_dp(ledger, plan, kept_u, kept_j)
+        if fast is not None:
+            return fast, big
     for eps in (plan.eps_mu, plan.eps_v):
         # one ledger conversion per distinct amount: index the cells' amounts, then count per user
         distinct = sorted(set(eps.tolist()))
@@ -394,6 +408,37 @@ def _units(ledger: Any, plan: BudgetPlan) -> tuple[np.ndarray, np.ndarray]:
             units += u
             big |= b
     return units, big
+
+
+def _units_dp(
+    ledger: Any, plan: BudgetPlan, kept_u: np.ndarray, kept_j: np.ndarray
+) -> np.ndarray | None:
+    """:func:`_units` on a DP filter whose unit divides every amount (the plan's grid), or None.
+
+    A DP filter is charged ε itself; when ε·10^exponent is an integer n_a, the ledger's
+    ⌈count·n_a⌉ is count·n_a, so a user's units are the exact integer sum of their kept cells'
+    n_a: one pass over the cells instead of one ledger conversion per distinct amount.
+    """
+    occ = plan.occupancy
+    scale = ledger.units["central"].scale
+    if scale.denominator != 1:
+        return None
+    sc = scale.numerator
+    per_cell = []
+    for a, b in zip(plan.eps_mu.tolist(), plan.eps_v.tolist(), strict=True):
+        n = 0
+        for x in (a, b):
+            p, q = x.numerator * sc, x.denominator
+            if p % q:
+                return None
+            n += p // q
+        per_cell.append(n)
+    top = max(per_cell, default=0) * max(int(plan.cells_kept.max(initial=0)), 1)
+    if top >= 2**62:
+        return None
+    units = np.zeros(occ.n_users, np.int64)
+    np.add.at(units, kept_u, np.array(per_cell, dtype=np.int64)[kept_j])
+    return units
 
 
 def _grid(ledger: Any) -> Fraction:

@@ -118,10 +118,11 @@ def discrete_laplace_rates(
     t_l: list[int] = []
     gap_l: list[float] = []
     code = np.empty(len(lams), dtype=np.int64)
+    dedupe = index is None  # with an index, ``lams`` lists each rate once already
     for i, x in enumerate(lams):
-        key = (type(x), x)
+        key = (type(x), x) if dedupe else None
         try:
-            c = plans.get(key)
+            c = plans.get(key) if key is not None else None
         except TypeError:  # unhashable: not a number, refused by the check
             c, key = None, None
         if c is None:
