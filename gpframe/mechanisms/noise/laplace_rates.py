@@ -138,7 +138,9 @@ def discrete_laplace_rates(
     if index is not None:
         idx = np.asarray(index, dtype=np.int64).reshape(-1)
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= code.size):
-            raise InvalidInputError(f"index must hold positions of lams (0..{code.size - 1}).")
+            raise InvalidInputError(
+                f"index must hold positions of lams (0..{code.size - 1}). Nothing was charged."
+            )
         code = code[idx]
     src = resolve_rng(bits)
     n = code.size
