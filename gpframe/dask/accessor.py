@@ -40,13 +40,14 @@ class DaskGeoPrivAccessor:
         to_crs: Any = None,
         domain: Any = None,
         public: Any = None,
+        partition: Any = None,
     ) -> DaskGeoPriv:
         """Check the column roles on the frame's ``meta`` and bind ``session``.
 
-        The parameters are the pandas accessor's (:class:`gpframe.frame.accessor.GeoPrivAccessor`),
-        except ``partition=`` (not offered). The metric CRS must come from public information:
-        ``to_crs=``, ``domain=`` or coordinates already in a projected metre CRS; the pandas
-        face's fallback to the data's own extent would let every partition choose its own.
+        The parameters are the pandas accessor's (:class:`gpframe.frame.accessor.GeoPrivAccessor`).
+        The metric CRS must come from public information: ``to_crs=``, ``domain=`` or
+        coordinates already in a projected metre CRS; the pandas face's fallback to the data's
+        own extent would let every partition choose its own.
 
         Parameters
         ----------
@@ -57,6 +58,14 @@ class DaskGeoPrivAccessor:
             with known divisions (then no shuffle is needed).
         x, y, lon, lat, crs, to_crs, domain, public
             As for the pandas accessor.
+        partition : str, optional
+            As for the pandas accessor (``docs/wide-extents.md``): a public column to split by,
+            each part noised in its own metric CRS, one query id, each user charged once per
+            part they appear in; ``privatize`` only on this face (the other operations
+            refuse a split). Each part's extent must be public: ``domain={part: box, ...}``
+            (or one box, or coordinates in a projected metre CRS); the data-extent fallback
+            is refused as above. The checks that read the column (missing values, a column
+            computed from the points, a part without a box) run in the first pass.
 
         Returns
         -------
@@ -107,16 +116,35 @@ class DaskGeoPrivAccessor:
         from gpframe.dask.partitions import Columns
 
         prot = protected_columns(meta, (x, y, lon, lat))
+        part_domains = None
+        if partition is not None:
+            from gpframe.dask.parts import check_split
+
+            part_domains = check_split(meta, partition, protected=prot, to_crs=to_crs,
+                                       domain=domain)  # fmt: skip
+            public = _with(public, partition)
         cols = tuple(meta.columns) + ((user,) if by_index else ())
         pub = check_public(cols, public, user=user, protected=prot)
         gname = getattr(meta, "_geometry_column_name", None)
         geo = gname in meta.columns
         spec = Columns(user=user, x=x, y=y, lon=lon, lat=lat, crs=crs, to_crs=to_crs,
-                       domain=domain, public=pub, index_is_user=by_index,
-                       geometry=gname if geo else None,
-                       geometry_crs=getattr(meta, "crs", None) if geo else None)  # fmt: skip
+                       domain=None if part_domains is not None else domain, public=pub,
+                       index_is_user=by_index, geometry=gname if geo else None,
+                       geometry_crs=getattr(meta, "crs", None) if geo else None,
+                       partition=partition, part_domains=part_domains)  # fmt: skip
         dropped = [c for c in meta.columns if c not in pub and c not in prot]
         return DaskGeoPriv(self._obj, session, spec, dropped=dropped)
+
+
+def _with(public: Any, name: Any) -> list[Any]:
+    """``public=`` with ``name`` added (a partition column is public: it is in the output)."""
+    if public is None:
+        names: list[Any] = []
+    elif isinstance(public, (str, bytes)) or not hasattr(public, "__iter__"):
+        names = [public]
+    else:
+        names = list(public)
+    return names if name in names else [*names, name]
 
 
 class DaskGeoPriv:
@@ -135,6 +163,16 @@ class DaskGeoPriv:
         self.dropped = dropped
         meta = ddf._meta
         self.is_geo = getattr(meta, "_geometry_column_name", None) in meta.columns
+
+    def _refuse_partition(self) -> None:
+        """Refuse a split for the operations that do not run one on this face."""
+        if self.cols.partition is not None:
+            raise InvalidInputError(
+                f"this operation does not support partition={self.cols.partition!r} on the Dask "
+                "face (privatize does). Run it once per part instead, each with its own public "
+                f"domain=: ddf[ddf[{self.cols.partition!r}] == part].geopriv(session, ..., "
+                f"domain=box). {_NOTHING}"
+            )
 
     def __repr__(self) -> str:
         return (
@@ -209,6 +247,11 @@ class DaskGeoPriv:
         >>> len(out), out.attrs["geopriv"].n_charged, session.spent().tolist()
         (4, 3, [1e-05, 1e-05, 1e-05])
         """
+        if self.cols.partition is not None:  # one metric CRS per public part
+            from gpframe.dask.privatize_parts import privatize_split
+
+            return privatize_split(self, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng,
+                                   on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
         from gpframe.dask.privatize import privatize
 
         return privatize(self, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng,
@@ -281,6 +324,7 @@ class DaskGeoPriv:
         >>> res.n_charged, res.n_excluded, res.value        # far from the edges: all decided
         (3, 0, 2)
         """
+        self._refuse_partition()
         from gpframe.dask.range_count import range_count
 
         return range_count(self, region, rho=rho, eps=eps, method=method, rounds=rounds,
@@ -359,6 +403,7 @@ class DaskGeoPriv:
         >>> len(res.points), res.n_charged
         (2, 3)
         """
+        self._refuse_partition()
         from gpframe.dask.kde_points import kde
 
         return kde(self, at, bandwidth_m=bandwidth_m, rho=rho, eps=eps, method=method,
@@ -422,6 +467,7 @@ class DaskGeoPriv:
         >>> r.shape, r.n_charged, float(session.spent().max())
         ((100, 100), 200, 0.0001)
         """
+        self._refuse_partition()
         from gpframe.dask.kde import kde_raster
 
         return kde_raster(self, bandwidth_m=bandwidth_m, cell_m=cell_m, bounds=bounds, rho=rho,
@@ -487,6 +533,7 @@ class DaskGeoPriv:
         >>> sorted(out["knn_rank"].tolist()), list(out.columns), s.spent().tolist()
         ([1, 1, 2], ['boat', 'knn_rank'], [0.0001, 0.0001])
         """
+        self._refuse_partition()
         from gpframe.dask.knn import knn
 
         return knn(self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
@@ -552,6 +599,7 @@ class DaskGeoPriv:
         >>> sorted(hulls.index.tolist()), hulls["k"].tolist(), s.spent().tolist()
         ([1, 2], [16, 16], [0.001, 0.001])
         """
+        self._refuse_partition()
         from gpframe.dask.hull import convex_hull
 
         return convex_hull(self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,
@@ -622,6 +670,7 @@ class DaskGeoPriv:
         >>> sorted(res.value), res.saved > 0
         ([1, 2], True)
         """
+        self._refuse_partition()
         from gpframe.dask.nearest import nearest_users
 
         return nearest_users(self, point, k, rho=rho, eps=eps, method=method, rounds=rounds,
@@ -752,6 +801,7 @@ class DaskGeoPriv:
         >>> out[["users", "n_samples"]].values.tolist()
         [[40, 120]]
         """
+        self._refuse_partition()
         from gpframe.dask.grid_stats import grid_stats
 
         return grid_stats(self, value=value, bounds=bounds, epsilon_per_user=epsilon_per_user,
