@@ -324,7 +324,13 @@ class DaskGeoPriv:
         >>> res.n_charged, res.n_excluded, res.value        # far from the edges: all decided
         (3, 0, 2)
         """
-        self._refuse_partition()
+        if self.cols.partition is not None:  # one metric CRS per public part
+            from gpframe.dask.range_count_parts import range_count_split
+
+            return range_count_split(self, region, rho=rho, eps=eps, method=method,
+                                     rounds=rounds, split=split, beta=beta, component=component,
+                                     reduce=reduce, rng=rng, on_exhausted=on_exhausted,
+                                     dry_run=dry_run)  # fmt: skip
         from gpframe.dask.range_count import range_count
 
         return range_count(self, region, rho=rho, eps=eps, method=method, rounds=rounds,

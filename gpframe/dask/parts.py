@@ -29,8 +29,8 @@ import pandas as pd
 
 from gpframe.errors import GpframeInternalError, InvalidInputError
 
-__all__ = ["Combined", "PartFacts", "Split", "SplitCheck", "check_split", "combine_split",
-           "split_check", "split_rows"]  # fmt: skip
+__all__ = ["Combined", "PartFacts", "Split", "SplitCheck", "StatedCrs", "check_split",
+           "combine_split", "split_check", "split_rows"]  # fmt: skip
 
 _NOTHING = "Nothing was charged."
 
@@ -246,3 +246,14 @@ def combine_split(checks: list[SplitCheck], partition: Any) -> Combined:
 
 def _key(v: Any) -> Any:
     return (type(v).__name__, v)
+
+
+@dataclass(frozen=True)
+class StatedCrs:
+    """A part's metric CRS as a Result states it (``crs_m.to_string()`` on the worker)."""
+
+    text: str
+
+    def to_string(self) -> str:
+        """Return the CRS as the pandas face's ``crs_m.to_string()`` gives it."""
+        return self.text

@@ -120,7 +120,7 @@ def privatize_split(
     from gpframe.accounting.amounts import LedgerUnits
     from gpframe.dask.driver import settle
     from gpframe.dask.partitions import by_user, digest, from_xy, spawn_rng
-    from gpframe.dask.parts import combine_split, split_check
+    from gpframe.dask.parts import StatedCrs, combine_split, split_check
     from gpframe.dask.privatize import _Metric, _preview_info, _with_value, client_checks
     from gpframe.dask.staging import discard, publish, staging_dir
     from gpframe.ledger.charges import filter_kind, ledger_keys
@@ -157,7 +157,7 @@ def privatize_split(
             too_big[g] |= over
             alloc_units[g] = np.where(over, 0, alloc_units[g] + np.where(over, 0, u))
     warn_dropped(bound.dropped, "privatize", stacklevel=3)
-    metrics = [_Metric(_Stated(f.crs_text), f.scale_max, f.noise_inflation)
+    metrics = [_Metric(StatedCrs(f.crs_text), f.scale_max, f.noise_inflation)
                for f in c.facts]  # fmt: skip
     described = [describe_part(v, m, f.n_points)
                  for v, m, f in zip(c.values, metrics, c.facts, strict=True)]  # fmt: skip
@@ -265,12 +265,3 @@ def _merge(
     )  # fmt: skip
     return merged, act_u, act_f, [np.concatenate(s) if s else np.zeros(0) for s in scales]
 
-
-@dataclass(frozen=True)
-class _Stated:
-    """A part's metric CRS as the Result states it (``crs_m.to_string()`` on the worker)."""
-
-    text: str
-
-    def to_string(self) -> str:
-        return self.text

@@ -111,3 +111,50 @@ def test_operations_without_a_split_refuse_it(cluster):
     with pytest.raises(gp.GpframeError, match="does not support partition='region'"):
         bound.kde_raster(rho=1e-4, bandwidth_m=500.0)
     assert s.ledger.snapshot() == before
+
+
+def _zones():
+    """Two zones in lon/lat, one in each part (a GeoDataFrame with a public column)."""
+    import shapely
+
+    return gpd.GeoDataFrame({"name": ["ak", "pr"]},
+                            geometry=[shapely.box(-155, 60, -145, 64),
+                                      shapely.box(-66.8, 18.0, -65.8, 18.4)],
+                            crs="EPSG:4326")  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["dist", "pt-elim"])
+def test_split_range_count_charges_and_states_what_the_pandas_face_does(cluster, method):
+    # one reservation per zone on both faces, each user's point in its own part's CRS: the
+    # same per-user charges in exact ledger units (the one-round method charges the
+    # allocation; the elimination a user's rounds, which depend on noise: compared by total)
+    df = _data()
+    dom = {"AK": AK, "PR": PR}
+    s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1.0)), gp.Session(budget=gp.CGP(rho=1.0))
+    call = {"rho": 1e-4, "method": method, "component": gp.Last("lon")}
+    a = df.geopriv(s_pd, domain=dom, **KW).range_count(_zones(), rng=seeded_rng(1), **call)
+    b = dd.from_pandas(df, npartitions=3).geopriv(s_dk, domain=dom, **KW).range_count(
+        _zones(), rng=seeded_rng(2), **call)
+    ua, ub = _units(s_pd), _units(s_dk)
+    assert ua[1] == ub[1] == 2  # one charge row per zone
+    if method == "dist":
+        assert ub == ua
+    assert sorted(ub[0]) == sorted(ua[0])  # the same users charged
+    da, db = a.to_dict(value=False), b.to_dict(value=False)
+    keys = ("type", "error_kind", "confidence", "mechanism", "guarantee", "n_users",
+            "n_charged", "n_excluded")
+    if method == "dist":
+        keys += ("charges", "spent_total", "spent_max", "error")
+    for key in keys:
+        assert da[key] == db[key], key
+    pa, pb = dict(da["params"]), dict(db["params"])
+    assert pa.keys() == pb.keys()
+    for key in ("method", "rounds", "beta", "n_regions", "crs_m", "scale_max",
+                "noise_inflation", "partition", "partitions"):
+        assert pa[key] == pb[key], key
+    assert list(a.regions.columns) == list(b.regions.columns)
+    assert [r["partitions"] for r in (pa, pb)][0][0]["value"] == "AK"
+    # every user is far from the zones' edges or not: the count is the pandas one up to noise
+    va, vb = a.regions["count"].to_numpy(), b.regions["count"].to_numpy()
+    assert (np.abs(va - vb) <= a.regions["error"].to_numpy() + b.regions["error"].to_numpy()
+            + 10).all()  # fmt: skip
