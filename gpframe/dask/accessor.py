@@ -539,7 +539,12 @@ class DaskGeoPriv:
         >>> sorted(out["knn_rank"].tolist()), list(out.columns), s.spent().tolist()
         ([1, 1, 2], ['boat', 'knn_rank'], [0.0001, 0.0001])
         """
-        self._refuse_partition()
+        if self.cols.partition is not None:  # one metric CRS per public part
+            from gpframe.dask.knn_parts import knn_split
+
+            return knn_split(self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
+                             scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng,
+                             on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
         from gpframe.dask.knn import knn
 
         return knn(self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
@@ -605,7 +610,12 @@ class DaskGeoPriv:
         >>> sorted(hulls.index.tolist()), hulls["k"].tolist(), s.spent().tolist()
         ([1, 2], [16, 16], [0.001, 0.001])
         """
-        self._refuse_partition()
+        if self.cols.partition is not None:  # one metric CRS per public part
+            from gpframe.dask.knn_parts import hull_split
+
+            return hull_split(self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha,
+                              k_rule=k_rule, radius_floor_m=radius_floor_m, rng=rng,
+                              on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
         from gpframe.dask.hull import convex_hull
 
         return convex_hull(self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,

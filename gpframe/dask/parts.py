@@ -92,6 +92,7 @@ class SplitCheck:
     local_users: list[np.ndarray]  # per part: indices into ``users``
     local_counts: list[np.ndarray]  # per part: each of those users' points in the part
     derived: tuple[str, ...]  # the functions of the points the column equals on every row
+    crs_in: str = ""  # the input CRS (WKT), for public query objects (a point)
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,8 @@ def split_check(part: pd.DataFrame, cols: Any) -> SplitCheck:
                                noise_inflation=float(p.noise_inflation),
                                n_points=len(r)))  # fmt: skip
     return SplitCheck(users=s.users, counts=counts, values=s.values, facts=facts,
-                      local_users=lus, local_counts=lcs, derived=derived)  # fmt: skip
+                      local_users=lus, local_counts=lcs, derived=derived,
+                      crs_in=s.located.crs_in.to_wkt())  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -976,6 +976,68 @@ def _dask_knn(ctx: Ctx) -> Any:
         return b.knn(POINT, 3, rho=1e-6, rng=ctx.rng(125))
 
 
+def _dask_split(ctx: Ctx) -> Any:
+    """The canary frame split by a public column, as a dask frame bound with one box per part."""
+    d = ctx.data.lonlat.drop(columns=["lon", "lat"])
+    d = d.assign(fleet=np.where(np.arange(len(d)) % 3 == 0, "north", "south"))
+    return _ddf(ctx, d).geopriv(ctx.session, user="uid", partition="fleet",
+                                domain={"north": (-1.0, 42.0, 2.0, 45.0),
+                                        "south": (-2.0, 41.0, 3.0, 46.0)})  # fmt: skip
+
+
+DASK_SPLIT = ("gpframe.dask.accessor", "gpframe.dask.parts", "gpframe.dask.partitions",
+              QF + "partition_check")  # fmt: skip
+
+
+@case(name="privatize/dask/partition", frontend="dask", covers=("dask.privatize",),
+      modules=(*DASK_SPLIT, "gpframe.dask.privatize_parts", QF + "privatize"),
+      missing=_no_dask)  # fmt: skip
+def _dask_privatize_partition(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        out = _dask_split(ctx).privatize(rho=1e-8, rng=ctx.rng(171))
+    assert "fleet" in out.columns, "the partition column is public and kept"
+    return out
+
+
+@case(name="range_count/dask/partition", frontend="dask", covers=("dask.range_count",),
+      modules=(*DASK_SPLIT, "gpframe.dask.range_count_parts", QF + "range_count_parts"),
+      missing=_no_dask)  # fmt: skip
+def _dask_range_count_partition(ctx: Ctx) -> Any:
+    import dask
+    import geopandas as gpd
+    import shapely
+
+    zone = gpd.GeoSeries([shapely.box(*REGION)], crs=CRS_M)  # a region in another CRS
+    with dask.config.set(scheduler="synchronous"):
+        return _dask_split(ctx).range_count(zone, rho=1e-6, reduce="last", rng=ctx.rng(172))
+
+
+@case(name="knn/dask/partition", frontend="dask", covers=("dask.knn",),
+      modules=(*DASK_SPLIT, "gpframe.dask.knn_parts", QF + "knn"), missing=_no_dask)  # fmt: skip
+def _dask_knn_partition(ctx: Ctx) -> Any:
+    import dask
+    import pyproj
+
+    lon, lat = pyproj.Transformer.from_crs(CRS_M, "EPSG:4326", always_xy=True).transform(*POINT)
+    with dask.config.set(scheduler="synchronous"):
+        out = _dask_split(ctx).knn((lon, lat), 3, rho=1e-4, rng=ctx.rng(173))
+    assert "fleet" in out.columns, "the partition column is public and kept"
+    return out
+
+
+@case(name="convex_hull/dask/partition", frontend="dask", covers=("dask.convex_hull",),
+      modules=(*DASK_SPLIT, "gpframe.dask.knn_parts", QF + "hull"), missing=_no_dask)  # fmt: skip
+def _dask_hull_partition(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        out = _dask_split(ctx).convex_hull(rho=1e-3, rng=ctx.rng(174))
+    assert "fleet" in out.columns, "the partition column is public and kept"
+    return out
+
+
 @case(name="nearest_users/dask/last-fix", frontend="dask", covers=("dask.nearest_users",),
       modules=("gpframe.dask.accessor", "gpframe.dask.nearest", "gpframe.dask.partitions",
                QF + "nearest", QF + "elimination"), missing=_no_dask)  # fmt: skip

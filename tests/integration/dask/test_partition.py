@@ -45,7 +45,9 @@ def _units(s):
     return out, len(rows)
 
 
-@pytest.mark.parametrize("per,to", [("user", False), ("point", True)])
+@pytest.mark.parametrize("per,to", [
+    ("user", False), pytest.param("point", True, marks=pytest.mark.slow),
+])  # fmt: skip
 def test_split_privatize_charges_and_states_what_the_pandas_face_does(cluster, tmp_path, per, to):
     df = _data()
     dom = {"AK": AK, "PR": PR}
@@ -86,7 +88,8 @@ def test_split_privatize_charges_and_states_what_the_pandas_face_does(cluster, t
     ({"to_crs": "EPSG:32618"}, "to_crs="),
     ({"domain": {"AK": AK}}, "no public extent for the part"),
     ({"domain": None}, "chosen from public information"),
-    ({"partition": "zone", "domain": (-170.0, 17.5, -65.0, 72.0)}, "UTM zone number"),
+    pytest.param({"partition": "zone", "domain": (-170.0, 17.5, -65.0, 72.0)}, "UTM zone number",
+                 marks=pytest.mark.slow),
     ({"partition": "gap"}, "missing values"),
 ])  # fmt: skip
 def test_a_bad_split_is_refused_before_the_ledger_is_touched(cluster, change, match):
@@ -123,7 +126,7 @@ def _zones():
                             crs="EPSG:4326")  # fmt: skip
 
 
-@pytest.mark.parametrize("method", ["dist", "pt-elim"])
+@pytest.mark.parametrize("method", ["dist", pytest.param("pt-elim", marks=pytest.mark.slow)])
 def test_split_range_count_charges_and_states_what_the_pandas_face_does(cluster, method):
     # one reservation per zone on both faces, each user's point in its own part's CRS: the
     # same per-user charges in exact ledger units (the one-round method charges the
@@ -153,8 +156,59 @@ def test_split_range_count_charges_and_states_what_the_pandas_face_does(cluster,
                 "noise_inflation", "partition", "partitions"):
         assert pa[key] == pb[key], key
     assert list(a.regions.columns) == list(b.regions.columns)
-    assert [r["partitions"] for r in (pa, pb)][0][0]["value"] == "AK"
-    # every user is far from the zones' edges or not: the count is the pandas one up to noise
+    assert pb["partitions"][0]["value"] == "AK"
+    # the same count up to the two faces' independent noise
     va, vb = a.regions["count"].to_numpy(), b.regions["count"].to_numpy()
     assert (np.abs(va - vb) <= a.regions["error"].to_numpy() + b.regions["error"].to_numpy()
             + 10).all()  # fmt: skip
+
+
+@pytest.mark.slow  # the default run covers both through tests/canary (synchronous scheduler)
+@pytest.mark.parametrize("op", ["knn", "convex_hull"])
+def test_split_knn_and_hull_charge_and_state_what_the_pandas_face_does(cluster, op):
+    # per-user mechanisms, one release per (user, part): each user pays the amount once per part
+    df = _data()
+    dom = {"AK": AK, "PR": PR}
+    s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1.0)), gp.Session(budget=gp.CGP(rho=1.0))
+    bound_pd = df.geopriv(s_pd, domain=dom, **KW)
+    bound_dk = dd.from_pandas(df, npartitions=3).geopriv(s_dk, domain=dom, **KW)
+    if op == "knn":
+        import shapely
+
+        at = shapely.Point(-150.0, 62.0)
+        a = bound_pd.knn(at, 2, rho=1e-3, rng=seeded_rng(1))
+        b = bound_dk.knn((-150.0, 62.0), 2, rho=1e-3, rng=seeded_rng(2))
+    else:
+        a = bound_pd.convex_hull(rho=1e-3, rng=seeded_rng(1))
+        b = bound_dk.convex_hull(rho=1e-3, rng=seeded_rng(2))
+    assert _units(s_dk) == _units(s_pd)  # the amount × parts, user by user, one charge row
+    ra, rb = a.attrs["geopriv"], b.attrs["geopriv"]
+    da, db = ra.to_dict(value=False), rb.to_dict(value=False)
+    for key in ("type", "error_kind", "confidence", "mechanism", "guarantee", "n_users",
+                "n_charged", "n_excluded", "charges", "spent_total", "spent_max"):
+        assert da[key] == db[key], key
+    pa, pb = dict(da["params"]), dict(db["params"])
+    pa.pop("capped", None), pb.pop("capped", None)
+    assert pa == pb  # each part's CRS (and knn's query point in its metres)
+    assert list(a.columns) == list(b.columns) and len(a) == len(b)
+    if op == "convex_hull":  # one row per (user, part)
+        key = ["uid", "region"]
+        assert sorted(map(tuple, a[key].to_numpy().tolist())) == sorted(
+            map(tuple, b[key].to_numpy().tolist()))
+        assert b.crs == a.crs
+    else:
+        assert sorted(ra.value) == sorted(rb.value)  # the same users answered
+
+
+@pytest.mark.slow
+def test_a_split_dry_run_plans_the_pandas_reservation_and_touches_nothing(cluster):
+    df = _data(40)
+    dom = {"AK": AK, "PR": PR}
+    s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1.0)), gp.Session(budget=gp.CGP(rho=1.0))
+    before = s_dk.ledger.snapshot()
+    a = df.geopriv(s_pd, domain=dom, **KW).privatize(rho=1e-4, dry_run=True)
+    b = dd.from_pandas(df, npartitions=2).geopriv(s_dk, domain=dom, **KW).privatize(
+        rho=1e-4, dry_run=True)
+    assert s_dk.ledger.snapshot() == before
+    ta, tb = a.to_frame(), b.to_frame()
+    pd.testing.assert_series_equal(tb["allocation"].sort_index(), ta["allocation"].sort_index())
