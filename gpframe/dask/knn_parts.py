@@ -235,7 +235,7 @@ def knn_split(
 
     points, ks = [], []
     for f in c.facts:  # every check and calibration before the ledger is touched
-        q = _point_m(point, fp.crs_in, pyproj.CRS.from_wkt(f.crs_m))
+        q = _point_m(point, fp.crs_in, pyproj.CRS(f.crs_m))
         _k._check_extent(q)
         points.append(q)
         ks.append(Fraction(float(f.scale_max)))
@@ -376,7 +376,7 @@ def hull_split(
         r_min = np.full(len(c.values), 1.0)
         spend = None
         for j in range(len(c.values)):  # the pandas face's order: part by part
-            crs_m = pyproj.CRS.from_wkt(c.facts[j].crs_m)
+            crs_m = pyproj.CRS(c.facts[j].crs_m)
             for i, recs in enumerate(ran.value):
                 for jj, rec in enumerate(recs):
                     if c.index[i][jj] != j:

@@ -74,11 +74,13 @@ def check_split(
 class PartFacts:
     """One part as one dask partition sees it: public facts only."""
 
-    crs_m: str  # WKT, chosen from the part's public box
-    crs_text: str  # its ``to_string()`` as the pandas face states it (a WKT round trip differs)
+    crs_m: str  # as the worker built it (``CRS.srs``), chosen from the part's public box
     scale_max: float
     noise_inflation: float
     n_points: int
+    #: ``CRS(crs_m).to_string()``, as the pandas face states it (filled once per part on the
+    #: client: the lookup costs a few tenths of a second)
+    crs_text: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ def split_check(part: pd.DataFrame, cols: Any) -> SplitCheck:
         lu, lc = np.unique(s.codes[r], return_counts=True)
         lus.append(lu.astype(np.int64))
         lcs.append(lc.astype(np.int64))
-        facts.append(PartFacts(crs_m=p.crs_m.to_wkt(), crs_text=p.crs_m.to_string(),
+        facts.append(PartFacts(crs_m=p.crs_m.srs,
                                scale_max=float(p.scale_max),
                                noise_inflation=float(p.noise_inflation),
                                n_points=len(r)))  # fmt: skip
@@ -240,6 +242,10 @@ def combine_split(checks: list[SplitCheck], partition: Any) -> Combined:
         values = sorted(seen)
     except TypeError:  # values of mixed types: order of first appearance
         values = seen
+    import pyproj
+
+    for v in values:
+        facts[v] = dataclasses.replace(facts[v], crs_text=pyproj.CRS(facts[v].crs_m).to_string())
     pos = {_key(v): j for j, v in enumerate(values)}
     index = [[pos[_key(v)] for v in c.values] for c in checks]
     return Combined(users=users, counts=counts, offsets=offsets, values=values,
@@ -252,7 +258,7 @@ def _key(v: Any) -> Any:
 
 @dataclass(frozen=True)
 class StatedCrs:
-    """A part's metric CRS as a Result states it (``crs_m.to_string()`` on the worker)."""
+    """A part's metric CRS as a Result states it (the pandas face's ``crs_m.to_string()``)."""
 
     text: str
 

@@ -77,7 +77,7 @@ def prepare_split(part: pd.DataFrame, cols: Any, select: Any) -> tuple[Any, list
         lus.append(codes[mine][order].astype(np.int64))
         xys.append(p.xy[local_of[pos[mine]][order]])
         values.append(s.values[j])
-        facts.append(PartFacts(crs_m=p.crs_m.to_wkt(), crs_text=p.crs_m.to_string(),
+        facts.append(PartFacts(crs_m=p.crs_m.srs,
                                scale_max=float(p.scale_max),
                                noise_inflation=float(p.noise_inflation),
                                n_points=len(s.rows[j])))  # fmt: skip
@@ -165,7 +165,7 @@ def range_count_split(
     polys: dict[int, list[Any]] = {}
     labels = series = crs = many = None
     for j in live:
-        crs_m = pyproj.CRS.from_wkt(c.facts[j].crs_m)
+        crs_m = pyproj.CRS(c.facts[j].crs_m)
         polys[j], labels, series, crs, many = project_regions(
             region, SimpleNamespace(crs_in=crs_in, crs_m=crs_m))
     n_regions = len(polys[live[0]])
