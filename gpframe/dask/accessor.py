@@ -270,6 +270,8 @@ class DaskGeoPriv:
         beta: float = 0.05,
         component: Any = None,
         reduce: Literal["first", "last"] | None = None,
+        allocations: Any = None,
+        progress: bool | None = None,
         rng: BitSource | None = None,
         on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
@@ -294,7 +296,15 @@ class DaskGeoPriv:
             a GeoDataFrame's other columns kept as public). Each region is one query: K regions
             charge each user up to K × the allocation, as on the pandas face.
         rho, eps, method, rounds, split, beta, component, reduce
-            As for the pandas accessor (``allocations=`` and plans are not offered here).
+            As for the pandas accessor.
+        allocations : Series by user, array, scalar or SessionPlan, optional
+            As for the pandas accessor: per-user allocations instead of ``rho``/``eps`` (a user
+            missing from a Series is not asked and is reported excluded), or a plan
+            (``session.plan(...)``) that gives each region its next allocations and records
+            its charges. Not with ``partition=``.
+        progress : bool or None
+            A tqdm bar over the regions (None: on in a terminal or notebook when there are
+            several).
         rng : BitSource, optional
             None: each worker draws from its own OS CSPRNG.
         on_exhausted : {"exclude", "raise"}
@@ -327,15 +337,22 @@ class DaskGeoPriv:
         if self.cols.partition is not None:  # one metric CRS per public part
             from gpframe.dask.range_count_parts import range_count_split
 
+            if allocations is not None:
+                raise InvalidInputError(
+                    f"allocations= is not supported with partition={self.cols.partition!r}; "
+                    f"pass rho= or eps=. {_NOTHING}"
+                )
+
             return range_count_split(self, region, rho=rho, eps=eps, method=method,
                                      rounds=rounds, split=split, beta=beta, component=component,
                                      reduce=reduce, rng=rng, on_exhausted=on_exhausted,
-                                     dry_run=dry_run)  # fmt: skip
+                                     dry_run=dry_run, progress=progress)  # fmt: skip
         from gpframe.dask.range_count import range_count
 
         return range_count(self, region, rho=rho, eps=eps, method=method, rounds=rounds,
                            split=split, beta=beta, component=component, reduce=reduce,
-                           rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
+                           rng=rng, on_exhausted=on_exhausted, dry_run=dry_run,
+                           allocations=allocations, progress=progress)  # fmt: skip
 
 
     def kde(

@@ -103,7 +103,7 @@ def block(prepared: tuple[Any, list[Any]], jj: int) -> tuple[Any, np.ndarray]:
 def range_count_split(
     bound: Any, region: Any, *, rho: Any, eps: Any, method: str, rounds: int, split: str,
     beta: float, component: Any, reduce: Any, rng: Any, on_exhausted: str = "exclude",
-    dry_run: bool = False,
+    dry_run: bool = False, progress: Any = None,
 ) -> Any:  # fmt: skip
     """Run range_count on a split dask frame (see :meth:`gpframe.dask.DaskGeoPriv.range_count`)."""
     import dask
@@ -241,8 +241,15 @@ def range_count_split(
                             params=extra, query_id=ran.query_id)  # fmt: skip
 
     def go(**_: Any) -> Any:  # the reservations and releases (on_exhausted: see settle)
+        from gpframe.queries.privatize import progress_enabled
+
         results, rows = [], []
-        for k in range(n_regions):
+        iterator: Any = range(n_regions)
+        if n_regions > 1 and progress_enabled(progress):
+            from tqdm.auto import tqdm
+
+            iterator = tqdm(iterator, desc="range_count", unit="region")
+        for k in iterator:
             try:
                 res = one(k)
             except PreviewStop:  # a dry run: this region's reservation is planned, go on
