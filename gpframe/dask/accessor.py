@@ -719,7 +719,7 @@ class DaskGeoPriv:
         epsilon_per_statistic: float | None = None,
         epsilon: float | None = None,
         cells: int | str = 8,
-        occupancy: str | None = None,
+        occupancy: Any = None,
         clamp: bool = False,
         beta: float = 0.05,
         split: tuple[float, float] | None = None,
@@ -778,10 +778,12 @@ class DaskGeoPriv:
             ε per statistic per cell. Exactly one of the three amounts.
         cells : int or str
             H3 resolution, or a column of H3 cells (str or int).
-        occupancy : {"public", "private"}
-            ``"public"``: the per-(user, cell) counts are public by declaration; ``"private"``:
-            they are protected too (contribution bounding). A checked occupancy table needs the
-            pandas face.
+        occupancy : {"public", "private"} or DataFrame
+            ``"public"``: the per-(user, cell) counts are public by declaration; the public
+            occupancy table itself (columns ``user``, ``cell``, ``count``): the same, checked
+            against the partitions' exact counts before anything is reserved (the query fails
+            closed when they differ); ``"private"``: they are protected too (contribution
+            bounding).
         clamp, beta, split
             As for the pandas accessor.
         public_cells, max_cells, max_per_cell, salt

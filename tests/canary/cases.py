@@ -1167,6 +1167,34 @@ def _dask_grid_public(ctx: Ctx) -> Any:
         return b.grid_stats(**_GRID, occupancy="public", rng=ctx.rng(12))
 
 
+@case(
+    name="grid_stats/dask/occupancy-table",
+    frontend="dask",
+    covers=("dask.grid_stats",),
+    modules=("gpframe.dask.grid_stats", "gpframe.dask.grid_clip", QF + "grid_occupancy",
+             QF + "grid_stats", QF + "grid_clip_output"),
+    public=frozenset({"count", "cell"}),
+    central=True,
+    neighbour="result",
+    exempt=("error",),
+    missing=_no_dask,
+)  # fmt: skip (the largest cell error: from the public occupancy)
+def _dask_grid_table(ctx: Ctx) -> Any:
+    # the caller's public occupancy table (checked against the partitions' counts): the same
+    # release as occupancy="public"
+    import dask
+
+    from gpframe.queries.grid_cells import h3_cells
+
+    bound = ctx.bound()
+    t = pd.DataFrame({"user": np.asarray(bound.projected.users),
+                      "cell": h3_cells(bound.projected, H3_RES)})  # fmt: skip
+    table = t.groupby(["user", "cell"]).size().rename("count").reset_index()
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.grid_stats(**_GRID, occupancy=table, rng=ctx.rng(175))
+
+
 @case(name="grid_stats/dask/private-occupancy", frontend="dask", covers=("dask.grid_stats",),
       modules=("gpframe.dask.accessor", "gpframe.dask.grid_private", "gpframe.dask.partitions",
                QF + "contribution_bounding", QF + "grid_private"),
