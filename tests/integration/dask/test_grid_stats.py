@@ -291,7 +291,8 @@ def _table(df: pd.DataFrame, res: int = 8) -> pd.DataFrame:
 
 @pytest.mark.parametrize("form", [
     {},  # epsilon_per_user: the per-user total
-    {"epsilon_per_user": None, "epsilon_per_statistic": 0.5},  # Clip-User, input order
+    pytest.param({"epsilon_per_user": None, "epsilon_per_statistic": 0.5},  # Clip-User
+                 marks=pytest.mark.slow),
 ])  # fmt: skip
 def test_a_checked_occupancy_table_releases_what_the_pandas_face_releases(cluster, form) -> None:
     # the caller declares the public table; it is checked against the partitions' exact

@@ -45,9 +45,8 @@ def _units(s):
     return out, len(rows)
 
 
-@pytest.mark.parametrize("per,to", [
-    ("user", False), pytest.param("point", True, marks=pytest.mark.slow),
-])  # fmt: skip
+@pytest.mark.slow  # the default run has one case, in test_privatize.py (its module's cluster)
+@pytest.mark.parametrize("per,to", [("user", False), ("point", True)])
 def test_split_privatize_charges_and_states_what_the_pandas_face_does(cluster, tmp_path, per, to):
     df = _data()
     dom = {"AK": AK, "PR": PR}
@@ -92,7 +91,8 @@ def test_split_privatize_charges_and_states_what_the_pandas_face_does(cluster, t
                  marks=pytest.mark.slow),
     ({"partition": "gap"}, "missing values"),
 ])  # fmt: skip
-def test_a_bad_split_is_refused_before_the_ledger_is_touched(cluster, change, match):
+def test_a_bad_split_is_refused_before_the_ledger_is_touched(change, match):
+    # no cluster needed to refuse: the first pass runs on dask's local scheduler here
     df = _data(40)
     lon = df["lon"].to_numpy()
     df["zone"] = (np.floor((lon + 180.0) / 6.0).astype(np.int64) % 60) + 1
@@ -106,7 +106,7 @@ def test_a_bad_split_is_refused_before_the_ledger_is_touched(cluster, change, ma
     assert s.ledger.snapshot() == before
 
 
-def test_operations_without_a_split_refuse_it(cluster):
+def test_operations_without_a_split_refuse_it():
     s = gp.Session(budget=gp.CGP(rho=1.0))
     bound = dd.from_pandas(_data(40), npartitions=2).geopriv(s, domain={"AK": AK, "PR": PR},
                                                              **KW)  # fmt: skip
@@ -126,7 +126,8 @@ def _zones():
                             crs="EPSG:4326")  # fmt: skip
 
 
-@pytest.mark.parametrize("method", ["dist", pytest.param("pt-elim", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the default run covers it through tests/canary (synchronous scheduler)
+@pytest.mark.parametrize("method", ["dist", "pt-elim"])
 def test_split_range_count_charges_and_states_what_the_pandas_face_does(cluster, method):
     # one reservation per zone on both faces, each user's point in its own part's CRS: the
     # same per-user charges in exact ledger units (the one-round method charges the
