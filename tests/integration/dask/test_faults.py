@@ -26,6 +26,7 @@ import pytest
 
 import gpframe as gp
 import gpframe.dask
+from gpframe.dask import staging
 from gpframe.testing import callback_rng
 
 from . import faults
@@ -172,6 +173,15 @@ def test_a_client_killed_mid_query_publishes_nothing_and_is_settled_on_open(clus
     assert s.ledger.verify()["reservations"] == 0
     spent = s.spent()
     assert len(spent) == 60 and np.allclose(spent.to_numpy(), 1e-5)  # in full, once
+    # the dead client's staging directory is still there (its lock died with it); the next
+    # write to the same destination removes it before anything is reserved, then publishes
+    left = [p for p in os.listdir(tmp_path) if ".staging-" in p]
+    assert len(left) == 1 and (tmp_path / left[0] / staging.LOCK_FILE).exists()
+    res = dd.from_pandas(_frame(), npartitions=2).geopriv(s, **KW).privatize(rho=1e-5, to=target)
+    assert not [p for p in os.listdir(tmp_path) if ".staging-" in p]
+    assert sorted(os.listdir(target)) == sorted([*json.loads(
+        (target / "_gpframe_result.json").read_text())["files"], "_gpframe_result.json"])
+    assert np.allclose(s.spent().to_numpy(), 2e-5) and res.query_id
 
 
 def _holders(name, dask_scheduler=None):
