@@ -57,17 +57,15 @@ def test_a_live_client_keeps_its_staging_and_a_killed_one_loses_it(tmp_path) -> 
     assert not path.exists()
 
 
-def test_the_command_removes_orphans_and_leaves_unlocked_directories(tmp_path) -> None:
+def test_the_command_removes_orphans_and_leaves_unlocked_directories(tmp_path, capsys) -> None:
     orphan = _stage(tmp_path, "q2")
     legacy = tmp_path / "out.staging-old"  # no lock file: never removed automatically
     legacy.mkdir()
     other = _stage(tmp_path, "q3")
     other.rename(tmp_path / "elsewhere.staging-q3")  # another destination's: not touched
-    root = Path(__file__).resolve().parents[3]
-    got = subprocess.run([sys.executable, "-m", "gpframe.dask.staging", "clean",
-                          str(tmp_path / "out")], cwd=root, capture_output=True, text=True,
-                         timeout=120, check=True)  # fmt: skip
-    assert got.stdout.split() == [str(orphan)]
+    # python -m gpframe.dask.staging clean <target> (its entry point, in this process)
+    assert staging._main(["clean", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.split() == [str(orphan)]
     assert not orphan.exists() and legacy.exists() and (tmp_path / "elsewhere.staging-q3").exists()
 
 
