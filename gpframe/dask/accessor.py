@@ -70,6 +70,19 @@ class DaskGeoPrivAccessor:
         Returns
         -------
         DaskGeoPriv
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, pandas as pd, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": [1, 1, 2, 3], "fleet": ["a", "b", "a", "b"],
+        ...                    "x": [500_100.0, 500_150.0, 500_200.0, 530_000.0],
+        ...                    "y": [4_500_100.0, 4_500_120.0, 4_500_300.0, 4_530_000.0]})
+        >>> s = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(
+        ...     s, user="boat", x="x", y="y", crs="EPSG:32618", partition="fleet")
+        >>> out = bound.privatize(rho=1e-5)        # boat 1 is in both fleets: it pays twice
+        >>> sorted(out.columns), s.spent().sort_index().tolist()
+        (['boat', 'fleet', 'geometry', 'x', 'y'], [2e-05, 1e-05, 1e-05])
         """
         meta = self._obj._meta
         if session is None or not hasattr(session, "reserve"):
