@@ -202,14 +202,21 @@ def test_split_knn_and_hull_charge_and_state_what_the_pandas_face_does(cluster, 
 
 
 @pytest.mark.slow
-def test_a_split_dry_run_plans_the_pandas_reservation_and_touches_nothing(cluster):
+@pytest.mark.parametrize("op", ["privatize", "range_count", "knn", "convex_hull"])
+def test_a_split_dry_run_plans_the_pandas_reservation_and_touches_nothing(cluster, op):
+    calls = {
+        "privatize": lambda b: b.privatize(rho=1e-4, dry_run=True),
+        "range_count": lambda b: b.range_count(_zones(), rho=1e-4, reduce="last", dry_run=True),
+        "knn": lambda b: b.knn((-150.0, 62.0), 2, rho=1e-3, dry_run=True),
+        "convex_hull": lambda b: b.convex_hull(rho=1e-3, dry_run=True),
+    }
     df = _data(40)
     dom = {"AK": AK, "PR": PR}
     s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1.0)), gp.Session(budget=gp.CGP(rho=1.0))
     before = s_dk.ledger.snapshot()
-    a = df.geopriv(s_pd, domain=dom, **KW).privatize(rho=1e-4, dry_run=True)
-    b = dd.from_pandas(df, npartitions=2).geopriv(s_dk, domain=dom, **KW).privatize(
-        rho=1e-4, dry_run=True)
+    a = calls[op](df.geopriv(s_pd, domain=dom, **KW))
+    b = calls[op](dd.from_pandas(df, npartitions=2).geopriv(s_dk, domain=dom, **KW))
     assert s_dk.ledger.snapshot() == before
     ta, tb = a.to_frame(), b.to_frame()
     pd.testing.assert_series_equal(tb["allocation"].sort_index(), ta["allocation"].sort_index())
+    assert a.error == pytest.approx(b.error)
