@@ -977,10 +977,20 @@ def _dask_knn(ctx: Ctx) -> Any:
 
 
 def _dask_split(ctx: Ctx) -> Any:
-    """The canary frame split by a public column, as a dask frame bound with one box per part."""
+    """The canary frame split by a public column, as a dask frame bound with one box per part.
+
+    One dask partition: the release boundary is each task's (the cluster tests in
+    tests/integration/dask/test_partition.py split parts across partitions), and each part's
+    projection is the slow step of these cases.
+    """
+    import dask_geopandas
+
+    import gpframe.dask  # noqa: F401  (registers ddf.geopriv)
+
     d = ctx.data.lonlat.drop(columns=["lon", "lat"])
     d = d.assign(fleet=np.where(np.arange(len(d)) % 3 == 0, "north", "south"))
-    return _ddf(ctx, d).geopriv(ctx.session, user="uid", partition="fleet",
+    ddf = dask_geopandas.from_geopandas(d, npartitions=1)
+    return ddf.geopriv(ctx.session, user="uid", partition="fleet",
                                 domain={"north": (-1.0, 42.0, 2.0, 45.0),
                                         "south": (-2.0, 41.0, 3.0, 46.0)})  # fmt: skip
 
