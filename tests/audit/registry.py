@@ -169,6 +169,26 @@ THIN_WRAPPERS: dict[str, str] = {
         "release) with them, the noise drawn on the client. Same values and charges as the "
         "pandas face with the same seeded source: tests/integration/dask/test_grid_stats.py"
     ),
+    "gpframe.dask.privatize_parts": (
+        "the Dask face's privatize with partition=: one reservation through the driver (the "
+        "amount per part a user is in), then gpframe.queries.privatize.privatize_points "
+        "(audited) per (partition, part) with the part's scale_max, its own stream and the "
+        "part's union-bound n; charges as the pandas face: tests/integration/dask/test_partition.py"
+    ),
+    "gpframe.dask.range_count_parts": (
+        "the Dask face's range_count with partition=: one reservation per region through the "
+        "driver, then gpframe.queries.range_count.range_count_arrays (audited, through "
+        "gpframe.dask.range_count.count_partition) per (partition, part) at beta / k with the "
+        "part's metres, scale_max and union-bound n; charges as the pandas face: "
+        "tests/integration/dask/test_partition.py"
+    ),
+    "gpframe.dask.knn_parts": (
+        "the Dask face's knn and convex_hull with partition=: one reservation (the amount once "
+        "per part a user is in), then gpframe.queries.knn.knn_indices or "
+        "gpframe.queries.hull.private_hulls (audited) per (partition, part) with the part's "
+        "scale_max and its own stream; charges as the pandas face: "
+        "tests/integration/dask/test_partition.py"
+    ),
     "gpframe.dask.partitions": (
         "shuffles on the user column and validates/counts each partition (draws nothing); "
         "spawn_rng gives each partition a fresh secure source or a child test stream"
