@@ -29,6 +29,7 @@ module level without an import cycle.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -347,15 +348,25 @@ def exact_amounts(vals: np.ndarray, fname: str, param: str, unit: str) -> dict[f
     The batch form of :func:`gpframe.accounting.amounts.positive` (the relation helpers check
     their one amount with :func:`gpframe.accounting.amounts.metric_amount`).
     """
-    from gpframe.accounting.amounts import positive
-
     bad = ~np.isfinite(vals) | (vals <= 0)
     if bad.any():
         raise InvalidInputError(
             f"{fname}: {param}={float(vals[bad][0])!r} in {int(bad.sum())} row(s) must be finite "
             f"and > 0 ({unit}). Nothing was charged for this batch."
         )
-    return {v: positive(v, param) for v in np.unique(vals).tolist()}
+    return {v: _positive(v, param) for v in np.unique(vals).tolist()}
+
+
+@functools.lru_cache(maxsize=4096)
+def _positive(value: float, param: str) -> Fraction:
+    """:func:`gpframe.accounting.amounts.positive` of a float, once per distinct value.
+
+    A query repeats its amount in every batch; a ``Fraction`` is immutable, so the cached one
+    is shared safely between DuckDB's threads.
+    """
+    from gpframe.accounting.amounts import positive
+
+    return positive(value, param)
 
 
 def _existing(con: Any, names: Iterable[str]) -> set[str]:
@@ -523,11 +534,21 @@ def factorize_ids(a: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     int64 array when every id is an integer that fits, else an object array of Python ints
     and strs. Arrow factorizes first, so only the distinct ids become Python objects.
     """
+    import pandas as pd
     import pyarrow as pa
 
     from gpframe.ledger.keys import user_keys
 
-    codes, keys = user_keys(arrow(a).take(pa.array(rows, type=pa.int64())), "user_id")
+    a = arrow(a)
+    if len(rows) != len(a):
+        a = a.take(pa.array(rows, type=pa.int64()))
+    if a.null_count == 0 and (pa.types.is_int64(a.type) or pa.types.is_uint64(a.type)):
+        v = np.asarray(a.to_numpy(zero_copy_only=False))
+        if v.dtype == np.int64 or (v.size and int(v.max()) < 2**63):
+            # the key_array of what user_keys gives, without a Python int per distinct id
+            codes, uniques = pd.factorize(v.astype(np.int64, copy=False), sort=False)
+            return np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=np.int64)
+    codes, keys = user_keys(a, "user_id")
     return codes, key_array(keys)
 
 

@@ -43,6 +43,7 @@ from gpframe.errors import (
     LedgerCorruptError,
     LedgerError,
 )
+from gpframe.ledger.group import GroupCommit
 from gpframe.ledger.integrity import (
     HMAC,
     SHA256,
@@ -319,6 +320,8 @@ class Ledger:
     ) -> None:
         self.store = store
         self._lock = threading.RLock()
+        #: concurrent reserves and charges share one write transaction (group commit)
+        self._group = GroupCommit(self._lock, self._write)
         self._index = pd.Index(np.empty(0, dtype=np.int64))
         #: SHA-256 over every user id in index order (uid_bytes): the users' part of ``state``
         self._uhash = hashlib.sha256()
@@ -852,42 +855,61 @@ class Ledger:
         rid = uuid.uuid4().hex
         cid = charge_id or rid
         kind_s = kind or self.kind[notion]
-        with self._lock, self._write():
-            prior = self.store.charge(cid)
-            if prior is not None:
-                return self._replay(prior, keys, alloc, too_big, notion, kind_s, rid)
-            if charge_id is not None and any(r.charge_id == cid for r in self.store.reservations()):
-                # two open reservations under one id could both draw noise and only one of
-                # them would be charged (the other's commit would look like a replay)
-                raise ChargeConflictError(
-                    f"charge_id={cid!r} belongs to a reservation that is still open; it is "
-                    "charged when that block ends (or in full when its process is gone). Retry "
-                    "after it is committed, or use a fresh charge_id. Nothing was charged."
-                )
-            idx = self._ensure(keys)
-            spent, budget = self._gather(notion, idx)
-            held = self._held(notion, idx)
-            rem = budget - spent  # both in [0, MAX]: no overflow
-            rem = np.where(rem < 0, -1, rem) - held  # held <= MAX by the filter invariant
-            admitted = (alloc <= rem) & ~too_big
-            alloc = np.where(admitted, alloc, 0)
-            a_idx, a_alloc = idx[admitted], alloc[admitted]
-            created = _now()
-            self.store.add_query(rid, query, notion, kind_s, ptext, created)
-            self.store.add_reservation(
-                ReservationRow(
-                    rid, notion, rid, cid, kind_s, created, os.getpid(), _HOST, self.token,
-                    a_idx, a_alloc,
-                )
-            )  # fmt: skip
-            self._audit(
-                "reserve",
-                {
-                    "reservation": rid, "query": query, "notion": notion, "kind": kind_s,
-                    "charge_id": cid, "n": int(keys.size), "admitted": int(a_idx.size),
-                    "held": str(_exact_sum(a_alloc)), "digest": _digest(notion, a_idx, a_alloc),
-                },
-            )  # fmt: skip
+        return self._group.run(
+            lambda: self._reserve(
+                keys, alloc, too_big, notion, kind_s, query, ptext, rid, cid, charge_id
+            )
+        )
+
+    def _reserve(
+        self,
+        keys: np.ndarray,
+        alloc: np.ndarray,
+        too_big: np.ndarray,
+        notion: str,
+        kind_s: str,
+        query: str,
+        ptext: str,
+        rid: str,
+        cid: str,
+        charge_id: str | None,
+    ) -> Reservation:
+        """Write one :meth:`reserve` inside a (possibly shared) write transaction."""
+        prior = self.store.charge(cid)
+        if prior is not None:
+            return self._replay(prior, keys, alloc, too_big, notion, kind_s, rid)
+        if charge_id is not None and any(r.charge_id == cid for r in self.store.reservations()):
+            # two open reservations under one id could both draw noise and only one of
+            # them would be charged (the other's commit would look like a replay)
+            raise ChargeConflictError(
+                f"charge_id={cid!r} belongs to a reservation that is still open; it is "
+                "charged when that block ends (or in full when its process is gone). Retry "
+                "after it is committed, or use a fresh charge_id. Nothing was charged."
+            )
+        idx = self._ensure(keys)
+        spent, budget = self._gather(notion, idx)
+        held = self._held(notion, idx)
+        rem = budget - spent  # both in [0, MAX]: no overflow
+        rem = np.where(rem < 0, -1, rem) - held  # held <= MAX by the filter invariant
+        admitted = (alloc <= rem) & ~too_big
+        alloc = np.where(admitted, alloc, 0)
+        a_idx, a_alloc = idx[admitted], alloc[admitted]
+        created = _now()
+        self.store.add_query(rid, query, notion, kind_s, ptext, created)
+        self.store.add_reservation(
+            ReservationRow(
+                rid, notion, rid, cid, kind_s, created, os.getpid(), _HOST, self.token,
+                a_idx, a_alloc,
+            )
+        )  # fmt: skip
+        self._audit(
+            "reserve",
+            {
+                "reservation": rid, "query": query, "notion": notion, "kind": kind_s,
+                "charge_id": cid, "n": int(keys.size), "admitted": int(a_idx.size),
+                "held": str(_exact_sum(a_alloc)), "digest": _digest(notion, a_idx, a_alloc),
+            },
+        )  # fmt: skip
         return Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, alloc)
 
     def admission(
@@ -1011,50 +1033,61 @@ class Ledger:
         if order is not None:  # None: already in index order (the common case), no copies
             c_idx, c_amt, c_alloc = c_idx[order], c_amt[order], c_alloc[order]
         digest = _digest(res.notion, c_idx, c_amt)
-        with self._lock, self._write():
-            prior = self.store.charge(res.charge_id)
-            if prior is not None:
-                # only this reservation's own earlier commit may stand in for this one: any
-                # other reservation held budget and may have drawn noise, so it must pay
-                if (
-                    prior.digest != digest
-                    or prior.notion != res.notion
-                    or prior.reservation_id != res.id
-                ):
-                    raise ChargeConflictError(
-                        f"charge id {res.charge_id!r} was already committed with other users or "
-                        "amounts; a replay must repeat the same charge. Nothing more was charged "
-                        "by this call."
-                    )
-                if self.store.has_reservation(res.id):
-                    self.store.delete_reservation(res.id)
-                    self._audit("release", {"reservation": res.id, "charge_id": res.charge_id})
-                return False
-            if not self.store.has_reservation(res.id):
-                raise LedgerError(
-                    f"reservation {res.id} was already settled or cancelled (by close() or "
-                    "settle_stale()); its amounts are accounted for. Nothing more was charged."
+        return self._group.run(lambda: self._commit_in(res, c_idx, c_amt, c_alloc, digest, op))
+
+    def _commit_in(
+        self,
+        res: Reservation,
+        c_idx: np.ndarray,
+        c_amt: np.ndarray,
+        c_alloc: np.ndarray,
+        digest: str,
+        op: str,
+    ) -> bool:
+        """Write one :meth:`_commit` inside a (possibly shared) write transaction."""
+        prior = self.store.charge(res.charge_id)
+        if prior is not None:
+            # only this reservation's own earlier commit may stand in for this one: any
+            # other reservation held budget and may have drawn noise, so it must pay
+            if (
+                prior.digest != digest
+                or prior.notion != res.notion
+                or prior.reservation_id != res.id
+            ):
+                raise ChargeConflictError(
+                    f"charge id {res.charge_id!r} was already committed with other users or "
+                    "amounts; a replay must repeat the same charge. Nothing more was charged "
+                    "by this call."
                 )
-            nz = c_amt > 0
-            if nz.size and nz.all():
-                self._update(res.notion, c_idx, c_amt, None)
-            elif nz.any():
-                self._update(res.notion, c_idx[nz], c_amt[nz], None)
-            created = _now()
-            self._add_charge(
-                ChargeRow(
-                    res.charge_id, res.id, res.query_id, res.notion, res.kind, created,
-                    c_idx, c_amt, digest, c_alloc,
-                )
-            )  # fmt: skip
-            self.store.delete_reservation(res.id)
-            self._audit(
-                op,
-                {
-                    "reservation": res.id, "charge_id": res.charge_id, "notion": res.notion,
-                    "n": int(c_idx.size), "total": str(_exact_sum(c_amt)), "digest": digest,
-                },
-            )  # fmt: skip
+            if self.store.has_reservation(res.id):
+                self.store.delete_reservation(res.id)
+                self._audit("release", {"reservation": res.id, "charge_id": res.charge_id})
+            return False
+        if not self.store.has_reservation(res.id):
+            raise LedgerError(
+                f"reservation {res.id} was already settled or cancelled (by close() or "
+                "settle_stale()); its amounts are accounted for. Nothing more was charged."
+            )
+        nz = c_amt > 0
+        if nz.size and nz.all():
+            self._update(res.notion, c_idx, c_amt, None)
+        elif nz.any():
+            self._update(res.notion, c_idx[nz], c_amt[nz], None)
+        created = _now()
+        self._add_charge(
+            ChargeRow(
+                res.charge_id, res.id, res.query_id, res.notion, res.kind, created,
+                c_idx, c_amt, digest, c_alloc,
+            )
+        )  # fmt: skip
+        self.store.delete_reservation(res.id)
+        self._audit(
+            op,
+            {
+                "reservation": res.id, "charge_id": res.charge_id, "notion": res.notion,
+                "n": int(c_idx.size), "total": str(_exact_sum(c_amt)), "digest": digest,
+            },
+        )  # fmt: skip
         return True
 
     def _cancel(self, res: Reservation) -> None:
