@@ -144,7 +144,7 @@ def _make_udf(reg: RangeRegistration) -> Any:
             nus = _u.union_sizes(n_users)
             wk = _objects(wkb)[rows]
             inside, done = _batch(
-                reg, _u.user_objects(user_id, rows), _np(x, np.float64)[rows],
+                reg, _u.factorize_ids(user_id, rows), _np(x, np.float64)[rows],
                 _np(y, np.float64)[rows], wk, _np(rho, np.float64)[rows],
                 _np(rounds, np.float64)[rows].astype(np.int64), nus[rows],
             )  # fmt: skip
@@ -213,7 +213,7 @@ def _check_region_units(units: Any, geom: Any, fname: str) -> None:
 
 def _batch(
     reg: RangeRegistration,
-    users: np.ndarray,
+    users: tuple[np.ndarray, np.ndarray],
     xs: np.ndarray,
     ys: np.ndarray,
     wkbs: np.ndarray,
