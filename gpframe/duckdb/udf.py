@@ -607,6 +607,7 @@ def charge_batch(
     units: bool = False,
     all_or_none: str | None = None,
     on_exhausted: str = "exclude",
+    prepaid: bool = False,
 ) -> np.ndarray:
     """Reserve ``alloc`` for ``users``, run ``work(admitted)``, charge what it returns.
 
@@ -628,6 +629,9 @@ def charge_batch(
     :data:`SQL_ON_EXHAUSTED`) a user
     who cannot pay refuses the batch with a :class:`~gpframe.errors.BudgetExceededError`
     naming them, before anything is reserved or drawn (:func:`gpframe.ledger.run.run`).
+    ``prepaid=True`` (a batch whose charge is its allocation, ``units`` only): the reservation's
+    transaction commits the charge too, before ``work`` draws anything, so the batch makes one
+    durable write instead of two; ``work`` must return the allocations of the admitted users.
 
     Returns
     -------
@@ -652,7 +656,8 @@ def charge_batch(
     with LEDGER_LOCK if plan is not None else contextlib.nullcontext(), \
             raising_on_exhausted() if strict else contextlib.nullcontext():
         ran = run(session, users, alloc, query=query, params=params, notion=notion, kind=kind,
-                  units=units, check=check, compute=compute, dry_run=plan)  # fmt: skip
+                  units=units, check=check, compute=compute, dry_run=plan,
+                  prepaid=prepaid and plan is None)  # fmt: skip
     if ran.status == "preview":  # planned only: no user's rows are computed (NULL out)
         return np.zeros(len(ran.reservation.users), dtype=bool)
     return np.asarray(ran.value, dtype=bool)

@@ -26,6 +26,7 @@ import threading
 import uuid
 import warnings
 import weakref
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -828,8 +829,18 @@ class Ledger:
         params: dict[str, Any] | None,
         charge_id: str | None,
         units: bool = False,
+        paid: bool = False,
+        check: Callable[[Reservation], Any] | None = None,
     ) -> Reservation:
-        """Check-and-reserve for all users in one transaction; see :meth:`Session.reserve`."""
+        """Check-and-reserve for all users in one transaction; see :meth:`Session.reserve`.
+
+        ``paid=True`` (the driver's prepaid runs, :func:`gpframe.ledger.run.run`): the same
+        transaction also commits the charge of every admitted user's full allocation, after
+        ``check(reservation)`` (which draws no noise; raising rolls the whole transaction back,
+        nothing written). One durable write instead of two; the reservation comes back charged.
+        """
+        if paid and charge_id is not None:
+            raise GpframeInternalError("a prepaid reservation takes no charge_id.")
         notion = self._notion(notion)
         keys = _user_keys(users)
         if units:
@@ -855,11 +866,18 @@ class Ledger:
         rid = uuid.uuid4().hex
         cid = charge_id or rid
         kind_s = kind or self.kind[notion]
-        return self._group.run(
-            lambda: self._reserve(
-                keys, alloc, too_big, notion, kind_s, query, ptext, rid, cid, charge_id
-            )
-        )
+
+        def write() -> Reservation:
+            r = self._reserve(keys, alloc, too_big, notion, kind_s, query, ptext, rid, cid,
+                              charge_id)  # fmt: skip
+            if paid:
+                if check is not None:
+                    check(r)
+                self._commit_in(r, *self._charge_rows(r, r.allocation_units), "charge")
+                r.state = "charged"
+            return r
+
+        return self._group.run(write)
 
     def _reserve(
         self,
@@ -1025,6 +1043,13 @@ class Ledger:
 
     def _commit(self, res: Reservation, used: np.ndarray, op: str) -> bool:
         """Commit the admitted users' ``used`` units; False if this reservation already did."""
+        rows = self._charge_rows(res, used)
+        return self._group.run(lambda: self._commit_in(res, *rows, op))
+
+    def _charge_rows(
+        self, res: Reservation, used: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+        """Return (indices, amounts, allocations, digest) of the admitted users, in index order."""
         every = bool(res.admitted.all())  # then the arrays as they are, not masked copies
         a_idx = res._idx if every else res._idx[res.admitted]
         order = _order_unique(a_idx)  # a reservation's users are distinct
@@ -1032,8 +1057,7 @@ class Ledger:
         c_alloc = res.allocation_units if every else res.allocation_units[res.admitted]
         if order is not None:  # None: already in index order (the common case), no copies
             c_idx, c_amt, c_alloc = c_idx[order], c_amt[order], c_alloc[order]
-        digest = _digest(res.notion, c_idx, c_amt)
-        return self._group.run(lambda: self._commit_in(res, c_idx, c_amt, c_alloc, digest, op))
+        return c_idx, c_amt, c_alloc, _digest(res.notion, c_idx, c_amt)
 
     def _commit_in(
         self,

@@ -141,6 +141,9 @@ def test_threaded_file_ledger_batches_share_commits_and_never_overspend(table, t
     released = [int(c) for _, c in got]
     g = s.ledger._group
     assert g.transactions < g.writes  # batches shared durable commits
+    ops = [row[2] for row in s.ledger.store.audit()]
+    # each batch one write: its charge is committed with its reservation, before the noise
+    assert g.writes == ops.count("reserve") == ops.count("charge") > 100
     spent = s.spent_exact(list(range(USERS)))
     assert spent.tolist() == [RHO * c for c in released]  # each released row charged once
     assert (spent <= budget).all() and min(released) > 0
