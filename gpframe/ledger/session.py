@@ -834,10 +834,12 @@ class Ledger:
     ) -> Reservation:
         """Check-and-reserve for all users in one transaction; see :meth:`Session.reserve`.
 
-        ``paid=True`` (the driver's prepaid runs, :func:`gpframe.ledger.run.run`): the same
-        transaction also commits the charge of every admitted user's full allocation, after
-        ``check(reservation)`` (which draws no noise; raising rolls the whole transaction back,
-        nothing written). One durable write instead of two; the reservation comes back charged.
+        The transaction may be shared with concurrent reserves and charges (group commit,
+        :mod:`gpframe.ledger.group`). ``paid=True`` (the driver's prepaid runs,
+        :func:`gpframe.ledger.run.run`): the same transaction also commits the charge of every
+        admitted user's full allocation, after ``check(reservation)`` (which draws no noise;
+        raising rolls the whole transaction back, nothing written). One durable write instead
+        of two; the reservation comes back charged.
         """
         if paid and charge_id is not None:
             raise GpframeInternalError("a prepaid reservation takes no charge_id.")
@@ -867,68 +869,51 @@ class Ledger:
         cid = charge_id or rid
         kind_s = kind or self.kind[notion]
 
-        def write() -> Reservation:
-            r = self._reserve(keys, alloc, too_big, notion, kind_s, query, ptext, rid, cid,
-                              charge_id)  # fmt: skip
+        def write() -> Reservation:  # inside one (possibly shared) write transaction
+            prior = self.store.charge(cid)
+            if prior is not None:
+                return self._replay(prior, keys, alloc, too_big, notion, kind_s, rid)
+            if charge_id is not None and any(r.charge_id == cid for r in self.store.reservations()):
+                # two open reservations under one id could both draw noise and only one of
+                # them would be charged (the other's commit would look like a replay)
+                raise ChargeConflictError(
+                    f"charge_id={cid!r} belongs to a reservation that is still open; it is "
+                    "charged when that block ends (or in full when its process is gone). Retry "
+                    "after it is committed, or use a fresh charge_id. Nothing was charged."
+                )
+            idx = self._ensure(keys)
+            spent, budget = self._gather(notion, idx)
+            held = self._held(notion, idx)
+            rem = budget - spent  # both in [0, MAX]: no overflow
+            rem = np.where(rem < 0, -1, rem) - held  # held <= MAX by the filter invariant
+            admitted = (alloc <= rem) & ~too_big
+            granted = np.where(admitted, alloc, 0)  # (alloc is the closure's: not rebound)
+            a_idx, a_alloc = idx[admitted], alloc[admitted]
+            created = _now()
+            self.store.add_query(rid, query, notion, kind_s, ptext, created)
+            self.store.add_reservation(
+                ReservationRow(
+                    rid, notion, rid, cid, kind_s, created, os.getpid(), _HOST, self.token,
+                    a_idx, a_alloc,
+                )
+            )  # fmt: skip
+            self._audit(
+                "reserve",
+                {
+                    "reservation": rid, "query": query, "notion": notion, "kind": kind_s,
+                    "charge_id": cid, "n": int(keys.size), "admitted": int(a_idx.size),
+                    "held": str(_exact_sum(a_alloc)), "digest": _digest(notion, a_idx, a_alloc),
+                },
+            )  # fmt: skip
+            r = Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, granted)
             if paid:
                 if check is not None:
-                    check(r)
-                self._commit_in(r, *self._charge_rows(r, r.allocation_units), "charge")
+                    check(r)  # no noise yet: raising rolls the whole transaction back
+                self._commit_write(r, r.allocation_units, "charge")()
                 r.state = "charged"
             return r
 
         return self._group.run(write)
-
-    def _reserve(
-        self,
-        keys: np.ndarray,
-        alloc: np.ndarray,
-        too_big: np.ndarray,
-        notion: str,
-        kind_s: str,
-        query: str,
-        ptext: str,
-        rid: str,
-        cid: str,
-        charge_id: str | None,
-    ) -> Reservation:
-        """Write one :meth:`reserve` inside a (possibly shared) write transaction."""
-        prior = self.store.charge(cid)
-        if prior is not None:
-            return self._replay(prior, keys, alloc, too_big, notion, kind_s, rid)
-        if charge_id is not None and any(r.charge_id == cid for r in self.store.reservations()):
-            # two open reservations under one id could both draw noise and only one of
-            # them would be charged (the other's commit would look like a replay)
-            raise ChargeConflictError(
-                f"charge_id={cid!r} belongs to a reservation that is still open; it is "
-                "charged when that block ends (or in full when its process is gone). Retry "
-                "after it is committed, or use a fresh charge_id. Nothing was charged."
-            )
-        idx = self._ensure(keys)
-        spent, budget = self._gather(notion, idx)
-        held = self._held(notion, idx)
-        rem = budget - spent  # both in [0, MAX]: no overflow
-        rem = np.where(rem < 0, -1, rem) - held  # held <= MAX by the filter invariant
-        admitted = (alloc <= rem) & ~too_big
-        alloc = np.where(admitted, alloc, 0)
-        a_idx, a_alloc = idx[admitted], alloc[admitted]
-        created = _now()
-        self.store.add_query(rid, query, notion, kind_s, ptext, created)
-        self.store.add_reservation(
-            ReservationRow(
-                rid, notion, rid, cid, kind_s, created, os.getpid(), _HOST, self.token,
-                a_idx, a_alloc,
-            )
-        )  # fmt: skip
-        self._audit(
-            "reserve",
-            {
-                "reservation": rid, "query": query, "notion": notion, "kind": kind_s,
-                "charge_id": cid, "n": int(keys.size), "admitted": int(a_idx.size),
-                "held": str(_exact_sum(a_alloc)), "digest": _digest(notion, a_idx, a_alloc),
-            },
-        )  # fmt: skip
-        return Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, alloc)
 
     def admission(
         self,
@@ -1043,13 +1028,10 @@ class Ledger:
 
     def _commit(self, res: Reservation, used: np.ndarray, op: str) -> bool:
         """Commit the admitted users' ``used`` units; False if this reservation already did."""
-        rows = self._charge_rows(res, used)
-        return self._group.run(lambda: self._commit_in(res, *rows, op))
+        return self._group.run(self._commit_write(res, used, op))
 
-    def _charge_rows(
-        self, res: Reservation, used: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-        """Return (indices, amounts, allocations, digest) of the admitted users, in index order."""
+    def _commit_write(self, res: Reservation, used: np.ndarray, op: str) -> Callable[[], bool]:
+        """Return the write of :meth:`_commit`, to run inside a (possibly shared) transaction."""
         every = bool(res.admitted.all())  # then the arrays as they are, not masked copies
         a_idx = res._idx if every else res._idx[res.admitted]
         order = _order_unique(a_idx)  # a reservation's users are distinct
@@ -1057,62 +1039,55 @@ class Ledger:
         c_alloc = res.allocation_units if every else res.allocation_units[res.admitted]
         if order is not None:  # None: already in index order (the common case), no copies
             c_idx, c_amt, c_alloc = c_idx[order], c_amt[order], c_alloc[order]
-        return c_idx, c_amt, c_alloc, _digest(res.notion, c_idx, c_amt)
+        digest = _digest(res.notion, c_idx, c_amt)
 
-    def _commit_in(
-        self,
-        res: Reservation,
-        c_idx: np.ndarray,
-        c_amt: np.ndarray,
-        c_alloc: np.ndarray,
-        digest: str,
-        op: str,
-    ) -> bool:
-        """Write one :meth:`_commit` inside a (possibly shared) write transaction."""
-        prior = self.store.charge(res.charge_id)
-        if prior is not None:
-            # only this reservation's own earlier commit may stand in for this one: any
-            # other reservation held budget and may have drawn noise, so it must pay
-            if (
-                prior.digest != digest
-                or prior.notion != res.notion
-                or prior.reservation_id != res.id
-            ):
-                raise ChargeConflictError(
-                    f"charge id {res.charge_id!r} was already committed with other users or "
-                    "amounts; a replay must repeat the same charge. Nothing more was charged "
-                    "by this call."
+        def write() -> bool:
+            prior = self.store.charge(res.charge_id)
+            if prior is not None:
+                # only this reservation's own earlier commit may stand in for this one: any
+                # other reservation held budget and may have drawn noise, so it must pay
+                if (
+                    prior.digest != digest
+                    or prior.notion != res.notion
+                    or prior.reservation_id != res.id
+                ):
+                    raise ChargeConflictError(
+                        f"charge id {res.charge_id!r} was already committed with other users or "
+                        "amounts; a replay must repeat the same charge. Nothing more was charged "
+                        "by this call."
+                    )
+                if self.store.has_reservation(res.id):
+                    self.store.delete_reservation(res.id)
+                    self._audit("release", {"reservation": res.id, "charge_id": res.charge_id})
+                return False
+            if not self.store.has_reservation(res.id):
+                raise LedgerError(
+                    f"reservation {res.id} was already settled or cancelled (by close() or "
+                    "settle_stale()); its amounts are accounted for. Nothing more was charged."
                 )
-            if self.store.has_reservation(res.id):
-                self.store.delete_reservation(res.id)
-                self._audit("release", {"reservation": res.id, "charge_id": res.charge_id})
-            return False
-        if not self.store.has_reservation(res.id):
-            raise LedgerError(
-                f"reservation {res.id} was already settled or cancelled (by close() or "
-                "settle_stale()); its amounts are accounted for. Nothing more was charged."
-            )
-        nz = c_amt > 0
-        if nz.size and nz.all():
-            self._update(res.notion, c_idx, c_amt, None)
-        elif nz.any():
-            self._update(res.notion, c_idx[nz], c_amt[nz], None)
-        created = _now()
-        self._add_charge(
-            ChargeRow(
-                res.charge_id, res.id, res.query_id, res.notion, res.kind, created,
-                c_idx, c_amt, digest, c_alloc,
-            )
-        )  # fmt: skip
-        self.store.delete_reservation(res.id)
-        self._audit(
-            op,
-            {
-                "reservation": res.id, "charge_id": res.charge_id, "notion": res.notion,
-                "n": int(c_idx.size), "total": str(_exact_sum(c_amt)), "digest": digest,
-            },
-        )  # fmt: skip
-        return True
+            nz = c_amt > 0
+            if nz.size and nz.all():
+                self._update(res.notion, c_idx, c_amt, None)
+            elif nz.any():
+                self._update(res.notion, c_idx[nz], c_amt[nz], None)
+            created = _now()
+            self._add_charge(
+                ChargeRow(
+                    res.charge_id, res.id, res.query_id, res.notion, res.kind, created,
+                    c_idx, c_amt, digest, c_alloc,
+                )
+            )  # fmt: skip
+            self.store.delete_reservation(res.id)
+            self._audit(
+                op,
+                {
+                    "reservation": res.id, "charge_id": res.charge_id, "notion": res.notion,
+                    "n": int(c_idx.size), "total": str(_exact_sum(c_amt)), "digest": digest,
+                },
+            )  # fmt: skip
+            return True
+
+        return write
 
     def _cancel(self, res: Reservation) -> None:
         with self._lock, self._write():
