@@ -26,6 +26,7 @@ import threading
 import uuid
 import warnings
 import weakref
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -43,6 +44,7 @@ from gpframe.errors import (
     LedgerCorruptError,
     LedgerError,
 )
+from gpframe.ledger.group import GroupCommit
 from gpframe.ledger.integrity import (
     HMAC,
     SHA256,
@@ -319,6 +321,8 @@ class Ledger:
     ) -> None:
         self.store = store
         self._lock = threading.RLock()
+        #: concurrent reserves and charges share one write transaction (group commit)
+        self._group = GroupCommit(self._lock, self._write)
         self._index = pd.Index(np.empty(0, dtype=np.int64))
         #: SHA-256 over every user id in index order (uid_bytes): the users' part of ``state``
         self._uhash = hashlib.sha256()
@@ -825,8 +829,20 @@ class Ledger:
         params: dict[str, Any] | None,
         charge_id: str | None,
         units: bool = False,
+        paid: bool = False,
+        check: Callable[[Reservation], Any] | None = None,
     ) -> Reservation:
-        """Check-and-reserve for all users in one transaction; see :meth:`Session.reserve`."""
+        """Check-and-reserve for all users in one transaction; see :meth:`Session.reserve`.
+
+        The transaction may be shared with concurrent reserves and charges (group commit,
+        :mod:`gpframe.ledger.group`). ``paid=True`` (the driver's prepaid runs,
+        :func:`gpframe.ledger.run.run`): the same transaction also commits the charge of every
+        admitted user's full allocation, after ``check(reservation)`` (which draws no noise;
+        raising rolls the whole transaction back, nothing written). One durable write instead
+        of two; the reservation comes back charged.
+        """
+        if paid and charge_id is not None:
+            raise GpframeInternalError("a prepaid reservation takes no charge_id.")
         notion = self._notion(notion)
         keys = _user_keys(users)
         if units:
@@ -852,7 +868,8 @@ class Ledger:
         rid = uuid.uuid4().hex
         cid = charge_id or rid
         kind_s = kind or self.kind[notion]
-        with self._lock, self._write():
+
+        def write() -> Reservation:  # inside one (possibly shared) write transaction
             prior = self.store.charge(cid)
             if prior is not None:
                 return self._replay(prior, keys, alloc, too_big, notion, kind_s, rid)
@@ -870,7 +887,7 @@ class Ledger:
             rem = budget - spent  # both in [0, MAX]: no overflow
             rem = np.where(rem < 0, -1, rem) - held  # held <= MAX by the filter invariant
             admitted = (alloc <= rem) & ~too_big
-            alloc = np.where(admitted, alloc, 0)
+            granted = np.where(admitted, alloc, 0)  # (alloc is the closure's: not rebound)
             a_idx, a_alloc = idx[admitted], alloc[admitted]
             created = _now()
             self.store.add_query(rid, query, notion, kind_s, ptext, created)
@@ -888,7 +905,15 @@ class Ledger:
                     "held": str(_exact_sum(a_alloc)), "digest": _digest(notion, a_idx, a_alloc),
                 },
             )  # fmt: skip
-        return Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, alloc)
+            r = Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, granted)
+            if paid:
+                if check is not None:
+                    check(r)  # no noise yet: raising rolls the whole transaction back
+                self._commit_write(r, r.allocation_units, "charge")()
+                r.state = "charged"
+            return r
+
+        return self._group.run(write)
 
     def admission(
         self,
@@ -1003,6 +1028,10 @@ class Ledger:
 
     def _commit(self, res: Reservation, used: np.ndarray, op: str) -> bool:
         """Commit the admitted users' ``used`` units; False if this reservation already did."""
+        return self._group.run(self._commit_write(res, used, op))
+
+    def _commit_write(self, res: Reservation, used: np.ndarray, op: str) -> Callable[[], bool]:
+        """Return the write of :meth:`_commit`, to run inside a (possibly shared) transaction."""
         every = bool(res.admitted.all())  # then the arrays as they are, not masked copies
         a_idx = res._idx if every else res._idx[res.admitted]
         order = _order_unique(a_idx)  # a reservation's users are distinct
@@ -1011,7 +1040,8 @@ class Ledger:
         if order is not None:  # None: already in index order (the common case), no copies
             c_idx, c_amt, c_alloc = c_idx[order], c_amt[order], c_alloc[order]
         digest = _digest(res.notion, c_idx, c_amt)
-        with self._lock, self._write():
+
+        def write() -> bool:
             prior = self.store.charge(res.charge_id)
             if prior is not None:
                 # only this reservation's own earlier commit may stand in for this one: any
@@ -1056,7 +1086,9 @@ class Ledger:
                     "n": int(c_idx.size), "total": str(_exact_sum(c_amt)), "digest": digest,
                 },
             )  # fmt: skip
-        return True
+            return True
+
+        return write
 
     def _cancel(self, res: Reservation) -> None:
         with self._lock, self._write():
