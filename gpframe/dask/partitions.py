@@ -12,7 +12,7 @@ drawn and nothing is written.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ __all__ = [
     "PartCheck",
     "by_user",
     "check_partition",
+    "checked",
     "digest",
     "first",
     "from_xy",
@@ -38,6 +39,10 @@ __all__ = [
 ]
 
 _NOTHING = "Nothing was charged."
+
+#: one-point-per-user operations shuffle every row first (the former way): for tests and
+#: benchmarks that compare both ways only (see :func:`one_point_pass`)
+FULL_SHUFFLE = False
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,8 @@ class PartCheck:
     scale_max: float = 1.0
     noise_inflation: float = 1.0
     crs_in: str | None = None  # the input CRS (WKT), for public query objects (a region)
+    #: (partition, row, user) of users with several selected rows (``reduce=None``), to refuse
+    several: tuple[Any, ...] = ()
 
 
 def by_user(ddf: Any, cols: Columns) -> tuple[Any, bool]:
@@ -212,26 +219,39 @@ def prepare(part: pd.DataFrame, cols: Columns, select: Component) -> tuple[PartC
 def _first_pass(
     part: pd.DataFrame, cols: Columns, select: Component | None
 ) -> tuple[PartCheck, Any]:
+    if len(part) == 0:
+        empty = PartCheck(users=np.array([], dtype=object), counts=np.zeros(0, np.int64))
+        return empty, np.zeros((0, 2))
+    _, p, pos, check = checked(part, cols, select)
+    users_of = np.asarray(p.users)
+    xy = None
+    if pos is not None:
+        users_of = users_of[pos]
+        codes, uniq = pd.factorize(pd.Series(users_of), sort=True)
+        xy = np.empty((len(uniq), 2))
+        xy[codes] = p.xy[pos]  # one row per user, in the sorted users' order
+    users, counts = user_counts(users_of)
+    return replace(check, users=users, counts=counts), xy
+
+
+def checked(
+    part: pd.DataFrame, cols: Columns, select: Component | None
+) -> tuple[pd.DataFrame, Any, np.ndarray | None, PartCheck]:
+    """Validate, project and select on one non-empty partition; draw nothing.
+
+    Returns the frame, its projected points, the selected rows' positions (``None`` without
+    ``select``) and a check carrying the public metric CRS (its users still to be filled).
+    """
     import warnings
 
     from gpframe.geo import _CHOICE_DATA
     from gpframe.queries.privatize_plan import check_coordinates
 
-    if len(part) == 0:
-        empty = PartCheck(users=np.array([], dtype=object), counts=np.zeros(0, np.int64))
-        return empty, np.zeros((0, 2))
     with warnings.catch_warnings():
         # the client states the extent refusal itself; a warning here would stay on a worker
         warnings.simplefilter("ignore")
         frame, _, p = locate(part, cols)
-        users_of = np.asarray(p.users)
-        xy = None
-        if select is not None:
-            pos = select.rows(frame, p, cols)
-            users_of = users_of[pos]
-            codes, uniq = pd.factorize(pd.Series(users_of), sort=True)
-            xy = np.empty((len(uniq), 2))
-            xy[codes] = p.xy[pos]  # one row per user, in the sorted users' order
+        pos = select.rows(frame, p, cols) if select is not None else None
     if p.crs_choice == _CHOICE_DATA:
         raise InvalidInputError(
             "the Dask face needs a metric CRS chosen from public information: each partition "
@@ -240,12 +260,11 @@ def _first_pass(
             f"already in a projected metre CRS. {_NOTHING}"
         )
     check_coordinates(p.xy)
-    users, counts = user_counts(users_of)
-    return PartCheck(
-        users=users, counts=counts, crs_m=p.crs_m.to_wkt(), choice=p.crs_choice,
-        scale_max=float(p.scale_max), noise_inflation=float(p.noise_inflation),
-        crs_in=p.crs_in.to_wkt(),
-    ), xy  # fmt: skip
+    return frame, p, pos, PartCheck(
+        users=np.array([], dtype=object), counts=np.zeros(0, np.int64), crs_m=p.crs_m.to_wkt(),
+        choice=p.crs_choice, scale_max=float(p.scale_max),
+        noise_inflation=float(p.noise_inflation), crs_in=p.crs_in.to_wkt(),
+    )  # fmt: skip
 
 
 def metric_kind(session: Any, rho: Any, eps: Any, example: str) -> tuple[str, Any]:
@@ -272,23 +291,34 @@ class OnePoint:
         return [digest(c.users, c.counts) for c in self.checks]
 
 
-def one_point_pass(ddf: Any, cols: Columns, select: Component, empty: str) -> OnePoint:
-    """Shuffle, validate and select one point per user on every partition; draw nothing.
+def one_point_pass(
+    ddf: Any, cols: Columns, select: Component, empty: str, *, shuffle: bool | None = None
+) -> OnePoint:
+    """Validate and select one point per user on every partition; draw nothing.
 
-    ``empty`` is the refusal when no user has a selected row.
+    ``empty`` is the refusal when no user has a selected row. A frame indexed by user is read
+    where it lies. Otherwise each partition keeps its users' candidate rows and only those are
+    shuffled on the user column (:mod:`gpframe.dask.one_point`); ``shuffle=True`` (default:
+    :data:`FULL_SHUFFLE`; tests and benchmarks only) shuffles every row first (:func:`by_user`),
+    the former way, which selects the same points.
     """
     import dask
 
-    data, _ = by_user(ddf, cols)
-    parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
-    checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
+    from gpframe.dask.one_point import one_point_candidates
+
+    if cols.index_is_user or (FULL_SHUFFLE if shuffle is None else shuffle):
+        data, _ = by_user(ddf, cols)
+        parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
+        checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
+    else:
+        parts, checks = one_point_candidates(ddf, cols, select)
     if not any(len(c.users) for c in checks):
         raise InvalidInputError(f"{empty} {_NOTHING}")
     users, _, offsets, ref = combine(checks)
     return OnePoint(tuple(parts), checks, users, offsets, ref)
 
 
-def first(prepared: tuple[PartCheck, Any]) -> PartCheck:
+def first(prepared: tuple[Any, Any]) -> Any:
     """Return the check of a prepared partition (what the client fetches of the first pass)."""
     return prepared[0]
 
