@@ -35,6 +35,7 @@ __all__ = [
     "one_point_pass",
     "prepare",
     "spawn_rng",
+    "summed_users",
     "to_xy",
 ]
 
@@ -382,6 +383,31 @@ def combine(checks: list[PartCheck]) -> tuple[np.ndarray, np.ndarray, np.ndarray
         )
     offsets = np.cumsum([0] + [len(c.users) for c in checks])
     return users, counts, offsets, live[0]
+
+
+def summed_users(
+    checks: list[PartCheck],
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], PartCheck]:
+    """Sum the partitions' users when a user's rows may lie in several partitions.
+
+    Returns the distinct users (sorted), their points over all partitions, each partition's
+    users' positions among them, and the check that carries the (common) metric CRS.
+    """
+    live = [c for c in checks if len(c.users)]
+    if not live:
+        raise InvalidInputError(
+            f"the frame is empty (0 rows): there is nothing to analyse. {_NOTHING}"
+        )
+    crs = {(c.crs_m, c.scale_max) for c in live}
+    if len(crs) != 1:  # public information only, so the same everywhere: a bug if not
+        raise GpframeInternalError(f"the partitions chose different metric CRSs: {crs!r}.")
+    codes, uniq = pd.factorize(pd.Series(np.concatenate([c.users for c in checks])), sort=True)
+    per = np.concatenate([np.asarray(c.counts, np.int64) for c in checks])
+    counts = np.zeros(len(uniq), np.int64)
+    np.add.at(counts, codes, per)  # exact integers (a float bincount would round past 2**53)
+    offsets = np.cumsum([0] + [len(c.users) for c in checks])
+    where = [codes[offsets[i] : offsets[i + 1]].astype(np.int64) for i in range(len(checks))]
+    return np.asarray(uniq, dtype=object), counts, where, live[0]
 
 
 def spawn_rng(rng: Any, i: int) -> Any:

@@ -183,3 +183,32 @@ def test_bad_rows_are_refused_with_the_pandas_message_before_the_ledger(cluster,
     assert re.search(match, got), got
     assert got.endswith("Nothing was charged.")
     assert s_dk.ledger.snapshot() == before
+
+
+@pytest.mark.parametrize("per", ["user", pytest.param("point", marks=SLOW)])
+def test_privatize_sums_users_over_partitions_without_a_shuffle(cluster, per, monkeypatch):
+    # each user's points lie in several partitions: the amount per point (rho / n, n the
+    # user's points in all partitions), the charges and the Result are those of the pandas face
+    # and of the full shuffle; the rows come back in the input's order
+    df = _tracks(n_users=200, seed=2)[["u", "t", "x", "y"]]
+    kw = {**KW, "public": ["t"]}
+    ddf = dd.from_pandas(df, npartitions=NPART)
+
+    def call(frame, full=False):
+        monkeypatch.setattr(parts_mod, "FULL_SHUFFLE", full)
+        s = gp.Session(budget=gp.CGP(rho=1e-3))
+        out = frame.geopriv(s, **kw).privatize(rho=1e-5, per=per, rng=seeded_rng(4))
+        return s, out
+
+    runs = [call(df), call(ddf), call(ddf, full=True)]
+    (s_pd, a), (s_new, b), (s_old, c) = runs
+    assert b.index.tolist() == df.index.tolist()  # no shuffle: the input's row order
+    assert sorted(c.index) == sorted(df.index)
+    for s in (s_new, s_old):
+        pd.testing.assert_series_equal(s.spent().sort_index(), s_pd.spent().sort_index())
+    dicts = [o.attrs["geopriv"].to_dict(value=False) for o in (a, b, c)]
+    for d in dicts:
+        d["params"] = {k: v for k, v in d["params"].items() if k != "sampler_calls"}
+    for key in ("error", "mechanism", "guarantee", "n_users", "n_charged", "charges",
+                "spent_total", "spent_max", "params"):
+        assert dicts[1][key] == dicts[0][key] == dicts[2][key], key
