@@ -30,7 +30,9 @@ import pandas as pd
 
 from gpframe.errors import GpframeInternalError, InvalidInputError
 
-__all__ = ["Candidates", "candidates", "one_point_candidates", "winners"]
+__all__ = [
+    "Candidates", "OnePoint", "candidates", "one_point_candidates", "one_point_pass", "winners",
+]
 
 _NOTHING = "Nothing was charged."
 _KEY, _PART, _POS, _N, _X, _Y = "__gp_key", "__gp_part", "__gp_pos", "__gp_n", "__gp_x", "__gp_y"
@@ -103,7 +105,7 @@ def candidates(
     out[_N] = n.astype(np.int64)
     out[_X], out[_Y] = p.xy[pos, 0], p.xy[pos, 1]
     hint = one_point_hint(frame, (cols.user, *protected_columns(frame, p.coords)))
-    return Candidates(check, len(out), hint), out.astype(meta.dtypes.to_dict(), copy=False)
+    return Candidates(check, len(out), hint), out.astype(meta.dtypes.to_dict())
 
 
 def candidates_meta(ddf: Any, cols: Any, select: Any) -> pd.DataFrame:
@@ -161,6 +163,51 @@ def winners(bucket: pd.DataFrame, cols: Any, rule: tuple[str, Any]) -> tuple[Any
     check = PartCheck(users=np.asarray(uniq, dtype=object),
                       counts=np.ones(len(uniq), np.int64), several=several)  # fmt: skip
     return check, xy
+
+
+@dataclass(frozen=True)
+class OnePoint:
+    """The first pass of a one-point-per-user operation, as the client holds it."""
+
+    parts: tuple[Any, ...]  # per partition: (check, selected points), persisted on the workers
+    checks: list[Any]
+    users: np.ndarray  # every user with a selected point, partition by partition, sorted within
+    offsets: np.ndarray  # partition i's users are users[offsets[i]:offsets[i + 1]]
+    ref: Any  # the PartCheck that carries the metric CRS
+
+    def wants(self) -> list[str]:
+        """Each partition's digest (its recomputation must find the same users)."""
+        from gpframe.dask.partitions import digest
+
+        return [digest(c.users, c.counts) for c in self.checks]
+
+
+def one_point_pass(
+    ddf: Any, cols: Any, select: Any, empty: str, *, shuffle: bool | None = None
+) -> OnePoint:
+    """Validate and select one point per user on every partition; draw nothing.
+
+    ``empty`` is the refusal when no user has a selected row. A frame indexed by user is read
+    where it lies. Otherwise each partition keeps its users' candidate rows and only those are
+    shuffled on the user column (:func:`one_point_candidates`); ``shuffle=True`` (default:
+    :data:`gpframe.dask.partitions.FULL_SHUFFLE`; tests and benchmarks only) shuffles every row
+    first (:func:`gpframe.dask.partitions.by_user`), the former way: the same points.
+    """
+    import dask
+
+    from gpframe.dask import partitions as _parts
+    from gpframe.dask.partitions import by_user, combine, first, prepare
+
+    if cols.index_is_user or (_parts.FULL_SHUFFLE if shuffle is None else shuffle):
+        data, _ = by_user(ddf, cols)
+        parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
+        checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
+    else:
+        parts, checks = one_point_candidates(ddf, cols, select)
+    if not any(len(c.users) for c in checks):
+        raise InvalidInputError(f"{empty} {_NOTHING}")
+    users, _, offsets, ref = combine(checks)
+    return OnePoint(tuple(parts), checks, users, offsets, ref)
 
 
 def one_point_candidates(ddf: Any, cols: Any, select: Any) -> tuple[list[Any], list[Any]]:

@@ -1,8 +1,11 @@
 """Partitions that hold whole users, and the first pass over them that releases nothing.
 
-See ``docs/beyond-one-machine.md``. A per-user operation needs every row of a user in one
+See ``docs/beyond-one-machine.md``. An operation that reads all of a user's rows together
+(``knn``, ``convex_hull``, the per-user forms of ``grid_stats``) needs every row of a user in one
 partition: the frame is shuffled on the user column unless it is already indexed by it with
-known divisions (then each user id lies in exactly one partition). The first pass runs the
+known divisions (then each user id lies in exactly one partition). ``privatize`` sums each
+user's counts over the partitions instead (:func:`summed_users`), and the one-point-per-user
+operations shuffle only candidate rows (:mod:`gpframe.dask.one_point`). The first pass runs the
 pandas face's own validation (:func:`gpframe.geo.locate_points`, the projection, the
 coordinate-copy check) on every partition and returns only what the client needs to reserve:
 each partition's users (sorted) and their point counts, and the public metric CRS. No noise is
@@ -32,7 +35,6 @@ __all__ = [
     "from_xy",
     "locate",
     "metric_kind",
-    "one_point_pass",
     "prepare",
     "spawn_rng",
     "summed_users",
@@ -41,8 +43,9 @@ __all__ = [
 
 _NOTHING = "Nothing was charged."
 
-#: one-point-per-user operations shuffle every row first (the former way): for tests and
-#: benchmarks that compare both ways only (see :func:`one_point_pass`)
+#: privatize and the one-point-per-user operations shuffle every row on the user column first
+#: (the former way): for tests and benchmarks that compare both ways only
+#: (:func:`gpframe.dask.one_point.one_point_pass`, :mod:`gpframe.dask.privatize`)
 FULL_SHUFFLE = False
 
 
@@ -275,48 +278,6 @@ def metric_kind(session: Any, rho: Any, eps: Any, example: str) -> tuple[str, An
 
     kind = filter_kind(session, example.lstrip(".").split("(")[0])
     return metric_amount(rho, eps, example=example, filter_kind=kind, same_kind=True)
-
-
-@dataclass(frozen=True)
-class OnePoint:
-    """The first pass of a one-point-per-user operation, as the client holds it."""
-
-    parts: tuple[Any, ...]  # per partition: (check, selected points), persisted on the workers
-    checks: list[PartCheck]
-    users: np.ndarray  # every user with a selected point, partition by partition, sorted within
-    offsets: np.ndarray  # partition i's users are users[offsets[i]:offsets[i + 1]]
-    ref: PartCheck  # carries the metric CRS
-
-    def wants(self) -> list[str]:
-        """Each partition's digest (its recomputation must find the same users)."""
-        return [digest(c.users, c.counts) for c in self.checks]
-
-
-def one_point_pass(
-    ddf: Any, cols: Columns, select: Component, empty: str, *, shuffle: bool | None = None
-) -> OnePoint:
-    """Validate and select one point per user on every partition; draw nothing.
-
-    ``empty`` is the refusal when no user has a selected row. A frame indexed by user is read
-    where it lies. Otherwise each partition keeps its users' candidate rows and only those are
-    shuffled on the user column (:mod:`gpframe.dask.one_point`); ``shuffle=True`` (default:
-    :data:`FULL_SHUFFLE`; tests and benchmarks only) shuffles every row first (:func:`by_user`),
-    the former way, which selects the same points.
-    """
-    import dask
-
-    from gpframe.dask.one_point import one_point_candidates
-
-    if cols.index_is_user or (FULL_SHUFFLE if shuffle is None else shuffle):
-        data, _ = by_user(ddf, cols)
-        parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
-        checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
-    else:
-        parts, checks = one_point_candidates(ddf, cols, select)
-    if not any(len(c.users) for c in checks):
-        raise InvalidInputError(f"{empty} {_NOTHING}")
-    users, _, offsets, ref = combine(checks)
-    return OnePoint(tuple(parts), checks, users, offsets, ref)
 
 
 def first(prepared: tuple[Any, Any]) -> Any:

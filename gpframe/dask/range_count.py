@@ -126,7 +126,8 @@ def range_count(
 
     from gpframe.accounting.amounts import nonnegative
     from gpframe.dask.driver import check_on_exhausted, settle
-    from gpframe.dask.partitions import Component, metric_kind, one_point_pass, spawn_rng
+    from gpframe.dask.one_point import one_point_pass
+    from gpframe.dask.partitions import Component, metric_kind, spawn_rng
     from gpframe.dask.privatize import _Metric
     from gpframe.ledger.charges import ledger_keys
     from gpframe.ledger.run import Charge, PreviewStop, end_preview, run

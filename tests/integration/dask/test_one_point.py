@@ -21,7 +21,8 @@ import shapely
 import gpframe as gp
 import gpframe.dask
 import gpframe.dask.partitions as parts_mod
-from gpframe.dask.partitions import Columns, Component, one_point_pass
+from gpframe.dask.one_point import one_point_pass
+from gpframe.dask.partitions import Columns, Component
 from gpframe.queries.range_count import select_component
 from gpframe.testing import seeded_rng
 
