@@ -213,3 +213,28 @@ def test_privatize_sums_users_over_partitions_without_a_shuffle(cluster, per, mo
     for key in ("error", "mechanism", "guarantee", "n_users", "n_charged", "charges",
                 "spent_total", "spent_max", "params"):
         assert dicts[1][key] == dicts[0][key] == dicts[2][key], key
+
+
+def test_privatize_points_with_the_users_totals_splits_a_call_exactly():
+    # no cluster: what each partition runs. A user's rows in two calls, each told the user's
+    # total (n_of=), get the amount per point and the charge of one call over all the rows
+    from fractions import Fraction
+
+    from gpframe.errors import GpframeInternalError
+    from gpframe.queries.privatize import privatize_points
+
+    xy = np.array([[0.0, 0.0], [10.0, 0.0], [20.0, 5.0], [500.0, 500.0], [30.0, 1.0]])
+    codes = np.array([0, 0, 1, 1, 0])
+    amt = Fraction(1, 10_000)
+    whole = privatize_points(xy, codes, 2, kind="cgp", amount=amt, rng=seeded_rng(1))
+    halves = [privatize_points(xy[r], codes[r], 2, kind="cgp", amount=amt, n_of=np.array([3, 2]),
+                               rng=seeded_rng(2)) for r in (slice(0, 2), slice(2, 5))]  # fmt: skip
+    # each user's bound and charge (ρ: the total's, not the rows here) where it has rows
+    err = np.fmax(halves[0].max_error_m, halves[1].max_error_m)
+    np.testing.assert_array_equal(err, whole.max_error_m)
+    assert [max(a, b) for a, b in zip(halves[0].charges, halves[1].charges, strict=True)] == (
+        whole.charges) == [amt, amt]  # fmt: skip
+    per_point = {c for h in halves for _, c in h.charge_groups}
+    assert per_point == {c for _, c in whole.charge_groups}  # ρ/3 and ρ/2 per point
+    with pytest.raises(GpframeInternalError, match="n_of"):
+        privatize_points(xy, codes, 2, kind="cgp", amount=amt, n_of=np.array([1, 1]))
