@@ -9,9 +9,14 @@ last by time), one warm-up, then the best of ``--repeat`` timed runs of
 * the Dask path writing Parquet (``to=``: staged, charged, published), against the pandas path
   followed by ``to_parquet`` of its output.
 
-The Dask path shuffles on the user column every query (``docs/beyond-one-machine.md``);
-``--indexed`` gives it a frame already indexed by user (what ``set_index`` once, or data written
-partitioned by user, gives), which shows the face's own overhead without the shuffle.
+A frame not partitioned by user is not shuffled row by row (``docs/beyond-one-machine.md``):
+privatize counts each user's points per partition and sums them on the client; the
+one-point-per-user operations (range_count, kde_raster) shuffle only each partition's candidate
+rows (one per user and partition). ``--indexed`` gives the Dask path a frame already indexed by
+user (what ``set_index`` once, or data written partitioned by user, gives). ``--compare``
+measures in the same run, interleaved: the pandas path, the Dask path on the frame as it is, the
+same with every row shuffled on the user column first (the former way,
+``gpframe.dask.partitions.FULL_SHUFFLE``) and the Dask path on the frame indexed by user.
 
 Every run charges a fresh in-memory Session, so ledger work is included on both sides. Prints
 seconds per path and the ratio Dask / pandas (goal: <= 1.5x at 10**6 points).
@@ -75,6 +80,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--indexed", action="store_true",
                     help="give the Dask path a frame indexed by user (no shuffle per query)")
+    ap.add_argument("--compare", action="store_true",
+                    help="as it is vs full shuffle vs indexed by user, interleaved in one run")
     ap.add_argument("--ops", nargs="+", default=["privatize", "range_count", "kde_raster"],
                     choices=["privatize", "range_count", "kde_raster"])
     args = ap.parse_args()
@@ -94,7 +101,7 @@ def main() -> None:
             ddf = ddf.set_index("user_id").persist()
         print(f"{args.points:,} points, {args.users:,} users, {args.partitions} partitions, "
               "LocalCluster 2 workers x 1 thread, "
-              f"{'indexed by user (no shuffle)' if args.indexed else 'shuffled per query'}")
+              f"{'indexed by user' if args.indexed else 'not partitioned by user'}")
 
         def pandas_mem():
             df.geopriv(session(), **KW).privatize(rho=1e-4)
@@ -132,13 +139,68 @@ def main() -> None:
                 lambda: ddf.geopriv(session(), **KW).kde_raster(**kde),
             )],
         }
-        for name, base, fn in [r for op in args.ops for r in rows[op]]:
+        for name, base, fn in [] if args.compare else [r for op in args.ops for r in rows[op]]:
             tb, tf = best(base, args.repeat), best(fn, args.repeat)
             ratio = tf / tb
             print(f"{name:28s} pandas {tb:7.2f} s   dask {tf:7.2f} s   ratio {ratio:5.2f}x  "
                   f"{'OK' if ratio <= GOAL else 'SLOW'} (goal <= {GOAL}x); "
                   f"dask {args.points / tf / 2:,.0f} points/s per worker")  # fmt: skip
+        if args.compare:
+            compare(df, ddf, args, zone, last, kde, tmp)
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def compare(df, ddf, args, zone, last, kde, tmp) -> None:
+    """Interleave pandas, as it is, full shuffle and indexed; print the best of each, ratios."""
+    import gpframe.dask.partitions as parts
+
+    indexed = ddf.set_index("user_id").persist()
+
+    def full(fn):
+        def run():
+            parts.FULL_SHUFFLE = True
+            try:
+                fn()
+            finally:
+                parts.FULL_SHUFFLE = False
+        return run
+
+    files = [0]
+
+    def to_file(d, s):
+        files[0] += 1
+        if isinstance(d, pd.DataFrame):
+            d.geopriv(s, **KW).privatize(rho=1e-4).to_parquet(tmp / f"c{files[0]}.parquet")
+        else:
+            d.geopriv(s, **KW).privatize(rho=1e-4, to=tmp / f"c{files[0]}")
+
+    ops = {
+        "privatize (in memory)": lambda d, s: d.geopriv(s, **KW).privatize(rho=1e-4),
+        "privatize (to Parquet)": to_file,
+        "range_count (dist-elim)": lambda d, s: d.geopriv(s, **KW).range_count(
+            zone, rho=1e-4, component=last),
+        "kde_raster (120 x 120)": lambda d, s: d.geopriv(s, **KW).kde_raster(**kde),
+    }
+    for name, op in ops.items():
+        if name.split()[0] not in args.ops:
+            continue
+        paths = {
+            "pandas": lambda op=op: op(df, session()),
+            "as it is": lambda op=op: op(ddf, session()),
+            "full shuffle": full(lambda op=op: op(ddf, session())),
+            "indexed": lambda op=op: op(indexed, session()),
+        }
+        for fn in paths.values():
+            fn()  # warm-up
+        times = {k: [] for k in paths}
+        for _ in range(args.repeat):
+            for k, fn in paths.items():
+                t = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t)
+        tb = min(times["pandas"])
+        line = ", ".join(f"{k} {min(v):.2f} s ({min(v) / tb:.2f}x)" for k, v in times.items())
+        print(f"{name:26s} {line}")
 
 
 if __name__ == "__main__":

@@ -90,7 +90,8 @@ def kde_raster(
     import pyproj
 
     from gpframe.dask.driver import check_on_exhausted, settle
-    from gpframe.dask.partitions import Component, metric_kind, one_point_pass, spawn_rng
+    from gpframe.dask.one_point import one_point_pass
+    from gpframe.dask.partitions import Component, metric_kind, spawn_rng
     from gpframe.ledger.charges import ledger_keys
     from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries import kde as _k

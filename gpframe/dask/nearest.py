@@ -72,7 +72,8 @@ def nearest_users(
     from gpframe.accounting.amounts import metric_amount, probability
     from gpframe.dask.driver import check_on_exhausted, settle
     from gpframe.dask.knn import _point_m
-    from gpframe.dask.partitions import Component, one_point_pass, spawn_rng
+    from gpframe.dask.one_point import one_point_pass
+    from gpframe.dask.partitions import Component, spawn_rng
     from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.ledger.run import Charge, run
     from gpframe.mechanisms.noise.bits import resolve_rng

@@ -1,8 +1,11 @@
 """Partitions that hold whole users, and the first pass over them that releases nothing.
 
-See ``docs/beyond-one-machine.md``. A per-user operation needs every row of a user in one
+See ``docs/beyond-one-machine.md``. An operation that reads all of a user's rows together
+(``knn``, ``convex_hull``, the per-user forms of ``grid_stats``) needs every row of a user in one
 partition: the frame is shuffled on the user column unless it is already indexed by it with
-known divisions (then each user id lies in exactly one partition). The first pass runs the
+known divisions (then each user id lies in exactly one partition). ``privatize`` sums each
+user's counts over the partitions instead (:func:`summed_users`), and the one-point-per-user
+operations shuffle only candidate rows (:mod:`gpframe.dask.one_point`). The first pass runs the
 pandas face's own validation (:func:`gpframe.geo.locate_points`, the projection, the
 coordinate-copy check) on every partition and returns only what the client needs to reserve:
 each partition's users (sorted) and their point counts, and the public metric CRS. No noise is
@@ -12,7 +15,7 @@ drawn and nothing is written.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -26,18 +29,24 @@ __all__ = [
     "PartCheck",
     "by_user",
     "check_partition",
+    "checked",
     "digest",
     "first",
     "from_xy",
     "locate",
     "metric_kind",
-    "one_point_pass",
     "prepare",
     "spawn_rng",
+    "summed_users",
     "to_xy",
 ]
 
 _NOTHING = "Nothing was charged."
+
+#: privatize and the one-point-per-user operations shuffle every row on the user column first
+#: (the former way): for tests and benchmarks that compare both ways only
+#: (:func:`gpframe.dask.one_point.one_point_pass`, :mod:`gpframe.dask.privatize`)
+FULL_SHUFFLE = False
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,8 @@ class PartCheck:
     scale_max: float = 1.0
     noise_inflation: float = 1.0
     crs_in: str | None = None  # the input CRS (WKT), for public query objects (a region)
+    #: (partition, row, user) of users with several selected rows (``reduce=None``), to refuse
+    several: tuple[Any, ...] = ()
 
 
 def by_user(ddf: Any, cols: Columns) -> tuple[Any, bool]:
@@ -215,26 +226,39 @@ def prepare(part: pd.DataFrame, cols: Columns, select: Component) -> tuple[PartC
 def _first_pass(
     part: pd.DataFrame, cols: Columns, select: Component | None
 ) -> tuple[PartCheck, Any]:
+    if len(part) == 0:
+        empty = PartCheck(users=np.array([], dtype=object), counts=np.zeros(0, np.int64))
+        return empty, np.zeros((0, 2))
+    _, p, pos, check = checked(part, cols, select)
+    users_of = np.asarray(p.users)
+    xy = None
+    if pos is not None:
+        users_of = users_of[pos]
+        codes, uniq = pd.factorize(pd.Series(users_of), sort=True)
+        xy = np.empty((len(uniq), 2))
+        xy[codes] = p.xy[pos]  # one row per user, in the sorted users' order
+    users, counts = user_counts(users_of)
+    return replace(check, users=users, counts=counts), xy
+
+
+def checked(
+    part: pd.DataFrame, cols: Columns, select: Component | None
+) -> tuple[pd.DataFrame, Any, np.ndarray | None, PartCheck]:
+    """Validate, project and select on one non-empty partition; draw nothing.
+
+    Returns the frame, its projected points, the selected rows' positions (``None`` without
+    ``select``) and a check carrying the public metric CRS (its users still to be filled).
+    """
     import warnings
 
     from gpframe.geo import _CHOICE_DATA
     from gpframe.queries.privatize_plan import check_coordinates
 
-    if len(part) == 0:
-        empty = PartCheck(users=np.array([], dtype=object), counts=np.zeros(0, np.int64))
-        return empty, np.zeros((0, 2))
     with warnings.catch_warnings():
         # the client states the extent refusal itself; a warning here would stay on a worker
         warnings.simplefilter("ignore")
         frame, _, p = locate(part, cols)
-        users_of = np.asarray(p.users)
-        xy = None
-        if select is not None:
-            pos = select.rows(frame, p, cols)
-            users_of = users_of[pos]
-            codes, uniq = pd.factorize(pd.Series(users_of), sort=True)
-            xy = np.empty((len(uniq), 2))
-            xy[codes] = p.xy[pos]  # one row per user, in the sorted users' order
+        pos = select.rows(frame, p, cols) if select is not None else None
     if p.crs_choice == _CHOICE_DATA:
         raise InvalidInputError(
             "the Dask face needs a metric CRS chosen from public information: each partition "
@@ -243,12 +267,11 @@ def _first_pass(
             f"already in a projected metre CRS. {_NOTHING}"
         )
     check_coordinates(p.xy)
-    users, counts = user_counts(users_of)
-    return PartCheck(
-        users=users, counts=counts, crs_m=p.crs_m.to_wkt(), choice=p.crs_choice,
-        scale_max=float(p.scale_max), noise_inflation=float(p.noise_inflation),
-        crs_in=p.crs_in.to_wkt(),
-    ), xy  # fmt: skip
+    return frame, p, pos, PartCheck(
+        users=np.array([], dtype=object), counts=np.zeros(0, np.int64), crs_m=p.crs_m.to_wkt(),
+        choice=p.crs_choice, scale_max=float(p.scale_max),
+        noise_inflation=float(p.noise_inflation), crs_in=p.crs_in.to_wkt(),
+    )  # fmt: skip
 
 
 def metric_kind(session: Any, rho: Any, eps: Any, example: str) -> tuple[str, Any]:
@@ -260,38 +283,7 @@ def metric_kind(session: Any, rho: Any, eps: Any, example: str) -> tuple[str, An
     return metric_amount(rho, eps, example=example, filter_kind=kind, same_kind=True)
 
 
-@dataclass(frozen=True)
-class OnePoint:
-    """The first pass of a one-point-per-user operation, as the client holds it."""
-
-    parts: tuple[Any, ...]  # per partition: (check, selected points), persisted on the workers
-    checks: list[PartCheck]
-    users: np.ndarray  # every user with a selected point, partition by partition, sorted within
-    offsets: np.ndarray  # partition i's users are users[offsets[i]:offsets[i + 1]]
-    ref: PartCheck  # carries the metric CRS
-
-    def wants(self) -> list[str]:
-        """Each partition's digest (its recomputation must find the same users)."""
-        return [digest(c.users, c.counts) for c in self.checks]
-
-
-def one_point_pass(ddf: Any, cols: Columns, select: Component, empty: str) -> OnePoint:
-    """Shuffle, validate and select one point per user on every partition; draw nothing.
-
-    ``empty`` is the refusal when no user has a selected row.
-    """
-    import dask
-
-    data, _ = by_user(ddf, cols)
-    parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
-    checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
-    if not any(len(c.users) for c in checks):
-        raise InvalidInputError(f"{empty} {_NOTHING}")
-    users, _, offsets, ref = combine(checks)
-    return OnePoint(tuple(parts), checks, users, offsets, ref)
-
-
-def first(prepared: tuple[PartCheck, Any]) -> PartCheck:
+def first(prepared: tuple[Any, Any]) -> Any:
     """Return the check of a prepared partition (what the client fetches of the first pass)."""
     return prepared[0]
 
@@ -355,6 +347,31 @@ def combine(checks: list[PartCheck]) -> tuple[np.ndarray, np.ndarray, np.ndarray
         )
     offsets = np.cumsum([0] + [len(c.users) for c in checks])
     return users, counts, offsets, live[0]
+
+
+def summed_users(
+    checks: list[PartCheck],
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], PartCheck]:
+    """Sum the partitions' users when a user's rows may lie in several partitions.
+
+    Returns the distinct users (sorted), their points over all partitions, each partition's
+    users' positions among them, and the check that carries the (common) metric CRS.
+    """
+    live = [c for c in checks if len(c.users)]
+    if not live:
+        raise InvalidInputError(
+            f"the frame is empty (0 rows): there is nothing to analyse. {_NOTHING}"
+        )
+    crs = {(c.crs_m, c.scale_max) for c in live}
+    if len(crs) != 1:  # public information only, so the same everywhere: a bug if not
+        raise GpframeInternalError(f"the partitions chose different metric CRSs: {crs!r}.")
+    codes, uniq = pd.factorize(pd.Series(np.concatenate([c.users for c in checks])), sort=True)
+    per = np.concatenate([np.asarray(c.counts, np.int64) for c in checks])
+    counts = np.zeros(len(uniq), np.int64)
+    np.add.at(counts, codes, per)  # exact integers (a float bincount would round past 2**53)
+    offsets = np.cumsum([0] + [len(c.users) for c in checks])
+    where = [codes[offsets[i] : offsets[i + 1]].astype(np.int64) for i in range(len(checks))]
+    return np.asarray(uniq, dtype=object), counts, where, live[0]
 
 
 def spawn_rng(rng: Any, i: int) -> Any:

@@ -3,14 +3,17 @@
 See ``docs/beyond-one-machine.md`` and ``docs/operations/privatize.md``. The order of a call:
 
 1. the client validates the amounts, ``rng=`` and ``to=`` (nothing reserved yet);
-2. the frame is shuffled on the user column (skipped when it is indexed by it with known
-   divisions) and a first pass validates every partition and counts each user's points
-   (:mod:`gpframe.dask.partitions`): no noise, nothing written;
+2. a first pass validates every partition where it lies and counts each user's points there
+   (:mod:`gpframe.dask.partitions`): no noise, nothing written. The client sums each user's
+   points over the partitions (:func:`gpframe.dask.partitions.summed_users`): the noise per
+   point and the charge read only that total, so no row is shuffled (``FULL_SHUFFLE``, for
+   tests and benchmarks, shuffles on the user column first, the former way);
 3. the driver (:func:`gpframe.ledger.run.run`) reserves the users' allocations in the client's
-   ledger, then its ``compute`` runs one task per partition: the partition's admitted users
-   are noised by :func:`gpframe.queries.privatize.privatize_points` with the worker's own OS
-   CSPRNG, and the output is built by :func:`gpframe.release.privatized_frame` and written to
-   the staging directory (``to=``) or sent back to the client;
+   ledger, then its ``compute`` runs one task per partition: the partition's rows of admitted
+   users are noised by :func:`gpframe.queries.privatize.privatize_points` (with each user's
+   total points, ``n_of=``) with the worker's own OS CSPRNG, and the output is built by
+   :func:`gpframe.release.privatized_frame` and written to the staging directory (``to=``)
+   or sent back to the client, in the input's row order;
 4. the driver commits the charge, computed on the client from the mechanisms' guarantees the
    tasks report (the same :func:`gpframe.queries.privatize_plan.actual_units` as pandas);
 5. only then the client publishes the staging directory (one rename) or returns the frame.
@@ -69,13 +72,14 @@ class PartOut:
 
 def release_partition(
     part: pd.DataFrame, i: int, plan: Plan, admitted: np.ndarray, want: str, rng: Any,
-    n_all: int, staging: str | None,
+    n_all: int, staging: str | None, n_of: np.ndarray | None = None,
 ) -> PartOut:  # fmt: skip
     """Noise one partition's admitted users; write or return its output (runs on a worker).
 
     ``want`` is the first pass's digest of the partition's users and counts: a recomputed
     shuffle must give the partition the same users, or the task fails (the driver then
-    settles the reservation in full).
+    settles the reservation in full). ``n_of``: each of the partition's users' points in the
+    whole frame, when a user's rows may lie in several partitions (no shuffle).
     """
     from gpframe.dask.partitions import located_users, to_xy, worker_rng
     from gpframe.dask.staging import write_part
@@ -93,7 +97,7 @@ def release_partition(
         out = privatize_points(
             p.xy, codes, len(users), kind=plan.kind, amount=plan.amount,  # type: ignore[arg-type]
             per=plan.per, admitted=admitted, scale_max=float(p.scale_max), beta=plan.beta,  # type: ignore[arg-type]
-            rng=worker_rng(rng), n_all=n_all,
+            rng=worker_rng(rng), n_all=n_all, n_of=n_of,
         )  # fmt: skip
         frame_out = privatized_frame(frame, p, out.xy, out.released, plan.cols.public)
     res = PartOut(
@@ -108,16 +112,31 @@ def release_partition(
     return res
 
 
-def merge(outs: list[PartOut], offsets: np.ndarray, n_users: int) -> PrivatizeArrays:
-    """Merge the partitions' outputs into one :class:`PrivatizeArrays` (client's user order)."""
+def merge(outs: list[PartOut], where: list[np.ndarray], n_users: int) -> PrivatizeArrays:
+    """Merge the partitions' outputs into one :class:`PrivatizeArrays` (client's user order).
+
+    ``where[i]`` maps partition ``i``'s users to the client's. A user whose rows lie in several
+    partitions has one bound, scale and per-point charge in all of them (they depend on the
+    user's total points only), refused as a bug otherwise.
+    """
     err = np.full(n_users, np.nan)
     scale = np.full(n_users, np.nan)
     groups: list[tuple[np.ndarray, Fraction]] = []
-    for o, off in zip(outs, offsets[:-1], strict=True):
+    cid = np.full(n_users, -1, np.int64)  # each user's per-point charge, as an id
+    ids: dict[Fraction, int] = {}
+    for o, w in zip(outs, where, strict=True):
         if o.n_users:
-            err[off : off + o.n_users] = o.max_error_m
-            scale[off : off + o.n_users] = o.noise_scale_m
-            groups += [(np.asarray(u, np.int64) + off, c) for u, c in o.groups]
+            err[w] = np.fmax(err[w], o.max_error_m)
+            scale[w] = np.fmax(scale[w], o.noise_scale_m)
+            for u, c in o.groups:
+                g = w[np.asarray(u, np.int64)]
+                k = ids.setdefault(c, len(ids))
+                if bool(((cid[g] >= 0) & (cid[g] != k)).any()):
+                    raise GpframeInternalError(
+                        "a user's points were released at different amounts in two partitions."
+                    )
+                cid[g] = k
+                groups.append((g, c))
     xys = [o.xy for o in outs if o.xy is not None]
     alls = [o.max_error_all_m for o in outs if not np.isnan(o.max_error_all_m)]
     return PrivatizeArrays(
@@ -179,6 +198,7 @@ def privatize(
     import pyproj
 
     from gpframe.accounting.amounts import LedgerUnits
+    from gpframe.dask import partitions as _parts
     from gpframe.dask.driver import settle
     from gpframe.dask.partitions import (
         by_user,
@@ -187,6 +207,7 @@ def privatize(
         digest,
         from_xy,
         spawn_rng,
+        summed_users,
     )
     from gpframe.dask.staging import discard, publish, staging_dir
     from gpframe.ledger.charges import filter_kind, ledger_keys
@@ -200,13 +221,22 @@ def privatize(
                                                     to=to, rng=rng, on_exhausted=on_exhausted)
     cols = bound.cols
 
-    # -- first pass: whole users per partition, validated and counted; nothing drawn
-    data, shuffled = by_user(bound.ddf, cols)
-    if shuffled:  # both passes read the shuffled partitions: move the rows once
+    # -- first pass: every partition validated and counted where it lies; nothing drawn. A
+    # user's points are summed over the partitions (the noise per point and the charge read
+    # only that total): no shuffle, unless FULL_SHUFFLE asks for the former way
+    full = _parts.FULL_SHUFFLE and not cols.index_is_user
+    data, _ = by_user(bound.ddf, cols) if full else (bound.ddf, False)
+    if full:  # both passes read the shuffled partitions: move the rows once
         data = data.persist()
     parts = data.to_delayed()
     checks = list(dask.compute(*[dask.delayed(check_partition)(d, cols) for d in parts]))
-    users, counts, offsets, ref = combine(checks)
+    if full or cols.index_is_user:  # whole users per partition
+        users, counts, offsets, ref = combine(checks)
+        where = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(checks))]
+        n_of: list[Any] = [None] * len(checks)
+    else:
+        users, counts, where, ref = summed_users(checks)
+        n_of = [counts[w] for w in where]
     preflight(kind, amount, per, counts, ref.scale_max)
     warn_dropped(bound.dropped, "privatize", stacklevel=3)
 
@@ -238,13 +268,13 @@ def privatize(
         try:
             tasks = [
                 dask.delayed(release_partition)(
-                    d, i, plan, admitted[offsets[i] : offsets[i + 1]], wants[i],
-                    spawn_rng(rng, i), n_all, None if staging is None else str(staging),
+                    d, i, plan, admitted[where[i]], wants[i], spawn_rng(rng, i), n_all,
+                    None if staging is None else str(staging), n_of[i],
                 )
                 for i, d in enumerate(parts)
             ]
             outs = list(dask.compute(*tasks))
-            merged = merge(outs, offsets, n_users)
+            merged = merge(outs, where, n_users)
             act_u, act_f = actual_units(ledger, fkind, kind, per, merged, counts, n_users)
         except BaseException:
             discard(staging)  # nothing in it was published; the driver settles the reservation

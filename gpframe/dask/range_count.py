@@ -134,7 +134,8 @@ def range_count(
     import pyproj
 
     from gpframe.dask.driver import check_on_exhausted, settle
-    from gpframe.dask.partitions import Component, metric_kind, one_point_pass, spawn_rng
+    from gpframe.dask.one_point import one_point_pass
+    from gpframe.dask.partitions import Component, metric_kind, spawn_rng
     from gpframe.dask.privatize import _Metric
     from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.ledger.plan import SessionPlan

@@ -384,6 +384,7 @@ def privatize_points(
     progress: bool | None = False,
     bounds: bool = True,
     n_all: int | None = None,
+    n_of: NDArray[np.integer] | None = None,
 ) -> PrivatizeArrays:
     """Release every point of the admitted users under GP Basic or CGP Basic.
 
@@ -427,6 +428,11 @@ def privatize_points(
         (default: this call's). A caller that releases one query in several calls (the Dask
         face, one call per partition) passes the query's total, so the bound is the one a
         single call over all the points would give.
+    n_of : ndarray of int, shape (n_users,), optional
+        Each user's number of points in the whole query (default: the user's rows here). A
+        caller that releases one user's points in several calls (the Dask face, a user's rows
+        in several partitions) passes the totals, so the amount per point (``per="user"``),
+        the error bounds and the charges are those of one call over all the user's points.
 
     Returns
     -------
@@ -473,7 +479,10 @@ def privatize_points(
         raise InvalidInputError(
             f"scale_max={scale_max!r} must be finite and > 0. Nothing was charged."
         )
-    counts, order = group_rows(codes, n_users)
+    rows_here, order = group_rows(codes, n_users)
+    counts = rows_here if n_of is None else np.asarray(n_of, dtype=np.int64)
+    if counts.shape != (n_users,) or bool((counts < rows_here).any()):
+        raise GpframeInternalError("n_of must hold each user's total points (>= rows here).")
     adm = np.ones(n_users, dtype=bool) if admitted is None else np.asarray(admitted, dtype=bool)
     if adm.shape != (n_users,):
         raise GpframeInternalError(f"admitted has shape {adm.shape}, expected ({n_users},).")
@@ -492,7 +501,7 @@ def privatize_points(
     # Grouping is vectorised (no per-user Python): a group's rows are the positions of the
     # stable by-user order whose user is in the group, i.e. users ascending, rows in input
     # order within a user.
-    live = adm & (counts > 0)
+    live = adm & (rows_here > 0)
     ukey = counts if per == "user" else np.zeros(n_users, dtype=np.int64)
     keys = np.unique(ukey[live]).tolist()
     sorted_codes = codes[order]

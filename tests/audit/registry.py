@@ -98,10 +98,11 @@ THIN_WRAPPERS: dict[str, str] = {
     ),
     "gpframe.dask.privatize": (
         "the Dask face's privatize: one reservation through the driver, then "
-        "gpframe.queries.privatize.privatize_points (audited) on each partition (whole users) "
-        "with the reserved amount, the projection's scale_max and the partition's own source; "
-        "charges from the returned guarantees as the pandas face. Charges, noise law (KS) and "
-        "faults: tests/integration/dask/test_privatize.py, test_faults.py"
+        "gpframe.queries.privatize.privatize_points (audited) on each partition with the "
+        "reserved amount, each user's total points over all partitions (n_of=), the "
+        "projection's scale_max and the partition's own source; charges from the returned "
+        "guarantees as the pandas face. Charges, noise law (KS) and faults: "
+        "tests/integration/dask/test_privatize.py, test_faults.py, test_one_point.py"
     ),
     "gpframe.dask.range_count": (
         "the Dask face's range_count: one reservation per region through the driver, then "

@@ -1,0 +1,266 @@
+"""One point per user without moving every row: select on each partition, then combine.
+
+See ``docs/beyond-one-machine.md``. A one-point-per-user operation (``range_count``,
+``kde_raster``, ``kde`` at query points, ``nearest_users``) needs, of each user, one selected
+row, not every row. On a frame that is not partitioned by user, each input partition is
+validated where it lies (the pandas face's checks and messages) and keeps its *candidates*:
+each user's selected row under the rule of ``component=`` / ``reduce=`` on that partition,
+with the key that orders it against the user's candidates of other partitions. Only the
+candidates (at most one row per user and partition: user, key, x, y) are shuffled on the user
+column, into as many partitions as the input has, and each output partition keeps one winner
+per user. The full shuffle of every row (:func:`gpframe.dask.partitions.by_user`) is not run.
+
+The winner is the pandas face's choice on the whole frame (its row order is the partitions'
+order, then each partition's rows): with ``gp.Last(col)`` / ``gp.First(col)`` the latest /
+earliest by ``(col, partition, row)``; with ``reduce="last"`` / ``"first"`` the last / first by
+``(partition, row)``; without ``reduce``, a user with several selected rows, in one partition or
+over several, is refused with the pandas face's message and count. The candidates are hashed on
+the user column exactly as the full shuffle hashes it, so each user lands in the partition that
+the full shuffle gives it, sorted the same way: the release tasks (one child stream each) see
+the same users and points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpframe.errors import GpframeInternalError, InvalidInputError
+
+__all__ = [
+    "Candidates", "OnePoint", "candidates", "one_point_candidates", "one_point_pass", "winners",
+]
+
+_NOTHING = "Nothing was charged."
+_KEY, _PART, _POS, _N, _X, _Y = "__gp_key", "__gp_part", "__gp_pos", "__gp_n", "__gp_x", "__gp_y"
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """What the client fetches of one input partition's first stage: public facts only."""
+
+    check: Any  # a PartCheck without users (the metric CRS of the partition)
+    n: int  # number of candidate rows
+    hint: str  # how to pick one point per user (the pandas face's hint, from the columns)
+
+
+def _rule(select: Any) -> tuple[str, Any]:
+    """Return ``("time", last)`` or ``("rows", reduce)``: how a user's candidates compete."""
+    from gpframe.queries.range_count import First, Last
+
+    comp = select.component
+    if isinstance(comp, str) and comp in ("first", "last"):
+        return "time", comp == "last"
+    if isinstance(comp, (First, Last)):
+        return "time", isinstance(comp, Last)
+    return "rows", select.reduce
+
+
+def _time_key(frame: pd.DataFrame, select: Any) -> pd.Series:
+    """Return the time column (on a partition, the component was validated: it exists)."""
+    from gpframe.queries.range_count import Last, _time_column
+
+    comp = select.component
+    if isinstance(comp, str):
+        return frame[_time_column(frame, None, comp)]
+    what = "last" if isinstance(comp, Last) else "first"
+    return frame[_time_column(frame, comp.column, what)]
+
+
+def candidates(
+    part: pd.DataFrame, i: int, cols: Any, select: Any, meta: pd.DataFrame
+) -> tuple[Candidates, pd.DataFrame]:
+    """Validate input partition ``i`` and keep each user's candidate row (runs on a worker).
+
+    Returns the public check and the candidates (``meta``'s columns): the user, the ordering
+    key, the partition, the row, the number of the user's selected rows here (``reduce=None``
+    refuses more than one over all partitions) and the projected point.
+    """
+    from gpframe.dask.partitions import PartCheck, checked
+    from gpframe.queries.range_count import one_point_hint
+    from gpframe.release import protected_columns
+
+    if len(part) == 0:
+        empty = PartCheck(users=np.array([], dtype=object), counts=np.zeros(0, np.int64))
+        return Candidates(empty, 0, ""), meta
+    kind, how = _rule(select)
+    several = kind == "rows" and how is None
+    # without reduce=, a user's several rows may lie in several partitions: keep the first of
+    # each user here, and count whether there was another (the last differs from the first)
+    sel = replace(select, reduce="first") if several else select
+    frame, p, pos, check = checked(part, cols, sel)
+    n = np.ones(len(pos), np.int64)
+    if several:
+        last = replace(select, reduce="last").rows(frame, p, cols)
+        users = np.asarray(p.users)
+        n = np.where(pos == last[pd.Index(users[last]).get_indexer(users[pos])], 1, 2)
+    out = pd.DataFrame({cols.user: frame[cols.user].iloc[pos].reset_index(drop=True)})
+    out[_KEY] = (_time_key(frame, select).iloc[pos].reset_index(drop=True) if kind == "time"
+                 else np.zeros(len(pos), np.int8))  # fmt: skip
+    out[_PART] = np.full(len(pos), i, np.int64)
+    out[_POS] = pos.astype(np.int64)
+    out[_N] = n.astype(np.int64)
+    out[_X], out[_Y] = p.xy[pos, 0], p.xy[pos, 1]
+    hint = one_point_hint(frame, (cols.user, *protected_columns(frame, p.coords)))
+    return Candidates(check, len(out), hint), out.astype(meta.dtypes.to_dict())
+
+
+def candidates_meta(ddf: Any, cols: Any, select: Any) -> pd.DataFrame:
+    """Return the candidates' empty frame, from the dask frame's metadata (on the client)."""
+    kind, _ = _rule(select)
+    frame = ddf._meta
+    key = pd.Series(np.zeros(0, np.int8))
+    if kind == "time":
+        try:
+            key = _time_key(frame, select).iloc[:0]
+        except InvalidInputError:  # the partitions refuse it, after the pandas face's checks
+            pass
+    out = pd.DataFrame({cols.user: frame[cols.user].iloc[:0].reset_index(drop=True)})
+    out[_KEY] = key.reset_index(drop=True)
+    for c in (_PART, _POS, _N):
+        out[c] = np.zeros(0, np.int64)
+    out[_X], out[_Y] = np.zeros(0), np.zeros(0)
+    return out
+
+
+def winners(bucket: pd.DataFrame, cols: Any, rule: tuple[str, Any]) -> tuple[Any, Any]:
+    """Keep one winner per user of a shuffled partition of candidates (runs on a worker).
+
+    Returns what :func:`gpframe.dask.partitions.prepare` returns: the check (users sorted,
+    one point each; the client adds the metric CRS) and the points in the users' order. Users with
+    several selected rows under ``reduce=None`` are reported in ``check.several`` as
+    ``(partition, row, user)`` of their first row, for the client to refuse.
+    """
+    from gpframe.dask.partitions import PartCheck
+
+    if bucket is None or len(bucket) == 0:
+        empty = PartCheck(users=np.array([], dtype=object), counts=np.zeros(0, np.int64))
+        return empty, np.zeros((0, 2))
+    codes, uniq = pd.factorize(bucket[cols.user], sort=True)
+    part, pos = bucket[_PART].to_numpy(), bucket[_POS].to_numpy()
+    kind, how = rule
+    if kind == "time":  # ranks of the key: any ordered dtype (datetimes with a zone too)
+        keys: tuple[Any, ...] = (pos, part, pd.factorize(bucket[_KEY], sort=True)[0], codes)
+    else:
+        keys = (pos, part, codes)
+    order = np.lexsort(keys)  # by user, then (key,) partition, row: the pandas face's order
+    srt = codes[order]
+    last = how is True or how == "last"
+    keep = np.flatnonzero(np.r_[srt[1:] != srt[:-1], True] if last else
+                          np.r_[True, srt[1:] != srt[:-1]])  # fmt: skip
+    win = order[keep]  # one row per user, in the sorted users' order
+    several: tuple[Any, ...] = ()
+    if kind == "rows" and how is None:
+        total = np.bincount(codes, weights=bucket[_N].to_numpy(), minlength=len(uniq))
+        first = order[np.flatnonzero(np.r_[True, srt[1:] != srt[:-1]])]
+        bad = np.flatnonzero(total > 1)
+        several = tuple(zip(part[first[bad]].tolist(), pos[first[bad]].tolist(),
+                            np.asarray(uniq, dtype=object)[bad].tolist(), strict=True))
+    xy = np.column_stack([bucket[_X].to_numpy()[win], bucket[_Y].to_numpy()[win]])
+    check = PartCheck(users=np.asarray(uniq, dtype=object),
+                      counts=np.ones(len(uniq), np.int64), several=several)  # fmt: skip
+    return check, xy
+
+
+@dataclass(frozen=True)
+class OnePoint:
+    """The first pass of a one-point-per-user operation, as the client holds it."""
+
+    parts: tuple[Any, ...]  # per partition: (check, selected points), persisted on the workers
+    checks: list[Any]
+    users: np.ndarray  # every user with a selected point, partition by partition, sorted within
+    offsets: np.ndarray  # partition i's users are users[offsets[i]:offsets[i + 1]]
+    ref: Any  # the PartCheck that carries the metric CRS
+
+    def wants(self) -> list[str]:
+        """Each partition's digest (its recomputation must find the same users)."""
+        from gpframe.dask.partitions import digest
+
+        return [digest(c.users, c.counts) for c in self.checks]
+
+
+def one_point_pass(
+    ddf: Any, cols: Any, select: Any, empty: str, *, shuffle: bool | None = None
+) -> OnePoint:
+    """Validate and select one point per user on every partition; draw nothing.
+
+    ``empty`` is the refusal when no user has a selected row. A frame indexed by user is read
+    where it lies. Otherwise each partition keeps its users' candidate rows and only those are
+    shuffled on the user column (:func:`one_point_candidates`); ``shuffle=True`` (default:
+    :data:`gpframe.dask.partitions.FULL_SHUFFLE`; tests and benchmarks only) shuffles every row
+    first (:func:`gpframe.dask.partitions.by_user`), the former way: the same points.
+    """
+    import dask
+
+    from gpframe.dask import partitions as _parts
+    from gpframe.dask.partitions import by_user, combine, first, prepare
+
+    if cols.index_is_user or (_parts.FULL_SHUFFLE if shuffle is None else shuffle):
+        data, _ = by_user(ddf, cols)
+        parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
+        checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
+    else:
+        parts, checks = one_point_candidates(ddf, cols, select)
+    if not any(len(c.users) for c in checks):
+        raise InvalidInputError(f"{empty} {_NOTHING}")
+    users, _, offsets, ref = combine(checks)
+    return OnePoint(tuple(parts), checks, users, offsets, ref)
+
+
+def one_point_candidates(ddf: Any, cols: Any, select: Any) -> tuple[list[Any], list[Any]]:
+    """Run both stages; return the persisted ``(check, points)`` per output partition, and checks.
+
+    Refuses (on the client, before the ledger is touched) what the pandas face refuses: the
+    partitions' own errors surface from the first stage; several selected rows of one user
+    over several partitions (``reduce=None``) are refused here with the pandas face's message.
+    One round trip: both stages are submitted at once, the client fetches only the checks.
+    """
+    import dask
+    import dask.dataframe as dd
+
+    from gpframe.dask.partitions import first
+
+    meta = candidates_meta(ddf, cols, select)
+    stage = dask.persist(*[dask.delayed(candidates)(d, i, cols, select, meta)
+                           for i, d in enumerate(ddf.to_delayed())])  # fmt: skip
+    cand = dd.from_delayed([dask.delayed(_second)(s) for s in stage], meta=meta,
+                           verify_meta=False)  # fmt: skip
+    # the same hash of the same user column into as many partitions as the full shuffle; a
+    # task shuffle: the candidates are few, and a peer-to-peer shuffle's set-up would dominate
+    moved = cand.shuffle(on=cols.user, npartitions=ddf.npartitions, shuffle_method="tasks")
+    rule = _rule(select)
+    parts = dask.persist(*[dask.delayed(winners)(b, cols, rule) for b in moved.to_delayed()])
+    got = dask.compute(*[dask.delayed(first)(s) for s in stage],
+                       *[dask.delayed(first)(p) for p in parts])  # fmt: skip
+    metas, checks = list(got[: len(stage)]), list(got[len(stage) :])
+    live = [m for m in metas if m.n]
+    if not live:
+        return [], []
+    crs = {(m.check.crs_m, m.check.scale_max) for m in live}
+    if len(crs) != 1:  # public information only, so the same everywhere: a bug if not
+        raise GpframeInternalError(f"the partitions chose different metric CRSs: {crs!r}.")
+    several = sorted(s for c in checks for s in c.several)
+    if several:
+        _refuse_several(several, select, live[0].hint)
+    ref = live[0].check
+    checks = [c if not len(c.users) else replace(ref, users=c.users, counts=c.counts)
+              for c in checks]  # fmt: skip
+    return list(parts), checks
+
+
+def _second(stage: tuple[Candidates, pd.DataFrame]) -> pd.DataFrame:
+    return stage[1]
+
+
+def _refuse_several(several: list[Any], select: Any, hint: str) -> None:
+    """Refuse users with several selected rows over the partitions (the pandas face's message)."""
+    many = [u for _, _, u in several]
+    show = ", ".join(map(repr, many[:5])) + (", ..." if len(many) > 5 else "")
+    raise InvalidInputError(
+        f"{len(many)} user(s) have several rows in the selected component (users {show}); "
+        f"{select.operation} reads one point per user, so a trajectory needs a rule for which "
+        f"point (docs/operations/range_count.md). {hint} {_NOTHING}"
+    )
