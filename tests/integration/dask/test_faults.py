@@ -218,8 +218,9 @@ def test_a_worker_killed_between_nearest_rounds_is_recomputed_and_charged_once(
             out = draw(idx, part)
             seen["rounds"] += 1
             if seen["rounds"] == 1:
-                # a worker holding some partition's kept points (the first pass's "prepare")
-                held = cluster.run_on_scheduler(_holders, "prepare")
+                # a worker holding some partition's kept points (the first pass's "winners":
+                # each user's one point, after the shuffle of the candidates)
+                held = cluster.run_on_scheduler(_holders, "winners")
                 addr = sorted(held)[0]
                 seen["held"] = held[addr]
                 pid = cluster.run(os.getpid, workers=[addr])[addr]
