@@ -468,17 +468,25 @@ class Ledger:
             return np.full(keys.size, -1, dtype=np.int64)
         return self._index.get_indexer(keys).astype(np.int64)
 
-    def _ensure(self, keys: np.ndarray) -> np.ndarray:
-        """Dense indices of ``keys``, adding unseen users (they get the default budget)."""
+    def _ensure(self, keys: np.ndarray) -> tuple[np.ndarray, int]:
+        """Dense indices of ``keys``, adding unseen users (they get the default budget).
+
+        Also returns the first index this call added (the ledger's size before it): indices at
+        or above it belong to users created here, who have spent nothing and have no override.
+        """
         idx = self._lookup(keys)
+        start = len(self._index)
         new = idx < 0
-        if new.any():
-            start = len(self._index)
+        if new.all():  # all first seen (a fresh ledger, a new cohort): no masked copies
+            self.store.add_users(start, keys)  # an array: one set-based insert
+            idx = np.arange(start, start + keys.size, dtype=np.int64)
+            self._append_users(keys)
+        elif new.any():
             fresh = keys[new]
-            self.store.add_users(start, fresh)  # an array: one set-based insert
+            self.store.add_users(start, fresh)
             idx[new] = start + np.arange(fresh.size, dtype=np.int64)
             self._append_users(fresh)
-        return idx
+        return idx, start
 
     def _add_charge(self, row: ChargeRow) -> None:
         """Store a charge and count it into the next audit row's ``state``."""
@@ -864,14 +872,24 @@ class Ledger:
                     "charged when that block ends (or in full when its process is gone). Retry "
                     "after it is committed, or use a fresh charge_id. Nothing was charged."
                 )
-            idx = self._ensure(keys)
-            spent, budget = self._gather(notion, idx)
-            held = self._held(notion, idx)
+            idx, start = self._ensure(keys)
+            if keys.size and int(idx.min()) >= start:
+                # every user was created just now: nothing spent, no override, nothing held
+                # (their chunk entries cannot exist yet), so no chunk or reservation is read
+                spent = np.zeros(keys.size, dtype=np.int64)
+                budget = np.full(keys.size, self.default[notion], dtype=np.int64)
+                held = spent
+            else:
+                spent, budget = self._gather(notion, idx)
+                held = self._held(notion, idx)
             rem = budget - spent  # both in [0, MAX]: no overflow
             rem = np.where(rem < 0, -1, rem) - held  # held <= MAX by the filter invariant
             admitted = (alloc <= rem) & ~too_big
             alloc = np.where(admitted, alloc, 0)
-            a_idx, a_alloc = idx[admitted], alloc[admitted]
+            if admitted.all():  # the common case: the arrays as they are, no masked copies
+                a_idx, a_alloc = idx, alloc
+            else:
+                a_idx, a_alloc = idx[admitted], alloc[admitted]
             created = _now()
             self.store.add_query(rid, query, notion, kind_s, ptext, created)
             self.store.add_reservation(
@@ -880,15 +898,18 @@ class Ledger:
                     a_idx, a_alloc,
                 )
             )  # fmt: skip
+            held_digest = _digest(notion, a_idx, a_alloc)
             self._audit(
                 "reserve",
                 {
                     "reservation": rid, "query": query, "notion": notion, "kind": kind_s,
                     "charge_id": cid, "n": int(keys.size), "admitted": int(a_idx.size),
-                    "held": str(_exact_sum(a_alloc)), "digest": _digest(notion, a_idx, a_alloc),
+                    "held": str(_exact_sum(a_alloc)), "digest": held_digest,
                 },
             )  # fmt: skip
-        return Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, alloc)
+        res = Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, alloc)
+        res._held_digest = held_digest
+        return res
 
     def admission(
         self,
@@ -1010,7 +1031,13 @@ class Ledger:
         c_alloc = res.allocation_units if every else res.allocation_units[res.admitted]
         if order is not None:  # None: already in index order (the common case), no copies
             c_idx, c_amt, c_alloc = c_idx[order], c_amt[order], c_alloc[order]
-        digest = _digest(res.notion, c_idx, c_amt)
+        if order is None and res._held_digest and np.array_equal(c_amt, c_alloc):
+            # charged exactly what was reserved, in the order reserve() hashed (the admitted
+            # users in key order, already ascending; allocation_units is read-only): the same
+            # bytes, so reserve()'s digest is this one, without hashing 16 bytes a user again
+            digest = res._held_digest
+        else:
+            digest = _digest(res.notion, c_idx, c_amt)
         with self._lock, self._write():
             prior = self.store.charge(res.charge_id)
             if prior is not None:
@@ -1371,6 +1398,9 @@ class Reservation:
         self.admitted = admitted
         self.admitted.setflags(write=False)
         self.allocation_units = alloc
+        self.allocation_units.setflags(write=False)
+        #: reserve()'s digest of the admitted users' indices and allocations ("" if none)
+        self._held_digest = ""
         self.replay = replay
         self.prior_admitted: np.ndarray | None = None
         self.prior_charge_units: np.ndarray | None = None
@@ -1768,7 +1798,7 @@ class Session:
             )
         keys = _user_keys(users)
         with led._lock, led._write():
-            idx = led._ensure(keys)
+            idx, _ = led._ensure(keys)
             if idx.size:
                 led._check_overrides(notion)
                 led._update(notion, idx, None, units)
