@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     ledger = sub.add_parser(
-        "ledger", help="inspect a ledger file", description="Inspect a ledger file."
+        "ledger",
+        help="inspect a ledger, settle a gone host's reservations",
+        description="Inspect a ledger file or database; settle a gone host's reservations.",
     )
     lsub = ledger.add_subparsers(dest="ledger_command", metavar="SUBCOMMAND")
     report = lsub.add_parser(
@@ -122,7 +124,83 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="with --html: how many users closest to exhaustion to list (default 10)",
     )
+    held = lsub.add_parser(
+        "reservations",
+        help="list the reservations not yet charged or cancelled (host, pid, age, held)",
+        description="List the reservations not yet charged or cancelled. Read-only.",
+    )
+    held.add_argument("path", metavar="PATH", help="the ledger file or a postgresql:// URL")
+    settle = lsub.add_parser(
+        "settle",
+        help="charge in full the open reservations of a host that is gone",
+        description=(
+            "Charge, at their full allocation, the open reservations left by a host that is "
+            "gone (a Session settles only its own host's). Noise may have been drawn before "
+            "the host died, so they are charged, never released. A process of that host that "
+            "is still running cannot release anything afterwards."
+        ),
+    )
+    settle.add_argument("path", metavar="PATH", help="the ledger file or a postgresql:// URL")
+    settle.add_argument(
+        "--host", required=True, metavar="NAME", help="the host, as listed by `reservations`"
+    )
+    settle.add_argument(
+        "--older-than",
+        metavar="AGE",
+        help="only reservations at least this old: 30m, 12h, 7d or 2w (default: all of them)",
+    )
     return parser
+
+
+def _open_ledger(path: str, readonly: bool) -> Any:
+    """Open an existing ledger for a command; raises GpframeError with a message to print."""
+    import os
+
+    from gpframe.errors import InvalidInputError
+    from gpframe.ledger import Session
+    from gpframe.ledger.pg_store import is_postgres_url
+
+    if not is_postgres_url(path) and not os.path.exists(path):
+        raise InvalidInputError(
+            f"no ledger file at {path!r}. Check the path: ledger files are made by "
+            "gp.Session(path=...) in Python or by `gpframe demo`."
+        )
+    return Session(path=path, create=False, readonly=readonly)
+
+
+def _ledger_reservations(args: argparse.Namespace) -> int:
+    """``gpframe ledger reservations`` and ``gpframe ledger settle``."""
+    from gpframe.errors import GpframeError
+    from gpframe.ledger.report import parse_age
+
+    def fail(msg: str) -> int:
+        print(f"gpframe: {msg}", file=sys.stderr)
+        return 1
+
+    older = None
+    if args.ledger_command == "settle" and args.older_than is not None:
+        older = parse_age(args.older_than, name="--older-than")
+        if older is None:
+            return fail(f"--older-than {args.older_than!r}: pass an age such as 30m, 12h, 7d.")
+    try:
+        session = _open_ledger(args.path, readonly=args.ledger_command == "reservations")
+    except GpframeError as exc:
+        return fail(str(exc))
+    try:
+        if args.ledger_command == "settle":
+            n = session.ledger.settle_host(args.host, older_than=older)
+            print(f"settled {n} reservation{'s' if n != 1 else ''} of host {args.host!r} in full")
+            return 0
+        table = session.ledger.open_reservations()
+    except GpframeError as exc:
+        return fail(str(exc))
+    finally:
+        session.close()
+    if table.empty:
+        print("no open reservations")
+    else:
+        _print_report(table)
+    return 0
 
 
 def _print_report(report: object) -> None:
@@ -241,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {p}")
         return 0
     if args.command == "ledger":
+        if args.ledger_command in ("reservations", "settle"):
+            return _ledger_reservations(args)
         if args.ledger_command != "report":
             parser.parse_args(["ledger", "--help"])
             return 2

@@ -40,13 +40,14 @@ class DaskGeoPrivAccessor:
         to_crs: Any = None,
         domain: Any = None,
         public: Any = None,
+        partition: Any = None,
     ) -> DaskGeoPriv:
         """Check the column roles on the frame's ``meta`` and bind ``session``.
 
-        The parameters are the pandas accessor's (:class:`gpframe.frame.accessor.GeoPrivAccessor`),
-        except ``partition=`` (not offered). The metric CRS must come from public information:
-        ``to_crs=``, ``domain=`` or coordinates already in a projected metre CRS; the pandas
-        face's fallback to the data's own extent would let every partition choose its own.
+        The parameters are the pandas accessor's (:class:`gpframe.frame.accessor.GeoPrivAccessor`).
+        The metric CRS must come from public information: ``to_crs=``, ``domain=`` or
+        coordinates already in a projected metre CRS; the pandas face's fallback to the data's
+        own extent would let every partition choose its own.
 
         Parameters
         ----------
@@ -57,10 +58,31 @@ class DaskGeoPrivAccessor:
             with known divisions (then no shuffle is needed).
         x, y, lon, lat, crs, to_crs, domain, public
             As for the pandas accessor.
+        partition : str, optional
+            As for the pandas accessor (``docs/wide-extents.md``): a public column to split by,
+            each part noised in its own metric CRS, one query id, each user charged once per
+            part they appear in; ``privatize`` only on this face (the other operations
+            refuse a split). Each part's extent must be public: ``domain={part: box, ...}``
+            (or one box, or coordinates in a projected metre CRS); the data-extent fallback
+            is refused as above. The checks that read the column (missing values, a column
+            computed from the points, a part without a box) run in the first pass.
 
         Returns
         -------
         DaskGeoPriv
+
+        Examples
+        --------
+        >>> import dask.dataframe as dd, pandas as pd, gpframe as gp, gpframe.dask
+        >>> df = pd.DataFrame({"boat": [1, 1, 2, 3], "fleet": ["a", "b", "a", "b"],
+        ...                    "x": [500_100.0, 500_150.0, 500_200.0, 530_000.0],
+        ...                    "y": [4_500_100.0, 4_500_120.0, 4_500_300.0, 4_530_000.0]})
+        >>> s = gp.Session(budget=gp.CGP(rho=1e-3))
+        >>> bound = dd.from_pandas(df, npartitions=2).geopriv(
+        ...     s, user="boat", x="x", y="y", crs="EPSG:32618", partition="fleet")
+        >>> out = bound.privatize(rho=1e-5)        # boat 1 is in both fleets: it pays twice
+        >>> sorted(out.columns), s.spent().sort_index().tolist()
+        (['boat', 'fleet', 'geometry', 'x', 'y'], [2e-05, 1e-05, 1e-05])
         """
         meta = self._obj._meta
         if session is None or not hasattr(session, "reserve"):
@@ -107,16 +129,35 @@ class DaskGeoPrivAccessor:
         from gpframe.dask.partitions import Columns
 
         prot = protected_columns(meta, (x, y, lon, lat))
+        part_domains = None
+        if partition is not None:
+            from gpframe.dask.parts import check_split
+
+            part_domains = check_split(meta, partition, protected=prot, to_crs=to_crs,
+                                       domain=domain)  # fmt: skip
+            public = _with(public, partition)
         cols = tuple(meta.columns) + ((user,) if by_index else ())
         pub = check_public(cols, public, user=user, protected=prot)
         gname = getattr(meta, "_geometry_column_name", None)
         geo = gname in meta.columns
         spec = Columns(user=user, x=x, y=y, lon=lon, lat=lat, crs=crs, to_crs=to_crs,
-                       domain=domain, public=pub, index_is_user=by_index,
-                       geometry=gname if geo else None,
-                       geometry_crs=getattr(meta, "crs", None) if geo else None)  # fmt: skip
+                       domain=None if part_domains is not None else domain, public=pub,
+                       index_is_user=by_index, geometry=gname if geo else None,
+                       geometry_crs=getattr(meta, "crs", None) if geo else None,
+                       partition=partition, part_domains=part_domains)  # fmt: skip
         dropped = [c for c in meta.columns if c not in pub and c not in prot]
         return DaskGeoPriv(self._obj, session, spec, dropped=dropped)
+
+
+def _with(public: Any, name: Any) -> list[Any]:
+    """``public=`` with ``name`` added (a partition column is public: it is in the output)."""
+    if public is None:
+        names: list[Any] = []
+    elif isinstance(public, (str, bytes)) or not hasattr(public, "__iter__"):
+        names = [public]
+    else:
+        names = list(public)
+    return names if name in names else [*names, name]
 
 
 class DaskGeoPriv:
@@ -135,6 +176,16 @@ class DaskGeoPriv:
         self.dropped = dropped
         meta = ddf._meta
         self.is_geo = getattr(meta, "_geometry_column_name", None) in meta.columns
+
+    def _refuse_partition(self) -> None:
+        """Refuse a split for the operations that do not run one on this face."""
+        if self.cols.partition is not None:
+            raise InvalidInputError(
+                f"this operation does not support partition={self.cols.partition!r} on the Dask "
+                "face (privatize does). Run it once per part instead, each with its own public "
+                f"domain=: ddf[ddf[{self.cols.partition!r}] == part].geopriv(session, ..., "
+                f"domain=box). {_NOTHING}"
+            )
 
     def __repr__(self) -> str:
         return (
@@ -209,6 +260,11 @@ class DaskGeoPriv:
         >>> len(out), out.attrs["geopriv"].n_charged, session.spent().tolist()
         (4, 3, [1e-05, 1e-05, 1e-05])
         """
+        if self.cols.partition is not None:  # one metric CRS per public part
+            from gpframe.dask.privatize_parts import privatize_split
+
+            return privatize_split(self, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng,
+                                   on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
         from gpframe.dask.privatize import privatize
 
         return privatize(self, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng,
@@ -227,6 +283,8 @@ class DaskGeoPriv:
         beta: float = 0.05,
         component: Any = None,
         reduce: Literal["first", "last"] | None = None,
+        allocations: Any = None,
+        progress: bool | None = None,
         rng: BitSource | None = None,
         on_exhausted: Literal["exclude", "raise"] = "exclude",
         dry_run: bool = False,
@@ -251,7 +309,15 @@ class DaskGeoPriv:
             a GeoDataFrame's other columns kept as public). Each region is one query: K regions
             charge each user up to K × the allocation, as on the pandas face.
         rho, eps, method, rounds, split, beta, component, reduce
-            As for the pandas accessor (``allocations=`` and plans are not offered here).
+            As for the pandas accessor.
+        allocations : Series by user, array, scalar or SessionPlan, optional
+            As for the pandas accessor: per-user allocations instead of ``rho``/``eps`` (a user
+            missing from a Series is not asked and is reported excluded), or a plan
+            (``session.plan(...)``) that gives each region its next allocations and records
+            its charges. Not with ``partition=``.
+        progress : bool or None
+            A tqdm bar over the regions (None: on in a terminal or notebook when there are
+            several).
         rng : BitSource, optional
             None: each worker draws from its own OS CSPRNG.
         on_exhausted : {"exclude", "raise"}
@@ -281,11 +347,25 @@ class DaskGeoPriv:
         >>> res.n_charged, res.n_excluded, res.value        # far from the edges: all decided
         (3, 0, 2)
         """
+        if self.cols.partition is not None:  # one metric CRS per public part
+            from gpframe.dask.range_count_parts import range_count_split
+
+            if allocations is not None:
+                raise InvalidInputError(
+                    f"allocations= is not supported with partition={self.cols.partition!r}; "
+                    f"pass rho= or eps=. {_NOTHING}"
+                )
+
+            return range_count_split(self, region, rho=rho, eps=eps, method=method,
+                                     rounds=rounds, split=split, beta=beta, component=component,
+                                     reduce=reduce, rng=rng, on_exhausted=on_exhausted,
+                                     dry_run=dry_run, progress=progress)  # fmt: skip
         from gpframe.dask.range_count import range_count
 
         return range_count(self, region, rho=rho, eps=eps, method=method, rounds=rounds,
                            split=split, beta=beta, component=component, reduce=reduce,
-                           rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
+                           rng=rng, on_exhausted=on_exhausted, dry_run=dry_run,
+                           allocations=allocations, progress=progress)  # fmt: skip
 
 
     def kde(
@@ -359,6 +439,7 @@ class DaskGeoPriv:
         >>> len(res.points), res.n_charged
         (2, 3)
         """
+        self._refuse_partition()
         from gpframe.dask.kde_points import kde
 
         return kde(self, at, bandwidth_m=bandwidth_m, rho=rho, eps=eps, method=method,
@@ -422,6 +503,7 @@ class DaskGeoPriv:
         >>> r.shape, r.n_charged, float(session.spent().max())
         ((100, 100), 200, 0.0001)
         """
+        self._refuse_partition()
         from gpframe.dask.kde import kde_raster
 
         return kde_raster(self, bandwidth_m=bandwidth_m, cell_m=cell_m, bounds=bounds, rho=rho,
@@ -487,6 +569,12 @@ class DaskGeoPriv:
         >>> sorted(out["knn_rank"].tolist()), list(out.columns), s.spent().tolist()
         ([1, 1, 2], ['boat', 'knn_rank'], [0.0001, 0.0001])
         """
+        if self.cols.partition is not None:  # one metric CRS per public part
+            from gpframe.dask.knn_parts import knn_split
+
+            return knn_split(self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
+                             scan_order=scan_order, max_cycles=max_cycles, beta=beta, rng=rng,
+                             on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
         from gpframe.dask.knn import knn
 
         return knn(self, point, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0,
@@ -552,6 +640,12 @@ class DaskGeoPriv:
         >>> sorted(hulls.index.tolist()), hulls["k"].tolist(), s.spent().tolist()
         ([1, 2], [16, 16], [0.001, 0.001])
         """
+        if self.cols.partition is not None:  # one metric CRS per public part
+            from gpframe.dask.knn_parts import hull_split
+
+            return hull_split(self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha,
+                              k_rule=k_rule, radius_floor_m=radius_floor_m, rng=rng,
+                              on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
         from gpframe.dask.hull import convex_hull
 
         return convex_hull(self, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,
@@ -622,6 +716,7 @@ class DaskGeoPriv:
         >>> sorted(res.value), res.saved > 0
         ([1, 2], True)
         """
+        self._refuse_partition()
         from gpframe.dask.nearest import nearest_users
 
         return nearest_users(self, point, k, rho=rho, eps=eps, method=method, rounds=rounds,
@@ -637,7 +732,7 @@ class DaskGeoPriv:
         epsilon_per_statistic: float | None = None,
         epsilon: float | None = None,
         cells: int | str = 8,
-        occupancy: str | None = None,
+        occupancy: Any = None,
         clamp: bool = False,
         beta: float = 0.05,
         split: tuple[float, float] | None = None,
@@ -696,10 +791,12 @@ class DaskGeoPriv:
             ε per statistic per cell. Exactly one of the three amounts.
         cells : int or str
             H3 resolution, or a column of H3 cells (str or int).
-        occupancy : {"public", "private"}
-            ``"public"``: the per-(user, cell) counts are public by declaration; ``"private"``:
-            they are protected too (contribution bounding). A checked occupancy table needs the
-            pandas face.
+        occupancy : {"public", "private"} or DataFrame
+            ``"public"``: the per-(user, cell) counts are public by declaration; the public
+            occupancy table itself (columns ``user``, ``cell``, ``count``): the same, checked
+            against the partitions' exact counts before anything is reserved (the query fails
+            closed when they differ); ``"private"``: they are protected too (contribution
+            bounding).
         clamp, beta, split
             As for the pandas accessor.
         public_cells, max_cells, max_per_cell, salt
@@ -752,6 +849,7 @@ class DaskGeoPriv:
         >>> out[["users", "n_samples"]].values.tolist()
         [[40, 120]]
         """
+        self._refuse_partition()
         from gpframe.dask.grid_stats import grid_stats
 
         return grid_stats(self, value=value, bounds=bounds, epsilon_per_user=epsilon_per_user,

@@ -110,9 +110,13 @@ def kept_sums(prepared: tuple[Any, Any], r: np.ndarray) -> tuple[np.ndarray, np.
 def grid_clip(
     bound: Any, *, value: str, lo: Fraction, hi: Fraction, eps: Fraction, split: Any,
     cells: Any, clamp: bool, beta: float, clip: str, order_by: Any, plan_options: dict,
-    rng: Any, on_exhausted: str, dry_run: bool,
+    rng: Any, on_exhausted: str, dry_run: bool, table: Any = None,
 ) -> Any:  # fmt: skip
-    """Run the per-statistic form with public occupancy on a bound dask frame (client side)."""
+    """Run the per-statistic form with public occupancy on a bound dask frame (client side).
+
+    ``table``: the caller's public occupancy table (an :class:`Occupancy`), checked against
+    the partitions' counts before anything is reserved; None: ``occupancy="public"``.
+    """
     import dask
     import pyproj
 
@@ -142,6 +146,10 @@ def grid_clip(
     t = pd.concat([tab for tab, _ in firsts], ignore_index=True)
     occ = occupancy_from_records(t["user"].to_numpy(), t["cell"].to_numpy(np.uint64),
                                  t["m"].to_numpy(np.int64))  # fmt: skip
+    if table is not None:  # fail closed unless the declared table is the data's occupancy
+        from gpframe.queries.grid_occupancy import check_matches
+
+        occ = check_matches(table, occ)
     n_u = max(occ.n_users, 1)
     coo = occ.j.astype(np.int64) * n_u + occ.u
     # each partition's pairs, as positions in the occupancy's rows (sorted by cell, user)

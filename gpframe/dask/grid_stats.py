@@ -52,15 +52,20 @@ def _which_epsilon(epsilon: Any, per_user: Any, per_statistic: Any) -> tuple[str
     return given[0]
 
 
-def _check_occupancy(occupancy: Any) -> str:
+def _check_occupancy(occupancy: Any) -> tuple[str, Any]:
+    """Return ("public" or "private", the caller's checked-later public table or None)."""
+    if isinstance(occupancy, pd.DataFrame):  # read now; matched against the data's counts
+        from gpframe.queries.grid_occupancy import table_occupancy
+
+        return "public", table_occupancy(occupancy)
     if not (isinstance(occupancy, str) and occupancy in ("public", "private")):
         raise InvalidInputError(
-            f"occupancy={occupancy!r}: the Dask face offers occupancy='public' (the per-(user, "
-            "cell) counts are public by declaration) or 'private' (contribution bounding; "
-            "docs/operations/grid_stats.md). Use the pandas face for a checked occupancy table. "
-            f"{_NOTHING}"
+            f"occupancy={occupancy!r}: pass occupancy='public' (the per-(user, cell) counts "
+            "are public by declaration), the public occupancy table (columns user, cell, "
+            "count), which is checked against the data, or 'private' (contribution bounding; "
+            f"docs/operations/grid_stats.md). {_NOTHING}"
         )
-    return occupancy
+    return occupancy, None
 
 
 def _check_statistic(name: str, amount: Any, split: Any) -> tuple[Fraction, tuple[Any, Any]]:
@@ -257,7 +262,7 @@ def grid_stats(
             f"clip={clip!r} applies to the per-statistic form only; epsilon_per_user plans its "
             f"own contribution bounds (docs/operations/grid_stats.md). Drop clip=. {_NOTHING}"
         )
-    occupancy = _check_occupancy(occupancy)
+    occupancy, table = _check_occupancy(occupancy)
     if occupancy == "public" and (public_cells, max_cells, max_per_cell) != (None,) * 3:
         raise InvalidInputError(
             "public_cells, max_cells and max_per_cell apply to occupancy='private' only. "
@@ -287,7 +292,7 @@ def grid_stats(
         return grid_clip(
             bound, value=value, lo=lo, hi=hi, eps=total, split=sp, cells=cells, clamp=clamp,
             beta=beta, clip=clip, order_by=order_by, plan_options=dict(plan_options or {}),
-            rng=rng, on_exhausted=on_exhausted, dry_run=dry_run,
+            rng=rng, on_exhausted=on_exhausted, dry_run=dry_run, table=table,
         )  # fmt: skip
     if order_by is not None:
         raise InvalidInputError(
@@ -302,6 +307,10 @@ def grid_stats(
         raise InvalidInputError(f"the frame has no rows: nothing to summarise. {_NOTHING}")
     occ = occupancy_from_records(t["user"].to_numpy(), t["cell"].to_numpy(np.uint64),
                                  t["m"].to_numpy(np.int64))  # fmt: skip
+    if table is not None:  # fail closed unless the declared table is the data's occupancy
+        from gpframe.queries.grid_occupancy import check_matches
+
+        occ = check_matches(table, occ)
     n_u = max(occ.n_users, 1)
     pos = np.searchsorted(occ.j * n_u + occ.u,
                           np.searchsorted(occ.cells, t["cell"].to_numpy(np.uint64)) * n_u

@@ -58,6 +58,9 @@ class Columns:
     #: a GeoDataFrame's active geometry column and CRS (a shuffle may hand back plain frames)
     geometry: Any = None
     geometry_crs: Any = None
+    #: ``partition=``: the public column to split by, and each part's public box (or None)
+    partition: Any = None
+    part_domains: Any = None
 
 
 @dataclass(frozen=True)

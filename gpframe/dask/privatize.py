@@ -142,6 +142,34 @@ class _Metric:
     noise_inflation: float
 
 
+def client_checks(
+    bound: Any, *, rho: Any, eps: Any, per: str, beta: float, to: Any, rng: Any,
+    on_exhausted: str,
+) -> tuple[Any, str, Fraction, Any, Plan]:  # fmt: skip
+    """Check a privatize call on the client (nothing read, nothing reserved).
+
+    Returns the resolved ``rng``, the kind, the exact amount, the ``to=`` target (or None) and
+    the tasks' :class:`Plan`.
+    """
+    from gpframe.accounting.amounts import metric_amount, probability
+    from gpframe.dask.driver import check_on_exhausted
+    from gpframe.dask.staging import check_target
+    from gpframe.mechanisms.noise.bits import resolve_rng
+    from gpframe.queries import privatize as _pv
+    from gpframe.release import check_reserved
+
+    rng = resolve_rng(rng)
+    kind, amount = metric_amount(rho, eps, example=".privatize(rho=1e-4)")
+    _pv.check_amount(kind, per, amount)
+    probability(beta)
+    check_on_exhausted(on_exhausted)
+    target = check_target(to) if to is not None else None
+    if not bound.is_geo:  # a DataFrame input gets a new geometry column
+        check_reserved(bound.cols.public, ["geometry"], "privatize")
+    plan = Plan(cols=bound.cols, kind=kind, amount=amount, per=per, beta=float(beta))
+    return rng, kind, amount, target, plan
+
+
 def privatize(
     bound: Any, *, rho: Any, eps: Any, per: str, beta: float, to: Any, rng: Any,
     on_exhausted: str = "exclude", dry_run: bool = False,
@@ -150,8 +178,8 @@ def privatize(
     import dask
     import pyproj
 
-    from gpframe.accounting.amounts import LedgerUnits, metric_amount, probability
-    from gpframe.dask.driver import check_on_exhausted, settle
+    from gpframe.accounting.amounts import LedgerUnits
+    from gpframe.dask.driver import settle
     from gpframe.dask.partitions import (
         by_user,
         check_partition,
@@ -160,25 +188,17 @@ def privatize(
         from_xy,
         spawn_rng,
     )
-    from gpframe.dask.staging import check_target, discard, publish, staging_dir
+    from gpframe.dask.staging import discard, publish, staging_dir
     from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.ledger.run import Charge, run
-    from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries import privatize as _pv
     from gpframe.queries.privatize_plan import actual_units, amount_keyword, preflight, unit_floats
-    from gpframe.release import check_reserved, warn_dropped
+    from gpframe.release import warn_dropped
 
     # -- on the client, before anything is computed or reserved
-    rng = resolve_rng(rng)
-    kind, amount = metric_amount(rho, eps, example=".privatize(rho=1e-4)")
-    _pv.check_amount(kind, per, amount)
-    probability(beta)
-    check_on_exhausted(on_exhausted)
-    target = check_target(to) if to is not None else None
+    rng, kind, amount, target, plan = client_checks(bound, rho=rho, eps=eps, per=per, beta=beta,
+                                                    to=to, rng=rng, on_exhausted=on_exhausted)
     cols = bound.cols
-    if not bound.is_geo:  # a DataFrame input gets a new geometry column
-        check_reserved(cols.public, ["geometry"], "privatize")
-    plan = Plan(cols=cols, kind=kind, amount=amount, per=per, beta=float(beta))
 
     # -- first pass: whole users per partition, validated and counted; nothing drawn
     data, shuffled = by_user(bound.ddf, cols)

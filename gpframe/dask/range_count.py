@@ -26,10 +26,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from gpframe.errors import InvalidInputError
 from gpframe.queries import preview_bounds as _pb
 
 __all__ = ["CountOut", "count_partition", "range_count"]
+
+_NOTHING = "Nothing was charged."
 
 
 @dataclass(frozen=True)
@@ -118,21 +122,32 @@ def merge(outs: list[CountOut], confidence: float) -> Any:
 def range_count(
     bound: Any, region: Any, *, rho: Any, eps: Any, method: str, rounds: int, split: str,
     beta: float, component: Any, reduce: Any, rng: Any, on_exhausted: str = "exclude",
-    dry_run: bool = False,
+    dry_run: bool = False, allocations: Any = None, progress: Any = None,
 ) -> Any:  # fmt: skip
-    """Run range_count on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.range_count`)."""
+    """Run range_count on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.range_count`).
+
+    ``allocations=`` (per user: a Series by user id, an array, a scalar, or a
+    :class:`~gpframe.ledger.plan.SessionPlan` that gives each region its next allocations and
+    records its charges) and ``progress=`` (a bar over the regions) are the pandas face's.
+    """
     import dask
     import pyproj
 
-    from gpframe.accounting.amounts import nonnegative
     from gpframe.dask.driver import check_on_exhausted, settle
     from gpframe.dask.partitions import Component, metric_kind, one_point_pass, spawn_rng
     from gpframe.dask.privatize import _Metric
-    from gpframe.ledger.charges import ledger_keys
-    from gpframe.ledger.run import Charge, PreviewStop, end_preview, run
+    from gpframe.ledger.charges import filter_kind, ledger_keys
+    from gpframe.ledger.plan import SessionPlan
+    from gpframe.ledger.run import Charge, PreviewStop, active_preview, end_preview, run
     from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries.elimination import GroupedAmounts, check_method_parts
-    from gpframe.queries.range_count import check_options, region_result
+    from gpframe.queries.privatize import progress_enabled
+    from gpframe.queries.range_count import (
+        _check_parts_for,
+        _ledger_allocations,
+        check_options,
+        region_result,
+    )
     from gpframe.queries.range_count_regions import combine_regions, project_regions, zone_columns
     from gpframe.release import zones_builder
 
@@ -142,7 +157,15 @@ def range_count(
     check_options(method, rounds, split, beta)
     check_on_exhausted(on_exhausted)
     rounds = int(rounds)
-    kind, _ = metric_kind(session, rho, eps, ".range_count(region, rho=1e-5)")
+    plan = allocations if isinstance(allocations, SessionPlan) else None
+    if allocations is None:
+        kind, _ = metric_kind(session, rho, eps, ".range_count(region, rho=1e-5)")
+    else:
+        kind = filter_kind(session, "range_count")
+        if rho is not None or eps is not None:
+            raise InvalidInputError(f"pass either rho=/eps= or allocations=, not both. {_NOTHING}")
+    if plan is not None and dry_run:
+        raise InvalidInputError(_PLAN_PREVIEW)
     cols = bound.cols
 
     # -- first pass: whole users per partition, one point each; nothing drawn
@@ -160,29 +183,50 @@ def range_count(
     led = session.ledger
     lu = led.units["metric"]
     unit = Fraction(1) / lu.scale
+    fixed = None
+    if plan is not None:
+        plan.check_users(users)
+    elif allocations is not None:
+        fixed = _allocations_for(allocations, users)
     amt = rho if kind == "cgp" else eps
-    check_method_parts(lu.to_fraction(lu.up(nonnegative(amt, "rho" if kind == "cgp" else "eps"))),
-                       kind=kind, method=method, rounds=rounds, split=split, beta=beta,
-                       unit=unit, scale_max=ref.scale_max)  # fmt: skip
+    if allocations is None:
+        _check_parts_for(_ledger_allocations(lu, amt, len(users)), kind, method, rounds, split,
+                         beta, unit, ref.scale_max)  # fmt: skip
+    elif fixed is not None:
+        _check_parts_for(_ledger_allocations(lu, fixed[fixed != 0], int((fixed != 0).sum())),
+                         kind, method, rounds, split, beta, unit, ref.scale_max)  # fmt: skip
     task = CountTask(cols=cols, region_m=None, kind=kind, method=method,
                      rounds=rounds, split=split, beta=float(beta), unit=unit,
                      scale_max=ref.scale_max)  # fmt: skip
     base = {"method": method, "rounds": rounds, "split": split, "beta": beta}
     wants = fp.wants()
 
-    def allocations(r: Any) -> Any:
-        units = np.where(np.asarray(r.admitted, dtype=bool), r.allocation_units, 0)
-        return GroupedAmounts.from_units(units, unit)
-
-    def check(r: Any) -> None:
-        check_method_parts(allocations(r), kind=kind, method=method, rounds=rounds, split=split,
-                           beta=beta, unit=unit, scale_max=ref.scale_max)  # fmt: skip
-
-    def one(k: int) -> Any:  # region k: one reservation, as on the pandas face
+    def one(k: int, alloc_k: Any) -> Any:  # region k: one reservation, as on the pandas face
         task_k = replace(task, region_m=polys[k])
+        # the users asked (all, or those with a non-zero allocation); the others are not
+        # reserved and draw nothing: their allocation is 0 in their partition's task
+        ask = np.ones(len(users), bool) if alloc_k is None else np.array(
+            [a != 0 for a in alloc_k], dtype=bool)  # fmt: skip
+        if not ask.any():
+            return None
+        amount = amt if alloc_k is None else alloc_k[ask]
+        if alloc_k is not None:  # the plan's allocations: checked before they are reserved
+            _check_parts_for(_ledger_allocations(lu, amount, int(ask.sum())), kind, method,
+                             rounds, split, beta, unit, ref.scale_max)  # fmt: skip
+
+        def full(r: Any) -> Any:  # the reserved units of the asked users, 0 for the others
+            units = np.zeros(len(users), np.int64)
+            units[ask] = np.where(np.asarray(r.admitted, dtype=bool), r.allocation_units, 0)
+            return GroupedAmounts.from_units(units, unit)
+
+        def check(r: Any) -> None:
+            check_method_parts(GroupedAmounts.from_units(
+                np.where(np.asarray(r.admitted, dtype=bool), r.allocation_units, 0), unit),
+                kind=kind, method=method, rounds=rounds, split=split, beta=beta, unit=unit,
+                scale_max=ref.scale_max)  # fmt: skip
 
         def compute(r: Any) -> Charge[Any]:
-            alloc = allocations(r)
+            alloc = full(r)
             n_union = max(int((np.asarray(alloc.to_array()) != 0).sum()), 1)
             # a child stream per (region, partition): no two tasks of a call share bits
             tasks = [
@@ -197,28 +241,53 @@ def range_count(
             merged = merge(outs, 1.0 - float(beta))
             el = merged.elimination
             table = np.array([lu.up(v) for v in el.charge_table.tolist()], dtype=np.int64)
-            return Charge((merged, alloc), table[el.charge_codes], units=True)
+            # the asked users only, as the pandas face's call on them
+            merged.elimination = SimpleNamespace(charge_table=el.charge_table,
+                                                 charge_codes=el.charge_codes[ask])  # fmt: skip
+            sub = GroupedAmounts(alloc.codes[ask], alloc.values)
+            return Charge((merged, sub), table[el.charge_codes][ask], units=True)
 
         params = {**base, "region_wkt": polys[k].wkt[:200]}
-        ran = run(session, ledger_keys(users), amt, notion="metric", query="range_count",
-                  params=params, check=check, compute=compute)  # fmt: skip
+        ran = run(session, ledger_keys(users[ask]), amount, notion="metric",
+                  query="range_count", params=params, check=check,
+                  compute=compute)  # fmt: skip
         merged, alloc = ran.value
         metric = _Metric(crs_m, ref.scale_max, ref.noise_inflation)
-        return region_result(merged, alloc, users, ran.admitted, params, metric, kind=kind,
-                             method=method, query_id=ran.query_id)  # fmt: skip
+        res = region_result(merged, alloc, users[ask], ran.admitted, params, metric, kind=kind,
+                            method=method, query_id=ran.query_id)  # fmt: skip
+        return res, int((~ask).sum())
 
     def go(**_: Any) -> Any:  # the reservations and releases (on_exhausted: see settle)
+        if plan is not None and active_preview() is not None:
+            raise InvalidInputError(_PLAN_PREVIEW)
         results, rows = [], []
-        for k in range(len(polys)):
+        iterator: Any = range(len(polys))
+        if len(polys) > 1 and progress_enabled(progress):
+            from tqdm.auto import tqdm
+
+            iterator = tqdm(iterator, desc="range_count", unit="region")
+        for k in iterator:
+            alloc_k = fixed
+            if plan is not None:
+                alloc_k = _allocations_for(plan.next_allocations(users), users)
             try:
-                res = one(k)
+                got = one(k, alloc_k)
             except PreviewStop:  # a dry run: this region's reservation is planned, go on
                 continue
+            if plan is not None:
+                plan.record(got[0].charges if got is not None else pd.Series(dtype=float))
+            if got is None:  # nobody asked: nothing reserved, nothing drawn
+                rows.append(dict(count=0, error=0.0, n_charged=0, n_excluded=len(users),
+                                 saving=0.0, n_low=0, n_high=0, n_undecided=0,
+                                 rounds_histogram=[0] * (rounds + 1), query_id=""))  # fmt: skip
+                continue
+            res, not_asked = got
             results.append(res)
             rows.append(dict(
                 count=int(res.value), error=float(res.error), n_charged=res.n_charged,
-                n_excluded=res.n_excluded, saving=res.saved, n_low=res.params["n_low"],
-                n_high=res.params["n_high"], n_undecided=res.params["n_undecided"],
+                n_excluded=res.n_excluded + not_asked, saving=res.saved,
+                n_low=res.params["n_low"], n_high=res.params["n_high"],
+                n_undecided=res.params["n_undecided"],
                 rounds_histogram=list(res.params["rounds_histogram"]), query_id=res.query_id,
             ))  # fmt: skip
         end_preview()  # a dry run planned every region: nothing to combine
@@ -229,10 +298,38 @@ def range_count(
             crs_m=crs_m.to_string(), scale_max=float(ref.scale_max),
             noise_inflation=float(ref.noise_inflation),
         )  # fmt: skip
-        return combine_regions(results, rows, labels, series, crs, many, users, None, None,
+        return combine_regions(results, rows, labels, series, crs, many, users, fixed, plan,
                                params=summary, confidence=1.0 - float(beta), kind=kind,
                                build=build)  # fmt: skip
 
     return settle(session, "range_count", go, on_exhausted=on_exhausted, dry_run=dry_run,
                   adaptive=method.endswith("-elim"), **_pb.hooks(session, ref.scale_max,
                                                                  _pb.range_count_band))  # fmt: skip
+
+
+_PLAN_PREVIEW = (
+    "dry_run=True with allocations=plan would take the plan's next steps without recording any "
+    "charge; preview with allocations=plan.next_allocations(users) of a copy, or with "
+    f"rho=/eps=. {_NOTHING}"
+)
+
+
+def _allocations_for(allocations: Any, users: np.ndarray) -> np.ndarray:
+    """Return an allocation per selected user (0 = not asked), as the pandas face reads them."""
+    import math
+
+    if isinstance(allocations, pd.Series):
+        a = allocations.reindex(pd.Index(users)).to_numpy(dtype=object)
+        return np.array([0 if (v is None or (isinstance(v, float) and math.isnan(v))) else v
+                         for v in a], dtype=object)  # fmt: skip
+    if np.ndim(allocations) == 0:
+        out = np.empty(users.size, dtype=object)
+        out[:] = [allocations] * users.size
+        return out
+    arr = np.asarray(allocations, dtype=object)
+    if arr.shape != (users.size,):
+        raise InvalidInputError(
+            f"allocations has shape {arr.shape}; pass a scalar, a Series indexed by user id, or "
+            f"one value per selected user ({users.size}). {_NOTHING}"
+        )
+    return arr

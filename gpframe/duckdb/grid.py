@@ -117,6 +117,7 @@ def clip_user(
     clip: str = "clip-user",
     clamp: bool = False,
     order_by: str | None = None,
+    on_exhausted: str | None = None,
     **plan_options: Any,
 ) -> Any:
     """Plan a grid release of ``table`` in DuckDB and write the retention table (module doc).
@@ -147,6 +148,12 @@ def clip_user(
     clamp : bool
     order_by : str, optional
         Column of the canonical per-user order (then ``rowid``).
+    on_exhausted : {"exclude", "raise"}, optional
+        A user whose budget cannot pay their planned charge: ``"exclude"`` leaves them out of
+        every cell (charged nothing; the curator's report lists them), ``"raise"`` refuses the
+        plan with a :class:`~gpframe.errors.BudgetExceededError` naming them, before anything
+        is written on ``con`` (and ``gp_grid_release`` then refuses a batch whose kept users can
+        no longer pay, naming them). None: the ``register(..., on_exhausted=)`` setting.
     **plan_options
         kappa, split, error_cap, protect_worst_grid, rollback_incomplete_stage.
 
@@ -156,6 +163,7 @@ def clip_user(
         With ``params["plan_id"]``, the id ``gp_grid_params`` holds.
     """
     from gpframe.accounting.amounts import exact
+    from gpframe.duckdb.preview import _mode
     from gpframe.ledger.keys import sql_user_expr
     from gpframe.mechanisms.calibration import check_eps
     from gpframe.queries.clip_user import occupancy_from_records
@@ -170,6 +178,7 @@ def clip_user(
 
     reg = _REGISTRY.require(con, "clip_user")
     session = reg.session
+    mode = _mode(con, on_exhausted, "gp.duckdb.clip_user")
     central_kind(session)
     if clip not in CLIPS:
         raise InvalidInputError(f"clip={clip!r} is not one of {CLIPS}. {_NOTHING}")
@@ -247,9 +256,15 @@ def clip_user(
     split = plan_options.get("split", (0.5, 0.5))
     stat_eps = tuple(eps * STATISTICS * exact(x, "split") for x in split)
     plan, _rounds = _admission(session, data_occ, plan_kw, stat_eps, set())
+    if mode == "raise" and plan.excluded.any():  # refused by name before anything is written
+        from gpframe.ledger.run import exhausted_error
+
+        users = plan.occupancy.users
+        raise exhausted_error("gp.duckdb.clip_user", users[plan.excluded].tolist(), users.size)
     plan_id = next(_PLAN_IDS)
     plan.params["plan_id"] = plan_id
     plan.params["stat_eps"] = stat_eps
+    plan.params["on_exhausted"] = mode
     q = value_step(lo, hi)
     T = int((hi - lo) // q)
     occ = plan.occupancy
@@ -324,9 +339,12 @@ def _make_udf(reg: GridRegistration) -> Any:
                     _np(s1, np.int64)[rows], _np(s2, np.int64)[rows],
                 )  # fmt: skip
             j = _np(cell_idx, np.int64)[rows]
-            for k, src in (("mean", rel.mean), ("var", rel.var), ("vu", rel.var_unbiased),
-                           ("em", rel.mean_error), ("ev", rel.var_error)):  # fmt: skip
-                cols[k][rows] = src[j]
+            if rel is None:  # planned by gp.duckdb.preview, nothing released: NULL rows
+                null = np.ones(size, dtype=bool)
+            else:
+                for k, src in (("mean", rel.mean), ("var", rel.var), ("vu", rel.var_unbiased),
+                               ("em", rel.mean_error), ("ev", rel.var_error)):  # fmt: skip
+                    cols[k][rows] = src[j]
         arrs = [pa.array(cols[k], mask=null) for k in ("mean", "var", "vu", "em", "ev")]
         names = ["mean", "variance", "variance_unbiased", "mean_error", "variance_error"]
         return pa.StructArray.from_arrays(arrs, names=names, mask=pa.array(null))
@@ -383,6 +401,10 @@ def _release_batch(
             )
         units += a
     rel = None
+    planning = _u.SQL_PREVIEWS.get(id(session))  # the caller holds the lock
+    if planning is not None:  # gp.duckdb.preview: the cells the query would release, for the
+        # preview's error (gpframe.queries.grid_preview.planned_mean_error, public plan only)
+        planning.notes.setdefault("grid_cells", []).append((plan, cells.copy()))
 
     def work(_admitted: np.ndarray) -> np.ndarray:  # every payer admitted (all_or_none)
         nonlocal rel
@@ -396,7 +418,7 @@ def _release_batch(
         params={"plan_id": plan.params["plan_id"], "cells": int(cells.size), "source": "duckdb",
                 # the curator's record of who the plan left out for lack of budget
                 EXCLUDED_KEY: occ.users[plan.excluded].tolist()},
-        notion="central", kind="dp", units=True,
+        notion="central", kind="dp", units=True, on_exhausted=plan.params["on_exhausted"],
         all_or_none="gp_grid_release: a kept user's budget no longer covers the plan (spent "
         f"since gp.duckdb.clip_user); re-plan. {_NOTHING}",
     )  # fmt: skip

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from gpframe.duckdb import udf as _u
+from gpframe.duckdb.preview import dry_helper, helper_on_exhausted
 from gpframe.errors import InvalidInputError
 
 __all__ = ["grid_stats"]
@@ -36,6 +38,8 @@ def grid_stats(
     split: tuple[float, float] = (0.75, 0.25),
     beta: float = 0.05,
     shrink: bool = True,
+    on_exhausted: str | None = None,
+    dry_run: bool = False,
 ) -> Any:
     """Release each cell's mean and variance of ``value``; no user pays more than the total.
 
@@ -68,6 +72,15 @@ def grid_stats(
         Pull each released mean toward the released means' average, the more the noisier its
         cell (post-processing of released values, no charge; ``docs/operations/grid_stats.md``).
         ``False`` releases the plain noisy means.
+    on_exhausted : {"exclude", "raise"}, optional
+        A user whose budget cannot pay their planned charge: ``"exclude"`` leaves them out
+        (charged nothing; the curator's report lists them), ``"raise"`` refuses the call naming
+        them, before anything is reserved or drawn. None: the ``register(..., on_exhausted=)``
+        setting.
+    dry_run : bool
+        Return a :class:`~gpframe.results.Preview` instead (nothing drawn, charged or written):
+        the per-user charges, who would be left out and why, and the worst released cell's
+        ``mean_error`` before the shrinkage (``docs/operations/grid_stats.md``, "Preview").
 
     Returns
     -------
@@ -87,6 +100,10 @@ def grid_stats(
     >>> sorted(r[0] for r in rel.fetchall()), float(session.spent().max()) <= 2.0
     (['zone-0', 'zone-1'], True)
     """
+    if dry_run:  # planned like gp.duckdb.preview: nothing drawn, charged or written
+        return dry_helper(grid_stats, locals(), "grid_stats")
+    if on_exhausted is not _u.RUNNING:  # None: the registration's; "raise": planned first
+        return helper_on_exhausted(grid_stats, locals(), "gp.duckdb.grid_stats")
     import pandas as pd
     import pyarrow as pa
 

@@ -122,7 +122,7 @@ def _make_udf(reg: KdeRegistration) -> Any:
             nus = _u.union_sizes(n_users)
             f = {k: _np(v, np.float64)[rows] for k, v in
                  dict(x=x, y=y, qx=qx, qy=qy, bw=bw, rho=rho, c=rounds).items()}  # fmt: skip
-            val, done = _batch(reg, _u.user_objects(user_id, rows), f, nus[rows])
+            val, done = _batch(reg, _u.factorize_ids(user_id, rows), f, nus[rows])
             out[rows] = val
             null[rows[~done]] = True
         return pa.array(out, mask=null, type=pa.float64())
@@ -131,7 +131,7 @@ def _make_udf(reg: KdeRegistration) -> Any:
     return udf
 
 
-def _batch(reg: KdeRegistration, users: np.ndarray, f: dict[str, np.ndarray],
+def _batch(reg: KdeRegistration, users: tuple[np.ndarray, np.ndarray], f: dict[str, np.ndarray],
            n_users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Validate, reserve, eliminate and charge one batch; returns (contribution, ran) per row."""
     import pandas as pd

@@ -101,7 +101,60 @@ def preview(con: Any, sql: str, params: Any = None) -> Preview:
         )
     with _planning(session) as plan:
         con.execute(sql, params).fetchall()
-    return _build(session, "sql", plan)
+    return _build(session, "sql", plan, error=_sql_error(plan))
+
+
+def _sql_error(plan: PreviewPlan) -> Callable[[Any, list[Any]], Any]:
+    """Return the ``error`` hook of a SQL preview: what its batches would release, a priori.
+
+    * ``gp_grid_release`` (``grid_stats.sql`` after ``gp.duckdb.clip_user``) releases each cell
+      with the ``mean_error`` of its Clip-User plan, a function of the public plan only
+      (:func:`gpframe.queries.grid_preview.planned_mean_error`): the preview states the worst
+      of the cells its batches would release, exactly the largest ``mean_error`` the query
+      returns.
+    * ``gp_privatize`` / ``gp_privatize_gp`` (and ``gp.duckdb.privatize``): the error radius
+      (m) of every point the batches would release at once, at confidence 1 − 0.05
+      (:func:`gpframe.queries.privatize.nominal_errors` with ``per="point"`` over the number
+      of points, the registered CRS's scale factor): the bound ``df.geopriv(...).privatize(...,
+      per="point", beta=0.05)`` states for the same points. SQL returns no error column.
+
+    Other functions state no bound (None); so does a query mixing two kinds.
+    """
+
+    def error(table: Any, calls: list[Any]) -> Any:
+        if calls and all(c.query == "gp_privatize" for c in calls):
+            return _points_error(plan)
+        import numpy as np
+
+        from gpframe.queries.grid_preview import planned_mean_error, summary
+        from gpframe.queries.grid_stats import value_step
+
+        got = plan.notes.get("grid_cells")
+        if not got or any(c.query != "gp_grid_release" for c in calls):
+            return None
+        per, beta = [], 0.05
+        for p, cells in got:
+            beta = float(p.params.get("beta", 0.05))
+            per.append(planned_mean_error(p, beta, value_step(p.lower, p.upper))[cells])
+        return summary(np.concatenate(per), beta)
+
+    return error
+
+
+def _points_error(plan: PreviewPlan) -> tuple[float, str, float] | None:
+    """Return the radius (m) of every point the planned ``gp_privatize`` batches release."""
+    import numpy as np
+
+    from gpframe.queries.privatize import nominal_errors
+
+    got = plan.notes.get("points", [])
+    total = sum(n for _mode, parts, _k in got for _a, n in parts)
+    if not total:
+        return None
+    beta = _u.BETA
+    worst = max(float(nominal_errors(mode, a, "point", np.array([total]), beta, k, overall=True))
+                for mode, parts, k in got for a, n in parts if n)  # fmt: skip
+    return worst, f"max point error (m), all {total} points released at once", 1.0 - beta
 
 
 @contextlib.contextmanager
@@ -183,7 +236,9 @@ def helper_plan(con: Any, call: Callable[[], Any]) -> tuple[Any, PreviewPlan]:
             call()
         except PreviewStop:
             pass
-    return session, PreviewPlan(stop=False, calls=[*sql_plan.calls, *py_plan.calls])
+    # the notes: what the helper's planning knew of its error before any noise
+    return session, PreviewPlan(stop=False, calls=[*sql_plan.calls, *py_plan.calls],
+                                notes={**sql_plan.notes, **py_plan.notes})
 
 
 def _mode(con: Any, value: Any, fname: str) -> str:
@@ -212,7 +267,9 @@ def dry_helper(fn: Callable[..., Any], args: dict[str, Any], operation: str) -> 
             raising_on_exhausted() if mode == "raise" else contextlib.nullcontext():
         session, plan = helper_plan(
             con, lambda: fn(**a, on_exhausted=_u.RUNNING, dry_run=False))
-    return _build(session, operation, plan, **_bounds(operation, con, a))
+    info = _bounds(operation, con, a)
+    info.setdefault("error", _sql_error(plan))  # the functions' own a-priori bounds
+    return _build(session, operation, plan, **info)
 
 
 def helper_on_exhausted(fn: Callable[..., Any], args: dict[str, Any], fname: str) -> Any:

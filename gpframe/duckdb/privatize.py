@@ -360,10 +360,20 @@ def _privatize_batch(
         actual = _units_of_sum(ledger, mode, charged) if charged else np.zeros(n_users, np.int64)
         return np.where(admitted, actual, 0)
 
+    # a point's charge is its amount, known before any noise: the charge is committed with
+    # the reservation (one durable write per batch), before the noise is drawn
     _u.charge_batch(
         session, np.asarray(uniques), alloc, work, query="gp_privatize", params=params,
-        kind=None, units=True, on_exhausted=reg.on_exhausted,
+        kind=None, units=True, on_exhausted=reg.on_exhausted, prepaid=True,
     )  # fmt: skip
+    with _u.LEDGER_LOCK:  # held already while a preview plans (batch_lock): its last call
+        planning = _u.SQL_PREVIEWS.get(id(session))
+        if planning is not None and planning.calls:  # the points the batch would release,
+            # per amount, for the preview's error radius (counts only, no location)
+            adm = np.asarray(planning.calls[-1].admitted, dtype=bool)
+            planning.notes.setdefault("points", []).append(
+                (mode, [(a, int(c[adm].sum())) for (_, a), c in zip(exact, cnts, strict=True)],
+                 float(reg.scale_max)))  # fmt: skip
     n_rel = int(released.sum())
     _u.tally(reg, n_rel, len(xs) - n_rel)
     return released, noisy

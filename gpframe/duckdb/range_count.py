@@ -77,7 +77,7 @@ SPLIT, BETA, _MAX_ROUNDS = _u.SPLIT, _u.BETA, _u.MAX_ROUNDS
 
 _REGISTRY = _u.Registry()
 
-_np, _nulls, _objects = _u.to_numpy, _u.nulls, _u.objects
+_np, _nulls = _u.to_numpy, _u.nulls
 
 
 @dataclass
@@ -142,9 +142,9 @@ def _make_udf(reg: RangeRegistration) -> Any:
         if (~null).any():
             rows = np.flatnonzero(~null)
             nus = _u.union_sizes(n_users)
-            wk = _objects(wkb)[rows]
+            wk = _distinct_wkb(wkb, rows)
             inside, done = _batch(
-                reg, _u.user_objects(user_id, rows), _np(x, np.float64)[rows],
+                reg, _u.factorize_ids(user_id, rows), _np(x, np.float64)[rows],
                 _np(y, np.float64)[rows], wk, _np(rho, np.float64)[rows],
                 _np(rounds, np.float64)[rows].astype(np.int64), nus[rows],
             )  # fmt: skip
@@ -164,6 +164,19 @@ def _check_batch(
     _u.check_rounds(rounds, "gp_in_region")
     _u.check_points(np.column_stack([xs, ys]), "gp_in_region", units)
     return exact
+
+
+def _distinct_wkb(wkb: Any, rows: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+    """(code per row, distinct WKB values) of the non-NULL ``rows``: one ``bytes`` per value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    a = _u.arrow(wkb)
+    if len(rows) != len(a):
+        a = a.take(pa.array(rows, type=pa.int64()))
+    enc = pc.dictionary_encode(a)
+    codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return codes, [bytes(w) for w in enc.dictionary.to_pylist()]
 
 
 def _region(wkb: bytes, cache: dict[bytes, Any]) -> Any:
@@ -213,10 +226,10 @@ def _check_region_units(units: Any, geom: Any, fname: str) -> None:
 
 def _batch(
     reg: RangeRegistration,
-    users: np.ndarray,
+    users: tuple[np.ndarray, np.ndarray],
     xs: np.ndarray,
     ys: np.ndarray,
-    wkbs: np.ndarray,
+    wkbs: tuple[np.ndarray, list[bytes]],
     rhos: np.ndarray,
     rounds: np.ndarray,
     n_users: np.ndarray,
@@ -228,11 +241,12 @@ def _batch(
 
     exact = _check_batch(xs, ys, rhos, rounds, reg.units)
     cache: dict[bytes, Any] = {}
-    regions = [_region(bytes(w), cache) for w in wkbs]
-    for geom in {id(g): g for g in regions}.values():
+    wcodes, distinct = wkbs
+    regions = [_region(w, cache) for w in distinct]  # one per distinct WKB value
+    for geom in regions:
         _check_region_units(reg.units, geom, "gp_in_region")
     # rows that share (region, rho, rounds, n) run as one elimination
-    key = pd.DataFrame({"w": [id(r) for r in regions], "r": rhos, "c": rounds, "n": n_users})
+    key = pd.DataFrame({"w": wcodes, "r": rhos, "c": rounds, "n": n_users})
     gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
     inside = np.zeros(len(xs), dtype=bool)
     scale = reg.scale_max
@@ -240,7 +254,7 @@ def _batch(
     def release(sel: np.ndarray, alloc: np.ndarray, unit: Fraction) -> Any:
         nu = int(n_users[sel[0]])
         out = range_count_arrays(
-            np.column_stack([xs[sel], ys[sel]]), np.arange(sel.size), regions[sel[0]],
+            np.column_stack([xs[sel], ys[sel]]), np.arange(sel.size), regions[wcodes[sel[0]]],
             kind="cgp", amount=alloc, method=METHOD, rounds=int(rounds[sel[0]]),
             split=SPLIT, beta=BETA, unit=unit, scale_max=scale,
             n_union=nu if nu > 0 else None, rng=reg.rng,

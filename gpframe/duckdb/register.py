@@ -136,8 +136,9 @@ def register(
         or draws anything (batches of the same query that ran before stay charged: preview the
         query with :func:`gpframe.duckdb.preview.preview`, or use a relation helper, which
         plans its whole query first). Also the default of the relation helpers'
-        ``on_exhausted=``. The grid functions follow their Clip-User plan, which leaves out
-        users who cannot pay when it is made.
+        ``on_exhausted=``, ``gp.duckdb.grid_stats``'s and ``gp.duckdb.clip_user``'s (whose
+        ``"raise"`` refuses a plan that would leave a user out, naming them, and makes
+        ``gp_grid_release`` refuse a batch whose kept users can no longer pay).
 
     Returns
     -------

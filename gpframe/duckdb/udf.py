@@ -29,6 +29,8 @@ module level without an import cycle.
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +39,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from gpframe.errors import InvalidInputError, LedgerError
 from gpframe.ledger.run import Charge, raising_on_exhausted, run
@@ -347,15 +350,25 @@ def exact_amounts(vals: np.ndarray, fname: str, param: str, unit: str) -> dict[f
     The batch form of :func:`gpframe.accounting.amounts.positive` (the relation helpers check
     their one amount with :func:`gpframe.accounting.amounts.metric_amount`).
     """
-    from gpframe.accounting.amounts import positive
-
     bad = ~np.isfinite(vals) | (vals <= 0)
     if bad.any():
         raise InvalidInputError(
             f"{fname}: {param}={float(vals[bad][0])!r} in {int(bad.sum())} row(s) must be finite "
             f"and > 0 ({unit}). Nothing was charged for this batch."
         )
-    return {v: positive(v, param) for v in np.unique(vals).tolist()}
+    return {v: _positive(v, param) for v in np.unique(vals).tolist()}
+
+
+@functools.lru_cache(maxsize=4096)
+def _positive(value: float, param: str) -> Fraction:
+    """:func:`gpframe.accounting.amounts.positive` of a float, once per distinct value.
+
+    A query repeats its amount in every batch; a ``Fraction`` is immutable, so the cached one
+    is shared safely between DuckDB's threads.
+    """
+    from gpframe.accounting.amounts import positive
+
+    return positive(value, param)
 
 
 def _existing(con: Any, names: Iterable[str]) -> set[str]:
@@ -523,11 +536,21 @@ def factorize_ids(a: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     int64 array when every id is an integer that fits, else an object array of Python ints
     and strs. Arrow factorizes first, so only the distinct ids become Python objects.
     """
+    import pandas as pd
     import pyarrow as pa
 
     from gpframe.ledger.keys import user_keys
 
-    codes, keys = user_keys(arrow(a).take(pa.array(rows, type=pa.int64())), "user_id")
+    a = arrow(a)
+    if len(rows) != len(a):
+        a = a.take(pa.array(rows, type=pa.int64()))
+    if a.null_count == 0 and (pa.types.is_int64(a.type) or pa.types.is_uint64(a.type)):
+        v = np.asarray(a.to_numpy(zero_copy_only=False))
+        if v.dtype == np.int64 or (v.size and int(v.max()) < 2**63):
+            # the key_array of what user_keys gives, without a Python int per distinct id
+            codes, uniques = pd.factorize(v.astype(np.int64, copy=False), sort=False)
+            return np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=np.int64)
+    codes, keys = user_keys(a, "user_id")
     return codes, key_array(keys)
 
 
@@ -584,6 +607,7 @@ def charge_batch(
     units: bool = False,
     all_or_none: str | None = None,
     on_exhausted: str = "exclude",
+    prepaid: bool = False,
 ) -> np.ndarray:
     """Reserve ``alloc`` for ``users``, run ``work(admitted)``, charge what it returns.
 
@@ -605,6 +629,9 @@ def charge_batch(
     :data:`SQL_ON_EXHAUSTED`) a user
     who cannot pay refuses the batch with a :class:`~gpframe.errors.BudgetExceededError`
     naming them, before anything is reserved or drawn (:func:`gpframe.ledger.run.run`).
+    ``prepaid=True`` (a batch whose charge is its allocation, ``units`` only): the reservation's
+    transaction commits the charge too, before ``work`` draws anything, so the batch makes one
+    durable write instead of two; ``work`` must return the allocations of the admitted users.
 
     Returns
     -------
@@ -629,7 +656,8 @@ def charge_batch(
     with LEDGER_LOCK if plan is not None else contextlib.nullcontext(), \
             raising_on_exhausted() if strict else contextlib.nullcontext():
         ran = run(session, users, alloc, query=query, params=params, notion=notion, kind=kind,
-                  units=units, check=check, compute=compute, dry_run=plan)  # fmt: skip
+                  units=units, check=check, compute=compute, dry_run=plan,
+                  prepaid=prepaid and plan is None)  # fmt: skip
     if ran.status == "preview":  # planned only: no user's rows are computed (NULL out)
         return np.zeros(len(ran.reservation.users), dtype=bool)
     return np.asarray(ran.value, dtype=bool)
@@ -662,11 +690,11 @@ def elimination_batch(
     reg: Any,
     fname: str,
     method: str,
-    users: np.ndarray,
+    users: tuple[np.ndarray, np.ndarray],
     amounts: tuple[np.ndarray, dict[float, Fraction]],
     rounds: np.ndarray,
     gcode: np.ndarray,
-    release: Callable[[np.ndarray, np.ndarray, Fraction], Any],
+    release: Callable[[np.ndarray, Any, Fraction], Any],
     *,
     scale_max: float,
     params: dict[str, Any],
@@ -674,21 +702,24 @@ def elimination_batch(
     """Reserve, eliminate group by group and charge one batch of rows; returns admitted per row.
 
     The one runner of ``gp_in_region`` and ``gp_kde_contribution``: each row is charged the
-    parts of the rounds it ran, each user the sum over their rows. ``amounts`` are the rows'
-    rho and the exact amount of each distinct value (:func:`exact_amounts`); each row's
-    allocation is the ledger unit above it, as on the Python path. Every (allocation, rounds)
-    pair's round parts are checked before the reservation (a part too small to split was
-    refused inside it, so the batch was charged). The admitted rows of group ``g`` (rows that
-    share the public parameters) run as one ``release(rows, allocations, unit)``, in batch
-    order, so a one-group batch runs exactly as the Python path; it stores its outputs and
-    returns each row's charge.
+    parts of the rounds it ran, each user the sum over their rows. ``users`` are the rows'
+    codes and the ledger key of each code (:func:`factorize_ids`); ``amounts`` the rows' rho
+    and the exact amount of each distinct value (:func:`exact_amounts`); each row's allocation
+    is the ledger unit above it, as on the Python path. Every (allocation, rounds) pair's round
+    parts are checked before the reservation (a part too small to split was refused inside it,
+    so the batch was charged). The admitted rows of group ``g`` (rows that share the public
+    parameters) run as one ``release(rows, allocations, unit)``, in batch order, so a one-group
+    batch runs exactly as the Python path; ``allocations`` are grouped by value
+    (:class:`gpframe.queries.elimination.GroupedAmounts`); it stores its outputs and returns
+    each row's charge. The reservation and the charge are int64 ledger units, summed per user
+    exactly (:func:`units_per_user`): no ``Fraction`` per row or user.
     """
-    from gpframe.ledger.charges import filter_kind, ledger_keys
-    from gpframe.queries.elimination import check_method_parts
+    from gpframe.ledger.charges import filter_kind
+    from gpframe.queries.elimination import GroupedAmounts, check_method_parts
 
     rhos, exact = amounts
-    codes, uniques = factorize_objects(users)
-    n_u = len(uniques)
+    codes, keys = users
+    n_u = len(keys)
     session = reg.session  # read once: the allocation and the charge see the same session
     with batch_lock(reg):
         if filter_kind(session) != "cgp":
@@ -699,34 +730,76 @@ def elimination_batch(
             )
         lu = session.ledger.units["metric"]
         unit = Fraction(1) / lu.scale
-        row_alloc = {v: lu.to_fraction(lu.up(a)) for v, a in exact.items()}
-        per_row = np.empty(len(rhos), dtype=object)
-        per_row[:] = [row_alloc[v] for v in rhos.tolist()]
-        for a, c in {(row_alloc[v], int(c)) for v, c in zip(rhos.tolist(), rounds.tolist(),
-                                                            strict=True)}:  # fmt: skip
-            check_method_parts(a, kind="cgp", method=method, rounds=c, split=SPLIT, beta=BETA,
-                               unit=unit, scale_max=scale_max)  # fmt: skip
+        distinct, inv = np.unique(rhos, return_inverse=True)
+        v_units = [lu.up(exact[v]) for v in distinct.tolist()]
+        row_units = np.asarray(v_units, dtype=np.int64)[inv.reshape(-1)]
+        for k, c in {(int(k), int(c)) for k, c in zip(inv.reshape(-1).tolist(), rounds.tolist(),
+                                                      strict=True)}:  # fmt: skip
+            check_method_parts(lu.to_fraction(v_units[k]), kind="cgp", method=method, rounds=c,
+                               split=SPLIT, beta=BETA, unit=unit, scale_max=scale_max)  # fmt: skip
+        alloc = units_per_user(lu, codes, n_u, inv.reshape(-1),
+                               [lu.to_fraction(u) for u in v_units])  # fmt: skip
 
-        def work(adm_u: np.ndarray) -> list[Fraction]:
+        def work(adm_u: np.ndarray) -> np.ndarray:
             admitted = adm_u[codes]
-            actual = [Fraction(0)] * n_u
+            charged = np.empty(len(rhos), dtype=object)
+            charged[:] = Fraction(0)
             for g in range(int(gcode.max()) + 1):
                 sel = np.flatnonzero((gcode == g) & admitted)
                 if sel.size == 0:
                     continue
-                charges = release(sel, per_row[sel], unit)
-                for i, c in zip(sel.tolist(), np.asarray(charges).tolist(), strict=True):
-                    actual[codes[i]] += c
-            return actual
+                charged[sel] = release(sel, GroupedAmounts.from_units(row_units[sel], unit), unit)
+            # equal charges are one object (one per group and rounds run): convert each once
+            ids = np.fromiter(map(id, charged), dtype=np.uint64, count=charged.size)
+            c_codes, _ = pd.factorize(ids, sort=False)
+            _, first = np.unique(c_codes, return_index=True)
+            units = units_per_user(lu, codes, n_u, c_codes, charged[first].tolist())
+            return np.where(adm_u, units, 0)
 
         admitted = charge_batch(
-            session, ledger_keys(uniques), per_user_sum(codes, n_u, per_row), work, query=fname,
+            session, keys, alloc, work, query=fname,
             params={"method": method, "split": SPLIT, "beta": BETA, **params, "source": "duckdb",
                     **metric_params(reg)},
-            kind=None, on_exhausted=reg.on_exhausted,
+            kind=None, units=True, on_exhausted=reg.on_exhausted,
         )[codes]  # fmt: skip
         tally(reg, int(admitted.sum()), int((~admitted).sum()))
     return admitted
+
+
+def units_per_user(
+    lu: Any, codes: np.ndarray, n_users: int, v_codes: np.ndarray, values: list[Fraction]
+) -> np.ndarray:
+    """Ledger units of Σ over each user's rows of ``values[v_codes[row]]``, rounded up once.
+
+    Exactly what the ledger makes of the per-user ``Fraction`` sum (``lu.up``), without one:
+    the few distinct values are brought to a common denominator and the rows' numerators
+    summed per user in int64 (Python ints when that could overflow). A sum that does not fit
+    int64 is refused before anything is reserved.
+
+    >>> from gpframe.accounting.amounts import LedgerUnits
+    >>> lu = LedgerUnits(3)
+    >>> units_per_user(lu, np.array([0, 0, 1]), 2, np.array([0, 1, 1]),
+    ...                [Fraction(1, 3000), Fraction(1, 2)]).tolist()   # ceil(1/3 + 500), 500
+    [501, 500]
+    """
+    fr = [Fraction(v) * lu.scale for v in values]
+    den = math.lcm(*(f.denominator for f in fr)) if fr else 1
+    nums = [f.numerator * (den // f.denominator) for f in fr]
+    top = max(nums, default=0)
+    if top * max(len(codes), 1) + den < 2**62:
+        tot = np.zeros(n_users, dtype=np.int64)
+        np.add.at(tot, codes, np.asarray(nums, dtype=np.int64)[v_codes])
+        return (tot + (den - 1)) // den
+    big = [0] * n_users
+    for u, k in zip(codes.tolist(), np.asarray(v_codes).tolist(), strict=True):
+        big[u] += nums[k]
+    exact_u = [-((-t) // den) for t in big]
+    if max(exact_u, default=0) > 2**63 - 1:
+        raise InvalidInputError(
+            "a user's charge in this batch does not fit the ledger's units; use smaller "
+            "amounts. Nothing was charged for this batch."
+        )
+    return np.asarray(exact_u, dtype=np.int64)
 
 
 def tally(reg: Any, drawn: int, excluded: int) -> None:

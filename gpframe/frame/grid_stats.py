@@ -80,31 +80,9 @@ def _occupancy(occupancy: Any, users: np.ndarray, cells: np.ndarray) -> Occupanc
         raise InvalidInputError(
             f"occupancy={occupancy!r} is missing. " + _OCC_HELP + f" {_NOTHING}"
         )
-    missing = [c for c in ("user", "cell", "count") if c not in occupancy.columns]
-    if missing:
-        raise InvalidInputError(
-            f"the occupancy table lacks column(s) {missing}; it needs user, cell, count. {_NOTHING}"
-        )
-    t_cells = _as_h3(occupancy["cell"], "the occupancy table's 'cell' column")
-    cnt = occupancy["count"]
-    if not pd.api.types.is_integer_dtype(cnt):
-        raise InvalidInputError(f"the occupancy table's 'count' must be integers. {_NOTHING}")
-    table = occupancy_from_records(occupancy["user"].to_numpy(), t_cells, cnt.to_numpy())
-    same = (
-        np.array_equal(table.users, data_occ.users)
-        and np.array_equal(table.cells, data_occ.cells)
-        and np.array_equal(table.u, data_occ.u)
-        and np.array_equal(table.j, data_occ.j)
-        and np.array_equal(table.m, data_occ.m)
-    )
-    if not same:
-        raise InvalidInputError(
-            "the public occupancy table does not match the data's per-(user, cell) counts; "
-            "grid_stats fails closed (docs/operations/grid_stats.md). Rebuild the table from the "
-            "same "
-            f"cleaned data and cells. {_NOTHING}"
-        )
-    return table
+    from gpframe.queries.grid_occupancy import check_matches, table_occupancy
+
+    return check_matches(table_occupancy(occupancy), data_occ)
 
 
 def grid_stats(

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from gpframe.errors import InvalidInputError
+from gpframe.queries.partition_check import derived_from_points, describe_part, refuse
 
 _NOTHING = "Nothing was charged."
 
@@ -46,15 +47,6 @@ class Part:
     value: Any
     rows: np.ndarray
     projected: Any
-
-
-def _refuse(partition: Any, why: str) -> InvalidInputError:
-    return InvalidInputError(
-        f"partition={partition!r}: {why} A released point lies on the lattice of the metric CRS "
-        "it was noised in, so the output reveals each row's part: a part computed from the "
-        "coordinates would release a function of the true point. Split by a public column "
-        f"fixed without looking at the points (a state, a fleet, a study area). {_NOTHING}"
-    )
 
 
 def check_partition(
@@ -80,7 +72,7 @@ def check_partition(
             f"partition='region'. {_NOTHING}"
         )
     if partition in tuple(protected) or partition in tuple(getattr(located, "coords", ())):
-        raise _refuse(partition, "it holds the coordinates (or the geometry).")
+        raise refuse(partition, "it holds the coordinates (or the geometry).")
     if to_crs is not None:
         raise InvalidInputError(
             f"partition={partition!r} with to_crs={to_crs!r}: a split chooses one metric CRS per "
@@ -93,9 +85,9 @@ def check_partition(
             f"partition={partition!r}: column {partition!r} has missing values; every row needs "
             f"its part. Fill or drop them. {_NOTHING}"
         )
-    derived = _derived_from_points(col, located)
+    derived = derived_from_points(col, located)
     if derived is not None:
-        raise _refuse(partition, f"column {partition!r} equals {derived} on every row.")
+        raise refuse(partition, f"column {partition!r} equals {derived} on every row.")
     if not isinstance(domain, Mapping):
         return None
     values = pd.unique(col)
@@ -109,58 +101,6 @@ def check_partition(
     for v in values.tolist():  # validate every box now, not at the first metric operation
         located.subset(np.zeros(0, dtype=np.int64), domain=domain[v])
     return {v: domain[v] for v in values.tolist()}
-
-
-def _derived_from_points(col: pd.Series, located: Any) -> str | None:
-    """Name the function of the points ``col`` equals on every row, or None.
-
-    A safety net for the commonest cases (the UTM zone as a number, an EPSG code or a name such
-    as ``18N``; an H3 cell id at the cells' own resolution). Other functions of the points
-    (a relabelled zone, a rounded longitude) cannot be recognised: only the caller knows what
-    is public.
-    """
-    lon, lat = located.lonlat()
-    lon = (np.asarray(lon, dtype=np.float64) + 180.0) % 360.0 - 180.0
-    lat = np.asarray(lat, dtype=np.float64)
-    zone = (np.floor((lon + 180.0) / 6.0).astype(np.int64) % 60) + 1
-    north = lat >= 0
-    epsg = np.where(north, 32600, 32700) + zone
-    if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
-        v = col.to_numpy(dtype=np.float64)
-        if np.array_equal(v, zone):
-            return "the UTM zone number of the points"
-        if np.array_equal(v, epsg):
-            return "the EPSG code of the points' UTM zones"
-    text = col.astype(str).str.upper().str.replace(" ", "", regex=False).to_numpy()
-    names = {
-        "the UTM zone of the points": np.char.add(zone.astype(str), np.where(north, "N", "S")),
-        "the EPSG code of the points' UTM zones": np.char.add("EPSG:", epsg.astype(str)),
-    }
-    for what, ref in names.items():
-        if np.array_equal(text, ref.astype(object)):
-            return what
-    return _h3_of_points(col, lon, lat)
-
-
-def _h3_of_points(col: pd.Series, lon: np.ndarray, lat: np.ndarray) -> str | None:
-    """Return a description if ``col`` holds each point's H3 cell (int or hex), else None."""
-    import h3
-
-    uniq = pd.unique(col)
-    try:
-        cells = [h3.int_to_str(int(u)) if not isinstance(u, str) else u.lower() for u in uniq]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    if not all(h3.is_valid_cell(c) for c in cells):
-        return None
-    res = {h3.get_resolution(c) for c in cells}
-    if len(res) != 1:
-        return None
-    r = res.pop()
-    to_cell = dict(zip(uniq.tolist(), cells, strict=True))
-    have = [to_cell[v] for v in col.tolist()]
-    want = [h3.latlng_to_cell(b, a, r) for a, b in zip(lon.tolist(), lat.tolist(), strict=True)]
-    return f"the H3 cell (resolution {r}) of the points" if have == want else None
 
 
 def split(bound: Any, refuse_copies: Callable[..., None]) -> list[Part]:
@@ -187,18 +127,7 @@ def split(bound: Any, refuse_copies: Callable[..., None]) -> list[Part]:
 
 def describe(parts: list[Part]) -> list[dict[str, Any]]:
     """Each part's value, metric CRS, ``scale_max`` and noise inflation (for ``params``)."""
-    out = []
-    for part in parts:
-        p = part.projected
-        v = part.value.item() if hasattr(part.value, "item") else part.value
-        out.append({
-            "value": v if isinstance(v, (str, int, float, bool)) else str(v),
-            "crs_m": p.crs_m.to_string(),
-            "scale_max": float(p.scale_max),
-            "noise_inflation": float(p.noise_inflation),
-            "n_points": len(p),
-        })  # fmt: skip
-    return out
+    return [describe_part(part.value, part.projected) for part in parts]
 
 
 @dataclass(frozen=True, eq=False)

@@ -45,6 +45,22 @@ _SINCE_HELP = (
 )
 
 
+def parse_age(text: str, *, name: str = "age") -> timedelta | None:
+    """Read an age such as ``30m``, ``12h``, ``7d`` or ``2w``; None if ``text`` is not one.
+
+    Examples
+    --------
+    >>> parse_age("12h")
+    datetime.timedelta(seconds=43200)
+    >>> parse_age("2026-11-01") is None
+    True
+    """
+    m = _AGE.match(text)
+    if not m:
+        return None
+    return timedelta(seconds=int(m.group(1)) * _AGE_UNITS[m.group(2)])
+
+
 def parse_since(since: object, *, now: datetime | None = None, name: str = "since") -> datetime:
     """Read a ``since`` bound as an aware UTC datetime.
 
@@ -73,11 +89,11 @@ def parse_since(since: object, *, now: datetime | None = None, name: str = "sinc
     elif isinstance(since, date):
         dt = datetime(since.year, since.month, since.day)
     elif isinstance(since, str):
-        m = _AGE.match(since)
-        if m:
+        age = parse_age(since, name=name)
+        if age is not None:
             ref = now if now is not None else datetime.now(timezone.utc)
             try:
-                return _utc(ref) - timedelta(seconds=int(m.group(1)) * _AGE_UNITS[m.group(2)])
+                return _utc(ref) - age
             except OverflowError:  # before year 1
                 raise InvalidInputError(
                     f"{name}={since!r} reaches back before the year 1: pass a shorter age or a "

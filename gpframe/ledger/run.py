@@ -310,6 +310,7 @@ def run(
     check: Callable[[Reservation], bool | None] | None = None,
     lock: contextlib.AbstractContextManager[Any] | None = None,
     dry_run: PreviewPlan | None = None,
+    prepaid: bool = False,
 ) -> Ran[T]:
     """Reserve ``allocations`` for ``users``, run ``compute``, charge what it returns.
 
@@ -332,6 +333,13 @@ def run(
         is computed read-only, ``check`` runs, ``compute`` is not called; the planned
         reservation is added to the plan, then :class:`PreviewStop` is raised (``plan.stop``)
         or a ``"preview"`` outcome returned.
+    prepaid : bool
+        For an operation whose charge is its allocation, known before any noise (``privatize``
+        per point): the reservation's own transaction also commits the charge of every
+        admitted user's full allocation, after ``check`` (one durable write instead of two),
+        and ``compute`` runs once it is committed. ``compute`` must then report exactly the
+        allocations (in ledger units), else :class:`~gpframe.errors.GpframeInternalError` is
+        raised and nothing is returned (the users stay charged). No ``charge_id``.
 
     Returns
     -------
@@ -346,6 +354,10 @@ def run(
     if plan is not None:
         return _plan(session, users, allocations, plan, query=query, notion=notion, kind=kind,
                      params=params, units=units, check=check, lock=lock)  # fmt: skip
+    if prepaid:
+        return _prepaid(session, users, allocations, query=query, compute=compute,
+                        notion=notion, kind=kind, params=params, units=units, check=check,
+                        lock=lock)  # fmt: skip
     with lock if lock is not None else contextlib.nullcontext():
         r = session.reserve(
             users, allocations, notion=notion, kind=kind, query=query, params=params,
@@ -368,6 +380,45 @@ def run(
                 _refuse_over(r, out.charges, query)
             done = r.charge(out.charges, units=out.units)  # durable before anything returns
     return Ran(value=out.value, reservation=r, status="charged", charged=done)
+
+
+def _prepaid(
+    session: Any,
+    users: object,
+    allocations: object,
+    *,
+    query: str,
+    compute: Callable[[Reservation], Charge[T]],
+    notion: str,
+    kind: str | None,
+    params: dict[str, Any] | None,
+    units: bool,
+    check: Callable[[Reservation], bool | None] | None,
+    lock: contextlib.AbstractContextManager[Any] | None,
+) -> Ran[T]:
+    """:func:`run` with the charge committed with the reservation, before ``compute``."""
+    if getattr(session, "_closed", False):
+        raise LedgerError("this Session is closed; open a new one. Nothing was charged.")
+
+    def strict(r: Reservation) -> None:  # inside the write: raising rolls it all back
+        if check is not None and check(r) is False:
+            raise GpframeInternalError(f"{query}: a prepaid run cannot be refused by its check.")
+
+    with lock if lock is not None else contextlib.nullcontext():
+        r = session.ledger.reserve(
+            users, allocations, notion=notion, kind=kind, query=query, params=params,
+            charge_id=None, units=units, paid=True, check=strict,
+        )  # fmt: skip
+        out = compute(r)  # the admitted users' full allocations are committed already
+        c = np.broadcast_to(np.asarray(out.charges), r.admitted.shape)
+        if not out.units or not np.array_equal(
+            np.where(r.admitted, c, 0), np.where(r.admitted, r.allocation_units, 0)
+        ):
+            raise GpframeInternalError(
+                f"{query} was prepaid its allocations but reports other charges; nothing of it "
+                "is returned (its users stay charged their allocations)."
+            )
+    return Ran(value=out.value, reservation=r, status="charged", charged=True)
 
 
 def _refuse_over(r: Reservation, charges: Any, query: str) -> None:

@@ -26,7 +26,8 @@ import threading
 import uuid
 import warnings
 import weakref
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ from gpframe.errors import (
     LedgerCorruptError,
     LedgerError,
 )
+from gpframe.ledger.group import GroupCommit
 from gpframe.ledger.integrity import (
     HMAC,
     SHA256,
@@ -325,6 +327,8 @@ class Ledger:
     ) -> None:
         self.store = store
         self._lock = threading.RLock()
+        #: concurrent reserves and charges share one write transaction (group commit)
+        self._group = GroupCommit(self._lock, self._write)
         self._index = pd.Index(np.empty(0, dtype=np.int64))
         #: SHA-256 over every user id in index order (uid_bytes): the users' part of ``state``
         self._uhash = hashlib.sha256()
@@ -858,8 +862,20 @@ class Ledger:
         params: dict[str, Any] | None,
         charge_id: str | None,
         units: bool = False,
+        paid: bool = False,
+        check: Callable[[Reservation], Any] | None = None,
     ) -> Reservation:
-        """Check-and-reserve for all users in one transaction; see :meth:`Session.reserve`."""
+        """Check-and-reserve for all users in one transaction; see :meth:`Session.reserve`.
+
+        The transaction may be shared with concurrent reserves and charges (group commit,
+        :mod:`gpframe.ledger.group`). ``paid=True`` (the driver's prepaid runs,
+        :func:`gpframe.ledger.run.run`): the same transaction also commits the charge of every
+        admitted user's full allocation, after ``check(reservation)`` (which draws no noise;
+        raising rolls the whole transaction back, nothing written). One durable write instead
+        of two; the reservation comes back charged.
+        """
+        if paid and charge_id is not None:
+            raise GpframeInternalError("a prepaid reservation takes no charge_id.")
         notion = self._notion(notion)
         keys = _user_keys(users)
         if units:
@@ -885,7 +901,8 @@ class Ledger:
         rid = uuid.uuid4().hex
         cid = charge_id or rid
         kind_s = kind or self.kind[notion]
-        with self._lock, self._write():
+
+        def write() -> Reservation:  # inside one (possibly shared) write transaction
             prior = self.store.charge(cid)
             if prior is not None:
                 return self._replay(prior, keys, alloc, too_big, notion, kind_s, rid)
@@ -909,9 +926,9 @@ class Ledger:
                 rem = budget - spent  # both in [0, MAX]: no overflow
                 rem = np.where(rem < 0, -1, rem) - held  # held <= MAX by the filter invariant
                 admitted = (alloc <= rem) & ~too_big
-            alloc = np.where(admitted, alloc, 0)
+            granted = np.where(admitted, alloc, 0)  # (alloc is the closure's: not rebound)
             if admitted.all():  # the common case: the arrays as they are, no masked copies
-                a_idx, a_alloc = idx, alloc
+                a_idx, a_alloc = idx, granted
             else:
                 a_idx, a_alloc = idx[admitted], alloc[admitted]
             created = _now()
@@ -931,9 +948,16 @@ class Ledger:
                     "held": str(_exact_sum(a_alloc)), "digest": held_digest,
                 },
             )  # fmt: skip
-        res = Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, alloc)
-        res._held_digest = held_digest
-        return res
+            r = Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, granted)
+            r._held_digest = held_digest
+            if paid:
+                if check is not None:
+                    check(r)  # no noise yet: raising rolls the whole transaction back
+                self._commit_write(r, r.allocation_units, "charge")()
+                r.state = "charged"
+            return r
+
+        return self._group.run(write)
 
     def admission(
         self,
@@ -1048,6 +1072,10 @@ class Ledger:
 
     def _commit(self, res: Reservation, used: np.ndarray, op: str) -> bool:
         """Commit the admitted users' ``used`` units; False if this reservation already did."""
+        return self._group.run(self._commit_write(res, used, op))
+
+    def _commit_write(self, res: Reservation, used: np.ndarray, op: str) -> Callable[[], bool]:
+        """Return the write of :meth:`_commit`, to run inside a (possibly shared) transaction."""
         every = bool(res.admitted.all())  # then the arrays as they are, not masked copies
         a_idx = res._idx if every else res._idx[res.admitted]
         order = _order_unique(a_idx)  # a reservation's users are distinct
@@ -1062,7 +1090,8 @@ class Ledger:
             digest = res._held_digest
         else:
             digest = _digest(res.notion, c_idx, c_amt)
-        with self._lock, self._write():
+
+        def write() -> bool:
             prior = self.store.charge(res.charge_id)
             if prior is not None:
                 # only this reservation's own earlier commit may stand in for this one: any
@@ -1083,8 +1112,9 @@ class Ledger:
                 return False
             if not self.store.has_reservation(res.id):
                 raise LedgerError(
-                    f"reservation {res.id} was already settled or cancelled (by close() or "
-                    "settle_stale()); its amounts are accounted for. Nothing more was charged."
+                    f"reservation {res.id} was already settled or cancelled (by close(), "
+                    "settle_stale() or settle_host()); its amounts are accounted for. Nothing "
+                    "more was charged."
                 )
             nz = c_amt > 0
             if nz.size and nz.all():
@@ -1106,7 +1136,9 @@ class Ledger:
                     "n": int(c_idx.size), "total": str(_exact_sum(c_amt)), "digest": digest,
                 },
             )  # fmt: skip
-        return True
+            return True
+
+        return write
 
     def _cancel(self, res: Reservation) -> None:
         with self._lock, self._write():
@@ -1172,6 +1204,86 @@ class Ledger:
                 )
             ]
             return self._settle_rows(stale, "settle")
+
+    def settle_host(self, host: str, *, older_than: timedelta | None = None) -> int:
+        """Settle, at their full allocation, the open reservations of a host that is gone.
+
+        A Session settles the abandoned reservations of its own host only (it cannot tell
+        whether a process on another machine is alive), so those of a host that never comes
+        back keep holding their amounts. Once you know the host is gone, this charges them in
+        full, exactly as :meth:`settle_stale` would have: noise may have been drawn before the
+        crash, so the amounts are charged, never released (``docs/ledger.md``, "Several
+        hosts, one budget"). It can never overspend: the amounts were admitted when reserved.
+
+        If a process of that host is in fact alive, it finds its reservation charged in full:
+        its ``charge()`` of any smaller amounts raises
+        :class:`~gpframe.errors.ChargeConflictError`, so it releases nothing it has not paid
+        for. ``older_than`` limits the settlement to reservations at least that old, to leave
+        running queries alone. Returns how many reservations were settled.
+
+        Raises
+        ------
+        InvalidInputError
+            ``host`` is not a non-empty str, or ``older_than`` is not a non-negative
+            ``datetime.timedelta``. Nothing is settled.
+        LedgerError
+            The session is read-only.
+
+        Examples
+        --------
+        >>> import gpframe as gp
+        >>> s = gp.Session(budget=gp.GP(eps=1.0))
+        >>> s.ledger.settle_host("worker-7.example.org")  # nothing open there
+        0
+        """
+        if not isinstance(host, str) or not host:
+            raise InvalidInputError(
+                f"host={host!r} must be a host name, as in the 'host' column of "
+                "session.ledger.open_reservations(). Nothing was settled."
+            )
+        if older_than is not None and (
+            not isinstance(older_than, timedelta) or older_than < timedelta(0)
+        ):
+            raise InvalidInputError(
+                f"older_than={older_than!r} must be a non-negative datetime.timedelta, e.g. "
+                "timedelta(hours=1). Nothing was settled."
+            )
+        cutoff = None if older_than is None else datetime.now(timezone.utc) - older_than
+        with self._lock, self._write():
+            self._refresh()
+            rows = [
+                r
+                for r in self.store.reservations()
+                if r.host == host
+                and (cutoff is None or datetime.fromisoformat(r.created) <= cutoff)
+            ]
+            return self._settle_rows(rows, "settle")
+
+    def open_reservations(self) -> pd.DataFrame:
+        """Return the reservations not yet charged or cancelled, one row each (oldest first).
+
+        Columns: reservation, query_id, notion, kind, created (UTC), host, pid, users (how
+        many are admitted) and held (their summed allocation, in the filter's units, a float).
+        """
+        with self._lock, self._read():
+            self._refresh()
+            rows = sorted(self.store.reservations(), key=lambda r: r.created)
+        scale = {n: 10.0 ** u.exponent for n, u in self.units.items()}
+        return pd.DataFrame(
+            {
+                "reservation": [r.id for r in rows],
+                "query_id": [r.query_id for r in rows],
+                "notion": [r.notion for r in rows],
+                "kind": [r.kind for r in rows],
+                "created": pd.to_datetime([r.created for r in rows], utc=True),
+                "host": [r.host for r in rows],
+                "pid": np.array([r.pid for r in rows], dtype=np.int64),
+                "users": np.array([r.idx.size for r in rows], dtype=np.int64),
+                "held": np.array(
+                    [_exact_sum(r.alloc) / scale[r.notion] for r in rows], dtype=float
+                ),
+            }
+        )
 
     def _settle_own(self) -> None:
         with self._lock, self._write():

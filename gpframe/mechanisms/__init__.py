@@ -9,6 +9,7 @@ from gpframe.mechanisms import selection
 from gpframe.mechanisms.calibration import G_LOC, R_MIN, eps_from_rho, sqrt_down, sqrt_up
 from gpframe.mechanisms.gaussian_mech import gaussian_cgp, gaussian_zcdp
 from gpframe.mechanisms.laplace_mech import laplace_dp, laplace_gp, planar_laplace
+from gpframe.mechanisms.laplace_rows import ReleasedRows, laplace_dp_rows
 from gpframe.mechanisms.released import Guarantee, Released
 from gpframe.mechanisms.svt import SVTResult, sparse_vector
 from gpframe.mechanisms.tails import (
@@ -30,6 +31,7 @@ __all__ = [
     "R_MIN",
     "Guarantee",
     "Released",
+    "ReleasedRows",
     "SVTResult",
     "cgp_sigma",
     "eps_from_rho",
@@ -43,6 +45,7 @@ __all__ = [
     "gp_to_rate",
     "laplace_bound",
     "laplace_dp",
+    "laplace_dp_rows",
     "laplace_gp",
     "lem45_bound",
     "planar_bound",

@@ -715,6 +715,12 @@ def run_private_grid_stats(
                 f"retry. {_NOTHING}"
             )
 
+    from gpframe.queries.grid_preview import note_error, planned_private_error
+
+    # a dry run's preview bound: the count's noise, from ε, max_per_cell and the bounds only
+    from gpframe.queries.grid_stats import value_step
+
+    note_error(planned_private_error(stat_eps, b.max_per_cell, lo, hi, beta, value_step(lo, hi)))
     averages = (pair_averages(b, values, lo, hi) if user_averages and bounded is None
                 else None)  # fmt: skip
 

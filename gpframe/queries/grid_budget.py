@@ -344,33 +344,37 @@ def weight_caps(occ: Occupancy, keep: np.ndarray, eps_mu: np.ndarray) -> np.ndar
     [1, 4, 64]
     """
     out = np.zeros(occ.n_cells, dtype=np.int64)
-    order = np.argsort(occ.j[keep], kind="stable")
-    rows = np.flatnonzero(keep)[order]
-    bounds = np.searchsorted(occ.j[rows], np.arange(occ.n_cells + 1))
-    seen: dict[tuple[Any, ...], int] = {}  # cells with the same counts and ε choose alike
-    for j in range(occ.n_cells):
-        m = occ.m[rows[bounds[j] : bounds[j + 1]]].astype(np.float64)
-        e = float(eps_mu[j])
-        if m.size == 0 or e <= 0:
-            continue
-        key = (e, *sorted(m.tolist()))
-        if key in seen:
-            out[j] = seen[key]
-            continue
-        share = m / m.sum()
-        best = (math.inf, 1)
-        c = 1
-        while True:
-            w = np.minimum(m, c)
-            b = float(w.max() / w.sum()) / e
-            tv = 0.5 * float(np.abs(w / w.sum() - share).sum())
-            err = math.hypot(float(expected_error(np.array([b]))[0]), REWEIGHT_SPREAD * tv)
-            if err < best[0] - 1e-12:
-                best = (err, c)
-            if c >= m.max():
-                break
-            c *= 2
-        out[j] = seen[key] = best[1]
+    e_cell = np.array([float(x) for x in eps_mu.tolist()], dtype=np.float64)
+    rows = np.flatnonzero(keep & (e_cell[occ.j] > 0))
+    if not rows.size:
+        return out
+    # every cell at once, one pass per candidate c = 1, 2, 4, ...: the kept rows sorted by cell,
+    # per-cell sums and maxima by segment reductions (the scan of each cell is unchanged: c
+    # doubles until it reaches the cell's largest count, a later c wins only by more than 1e-12)
+    rows = rows[np.argsort(occ.j[rows], kind="stable")]
+    cj = occ.j[rows]
+    starts = np.flatnonzero(np.r_[True, cj[1:] != cj[:-1]])
+    seg = np.cumsum(np.r_[False, cj[1:] != cj[:-1]])
+    m = occ.m[rows].astype(np.float64)
+    e = e_cell[cj[starts]]
+    share = m / np.add.reduceat(m, starts)[seg]
+    m_max = np.maximum.reduceat(m, starts)
+    best_err = np.full(starts.size, np.inf)
+    best_c = np.ones(starts.size, dtype=np.int64)
+    scanning = np.ones(starts.size, dtype=bool)
+    c = 1
+    while scanning.any():
+        w = np.minimum(m, float(c))
+        w_sum = np.add.reduceat(w, starts)
+        b = np.maximum.reduceat(w, starts) / w_sum / e
+        tv = 0.5 * np.add.reduceat(np.abs(w / w_sum[seg] - share), starts)
+        err = np.hypot(expected_error(b), REWEIGHT_SPREAD * tv)
+        better = scanning & (err < best_err - 1e-12)
+        best_err = np.where(better, err, best_err)
+        best_c = np.where(better, c, best_c)
+        scanning &= m_max > c
+        c *= 2
+    out[cj[starts]] = best_c
     return out
 
 

@@ -31,6 +31,10 @@ def fill(
     t_user = np.empty(n_users)
     t_cell = np.empty(n_cells)
     frozen = np.zeros(n_cells, dtype=np.bool_)
+    # the pairs of active cells, in pair order: a frozen cell's pairs only ever added 0.0 to
+    # the rates (and freezing it again changes nothing), so skipping them is bit-identical
+    live = np.arange(pj.size)
+    n_live = pj.size
     for _ in range(n_users + n_cells + 1):
         n_active = 0
         for j in range(n_cells):
@@ -39,9 +43,9 @@ def fill(
         if n_active == 0:
             return eps, True
         rate[:] = 0.0
-        for i in range(pu.size):  # numpy.bincount(pu, weights=where(active, w, 0)[pj])
-            j = pj[i]
-            rate[pu[i]] += w[j] if active[j] else 0.0
+        for t in range(n_live):  # numpy.bincount(pu, weights=where(active, w, 0)[pj])
+            i = live[t]
+            rate[pu[i]] += w[pj[i]]
         tu = np.inf
         for u in range(n_users):
             t_user[u] = rem[u] / rate[u] if rate[u] > 0 else np.inf
@@ -58,11 +62,19 @@ def fill(
             rem[u] -= ts * rate[u]
         lim = ts * (1 + 1e-12) + 1e-300
         frozen[:] = False
-        for i in range(pu.size):
+        for t in range(n_live):
+            i = live[t]
             u = pu[i]
             if rate[u] > 0 and t_user[u] <= lim:
                 frozen[pj[i]] = True
         for j in range(n_cells):
             if (active[j] and t_cell[j] <= lim) or frozen[j]:
                 active[j] = False
+        kept = 0
+        for t in range(n_live):
+            i = live[t]
+            if active[pj[i]]:
+                live[kept] = i
+                kept += 1
+        n_live = kept
     return eps, False

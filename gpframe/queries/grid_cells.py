@@ -74,9 +74,10 @@ def hexagons(cells: np.ndarray, crs_in: Any) -> Any:
     import h3.api.numpy_int as h3n
     import shapely
 
-    polys = []
-    for c in cells.tolist():
-        ring = h3n.cell_to_boundary(int(c))  # (lat, lng) pairs
-        polys.append(shapely.Polygon([(lng, lat) for lat, lng in ring]))
+    rings = [h3n.cell_to_boundary(int(c)) for c in cells.tolist()]  # (lat, lng) pairs
+    # one vectorised construction (a cell has 5 to 10 vertices): rings, then polygons
+    n = np.array([len(r) for r in rings], dtype=np.int64)
+    xy = np.array([p for r in rings for p in r], dtype=np.float64).reshape(-1, 2)[:, ::-1]
+    polys = shapely.polygons(shapely.linearrings(xy, indices=np.repeat(np.arange(n.size), n)))
     gs = gpd.GeoSeries(polys, crs="EPSG:4326")
     return gs.to_crs(crs_in)

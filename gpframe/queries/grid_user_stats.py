@@ -15,8 +15,9 @@ Neighbouring relation: as for Clip-User, the occupancy is public and one user's 
    H = T·q/2. In cell j each kept user ℓ contributes one bounded pair: the average a_ℓ of their
    snapped values and the average s_ℓ of their (x̂ − c)², in [L, L + 2H] and [0, H²]. The cell
    releases M_j = mean over kept users of a_ℓ (sensitivity 2H/k_j ≤ W/k_j, k_j kept users) and
-   Q_j = mean of s_ℓ (sensitivity H²/k_j), both exact rationals, with ``laplace_dp`` at ε_μ,j and
-   ε_V,j (Dwork & Roth, 'The Algorithmic Foundations of Differential Privacy', 2014, Thm. 3.6).
+   Q_j = mean of s_ℓ (sensitivity H²/k_j), both exact rationals, with central Laplace at ε_μ,j
+   and ε_V,j (``laplace_dp``'s lattice and rate, every cell in one call of ``laplace_dp_rows``;
+   Dwork & Roth, 'The Algorithmic Foundations of Differential Privacy', 2014, Thm. 3.6).
 3. **Post-processing**: Q̃ is clamped to [0, H²] and the variance Q̃ − (M̃ − c)² (M̃ clamped
    to [L, U]) to [0, W²/4]. The released means are shrunk toward their common centre by their
    noise (:func:`shrink_means`, empirical Bayes on released values and public scales only),
@@ -37,6 +38,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -79,13 +81,6 @@ class UserStatsRelease:
     released: np.ndarray
     #: whether the means were shrunk (:func:`shrink_means`); a public choice of the caller
     shrunk: bool = False
-
-
-def _pre_snap(x: Fraction, g: Fraction) -> float:
-    u = round(x / g)  # the statistic on the noise lattice, exactly (half to even)
-    if abs(u) >= 2**52:
-        raise InvalidInputError(f"a statistic is too large for the noise lattice. {_NOTHING}")
-    return float(u * g)
 
 
 def snap(values: np.ndarray, lower: Fraction, upper: Fraction) -> tuple[np.ndarray, int, Fraction]:
@@ -154,16 +149,23 @@ def _user_moments(
     wsum, _wmax = cell_weights(plan)
     rows = np.flatnonzero(plan.keep)
     rows = rows[np.argsort(occ.j[rows], kind="stable")]
-    cuts = np.flatnonzero(np.diff(occ.j[rows])) + 1
-    for grp in np.split(rows, cuts) if rows.size else []:
-        j = int(occ.j[grp[0]])
-        ms = occ.m[grp].tolist()
-        ws = np.minimum(occ.m[grp], plan.weight_cap[j]).tolist()
+    cuts = [0, *(np.flatnonzero(np.diff(occ.j[rows])) + 1).tolist(), rows.size]
+    # Python ints once, then one exact Fraction per statistic: lo + q·n1/D and (q/2)²·n2/D
+    js, ms_all = occ.j[rows].tolist(), occ.m[rows].tolist()
+    ws_all = np.minimum(occ.m[rows], plan.weight_cap[occ.j[rows]]).tolist()
+    a1_all, a2_all = s1[rows].tolist(), s2[rows].tolist()
+    ws_cell = wsum.tolist()
+    ln, ld, qn, qd = lo.numerator, lo.denominator, q.numerator, q.denominator
+    for a, b in pairwise(cuts) if rows.size else []:
+        j = js[a]
+        ms = ms_all[a:b]
         den = math.lcm(*ms)
-        n1 = sum(w * a * (den // m) for w, a, m in zip(ws, s1[grp].tolist(), ms, strict=True))
-        n2 = sum(w * a * (den // m) for w, a, m in zip(ws, s2[grp].tolist(), ms, strict=True))
-        means[j] = lo + q * Fraction(n1, den * int(wsum[j]))
-        seconds[j] = (q / 2) ** 2 * Fraction(n2, den * int(wsum[j]))
+        ws = ws_all[a:b]
+        n1 = sum(w * x * (den // m) for w, x, m in zip(ws, a1_all[a:b], ms, strict=True))
+        n2 = sum(w * x * (den // m) for w, x, m in zip(ws, a2_all[a:b], ms, strict=True))
+        D = den * ws_cell[j]
+        means[j] = Fraction(ln * qd * D + ld * qn * n1, ld * qd * D)
+        seconds[j] = Fraction(qn * qn * n2, 4 * qd * qd * D)
     return means, seconds, q, T * q / 2
 
 
@@ -191,8 +193,10 @@ def release_user_stats(
     """Release each planned cell's mean and second moment of per-user averages (steps 2–3).
 
     See the module docstring and ``docs/operations/grid_stats.md``. Noise: per released cell,
-    ``laplace_dp`` with sensitivity 2H/k_j at ε_μ,j (mean) and H²/k_j at ε_V,j (second moment),
-    lattice g = 2^(⌊log₂Δ⌋−20) (``docs/noise.md``). Charge: none here; the caller charges each
+    central Laplace with sensitivity 2H/k_j at ε_μ,j (mean) and H²/k_j at ε_V,j (second moment),
+    lattice g = 2^(⌊log₂Δ⌋−20) (``docs/noise.md``), each cell at its own rate and every cell in
+    one sampler call (:func:`gpframe.mechanisms.laplace_rows.laplace_dp_rows`: the same lattice,
+    rate and guarantee as ``laplace_dp`` per cell). Charge: none here; the caller charges each
     kept user Σ (ε_μ,j + ε_V,j) over their kept cells first.
 
     ``rows_u``/``rows_j`` index the occupancy's users and cells per data row; ``values`` are in
@@ -200,9 +204,7 @@ def release_user_stats(
     partitions of a Dask frame), and then the rows are not read. ``shrink``: apply
     :func:`shrink_means` (None: the module default ``SHRINK``); post-processing either way.
     """
-    from gpframe.mechanisms import laplace_dp
-    from gpframe.mechanisms.calibration import central_laplace
-    from gpframe.mechanisms.tails import laplace_bound
+    from gpframe.mechanisms.laplace_rows import laplace_dp_rows
 
     occ = plan.occupancy
     n_c = occ.n_cells
@@ -212,49 +214,46 @@ def release_user_stats(
     L, U = plan.lower, plan.upper
     W = U - L
     out = {k: np.full(n_c, np.nan) for k in ("m", "v", "em", "ev", "sm", "sv", "raw")}
-    todo = np.flatnonzero(plan.released)
-    for j in todo.tolist():
+    todo = np.flatnonzero(plan.released).tolist()
+    for j in todo:
         if means[j] is None or seconds[j] is None:
             raise GpframeInternalError(f"cell {j} is planned but has no kept user.")
     wsum, wmax = cell_weights(plan)
-    # cells sharing (max w / Σ w, ε_μ, ε_V) share their noise parameters: one sampler call each
-    groups: dict[tuple[Fraction, Fraction, Fraction], list[int]] = {}
-    for j in todo.tolist():
-        key = (Fraction(int(wmax[j]), int(wsum[j])), plan.eps_mu[j], plan.eps_v[j])
-        groups.setdefault(key, []).append(j)
-    for (share, e_mu, e_v), cj_list in sorted(groups.items()):
-        cj = np.array(cj_list, dtype=np.int64)
-        d_mu = 2 * H * share  # one user moves the weighted mean by ≤ (its weight share)·2H
-        cal = central_laplace(e_mu, d_mu, integer=False)
-        rel = laplace_dp(
-            [_pre_snap(means[j], cal.g) for j in cj_list], sensitivity=d_mu, epsilon=e_mu,
-            rng=rng,
-        )  # fmt: skip
-        if rel.guarantee.amount != e_mu:
-            raise GpframeInternalError("a release guarantee differs from the planned budget.")
-        raw = np.asarray(rel.values, dtype=np.float64)
-        out["raw"][cj] = raw
-        mu = np.clip(raw, float(L), float(U))
-        tm = laplace_bound(beta / 2, rel.noise["scale"], rel.g) + float(q)
-        out["m"][cj], out["em"][cj] = mu, min(tm, float(W))
-        out["sm"][cj] = float(rel.noise["scale"])
-        if e_v > 0:
-            d_v = H * H * share
-            cal = central_laplace(e_v, d_v, integer=False)
-            relv = laplace_dp(
-                [_pre_snap(seconds[j], cal.g) for j in cj_list], sensitivity=d_v, epsilon=e_v,
-                rng=rng,
-            )  # fmt: skip
-            if relv.guarantee.amount != e_v:
-                raise GpframeInternalError("a release guarantee differs from the planned budget.")
-            s2 = np.clip(np.asarray(relv.values, dtype=np.float64), 0.0, float(H * H))
-            c = float(L + H)
-            var = np.clip(s2 - (mu - c) ** 2, 0.0, float(W * W) / 4)
-            tq = laplace_bound(beta / 2, relv.noise["scale"], relv.g)
-            # |ΔV| ≤ |ΔQ| + |ΔM|·|M̃ + M − 2c| ≤ t_Q + t_M·2H, plus snapping (≤ q(W + q))
-            ev = tq + tm * 2 * float(H) + float(q * (W + q))
-            out["v"][cj], out["sv"][cj] = var, float(relv.noise["scale"])
-            out["ev"][cj] = min(ev, float(W * W) / 4)
+    # one user moves the weighted mean by ≤ (its weight share)·2H and the second moment by
+    # ≤ share·H²: every released cell's statistics with their own (Δ, ε) in one sampler call
+    hn, hd = H.numerator, H.denominator
+    wm, ws = wmax.tolist(), wsum.tolist()
+    var_at = [i for i, j in enumerate(todo) if plan.eps_v[j] > 0]
+    vj = [todo[i] for i in var_at]
+    rel = laplace_dp_rows(
+        [means[j] for j in todo] + [seconds[j] for j in vj],
+        sensitivity=[Fraction(2 * hn * wm[j], hd * ws[j]) for j in todo]
+        + [Fraction(hn * hn * wm[j], hd * hd * ws[j]) for j in vj],
+        epsilon=[plan.eps_mu[j] for j in todo] + [plan.eps_v[j] for j in vj],
+        rng=rng,
+    )  # fmt: skip
+    want = tuple(plan.eps_mu[j] for j in todo) + tuple(plan.eps_v[j] for j in vj)
+    if rel.epsilon != want:
+        raise GpframeInternalError("a release guarantee differs from the planned budget.")
+    n_m = len(todo)
+    bound = rel.error_bound(beta / 2)
+    cj = np.array(todo, dtype=np.int64)
+    raw = rel.values[:n_m]
+    out["raw"][cj] = raw
+    mu = np.clip(raw, float(L), float(U))
+    tm = bound[:n_m] + float(q)
+    out["m"][cj], out["em"][cj] = mu, np.minimum(tm, float(W))
+    out["sm"][cj] = rel.scale[:n_m]
+    if vj:
+        at = np.array(var_at, dtype=np.int64)
+        s2 = np.clip(rel.values[n_m:], 0.0, float(H * H))
+        c = float(L + H)
+        var = np.clip(s2 - (mu[at] - c) ** 2, 0.0, float(W * W) / 4)
+        # |ΔV| ≤ |ΔQ| + |ΔM|·|M̃ + M − 2c| ≤ t_Q + t_M·2H, plus snapping (≤ q(W + q))
+        ev = bound[n_m:] + tm[at] * 2 * float(H) + float(q * (W + q))
+        vc = cj[at]
+        out["v"][vc], out["sv"][vc] = var, rel.scale[n_m:]
+        out["ev"][vc] = np.minimum(ev, float(W * W) / 4)
     shrunk = bool(SHRINK if shrink is None else shrink)
     if shrunk:  # post-processing of the released (unclamped) means and their public scales
         out["mc"] = out["m"]  # the clamped means, before the shrinkage
@@ -392,6 +391,10 @@ def _units(ledger: Any, plan: BudgetPlan) -> tuple[np.ndarray, np.ndarray]:
     units = np.zeros(occ.n_users, np.int64)
     big = np.zeros(occ.n_users, bool)
     kept_u, kept_j = occ.u[plan.keep], occ.j[plan.keep]
+    if ledger.kind["central"] == "dp":
+        fast = _units_dp(ledger, plan, kept_u, kept_j)
+        if fast is not None:
+            return fast, big
     for eps in (plan.eps_mu, plan.eps_v):
         # one ledger conversion per distinct amount: index the cells' amounts, then count per user
         distinct = sorted(set(eps.tolist()))
@@ -405,6 +408,37 @@ def _units(ledger: Any, plan: BudgetPlan) -> tuple[np.ndarray, np.ndarray]:
             units += u
             big |= b
     return units, big
+
+
+def _units_dp(
+    ledger: Any, plan: BudgetPlan, kept_u: np.ndarray, kept_j: np.ndarray
+) -> np.ndarray | None:
+    """:func:`_units` on a DP filter whose unit divides every amount (the plan's grid), or None.
+
+    A DP filter is charged ε itself; when ε·10^exponent is an integer n_a, the ledger's
+    ⌈count·n_a⌉ is count·n_a, so a user's units are the exact integer sum of their kept cells'
+    n_a: one pass over the cells instead of one ledger conversion per distinct amount.
+    """
+    occ = plan.occupancy
+    scale = ledger.units["central"].scale
+    if scale.denominator != 1:
+        return None
+    sc = scale.numerator
+    per_cell = []
+    for a, b in zip(plan.eps_mu.tolist(), plan.eps_v.tolist(), strict=True):
+        n = 0
+        for x in (a, b):
+            p, q = x.numerator * sc, x.denominator
+            if p % q:
+                return None
+            n += p // q
+        per_cell.append(n)
+    top = max(per_cell, default=0) * max(int(plan.cells_kept.max(initial=0)), 1)
+    if top >= 2**62:
+        return None
+    units = np.zeros(occ.n_users, np.int64)
+    np.add.at(units, kept_u, np.array(per_cell, dtype=np.int64)[kept_j])
+    return units
 
 
 def _grid(ledger: Any) -> Fraction:
@@ -441,7 +475,7 @@ def run_user_grid_stats(
     added exactly): their counts must equal ``occ``; the rows are then not read.
     """
     from gpframe.mechanisms.noise.bits import resolve_rng
-    from gpframe.queries.grid_stats import central_kind, check_data_matches
+    from gpframe.queries.grid_stats import central_kind, check_data_matches, value_step
 
     central_kind(session)
     if sums is None:
@@ -477,6 +511,11 @@ def run_user_grid_stats(
         payers = np.flatnonzero(units > 0)
         users = occ.users[payers].tolist()
         pay_units = units[payers]
+        from gpframe.queries.grid_preview import note_error, user_plan_error
+
+        # a dry run's preview bound: the plan alone gives each cell's noise bound
+        note_error(user_plan_error(plan, beta, bool(SHRINK if shrink is None else shrink),
+                                   value_step(lower, upper), cell_weights(plan)))
 
         def compute(r: Any, plan: BudgetPlan = plan, pay_units: Any = pay_units) -> Charge[Any]:
             rel = release_user_stats(plan, None, None, None, beta=beta, rng=rng, sums=sums,

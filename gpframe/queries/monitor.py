@@ -433,8 +433,8 @@ def above_threshold(
         and settles to the realized ε (default); S checks every step against the remaining budget
         (prefix filter).
     beta : float
-        Failure probability of the reported Laplace accuracy bound
-        (``docs/operations/monitoring.md``).
+        Failure probability of the reported accuracy bound (``docs/operations/monitoring.md``):
+        the Laplace run's margin, or each Gaussian run's.
     rng : BitSource or None
         The randomness source; None is the OS CSPRNG.
     on_exhausted : {"raise", "exclude"}
@@ -453,7 +453,8 @@ def above_threshold(
     Returns
     -------
     MonitorResult
-        ``value``: the ⊥/⊤ answers (bool array, one per asked query); ``tops``; per-run records;
+        ``value``: the ⊥/⊤ answers (bool array, one per asked query); ``error``: the threshold
+        margin α at confidence 1 − β (Gaussian: per run); ``tops``; per-run records;
         ``epsilon_realized`` vs ``epsilon_worst`` and ``epsilon_exante``; ``spent_at_most``, what
         each user paid (per-user charges: ``session.report(query_id=q)`` for ``q`` in
         ``query_ids``).
@@ -536,7 +537,7 @@ def above_threshold(
             "charged."
         )
     return _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng,
-                             on_exhausted)  # fmt: skip
+                             on_exhausted, beta)  # fmt: skip
 
 
 def _laplace_monitor(
@@ -555,6 +556,13 @@ def _laplace_monitor(
     if planning is not None and cap is not None:  # the margin reads only public parameters
         planning.notes["error"] = (_laplace_margin(run, sensitivity, beta, 0, cap),
                                    "threshold margin α (query units)", 1.0 - float(beta))
+    elif planning is not None:  # unsized: the margin grows with the queries the run asks
+        planning.notes["error"] = (
+            _laplace_margin(run, sensitivity, beta, 1, None),
+            "threshold margin α (query units) after the first query: an unsized stream's "
+            "grows with the K queries asked, b_t·ln(2/β) + b_q·ln(2K(K + 1)/β) + g",
+            1.0 - float(beta),
+        )
     params = {"noise": "laplace", "epsilon": float(epsilon), "sensitivity": float(sensitivity),
               "threshold": float(threshold), "c": c, "monotone": bool(monotone)}  # fmt: skip
     if on_exhausted != "raise":
@@ -627,8 +635,29 @@ def _laplace_margin(run: LaplaceSVTRun, sensitivity: float, beta: float, asked: 
     return err + float(run.g)
 
 
+def _gaussian_margin(p: ATParams, steps: int, beta: float) -> float:
+    """Return the threshold margin α of one Gaussian run of at most ``steps`` queries, at 1 − β.
+
+    See ``docs/operations/monitoring.md``. A ⊤ for a (clamped) query q means
+    q + σ_Z Z ≥ ρ + σ_X X, a ⊥ the opposite: every answer of the run is right up to α as long
+    as |σ_X X| + |σ_Z Z_i| ≤ α for its one threshold draw and its ≤ ``steps`` query draws
+    (exact normals, no lattice). With P(|N(0, 1)| > t) ≤ 2e^{−t²/2} and a union bound, β/2 to
+    the threshold draw and β/(2·steps) to each query draw:
+    α = σ_X √(2 ln(4/β)) + σ_Z √(2 ln(4·steps/β)). It reads public parameters only (σ_X, σ_Z
+    and the run's cap), so the preview states it before any noise.
+
+    >>> p = ATParams.make(sigma_x=1.0, sigma_z=1.0, threshold=0.5, bounds=(0, 1),
+    ...                   sensitivity=0.01)
+    >>> round(_gaussian_margin(p, 1, 0.05), 4)
+    5.9208
+    """
+    k = max(1, int(steps))
+    return (float(p.sigma_x) * math.sqrt(2 * math.log(4 / beta))
+            + float(p.sigma_z) * math.sqrt(2 * math.log(4 * k / beta)))  # fmt: skip
+
+
 def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng,
-                      on_exhausted="raise") -> MonitorResult:  # fmt: skip
+                      on_exhausted="raise", beta=0.05) -> MonitorResult:  # fmt: skip
     paid = 0  # ledger units each user paid over all runs (the same for every user)
     all_qids: list[str] = []
     answers: list[bool] = []
@@ -642,6 +671,14 @@ def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng,
     stopped = "end"
     qid = ""
     exante = _exante(p)
+    # every run asks at most the first run's cap (the cap is fixed, the stream only shrinks):
+    # its margin holds for every run, each at 1 − β, and reads public parameters only
+    first = min((x for x in (max_steps, stream.remaining()) if x is not None), default=None)
+    margin = None if first is None else _gaussian_margin(p, first, float(beta))
+    kind_m = "threshold margin α (query units), per run"
+    planning = active_preview()
+    if planning is not None and margin is not None and stream.has_next():
+        planning.notes["error"] = (margin, kind_m, 1.0 - float(beta))
     while len(tops) < c:
         if not stream.has_next():
             stopped = "end"
@@ -681,6 +718,7 @@ def _gaussian_monitor(session, stream, p, ulist, max_steps, c, mode, fkind, rng,
     ans_arr = np.array(answers, dtype=bool)
     return MonitorResult(
         value=ans_arr, mechanism="gaussian_above_threshold", params=params,
+        error=margin if runs else None, error_kind=kind_m, confidence=1 - float(beta),
         kind="dp_expost" if fkind == "dp" else "zcdp", metric="hamming",
         spent_at_most=_per_user(session, paid), query_id=qid, query_ids=tuple(all_qids),
         spec=f"docs/operations/monitoring.md (exact normals, ledger mode {mode}); Lebensold, "

@@ -27,7 +27,7 @@ from gpframe.queries.range_count import (
     range_count_arrays,
 )
 
-__all__ = ["run_range_count_parts"]
+__all__ = ["parts_result", "run_range_count_parts"]
 
 _NOTHING = "Nothing was charged."
 
@@ -83,7 +83,6 @@ def run_range_count_parts(
     from gpframe.accounting.amounts import metric_amount
     from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries.elimination import split_fractions
-    from gpframe.results import Result
 
     rng = resolve_rng(rng)
     from gpframe.ledger.charges import filter_kind
@@ -141,8 +140,25 @@ def run_range_count_parts(
               params={"method": method, "rounds": rounds, "split": split, "beta": beta,
                       **(params or {})},
               check=check, compute=compute)  # fmt: skip
-    outs = ran.value
-    adm = ran.admitted
+    worst = max((p for p, _ in parts), key=lambda p: p.noise_inflation)
+    return parts_result(ran.value, users, ran.admitted, worst, kind=kind, method=method,
+                        rounds=rounds, split=split, beta=beta, params=params,
+                        query_id=ran.query_id)  # fmt: skip
+
+
+def parts_result(
+    outs: list[tuple[Any, Any]], users: np.ndarray, adm: np.ndarray, worst: Any, *, kind: str,
+    method: str, rounds: int, split: str, beta: float, params: dict[str, Any] | None,
+    query_id: str,
+) -> Any:  # fmt: skip
+    """Build the :class:`~gpframe.results.Result` of one region's count over a split.
+
+    ``outs`` holds per part its :class:`~gpframe.queries.range_count.RangeCountArrays` (or the
+    Dask face's merge of one per partition) and its reserved allocations, the parts' users
+    concatenated in ``users``; ``worst`` gives the top-level CRS, scale and inflation.
+    """
+    from gpframe.results import Result
+
     idx = pd.Index(users[adm])
     charges = np.concatenate([_floats(o.elimination.charge_table, o.elimination.charge_codes)
                               for o, _ in outs])  # fmt: skip
@@ -150,7 +166,6 @@ def run_range_count_parts(
     hist = np.zeros(max(o.rounds_histogram.size for o, _ in outs), dtype=np.int64)
     for o, _ in outs:
         hist[: o.rounds_histogram.size] += o.rounds_histogram
-    worst = max((p for p, _ in parts), key=lambda p: p.noise_inflation)
     r_min = max(o.r_min for o, _ in outs)
     return Result(
         value=int(sum(o.estimate for o, _ in outs)),
@@ -175,7 +190,7 @@ def run_range_count_parts(
         charges=pd.Series(charges[adm], index=idx, dtype=np.float64),
         allocations=pd.Series(allocs[adm], index=idx, dtype=np.float64),
         excluded=users[~adm].tolist(),
-        query_id=ran.query_id,
+        query_id=query_id,
         spec="docs/operations/range_count.md and docs/wide-extents.md; Liang & Yi, 'Adaptive "
              "Privacy Budgeting' (2026), Alg. 4, Alg. 6",
     )  # fmt: skip

@@ -46,6 +46,7 @@ AUDITED_MODULES = [
     # where the release wrappers are defined (test_registry matches functions by identity, so
     # the cases' gpframe.mechanisms.<name> covers them here too)
     "gpframe.mechanisms.laplace_mech",
+    "gpframe.mechanisms.laplace_rows",
     "gpframe.mechanisms.gaussian_mech",
     "gpframe.mechanisms.svt",
     "gpframe.mechanisms.selection.above_threshold",
@@ -168,6 +169,26 @@ THIN_WRAPPERS: dict[str, str] = {
         "release) with them, the noise drawn on the client. Same values and charges as the "
         "pandas face with the same seeded source: tests/integration/dask/test_grid_stats.py"
     ),
+    "gpframe.dask.privatize_parts": (
+        "the Dask face's privatize with partition=: one reservation through the driver (the "
+        "amount per part a user is in), then gpframe.queries.privatize.privatize_points "
+        "(audited) per (partition, part) with the part's scale_max, its own stream and the "
+        "part's union-bound n; charges as the pandas face: tests/integration/dask/test_partition.py"
+    ),
+    "gpframe.dask.range_count_parts": (
+        "the Dask face's range_count with partition=: one reservation per region through the "
+        "driver, then gpframe.queries.range_count.range_count_arrays (audited, through "
+        "gpframe.dask.range_count.count_partition) per (partition, part) at beta / k with the "
+        "part's metres, scale_max and union-bound n; charges as the pandas face: "
+        "tests/integration/dask/test_partition.py"
+    ),
+    "gpframe.dask.knn_parts": (
+        "the Dask face's knn and convex_hull with partition=: one reservation (the amount once "
+        "per part a user is in), then gpframe.queries.knn.knn_indices or "
+        "gpframe.queries.hull.private_hulls (audited) per (partition, part) with the part's "
+        "scale_max and its own stream; charges as the pandas face: "
+        "tests/integration/dask/test_partition.py"
+    ),
     "gpframe.dask.partitions": (
         "shuffles on the user column and validates/counts each partition (draws nothing); "
         "spawn_rng gives each partition a fresh secure source or a child test stream"
@@ -219,6 +240,11 @@ THIN_WRAPPERS: dict[str, str] = {
     "gpframe.mechanisms.noise.laplace": (
         "exact lattice samplers behind the audited release wrappers; their laws are tested "
         "exactly (pmf, goodness of fit, pinned streams) in tests/unit/mechanisms/noise"
+    ),
+    "gpframe.mechanisms.noise.laplace_rates": (
+        "the exact many-rates discrete Laplace sampler behind the audited laplace_dp_rows; its "
+        "law per rate is tested (goodness of fit, forced exact paths, two-sample against "
+        "discrete_laplace) in tests/unit/mechanisms/noise/test_noise_rates.py"
     ),
     "gpframe.mechanisms.noise.gaussian": (
         "exact lattice samplers behind the audited release wrappers; their laws are tested "
@@ -389,6 +415,39 @@ def laplace_dp_case(epsilon: float, sensitivity: float, *, integer: bool, tiers=
     )
 
 
+def laplace_dp_rows_case(epsilon: float, sensitivity: float, *, tiers=SLOW, tight=False):
+    """Many rows, each with its own (ε, Δ) in one call; the audited row is every third one.
+
+    Rows 0, 3, 6, ... release the sum of users at (``epsilon``, ``sensitivity``); the rows in
+    between carry other parameters (ε/2 at 3Δ, 4ε at Δ/5), so the audited draws come from a call
+    that mixes rates, as ``grid_stats`` makes them.
+    """
+    from gpframe.mechanisms import laplace_dp_rows
+
+    users = np.array([0.25, 1.5, 0.125, float(sensitivity) * 0.75, float(sensitivity)])
+    pair = (users, users[:-1])
+    eps3 = [epsilon, epsilon / 2, min(4 * epsilon, 100.0)]
+    sens3 = [sensitivity, 3 * sensitivity, sensitivity / 5]
+
+    def run(ds, n, rng):
+        stat = float(np.sum(ds))
+        r = laplace_dp_rows(np.full(3 * n, stat), sensitivity=sens3 * n, epsilon=eps3 * n, rng=rng)
+        return r.values[0::3]
+
+    return register(
+        Case(
+            name=f"laplace_dp_rows/eps{epsilon:g}/sens{sensitivity:g}",
+            covers=("gpframe.mechanisms.laplace_dp_rows",),
+            run=run,
+            inputs=pair,
+            centers=(float(np.sum(pair[0])), float(np.sum(pair[1]))),
+            claim=Claim.dp(epsilon),
+            tiers=tiers,
+            tight=tight,
+        )
+    )
+
+
 def gaussian_zcdp_case(rho: float, l2: float, *, integer: bool, tiers=SLOW):
     """Central discrete Gaussian on a sum over users; the neighbour drops one user."""
     from gpframe.mechanisms import gaussian_zcdp
@@ -487,6 +546,9 @@ laplace_dp_case(1.0, 1, integer=True, tiers=FAST, tight=True)
 laplace_dp_case(2.0, 2, integer=True, tight=True)
 laplace_dp_case(3.0, 1.0, integer=False, tiers=FAST, tight=True)
 laplace_dp_case(1.0, 0.3, integer=False, tight=True)
+# the same release with every row at its own (ε, Δ), all rows in one sampler call
+laplace_dp_rows_case(3.0, 1.0, tiers=FAST, tight=True)
+laplace_dp_rows_case(1.0, 0.3, tight=True)
 
 # central Gaussian (zCDP) and CGP: audited through (eps, delta) at delta in {1e-1, 1e-2, 1e-3}
 gaussian_zcdp_case(0.5, 1, integer=True, tiers=FAST)

@@ -976,6 +976,78 @@ def _dask_knn(ctx: Ctx) -> Any:
         return b.knn(POINT, 3, rho=1e-6, rng=ctx.rng(125))
 
 
+def _dask_split(ctx: Ctx) -> Any:
+    """The canary frame split by a public column, as a dask frame bound with one box per part.
+
+    One dask partition: the release boundary is each task's (the cluster tests in
+    tests/integration/dask/test_partition.py split parts across partitions), and each part's
+    projection is the slow step of these cases.
+    """
+    import dask_geopandas
+
+    import gpframe.dask  # noqa: F401  (registers ddf.geopriv)
+
+    d = ctx.data.lonlat.drop(columns=["lon", "lat"])
+    d = d.assign(fleet=np.where(np.arange(len(d)) % 3 == 0, "north", "south"))
+    ddf = dask_geopandas.from_geopandas(d, npartitions=1)
+    return ddf.geopriv(ctx.session, user="uid", partition="fleet",
+                                domain={"north": (-1.0, 42.0, 2.0, 45.0),
+                                        "south": (-2.0, 41.0, 3.0, 46.0)})  # fmt: skip
+
+
+DASK_SPLIT = ("gpframe.dask.accessor", "gpframe.dask.parts", "gpframe.dask.partitions",
+              QF + "partition_check")  # fmt: skip
+
+
+@case(name="privatize/dask/partition", frontend="dask", covers=("dask.privatize",),
+      modules=(*DASK_SPLIT, "gpframe.dask.privatize_parts", QF + "privatize"),
+      missing=_no_dask)  # fmt: skip
+def _dask_privatize_partition(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        out = _dask_split(ctx).privatize(rho=1e-8, rng=ctx.rng(171))
+    assert "fleet" in out.columns, "the partition column is public and kept"
+    return out
+
+
+@case(name="range_count/dask/partition", frontend="dask", covers=("dask.range_count",),
+      modules=(*DASK_SPLIT, "gpframe.dask.range_count_parts", QF + "range_count_parts"),
+      missing=_no_dask)  # fmt: skip
+def _dask_range_count_partition(ctx: Ctx) -> Any:
+    import dask
+    import geopandas as gpd
+    import shapely
+
+    zone = gpd.GeoSeries([shapely.box(*REGION)], crs=CRS_M)  # a region in another CRS
+    with dask.config.set(scheduler="synchronous"):
+        return _dask_split(ctx).range_count(zone, rho=1e-6, reduce="last", rng=ctx.rng(172))
+
+
+@case(name="knn/dask/partition", frontend="dask", covers=("dask.knn",),
+      modules=(*DASK_SPLIT, "gpframe.dask.knn_parts", QF + "knn"), missing=_no_dask)  # fmt: skip
+def _dask_knn_partition(ctx: Ctx) -> Any:
+    import dask
+    import pyproj
+
+    lon, lat = pyproj.Transformer.from_crs(CRS_M, "EPSG:4326", always_xy=True).transform(*POINT)
+    with dask.config.set(scheduler="synchronous"):
+        out = _dask_split(ctx).knn((lon, lat), 3, rho=1e-4, rng=ctx.rng(173))
+    assert "fleet" in out.columns, "the partition column is public and kept"
+    return out
+
+
+@case(name="convex_hull/dask/partition", frontend="dask", covers=("dask.convex_hull",),
+      modules=(*DASK_SPLIT, "gpframe.dask.knn_parts", QF + "hull"), missing=_no_dask)  # fmt: skip
+def _dask_hull_partition(ctx: Ctx) -> Any:
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        out = _dask_split(ctx).convex_hull(rho=1e-3, rng=ctx.rng(174))
+    assert "fleet" in out.columns, "the partition column is public and kept"
+    return out
+
+
 @case(name="nearest_users/dask/last-fix", frontend="dask", covers=("dask.nearest_users",),
       modules=("gpframe.dask.accessor", "gpframe.dask.nearest", "gpframe.dask.partitions",
                QF + "nearest", QF + "elimination"), missing=_no_dask)  # fmt: skip
@@ -1103,6 +1175,34 @@ def _dask_grid_public(ctx: Ctx) -> Any:
     with dask.config.set(scheduler="synchronous"):
         b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
         return b.grid_stats(**_GRID, occupancy="public", rng=ctx.rng(12))
+
+
+@case(
+    name="grid_stats/dask/occupancy-table",
+    frontend="dask",
+    covers=("dask.grid_stats",),
+    modules=("gpframe.dask.grid_stats", "gpframe.dask.grid_clip", QF + "grid_occupancy",
+             QF + "grid_stats", QF + "grid_clip_output"),
+    public=frozenset({"count", "cell"}),
+    central=True,
+    neighbour="result",
+    exempt=("error",),
+    missing=_no_dask,
+)  # fmt: skip (the largest cell error: from the public occupancy)
+def _dask_grid_table(ctx: Ctx) -> Any:
+    # the caller's public occupancy table (checked against the partitions' counts): the same
+    # release as occupancy="public"
+    import dask
+
+    from gpframe.queries.grid_cells import h3_cells
+
+    bound = ctx.bound()
+    t = pd.DataFrame({"user": np.asarray(bound.projected.users),
+                      "cell": h3_cells(bound.projected, H3_RES)})  # fmt: skip
+    table = t.groupby(["user", "cell"]).size().rename("count").reset_index()
+    with dask.config.set(scheduler="synchronous"):
+        b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
+        return b.grid_stats(**_GRID, occupancy=table, rng=ctx.rng(175))
 
 
 @case(name="grid_stats/dask/private-occupancy", frontend="dask", covers=("dask.grid_stats",),

@@ -26,6 +26,7 @@ import pytest
 
 import gpframe as gp
 import gpframe.dask
+from gpframe.dask import staging
 from gpframe.testing import callback_rng
 
 from . import faults
@@ -172,3 +173,80 @@ def test_a_client_killed_mid_query_publishes_nothing_and_is_settled_on_open(clus
     assert s.ledger.verify()["reservations"] == 0
     spent = s.spent()
     assert len(spent) == 60 and np.allclose(spent.to_numpy(), 1e-5)  # in full, once
+    # the dead client's staging directory is still there (its lock died with it); the next
+    # write to the same destination removes it before anything is reserved, then publishes
+    left = [p for p in os.listdir(tmp_path) if ".staging-" in p]
+    assert len(left) == 1 and (tmp_path / left[0] / staging.LOCK_FILE).exists()
+    res = dd.from_pandas(_frame(), npartitions=2).geopriv(s, **KW).privatize(rho=1e-5, to=target)
+    assert not [p for p in os.listdir(tmp_path) if ".staging-" in p]
+    assert sorted(os.listdir(target)) == sorted([*json.loads(
+        (target / "_gpframe_result.json").read_text())["files"], "_gpframe_result.json"])
+    assert np.allclose(s.spent().to_numpy(), 2e-5) and res.query_id
+
+
+def _holders(name, dask_scheduler=None):
+    """On the scheduler: each worker's number of stored results of tasks named ``name``."""
+    out: dict = {}
+    for key, ts in dask_scheduler.tasks.items():
+        if name in str(key):
+            for ws in ts.who_has:
+                out[ws.address] = out.get(ws.address, 0) + 1
+    return out
+
+
+def _wait_for(predicate, seconds=30.0):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_worker_killed_between_nearest_rounds_is_recomputed_and_charged_once(
+    cluster, monkeypatch
+):
+    # nearest_users runs its rounds from the client; each partition's selected points stay on
+    # its worker between the rounds. SIGKILL a worker right after round 1's values came back:
+    # its points are lost, Dask recomputes them on the survivor (the same users, checked by
+    # digest) for round 2, and the query completes with one charge. The values released in
+    # round 1 are the client's; the killed process held no draw that was ever released.
+    import gpframe.queries.nearest as nearest_mod
+
+    real, seen = nearest_mod.nearest_rounds, {"rounds": 0}
+
+    def kill_after_round_one(*args, draw, **kw):
+        def draw_then_kill(idx, part):
+            out = draw(idx, part)
+            seen["rounds"] += 1
+            if seen["rounds"] == 1:
+                # a worker holding some partition's kept points (the first pass's "prepare")
+                held = cluster.run_on_scheduler(_holders, "prepare")
+                addr = sorted(held)[0]
+                seen["held"] = held[addr]
+                pid = cluster.run(os.getpid, workers=[addr])[addr]
+                os.kill(pid, signal.SIGKILL)
+                seen["killed"] = pid
+                _wait_for(lambda: addr not in cluster.scheduler_info()["workers"])
+            return out
+
+        return real(*args, draw=draw_then_kill, **kw)
+
+    monkeypatch.setattr(nearest_mod, "nearest_rounds", kill_after_round_one)
+    r = np.random.default_rng(4)  # true points only, never noise
+    df = pd.DataFrame({"u": np.arange(80), "x": 500_000 + r.uniform(-5e3, 5e3, 80),
+                       "y": 4_500_000 + r.uniform(-5e3, 5e3, 80)})  # fmt: skip
+    s = gp.Session(budget=gp.CGP(rho=1e-3))
+    bound = dd.from_pandas(df, npartitions=2).geopriv(s, **KW)
+    res = bound.nearest_users((500_000.0, 4_500_000.0), 5, rho=1e-4, method="dist-elim")
+    assert "killed" in seen and seen["rounds"] >= 2, seen  # rounds ran after the kill
+    assert seen["held"] >= 1  # its kept points were lost with it, and recomputed
+    with pytest.raises(ProcessLookupError):
+        os.kill(seen["killed"], 0)  # that worker process is gone
+    assert len(res.value) == 5
+    # one committed charge; the Result's charges are exactly the ledger's (none lost, none twice)
+    assert s.ledger.verify()["charges"] == 1 and s.ledger.verify()["reservations"] == 0
+    spent = s.spent()
+    pd.testing.assert_series_equal(spent.sort_index(), res.charges.sort_index(),
+                                   check_names=False, check_index_type=False)  # fmt: skip
+    assert (spent.to_numpy() <= 1e-4 * (1 + 1e-12)).all()  # nobody above the allocation
+    assert res.saved > 0  # users dropped early paid only their rounds
+    assert s.history(0)["query_id"].tolist() == [res.query_id]

@@ -250,6 +250,9 @@ def test_private_occupancy_preview_is_the_real_reservation(cluster) -> None:
     pv = b.grid_stats(**call, dry_run=True)
     assert s.ledger.snapshot() == snap and list(s.ledger.store.audit()) == audit
     pd.testing.assert_frame_equal(pv.table.sort_index(), pv_pd.table.sort_index())
+    # the count's noise bound, from ε, max_per_cell and the bounds: the pandas preview's
+    assert pv.error is not None and (pv.error, pv.error_kind, pv.confidence) == (
+        pv_pd.error, pv_pd.error_kind, pv_pd.confidence)
     b.grid_stats(**call, rng=seeded_rng(8))
     planned = {u: int(v) for u, v in pv.table["allocation_units"].items() if v}
     assert planned == _committed(s, "alloc")
@@ -265,7 +268,12 @@ def test_preview_is_the_pandas_preview_and_the_real_reservation(cluster) -> None
     assert s.ledger.snapshot() == snap and list(s.ledger.store.audit()) == audit
     pd.testing.assert_frame_equal(pv.table.sort_index(), pv_pd.table.sort_index())
     assert set(pv.excluded.index) == set(LOW)
-    b.grid_stats(**CALL, rng=seeded_rng(8))
+    # the noise bound of the worst released cell before the shrinkage: the pandas preview's,
+    # at most the real call's (shrink=True widens the stated bounds)
+    assert pv.error is not None and (pv.error, pv.error_kind, pv.confidence) == (
+        pv_pd.error, pv_pd.error_kind, pv_pd.confidence)
+    out = b.grid_stats(**CALL, rng=seeded_rng(8))
+    assert pv.error <= out.attrs["geopriv"].error * (1 + 1e-12)
     planned = {u: int(v) for u, v in pv.table["allocation_units"].items() if v}
     assert planned == _committed(s, "alloc")
 
@@ -280,10 +288,65 @@ def test_raise_names_who_cannot_pay_and_writes_nothing(cluster) -> None:
     assert s.ledger.snapshot() == snap and list(s.ledger.store.audit()) == audit
 
 
+def _table(df: pd.DataFrame, res: int = 8) -> pd.DataFrame:
+    """The public occupancy table (user, cell, count) of ``df``, as a caller would declare it."""
+    import h3
+
+    cell = [h3.latlng_to_cell(la, lo, res) for lo, la in zip(df.lon, df.lat, strict=True)]
+    t = pd.DataFrame({"user": df["u"].to_numpy(), "cell": cell})
+    return t.groupby(["user", "cell"]).size().rename("count").reset_index()
+
+
+@pytest.mark.parametrize("form", [
+    {},  # epsilon_per_user: the per-user total
+    pytest.param({"epsilon_per_user": None, "epsilon_per_statistic": 0.5},  # Clip-User
+                 marks=pytest.mark.slow),
+])  # fmt: skip
+def test_a_checked_occupancy_table_releases_what_the_pandas_face_releases(cluster, form) -> None:
+    # the caller declares the public table; it is checked against the partitions' exact
+    # counts, then the release is the one occupancy="public" gives, on both faces
+    df = _frame(most=20, side=0.008)
+    table = _table(df)
+    call = {**CALL, **form, "occupancy": table}
+    s_pd, s_dk = _session(), _session()
+    a = df.geopriv(s_pd, **KW).grid_stats(**call, rng=seeded_rng(9))
+    ddf = dd.from_pandas(df, npartitions=3, sort=False)  # the pandas frame's row order
+    b = ddf.geopriv(s_dk, **KW).grid_stats(**call, rng=seeded_rng(9))
+    assert a["released"].sum() >= 2
+    pd.testing.assert_frame_equal(pd.DataFrame(b.drop(columns="geometry")),
+                                  pd.DataFrame(a.drop(columns="geometry")),
+                                  check_exact=True)  # fmt: skip
+    assert _committed(s_dk, "amount") == _committed(s_pd, "amount")
+    assert _committed(s_dk, "alloc") == _committed(s_pd, "alloc")
+    ra, rb = a.attrs["geopriv"], b.attrs["geopriv"]
+    assert {k for k in ra if k != "query_id" and k != "value" and ra[k] != rb[k]} == set()
+    # the same call with the declaration "public" releases the same (the table only checks)
+    s_pub = _session()
+    c = ddf.geopriv(s_pub, **KW).grid_stats(**{**call, "occupancy": "public"}, rng=seeded_rng(9))
+    pd.testing.assert_frame_equal(pd.DataFrame(c.drop(columns="geometry")),
+                                  pd.DataFrame(b.drop(columns="geometry")),
+                                  check_exact=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("form", [{}, {"epsilon_per_user": None, "epsilon_per_statistic": 0.5}])
+def test_an_occupancy_table_that_differs_from_the_data_fails_closed(cluster, form) -> None:
+    df = _frame()
+    table = _table(df)
+    table.loc[0, "count"] += 1  # one user, one cell, one sample off
+    s = _session()
+    snap = s.ledger.snapshot()
+    with pytest.raises(InvalidInputError, match="does not match the data") as e:
+        dd.from_pandas(df, npartitions=3).geopriv(s, **KW).grid_stats(
+            **{**CALL, **form, "occupancy": table}, rng=seeded_rng(1))
+    assert str(e.value).endswith("Nothing was charged.")
+    assert s.ledger.snapshot() == snap
+
+
 @pytest.mark.parametrize(("change", "match"), [
     ({"occupancy": "private"}, "needs max_cells= and max_per_cell="),
-    ({"occupancy": None}, "offers occupancy='public'"),
-    ({"occupancy": pd.DataFrame()}, "offers occupancy='public'"),
+    ({"occupancy": None}, "pass occupancy='public'"),
+    ({"occupancy": pd.DataFrame()}, "lacks column"),
+    ({"occupancy": pd.DataFrame({"user": [1], "cell": ["zz"], "count": [1]})}, "'cell' column"),
     ({"epsilon_per_user": None}, "exactly one of"),
     ({"epsilon_per_statistic": 1.0}, "exactly one of"),
     ({"clip": "pseudo-user"}, "applies to the per-statistic form only"),

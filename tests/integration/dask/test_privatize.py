@@ -213,3 +213,12 @@ def test_a_noise_scale_in_the_wrong_unit_warns_once_on_the_client(cluster):
         bound.privatize(eps=5e-6, rng=seeded_rng(9))
     assert len([r for r in record if "noise scale" in str(r.message)]) == 1
     assert record[0].filename == __file__
+
+
+def test_split_privatize_on_the_cluster_charges_what_the_pandas_face_does(cluster, tmp_path):
+    # partition= (one metric CRS per public part): the slow tier runs the other forms in
+    # test_partition.py; this one shares this module's cluster
+    from .test_partition import test_split_privatize_charges_and_states_what_the_pandas_face_does
+
+    test_split_privatize_charges_and_states_what_the_pandas_face_does(cluster, tmp_path,
+                                                                      "user", False)

@@ -206,3 +206,71 @@ def test_each_zone_draws_its_own_noise(cluster):
     first, second = res.regions["count"].tolist()
     assert first != second
     assert s.ledger.verify()["charges"] == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# allocations=, plans and progress= (the pandas face's)
+
+
+def _pair(df, npartitions=3):
+    s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1e-3)), gp.Session(budget=gp.CGP(rho=1e-3))
+    return (s_pd, df.geopriv(s_pd, **KW)), (
+        s_dk, dd.from_pandas(df, npartitions=npartitions).geopriv(s_dk, **KW))
+
+
+def test_per_user_allocations_charge_and_report_as_the_pandas_face(cluster):
+    # a Series by user: the users it misses are not asked (not reserved, reported excluded);
+    # the one-round method charges each asked user its allocation, exactly
+    df = _tracks(200)
+    (s_pd, a_b), (s_dk, b_b) = _pair(df)
+    users = np.arange(0, 200, 2)  # the odd users are not asked
+    alloc = pd.Series(np.where(users % 4 == 0, 1e-5, 2e-5), index=users)
+    call = {"method": "dist", "component": gp.Last("t"), "allocations": alloc}
+    a = a_b.range_count(ZONES, rng=seeded_rng(1), progress=True, **call)
+    b = b_b.range_count(ZONES, rng=seeded_rng(2), progress=True, **call)
+    assert _charged_units(s_dk) == _charged_units(s_pd)
+    assert set(s_dk.spent().index) == set(users.tolist())
+    da, db = a.to_dict(value=False), b.to_dict(value=False)
+    for key in ("n_users", "n_charged", "n_excluded", "charges", "spent_total", "spent_max"):
+        assert da[key] == db[key], key
+    pd.testing.assert_series_equal(b.allocations.sort_index(), a.allocations.sort_index())
+    for col in ("n_charged", "n_excluded"):
+        assert a.regions[col].tolist() == b.regions[col].tolist(), col
+
+
+def test_a_plan_gives_each_region_its_allocations_and_records_them_as_on_pandas(cluster):
+    # Algorithm 3 through session.plan: three counts on each face; with the one-round method
+    # the charges are the allocations, so both plans take the same steps, unit for unit
+    from gpframe.ledger.plan import plan
+
+    df = _tracks(150)
+    (s_pd, a_b), (s_dk, b_b) = _pair(df)
+    p_pd = plan(s_pd, total=3e-5, queries=3, schedule="linear")
+    p_dk = plan(s_dk, total=3e-5, queries=3, schedule="linear")
+    call = {"method": "dist", "component": gp.Last("t")}
+    for t in range(3):
+        a = a_b.range_count(ZONE, allocations=p_pd, rng=seeded_rng(10 + t), **call)
+        b = b_b.range_count(ZONE, allocations=p_dk, rng=seeded_rng(20 + t), **call)
+        pd.testing.assert_series_equal(b.allocations.sort_index(), a.allocations.sort_index())
+    assert p_dk.t == p_pd.t == 3
+    assert _charged_units(s_dk) == _charged_units(s_pd)
+    assert (s_dk.spent() <= 3e-5 + 1e-15).all()
+
+
+@pytest.mark.parametrize("call,match", [
+    ({"rho": 1e-5, "allocations": 1e-5}, "not both"),
+    ({"allocations": np.ones(3) * 1e-5}, "allocations has shape"),
+    ({"allocations": "plan", "dry_run": True}, "dry_run=True with allocations=plan"),
+])  # fmt: skip
+def test_bad_allocations_are_refused_before_the_ledger_is_touched(cluster, call, match):
+    from gpframe.ledger.plan import plan
+
+    s = gp.Session(budget=gp.CGP(rho=1e-3))
+    if isinstance(call.get("allocations"), str):
+        call = {**call, "allocations": plan(s, total=3e-5, queries=3)}
+    before = s.ledger.snapshot()
+    bound = dd.from_pandas(_tracks(50), npartitions=2).geopriv(s, **KW)
+    with pytest.raises(gp.GpframeError, match=match) as err:
+        bound.range_count(ZONE, component=gp.Last("t"), **call)
+    assert str(err.value).endswith("Nothing was charged.")
+    assert s.ledger.snapshot() == before

@@ -149,3 +149,75 @@ def test_changed_table_fails_closed(pings):
     with pytest.raises(Exception, match="differ"):
         con.sql(SQL).df()
     assert s.ledger.snapshot() == before
+
+
+def _low(pings, **reg):
+    s = Session(central=gp.DP(epsilon=1000.0))
+    s.set_budget([4], gp.DP(epsilon=1e-6))  # cannot pay its cells
+    con = duckdb.connect()
+    con.register("df_in", pings)
+    con.execute("CREATE TABLE pings AS SELECT * FROM df_in")
+    con.unregister("df_in")
+    gp.duckdb.register(con, s, rng=seeded_rng(4), **reg)
+    return s, con
+
+
+ARGS = dict(user="vessel", cell="cell", value="speed", bounds=(0, 30), epsilon=0.5,
+            occupancy="public")  # fmt: skip
+
+
+def _temp_tables(con):
+    return {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() "
+                                      "WHERE temporary").fetchall()}  # fmt: skip
+
+
+def test_clip_user_on_exhausted_raise_names_the_user_before_writing(pings):
+    for reg, kw in (({}, {"on_exhausted": "raise"}), ({"on_exhausted": "raise"}, {})):
+        s, con = _low(pings, **reg)
+        before = s.ledger.snapshot()
+        with pytest.raises(gp.BudgetExceededError, match=r"gp.duckdb.clip_user: 1 of 25 .*4"):
+            clip_user(con, "pings", **ARGS, **kw)
+        assert s.ledger.snapshot() == before and "gp_retention" not in _temp_tables(con)
+    # "exclude" (the argument wins over the registration's): user 4 left out, the release runs
+    plan = clip_user(con, "pings", **ARGS, on_exhausted="exclude")
+    assert plan.occupancy.users[plan.excluded].tolist() == [4]
+    con.sql(SQL).df()
+    spent = s.spent(notion="central")
+    assert spent.loc[4] == 0 and (spent.drop(4) > 0).all()
+    with pytest.raises(InvalidInputError, match="on_exhausted='later'"):
+        clip_user(con, "pings", **ARGS, on_exhausted="later")
+
+
+def test_release_under_raise_refuses_a_user_who_spent_since_the_plan(pings):
+    """The plan admitted everybody; user 4's budget is cut before the release: with "raise"
+    the batch is refused naming them, before anything is reserved or drawn."""
+    s, con = _low(pings)
+    s.set_budget([4], gp.DP(epsilon=1000.0))
+    clip_user(con, "pings", **ARGS, on_exhausted="raise")
+    s.set_budget([4], gp.DP(epsilon=1e-6))
+    before = s.ledger.snapshot()
+    with pytest.raises(Exception, match=r"cannot pay.*4"):
+        con.sql(SQL).df()
+    assert s.ledger.snapshot() == before
+
+
+@pytest.mark.parametrize("clip", ["clip-user", "pseudo-user"])
+def test_raw_sql_preview_states_the_release_error_and_charges(pings, clip):
+    """gp.duckdb.preview of grid_stats.sql: nothing written, the worst released cell's
+    mean_error (a function of the public plan) and exactly the charges the query then makes."""
+    s, con = _low(pings)
+    clip_user(con, "pings", **ARGS, clip=clip)
+    snap, audit = s.ledger.snapshot(), list(s.ledger.store.audit())
+    pv = gp.duckdb.preview(con, SQL)
+    assert s.ledger.snapshot() == snap and list(s.ledger.store.audit()) == audit
+    assert pv.confidence == pytest.approx(0.95) and "worst released cell" in pv.error_kind
+    assert list(pv.excluded.index) == [4]
+    out = con.sql(SQL).df()
+    err = out["mean_error"].to_numpy(dtype=float)
+    assert pv.error == pytest.approx(float(np.nanmax(err)), rel=1e-12)
+    assert f"median {float(np.nanmedian(err)):.4g}" in pv.error_kind
+    spent = s.spent(notion="central")
+    spent = spent[spent > 0].sort_index()
+    planned = pv.allocations[pv.table["status"] == "reserved"].sort_index()
+    assert spent.index.tolist() == planned.index.tolist()
+    assert np.allclose(spent.to_numpy(), planned.to_numpy(), rtol=1e-12, atol=0)

@@ -73,3 +73,66 @@ def test_refusals_charge_nothing(kw, match):
         gp.duckdb.grid_stats(con, "SELECT * FROM pings", **args)
     assert str(ei.value).endswith("Nothing was charged.")
     assert s.ledger.snapshot() == before
+
+
+def _con(s, **reg):
+    con = duckdb.connect()
+    gp.duckdb.register(con, s, rng=seeded_rng(2), **reg)
+    con.register("pings", _data()[["u", "cell", "v"]])
+    return con
+
+
+ARGS = {"user": "u", "cell": "cell", "value": "v", "bounds": (0, 20), "epsilon_per_user": 3.0}
+
+
+def _low_session():
+    s = gp.Session(central=gp.DP(epsilon=50.0))
+    s.set_budget([7], gp.DP(epsilon=1e-6))  # cannot pay
+    return s
+
+
+@pytest.mark.parametrize("shrink", [False, True])
+def test_dry_run_is_the_real_call_and_the_accessors_preview(shrink):
+    s = _low_session()
+    con = _con(s)
+    snap, audit = s.ledger.snapshot(), list(s.ledger.store.audit())
+    pv = gp.duckdb.grid_stats(con, "SELECT * FROM pings", **ARGS, shrink=shrink, dry_run=True)
+    assert s.ledger.snapshot() == snap and list(s.ledger.store.audit()) == audit
+    assert list(pv.excluded.index) == [7] and pv.operation == "grid_stats"
+    # the accessor's preview of the same data: the same table and error
+    df = _data()
+    b = df.geopriv(_low_session(), user="u", lon="lon", lat="lat", crs="EPSG:4326")
+    pv_pd = b.grid_stats(value="v", bounds=(0, 20), epsilon_per_user=3.0, cells="cell",
+                         occupancy="public", shrink=shrink, dry_run=True)  # fmt: skip
+    pd.testing.assert_frame_equal(pv.table.sort_index(), pv_pd.table.sort_index())
+    assert (pv.error, pv.error_kind, pv.confidence) == (pv_pd.error, pv_pd.error_kind,
+                                                        pv_pd.confidence)  # fmt: skip
+    got = gp.duckdb.grid_stats(con, "SELECT * FROM pings", **ARGS, shrink=shrink).df()
+    worst = float(got["mean_error"].max())
+    if shrink:  # the shrinkage widens the stated bounds (at most W): a lower bound
+        assert pv.error <= worst * (1 + 1e-12)
+    else:
+        assert pv.error == pytest.approx(worst, rel=1e-12)
+    spent = s.spent(notion="central")
+    spent = spent[spent > 0]
+    planned = pv.allocations[pv.table["status"] == "reserved"]
+    assert spent.sort_index().index.tolist() == planned.sort_index().index.tolist()
+    assert np.array_equal(spent.sort_index().to_numpy(), planned.sort_index().to_numpy())
+
+
+def test_on_exhausted_raise_names_the_user_and_charges_nothing():
+    for reg, kw in (({}, {"on_exhausted": "raise"}), ({"on_exhausted": "raise"}, {})):
+        s = _low_session()
+        con = _con(s, **reg)
+        before = s.ledger.snapshot()
+        with pytest.raises(gp.BudgetExceededError, match=r"gp.duckdb.grid_stats: 1 of .*7"):
+            gp.duckdb.grid_stats(con, "SELECT * FROM pings", **ARGS, **kw)
+        assert s.ledger.snapshot() == before
+        pv = gp.duckdb.grid_stats(con, "SELECT * FROM pings", **ARGS, **kw, dry_run=True)
+        assert pv.refusal is not None and "7" in pv.refusal
+    # "exclude" (the argument wins over the registration's "raise"): user 7 left out
+    gp.duckdb.grid_stats(con, "SELECT * FROM pings", **ARGS, on_exhausted="exclude")
+    spent = s.spent(notion="central")
+    assert spent.loc[7] == 0 and (spent.drop(7) > 0).all()
+    with pytest.raises(InvalidInputError, match="on_exhausted='later'"):
+        gp.duckdb.grid_stats(con, "SELECT * FROM pings", **ARGS, on_exhausted="later")

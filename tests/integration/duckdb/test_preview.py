@@ -110,3 +110,31 @@ def test_preview_takes_one_select_only() -> None:
 def test_preview_needs_registration() -> None:
     with pytest.raises(InvalidInputError, match="register"):
         gp.duckdb.preview(duckdb.connect(), "SELECT 1")
+
+
+@pytest.mark.parametrize("name, mode, amount", [("gp_privatize", "cgp", 1e-5),
+                                                ("gp_privatize_gp", "gp", 2e-3)])
+def test_privatize_preview_states_the_radius_of_every_released_point(name, mode, amount):
+    """Raw SQL and the gp.duckdb.privatize helper: the radius (m) of all the points the
+    batches would release (the exhausted users' rows not among them), from their number and
+    the amount only; every point the real query releases lies within it (seeded)."""
+    from fractions import Fraction
+
+    from gpframe.queries.privatize import nominal_errors
+
+    _s, con = _con(budget_low=True)
+    pings = con.execute("SELECT uid, x, y FROM pings ORDER BY ts").df()
+    n = int((~pings["uid"].isin([3, 7])).sum())
+    q = f"SELECT uid, x AS x0, y AS y0, {name}(uid, x, y, {amount}) AS p FROM pings"
+    pv = gp.duckdb.preview(con, q)
+    a = Fraction(amount)
+    want = float(nominal_errors(mode, a, "point", np.array([n]), 0.05, 1.0, overall=True))
+    assert pv.error == pytest.approx(want, rel=1e-12) and pv.confidence == pytest.approx(0.95)
+    assert f"all {n} points" in pv.error_kind
+    kw = {"rho": amount} if mode == "cgp" else {"eps": amount}
+    helper = gp.duckdb.privatize(con, "SELECT uid, x, y FROM pings", user="uid", x="x", y="y",
+                                 dry_run=True, **kw)  # fmt: skip
+    assert (helper.error, helper.error_kind) == (pv.error, pv.error_kind)
+    out = con.execute(q).df().dropna(subset=["p"])
+    d = np.hypot(out["p"].str["x"] - out["x0"], out["p"].str["y"] - out["y0"])
+    assert len(out) == n and float(d.max()) <= pv.error

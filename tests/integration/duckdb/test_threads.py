@@ -110,3 +110,42 @@ def test_threaded_preview_plans_every_batch_and_writes_nothing(table):
     # the real query charges what the preview planned
     assert con.execute(QUERIES["gp_privatize"][0]).fetchone()[0] == N
     assert s.spent_exact().sort_index().tolist() == [RHO * int(c) for c in rows]
+
+
+def test_threaded_file_ledger_batches_share_commits_and_never_overspend(table, tmp_path):
+    # a file ledger whose writes are slowed down, so that batches of the four threads queue up
+    # behind each other's commits and share them (group commit); every user can pay 2,000 of
+    # their 6,250 rows: the released rows are exactly what each user is charged, never more
+    import contextlib
+
+    budget = RHO * 2000
+    s = Session(tmp_path / "l.sqlite", budget=gp.CGP(rho=float(budget)))
+    real = s.ledger.store.write
+
+    @contextlib.contextmanager
+    def slow():
+        with real():
+            time.sleep(0.002)
+            yield
+
+    s.ledger.store.write = slow
+    con = duckdb.connect()
+    con.execute("SET threads = 4")
+    register(con, s)
+    con.register("pts", table)
+    con.execute("CREATE TABLE t AS SELECT * FROM pts")
+    got = con.execute(
+        f"SELECT u, count(p) FROM (SELECT u, gp_privatize(u, x, y, {float(RHO)}) AS p FROM t) "
+        "GROUP BY u ORDER BY u"
+    ).fetchall()
+    released = [int(c) for _, c in got]
+    g = s.ledger._group
+    assert g.transactions < g.writes  # batches shared durable commits
+    ops = [row[2] for row in s.ledger.store.audit()]
+    # each batch one write: its charge is committed with its reservation, before the noise
+    assert g.writes == ops.count("reserve") == ops.count("charge") > 100
+    spent = s.spent_exact(list(range(USERS)))
+    assert spent.tolist() == [RHO * c for c in released]  # each released row charged once
+    assert (spent <= budget).all() and min(released) > 0
+    assert s.ledger.verify()["reservations"] == 0
+    s.close()

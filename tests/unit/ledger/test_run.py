@@ -161,3 +161,67 @@ def test_read_only_session_refuses_before_compute(tmp_path) -> None:
             run(ro, ["ann"], 0.5, query="q", compute=lambda r: calls.append(1))
         assert ro.spent_exact(["ann"]).tolist() == [Fraction(1, 4)]
     assert not calls
+
+
+# ------------------------------------------------------------------------------- prepaid runs
+
+
+def _units(s: gp.Session, eps: float, n: int) -> np.ndarray:
+    return s.ledger.units_for("metric", eps, np.ones(n, dtype=np.int64))[0]
+
+
+def test_prepaid_commits_the_charge_in_the_reservations_transaction_before_compute() -> None:
+    s = _session()
+    users = ["ann", "poor", "bob"]
+    alloc = _units(s, 0.5, 3)
+    seen = []
+
+    def compute(r):
+        # the charge is durable before any noise: compute sees it spent already
+        seen.append(s.spent_exact(users).tolist())
+        return Charge(value="v", charges=np.where(r.admitted, r.allocation_units, 0), units=True)
+
+    g = s.ledger._group
+    t0 = g.transactions
+    ran = run(s, users, alloc, query="q", compute=compute, units=True, prepaid=True)
+    assert g.transactions - t0 == 1  # one write: reserve and charge together
+    assert seen == [[Fraction(1, 2), 0, Fraction(1, 2)]]  # "poor" (budget 0.1) left out
+    assert (ran.status, ran.value, ran.charged) == ("charged", "v", True)
+    assert s.spent_exact(users).tolist() == [Fraction(1, 2), 0, Fraction(1, 2)]
+    assert _audit_ops(s)[-2:] == ["reserve", "charge"]
+    assert s.ledger.verify()["reservations"] == 0
+
+
+def test_prepaid_users_stay_charged_when_compute_fails_or_reports_other_charges() -> None:
+    s = _session()
+    alloc = _units(s, 0.5, 2)
+
+    def boom(r):
+        raise RuntimeError("sampler failed")
+
+    with pytest.raises(RuntimeError):
+        run(s, ["ann", "bob"], alloc, query="q", compute=boom, units=True, prepaid=True)
+    assert s.spent_exact(["ann", "bob"]).tolist() == [Fraction(1, 2)] * 2
+
+    def less(r):
+        return Charge(value="v", charges=np.zeros(2, dtype=np.int64), units=True)
+
+    with pytest.raises(GpframeInternalError, match="prepaid"):
+        run(s, ["ann", "bob"], alloc, query="q", compute=less, units=True, prepaid=True)
+    assert s.spent_exact(["ann", "bob"]).tolist() == [Fraction(1)] * 2
+
+
+def test_prepaid_check_refusal_writes_nothing() -> None:
+    s = _session()
+    before = s.ledger.snapshot()
+
+    def check(r):
+        raise LedgerError("needs every user. Nothing was charged.")
+
+    def compute(r):  # pragma: no cover - never reached
+        raise AssertionError
+
+    with pytest.raises(LedgerError, match="every user"):
+        run(s, ["ann", "poor"], _units(s, 0.5, 2), query="q", compute=compute, units=True,
+            check=check, prepaid=True)  # fmt: skip
+    assert s.ledger.snapshot() == before

@@ -229,3 +229,25 @@ def test_compiled_water_filling_is_bit_identical_to_numpy() -> None:
         want = water_fill_numpy(pu, pj, n_u, n_c, w, total, cap=cap)
         got = water_fill(pu, pj, n_u, n_c, w, total, cap=cap)
         assert got.tobytes() == want.tobytes(), trial
+
+
+@pytest.mark.parametrize("budget", [gp.DP(epsilon=50.0), gp.DP(epsilon=1e6), gp.zCDP(rho=50.0)])
+def test_units_of_a_plan_equal_the_per_amount_conversion(monkeypatch, budget):
+    """The DP filter's one-pass sum of kept cells' units is the ledger's per-amount conversion."""
+    from gpframe.queries import grid_user_stats as gus
+
+    rs = np.random.default_rng(11)  # test occupancy only
+    occ = occupancy_from_records(rs.integers(0, 40, 600), rs.integers(0, 25, 600))
+    s = gp.Session(central=budget)
+    got = []
+    for total in TOTALS:
+        plan = plan_budget(occ, total, lower=Fraction(0), upper=Fraction(10),
+                           grid=gus._grid(s.ledger))  # fmt: skip
+        got.append(gus._units(s.ledger, plan))
+    monkeypatch.setattr(gus, "_units_dp", lambda *a: None)
+    for total, (units, big) in zip(TOTALS, got, strict=True):
+        plan = plan_budget(occ, total, lower=Fraction(0), upper=Fraction(10),
+                           grid=gus._grid(s.ledger))  # fmt: skip
+        want_units, want_big = gus._units(s.ledger, plan)
+        assert np.array_equal(units, want_units) and np.array_equal(big, want_big)
+        assert units.max() > 0

@@ -230,7 +230,10 @@ def test_polygon_shift_takes_few_buffers_of_the_simplified_region(monkeypatch):
      (shapely.Polygon([(0, 0), (100, 0), (100, 40), (40, 40), (40, 100), (0, 100)]),
       5 * math.pi / 2 - 2),  # five convex, one concave: its edges shorten by tan(45°) each
      (shapely.box(0, 0, 100, 100).difference(shapely.box(30, 30, 60, 60)), 2 * math.pi - 8),
-     (shapely.box(0, 0, 100, 100).reverse(), 2 * math.pi)],  # orientation does not matter
+     (shapely.box(0, 0, 100, 100).reverse(), 2 * math.pi),  # orientation does not matter
+     (shapely.MultiPolygon([shapely.box(0, 0, 100, 50),  # every part's rings, summed
+                            shapely.box(200, 0, 300, 100).difference(shapely.box(230, 30, 260, 60)),
+                            shapely.box(400, 0, 450, 50).reverse()]), 6 * math.pi - 8)],
 )  # fmt: skip
 def test_perimeter_rate_of_a_buffer(poly, rate):
     assert rc._perimeter_rate(poly) == pytest.approx(rate, rel=1e-12)
@@ -265,6 +268,64 @@ def test_polygon_shift_does_not_depend_on_the_other_scales_asked(monkeypatch):
     monkeypatch.setattr(rc, "_SIMPLE", {})
     together = rc.shift_for_region([33.0, 60.0, 250.0], region)
     assert together[1] == alone
+
+
+def _within_band(region, simple, tol):
+    # what the shift's accuracy rests on: the simplified region differs from the region only
+    # within tol of its boundary (the band's arcs drawn finely, so its chords do not matter)
+    band = shapely.buffer(region.boundary, tol, quad_segs=64)
+    return region.symmetric_difference(simple).difference(band).area <= 1e-6 * region.area
+
+
+def _slit_disc(seed):
+    # a disc cut by six slits 4 m wide whose walls wiggle by ±3 m: simplified to 10 m, a slit's
+    # walls straighten into chords that can cross each other
+    r = np.random.default_rng(seed)
+    slits = []
+    for k in range(6):
+        s = np.linspace(300, 1100, 200)
+        line = shapely.LineString(np.column_stack([s, r.uniform(-3, 3, s.size)]))
+        slit = line.buffer(2.0, quad_segs=1, cap_style="flat")
+        slits.append(shapely.affinity.rotate(slit, 60 * k, origin=(0, 0)))
+    return shapely.Point(0, 0).buffer(1000, quad_segs=256).difference(shapely.union_all(slits))
+
+
+def test_simplified_rings_keep_every_island_and_hole():
+    # plain Douglas-Peucker on the whole region drops a ring thinner than the tolerance
+    islet = shapely.Polygon([(4200, 400), (4230, 402), (4260, 400), (4230, 398)])
+    region = shapely.MultiPolygon([*shapely.get_parts(_coastline()), islet])
+    assert len(shapely.get_parts(shapely.simplify(region, 16.0, preserve_topology=False))) < 3
+    simple = rc._simplify_rings(region, 16.0)
+    assert simple.is_valid and len(shapely.get_parts(simple)) == 3
+    assert sum(len(p.interiors) for p in shapely.get_parts(simple)) == 1  # the lake
+    assert shapely.get_num_coordinates(simple) < 0.3 * shapely.get_num_coordinates(region)
+    assert _within_band(region, simple, 16.0)
+
+
+def test_simplified_rings_that_cross_are_repaired_within_the_band():
+    region = _slit_disc(2)
+    rings = shapely.simplify(shapely.get_rings(region), 10.0, preserve_topology=False)
+    assert not shapely.Polygon(rings[0], rings[1:]).is_valid  # the raw chords cross
+    simple = rc._simplify_rings(region, 10.0)
+    assert simple.is_valid and _within_band(region, simple, 10.0)
+
+
+def test_simplified_parts_that_overlap_are_merged():
+    # an islet in a shallow bay: the shore's chord across the bay runs through it
+    shore = shapely.box(-500, -500, 500, 0).difference(shapely.box(-50, -8, 50, 0))
+    region = shapely.MultiPolygon([shore, shapely.box(-45, -7, 45, -2)])
+    simple = rc._simplify_rings(region, 10.0)
+    assert simple.is_valid and simple.area == pytest.approx(1000 * 500)
+    assert _within_band(region, simple, 10.0)
+
+
+def test_simplified_part_falls_back_when_a_repair_moves_too_much(monkeypatch):
+    # a repair that moved more area than the band within tol of the part's boundary holds is
+    # not trusted: that part is simplified topology-preserving instead
+    region = _slit_disc(2)
+    monkeypatch.setattr(shapely, "make_valid", lambda g, **kw: shapely.buffer(g, -50.0))
+    simple = rc._simplify_rings(region, 10.0)
+    assert simple.equals(shapely.simplify(region, 10.0, preserve_topology=True))
 
 
 # ------------------------------------------------------------------------ range_count_arrays
@@ -468,3 +529,29 @@ def test_polygon_shift_is_remembered_per_region_and_w(monkeypatch):
     assert len(calls) == n and again.tolist() == [first[2], first[0]]
     rc.shift_for_region([60.0], shapely.affinity.translate(region, 1.0))  # another region
     assert len(calls) > n
+
+
+def test_shift_is_computed_only_for_users_it_can_decide(monkeypatch):
+    # θ = −s with s in [0, w]: an undecided user with estimate ≤ −w is inside and one above 0
+    # outside whatever s is, so only the noise scales of users in (−w, 0] need the buffers
+    region = _coastline()
+    xy = np.random.default_rng(5).uniform(-4000, 4500, (400, 2))
+    amount = np.random.default_rng(6).choice([2e-5, 5e-5, 1e-4], xy.shape[0])
+    asked = []
+    real = rc.shift_for_region
+
+    def spy(w, reg):
+        asked.append(np.asarray(w).copy())
+        return real(w, reg)
+
+    monkeypatch.setattr(rc, "shift_for_region", spy)
+    out = rc.range_count_arrays(xy, np.arange(xy.shape[0]), region, kind="cgp", amount=amount,
+                                rng=seeded_rng(8))  # fmt: skip
+    el = out.elimination
+    S = el.state == 0
+    window = S & (el.estimate > -el.std) & (el.estimate <= 0)
+    assert 0 < window.sum() < S.sum()  # users on both sides of the window
+    assert len(asked) == 1 and np.array_equal(asked[0], el.std[window])
+    # the same decisions as shifting every undecided user
+    every = el.estimate[S] <= -real(el.std[S], region)
+    assert np.array_equal(out.inside[S], every)
