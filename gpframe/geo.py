@@ -1416,9 +1416,30 @@ def _project(
             f"projected to {_describe(crs_m)} {rows}. Check the input CRS {_describe(crs_in)}. "
             f"{_NOTHING}"
         )
-    if choice == _CHOICE_TO_CRS:
+    if choice == _CHOICE_TO_CRS and not _exact_conversion(crs_in, crs_m, rng, tol):
         _refuse_lossy_round_trip(xs, ys, xy, crs_in, crs_m, back, index, cols)
     return xy, crs_m, rng, back, choice, ext
+
+
+def _exact_conversion(
+    crs_in: pyproj.CRS, crs_m: pyproj.CRS, rng: tuple[float, float], tol: float
+) -> bool:
+    """Whether a named ``to_crs=`` is what the automatic choice trusts without a round trip.
+
+    Lon/lat input to a transverse Mercator (a UTM zone) on the input's own datum, with its
+    scale factor within ``tol`` over the extent (the points were checked to lie inside it):
+    exactly the CRS :func:`metric_crs_for` picks for such an extent, whose points are never
+    round-tripped. No datum changes, so no shift grid can be missing; what is left is PROJ's
+    transverse Mercator (Poder/Engsager), whose inverse returns within nanometres inside the
+    zone, far below the lattice spacing (``tests/unit/geo/test_geo_to_crs.py`` checks it over
+    a zone). Every other named CRS takes :func:`_refuse_lossy_round_trip`.
+    """
+    if not crs_in.is_geographic or not crs_m.is_projected or not _within(rng, tol):
+        return False
+    op = crs_m.coordinate_operation
+    if op is None or op.method_name != "Transverse Mercator":
+        return False
+    return bool(crs_m.geodetic_crs.equals(crs_in, ignore_axis_order=True))
 
 
 def _round_trip_metres(

@@ -188,12 +188,14 @@ def release_frame(
     1  2  4     1
     """
     released = dict(released or {})
-    pos = np.arange(len(source)) if rows is None else np.asarray(rows, dtype=np.int64)
-    index = source.index[pos]
+    pos = None if rows is None else np.asarray(rows, dtype=np.int64)
+    # every row in order: the (immutable) index as it is and one copy of each public column
+    index = source.index if pos is None else source.index[pos]
     data: dict[Hashable, Any] = {}
     for name in public:
         # .array keeps the column's dtype (categoricals, tz-aware times, nullable ints)
-        data[name] = source[name].iloc[pos].array.copy()
+        col = source[name] if pos is None else source[name].iloc[pos]
+        data[name] = col.array.copy()
     for name, values in released.items():
         data[name] = values
     # from nothing: a fresh frame of only the columns above, never a copy of ``source``
@@ -289,15 +291,20 @@ def privatized_frame(
 
     from gpframe.geo import points_array
 
-    xs = np.full(len(p), np.nan)
-    ys = np.full(len(p), np.nan)
+    # every row released (the usual case): no masked copies, no empty geometries
+    every = released.size > 0 and bool(released.all())
     if xy_in is not None:
         xs, ys = xy_in
-    elif released.any():
-        bx, by = p.to_input_crs(xy_m[released])
-        xs[released], ys[released] = bx, by
+    elif every:
+        xs, ys = p.to_input_crs(xy_m)
+    else:
+        xs, ys = np.full(len(p), np.nan), np.full(len(p), np.nan)
+        if released.any():
+            bx, by = p.to_input_crs(xy_m[released])
+            xs[released], ys[released] = bx, by
     geom = points_array(xs, ys, p.crs_in)
-    geom[~released] = None
+    if not every:
+        geom[~released] = None
     gname = getattr(frame, "_geometry_column_name", None)
     is_geo = isinstance(frame, gpd.GeoDataFrame) and gname in frame.columns
     cols: dict[Any, Any] = {}

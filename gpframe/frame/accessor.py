@@ -1108,7 +1108,12 @@ class GeoPriv:
             return _privatize_partitioned(self, kind=kind, amount=amount, per=per, beta=beta,
                                          progress=progress, rng=rng)  # fmt: skip
         p = self.projected
-        codes, uniques = pd.factorize(pd.Series(p.users), sort=False)
+        ids = np.asarray(p.users)
+        if ids.dtype.kind in "iu" and (ids.size < 2 or bool((ids[1:] > ids[:-1]).all())):
+            # one row per user, ids ascending (e.g. 0..n-1): factorize's answer without hashing
+            codes, uniques = np.arange(ids.size, dtype=np.int64), pd.Index(ids)
+        else:
+            codes, uniques = pd.factorize(pd.Series(p.users), sort=False)
         n_users = len(uniques)
         counts = np.bincount(codes, minlength=n_users).astype(np.int64)
         _check_coordinates(p.xy)

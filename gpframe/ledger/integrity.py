@@ -32,7 +32,9 @@ try:  # POSIX: serialise anchor updates between processes
 except ImportError:  # pragma: no cover - Windows: updates stay monotonic but may race
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Anchor", "Chain", "anchor_path", "compare_state", "load_key", "uid_bytes"]
+__all__ = [
+    "Anchor", "Chain", "anchor_path", "compare_state", "load_key", "uid_bytes", "uid_records",
+]
 
 ANCHOR_SCHEMA = "gpframe-ledger-anchor"
 #: meta values naming the audit chain's link function
@@ -92,6 +94,16 @@ class Chain:
 _INT64_MAX = 2**63 - 1
 
 
+def uid_records(uids: np.ndarray) -> np.ndarray:
+    """``uid_bytes`` of an int64 id array as packed records (``b"i"``, 8 bytes) in one array.
+
+    Its buffer holds exactly the bytes of :func:`uid_bytes`: a hash can read it without a copy.
+    """
+    rec = np.empty(uids.size, dtype=[("t", "S1"), ("v", "<i8")])
+    rec["t"], rec["v"] = b"i", uids
+    return rec
+
+
 def uid_bytes(uids: Iterable[Any] | np.ndarray) -> bytes:
     """Encode user ids self-delimitingly, the same however the ids are batched.
 
@@ -100,9 +112,7 @@ def uid_bytes(uids: Iterable[Any] | np.ndarray) -> bytes:
     above 2**63 - 1 (a uint64 id) is ``b"u"`` and 8 little-endian unsigned bytes.
     """
     if isinstance(uids, np.ndarray) and uids.dtype.kind == "i":
-        rec = np.empty(uids.size, dtype=[("t", "S1"), ("v", "<i8")])
-        rec["t"], rec["v"] = b"i", uids
-        return rec.tobytes()
+        return uid_records(uids).tobytes()
     uids = list(uids)
     if uids and all(type(u) is str for u in uids):
         return _str_bytes(uids)

@@ -55,6 +55,7 @@ from gpframe.ledger.integrity import (
     load_key,
     overrides_digest,
     uid_bytes,
+    uid_records,
 )
 from gpframe.ledger.keys import KEY_MAX, KEY_MIN, _numpy_what, canonical, refusal
 from gpframe.ledger.pg_store import PostgresStore, is_postgres_url, redact
@@ -106,9 +107,10 @@ def _now() -> str:
 
 def _digest(notion: str, idx: np.ndarray, amount: np.ndarray) -> str:
     h = hashlib.sha256(notion.encode() + b"\x00")
-    h.update(np.ascontiguousarray(idx, dtype="<i8").tobytes())
+    # the arrays' own buffers (the same bytes as .tobytes(), without copying 8 bytes a user)
+    h.update(np.ascontiguousarray(idx, dtype="<i8"))
     h.update(b"\x00")
-    h.update(np.ascontiguousarray(amount, dtype="<i8").tobytes())
+    h.update(np.ascontiguousarray(amount, dtype="<i8"))
     return h.hexdigest()
 
 
@@ -229,6 +231,10 @@ def _exact_sum(a: np.ndarray) -> int:
     top = max(-int(a.min()), int(a.max()))
     if top * a.size < 2**63:  # no partial sum can overflow: one plain pass
         return int(a.sum())
+    step = (2**63 - 1) // top  # elements whose sum cannot overflow
+    if step >= 4096:  # one pass of partial sums, each exact in int64 (no full-size temporaries)
+        parts = np.add.reduceat(a, np.arange(0, a.size, step))
+        return sum(int(v) for v in parts.tolist())
     return (int((a >> 32).sum()) << 32) + int((a & 0xFFFFFFFF).sum())
 
 
@@ -458,7 +464,10 @@ class Ledger:
             uids = uids.tolist()  # object keys (str, ids above int64) as Python objects
         ix = _make_index(uids)
         self._index = _append(self._index, ix)
-        self._uhash.update(uid_bytes(ix.to_numpy() if ix.dtype.kind == "i" else uids))
+        if ix.dtype.kind == "i":  # hash the records' buffer: uid_bytes without its copy
+            self._uhash.update(uid_records(ix.to_numpy()))
+        else:
+            self._uhash.update(uid_bytes(uids))
 
     def _refresh(self) -> None:
         new = self.store.users_from(len(self._index))
@@ -472,17 +481,25 @@ class Ledger:
             return np.full(keys.size, -1, dtype=np.int64)
         return self._index.get_indexer(keys).astype(np.int64)
 
-    def _ensure(self, keys: np.ndarray) -> np.ndarray:
-        """Dense indices of ``keys``, adding unseen users (they get the default budget)."""
+    def _ensure(self, keys: np.ndarray) -> tuple[np.ndarray, int]:
+        """Dense indices of ``keys``, adding unseen users (they get the default budget).
+
+        Also returns the first index this call added (the ledger's size before it): indices at
+        or above it belong to users created here, who have spent nothing and have no override.
+        """
         idx = self._lookup(keys)
+        start = len(self._index)
         new = idx < 0
-        if new.any():
-            start = len(self._index)
+        if new.all():  # all first seen (a fresh ledger, a new cohort): no masked copies
+            self.store.add_users(start, keys)  # an array: one set-based insert
+            idx = np.arange(start, start + keys.size, dtype=np.int64)
+            self._append_users(keys)
+        elif new.any():
             fresh = keys[new]
-            self.store.add_users(start, fresh)  # an array: one set-based insert
+            self.store.add_users(start, fresh)
             idx[new] = start + np.arange(fresh.size, dtype=np.int64)
             self._append_users(fresh)
-        return idx
+        return idx, start
 
     def _add_charge(self, row: ChargeRow) -> None:
         """Store a charge and count it into the next audit row's ``state``."""
@@ -595,28 +612,44 @@ class Ledger:
     # -- per-user state ---------------------------------------------------------------------
     def _gather(self, notion: str, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(spent, budget) in ledger units for each index (unseen users: 0 and default)."""
-        spent = np.zeros(idx.size, dtype=np.int64)
-        budget = np.full(idx.size, self.default[notion], dtype=np.int64)
+        default = self.default[notion]
         known = idx >= 0
-        if not known.any():
-            return spent, budget
-        k = idx[known]
+        every = bool(known.all())  # the usual case: no masked copies or scatters
+        if not every and not known.any():
+            return np.zeros(idx.size, dtype=np.int64), np.full(idx.size, default, np.int64)
+        k = idx if every else idx[known]
         chunk_ids, rank = _chunks_of(k)
         data = self.store.read_chunks(notion, chunk_ids.tolist())
         if not data:  # users seen, never charged nor given a budget: 0 and the default
-            return spent, budget
+            return np.zeros(idx.size, dtype=np.int64), np.full(idx.size, default, np.int64)
         dense_s = np.zeros(chunk_ids.size * CHUNK, dtype=np.int64)
-        dense_b = np.full(chunk_ids.size * CHUNK, -1, dtype=np.int64)
+        dense_b: np.ndarray | None = None  # only when some chunk holds overrides
         for j, c in enumerate(chunk_ids.tolist()):
             if c in data:
                 s, b = data[c]
                 dense_s[j * CHUNK : (j + 1) * CHUNK] = s
                 if b is not None:
+                    if dense_b is None:
+                        dense_b = np.full(chunk_ids.size * CHUNK, -1, dtype=np.int64)
                     dense_b[j * CHUNK : (j + 1) * CHUNK] = b
-        pos = rank[k >> _SHIFT] * CHUNK + (k & (CHUNK - 1))
-        spent[known] = dense_s[pos]
-        b = dense_b[pos]
-        budget[known] = np.where(b < 0, self.default[notion], b)
+        c0 = int(chunk_ids[0])
+        if int(chunk_ids[-1]) - c0 + 1 == chunk_ids.size:  # consecutive chunks: rank is c - c0
+            pos = k - c0 * CHUNK if c0 else k
+        else:
+            pos = rank[k >> _SHIFT] * CHUNK + (k & (CHUNK - 1))
+        s_k = dense_s[pos]
+        if dense_b is None:
+            b_k = None
+        else:
+            b_k = dense_b[pos]
+            b_k = np.where(b_k < 0, default, b_k)
+        if every:
+            return s_k, np.full(idx.size, default, np.int64) if b_k is None else b_k
+        spent = np.zeros(idx.size, dtype=np.int64)
+        budget = np.full(idx.size, default, dtype=np.int64)
+        spent[known] = s_k
+        if b_k is not None:
+            budget[known] = b_k
         return spent, budget
 
     def _update(
@@ -881,14 +914,23 @@ class Ledger:
                     "charged when that block ends (or in full when its process is gone). Retry "
                     "after it is committed, or use a fresh charge_id. Nothing was charged."
                 )
-            idx = self._ensure(keys)
-            spent, budget = self._gather(notion, idx)
-            held = self._held(notion, idx)
-            rem = budget - spent  # both in [0, MAX]: no overflow
-            rem = np.where(rem < 0, -1, rem) - held  # held <= MAX by the filter invariant
-            admitted = (alloc <= rem) & ~too_big
+            idx, start = self._ensure(keys)
+            if keys.size and int(idx.min()) >= start:
+                # every user was created just now: nothing spent, no override, nothing held
+                # (their chunk entries cannot exist yet), so no chunk or reservation is read
+                # and each has the default budget left
+                admitted = (alloc <= self.default[notion]) & ~too_big
+            else:
+                spent, budget = self._gather(notion, idx)
+                held = self._held(notion, idx)
+                rem = budget - spent  # both in [0, MAX]: no overflow
+                rem = np.where(rem < 0, -1, rem) - held  # held <= MAX by the filter invariant
+                admitted = (alloc <= rem) & ~too_big
             granted = np.where(admitted, alloc, 0)  # (alloc is the closure's: not rebound)
-            a_idx, a_alloc = idx[admitted], alloc[admitted]
+            if admitted.all():  # the common case: the arrays as they are, no masked copies
+                a_idx, a_alloc = idx, granted
+            else:
+                a_idx, a_alloc = idx[admitted], alloc[admitted]
             created = _now()
             self.store.add_query(rid, query, notion, kind_s, ptext, created)
             self.store.add_reservation(
@@ -897,15 +939,17 @@ class Ledger:
                     a_idx, a_alloc,
                 )
             )  # fmt: skip
+            held_digest = _digest(notion, a_idx, a_alloc)
             self._audit(
                 "reserve",
                 {
                     "reservation": rid, "query": query, "notion": notion, "kind": kind_s,
                     "charge_id": cid, "n": int(keys.size), "admitted": int(a_idx.size),
-                    "held": str(_exact_sum(a_alloc)), "digest": _digest(notion, a_idx, a_alloc),
+                    "held": str(_exact_sum(a_alloc)), "digest": held_digest,
                 },
             )  # fmt: skip
             r = Reservation(self, rid, notion, kind_s, rid, cid, keys, idx, admitted, granted)
+            r._held_digest = held_digest
             if paid:
                 if check is not None:
                     check(r)  # no noise yet: raising rolls the whole transaction back
@@ -1039,7 +1083,13 @@ class Ledger:
         c_alloc = res.allocation_units if every else res.allocation_units[res.admitted]
         if order is not None:  # None: already in index order (the common case), no copies
             c_idx, c_amt, c_alloc = c_idx[order], c_amt[order], c_alloc[order]
-        digest = _digest(res.notion, c_idx, c_amt)
+        if order is None and res._held_digest and np.array_equal(c_amt, c_alloc):
+            # charged exactly what was reserved, in the order reserve() hashed (the admitted
+            # users in key order, already ascending; allocation_units is read-only): the same
+            # bytes, so reserve()'s digest is this one, without hashing 16 bytes a user again
+            digest = res._held_digest
+        else:
+            digest = _digest(res.notion, c_idx, c_amt)
 
         def write() -> bool:
             prior = self.store.charge(res.charge_id)
@@ -1484,6 +1534,9 @@ class Reservation:
         self.admitted = admitted
         self.admitted.setflags(write=False)
         self.allocation_units = alloc
+        self.allocation_units.setflags(write=False)
+        #: reserve()'s digest of the admitted users' indices and allocations ("" if none)
+        self._held_digest = ""
         self.replay = replay
         self.prior_admitted: np.ndarray | None = None
         self.prior_charge_units: np.ndarray | None = None
@@ -1881,7 +1934,7 @@ class Session:
             )
         keys = _user_keys(users)
         with led._lock, led._write():
-            idx = led._ensure(keys)
+            idx, _ = led._ensure(keys)
             if idx.size:
                 led._check_overrides(notion)
                 led._update(notion, idx, None, units)

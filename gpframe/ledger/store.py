@@ -217,6 +217,11 @@ def _blob(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(a, dtype="<i8").tobytes()
 
 
+def _view(a: np.ndarray) -> memoryview:
+    """Return the bytes of :func:`_blob` as a view of the array (sqlite3 binds it, no copy)."""
+    return memoryview(np.ascontiguousarray(a, dtype="<i8")).cast("B")
+
+
 class SqliteStore:
     """:class:`Store` on an embedded SQLite file, or in memory with ``path=None``.
 
@@ -507,7 +512,10 @@ class SqliteStore:
         """Append users with indices ``start, start + 1, ...`` as one batch (one row)."""
         if len(uids) == 0:
             return
-        kind, ids = encode_users(uids)
+        if isinstance(uids, np.ndarray) and uids.dtype.kind == "i":
+            kind, ids = "i64", _view(uids)  # encode_users' int64 blob, without its copy
+        else:
+            kind, ids = encode_users(uids)
         self.con.execute(
             "INSERT INTO users(start, n, kind, ids) VALUES (?, ?, ?, ?)",
             (start, len(uids), kind, ids),
@@ -556,7 +564,7 @@ class SqliteStore:
             "INSERT INTO chunks(notion, chunk, spent, budget) VALUES (?, ?, ?, ?) ON CONFLICT"
             "(notion, chunk) DO UPDATE SET spent = excluded.spent, budget = excluded.budget",
             [
-                (notion, int(c), _blob(s), None if b is None else _blob(b))
+                (notion, int(c), _view(s), None if b is None else _view(b))
                 for c, (s, b) in chunks.items()
             ],
         )
@@ -603,7 +611,7 @@ class SqliteStore:
             f"INSERT INTO reservations({self._RCOLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (
                 row.id, row.notion, row.query_id, row.charge_id, row.kind, row.created,
-                row.pid, row.host, row.token, _blob(row.idx), _blob(row.alloc),
+                row.pid, row.host, row.token, _view(row.idx), _view(row.alloc),
             ),
         )  # fmt: skip
 
@@ -651,8 +659,8 @@ class SqliteStore:
             f"INSERT INTO charges({self._CCOLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
             (
                 row.charge_id, row.reservation_id, row.query_id, row.notion, row.kind,
-                row.created, _blob(row.idx), _blob(row.amount), row.digest,
-                None if row.alloc is None else _blob(row.alloc),
+                row.created, _view(row.idx), _view(row.amount), row.digest,
+                None if row.alloc is None else _view(row.alloc),
             ),
         )  # fmt: skip
 

@@ -1085,8 +1085,11 @@ def raster_from_points(
     from gpframe.queries.elimination import check_method_parts
     from gpframe.results import Raster
 
-    users = np.empty(len(keys), dtype=object)  # the Result's keys: Python ints and strs
-    users[:] = keys.tolist() if isinstance(keys, np.ndarray) else list(keys)
+    if isinstance(keys, np.ndarray) and keys.dtype.kind == "i":
+        users = keys  # int64 ledger keys index the Result as they are: no Python int per user
+    else:  # the Result's keys: Python ints and strs
+        users = np.empty(len(keys), dtype=object)
+        users[:] = keys.tolist() if isinstance(keys, np.ndarray) else list(keys)
     led = session.ledger
     lu = led.units["metric"]
     params: dict[str, Any] = {

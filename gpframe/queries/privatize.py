@@ -479,7 +479,14 @@ def privatize_points(
         raise InvalidInputError(
             f"scale_max={scale_max!r} must be finite and > 0. Nothing was charged."
         )
-    rows_here, order = group_rows(codes, n_users)
+    # rows already grouped by user (codes ascending, as factorize gives one-point users): the
+    # stable order is the identity, so a call over every row needs no gather nor scatter
+    ident = codes.size < 2 or bool((codes[1:] >= codes[:-1]).all())
+    if ident:
+        rows_here = np.bincount(codes, minlength=n_users).astype(np.int64)
+        order = np.arange(codes.size, dtype=np.int64)
+    else:
+        rows_here, order = group_rows(codes, n_users)
     counts = rows_here if n_of is None else np.asarray(n_of, dtype=np.int64)
     if counts.shape != (n_users,) or bool((counts < rows_here).any()):
         raise GpframeInternalError("n_of must hold each user's total points (>= rows here).")
@@ -503,8 +510,8 @@ def privatize_points(
     # order within a user.
     live = adm & (rows_here > 0)
     ukey = counts if per == "user" else np.zeros(n_users, dtype=np.int64)
-    keys = np.unique(ukey[live]).tolist()
-    sorted_codes = codes[order]
+    keys = _distinct(ukey[live])
+    sorted_codes = codes if ident else codes[order]
     iterator: Any = keys
     if progress_enabled(progress) and len(keys) > 1:
         from tqdm.auto import tqdm
@@ -515,8 +522,10 @@ def privatize_points(
     releases: list[Any] = []
     for key in iterator:
         members = live & (ukey == key)
-        users_arr = np.flatnonzero(members)
-        rows = order[members[sorted_codes]]
+        whole = bool(members.all())  # every user (per="point" with all admitted): every row
+        users_arr = np.arange(n_users, dtype=np.int64) if whole else np.flatnonzero(members)
+        rows = order if whole else order[members[sorted_codes]]
+        in_order = whole and ident  # rows is 0..N-1: the points and the output as they are
         part = amount / int(key) if per == "user" else amount
         # callers preflight this before reserving; repeated here so that a direct call never
         # draws noise that cannot be released
@@ -525,11 +534,12 @@ def privatize_points(
         # distinct point count: those warnings are silenced here and summed up in one below
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_SCALE_WARNING, category=GpframeWarning)
+            pts = xy if in_order else xy[rows]
             if kind == "gp":
-                rel = planar_laplace(xy[rows], eps=part / k, rng=rng)
+                rel = planar_laplace(pts, eps=part / k, rng=rng)
                 to_ground = k
             else:
-                rel = gaussian_cgp(xy[rows], rho=part / (k * k), rng=rng)
+                rel = gaussian_cgp(pts, rho=part / (k * k), rng=rng)
                 to_ground = k * k
         n_calls += 1
         guarantees.append(rel.guarantee)
@@ -542,15 +552,20 @@ def privatize_points(
             raise GpframeInternalError(
                 f"a point's guarantee {float(point_charge)!r} exceeds its share {float(part)!r}."
             )
-        out[rows] = np.asarray(rel, dtype=np.float64)
-        released[rows] = True
+        if in_order:
+            out = np.array(rel, dtype=np.float64)  # this call released every row
+            released[:] = True
+        else:
+            out[rows] = np.asarray(rel, dtype=np.float64)
+            released[rows] = True
         charge_groups.append((users_arr, point_charge))
         # Error bounds from the noise actually sampled (mechanisms.tails), union over a user's
         # n points: every point of the user is within the bound with probability >= 1 - beta.
         # Charges: n points at point_charge each; one Fraction per distinct n.
         n_u = counts[users_arr]
-        for n in np.unique(n_u).tolist():
-            sel = users_arr[n_u == n]
+        distinct_n = _distinct(n_u)
+        for n in distinct_n:
+            sel = users_arr if len(distinct_n) == 1 else users_arr[n_u == n]
             if bounds:
                 max_err[sel] = error_bound(rel, beta, n=int(n))
             charge_arr[sel] = point_charge * int(n)
@@ -576,6 +591,13 @@ def privatize_points(
         guarantees=guarantees,
         charge_groups=charge_groups,
     )
+
+
+def _distinct(a: NDArray[np.int64]) -> list[int]:
+    """``np.unique(a).tolist()``, without the sort when all entries are equal (the usual case)."""
+    if a.size and int(a.min()) == int(a.max()):
+        return [int(a[0])]
+    return [int(v) for v in np.unique(a).tolist()]
 
 
 #: the sampler's own noise-scale warning (gpframe.mechanisms), summed up by _warn_scales
@@ -654,7 +676,9 @@ def make_privatize_result(
 
     from gpframe.results import PrivatizeResult
 
-    ids = np.asarray(users, dtype=object)
+    ids = np.asarray(users)
+    if ids.dtype.kind not in "iu":  # int64 ids index the Result as they are (no int per user)
+        ids = ids.astype(object)
     adm = np.asarray(admitted, dtype=bool) & (np.asarray(counts) > 0)
     index = pd.Index(ids[adm])
     # float(Fraction) per user is slow; callers may pass floats already (same values)

@@ -36,8 +36,11 @@ def actual_units(
         if per == "point":
             u, big = ledger.units_for("metric", point_charge, n_u, kind=kind)
             c = charge_for(fkind, kind, point_charge)
-            for n in np.unique(n_u).tolist():
-                floats[users_arr[n_u == n]] = float(c * int(n))
+            if n_u.size and int(n_u.min()) == int(n_u.max()):  # one count (one-point users)
+                floats[users_arr] = float(c * int(n_u[0]))
+            else:
+                for n in np.unique(n_u).tolist():
+                    floats[users_arr[n_u == n]] = float(c * int(n))
         else:  # one group per distinct n
             n = int(n_u[0])
             u, big = ledger.units_for("metric", point_charge * n, np.ones(n_u.size, np.int64),
@@ -52,6 +55,9 @@ def actual_units(
 def unit_floats(ledger: Any, units: np.ndarray) -> np.ndarray:
     """Ledger units as floats of the filter's units, one exact conversion per distinct value."""
     lu = ledger.units["metric"]
+    units = np.asarray(units)
+    if units.size and int(units.min()) == int(units.max()):  # one value: no sort
+        return np.full(units.shape, float(lu.to_fraction(int(units.flat[0]))))
     uniq, inv = np.unique(units, return_inverse=True)
     return np.array([float(lu.to_fraction(int(v))) for v in uniq.tolist()])[inv]
 

@@ -1037,6 +1037,19 @@ def one_point_hint(frame: pd.DataFrame, skip: Any = ()) -> str:
     return "Choose each user's point with " + "; ".join(opts) + "."
 
 
+def _dense_distinct(u: np.ndarray) -> bool:
+    """Tell whether ``u`` holds integer ids spanning few values, all distinct (one counting pass).
+
+    False means "not shown distinct" (repeated, sparse or not integers): the caller hashes.
+    """
+    if u.dtype.kind not in "iu" or u.size == 0:
+        return False
+    lo, hi = int(u.min()), int(u.max())
+    if hi - lo >= 4 * u.size + 1024:
+        return False
+    return not bool((np.bincount((u - u.dtype.type(lo)).astype(np.intp)) > 1).any())
+
+
 def select_component(
     frame: pd.DataFrame,
     users: np.ndarray,
@@ -1150,6 +1163,8 @@ def select_component(
             f"'last', First(...) or Last(...). {_NOTHING}"
         )
     pos = np.flatnonzero(mask)
+    if _dense_distinct(users[pos]):  # one row per user (the usual input): nothing to hash
+        return pos
     dup = pd.Series(users[pos]).duplicated(keep=False).to_numpy()
     if dup.any():
         if reduce is None:

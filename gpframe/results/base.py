@@ -80,7 +80,9 @@ def _fsum(values: np.ndarray) -> float:
         if distinct.size > 4096:
             return float(math.fsum(a))
     total = sum(Fraction(float(v)) * int(c) for v, c in zip(distinct, counts, strict=True))
-    if not total or abs(total) >= _FLOAT_MAX:  # 0: fsum keeps its sign; overflow: fsum raises
+    if not total:  # exactly 0 (no saving): fsum's +0.0 unless every entry is -0.0 (its sign)
+        return 0.0 if not bool(np.signbit(a).all()) else float(math.fsum(a))
+    if abs(total) >= _FLOAT_MAX:  # overflow: fsum raises
         return float(math.fsum(a))
     return float(total)
 

@@ -90,6 +90,11 @@ def snap(x: Any, g: Any, name: str) -> np.ndarray:
         key = (gg.numerator, gg.denominator)
     inv = _g_floats(*key)[1]  # a power of two: the product below is exact unless it overflows
     arr = np.asarray(x, dtype=np.float64)
+    if arr.size > _BLOCK:
+        out = _snap_blocks(arr, inv)
+        if out is not None:
+            return out
+    # small inputs, and the refusals of large ones (the same messages), in one pass
     with np.errstate(over="ignore", invalid="ignore"):
         y = arr * inv
     # One test covers NaN, infinities and the range: |y| < 2^52 is False for all of them.
@@ -113,6 +118,59 @@ def snap(x: Any, g: Any, name: str) -> np.ndarray:
     return y.astype(np.int64)
 
 
+#: elements per block of the large-array paths: the temporaries stay in the CPU cache (at 10**7
+#: points whole-array temporaries made snap and release memory-bound, 25 times their 10**6 cost)
+_BLOCK = 1 << 15
+
+
+def _snap_blocks(arr: np.ndarray, inv: float) -> np.ndarray | None:
+    """``rint(arr * inv)`` as int64 block by block, or None if some value must be refused.
+
+    The same float operations on every element as the one-pass path, so the same integers.
+    """
+    flat = arr.reshape(-1)
+    out = np.empty(flat.size, dtype=np.int64)
+    y = np.empty(_BLOCK, dtype=np.float64)
+    a = np.empty(_BLOCK, dtype=np.float64)
+    ok = np.empty(_BLOCK, dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(0, flat.size, _BLOCK):
+            blk = flat[i : i + _BLOCK]
+            m = blk.size
+            yb, ab, okb = y[:m], a[:m], ok[:m]
+            np.multiply(blk, inv, out=yb)
+            np.abs(yb, out=ab)
+            if not np.less(ab, _X_LIMIT, out=okb).all():  # NaN, infinite or out of range
+                return None
+            np.rint(yb, out=yb)
+            out[i : i + m] = yb  # integral floats below 2**52: the int64 cast is exact
+    return out.reshape(arr.shape)
+
+
+def _release_blocks(u: np.ndarray, k: np.ndarray, gf: float) -> np.ndarray | None:
+    """``(u + k) * gf`` block by block, or None if some block fails a range check.
+
+    A failure sends the caller to the one-pass checks, which raise their own error.
+    """
+    fu, fk = u.reshape(-1), k.reshape(-1)
+    out = np.empty(fu.size, dtype=np.float64)
+    s = np.empty(_BLOCK, dtype=np.int64)
+    for i in range(0, fu.size, _BLOCK):
+        ub, kb = fu[i : i + _BLOCK], fk[i : i + _BLOCK]
+        m = ub.size
+        if not (-_Y_LIMIT < int(ub.min()) and int(ub.max()) < _Y_LIMIT):
+            return None
+        if not (-_K_LIMIT < int(kb.min()) and int(kb.max()) < _K_LIMIT):
+            return None
+        sb = np.add(ub, kb, out=s[:m])  # no int64 overflow: |u| < 2^53, |k| < 2^62
+        if not (-_Y_LIMIT < int(sb.min()) and int(sb.max()) < _Y_LIMIT):
+            return None
+        ob = out[i : i + m]
+        ob[...] = sb
+        ob *= gf  # exact: |u + k| < 2^53 and g a power of two
+    return out.reshape(u.shape)
+
+
 def release(u: Any, k: Any, g: Any) -> np.ndarray:
     """Return ``(u + k) * g`` as float64, exactly (``docs/noise.md``).
 
@@ -128,6 +186,11 @@ def release(u: Any, k: Any, g: Any) -> np.ndarray:
     gf = _g_floats(*key)[0]
     u = np.asarray(u, dtype=np.int64)
     k = np.asarray(k, dtype=np.int64)
+    if u.size > _BLOCK and u.shape == k.shape:
+        y = _release_blocks(u, k, gf)
+        if y is not None:
+            return y
+    # small inputs, broadcasting, and the refusals of large ones (the same errors), in one pass
     # Range checks by reductions (no full-size temporaries): |u| < 2^53, |k| < 2^62.
     if u.size and not (-_Y_LIMIT < int(u.min()) and int(u.max()) < _Y_LIMIT):
         _release_overflow()

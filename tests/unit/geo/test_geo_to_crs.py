@@ -104,3 +104,48 @@ def test_the_outline_shows_points_inside_and_leaves_the_rest_to_the_point_check(
     edge = np.append(xs, 2.47e5)  # lon -77.995: inside the zone, within the outline margin
     assert not geo._inside_by_outline(edge, np.append(ys, 4.5e6), crs, crs.geodetic_crs, box)
     assert not geo._inside_by_outline(xs, ys, crs.geodetic_crs, crs.geodetic_crs, box)
+
+
+def _round_trips(monkeypatch):
+    """Record the named-CRS round-trip checks that run (the check itself still runs)."""
+    calls = []
+    real = geo._refuse_lossy_round_trip
+
+    def spy(*args):
+        calls.append(args[4])  # crs_m
+        return real(*args)
+
+    monkeypatch.setattr(geo, "_refuse_lossy_round_trip", spy)
+    return calls
+
+
+def test_a_utm_zone_on_the_input_datum_is_trusted_like_the_automatic_choice(monkeypatch):
+    """The automatic choice for a zone-sized extent (that very UTM zone) is never round-tripped:
+    a named one within its zone is not either; another datum or a wider extent still is."""
+    calls = _round_trips(monkeypatch)
+    one = CONUS.iloc[:1]
+    p = geo.resolve_points(one, user="u", lon="lon", lat="lat", crs=4326, to_crs="EPSG:32618")
+    assert p.crs_choice == "to_crs" and calls == []
+    auto = geo.resolve_points(one, user="u", lon="lon", lat="lat", crs=4326,
+                              domain=geo._area_box(p.crs_m))  # fmt: skip
+    assert auto.crs_m.equals(p.crs_m) and calls == []  # the same CRS, chosen automatically
+    geo.resolve_points(one, user="u", lon="lon", lat="lat", crs=4326, to_crs="EPSG:26718")
+    assert len(calls) == 1  # NAD27: a datum shift, checked
+    with pytest.warns(GpframeWarning):  # a UTM zone over the contiguous US: beyond its zone
+        geo.resolve_points(CONUS, user="u", lon="lon", lat="lat", crs=4326,
+                           to_crs="EPSG:32618", domain=(-125, 24, -66, 50))  # fmt: skip
+    assert len(calls) == 2
+
+
+def test_the_trusted_utm_round_trip_is_nanometres_over_the_whole_zone():
+    """What the trust above rests on: PROJ's transverse Mercator round-trips far below g."""
+    import numpy as np
+    import pyproj
+
+    lon, lat = np.meshgrid(np.linspace(-78, -72, 61), np.linspace(0, 84, 169))
+    lon, lat = lon.ravel(), lat.ravel()
+    fwd = pyproj.Transformer.from_crs("EPSG:4326", "EPSG:32618", always_xy=True)
+    back = pyproj.Transformer.from_crs("EPSG:32618", "EPSG:4326", always_xy=True)
+    bx, by = back.transform(*fwd.transform(lon, lat))
+    d = geo._round_trip_metres(lon, lat, np.asarray(bx), np.asarray(by), pyproj.CRS(4326))
+    assert float(d.max()) < 1e-6  # 4.8e-9 m measured; g = 2**-10 m ~ 9.8e-4 m

@@ -46,6 +46,32 @@ def test_release_overflow_raises():
         noise.release(np.array([0]), np.array([2**62]), Fraction(1))
 
 
+def test_the_blocked_large_array_path_equals_the_one_pass_path(monkeypatch):
+    """Arrays above the block size run block by block: the same integers, floats and errors."""
+    from gpframe.mechanisms.noise import lattice
+
+    gen = np.random.default_rng(3)
+    x = gen.uniform(-(2.0**31), 2.0**31, (1001, 2))
+    x[::5] = gen.normal(0.0, 2.0**-19, x[::5].shape)  # around the rounding of 0.5 g
+    x[7] = [0.5 * float(G), -1.5 * float(G)]  # exact ties: rint rounds half to even
+    k = gen.integers(-(2**40), 2**40, x.shape)
+    one_u, one_y = noise.snap(x, G, "x"), noise.release(noise.snap(x, G, "x"), k, G)
+    monkeypatch.setattr(lattice, "_BLOCK", 16)  # 126 blocks and a short last one
+    u = noise.snap(x, G, "x")
+    y = noise.release(u, k, G)
+    assert u.dtype == np.int64 and u.shape == x.shape and np.array_equal(u, one_u)
+    assert y.dtype == np.float64 and y.shape == x.shape and np.array_equal(y, one_y)
+    bad = x.copy()
+    bad[900, 1] = np.nan  # in a late block: refused with the one-pass message (its position)
+    with pytest.raises(InvalidInputError, match=r"1 NaN or infinite value\(s\) \(first at po"
+                                                r"sition 1801\)"):  # fmt: skip
+        noise.snap(bad, G, "x")
+    big = k.copy()
+    big[950, 0] = 2**62  # a noise index out of range, after blocks whose u + k are fine
+    with pytest.raises(NoiseOverflowError, match="noise index is too large"):
+        noise.release(u, big, G)
+
+
 def _released(kind: str, x: np.ndarray, g: Fraction, seed: int) -> np.ndarray:
     src = seeded_rng(seed)
     n = x.shape[0]
