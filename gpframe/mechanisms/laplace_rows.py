@@ -101,8 +101,8 @@ def central_laplace_rows(
     >>> index.tolist(), cal[0][1], cal[0][2] == Fraction(1, 2) / (2**20 + 1)
     ([0, 0], Fraction(1, 1048576), True)
     """
-    eps_l = list(epsilon)
-    sens_l = list(sensitivity)
+    eps_l = _rows(epsilon, "epsilon")
+    sens_l = _rows(sensitivity, "sensitivity")
     if len(eps_l) != len(sens_l):
         raise InvalidInputError(
             f"epsilon has {len(eps_l)} entries and sensitivity {len(sens_l)}; pass one of each "
@@ -153,11 +153,25 @@ def _calibrate(i: int, e: Any, d: Any) -> tuple[Fraction, Fraction, Fraction]:
     return ef, g, Fraction(a, b * width)
 
 
+def _rows(seq: Any, name: str) -> list[Any]:
+    """``seq`` as a list of its rows; a scalar, a string or a 2-D array is refused by name."""
+    if isinstance(seq, (str, bytes)) or (isinstance(seq, np.ndarray) and seq.ndim != 1):
+        seq = None
+    try:
+        return list(seq)
+    except TypeError:
+        raise InvalidInputError(
+            f"{name} must be a sequence with one number per row (a list or a 1-D array), got "
+            f"{type(seq).__name__ if seq is not None else 'a scalar, a string or a 2-D array'}. "
+            f"{_NOTHING}"
+        ) from None
+
+
 def _values(values: Any) -> tuple[np.ndarray, dict[int, Any]]:
     """Float values (0 where exact) and the exact ones (int or Fraction) by row."""
     if isinstance(values, np.ndarray) and values.dtype.kind in "fiu" and values.ndim == 1:
         return values.astype(np.float64), {}
-    vals = list(values)
+    vals = _rows(values, "values")
     exact = {i: v for i, v in enumerate(vals) if type(v) is Fraction or type(v) is int}
     try:
         x = np.array([0.0 if i in exact else v for i, v in enumerate(vals)], dtype=np.float64)

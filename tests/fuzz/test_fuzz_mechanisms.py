@@ -67,6 +67,15 @@ _released = M.laplace_gp(VALS, eps=1.0, rng=_rng)
 
 #: function -> (valid kwargs, {argument: strategy of replacements})
 CASES = {
+    "laplace_dp_rows": (
+        dict(values=VALS, sensitivity=[1.0, 2.0], epsilon=[1.0, 0.5]),
+        dict(
+            values=arrays,
+            sensitivity=st.one_of(arrays, st.lists(scalars, min_size=0, max_size=3)),
+            epsilon=st.one_of(arrays, st.lists(scalars, min_size=0, max_size=3)),
+            rng=rngs,
+        ),
+    ),
     "laplace_dp": (
         dict(values=VALS, sensitivity=1.0, epsilon=1.0),
         dict(
@@ -180,12 +189,13 @@ def test_every_mechanism_callable_is_fuzzed():
     )
 
 
-#: the five release wrappers (the mechanisms proper); the rest of __all__ are error-bound and
+#: the release wrappers (the mechanisms proper); the rest of __all__ are error-bound and
 #: calibration helpers
 RELEASE = (
     "gaussian_cgp",
     "gaussian_zcdp",
     "laplace_dp",
+    "laplace_dp_rows",
     "laplace_gp",
     "planar_laplace",
     "sparse_vector",
@@ -238,6 +248,9 @@ def _run(fname, data):
         elif isinstance(out, M.Released):
             assert_finite(f"mechanisms.{fname}", out.values)
             assert out.guarantee.amount > 0
+        elif isinstance(out, M.ReleasedRows):
+            assert_finite(f"mechanisms.{fname}", out.values)
+            assert all(e > 0 for e in out.epsilon)
         elif isinstance(out, (float, int, Fraction)):
             assert_finite(f"mechanisms.{fname}", float(out))
 

@@ -94,3 +94,19 @@ def test_bad_rows_are_refused_before_any_bit_is_drawn():
         with pytest.raises(InvalidInputError):
             laplace_dp_rows(**kw, rng=src)
     assert src.calls == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"values": 5.0, "sensitivity": [1.0], "epsilon": [1.0]}, "values"),
+        ({"values": [5.0], "sensitivity": 1.0, "epsilon": [1.0]}, "sensitivity"),
+        ({"values": [5.0], "sensitivity": [1.0], "epsilon": 1.0}, "epsilon"),
+        ({"values": "5", "sensitivity": [1.0], "epsilon": [1.0]}, "values"),
+        ({"values": np.ones((1, 1)), "sensitivity": [1.0], "epsilon": [1.0]}, "values"),
+    ],
+)
+def test_scalars_and_non_sequences_are_refused_by_name(kwargs, name):
+    # found by the slow fuzz tier: a scalar raised TypeError ("'float' object is not iterable")
+    with pytest.raises(InvalidInputError, match=f"^{name} must be"):
+        laplace_dp_rows(kwargs.pop("values"), **kwargs)
