@@ -825,6 +825,7 @@ def report_noisy_max(
     epsilon: float | None = None,
     bounds: tuple[float, float] | None = None,
     integer: bool = False,
+    beta: float = 0.05,
     rng: Any = None,
     on_exhausted: str = "raise",
     dry_run: bool = False,
@@ -832,18 +833,56 @@ def report_noisy_max(
     """Return the index of the (noisily) largest candidate, charged on the central ledger.
 
     See ``docs/operations/monitoring.md`` (Gaussian: certified pure ε; give ``sigma``, or
-    ``epsilon`` to calibrate σ); Lebensold, Precup & Balle, 'On the Privacy of Selection Mechanisms
-    with Gaussian Noise' (2024), Thm. 8, Dwork & Roth (2014) Report Noisy Max with discrete Laplace
-    2Δ/ε (``noise="laplace"``).
+    ``epsilon`` to calibrate σ; accuracy: the score gap); Lebensold, Precup & Balle, 'On the
+    Privacy of Selection Mechanisms with Gaussian Noise' (2024), Thm. 8, Dwork & Roth (2014) Report
+    Noisy Max with discrete Laplace 2Δ/ε (``noise="laplace"``).
 
-    ``on_exhausted="raise"`` (the only choice here) refuses the call, naming the users who
-    cannot pay: ``values`` were computed over every user and the charge depends on their number,
-    so leaving someone out means recomputing ``values`` without them and passing ``users=``
-    without them.
+    Parameters
+    ----------
+    session : gp.Session
+        Charged on its central budget (``gp.DP``).
+    values : array_like, shape (k,)
+        The k candidate scores, each of user-level sensitivity ``sensitivity``, computed over
+        every user in ``users``.
+    users : sequence
+        Ids of all users the scores read; each is charged.
+    sensitivity : float
+        Δ of every score.
+    noise : {"gaussian", "laplace"}
+    sigma, epsilon : float
+        Gaussian: exactly one of σ or a target ε (σ is then calibrated); Laplace: ε (required).
+    bounds : (a, b)
+        Gaussian: public hard bounds; scores are clamped into them (required).
+    integer : bool
+        Laplace: integer scores (lattice g = 1).
+    beta : float
+        Failure probability of the stated score gap ``error``.
+    rng : BitSource or None
+        The randomness source; None is the OS CSPRNG.
+    on_exhausted : {"raise"}
+        The only choice: ``values`` were computed over every user and the charge depends on their
+        number, so the call is refused (naming the users who cannot pay); leaving someone out
+        means recomputing ``values`` without them and passing ``users=`` without them.
+    dry_run : bool
+        Return a :class:`~gpframe.results.Preview` of the query instead, with the same ``error``:
+        nothing is drawn, charged or written (``docs/ledger.md``, "Previewing a query").
 
+    Returns
+    -------
+    MonitorResult
+        ``value``: the selected index; ``error``: the score gap α (``error_kind``) at
+        ``confidence`` 1 − β: with probability ≥ 1 − β the selected candidate's score (Gaussian:
+        clamped into ``bounds``) is within α of the largest score; ``epsilon_realized`` the ε
+        charged; ``spent_at_most``, what each user paid.
 
-    ``dry_run=True`` returns a :class:`~gpframe.results.Preview` of the query instead: nothing is
-    drawn, charged or written (``docs/ledger.md``, "Previewing a query").
+    Notes
+    -----
+    Noise: Gaussian, exact continuous N(0, σ²) per candidate; Laplace, discrete Laplace of scale
+    b = 2Δ/ε on the lattice g (``docs/noise.md``; real scores: b = 2(⌊Δ/g⌋ + 1)g/ε).
+    Charge: Gaussian, the certified pure ε_RNM(σ, Δ, b − a, k); Laplace, ε; kind ``dp``,
+    ex-ante, on the central ledger.
+    Error (k ≥ 2 candidates; 0 for one): Gaussian α = 2σ√(2 ln(2k/β)); Laplace
+    α = 2b·ln(2k/(β(1 + e^{−g/b}))) + g (≈ 2b·ln(k/β)); both read public parameters only.
 
     Examples
     --------
@@ -853,6 +892,8 @@ def report_noisy_max(
     ...                        sensitivity=0.01)
     >>> res.value in (0, 1, 2), round(res.epsilon_realized, 6)
     (True, 0.174434)
+    >>> round(res.error, 4), res.confidence      # 2·0.3·√(2 ln(2·3/0.05))
+    (1.8566, 0.95)
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
         return dry(report_noisy_max, locals(), "report_noisy_max")
@@ -864,6 +905,7 @@ def report_noisy_max(
             "every user; recompute them without the users who cannot pay and pass users= "
             "without them. Nothing was charged."
         )
+    beta = probability(beta)
     ulist = _users(users)
     _central_kind(session)
     x = np.asarray(values, dtype=np.float64) if not callable(values) else None
@@ -881,13 +923,21 @@ def report_noisy_max(
         if sigma is None:
             sigma = sigma_for_eps_rnm(epsilon, sensitivity=sensitivity, bounds=bounds, d=x.size)
         eps = eps_rnm(sigma, sensitivity=sensitivity, bounds=bounds, d=x.size)
+        gap = _rnm_gap(int(x.size), beta, sigma=float(sigma))
     else:
         if epsilon is None:
             raise InvalidInputError("noise='laplace' needs epsilon=.... Nothing was charged.")
-        from gpframe.mechanisms.calibration import check_eps, check_positive
+        from gpframe.mechanisms.calibration import central_laplace, check_eps, check_positive
 
         eps = check_eps(epsilon, "epsilon")
-        check_positive(sensitivity, "sensitivity")
+        # the calibration laplace_dp will use (draw scale 2): public, so the preview states it
+        cal = central_laplace(eps, check_positive(sensitivity, "sensitivity"),
+                              integer=bool(integer), s=Fraction(2))  # fmt: skip
+        gap = _rnm_gap(int(x.size), beta, scale=cal.g / cal.param, g=cal.g)
+    kind_g = _RNM_GAP_KIND[noise]
+    planning = active_preview()
+    if planning is not None:
+        planning.notes["error"] = (gap, kind_g, 1.0 - beta)
     params = {"noise": noise, "sigma": sigma, "epsilon": float(eps), "bounds": bounds,
               "sensitivity": float(sensitivity), "d": int(x.size)}  # fmt: skip
 
@@ -910,8 +960,14 @@ def report_noisy_max(
     )  # fmt: skip
     rel, qid = ran.value, ran.query_id
     classical = rel.noise.get("epsilon_classical")
+    # the gap from the noise parameters the release actually drew with (equal to the plan's)
+    err = (
+        _rnm_gap(int(x.size), beta, sigma=float(rel.noise["sigma"])) if noise == "gaussian"
+        else _rnm_gap(int(x.size), beta, scale=rel.noise["scale"], g=rel.noise["g"])
+    )  # fmt: skip
     return MonitorResult(
         value=int(rel.index), mechanism=f"{noise}_report_noisy_max", params=params,
+        error=err, error_kind=kind_g, confidence=1.0 - beta,
         kind="dp" if session.ledger.kind["central"] == "dp" else "zcdp", metric="hamming",
         spent_at_most=_per_user(session, _units(session, "dp", rel.epsilon)), query_id=qid,
         spec=rel.guarantee.spec,
@@ -920,6 +976,44 @@ def report_noisy_max(
         epsilon_realized=float(rel.epsilon), epsilon_worst=float(rel.epsilon),
         epsilon_exante=classical, stopped="end",
     )  # fmt: skip
+
+
+#: what ``error`` of report_noisy_max bounds (docs/operations/monitoring.md)
+_RNM_GAP_KIND = {
+    "gaussian": "score gap α (clamped score units): the best clamped score minus the selected "
+                "one's",
+    "laplace": "score gap α (score units): the best score minus the selected one's",
+}  # fmt: skip
+
+
+def _rnm_gap(
+    k: int, beta: float, *, sigma: float | None = None, scale: Any = None, g: Any = None
+) -> float:
+    """Return the score gap α of Report-Noisy-Max over ``k`` candidates, at confidence 1 − β.
+
+    See ``docs/operations/monitoring.md`` (Report-Noisy-Max, accuracy). The selected candidate s
+    beat the best one m after noise, so x_m − x_s ≤ n_s − n_m ≤ 2·max_i |n_i|: a union bound over
+    the k noises, β/k each, bounds the gap (0 for one candidate). Gaussian (exact continuous
+    normals of σ, no lattice; scores clamped): P(|N(0, 1)| > t) ≤ 2e^{−t²/2} gives
+    α = 2σ√(2 ln(2k/β)). Laplace (``scale`` b = g/λ, lattice ``g``): the scores are snapped to
+    g·Z (|rint − x| ≤ g/2 each) and P(|K| ≥ m) = 2e^{−λm}/(1 + e^{−λ}), so
+    α = 2·(b·ln(2k/(β(1 + e^{−λ}))) + g/2) = 2·:func:`~gpframe.mechanisms.tails.laplace_bound`
+    (β, b, g, n=k). Public parameters only: the preview states it before any noise.
+
+    >>> round(_rnm_gap(3, 0.05, sigma=0.3), 4)
+    1.8566
+    >>> round(_rnm_gap(10, 0.05, scale=2, g=1), 4)   # 2·2·ln(20/(0.05(1 + e^{−1/2}))) + 1
+    23.0696
+    >>> _rnm_gap(1, 0.05, sigma=0.3)
+    0.0
+    """
+    if k <= 1:
+        return 0.0
+    if sigma is not None:
+        return 2.0 * float(sigma) * math.sqrt(2.0 * math.log(2.0 * k / beta))
+    from gpframe.mechanisms.tails import laplace_bound
+
+    return 2.0 * laplace_bound(beta, scale, g, n=k)
 
 
 # --------------------------------------------------------------------------------------------
