@@ -266,6 +266,14 @@ def _build(session: Any, operation: str, plan: PreviewPlan, **info: Any) -> Prev
         "per user); the noise per point is that of one point" if per else ""
     )
     info.setdefault("adaptive", bool(queries & set(_ADAPTIVE)))
+    lows = plan.notes.get("least_units")
+    if lows is not None and "least" not in info:  # the elimination batches' round 1 parts
+        import numpy as np
+
+        def least(calls: list[Any]) -> list[Any]:  # other calls charge their allocation
+            return [lows.get(id(c), np.where(c.admitted, c.allocation_units, 0)) for c in calls]
+
+        info["least"] = least
     return build(session, operation, plan, per=per, per_note=note, **info)
 
 

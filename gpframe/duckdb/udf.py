@@ -782,27 +782,57 @@ def elimination_batch(
                 if sel.size:
                     out.append({"alloc": GroupedAmounts.from_units(row_units[sel], unit),
                                 "n": int(sel.size), "rounds": int(rounds[sel[0]]), "unit": unit,
-                                "scale_max": scale_max, **note(int(sel[0]))})  # fmt: skip
+                                "scale_max": scale_max, "codes": codes[sel],
+                                **note(int(sel[0]))})  # fmt: skip
             return out
 
-        preview_note(session, fname, planned)
+        preview_note(session, fname, planned, least=lambda groups: _least_units(lu, n_u, groups))
         tally(reg, int(admitted.sum()), int((~admitted).sum()))
     return admitted
 
 
-def preview_note(session: Any, key: str, make: Callable[[np.ndarray], list[Any]]) -> None:
+def preview_note(
+    session: Any,
+    key: str,
+    make: Callable[[np.ndarray], list[Any]],
+    least: Callable[[list[Any]], np.ndarray] | None = None,
+) -> None:
     """While ``gp.duckdb.preview`` plans ``session``: add what a batch would release to its notes.
 
     Called right after the batch's :func:`charge_batch`, under :func:`batch_lock` (a preview's
     batches are planned one at a time), so the plan's last call is the batch's: ``make`` gets
     its admitted mask per user and returns the public parameters of what it would release,
-    appended to ``notes[key]`` for the preview's expected error. Nothing outside a preview.
+    appended to ``notes[key]`` for the preview's expected error. ``least`` (an adaptive
+    batch) maps them to each user's least charge in ledger units, kept in
+    ``notes["least_units"]`` under the call's id. Nothing outside a preview.
     """
     with LEDGER_LOCK:
         plan = SQL_PREVIEWS.get(id(session))
         if plan is not None and plan.calls:
-            adm = np.asarray(plan.calls[-1].admitted, dtype=bool)
-            plan.notes.setdefault(key, []).extend(make(adm))
+            call = plan.calls[-1]
+            made = make(np.asarray(call.admitted, dtype=bool))
+            plan.notes.setdefault(key, []).extend(made)
+            if least is not None:
+                plan.notes.setdefault("least_units", {})[id(call)] = least(made)
+
+
+def _least_units(lu: Any, n_users: int, groups: list[dict[str, Any]]) -> np.ndarray:
+    """Each user's least charge (ledger units) of a batch's planned elimination groups.
+
+    Every row asked runs round 1 and pays its part π₁·a (rounded down to the ledger unit, as
+    :func:`gpframe.queries.elimination.prepare_parts` fixes it); a user pays the sum over
+    their rows, as :func:`units_per_user` charges it.
+    """
+    from gpframe.queries.elimination import prepare_parts, split_fractions
+
+    out = np.zeros(n_users, dtype=np.int64)
+    for e in groups:
+        parts = prepare_parts(e["alloc"], e["n"], split_fractions(SPLIT, e["rounds"]),
+                              unit=e["unit"])  # fmt: skip
+        first = np.array([lu.up(row[0]) for row in parts.table] + [0], dtype=np.int64)
+        np.add.at(out, e["codes"], first[np.where(parts.codes >= 0, parts.codes,
+                                                  len(parts.table))])  # fmt: skip
+    return out
 
 
 def units_per_user(

@@ -162,3 +162,22 @@ def test_elimination_preview_over_several_batches_with_n_users(op: str) -> None:
     assert pv.error == pytest.approx(want.error, rel=1e-12)
     # without n_users each batch's union bound is over its own rows: a narrower statement
     assert alone.error < pv.error
+
+
+@pytest.mark.parametrize("op", ["range_count", "kde"])
+def test_elimination_preview_states_the_least_charge(op: str) -> None:
+    """gp_in_region / gp_kde_contribution: round 1's part per user, as the pandas preview."""
+    from gpframe.testing import seeded_rng
+
+    want = _pandas(op)
+    s, con, _ = _con()
+    got = [_raw(con, op)] + ([CASES[op][0](con)] if CASES[op][0] is not None else [])
+    for pv in got:
+        assert pv.adaptive and pv.saving_best == pytest.approx(want.saving_best, rel=1e-12)
+        assert pv.saving_best > 0
+        assert pv.table["charge_min"].sort_index().equals(want.table["charge_min"].sort_index())
+    gp.duckdb.register(con, s, rng=seeded_rng(3), crs=CRS)  # the real query: at least that
+    con.execute(CASES[op][1], {"w": shapely.to_wkb(BOX).hex()} if op == "range_count" else None)
+    spent = s.spent()
+    low = got[0].table["charge_min"].loc[spent.index]
+    assert len(spent) == 30 and (spent >= low - 1e-15).all() and (spent > low + 1e-15).any()
