@@ -166,12 +166,11 @@ def _batch(reg: KdeRegistration, users: tuple[np.ndarray, np.ndarray], f: dict[s
 
     def release(sel: np.ndarray, alloc: np.ndarray, unit: Fraction) -> Any:
         i0 = sel[0]
-        nu = int(n_users[i0])
         out = kde_point(
             np.column_stack([f["x"][sel], f["y"][sel]]), [f["qx"][i0], f["qy"][i0]],
             bandwidth_m=float(f["bw"][i0]), kind="cgp", amount=alloc, method=METHOD,
             rounds=int(rounds[i0]), split=SPLIT, beta=BETA, unit=unit, scale_max=scale,
-            n_union=nu if nu > 0 else None, rng=reg.rng,
+            n_union=_u.union_of(n_users[i0]), rng=reg.rng,
         )  # fmt: skip
         val[sel] = out.contributions
         return out.charges
@@ -179,6 +178,8 @@ def _batch(reg: KdeRegistration, users: tuple[np.ndarray, np.ndarray], f: dict[s
     admitted = _u.elimination_batch(
         reg, fname, METHOD, users, (f["rho"], exact), rounds, gcode, release,
         scale_max=scale, params={"rows": len(rounds)},
+        note=lambda i: {"q": (float(f["qx"][i]), float(f["qy"][i])), "b": float(f["bw"][i]),
+                        "n_union": _u.union_of(n_users[i])},
     )  # fmt: skip
     return val, admitted
 

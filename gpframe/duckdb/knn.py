@@ -295,6 +295,7 @@ def _run(
     amounts: list[Fraction],
     params: dict[str, Any],
     release: Callable[[int, np.ndarray, np.ndarray, np.ndarray], Any],
+    note: Callable[[int], dict[str, Any]],
 ) -> list[Any]:
     """Answer one batch of per-user lists: reserve, release group by group, charge.
 
@@ -308,6 +309,10 @@ def _run(
     the filter's units first (ε on a GP filter; ρ, or ε²/2 for a GP release, on a CGP filter:
     the charge of the Python ``eps=`` / ``rho=`` path), then summed per user: a user with several
     rows in the batch is reserved (and charged) the sum of their rows' charges.
+
+    Inside ``gp.duckdb.preview`` each group's planned release is noted for the preview's error
+    (:func:`gpframe.duckdb.udf.preview_note`): its admitted rows' point counts and the public
+    parameters ``note(first row)`` gives.
     """
     from gpframe.accounting.filters import charge_for
     from gpframe.ledger.charges import ledger_keys
@@ -341,6 +346,13 @@ def _run(
                     "source": "duckdb", **_u.metric_params(reg)},
             kind=None, on_exhausted=reg.on_exhausted,
         )[codes]  # fmt: skip
+
+        def planned(adm_u: np.ndarray) -> list[dict[str, Any]]:
+            adm = adm_u[codes]
+            sels = [np.flatnonzero((gcode == g) & adm) for g in range(int(gcode.max()) + 1)]
+            return [{"n": lens[sel], **note(int(sel[0]))} for sel in sels if sel.size]
+
+        _u.preview_note(session, fname, planned)
         _u.tally(reg, int(admitted.sum()), int((~admitted).sum()))
     return result
 
@@ -431,7 +443,12 @@ def _knn_batch(
 
     amounts = [exact[f] for f in amts.tolist()]
     params = {"rows": int(rows.size), "k": sorted({int(v) for v in ks.tolist()})[:16]}
-    return _run(reg, fname, kind, users, (xy, lens), gcode, amounts, params, release)
+
+    def note(i: int) -> dict[str, Any]:  # the public parameters of the row's group
+        return {"kind": kind, "amount": exact[float(amts[i])], "k": int(ks[i]),
+                "scale_max": scale}  # fmt: skip
+
+    return _run(reg, fname, kind, users, (xy, lens), gcode, amounts, params, release, note)
 
 
 # ------------------------------------------------------------------------------ gp_convex_hull
@@ -516,8 +533,12 @@ def _hull_batch(
         return [str(w) for w in shapely.to_wkb(out.hulls, hex=True)]
 
     amounts = [exact[f] for f in amts.tolist()]
+    def note(i: int) -> dict[str, Any]:  # the public parameters of the row's group
+        a, b, k = groups[int(gcode[i])]
+        return {"kind": kind, "amount": a, "beta": b, "k": k}
+
     return _run(reg, fname, kind, users, (xy, lens), gcode, amounts, {"rows": int(rows.size)},
-                release)  # fmt: skip
+                release, note)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

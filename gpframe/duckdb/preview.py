@@ -118,12 +118,32 @@ def _sql_error(plan: PreviewPlan) -> Callable[[Any, list[Any]], Any]:
       of points, the registered CRS's scale factor): the bound ``df.geopriv(...).privatize(...,
       per="point", beta=0.05)`` states for the same points. SQL returns no error column.
 
-    Other functions state no bound (None); so does a query mixing two kinds.
+    * ``gp_in_region`` (and ``gp.duckdb.range_count``): the edge band (m), the largest final
+      width of a row that runs every round (:func:`gpframe.queries.preview_bounds.full_run_widths`
+      on each group's allocations, rounds and ``n_users``), as ``range_count(..., dry_run=True)``.
+    * ``gp_kde_contribution``: the KDE error at each query point (bandwidth), the mean over the
+      rows asked there of max(L_K·w_i, e^{−ν²/(2b²)}) as :func:`~gpframe.queries.preview_bounds.
+      kde_error` states for ``pt-elim``; the largest over the query points.
+    * ``gp_knn`` / ``gp_knn_gp`` (and ``gp.duckdb.knn``): the distance error (m) of every rank,
+      the largest over the rows (:func:`~gpframe.queries.preview_bounds.knn_rows_error` on their
+      point counts, β = 0.05, γ₀ = 0), as ``knn(..., dry_run=True)``.
+    * ``gp_convex_hull`` / ``gp_convex_hull_gp`` (and ``gp.duckdb.convex_hulls``): γ₁ + γ₃ (m),
+      the largest over the rows (:func:`~gpframe.queries.preview_bounds.hull_rows_known`), at
+      confidence 1 − the largest ``beta`` asked, as ``convex_hull(..., dry_run=True)``.
+
+    Each batch notes only public parameters (counts, amounts, rounds, ``n_users``, the query
+    point): no location is read. Other functions state no bound (None); so does a query mixing
+    two kinds.
     """
 
     def error(table: Any, calls: list[Any]) -> Any:
         if calls and all(c.query == "gp_privatize" for c in calls):
             return _points_error(plan)
+        fns = {_FAMILY.get(c.query) for c in calls}
+        fn = fns.pop() if len(fns) == 1 else None
+        if fn is not None:  # one kind of function: what its batches noted
+            notes = [e for q in sorted({c.query for c in calls}) for e in plan.notes.get(q, [])]
+            return fn(notes) if notes else None
         import numpy as np
 
         from gpframe.queries.grid_preview import planned_mean_error, summary
@@ -157,6 +177,68 @@ def _points_error(plan: PreviewPlan) -> tuple[float, str, float] | None:
     return worst, f"max point error (m), all {total} points released at once", 1.0 - beta
 
 
+def _band(notes: list[dict[str, Any]]) -> tuple[float, str, float]:
+    """Return the edge band (m) of the planned ``gp_in_region`` groups (``dist-elim``)."""
+    import numpy as np
+
+    from gpframe.queries.preview_bounds import full_run_widths
+
+    b = _u.BETA
+    w = max(float(np.nanmax(full_run_widths(
+        e["alloc"], e["n"], kind="cgp", triple="dist", rounds=e["rounds"], split=_u.SPLIT,
+        beta_elim=b / 2, beta_post=b / 2, unit=e["unit"], scale_max=e["scale_max"],
+        n_union=e["n_union"]))) for e in notes)  # fmt: skip
+    return w, "edge band (m)", 1.0 - b
+
+
+def _kde(notes: list[dict[str, Any]]) -> tuple[float, str, float]:
+    """Return the largest KDE error over the query points of the planned contributions."""
+    import numpy as np
+
+    from gpframe.queries.kde import NU_FACTOR, cutoff, kernel_lipschitz
+    from gpframe.queries.preview_bounds import full_run_widths
+
+    b, at = _u.BETA, {}
+    for e in notes:  # pt-elim: the point released, nu = 3b; sum and rows per query point
+        w = full_run_widths(e["alloc"], e["n"], kind="cgp", triple="pt", rounds=e["rounds"],
+                            split=_u.SPLIT, beta_elim=b / 2, beta_post=b / 2, unit=e["unit"],
+                            scale_max=e["scale_max"], n_union=e["n_union"])  # fmt: skip
+        bw = e["b"]
+        far = cutoff(NU_FACTOR * bw, bw)
+        tot, n = at.get((e["q"], bw), (0.0, 0))
+        at[(e["q"], bw)] = (tot + float(np.maximum(kernel_lipschitz(bw) * w, far).sum()),
+                            n + e["n"])  # fmt: skip
+    err = max(min(tot / n, 1.0) for tot, n in at.values())
+    return err, "KDE error (max over the query points)", 1.0 - b
+
+
+def _knn(notes: list[dict[str, Any]]) -> tuple[float, str, float]:
+    """Return the k-PNN distance error (m) of every rank of the planned ``gp_knn`` rows."""
+    from gpframe.queries import preview_bounds as _pb
+
+    b = _u.BETA  # the SQL form's: β = 0.05, γ₀ = 0 (the accessor's defaults)
+    err = max(_pb.knn_rows_error(e["n"], e["k"], b, 0.0, e["kind"], e["amount"], e["scale_max"])
+              for e in notes)  # fmt: skip
+    return err, _pb.KNN_KIND, 1.0 - b
+
+
+def _hull(notes: list[dict[str, Any]]) -> tuple[float, str, float]:
+    """Return γ₁ + γ₃ (m) of the planned ``gp_convex_hull`` rows, the largest."""
+    from gpframe.queries import hull as _h
+    from gpframe.queries import preview_bounds as _pb
+
+    err = max(_pb.hull_rows_known(e["kind"], e["amount"], e["n"], e["k"], e["beta"], _h.ALPHA)
+              for e in notes)  # fmt: skip
+    return err, _pb.HULL_KIND, 1.0 - max(e["beta"] for e in notes)
+
+
+#: the SQL functions whose preview states an error, and its function (of the batches' notes)
+_FAMILY: dict[str, Callable[[list[dict[str, Any]]], tuple[float, str, float]]] = {
+    "gp_in_region": _band, "gp_kde_contribution": _kde, "gp_knn": _knn, "gp_knn_gp": _knn,
+    "gp_convex_hull": _hull, "gp_convex_hull_gp": _hull,
+}  # fmt: skip
+
+
 @contextlib.contextmanager
 def _planning(session: Any) -> Iterator[PreviewPlan]:
     """Plan every batch charging ``session`` (:data:`gpframe.duckdb.udf.SQL_PREVIEWS`)."""
@@ -184,6 +266,14 @@ def _build(session: Any, operation: str, plan: PreviewPlan, **info: Any) -> Prev
         "per user); the noise per point is that of one point" if per else ""
     )
     info.setdefault("adaptive", bool(queries & set(_ADAPTIVE)))
+    lows = plan.notes.get("least_units")
+    if lows is not None and "least" not in info:  # the elimination batches' round 1 parts
+        import numpy as np
+
+        def least(calls: list[Any]) -> list[Any]:  # other calls charge their allocation
+            return [lows.get(id(c), np.where(c.admitted, c.allocation_units, 0)) for c in calls]
+
+        info["least"] = least
     return build(session, operation, plan, per=per, per_note=note, **info)
 
 

@@ -252,12 +252,11 @@ def _batch(
     scale = reg.scale_max
 
     def release(sel: np.ndarray, alloc: np.ndarray, unit: Fraction) -> Any:
-        nu = int(n_users[sel[0]])
         out = range_count_arrays(
             np.column_stack([xs[sel], ys[sel]]), np.arange(sel.size), regions[wcodes[sel[0]]],
             kind="cgp", amount=alloc, method=METHOD, rounds=int(rounds[sel[0]]),
             split=SPLIT, beta=BETA, unit=unit, scale_max=scale,
-            n_union=nu if nu > 0 else None, rng=reg.rng,
+            n_union=_u.union_of(n_users[sel[0]]), rng=reg.rng,
         )  # fmt: skip
         inside[sel] = out.inside
         return out.charges
@@ -265,7 +264,7 @@ def _batch(
     params = {"rows": len(xs), "rho": [float(v) for v in np.unique(rhos)[:16]]}
     admitted = _u.elimination_batch(
         reg, "gp_in_region", METHOD, users, (rhos, exact), rounds, gcode, release,
-        scale_max=scale, params=params,
+        scale_max=scale, params=params, note=lambda i: {"n_union": _u.union_of(n_users[i])},
     )  # fmt: skip
     return inside, admitted
 

@@ -529,6 +529,12 @@ def union_sizes(n_users: Any) -> np.ndarray:
     return np.where(nulls(n_users), -1, n).astype(np.int64)
 
 
+def union_of(n_users: Any) -> int | None:
+    """Return a row's ``n_users`` as the runs take it: None (the batch's rows asked) if ≤ 0."""
+    nu = int(n_users)
+    return nu if nu > 0 else None
+
+
 def factorize_ids(a: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes of the non-NULL ``rows``, canonical ledger key of each code).
 
@@ -698,6 +704,7 @@ def elimination_batch(
     *,
     scale_max: float,
     params: dict[str, Any],
+    note: Callable[[int], dict[str, Any]] | None = None,
 ) -> np.ndarray:
     """Reserve, eliminate group by group and charge one batch of rows; returns admitted per row.
 
@@ -713,6 +720,10 @@ def elimination_batch(
     (:class:`gpframe.queries.elimination.GroupedAmounts`); it stores its outputs and returns
     each row's charge. The reservation and the charge are int64 ledger units, summed per user
     exactly (:func:`units_per_user`): no ``Fraction`` per row or user.
+
+    Inside ``gp.duckdb.preview``, each group's planned run is noted for the preview's error
+    (:func:`preview_note` under ``fname``): its admitted rows' allocations, ``rounds`` and the
+    public parameters ``note(first row)`` gives (the union's n, the query point...).
     """
     from gpframe.ledger.charges import filter_kind
     from gpframe.queries.elimination import GroupedAmounts, check_method_parts
@@ -762,8 +773,66 @@ def elimination_batch(
                     **metric_params(reg)},
             kind=None, units=True, on_exhausted=reg.on_exhausted,
         )[codes]  # fmt: skip
+
+        def planned(adm_u: np.ndarray) -> list[dict[str, Any]]:
+            adm = adm_u[codes]
+            out = []
+            for g in range(int(gcode.max()) + 1) if note is not None else ():
+                sel = np.flatnonzero((gcode == g) & adm)
+                if sel.size:
+                    out.append({"alloc": GroupedAmounts.from_units(row_units[sel], unit),
+                                "n": int(sel.size), "rounds": int(rounds[sel[0]]), "unit": unit,
+                                "scale_max": scale_max, "codes": codes[sel],
+                                **note(int(sel[0]))})  # fmt: skip
+            return out
+
+        preview_note(session, fname, planned, least=lambda groups: _least_units(lu, n_u, groups))
         tally(reg, int(admitted.sum()), int((~admitted).sum()))
     return admitted
+
+
+def preview_note(
+    session: Any,
+    key: str,
+    make: Callable[[np.ndarray], list[Any]],
+    least: Callable[[list[Any]], np.ndarray] | None = None,
+) -> None:
+    """While ``gp.duckdb.preview`` plans ``session``: add what a batch would release to its notes.
+
+    Called right after the batch's :func:`charge_batch`, under :func:`batch_lock` (a preview's
+    batches are planned one at a time), so the plan's last call is the batch's: ``make`` gets
+    its admitted mask per user and returns the public parameters of what it would release,
+    appended to ``notes[key]`` for the preview's expected error. ``least`` (an adaptive
+    batch) maps them to each user's least charge in ledger units, kept in
+    ``notes["least_units"]`` under the call's id. Nothing outside a preview.
+    """
+    with LEDGER_LOCK:
+        plan = SQL_PREVIEWS.get(id(session))
+        if plan is not None and plan.calls:
+            call = plan.calls[-1]
+            made = make(np.asarray(call.admitted, dtype=bool))
+            plan.notes.setdefault(key, []).extend(made)
+            if least is not None:
+                plan.notes.setdefault("least_units", {})[id(call)] = least(made)
+
+
+def _least_units(lu: Any, n_users: int, groups: list[dict[str, Any]]) -> np.ndarray:
+    """Each user's least charge (ledger units) of a batch's planned elimination groups.
+
+    Every row asked runs round 1 and pays its part π₁·a (rounded down to the ledger unit, as
+    :func:`gpframe.queries.elimination.prepare_parts` fixes it); a user pays the sum over
+    their rows, as :func:`units_per_user` charges it.
+    """
+    from gpframe.queries.elimination import prepare_parts, split_fractions
+
+    out = np.zeros(n_users, dtype=np.int64)
+    for e in groups:
+        parts = prepare_parts(e["alloc"], e["n"], split_fractions(SPLIT, e["rounds"]),
+                              unit=e["unit"])  # fmt: skip
+        first = np.array([lu.up(row[0]) for row in parts.table] + [0], dtype=np.int64)
+        np.add.at(out, e["codes"], first[np.where(parts.codes >= 0, parts.codes,
+                                                  len(parts.table))])  # fmt: skip
+    return out
 
 
 def units_per_user(

@@ -31,9 +31,11 @@ __all__ = [
     "full_run_widths",
     "hooks",
     "hull_error_known",
+    "hull_rows_known",
     "kde_error",
     "kde_raster_sigma",
     "knn_error",
+    "knn_rows_error",
     "least_for",
     "nearest_error",
     "planned_release",
@@ -101,6 +103,7 @@ def full_run_widths(
     beta_post: float,
     unit: Fraction | None,
     scale_max: Any,
+    n_union: int | None = None,
 ) -> NDArray[np.float64]:
     """Return each user's final width if they run every round (NaN if not asked).
 
@@ -109,13 +112,14 @@ def full_run_widths(
     ``eliminate_interactive``, read at ``beta_post`` / (users asked) like their ``width_fn``.
     Equal to the real width for Gaussian and 1-D Laplace releases; for planar Laplace (GP,
     ``triple="pt"``) the real width is the half-length of an intersection of intervals, at most
-    this (the smallest radius).
+    this (the smallest radius). ``n_union``: the n of the union bounds when the run is given
+    one (a SQL batch's ``n_users``), else the users asked.
     """
     pi = _el.split_fractions(split, rounds)
     k = exact(scale_max, "scale_max")
     parts = _el.prepare_parts(allocations, n, pi, unit=unit)
     asked = np.flatnonzero(parts.codes >= 0)
-    nu = max(asked.size, 1)
+    nu = max(asked.size, 1) if n_union is None else int(n_union)
     acc = _el._accumulator(kind, triple, n, _zero_h, beta_elim / (nu * len(pi)))
     for g, row in enumerate(parts.table):
         idx = np.flatnonzero(parts.codes == g)
@@ -247,8 +251,6 @@ def knn_error(calls: Sequence[Any], *, unit: Fraction, kind: str, scale_max: Any
     As the Result's: ``knn_error_bound`` on each user's number of points and the threshold scale
     of the calls, which follow from the allocation alone (``docs/operations/knn.md``).
     """
-    from gpframe.queries import knn as _k
-
     calls = _admitted(calls)
     if not calls:
         return None
@@ -256,15 +258,33 @@ def knn_error(calls: Sequence[Any], *, unit: Fraction, kind: str, scale_max: Any
     for c in calls:
         p = c.params
         kk, beta, g0 = int(p["k"]), float(p["beta"]), float(p["gamma0"])
-        ks = Fraction(float(scale_max))
         adm = np.asarray(c.admitted, dtype=bool)
         n = np.array([counts[u] for u in np.asarray(c.users, dtype=object)[adm].tolist()])
-        ku = np.minimum(n, kk)
-        for kv in np.unique(ku).tolist():
-            cal = _k.pnn_calibration(_k.call_eps(kind, amount, int(kv), ks))
-            e = _k.knn_error_bound(n[ku == kv], int(kv), beta, float(cal.scale["threshold"]), g0)
-            worst = max(worst, float(np.max(e)) + 5 * float(cal.g))
-    return worst, "distance error (m), every rank", 1.0 - beta
+        worst = max(worst, knn_rows_error(n, kk, beta, g0, kind, amount, scale_max))
+    return worst, KNN_KIND, 1.0 - beta
+
+
+KNN_KIND = "distance error (m), every rank"
+
+
+def knn_rows_error(n: Any, k: int, beta: float, gamma0: float, kind: str, amount: Fraction,
+                   scale_max: Any) -> float:  # fmt: skip
+    """Return the largest k-PNN distance error (m) over lists of ``n`` points (one per user).
+
+    ``knn_error_bound`` at each list's k (min(n, k)) and the threshold scale of its calls, plus
+    the lattice's 5g, exactly as the Result states it (``docs/operations/knn.md``).
+    """
+    from gpframe.queries import knn as _k
+
+    n = np.asarray(n, dtype=np.int64)
+    ks = Fraction(float(scale_max))
+    ku = np.minimum(n, int(k))
+    worst = -math.inf
+    for kv in np.unique(ku).tolist():
+        cal = _k.pnn_calibration(_k.call_eps(kind, amount, int(kv), ks))
+        e = _k.knn_error_bound(n[ku == kv], int(kv), beta, float(cal.scale["threshold"]), gamma0)
+        worst = max(worst, float(np.max(e)) + 5 * float(cal.g))
+    return worst
 
 
 def nearest_error(calls: Sequence[Any], *, unit: Fraction, kind: str, scale_max: Any,
@@ -325,23 +345,36 @@ def hull_error_known(calls: Sequence[Any], *, unit: Fraction, kind: str, scale_m
     γ₁ and γ₃ grow with k, and the run's k is at most min(k, n) (given k) or min(128, n) (the
     clamp); the preview takes that largest k, so it bounds the Result's γ₁ + γ₃ for every user.
     """
-    from gpframe.queries.hull import hull_error
-
     calls = _admitted(calls)
     if not calls:
         return None
     worst = 0.0
     p = calls[0].params
     beta, alpha = float(p["beta"]), float(p["alpha"])
-    k_top = 128 if p.get("k") is None else int(p["k"])
     for c in calls:
         adm = np.asarray(c.admitted, dtype=bool)
-        n = np.array([counts[u] for u in np.asarray(c.users, dtype=object)[adm].tolist()],
-                     dtype=np.float64)  # fmt: skip
-        g1, _, g3 = hull_error(kind, float(amount), n, np.minimum(n, k_top), np.zeros(n.size),
-                               beta=beta, alpha=alpha)  # fmt: skip
-        worst = max(worst, float(np.max(g1 + g3)))
-    return worst, "hull error (m) without the 2πR̃/k term (R̃ released)", 1.0 - beta
+        n = [counts[u] for u in np.asarray(c.users, dtype=object)[adm].tolist()]
+        worst = max(worst, hull_rows_known(kind, amount, n, p.get("k"), beta, alpha))
+    return worst, HULL_KIND, 1.0 - beta
+
+
+HULL_KIND = "hull error (m) without the 2πR̃/k term (R̃ released)"
+
+
+def hull_rows_known(kind: str, amount: Any, n: Any, k: int | None, beta: float,
+                    alpha: float) -> float:  # fmt: skip
+    """Return the largest γ₁ + γ₃ (m) over users of ``n`` points each (k None: the clamp, 128).
+
+    >>> round(hull_rows_known("cgp", 5e-4, [5000], 16, 0.1, 0.92), 3)   # 35535.574 + 1649.43
+    37185.004
+    """
+    from gpframe.queries.hull import hull_error
+
+    n = np.asarray(n, dtype=np.float64)
+    k_top = 128 if k is None else int(k)
+    g1, _, g3 = hull_error(kind, float(amount), n, np.minimum(n, k_top), np.zeros(n.size),
+                           beta=beta, alpha=alpha)  # fmt: skip
+    return float(np.max(g1 + g3))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -72,8 +72,8 @@ class Preview:
         ``charge_min`` (filter units): what the run would leave in the budgets if every user
         were decided as early as possible. The actual saving depends on the data (on who is
         decided when) and lies between 0 and this; the Result reports it. 0 for operations
-        that charge their allocation; None where the least charge is not known (monitors,
-        SQL).
+        that charge their allocation; None where the least charge is not known (the Gaussian
+        monitors).
     error, error_kind, confidence : float, str, float or None
         The error bound the operation's formula gives before any noise (None where the bound is
         computed from released values: the Result states it).
