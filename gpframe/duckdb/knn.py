@@ -535,7 +535,7 @@ def _hull_batch(
     amounts = [exact[f] for f in amts.tolist()]
     def note(i: int) -> dict[str, Any]:  # the public parameters of the row's group
         a, b, k = groups[int(gcode[i])]
-        return {"kind": kind, "amount": a, "beta": b, "k": k}
+        return {"kind": kind, "amount": a, "beta": b, "k": k, "scale_max": scale}
 
     return _run(reg, fname, kind, users, (xy, lens), gcode, amounts, {"rows": int(rows.size)},
                 release, note)  # fmt: skip

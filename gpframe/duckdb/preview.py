@@ -227,8 +227,8 @@ def _hull(notes: list[dict[str, Any]]) -> tuple[float, str, float]:
     from gpframe.queries import hull as _h
     from gpframe.queries import preview_bounds as _pb
 
-    err = max(_pb.hull_rows_known(e["kind"], e["amount"], e["n"], e["k"], e["beta"], _h.ALPHA)
-              for e in notes)  # fmt: skip
+    err = max(_pb.hull_rows_known(e["kind"], e["amount"], e["n"], e["k"], e["beta"], _h.ALPHA,
+                                  e["scale_max"]) for e in notes)  # fmt: skip
     return err, _pb.HULL_KIND, 1.0 - max(e["beta"] for e in notes)
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "hull_error",
     "hull_preflight",
     "private_hulls",
+    "projected_amount",
 ]
 
 K_RULES = ("reference", "consistent")
@@ -108,6 +109,20 @@ def choose_k(
         kraw = np.sqrt(2 * math.pi * 0.95 * amount * R / C)
     k = np.clip(np.floor(kraw), k_min, k_max).astype(np.int64)
     return np.asarray(kraw, dtype=np.float64), k
+
+
+def projected_amount(kind: str, amount: Any, scale_max: Any) -> Fraction:
+    """Return the amount the noise is calibrated at in metres: ε/K (GP) or ρ/K² (CGP).
+
+    A projection stretches distances by at most K (``scale_max``), so each phase draws noise for
+    ``amount / K`` (``amount / K²`` under CGP) in projected metres to keep the ground guarantee;
+    the error bound in projected metres is that of this amount.
+
+    >>> projected_amount("cgp", Fraction(1, 100), 2), projected_amount("gp", 1, 2)
+    (Fraction(1, 400), Fraction(1, 2))
+    """
+    ks = Fraction(scale_max)
+    return Fraction(amount) / (ks * ks if kind == "cgp" else ks)
 
 
 def hull_error(
@@ -557,8 +572,10 @@ def private_hulls(
         y = np.asarray(rel).reshape(grp.size, k_u, 2)
         for i, u in enumerate(grp.tolist()):
             anchors[u] = y[i]
-    err[users] = sum(hull_error(kind, float(amt), counts[users], kk[users], radius[users], beta=b,
-                                alpha=float(al)))  # fmt: skip
+    # the noise was calibrated at the projected amount (amount / K, amount / K² for CGP):
+    # the bound must be too, or it understates the error by up to K on wide extents
+    err[users] = sum(hull_error(kind, float(projected_amount(kind, amt, ks)), counts[users],
+                                kk[users], radius[users], beta=b, alpha=float(al)))  # fmt: skip
     owner = np.repeat(users, [len(anchors[u]) for u in users.tolist()])
     allpts = np.concatenate([anchors[u] for u in users.tolist()])
     mp = shapely.multipoints(allpts, indices=np.searchsorted(users, owner))

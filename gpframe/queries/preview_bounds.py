@@ -354,7 +354,8 @@ def hull_error_known(calls: Sequence[Any], *, unit: Fraction, kind: str, scale_m
     for c in calls:
         adm = np.asarray(c.admitted, dtype=bool)
         n = [counts[u] for u in np.asarray(c.users, dtype=object)[adm].tolist()]
-        worst = max(worst, hull_rows_known(kind, amount, n, p.get("k"), beta, alpha))
+        worst = max(worst, hull_rows_known(kind, amount, n, p.get("k"), beta, alpha,
+                                           scale_max))  # fmt: skip
     return worst, HULL_KIND, 1.0 - beta
 
 
@@ -362,16 +363,19 @@ HULL_KIND = "hull error (m) without the 2πR̃/k term (R̃ released)"
 
 
 def hull_rows_known(kind: str, amount: Any, n: Any, k: int | None, beta: float,
-                    alpha: float) -> float:  # fmt: skip
+                    alpha: float, scale_max: Any = 1) -> float:  # fmt: skip
     """Return the largest γ₁ + γ₃ (m) over users of ``n`` points each (k None: the clamp, 128).
+
+    At the amount the noise is calibrated at in the metric CRS (``scale_max`` K: ε/K, ρ/K²).
 
     >>> round(hull_rows_known("cgp", 5e-4, [5000], 16, 0.1, 0.92), 3)   # 35535.574 + 1649.43
     37185.004
     """
-    from gpframe.queries.hull import hull_error
+    from gpframe.queries.hull import hull_error, projected_amount
 
     n = np.asarray(n, dtype=np.float64)
     k_top = 128 if k is None else int(k)
+    amount = projected_amount(kind, amount, scale_max)
     g1, _, g3 = hull_error(kind, float(amount), n, np.minimum(n, k_top), np.zeros(n.size),
                            beta=beta, alpha=alpha)  # fmt: skip
     return float(np.max(g1 + g3))

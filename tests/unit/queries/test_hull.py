@@ -223,3 +223,24 @@ def test_negative_radius_floor_refused_before_any_draw():
                         rng=seeded_rng(78))  # fmt: skip
     assert out.radius[0] == 0.0 and out.k[0] == 1 and out.fallback[0]
     assert np.isfinite(out.anchors[0]).all() and np.isfinite(out.error[0])
+
+
+@pytest.mark.parametrize(("kind", "amount", "power"), [("cgp", 1e-3, 2), ("gp", 0.05, 1)])
+def test_error_is_stated_at_the_projected_amount(kind, amount, power):
+    # the noise is drawn for amount / K (GP) or amount / K² (CGP) in projected metres, so the
+    # stated bound must be that amount's: at the ground amount it understated the error by K
+    from fractions import Fraction
+
+    from gpframe.queries.preview_bounds import hull_rows_known
+
+    xy, codes, K = _blob(400, 7), np.zeros(400, np.int64), 1.25
+    out = private_hulls(xy, codes, kind=kind, amount=amount, k=20, scale_max=K,
+                        rng=seeded_rng(7))  # fmt: skip
+    want = hull_error(kind, float(Fraction(amount) / Fraction(K) ** power), 400, 20,
+                      out.radius[0])  # fmt: skip
+    assert out.error[0] == pytest.approx(sum(want), rel=1e-12)
+    at_ground = sum(hull_error(kind, amount, 400, 20, out.radius[0]))
+    assert out.error[0] > at_ground * 1.1
+    # the preview's γ₁ + γ₃ at the same amount
+    known = hull_rows_known(kind, amount, [400], 20, 0.1, 0.92, K)
+    assert known == pytest.approx(want[0] + want[2], rel=1e-12)
