@@ -128,6 +128,34 @@ def _check_scan(gamma0: Any, max_cycles: Any) -> None:
         raise InvalidInputError(f"max_cycles={max_cycles!r} must be an integer >= 1. {_NOTHING}")
 
 
+def client_checks(
+    bound: Any, k: int, *, rho: Any, eps: Any, compat: Any, gamma0: Any, scan_order: Any,
+    max_cycles: int, beta: float, rng: Any, on_exhausted: str,
+) -> tuple[Any, str, str, Any, int, float, Any, Any]:  # fmt: skip
+    """Check knn's arguments on the client, before anything is computed or reserved.
+
+    Returns ``(rng, filter kind, kind, amount, k asked, beta, gamma0, scan order)``; shared by
+    the whole-frame and the split (``partition=``) forms.
+    """
+    from gpframe.accounting.amounts import metric_amount, probability
+    from gpframe.dask.driver import check_on_exhausted
+    from gpframe.ledger.charges import filter_kind
+    from gpframe.mechanisms.noise.bits import resolve_rng
+    from gpframe.queries import knn as _k
+    from gpframe.release import check_reserved
+
+    rng = resolve_rng(rng)
+    fk = filter_kind(bound.session, "knn")
+    kind, amount = metric_amount(rho, eps, example=".knn(..., rho=1e-5)", filter_kind=fk)
+    k_asked = _k.check_k(k)
+    b = probability(beta)
+    _check_scan(gamma0, max_cycles)
+    check_on_exhausted(on_exhausted)
+    g0, order = _k.resolve_compat(compat, gamma0, scan_order)
+    check_reserved(bound.cols.public, ["knn_rank"], "knn")
+    return rng, fk, kind, amount, k_asked, b, g0, order
+
+
 def knn(
     bound: Any, point: Any, k: int, *, rho: Any, eps: Any, compat: Any, gamma0: Any,
     scan_order: Any, max_cycles: int, beta: float, rng: Any, on_exhausted: str = "exclude",
@@ -137,29 +165,21 @@ def knn(
     import dask
     import pyproj
 
-    from gpframe.accounting.amounts import metric_amount, probability
     from gpframe.accounting.filters import charge_for
-    from gpframe.dask.driver import check_on_exhausted, settle
+    from gpframe.dask.driver import settle
     from gpframe.dask.partitions import by_user, check_partition, combine, digest, spawn_rng
-    from gpframe.ledger.charges import filter_kind, ledger_keys
+    from gpframe.ledger.charges import ledger_keys
     from gpframe.ledger.run import Charge, run
-    from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries import knn as _k
-    from gpframe.release import check_reserved, warn_dropped
+    from gpframe.release import warn_dropped
     from gpframe.results import KnnResult
 
     # -- on the client, before anything is computed or reserved
-    session = bound.session
-    rng = resolve_rng(rng)
-    fk = filter_kind(session, "knn")
-    kind, amount = metric_amount(rho, eps, example=".knn(..., rho=1e-5)", filter_kind=fk)
-    k_asked = _k.check_k(k)
-    b = probability(beta)
-    _check_scan(gamma0, max_cycles)
-    check_on_exhausted(on_exhausted)
-    g0, order = _k.resolve_compat(compat, gamma0, scan_order)
-    cols = bound.cols
-    check_reserved(cols.public, ["knn_rank"], "knn")
+    session, cols = bound.session, bound.cols
+    rng, fk, kind, amount, k_asked, b, g0, order = client_checks(
+        bound, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0, scan_order=scan_order,
+        max_cycles=max_cycles, beta=beta, rng=rng, on_exhausted=on_exhausted,
+    )  # fmt: skip
 
     # -- first pass: whole users per partition, validated and counted; nothing drawn
     data, shuffled = by_user(bound.ddf, cols)

@@ -202,28 +202,20 @@ def knn_split(
     dry_run: bool = False,
 ) -> Any:  # fmt: skip
     """Run knn on a split dask frame (see :meth:`gpframe.dask.DaskGeoPriv.knn`)."""
-    from gpframe.accounting.amounts import metric_amount, probability
     from gpframe.accounting.filters import charge_for
-    from gpframe.dask.driver import check_on_exhausted, settle
-    from gpframe.dask.knn import _check_scan, _point_m
-    from gpframe.ledger.charges import filter_kind, ledger_keys
+    from gpframe.dask.driver import settle
+    from gpframe.dask.knn import _point_m, client_checks
+    from gpframe.ledger.charges import ledger_keys
     from gpframe.ledger.run import run
-    from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries import knn as _k
-    from gpframe.release import check_reserved, warn_dropped
+    from gpframe.release import warn_dropped
     from gpframe.results import KnnResult
 
-    session = bound.session
-    rng = resolve_rng(rng)
-    fk = filter_kind(session, "knn")
-    kind, amount = metric_amount(rho, eps, example=".knn(..., rho=1e-5)", filter_kind=fk)
-    k_asked = _k.check_k(k)
-    b = probability(beta)
-    _check_scan(gamma0, max_cycles)
-    check_on_exhausted(on_exhausted)
-    g0, order = _k.resolve_compat(compat, gamma0, scan_order)
-    cols = bound.cols
-    check_reserved(cols.public, ["knn_rank"], "knn")
+    session, cols = bound.session, bound.cols
+    rng, fk, kind, amount, k_asked, b, g0, order = client_checks(
+        bound, k, rho=rho, eps=eps, compat=compat, gamma0=gamma0, scan_order=scan_order,
+        max_cycles=max_cycles, beta=beta, rng=rng, on_exhausted=on_exhausted,
+    )  # fmt: skip
 
     fp = _first_pass(bound)
     c = fp.c
