@@ -30,6 +30,7 @@ import pandas as pd
 
 from gpframe.errors import InvalidInputError
 from gpframe.queries import preview_bounds as _pb
+from gpframe.queries.range_count_parts import allocations_for
 
 __all__ = ["CountOut", "count_partition", "range_count"]
 
@@ -188,7 +189,7 @@ def range_count(
     if plan is not None:
         plan.check_users(users)
     elif allocations is not None:
-        fixed = _allocations_for(allocations, users)
+        fixed = allocations_for(allocations, users)
     amt = rho if kind == "cgp" else eps
     if allocations is None:
         _check_parts_for(_ledger_allocations(lu, amt, len(users)), kind, method, rounds, split,
@@ -270,7 +271,7 @@ def range_count(
         for k in iterator:
             alloc_k = fixed
             if plan is not None:
-                alloc_k = _allocations_for(plan.next_allocations(users), users)
+                alloc_k = allocations_for(plan.next_allocations(users), users)
             try:
                 got = one(k, alloc_k)
             except PreviewStop:  # a dry run: this region's reservation is planned, go on
@@ -315,22 +316,3 @@ _PLAN_PREVIEW = (
 )
 
 
-def _allocations_for(allocations: Any, users: np.ndarray) -> np.ndarray:
-    """Return an allocation per selected user (0 = not asked), as the pandas face reads them."""
-    import math
-
-    if isinstance(allocations, pd.Series):
-        a = allocations.reindex(pd.Index(users)).to_numpy(dtype=object)
-        return np.array([0 if (v is None or (isinstance(v, float) and math.isnan(v))) else v
-                         for v in a], dtype=object)  # fmt: skip
-    if np.ndim(allocations) == 0:
-        out = np.empty(users.size, dtype=object)
-        out[:] = [allocations] * users.size
-        return out
-    arr = np.asarray(allocations, dtype=object)
-    if arr.shape != (users.size,):
-        raise InvalidInputError(
-            f"allocations has shape {arr.shape}; pass a scalar, a Series indexed by user id, or "
-            f"one value per selected user ({users.size}). {_NOTHING}"
-        )
-    return arr

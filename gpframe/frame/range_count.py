@@ -20,7 +20,6 @@ The accessor method ``df.geopriv(session, user=...).range_count(region, rho=...)
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Literal
 
 import numpy as np
@@ -31,6 +30,7 @@ from gpframe.ledger.run import PreviewStop, active_preview, end_preview, with_on
 from gpframe.queries import preview_bounds as _pb
 from gpframe.queries.range_count import check_options as _check_options
 from gpframe.queries.range_count import run_range_count, select_component
+from gpframe.queries.range_count_parts import allocations_for
 from gpframe.queries.range_count_regions import combine_regions as _combine
 from gpframe.queries.range_count_regions import project_regions as _regions
 from gpframe.queries.range_count_regions import zone_columns as _zone_columns
@@ -58,25 +58,6 @@ def _check_amount(session: Any, rho: Any, eps: Any, allocations: Any) -> None:
         return
     metric_amount(rho, eps, example=".range_count(region, rho=1e-5)", filter_kind=kind,
                   same_kind=True)  # fmt: skip
-
-
-def _allocations_for(allocations: Any, users: np.ndarray) -> np.ndarray:
-    """Return an allocation per selected user (0 = not asked) from a scalar, array or Series."""
-    if isinstance(allocations, pd.Series):
-        a = allocations.reindex(pd.Index(users)).to_numpy(dtype=object)
-        return np.array([0 if (v is None or (isinstance(v, float) and math.isnan(v))) else v
-                         for v in a], dtype=object)  # fmt: skip
-    if np.ndim(allocations) == 0:
-        out = np.empty(users.size, dtype=object)
-        out[:] = [allocations] * users.size
-        return out
-    arr = np.asarray(allocations, dtype=object)
-    if arr.shape != (users.size,):
-        raise InvalidInputError(
-            f"allocations has shape {arr.shape}; pass a scalar, a Series indexed by user id, or "
-            f"one value per selected user ({users.size}). {_NOTHING}"
-        )
-    return arr
 
 
 def range_count(
@@ -206,7 +187,7 @@ def range_count(
     users = users_all[pos]
     fixed = None
     if plan is None and allocations is not None:
-        fixed = _allocations_for(allocations, users)
+        fixed = allocations_for(allocations, users)
     iterator: Any = range(len(polys))
     from gpframe.queries.privatize import progress_enabled
 
@@ -224,7 +205,7 @@ def range_count(
         )
     for i in iterator:
         if plan is not None:
-            alloc = _allocations_for(plan.next_allocations(users), users)
+            alloc = allocations_for(plan.next_allocations(users), users)
         else:
             alloc = fixed
         ask = np.ones(users.size, dtype=bool) if alloc is None else np.array(

@@ -10,6 +10,7 @@ A user is charged as by a count over their own part alone.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Any
 
@@ -27,7 +28,7 @@ from gpframe.queries.range_count import (
     range_count_arrays,
 )
 
-__all__ = ["parts_result", "run_range_count_parts"]
+__all__ = ["allocations_for", "parts_result", "run_range_count_parts"]
 
 _NOTHING = "Nothing was charged."
 
@@ -194,3 +195,25 @@ def parts_result(
         spec="docs/operations/range_count.md and docs/wide-extents.md; Liang & Yi, 'Adaptive "
              "Privacy Budgeting' (2026), Alg. 4, Alg. 6",
     )  # fmt: skip
+
+
+def allocations_for(allocations: Any, users: np.ndarray) -> np.ndarray:
+    """Return an allocation per selected user (0 = not asked) from a scalar, array or Series.
+
+    How both faces read ``range_count(allocations=...)``.
+    """
+    if isinstance(allocations, pd.Series):
+        a = allocations.reindex(pd.Index(users)).to_numpy(dtype=object)
+        return np.array([0 if (v is None or (isinstance(v, float) and math.isnan(v))) else v
+                         for v in a], dtype=object)  # fmt: skip
+    if np.ndim(allocations) == 0:
+        out = np.empty(users.size, dtype=object)
+        out[:] = [allocations] * users.size
+        return out
+    arr = np.asarray(allocations, dtype=object)
+    if arr.shape != (users.size,):
+        raise InvalidInputError(
+            f"allocations has shape {arr.shape}; pass a scalar, a Series indexed by user id, or "
+            f"one value per selected user ({users.size}). {_NOTHING}"
+        )
+    return arr
