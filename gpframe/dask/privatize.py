@@ -205,11 +205,10 @@ def privatize(
         check_partition,
         combine,
         digest,
-        from_xy,
         spawn_rng,
         summed_users,
     )
-    from gpframe.dask.staging import discard, publish, staging_dir
+    from gpframe.dask.staging import discard, staging_dir
     from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.ledger.run import Charge, run
     from gpframe.queries import privatize as _pv
@@ -292,17 +291,7 @@ def privatize(
             projected=_Metric(crs_m, ref.scale_max, ref.noise_inflation),
             allocations=unit_floats(ledger, alloc_units),
         )  # fmt: skip
-        if target is None:
-            frames = [from_xy(o.frame) for o in outs if o.frame is not None]
-            frame = pd.concat(frames) if len(frames) > 1 else frames[0]
-            frame.attrs["geopriv"] = result.to_attr()
-            return frame
-        result = _with_value(result, None, output=str(target))
-        files = dict(o.file for o in outs if o.file is not None)
-        # the digests let a reader check each part against what its accepted task wrote
-        saved = {**result.to_dict(value=False), "files": files}
-        publish(staged["dir"], target, files, json.dumps(saved))
-        return result
+        return deliver(result, outs, target, staged["dir"])
 
     def go(**_: Any) -> Any:  # the reservation and release (on_exhausted: see settle)
         ran = run(
@@ -341,6 +330,29 @@ def _preview_info(
         return float(e), "max point error (m)", 1 - beta
 
     return {"per": per, "per_note": _pv.per_note(kind, per, errs, counts), "error": error}
+
+
+def deliver(result: Any, outs: list[PartOut], target: Any, staging: Any) -> Any:
+    """Hand over a charged privatize: the frame in memory, or publish the staged Parquet.
+
+    Called only once the charge is committed. In memory: the partitions' frames concatenated,
+    the Result in ``attrs["geopriv"]``. With ``to=``: the staged files are published under
+    ``target`` with the Result (and each file's digest, to check a part against what its
+    accepted task wrote), and the Result is returned.
+    """
+    from gpframe.dask.partitions import from_xy
+    from gpframe.dask.staging import publish
+
+    if target is None:
+        frames = [from_xy(o.frame) for o in outs if o.frame is not None]
+        frame = pd.concat(frames) if len(frames) > 1 else frames[0]
+        frame.attrs["geopriv"] = result.to_attr()
+        return frame
+    result = _with_value(result, None, output=str(target))
+    files = dict(o.file for o in outs if o.file is not None)
+    saved = {**result.to_dict(value=False), "files": files}
+    publish(staging, target, files, json.dumps(saved))
+    return result
 
 
 def _with_value(result: Any, value: Any, **params: Any) -> Any:

@@ -18,7 +18,6 @@ returned or published.
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -119,10 +118,10 @@ def privatize_split(
 
     from gpframe.accounting.amounts import LedgerUnits
     from gpframe.dask.driver import settle
-    from gpframe.dask.partitions import by_user, digest, from_xy, spawn_rng
+    from gpframe.dask.partitions import by_user, digest, spawn_rng
     from gpframe.dask.parts import StatedCrs, combine_split, split_check
-    from gpframe.dask.privatize import _Metric, _preview_info, _with_value, client_checks
-    from gpframe.dask.staging import discard, publish, staging_dir
+    from gpframe.dask.privatize import _Metric, _preview_info, client_checks, deliver
+    from gpframe.dask.staging import discard, staging_dir
     from gpframe.ledger.charges import filter_kind, ledger_keys
     from gpframe.ledger.run import Charge, run
     from gpframe.queries import privatize as _pv
@@ -208,16 +207,7 @@ def privatize_split(
         # the top-level crs_m / scale_max / noise_inflation are the worst part's; each part's
         # own are in params["partitions"]
         result.params.update(partition=str(cols.partition), partitions=described)
-        if target is None:
-            frames = [from_xy(o.frame) for o in outs if o.frame is not None]
-            frame = pd.concat(frames) if len(frames) > 1 else frames[0]
-            frame.attrs["geopriv"] = result.to_attr()
-            return frame
-        result = _with_value(result, None, output=str(target))
-        files = dict(o.file for o in outs if o.file is not None)
-        saved = {**result.to_dict(value=False), "files": files}
-        publish(staged["dir"], target, files, json.dumps(saved))
-        return result
+        return deliver(result, outs, target, staged["dir"])
 
     def go(**_: Any) -> Any:
         ran = run(
