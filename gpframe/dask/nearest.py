@@ -81,10 +81,11 @@ def nearest_users(
     from gpframe.queries.knn import _check_extent, check_k
     from gpframe.queries.nearest import (
         METHODS,
+        admitted_allocations,
+        check_admitted,
         nearest_result,
         nearest_rounds,
         refuse_if_fewer_can_pay,
-        too_few_can_pay,
     )
 
     # -- on the client, before anything is computed or reserved (the pandas face's checks)
@@ -135,15 +136,10 @@ def nearest_users(
     wants = fp.wants()
 
     def allocations(r: Any) -> np.ndarray:
-        alloc = np.empty(users.size, dtype=object)
-        alloc[:] = [amount if a else Fraction(0) for a in r.admitted.tolist()]
-        return alloc
+        return admitted_allocations(r.admitted, amount)
 
     def check(r: Any) -> None:
-        n_adm = int(np.asarray(r.admitted, dtype=bool).sum())
-        if n_adm < kk:  # a writer spent budgets since the read-only check
-            raise too_few_can_pay(n_adm, kk)
-        check_method_parts(allocations(r), **checks)
+        check_admitted(r.admitted, amount, kk, checks)
 
     def compute(r: Any) -> Charge[Any]:
         calls = [0]

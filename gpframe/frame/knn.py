@@ -626,9 +626,10 @@ def nearest_users(
     check_method_parts(amount, **checks)
     from gpframe.ledger.charges import ledger_keys
     from gpframe.queries.nearest import (
+        admitted_allocations,
+        check_admitted,
         nearest_result,
         refuse_if_fewer_can_pay,
-        too_few_can_pay,
     )
     from gpframe.queries.progress import Stages
 
@@ -641,16 +642,10 @@ def nearest_users(
                   "noise_inflation": float(p.noise_inflation)}  # fmt: skip
 
         def allocations(r: Any) -> np.ndarray:
-            alloc = np.empty(users.size, dtype=object)
-            alloc[:] = [amount if a else Fraction(0) for a in r.admitted.tolist()]
-            return alloc
+            return admitted_allocations(r.admitted, amount)
 
         def check(r: Any) -> None:
-            n_adm = int(np.asarray(r.admitted, dtype=bool).sum())
-            if n_adm < kk:  # a writer spent budgets since the read-only check
-                raise too_few_can_pay(n_adm, kk)
-            # backstop on the allocations used; no noise was drawn yet, so a refusal cancels
-            check_method_parts(allocations(r), **checks)
+            check_admitted(r.admitted, amount, kk, checks)
 
         def compute(r: Any) -> Charge[Any]:
             out = nearest_users_arrays(p.xy[pos], q, kk, kind=kind, amount=allocations(r),

@@ -28,6 +28,8 @@ from gpframe.queries.elimination import Draw, Elimination, eliminate_interactive
 __all__ = [
     "METHODS",
     "NearestArrays",
+    "admitted_allocations",
+    "check_admitted",
     "distance_to",
     "nearest_result",
     "nearest_rounds",
@@ -256,6 +258,28 @@ def too_few_can_pay(can: int, k: int, prefix: str = "") -> BudgetExceededError:
         f"{prefix}only {can} users can afford the allocation, fewer than k={k}; lower rho/eps "
         f"or k. {_NOTHING}"
     )
+
+
+def admitted_allocations(admitted: Any, amount: Fraction) -> np.ndarray:
+    """Each user's allocation in a nearest-users reservation: ``amount`` if admitted, else 0."""
+    alloc = np.empty(len(admitted), dtype=object)
+    alloc[:] = [amount if a else Fraction(0) for a in np.asarray(admitted).tolist()]
+    return alloc
+
+
+def check_admitted(admitted: Any, amount: Fraction, k: int, checks: dict[str, Any]) -> None:
+    """Refuse a reservation that admitted fewer than ``k`` users or allocations the method refuses.
+
+    Both faces' ``check`` before any noise is drawn (a refusal cancels the reservation): a writer
+    may have spent budgets since the read-only count, and the method's checks are the backstop
+    on the allocations actually used.
+    """
+    from gpframe.queries.elimination import check_method_parts
+
+    n_adm = int(np.asarray(admitted, dtype=bool).sum())
+    if n_adm < k:
+        raise too_few_can_pay(n_adm, k)
+    check_method_parts(admitted_allocations(admitted, amount), **checks)
 
 
 def nearest_result(
