@@ -115,6 +115,38 @@ def _to_input_crs(geoms: Any, crs_m: Any, crs_in: Any) -> Any:
     return gpd.GeoSeries(out, index=geoms.index, crs=crs_in)
 
 
+def client_checks(
+    bound: Any, *, rho: Any, eps: Any, beta: float, k: Any, alpha: Any, k_rule: Any,
+    radius_floor_m: Any, rng: Any, on_exhausted: str,
+) -> tuple[Any, str, str, Any, float, dict[str, Any]]:  # fmt: skip
+    """Check convex_hull's arguments on the client, before anything is computed or reserved.
+
+    Returns ``(rng, filter kind, kind, amount, beta, PCH keywords)``; shared by the whole-frame
+    and the split (``partition=``) forms.
+    """
+    from gpframe.accounting.amounts import metric_amount, probability
+    from gpframe.dask.driver import check_on_exhausted
+    from gpframe.ledger.charges import filter_kind
+    from gpframe.mechanisms.noise.bits import resolve_rng
+    from gpframe.queries import hull as _h
+
+    rng = resolve_rng(rng)
+    fk = filter_kind(bound.session, "convex_hull")
+    kind, amount = metric_amount(rho, eps, example=".convex_hull(..., rho=1e-5)", filter_kind=fk)
+    b = probability(beta)
+    check_on_exhausted(on_exhausted)
+    kw = {"alpha": alpha, "k": k, "k_rule": k_rule, "radius_floor_m": radius_floor_m}
+    # the pandas face's dry run of every parameter check on one tiny input (draws nothing)
+    _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=amount,
+                     admitted=np.zeros(1, bool), beta=b, **kw)  # fmt: skip
+    if bound.cols.user in _OUTPUT:
+        raise InvalidInputError(
+            f"user={bound.cols.user!r} names a column of the convex_hull output; rename it. "
+            f"{_NOTHING}"
+        )
+    return rng, fk, kind, amount, b, kw
+
+
 def convex_hull(
     bound: Any, *, rho: Any, eps: Any, beta: float, k: Any, alpha: Any, k_rule: Any,
     radius_floor_m: Any, rng: Any, on_exhausted: str = "exclude", dry_run: bool = False,
@@ -124,33 +156,21 @@ def convex_hull(
     import geopandas as gpd
     import pyproj
 
-    from gpframe.accounting.amounts import metric_amount, probability
     from gpframe.accounting.filters import charge_for
-    from gpframe.dask.driver import check_on_exhausted, settle
+    from gpframe.dask.driver import settle
     from gpframe.dask.partitions import by_user, check_partition, combine, digest, spawn_rng
-    from gpframe.ledger.charges import filter_kind, ledger_keys
+    from gpframe.ledger.charges import ledger_keys
     from gpframe.ledger.run import Charge, run
-    from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries import hull as _h
     from gpframe.release import release_frame, warn_dropped
     from gpframe.results import HullResult
 
     # -- on the client, before anything is computed or reserved
-    session = bound.session
-    rng = resolve_rng(rng)
-    fk = filter_kind(session, "convex_hull")
-    kind, amount = metric_amount(rho, eps, example=".convex_hull(..., rho=1e-5)", filter_kind=fk)
-    b = probability(beta)
-    check_on_exhausted(on_exhausted)
-    kw = {"alpha": alpha, "k": k, "k_rule": k_rule, "radius_floor_m": radius_floor_m}
-    # the pandas face's dry run of every parameter check on one tiny input (draws nothing)
-    _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=amount,
-                     admitted=np.zeros(1, bool), beta=b, **kw)  # fmt: skip
-    cols = bound.cols
-    if cols.user in _OUTPUT:
-        raise InvalidInputError(
-            f"user={cols.user!r} names a column of the convex_hull output; rename it. {_NOTHING}"
-        )
+    session, cols = bound.session, bound.cols
+    rng, fk, kind, amount, b, kw = client_checks(
+        bound, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,
+        radius_floor_m=radius_floor_m, rng=rng, on_exhausted=on_exhausted,
+    )  # fmt: skip
 
     # -- first pass: whole users per partition, validated and counted; nothing drawn
     data, shuffled = by_user(bound.ddf, cols)

@@ -308,32 +308,21 @@ def hull_split(
     import geopandas as gpd
     import pyproj
 
-    from gpframe.accounting.amounts import metric_amount, probability
     from gpframe.accounting.filters import charge_for
-    from gpframe.dask.driver import check_on_exhausted, settle
-    from gpframe.dask.hull import _OUTPUT, _to_input_crs
-    from gpframe.ledger.charges import filter_kind, ledger_keys
+    from gpframe.dask.driver import settle
+    from gpframe.dask.hull import _OUTPUT, _to_input_crs, client_checks
+    from gpframe.ledger.charges import ledger_keys
     from gpframe.ledger.run import run
-    from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries import hull as _h
     from gpframe.release import release_frame, warn_dropped
     from gpframe.results import HullResult
 
-    session = bound.session
-    rng = resolve_rng(rng)
-    fk = filter_kind(session, "convex_hull")
-    kind, amount = metric_amount(rho, eps, example=".convex_hull(..., rho=1e-5)", filter_kind=fk)
-    b = probability(beta)
-    check_on_exhausted(on_exhausted)
-    kw = {"alpha": alpha, "k": k, "k_rule": k_rule, "radius_floor_m": radius_floor_m}
-    _h.private_hulls(np.zeros((1, 2)), np.zeros(1, np.int64), kind=kind, amount=amount,
-                     admitted=np.zeros(1, bool), beta=b, **kw)  # fmt: skip
-    cols = bound.cols
+    session, cols = bound.session, bound.cols
+    rng, fk, kind, amount, b, kw = client_checks(
+        bound, rho=rho, eps=eps, beta=beta, k=k, alpha=alpha, k_rule=k_rule,
+        radius_floor_m=radius_floor_m, rng=rng, on_exhausted=on_exhausted,
+    )  # fmt: skip
     name = cols.partition
-    if cols.user in _OUTPUT:
-        raise InvalidInputError(
-            f"user={cols.user!r} names a column of the convex_hull output; rename it. {_NOTHING}"
-        )
     if name == cols.user or name in _OUTPUT:
         raise InvalidInputError(
             f"partition={name!r} names a column of the convex_hull output; rename it. {_NOTHING}"
