@@ -93,20 +93,22 @@ def choose_k(
         raise InvalidInputError(f"k_rule={rule!r} is not one of 'reference', 'consistent'.")
     n = np.asarray(n, dtype=np.float64)
     R = np.asarray(R, dtype=np.float64)
-    L = math.log(2 / beta) + np.log(4 * n + 2)
-    if kind == "cgp":
-        A = (15 * L + 3 * np.sqrt(2 * L)) / math.sqrt(2)
-        B = math.sqrt(math.log(2 / beta))
-        if rule == "reference":
-            A, B = A ** (2 / 3), B ** (2 / 3)
-        C = A / math.sqrt(alpha) + B / math.sqrt(1 - alpha)
-        kraw = (4 * math.pi * R * math.sqrt(0.95 * amount) / C) ** (2 / 3)
-    else:
-        A = 15 * L + 3 * np.sqrt(2 * L)
-        l2 = math.log(2 / beta)
-        B = math.sqrt(2 * l2) + l2
-        C = A / alpha + B / (1 - alpha)
-        kraw = np.sqrt(2 * math.pi * 0.95 * amount * R / C)
+    # an alpha so close to 0 that C exceeds the floats gives k_raw = 0: k_min, not a warning
+    with np.errstate(divide="ignore", over="ignore"):
+        L = math.log(2 / beta) + np.log(4 * n + 2)
+        if kind == "cgp":
+            A = (15 * L + 3 * np.sqrt(2 * L)) / math.sqrt(2)
+            B = math.sqrt(math.log(2 / beta))
+            if rule == "reference":
+                A, B = A ** (2 / 3), B ** (2 / 3)
+            C = A / math.sqrt(alpha) + B / math.sqrt(1 - alpha)
+            kraw = (4 * math.pi * R * math.sqrt(0.95 * amount) / C) ** (2 / 3)
+        else:
+            A = 15 * L + 3 * np.sqrt(2 * L)
+            l2 = math.log(2 / beta)
+            B = math.sqrt(2 * l2) + l2
+            C = A / alpha + B / (1 - alpha)
+            kraw = np.sqrt(2 * math.pi * 0.95 * amount * R / C)
     k = np.clip(np.floor(kraw), k_min, k_max).astype(np.int64)
     return np.asarray(kraw, dtype=np.float64), k
 
@@ -139,21 +141,25 @@ def hull_error(
     >>> round(sum(hull_error("gp", 0.2282765162, 5000, 16, 7250.0)), 2)
     33183.76
     """
-    # arrays (one entry per user) go through numpy, scalars through math (plain floats out)
-    m: Any = np if np.ndim(n) or np.ndim(k) or np.ndim(R) else math
-    if m is np:
-        n, k, R = (np.asarray(v, dtype=np.float64) for v in (n, k, R))
-    L1 = m.log(4 * k * (4 * n + 2) / beta)
-    core = 15 * L1 + 3 * m.sqrt(2 * L1)
-    g2 = 2 * math.pi * R / k
-    a1 = 0.95 * amount
-    if kind == "cgp":
-        g1 = m.sqrt(k) * core / math.sqrt(2 * alpha * a1)
-        g3 = m.sqrt(k * m.log(4 * k / beta) / ((1 - alpha) * a1))
-    else:
-        g1 = k * core / (alpha * a1)
-        u = m.log(4 * k / beta)
-        g3 = k / ((1 - alpha) * a1) * (m.sqrt(2 * u) + u)
+    # arrays (one entry per user) come back as arrays, scalars as plain floats
+    scalar = not (np.ndim(n) or np.ndim(k) or np.ndim(R))
+    n, k, R = (np.asarray(v, dtype=np.float64) for v in (n, k, R))
+    # an amount or alpha so small that a bound exceeds the floats is stated as inf (the honest
+    # bound), not raised as a float warning after the draws
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        L1 = np.log(4 * k * (4 * n + 2) / beta)
+        core = 15 * L1 + 3 * np.sqrt(2 * L1)
+        g2 = 2 * math.pi * R / k
+        a1 = np.float64(0.95 * amount)
+        if kind == "cgp":
+            g1 = np.sqrt(k) * core / np.sqrt(2 * np.float64(alpha) * a1)
+            g3 = np.sqrt(k * np.log(4 * k / beta) / ((1 - np.float64(alpha)) * a1))
+        else:
+            g1 = k * core / (np.float64(alpha) * a1)
+            u = np.log(4 * k / beta)
+            g3 = k / ((1 - np.float64(alpha)) * a1) * (np.sqrt(2 * u) + u)
+    if scalar:
+        return float(g1), float(g2), float(g3)
     return g1, g2, g3
 
 

@@ -244,3 +244,12 @@ def test_error_is_stated_at_the_projected_amount(kind, amount, power):
     # the preview's γ₁ + γ₃ at the same amount
     known = hull_rows_known(kind, amount, [400], 20, 0.1, 0.92, K)
     assert known == pytest.approx(want[0] + want[2], rel=1e-12)
+
+
+@pytest.mark.parametrize(("kind", "amount"), [("cgp", 0.25), ("gp", 1.0)])
+def test_alpha_near_zero_states_an_infinite_bound_not_a_float_warning(kind, amount):
+    # found by the operations fuzz (alpha=5e-324): C = A/alpha overflowed in choose_k and
+    # alpha * amount underflowed in hull_error, raising RuntimeWarning after the draws
+    out = private_hulls(_blob(40, 9), np.repeat(np.arange(4), 10), kind=kind, amount=amount,
+                        alpha=5e-324, scale_max=1.25, rng=seeded_rng(9))  # fmt: skip
+    assert np.isinf(out.error).all()
