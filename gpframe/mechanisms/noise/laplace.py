@@ -156,11 +156,13 @@ def _laplace_plan(lam: Any) -> _LaplacePlan:
 
 def _laplace_b_batch(lam: Any, m: int, bits: BitSource) -> np.ndarray:
     plan = lam if isinstance(lam, _LaplacePlan) else _laplace_plan(lam)
+    from gpframe.mechanisms.noise import kernels
+
     k, e, _, w1 = plan.geo.propose(m, bits, n_u16=m)
-    g = e.astype(np.float64)
-    g *= plan.lam_f
-    glo = g * (1.0 - _REL)
-    ghi = np.multiply(g, 1.0 + _REL, out=g)
+    # g = e * lam, glo/ghi = g (1 -/+ 2**-50), in one compiled pass (the same float operations)
+    glo = np.empty(m, dtype=np.float64)
+    ghi = np.empty(m, dtype=np.float64)
+    kernels.scaled_bounds(e, plan.lam_f, 1.0 - _REL, 1.0 + _REL, glo, ghi)
     num, den = plan.num, plan.den
 
     def exact_less(i: int, W: int, mm: int, M: int, j: int) -> bool:
