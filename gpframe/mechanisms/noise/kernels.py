@@ -27,6 +27,7 @@ __all__ = [
     "bern_round1",
     "gauss_bounds",
     "int_rows",
+    "planar_bounds",
     "proposal_ke",
     "propose_words",
     "scale16",
@@ -117,6 +118,36 @@ def gauss_bounds(k, e, dt, N, inv_D, inv_t, lo_f, hi_f, kfast, glo, ghi):  # typ
         glo[i] = g * lo_f
         ghi[i] = g * hi_f
     return big
+
+
+@njit(cache=True, nogil=True)
+def planar_bounds(k, V, d, a_f, lamB_f, lo_f, hi_f, vs, glo, ghi):  # type: ignore[no-untyped-def]
+    """Enclosure of the lattice Laplace's gamma = a ||k||_2 - lamB sum V, row by row.
+
+    ``N = k_0**2 + k_1**2 + ...`` in float64 (in axis order), ``vs = sum V`` in int64, ``r =
+    sqrt(N) a``, ``c = vs lamB``, ``glo = max(r lo_f - c, 0)``, ``ghi = r hi_f - c``: the
+    operations of the array form, in its order. Returns the largest ``V`` (the caller redoes
+    exactly the rows whose float ``N`` might not be exact).
+    """
+    vmax = 0
+    for i in range(vs.size):
+        x = np.float64(k[i * d])
+        n = x * x
+        v = V[i * d]
+        vmax = max(vmax, v)
+        for j in range(1, d):
+            x = np.float64(k[i * d + j])
+            n = n + x * x
+            v += V[i * d + j]
+            vmax = max(vmax, V[i * d + j])
+        vs[i] = v
+        r = np.sqrt(n)
+        r = r * a_f
+        c = np.float64(v) * lamB_f
+        lo = r * lo_f - c
+        glo[i] = lo if lo > 0.0 else 0.0
+        ghi[i] = r * hi_f - c
+    return vmax
 
 
 @njit(cache=True, nogil=True)

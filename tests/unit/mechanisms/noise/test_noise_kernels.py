@@ -183,6 +183,29 @@ def test_gauss_bounds_match_the_array_arithmetic_bit_for_bit():
     assert np.array_equal(glo, g * (1 - rel)) and np.array_equal(ghi, g * (1 + rel))
 
 
+@pytest.mark.parametrize("d", [1, 2, 3, 4])
+def test_planar_bounds_match_the_array_arithmetic_bit_for_bit(d):
+    from gpframe.mechanisms.noise import kernels
+
+    gen = np.random.default_rng(5)  # test vectors
+    _, geo, _, lamB_f, a_f, _ = laplace._lattice_plan(1, 102400, d)
+    m = 20_000
+    V = gen.integers(0, 3000, m * d)
+    k = (V << geo.L) ^ -gen.integers(0, 2, m * d)
+    vs, glo, ghi = np.empty(m, dtype=np.int64), np.empty(m), np.empty(m)
+    pm = laplace._PLANAR_MARGIN
+    vmax = kernels.planar_bounds(k, V, d, a_f, lamB_f, 1 - pm, 1 + pm, vs, glo, ghi)
+    kf = k.astype(np.float64)
+    N = kf[0::d] * kf[0::d]
+    for j in range(1, d):
+        N += kf[j::d] * kf[j::d]
+    r = np.sqrt(N) * a_f
+    c = V.reshape(m, d).sum(axis=1).astype(np.float64) * lamB_f
+    assert vmax == V.max() and np.array_equal(vs, V.reshape(m, d).sum(axis=1))
+    assert np.array_equal(glo, np.maximum(r * (1 - pm) - c, 0.0))
+    assert np.array_equal(ghi, r * (1 + pm) - c)
+
+
 def test_v_words_match_the_table_and_search():
     from gpframe.mechanisms.noise import kernels
 
