@@ -40,9 +40,8 @@ from gpframe.mechanisms.noise.exact import MAX_EXTENSIONS, ExactProb, LazyUnifor
 
 __all__ = ["bern_exp_neg", "enclose", "lazy_rational_less"]
 
-# Lemma 1 needs 2^16 M < 2^53; beyond this M the draw goes straight to the exact routine.
-_M_GUARD = float(2**36)
-_TWO16 = 65536.0
+# Lemma 1 needs 2^16 M < 2^53; beyond M = 2**36 (kernels.M_GUARD) a draw goes straight to
+# the exact routine.
 
 ExactLess = Callable[[int, int, int, int, int], bool]
 
@@ -105,42 +104,6 @@ def _check_rounds(K: float) -> None:
         raise broken_source(f"a Bernoulli(exp(-gamma)) draw reached round {int(K)}", "2**-700")
 
 
-def _decide(
-    w: np.ndarray,
-    M: np.ndarray | float | None,
-    guard: bool,
-    glo16: np.ndarray,
-    ghi16: np.ndarray,
-    idx: np.ndarray | None,
-    exact_less: Callable[[int, int, int, int], bool],
-) -> np.ndarray:
-    """One certified draw per element: returns ``U * M < gamma`` as a bool array.
-
-    ``M`` is None (every M is 1), one float shared by all elements, or an array. ``idx`` maps
-    positions to the caller's element numbers (None: the identity).
-    """
-    wf = w.astype(np.float64)
-    if M is None:  # every M is 1
-        fail = wf >= ghi16
-        wf += 1.0
-        succ = wf <= glo16
-    else:
-        wf *= M
-        fail = wf >= ghi16
-        wf += M
-        succ = wf <= glo16
-    # Decided elements: succ | fail (reusing fail's buffer); the rest are ambiguous.
-    decided = np.logical_or(succ, fail, out=fail)
-    if M is not None and guard:
-        decided &= M < _M_GUARD
-    if not decided.all():
-        for j in (~decided).nonzero()[0].tolist():
-            i = j if idx is None else int(idx[j])
-            Mj = 1 if M is None else int(M) if isinstance(M, float) else int(M[j])
-            succ[j] = exact_less(i, int(w[j]), 16, Mj)
-    return succ
-
-
 def bern_exp_neg(
     glo: np.ndarray,
     ghi: np.ndarray,
@@ -164,107 +127,106 @@ def bern_exp_neg(
         Pre-drawn words for the first round (saves one request to the source).
     overwrite : bool
         The caller's ``glo`` and ``ghi`` are scratch: reuse their buffers (fewer temporaries).
+
+    Notes
+    -----
+    The loops run compiled (:mod:`~gpframe.mechanisms.noise.kernels`); the bits are requested
+    here, between kernel calls: the integer part's uint32 words (one per element with ``glo >=
+    1``), its ties, ``w1`` if not given, then one uint16 word per survivor and round, each
+    round's ambiguous draws decided by ``exact_less`` in element order before the next request.
+    One piece per element when every ``ghi < 1`` after the integer part is the general loop
+    with ``n_i = 1``: the same draws and decisions.
     """
+    from gpframe.mechanisms.noise import kernels
+
     glo, ghi = enclose(glo, ghi)
     n = glo.size
     if n == 0:
         return np.zeros(0, dtype=bool)
-    # ghi < 1 everywhere (always for the Laplace deficit, gamma <= 1/16): no integer part and one
-    # piece each, decided by a single reduction instead of the full-size floor and piece arrays.
-    pmax = float(ghi.max())
-    int_fail = None
-    if overwrite:
-        glo16, ghi16 = glo, ghi
-    else:
-        glo16, ghi16 = glo.copy(), ghi.copy()
-    if pmax < 1.0:
-        pieces = None
-        outer0 = exact_less
-
-        def exact_less(i: int, W: int, m: int, M: int) -> bool:
-            return outer0(i, W, m, M, 0)
-
-    else:
-        # Integer part: Bernoulli(exp(-j)) with j = floor(glo) <= gamma, for the elements with
-        # j >= 1 (glo >= 1); subtracting j = 0 from the others would change nothing.
-        ji = (glo >= 1.0).nonzero()[0]
-        jfi = np.floor(glo[ji])
-        if ji.size:
-            jj = np.minimum(jfi, float(_J_MAX)).astype(np.int64)  # only indexes the table
-            W = bits.arr(ji.size, np.uint32).astype(np.int64)
-            T = _int_thresholds()[jj]
-            ok = W < T
-            for t in (W == T).nonzero()[0].tolist():
-                ok[t] = LazyUniform(int(W[t]), 32, bits).less_than(_exp_int(int(jfi[t])))
-            int_fail = ji[~ok]
-            # Remainder bounds: glo - j is exact (Sterbenz: j <= glo < j + 1 <= 2j); ghi - j is
-            # exact when ghi <= 2j, otherwise rounded up by one ulp to stay an upper bound.
-            hj = ghi[ji]
-            wide = hj > 2.0 * jfi
-            hj -= jfi
-            if wide.any():
-                hj[wide] = np.nextafter(hj[wide], np.inf)
-            ghi16[ji] = hj
-            glo16[ji] = glo16[ji] - jfi
-        outer = exact_less
-
-        def exact_less(i: int, W: int, m: int, M: int) -> bool:
-            pos = int(np.searchsorted(ji, i))
-            j = int(jfi[pos]) if pos < ji.size and ji[pos] == i else 0  # integer-valued: exact
-            return outer(i, W, m, M, j)
-
-        # The remainder's piece count from its upper bound (None: one piece each).
-        pmax = float(ghi16.max())
-        pieces = np.maximum(np.ceil(ghi16), 1.0) if pmax > 1.0 else None
-    glo16 *= _TWO16  # exact: a power of two
-    ghi16 *= _TWO16
+    if not overwrite:
+        glo, ghi = glo.copy(), ghi.copy()
+    glo = np.ascontiguousarray(glo, dtype=np.float64)
+    ghi = np.ascontiguousarray(ghi, dtype=np.float64)
+    # Integer part: Bernoulli(exp(-j)) with j = floor(glo) <= gamma, for the elements with
+    # j >= 1 (glo >= 1, only when some ghi >= 1); subtracting j = 0 from the others would change
+    # nothing. jv holds each element's j (0 for the others) for the exact decisions.
+    jv = np.zeros(n, dtype=np.float64)
+    ji = np.empty(n, dtype=np.int64)
+    nji = kernels.int_rows(glo, ghi, ji)
+    ji = ji[:nji]
+    W = bits.arr(nji, np.uint32) if nji else np.empty(0, dtype=np.uint32)
+    intok = np.ones(n, dtype=bool)  # False: the integer part failed
+    ties = np.empty(nji, dtype=np.int64)
+    dec = np.empty(n, dtype=np.int8)  # decisions left to the exact path
+    out = np.zeros(n, dtype=bool)
+    nt, pmax = kernels.bern_prep(W, ji, _int_thresholds(), glo, ghi, jv, intok, ties)
+    for t in ties[:nt].tolist():  # integer-part words tied with floor(exp(-j) 2**32)
+        i = int(ji[t])
+        intok[i] = LazyUniform(int(W[t]), 32, bits).less_than(_exp_int(int(jv[i])))
     if w1 is None:
         w1 = bits.arr(n, np.uint16)
-    # Round 1 (K = 1, M = n_i): a failure ends piece 1 with K odd, i.e. the piece succeeds.
-    s = _decide(w1, pieces, pmax >= _M_GUARD, glo16, ghi16, None, exact_less)
-    if pieces is None:  # one piece each: failures are accepted, successes continue with K = 2
-        out = ~s
-        idx = s.nonzero()[0]
-        if idx.size:
-            # The general loop below with n_i = 1 for every survivor: M = K, a piece that ends
-            # ends the element, and the survivors are exactly the successes. All survivors
-            # share the same K (2 in the first round, +1 per round), so K is one float. Same
-            # draws, same decisions, fewer temporaries.
-            kk = 2.0
-            lo, hi = glo16[idx], ghi16[idx]
-            while idx.size:
-                _check_rounds(kk)
-                w = bits.arr(idx.size, np.uint16)
-                s = _decide(w, kk, kk >= _M_GUARD, lo, hi, idx, exact_less)
-                if kk % 2.0 == 1.0:  # failure with K odd: accepted
-                    out[idx[~s]] = True
-                kk += 1.0
-                idx, lo, hi = idx[s], lo[s], hi[s]
-        if int_fail is not None:
-            out[int_fail] = False
-        return out
-    one_piece = pieces == 1.0
-    out = ~s & one_piece
-    idx = (s | ~one_piece).nonzero()[0]
-    si = s[idx]
-    p = pieces[idx]
-    K = np.where(si, 2.0, 1.0)
-    left = p - ~si
-    lo, hi = glo16[idx], ghi16[idx]
-    # General loop on the survivors, whose state is kept compacted: (idx, n_i, K, pieces left).
-    while idx.size:
-        _check_rounds(float(K.max()))
-        M = p * K
-        w = bits.arr(idx.size, np.uint16)
-        s = _decide(w, M, bool(M.max() >= _M_GUARD), lo, hi, idx, exact_less)
-        piece_ok = ~s & ((K % 2.0) == 1.0)  # failure with K odd: this piece succeeded
-        left -= piece_ok
-        done_ok = piece_ok & (left == 0.0)
-        out[idx[done_ok]] = True
-        # Survivors: successes (K += 1) and finished pieces with more to go (K = 1).
-        keep = s | (piece_ok & ~done_ok)
-        K = np.where(s, K + 1.0, 1.0)[keep]
-        idx, p, left, lo, hi = idx[keep], p[keep], left[keep], lo[keep], hi[keep]
-    if int_fail is not None:
-        out[int_fail] = False
+    # The rounds' state, compacted in place as elements finish: element numbers and the bounds
+    # times 2**16 (in glo, ghi); with several pieces somewhere, also n_i, K and pieces left.
+    idx = np.arange(n, dtype=np.int64)
+    if pmax > 1.0:
+        p = np.empty(n, dtype=np.float64)
+        K = np.empty(n, dtype=np.float64)
+        left = np.empty(n, dtype=np.float64)
+        kernels.bern_pieces(glo, ghi, p, K, left)
+        guard = pmax >= kernels.M_GUARD  # round 1 keeps M >= 2**36 from the floats
+        _rounds(w1, n, idx, p, K, left, glo, ghi, guard, dec, out, jv, exact_less, bits)
+    else:
+        kernels.scale16(glo, ghi)
+        _rounds1(w1, n, idx, glo, ghi, dec, out, jv, exact_less, bits)
+    out &= intok
     return out
+
+
+def _exact(w, t0, size, dec, idx, M, jv, exact_less):  # type: ignore[no-untyped-def]
+    # A round's ambiguous draws (dec == 2 from t0 on), decided exactly in element order.
+    for t in np.flatnonzero(dec[t0:size] == 2).tolist():
+        t += t0
+        i = int(idx[t])
+        Mt = M if isinstance(M, int) else int(M[t])
+        dec[t] = exact_less(i, int(w[t]), 16, Mt, int(jv[i]))
+
+
+def _rounds1(w, size, idx, lo, hi, dec, out, jv, exact_less, bits):  # type: ignore[no-untyped-def]
+    """Run the rounds when every element is one piece: ``M = K``, the same for all survivors."""
+    from gpframe.mechanisms.noise import kernels
+
+    kk = 1.0  # round 1: a failure ends piece 1 with K odd, i.e. the element is accepted
+    while True:
+        got, t0 = kernels.bern_round1(w, size, idx, lo, hi, kk, dec, out, False, 0, 0)
+        if t0 < size:
+            _exact(w, t0, size, dec, idx, int(kk), jv, exact_less)
+            got, _ = kernels.bern_round1(w, size, idx, lo, hi, kk, dec, out, True, t0, got)
+        size = got
+        if not size:
+            return
+        kk += 1.0
+        _check_rounds(kk)
+        w = bits.arr(size, np.uint16)
+
+
+def _rounds(  # type: ignore[no-untyped-def]
+    w, size, idx, p, K, left, lo, hi, guard, dec, out, jv, exact_less, bits
+):
+    """Run the general rounds: ``M = n_i K`` per survivor (:func:`kernels.bern_round`)."""
+    from gpframe.mechanisms.noise import kernels
+
+    while True:  # round 1: K = 1, M = n_i
+        got, t0, mmax, kmax = kernels.bern_round(
+            w, size, idx, p, K, left, lo, hi, guard, dec, out, False, 0, 0, 0.0, 0.0
+        )
+        if t0 < size:
+            _exact(w, t0, size, dec, idx, p[:size] * K[:size], jv, exact_less)
+            got, _, mmax, kmax = kernels.bern_round(
+                w, size, idx, p, K, left, lo, hi, guard, dec, out, True, t0, got, mmax, kmax
+            )
+        size = got
+        if not size:
+            return
+        _check_rounds(kmax)
+        guard = mmax >= kernels.M_GUARD
+        w = bits.arr(size, np.uint16)

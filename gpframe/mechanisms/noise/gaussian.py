@@ -121,26 +121,24 @@ def discrete_gaussian(sigma2: Any, n: int, bits: BitSource | None) -> np.ndarray
     inv_t = plan.inv_t
     inv_D = plan.inv_D
 
+    from gpframe.mechanisms.noise import kernels
+
     def draw(m: int) -> np.ndarray:
         k, e, _, w1 = geo.propose(m, src, n_u16=m)
-        ak = np.abs(k)
+        # gamma's enclosure in one compiled pass: a = |k| dt - N (exact in int64 for
+        # |k| < K_FAST), g = e / t + a**2 / D, glo/ghi = g (1 -/+ 2**-49): the float operations
+        # of the array form, in its order (kernels.gauss_bounds)
+        glo = np.empty(m, dtype=np.float64)
+        ghi = np.empty(m, dtype=np.float64)
+        big = kernels.gauss_bounds(
+            k, e, dt, N, inv_D, inv_t, 1.0 - _REL, 1.0 + _REL, K_FAST, glo, ghi
+        )
         if ieee.EXACT_ONLY:
             rows = np.arange(m)
-        elif ak.max() >= K_FAST:  # one reduction; the index list only when needed
-            rows = (ak >= K_FAST).nonzero()[0]
+        elif big:  # the index list only when needed
+            rows = (np.abs(k) >= K_FAST).nonzero()[0]
         else:
             rows = None
-        # In-place arithmetic: fresh large arrays cost page faults. Same operations, same rounding.
-        ak *= dt
-        ak -= N  # a = |k| dt - N, exact in int64 for |k| < 2^37
-        af = ak.astype(np.float64)
-        af *= af
-        af *= inv_D
-        g = e.astype(np.float64)
-        g *= inv_t
-        g += af
-        glo = np.multiply(g, 1.0 - _REL, out=af)
-        ghi = np.multiply(g, 1.0 + _REL, out=g)
         if rows is not None:
             for i in rows.tolist():
                 ai = abs(int(k[i])) * dt - N

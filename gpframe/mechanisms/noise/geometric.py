@@ -117,19 +117,19 @@ class VTable:
             v += 1
 
     def from_words(self, W: np.ndarray, bits: BitSource, limit: int = _LIMIT) -> np.ndarray:
-        """Vectorised ``V`` for an array of uint32 words (int64 result)."""
-        V = self.table[W >> 16].astype(np.int64)
-        bad = (V < 0).nonzero()[0] if not FORCE_EXACT else np.arange(W.size)
-        if bad.size:
-            Wb = W[bad].astype(np.int64)
-            j = np.searchsorted(self.asc, Wb, side="right")
-            V[bad] = self.vmax - j
-            prev = self.asc[np.maximum(j - 1, 0)] if self.vmax else np.zeros_like(Wb)
-            tie = (Wb == 0) | ((j > 0) & (prev == Wb))
-            if FORCE_EXACT:
-                tie[:] = True
-            for i in tie.nonzero()[0].tolist():
-                V[bad[i]] = self.v_exact(int(Wb[i]), bits, limit)
+        """Vectorised ``V`` for an array of uint32 words (int64 result).
+
+        The table places most words; the rest by a binary search of the thresholds; words that
+        tie with a threshold (or equal 0) are decided exactly, in ascending order
+        (:mod:`~gpframe.mechanisms.noise.kernels`).
+        """
+        from gpframe.mechanisms.noise import kernels
+
+        V = np.empty(W.size, dtype=np.int64)
+        ties = np.empty(W.size, dtype=np.int64)
+        nt = kernels.v_words(self.table, self.asc, self.vmax, FORCE_EXACT, W, V, ties)
+        for i in ties[:nt].tolist():
+            V[i] = self.v_exact(int(W[i]), bits, limit)
         return V
 
 
@@ -189,6 +189,8 @@ class BlockGeometric:
 
         All bytes come from one request, laid out largest word type first (aligned views).
         """
+        from gpframe.mechanisms.noise import kernels
+
         counts = {"W": n, "RS": n, "w": n_u16}
         buf = bits.bytes(self._bytes_per * n + 2 * n_u16)
         views = {}
@@ -197,28 +199,21 @@ class BlockGeometric:
             cnt = counts[name]
             views[name] = np.frombuffer(buf, dtype=dt, count=cnt, offset=off)
             off += dt.itemsize * cnt
-        V = self.vt.from_words(views["W"], bits, self.vlimit)
-        RS = views["RS"]
-        if self.L == 0:
-            s = (RS & 1).astype(np.int64)
-            G = V
-            e = s
-            k = G ^ -s  # s = 1 gives ~G = -G - 1: the shifted sign
-        else:
-            # In place on fresh int64 arrays: fewer temporaries, the same integer results as
-            # s = (RS >> L) & 1, R = RS & (B - 1), G = (V << L) | R, e = R + s, k = G ^ -s.
-            RS = RS.astype(np.int64)
-            R = RS & self._mask
-            RS >>= self.L
-            RS &= 1
-            s = RS
-            G = V << self.L
-            G |= R
-            e = R
-            e += s
-            np.negative(s, out=s)
-            G ^= s  # s = 1 gives ~G = -G - 1: the shifted sign
-            k = G
+        # V as from_words does, then s = (RS >> L) & 1, R = RS & (B - 1), G = (V << L) | R,
+        # e = R + s, k = G ^ -s (a shifted sign: s = 1 gives ~G = -G - 1), in one compiled pass
+        W, RS = views["W"], views["RS"]
+        vt = self.vt
+        V = np.empty(n, dtype=np.int64)
+        k = np.empty(n, dtype=np.int64)
+        e = np.empty(n, dtype=np.int64)
+        ties = np.empty(n, dtype=np.int64)
+        nt = kernels.propose_words(
+            vt.table, vt.asc, vt.vmax, FORCE_EXACT, W, RS, self.L, self._mask, V, k, e, ties
+        )
+        if nt:  # words tied with a threshold: V exactly, in ascending order, then k and e again
+            for i in ties[:nt].tolist():
+                V[i] = vt.v_exact(int(W[i]), bits, self.vlimit)
+            kernels.proposal_ke(V, RS, self.L, self._mask, k, e)
         return k, e, V, views["w"]
 
 

@@ -156,11 +156,13 @@ def _laplace_plan(lam: Any) -> _LaplacePlan:
 
 def _laplace_b_batch(lam: Any, m: int, bits: BitSource) -> np.ndarray:
     plan = lam if isinstance(lam, _LaplacePlan) else _laplace_plan(lam)
+    from gpframe.mechanisms.noise import kernels
+
     k, e, _, w1 = plan.geo.propose(m, bits, n_u16=m)
-    g = e.astype(np.float64)
-    g *= plan.lam_f
-    glo = g * (1.0 - _REL)
-    ghi = np.multiply(g, 1.0 + _REL, out=g)
+    # g = e * lam, glo/ghi = g (1 -/+ 2**-50), in one compiled pass (the same float operations)
+    glo = np.empty(m, dtype=np.float64)
+    ghi = np.empty(m, dtype=np.float64)
+    kernels.scaled_bounds(e, plan.lam_f, 1.0 - _REL, 1.0 + _REL, glo, ghi)
     num, den = plan.num, plan.den
 
     def exact_less(i: int, W: int, mm: int, M: int, j: int) -> bool:
@@ -350,31 +352,25 @@ def lattice_laplace(a: Any, d: int, n: int, bits: BitSource | None) -> np.ndarra
     if n == 0:
         return np.empty((0, d), dtype=np.int64)
     a, geo, lamB, lamB_f, a_f, a2 = plan
+    from gpframe.mechanisms.noise import kernels
+
     big_v = BIG_K // geo.B - 1  # V below this keeps every |k_i| <= B (V + 1) < BIG_K
 
     def draw(m: int) -> np.ndarray:
         k, _, V, w1 = geo.propose(m * d, src, n_u16=m)
-        kf = k.astype(np.float64)
-        # N = sum k_i^2 and sum V_i over the d axes, with strided views (no axis reductions).
-        N = kf[0::d] * kf[0::d]
-        vs = V[0::d].copy()
-        for j in range(1, d):
-            N += kf[j::d] * kf[j::d]
-            vs += V[j::d]
+        # One compiled pass per row (kernels.planar_bounds): N = sum k_i^2, vs = sum V_i,
+        # gamma = a sqrt(N) - lamB vs within 7u r; the 2^-44 r margin (and its own rounding)
+        # dominates.
+        vs = np.empty(m, dtype=np.int64)
+        glo = np.empty(m, dtype=np.float64)
+        ghi = np.empty(m, dtype=np.float64)
+        vmax = kernels.planar_bounds(
+            k, V, d, a_f, lamB_f, 1.0 - _PLANAR_MARGIN, 1.0 + _PLANAR_MARGIN, vs, glo, ghi
+        )
         k = k.reshape(m, d)
-        r = np.sqrt(N, out=N)
-        r *= a_f
-        c = vs.astype(np.float64)
-        c *= lamB_f
-        # gamma = r - c within 7u r; the 2^-44 r margin (and its own rounding) dominates.
-        glo = r * (1.0 - _PLANAR_MARGIN)
-        glo -= c
-        np.maximum(glo, 0.0, out=glo)
-        ghi = r * (1.0 + _PLANAR_MARGIN)
-        ghi -= c
         if ieee.EXACT_ONLY:  # no float decides: integer upper bounds a ||k||_1 >= gamma
             rows = np.arange(m)
-        elif V.max() >= big_v:  # float N might not be exact: decide those rows exactly
+        elif vmax >= big_v:  # float N might not be exact: decide those rows exactly
             rows = np.flatnonzero(np.abs(k).max(axis=1) >= BIG_K)
         else:
             rows = np.empty(0, dtype=np.int64)
@@ -402,6 +398,6 @@ def lattice_laplace(a: Any, d: int, n: int, bits: BitSource | None) -> np.ndarra
                 mm += 64
 
         acc = bern_exp_neg(glo, ghi, exact_less, src, w1, overwrite=True)
-        return k[acc]
+        return np.compress(acc, k, axis=0)  # k[acc], without numpy's slow 2-D boolean index
 
     return _collect(n, ACC_LATTICE[d], draw, width=d, chunk=CHUNK // d)
