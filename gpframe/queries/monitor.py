@@ -115,6 +115,31 @@ def _int(value: object, name: str, *, allow_none: bool = False) -> int | None:
     return int(value)
 
 
+def _check_integer_scores(values: Any, integer: bool) -> None:
+    """Refuse ``integer=True`` with non-integer values, when they are known before reserving.
+
+    Values given as numbers (a list, tuple, array or Series) are checked here, at the entry
+    point; a zero-argument callable or ``f(users)`` yields its value only inside the run, where
+    the run's own check cancels the reservation.
+    """
+    numbers = isinstance(values, (list, tuple, np.ndarray, pd.Series))
+    if not integer or _per_users(values) or not numbers:
+        return
+    if any(callable(v) for v in values):
+        return
+    try:
+        x = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return  # the run's own checks name the bad value
+    finite = x[np.isfinite(x)]
+    if not np.array_equal(finite, np.rint(finite)):
+        bad = finite[finite != np.rint(finite)][0]
+        raise InvalidInputError(
+            f"integer=True but the value {float(bad)!r} is not an integer; pass integer=False "
+            "for real-valued scores. Nothing was charged."
+        )
+
+
 def _central_kind(session: Any) -> str:
     kind = getattr(session, "ledger", None) and session.ledger.kind.get("central")
     if kind is None:
@@ -485,6 +510,8 @@ def above_threshold(
     mode = _choice(mode, "mode", _MODES)
     ulist = _users(users)
     c = int(_int(c, "c"))  # type: ignore[arg-type]
+    if noise == "laplace":
+        _check_integer_scores(queries, integer)
     max_steps = _int(max_steps, "max_steps", allow_none=True)
     probability(beta)  # the Laplace run's margin uses it after the charge: refuse it now
     fkind = _central_kind(session)
@@ -913,6 +940,8 @@ def report_noisy_max(
         raise InvalidInputError(
             "values must be a non-empty 1-D array of finite candidate scores. Nothing was charged."
         )
+    if noise == "laplace":
+        _check_integer_scores(x, integer)
     if noise == "gaussian":
         if bounds is None or (sigma is None) == (epsilon is None):
             raise InvalidInputError(
