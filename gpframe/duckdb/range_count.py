@@ -215,7 +215,7 @@ def _check_region_units(units: Any, geom: Any, fname: str) -> None:
     if units is None:
         return
     xy = shapely.get_coordinates(geom)
-    if xy.size and units.outside(xy).all():
+    if xy.size and _u.outside(units, xy).all():  # the shared footprint: under GEOS_LOCK
         raise InvalidInputError(
             f"{fname}: the region lies wholly outside the area of use of crs={units.label}: it "
             "must be in the metres of that CRS, like the points (degrees passed as metres land "

@@ -323,9 +323,20 @@ def check_units(units: Any, xy: np.ndarray, fname: str, what: str = "x/y") -> No
 #: kept so that its id is not reused while the entry lives (one entry per declared extent)
 _INNER: dict[int, tuple[Any, tuple[float, float, float, float] | None]] = {}
 
+#: held around every GEOS call on a declared extent's footprint from a batch. The footprint is
+#: a *prepared* polygon shared by all of DuckDB's threads, and GEOS builds a prepared
+#: geometry's indexes lazily, without synchronisation (GEOS issue "Prepared geometry is not
+#: thread-safe", libgeos/geos#825): shapely releases the GIL, so two batches testing points
+#: against a fresh footprint at once corrupted the heap ("malloc(): unaligned tcache chunk
+#: detected", the process aborted). Only the points outside :func:`_inner_box` reach GEOS.
+GEOS_LOCK = threading.Lock()
+
 
 def _inner_box(footprint: Any) -> tuple[float, float, float, float] | None:
-    """Return a box (xmin, ymin, xmax, ymax) inside ``footprint`` (None if none); cached."""
+    """Return a box (xmin, ymin, xmax, ymax) inside ``footprint`` (None if none); cached.
+
+    The caller holds :data:`GEOS_LOCK`.
+    """
     hit = _INNER.get(id(footprint))
     if hit is not None and hit[0] is footprint:
         return hit[1]
@@ -349,17 +360,25 @@ def outside(units: Any, xy: np.ndarray) -> np.ndarray:
 
     The polygon test of a 2,048-row batch is a tenth of a ``gp_privatize`` call; the points
     strictly inside the box are inside the footprint (:func:`_inner_box`), the rest (and NaN)
-    get the exact test. The mask is the same either way.
+    get the exact test, one batch at a time (:data:`GEOS_LOCK`). The mask is the same either
+    way.
     """
     fp = getattr(units, "footprint", None)
-    box = None if fp is None else _inner_box(fp)
+    hit = None if fp is None else _INNER.get(id(fp))
+    if hit is not None and hit[0] is fp:
+        box = hit[1]
+    else:
+        with GEOS_LOCK:
+            box = None if fp is None else _inner_box(fp)
     if box is None or len(xy) == 0:
-        return np.asarray(units.outside(xy), dtype=bool)
+        with GEOS_LOCK:
+            return np.asarray(units.outside(xy), dtype=bool)
     x, y = xy[:, 0], xy[:, 1]
     rest = ~((x > box[0]) & (x < box[2]) & (y > box[1]) & (y < box[3]))
     out = np.zeros(len(xy), dtype=bool)
     if rest.any():
-        out[rest] = units.outside(xy[rest])
+        with GEOS_LOCK:
+            out[rest] = units.outside(xy[rest])
     return out
 
 
