@@ -7,7 +7,9 @@ another batch writes in one shared transaction (group commit, ``docs/sql.md``). 
 times both in the same run, on the same data: ``before`` gives every reserve and every charge
 its own transaction (as before group commit, and a ``gp_privatize`` batch a reserve and then a
 charge), ``after`` is the default (group commit; a ``gp_privatize`` batch commits its charge
-with its reservation, before the noise: one write per batch).
+with its reservation, before the noise: one write per batch; when several threads have been
+writing, the writer that opens a transaction waits briefly for the others' writes, so a round
+of batches shares one commit).
 
 * ``gp_privatize`` on ``--rows`` points (default 10⁶, ``--users`` users), file-backed ledgers
   (SQLite WAL, synchronous=FULL), ``threads=1, 2, 4``, against the accessor's
@@ -25,6 +27,15 @@ thread whatever ``threads=`` says. On a machine shared with other work the cores
 are a lower bound, and the file-ledger lines are bound by the disk's fsync latency. Goals:
 SQL ÷ Python ≤ 1.2× at threads=4 (gp_privatize) and for gp_in_region; ≥ 1.7 cores busy at
 threads=2.
+
+What bounds them: DuckDB calls a Python UDF once per vector of 2,048 rows (10⁶ rows are 489
+calls; the size is fixed when DuckDB is compiled) and holds the GIL for the whole call except
+where the Python code releases it. Every call must make its charge durable before it returns
+its values, so one thread makes one durable commit per call (the Python path makes one per
+query), and group commit can share a commit only among the calls in flight at once (at most
+``threads``). Inside a call, py-spy (``--gil``) finds the GIL held for about two thirds of the
+time (the ledger write's Python and the sampler's), which caps the cores busy at threads=2 near
+1.5 whatever the scheduling.
 
 Smallest run: ``--rows 100000 --region-rows 5000 --repeat 1``.
 """
@@ -93,8 +104,8 @@ def _unpaid(*args, **kwargs):  # type: ignore[no-untyped-def]
 
 
 def sql(df: pd.DataFrame, path: str | None, threads: int, q: str,
-        old: bool) -> tuple[float, float, float]:  # fmt: skip
-    """(wall s, CPU s, write transactions per batch) of the query on a fresh session."""
+        old: bool) -> tuple[float, float, float, int]:  # fmt: skip
+    """(wall s, CPU s, write transactions per batch, batches) of the query on a fresh session."""
     s = Session(path, budget=gp.CGP(rho=1e3))
     con = duckdb.connect()
     con.execute(f"SET threads = {threads}")
@@ -112,7 +123,7 @@ def sql(df: pd.DataFrame, path: str | None, threads: int, q: str,
     finally:
         udf.charge_batch = _charge_batch
         s.close()
-    return wall, cpu, (g.transactions - t0) / max(batches, 1)
+    return wall, cpu, (g.transactions - t0) / max(batches, 1), batches
 
 
 def python_privatize(df: pd.DataFrame, path: str | None) -> float:
@@ -131,12 +142,13 @@ def python_region(df: pd.DataFrame, path: str | None) -> float:
     return wall
 
 
-def line(name: str, threads: int, py: float, before: tuple[float, float, float],
-         after: tuple[float, float, float]) -> str:  # fmt: skip
-    (wb, cb, tb), (wa, ca, ta) = before, after
+def line(name: str, threads: int, py: float, before: tuple[float, float, float, int],
+         after: tuple[float, float, float, int]) -> str:  # fmt: skip
+    (wb, cb, tb, _), (wa, ca, ta, na) = before, after
     return (
         f"{name} threads={threads}: after {wa:.2f} s, {ca / wa:.2f} cores busy, SQL/Python "
-        f"{wa / py:.2f}x, {ta:.2f} txn/batch | before (a transaction per write) {wb:.2f} s, "
+        f"{wa / py:.2f}x, {ta:.2f} txn/batch ({na} batches) | before (a transaction per write) "
+        f"{wb:.2f} s, "
         f"{cb / wb:.2f} cores busy, SQL/Python {wb / py:.2f}x, {tb:.2f} txn/batch | "
         f"before/after {wb / wa:.2f}x (Python {py:.2f} s)"
     )

@@ -134,8 +134,6 @@ def _make_udf(reg: KdeRegistration) -> Any:
 def _batch(reg: KdeRegistration, users: tuple[np.ndarray, np.ndarray], f: dict[str, np.ndarray],
            n_users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Validate, reserve, eliminate and charge one batch; returns (contribution, ran) per row."""
-    import pandas as pd
-
     from gpframe.queries.kde import kde_point
 
     fname = "gp_kde_contribution"
@@ -159,9 +157,8 @@ def _batch(reg: KdeRegistration, users: tuple[np.ndarray, np.ndarray], f: dict[s
         )
     rounds = _u.check_rounds(f["c"].astype(np.int64), fname)
     # rows that share (query point, bandwidth, rho, rounds, n) run as one elimination
-    key = pd.DataFrame({"qx": f["qx"], "qy": f["qy"], "b": f["bw"], "r": f["rho"], "c": rounds,
-                        "n": n_users})  # fmt: skip
-    gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
+    gcode = _u.group_codes({"qx": f["qx"], "qy": f["qy"], "b": f["bw"], "r": f["rho"],
+                            "c": rounds, "n": n_users})  # fmt: skip
     val = np.zeros(len(rounds))
 
     def release(sel: np.ndarray, alloc: np.ndarray, unit: Fraction) -> Any:

@@ -215,7 +215,7 @@ def _check_region_units(units: Any, geom: Any, fname: str) -> None:
     if units is None:
         return
     xy = shapely.get_coordinates(geom)
-    if xy.size and units.outside(xy).all():
+    if xy.size and _u.outside(units, xy).all():  # the shared footprint: under GEOS_LOCK
         raise InvalidInputError(
             f"{fname}: the region lies wholly outside the area of use of crs={units.label}: it "
             "must be in the metres of that CRS, like the points (degrees passed as metres land "
@@ -235,8 +235,6 @@ def _batch(
     n_users: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Validate, reserve, eliminate and charge one batch; returns (inside, ran) per row."""
-    import pandas as pd
-
     from gpframe.queries.range_count import range_count_arrays
 
     exact = _check_batch(xs, ys, rhos, rounds, reg.units)
@@ -246,8 +244,7 @@ def _batch(
     for geom in regions:
         _check_region_units(reg.units, geom, "gp_in_region")
     # rows that share (region, rho, rounds, n) run as one elimination
-    key = pd.DataFrame({"w": wcodes, "r": rhos, "c": rounds, "n": n_users})
-    gcode, _ = pd.factorize(pd.MultiIndex.from_frame(key), sort=False)
+    gcode = _u.group_codes({"w": wcodes, "r": rhos, "c": rounds, "n": n_users})
     inside = np.zeros(len(xs), dtype=bool)
     scale = reg.scale_max
 

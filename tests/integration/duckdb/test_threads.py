@@ -149,3 +149,47 @@ def test_threaded_file_ledger_batches_share_commits_and_never_overspend(table, t
     assert (spent <= budget).all() and min(released) > 0
     assert s.ledger.verify()["reservations"] == 0
     s.close()
+
+
+_GEOS_RACE = """
+import dataclasses, sys, threading
+import numpy as np, shapely
+from gpframe.duckdb import udf
+from gpframe.geo import metric_frame
+
+m = metric_frame("EPSG:32618", (-75.3, 40.4, -74.7, 40.9), name="crs")
+x0, y0, x1, y1 = m.footprint.bounds
+r = np.random.default_rng(0)  # points over the whole extent: many reach the polygon test
+xy = np.column_stack([r.uniform(x0, x1, 2048), r.uniform(y0, y1, 2048)])
+wkb = shapely.to_wkb(m.footprint)
+for _ in range(300):
+    fp = shapely.from_wkb(wkb)
+    shapely.prepare(fp)  # a fresh prepared footprint: GEOS builds its index on first use
+    units = dataclasses.replace(m, footprint=fp)
+    start = threading.Barrier(4)
+
+    def batch():
+        start.wait()
+        for _ in range(3):
+            udf.outside(units, xy)
+
+    ts = [threading.Thread(target=batch) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+print("ok")
+"""
+
+
+def test_batches_test_points_against_a_shared_prepared_footprint_one_at_a_time():
+    # DuckDB's threads check their batches' points against one prepared footprint; GEOS
+    # prepared geometries are not thread-safe, and unguarded this aborted the process
+    # (heap corruption) within a few hundred fresh footprints. In a child process: a crash
+    # must fail this test, not end the test run.
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _GEOS_RACE], capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -109,3 +109,25 @@ def test_batch_refusals_name_the_function_and_charge_nothing(query, match):
         con.execute(query, {"w": WKB} if "$w" in query else {}).fetchall()
     assert "Nothing was charged for this batch." in str(info.value)
     assert s.spent().empty
+
+
+def test_the_batch_extent_check_finds_exactly_the_points_outside_the_declared_crs():
+    # udf.outside skips the polygon test for points inside a box within the footprint: the
+    # mask must be the footprint test's, for points inside, near the edge, outside and NaN
+    import numpy as np
+
+    from gpframe.geo import metric_frame
+
+    units = metric_frame("EPSG:32618", (-75.3, 40.4, -74.7, 40.9), name="crs")
+    box = udf._inner_box(units.footprint)
+    assert box is not None and shapely.contains_properly(units.footprint, shapely.box(*box))
+    r = np.random.default_rng(0)
+    x0, y0, x1, y1 = units.footprint.bounds
+    xy = np.column_stack([r.uniform(x0 - 5e3, x1 + 5e3, 50_000), r.uniform(y0 - 5e3, y1 + 5e3,
+                                                                          50_000)])  # fmt: skip
+    xy[:10] = np.nan
+    want = units.outside(xy)
+    assert 0 < want.sum() < len(xy)
+    assert udf.outside(units, xy).tolist() == want.tolist()
+    inside = xy[~want][:2048]
+    assert not udf.outside(units, inside).any() and udf.outside(units, xy[:0]).size == 0

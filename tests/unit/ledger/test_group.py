@@ -147,3 +147,51 @@ def test_concurrent_reserves_and_charges_on_a_file_ledger_never_overspend(tmp_pa
     again = Session(tmp_path / "l.sqlite", create=False)  # the audit chain and anchor hold
     assert again.spent_exact(users).tolist() == spent.tolist()
     again.close()
+
+
+def _rounds(linger_max):
+    """Two writer threads, two rounds; in round two the second writes 1 ms after the first."""
+    log = []
+
+    @contextlib.contextmanager
+    def txn():
+        log.append("begin")
+        time.sleep(0.08)  # a slow durable commit
+        yield
+
+    g = GroupCommit(threading.RLock(), txn)
+    g.linger_max = linger_max
+    start = threading.Barrier(2)
+
+    def writer(delay):
+        for _ in range(2):
+            start.wait(10)
+            time.sleep(delay)
+            g.run(lambda: None)
+
+    ts = [threading.Thread(target=writer, args=(d,)) for d in (0.0, 0.001)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    return g, log
+
+
+def test_the_writer_that_opens_a_transaction_waits_for_the_threads_writing_lately():
+    # round one: both threads wrote, so the first writer of round two waits for the other's
+    # write (up to half a commit, at most linger_max) and the two share one transaction
+    g, _ = _rounds(0.05)
+    assert g.writes == 4 and g.transactions <= 3
+    # round two without the wait: the first writer finds the lock free and commits alone
+    g, _ = _rounds(0.0)
+    assert g.writes == 4 and g.transactions == 4
+
+
+def test_a_lone_writer_never_waits():
+    log = []
+    g = _group(log)
+    g.linger_max = 10.0
+    t = time.perf_counter()
+    for _ in range(5):
+        g.run(lambda: None)
+    assert time.perf_counter() - t < 1.0 and g.transactions == 5
