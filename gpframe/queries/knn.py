@@ -12,7 +12,8 @@ data-independent order, cyclically, up to a public cap. Nothing is shared betwee
 distance or noise is returned.
 
 All users are processed together: each call of every user is one vectorised step, and the scans
-of all users share the sampler calls (:func:`gpframe.mechanisms.svt.scan`).
+of all users share the sampler calls; each block is tested by one compiled loop
+(:func:`gpframe.queries.knn_scan.pnn_scan`).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from gpframe.mechanisms.svt import (
     LaplacePool,
     SVTCalibration,
     calibrate_draws,
-    scan,
 )
+from gpframe.queries.knn_scan import pnn_scan
 
 __all__ = [
     "COMPAT",
@@ -199,18 +200,20 @@ class ScanOrder:
         if self.identity:
             return t
         runs = np.asarray(runs, dtype=np.int64)
-        if runs.size == 1:
-            r = int(runs[0])
-            need = int(t.max()) + 1
-            if need > self.filled[r]:
-                self._grow(runs, np.array([need], dtype=np.int64))
-        else:
-            need = np.zeros(self.n.size, dtype=np.int64)
-            np.maximum.at(need, runs, t.max(axis=1) + 1)
-            short = np.flatnonzero(need > self.filled)
-            if short.size:
-                self._grow(short, need[short])
+        self.ensure(runs, t.max(axis=1) + 1)
         return self.table[self.start[runs][:, None] + t]
+
+    def ensure(self, runs: NDArray[np.int64], need: NDArray[np.int64]) -> None:
+        """Draw the order of each run in ``runs`` (distinct, increasing) to ``need`` positions."""
+        if self.identity:
+            return
+        if runs.size == 1:
+            if need[0] > self.filled[runs[0]]:
+                self._grow(runs, np.asarray(need, dtype=np.int64))
+            return
+        short = need > self.filled[runs]
+        if short.any():
+            self._grow(runs[short], need[short])
 
     def _grow(self, runs: NDArray[np.int64], need: NDArray[np.int64]) -> None:
         """Extend the prefix of each run in ``runs`` (distinct) to at least ``need`` positions."""
@@ -389,13 +392,11 @@ def k_pnn(
             )
             return t + cnt
 
-        def u(runs: NDArray[np.int64], t: NDArray[np.int64], d2=d2, local=local) -> Any:
-            idx = start[runs, None] + so(runs, local(runs, t))
-            return np.rint(np.sqrt(d2[idx]) * inv_g).astype(np.int64)
-
         noise = zw.take(2 * U).reshape(U, 2)  # (Z, W): fresh for every call
         thr = h + noise[:, 0] + gamma_int + noise[:, 1]
-        rank, capped = scan(u, start, m_rem, thr, m_rem * max_cycles, vpool, block=block)
+        rank, capped = pnn_scan(d2, start, m_rem, removed, thr, m_rem * max_cycles, vpool,
+                                table=None if so.identity else so.table, ensure=so.ensure,
+                                inv_g=inv_g, block=block)  # fmt: skip
         if capped.any():
             # all-⊥ transcript: a uniform remaining index from the query's randomness
             r = bits.arr(int(capped.sum()), np.uint64)
