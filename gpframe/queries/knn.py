@@ -39,7 +39,7 @@ from gpframe.mechanisms.svt import (
     SVTCalibration,
     calibrate_draws,
 )
-from gpframe.queries.knn_scan import pnn_scan
+from gpframe.queries.knn_scan import pnn_scan, positions, record
 
 __all__ = [
     "COMPAT",
@@ -57,6 +57,7 @@ COMPAT = (None, "reference")
 SCAN_ORDERS = ("random", "input")
 #: the reference's kNN threshold shift, in units of each call's b = 3/ε
 REFERENCE_GAMMA0 = -2.0
+_NO_TABLE = np.empty(0, dtype=np.int64)
 _NOTHING = "Nothing was charged."
 
 
@@ -371,43 +372,35 @@ def k_pnn(
     vpool = LaplacePool(cal.lam["query"], bits, chunk=max(1024, min(64 * U, 1 << 20)), grow=True)
     inv_g = float(1 / cal.g)  # a power of two: the products are exact
     removed = np.empty((U, 0), dtype=np.int64)  # scan positions taken, sorted per user
-    big = int(length.max()) + 1
+    taken = np.empty((U, k), dtype=np.int64)  # candidate index (start + local) of each answer
+    table = None if so.identity else so.table
     d2 = values(0, rows, owner) if static else None
     for j in range(k):
         if not static:
             d2 = values(j, rows, owner)
-            if j:
-                d2[start[:, None] + so(all_runs, removed)] = np.inf
+            d2[taken[:, :j]] = np.inf
         # exact min over each user's remaining candidates (1-Lipschitz, Lem. 4.9), snapped
         h = np.rint(np.sqrt(np.minimum.reduceat(d2, start)) * inv_g).astype(np.int64)
         m_rem = length - j
-        # adj[u, i] = removed[u, i] - i: rank t maps to t + #{i: adj[u, i] <= t}
-        adj = (removed - np.arange(j)[None, :] + np.arange(U)[:, None] * big).reshape(-1)
-
-        def local(runs: NDArray[np.int64], t: NDArray[np.int64], adj=adj, j=j) -> Any:
-            if j == 0:
-                return t
-            cnt = (
-                np.searchsorted(adj, t + (runs * big)[:, None], side="right") - (runs * j)[:, None]
-            )
-            return t + cnt
-
         noise = zw.take(2 * U).reshape(U, 2)  # (Z, W): fresh for every call
         thr = h + noise[:, 0] + gamma_int + noise[:, 1]
         rank, capped = pnn_scan(d2, start, m_rem, removed, thr, m_rem * max_cycles, vpool,
-                                table=None if so.identity else so.table, ensure=so.ensure,
-                                inv_g=inv_g, block=block)  # fmt: skip
+                                table=table, ensure=so.ensure, inv_g=inv_g,
+                                block=block)  # fmt: skip
+        pos = None
         if capped.any():
             # all-⊥ transcript: a uniform remaining index from the query's randomness
             r = bits.arr(int(capped.sum()), np.uint64)
             rank[capped] = (r % m_rem[capped].astype(np.uint64)).astype(np.int64)
-        pos = local(all_runs, rank[:, None])[:, 0]
-        loc = so(all_runs, pos[:, None])[:, 0]
-        out[:, j] = rows[start + loc]
-        capped_out[:, j] = capped
+            pos = positions(removed, rank)
+            so.ensure(all_runs, pos + 1)  # a random answer may lie past the order drawn so far
+            capped_out[:, j] = capped
+        if pos is None:  # every answer was visited, so the order is drawn that far
+            pos = positions(removed, rank)
+        removed = record(pos, removed, start, _NO_TABLE if table is None else table,
+                         table is None, rows, j, out, taken)  # fmt: skip
         if static and j + 1 < k:
-            d2[start + loc] = np.inf  # our own array: later calls see only the remaining
-        removed = np.sort(np.concatenate([removed, pos[:, None]], axis=1), axis=1)
+            d2[taken[:, j]] = np.inf  # our own array: later calls see only the remaining
     return out, capped_out
 
 

@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 
 from gpframe.mechanisms.svt import BLOCK_GROWTH, BLOCK_MAX, STEP_DRAWS
 
-__all__ = ["pnn_scan"]
+__all__ = ["pnn_scan", "positions", "record"]
 
 _NO_TABLE = np.empty(0, dtype=np.int64)
 
@@ -126,6 +126,54 @@ def block_step(
             keep[nk] = r
             nk += 1
     return keep[:nk]
+
+
+@njit(cache=True)
+def positions(removed: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Position in the scan order of each run's answer: rank t among the remaining candidates."""
+    pos = np.empty(rank.size, dtype=np.int64)
+    j = removed.shape[1]
+    for r in range(rank.size):
+        t = rank[r]
+        cnt = 0
+        while cnt < j and removed[r, cnt] - cnt <= t:
+            cnt += 1
+        pos[r] = t + cnt
+    return pos
+
+
+@njit(cache=True)
+def record(
+    pos: np.ndarray,
+    removed: np.ndarray,
+    start: np.ndarray,
+    table: np.ndarray,
+    identity: bool,
+    rows: np.ndarray,
+    j: int,
+    out: np.ndarray,
+    taken: np.ndarray,
+) -> np.ndarray:
+    """Store call j's answers and return ``removed`` with each run's new position inserted.
+
+    ``out[:, j]`` gets the row ids, ``taken[:, j]`` their index among the candidates.
+    """
+    U = pos.size
+    new = np.empty((U, j + 1), dtype=np.int64)
+    for r in range(U):
+        p = pos[r]
+        idx = start[r] + (p if identity else table[start[r] + p])
+        out[r, j] = rows[idx]
+        taken[r, j] = idx
+        i = 0
+        while i < j and removed[r, i] < p:
+            new[r, i] = removed[r, i]
+            i += 1
+        new[r, i] = p
+        while i < j:
+            new[r, i + 1] = removed[r, i]
+            i += 1
+    return new
 
 
 def pnn_scan(
