@@ -385,7 +385,8 @@ def k_pnn(
         noise = zw.take(2 * U).reshape(U, 2)  # (Z, W): fresh for every call
         thr = h + noise[:, 0] + gamma_int + noise[:, 1]
         rank, capped = pnn_scan(d2, start, m_rem, removed, thr, m_rem * max_cycles, vpool,
-                                table=table, ensure=so.ensure, inv_g=inv_g,
+                                table=table, ensure=so.ensure,
+                                filled=None if table is None else so.filled, inv_g=inv_g,
                                 block=block)  # fmt: skip
         pos = None
         if capped.any():

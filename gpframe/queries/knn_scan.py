@@ -49,14 +49,21 @@ def _count_removed(removed: np.ndarray, r: int, loc: int) -> int:
 
 @njit(cache=True)
 def block_need(
-    active: np.ndarray, done: np.ndarray, b: int, m: np.ndarray, removed: np.ndarray
-) -> np.ndarray:
-    """Per active run, 1 + the largest candidate position the next block of ``b`` visits covers.
+    active: np.ndarray,
+    done: np.ndarray,
+    b: int,
+    m: np.ndarray,
+    removed: np.ndarray,
+    filled: np.ndarray,
+) -> tuple[np.ndarray, bool]:
+    """Per active run, 1 + the largest position the next block covers; and if any is undrawn.
 
-    The visits of run r are ranks t mod m[r] for t = done[r] .. done[r] + b − 1 (past the cap
-    included, as the numpy scan computed them); the scan order must be drawn that far.
+    A run's order is drawn to ``filled[r]`` positions. The visits of run r are ranks t mod m[r]
+    for t = done[r] .. done[r] + b − 1 (past the cap included, as the numpy scan computed them);
+    the scan order must be drawn that far.
     """
     need = np.empty(active.size, dtype=np.int64)
+    short = False
     for a in range(active.size):
         r = active[a]
         mm = m[r]
@@ -64,7 +71,9 @@ def block_need(
         if top >= mm:
             top = mm - 1
         need[a] = top + _count_removed(removed, r, top) + 1
-    return need
+        if need[a] > filled[r]:
+            short = True
+    return need, short
 
 
 @njit(cache=True)
@@ -187,6 +196,7 @@ def pnn_scan(
     *,
     table: NDArray[np.int64] | None,
     ensure: Callable[[NDArray[np.int64], NDArray[np.int64]], None] | None,
+    filled: NDArray[np.int64] | None = None,
     inv_g: float,
     block: int,
 ) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
@@ -197,8 +207,9 @@ def pnn_scan(
     the scan order already taken. Rank t of run r is the remaining position visited t-th in a
     pass; ``table[start[r] + position]`` gives its local index (``table=None``: the identity).
     ``threshold`` holds T + W (lattice units), ``cap`` the visits allowed (0: capped at once).
-    ``ensure(runs, need)`` draws the scan order of each run up to ``need`` positions (called once
-    per block, after the block's draws, as the numpy scan did). Rank −1: capped.
+    ``ensure(runs, need)`` draws the scan order of each run up to ``need`` positions (called
+    after the block's draws, as the numpy scan did, whenever some run's order, drawn to
+    ``filled[r]`` positions, falls short: it draws nothing otherwise). Rank −1: capped.
     """
     U = int(start.size)
     rank = np.full(U, -1, dtype=np.int64)
@@ -210,11 +221,14 @@ def pnn_scan(
     tab = _NO_TABLE if table is None else table
     rem = np.ascontiguousarray(removed, dtype=np.int64)
     B = max(1, int(block))
+    drawn = np.zeros(U, dtype=np.int64) if filled is None else filled  # None: always ask
     while active.size:
         b = max(1, min(B, STEP_DRAWS // active.size))
         v = pool.take(active.size * b)
         if ensure is not None and not identity:
-            ensure(active, block_need(active, done, b, m, rem))
+            need, short = block_need(active, done, b, m, rem, drawn)
+            if short:
+                ensure(active, need)
         active = block_step(active, v, b, done, cap, m, start, tab, identity, rem, d2, inv_g,
                             threshold, rank, capped)  # fmt: skip
         B = min(BLOCK_GROWTH * B, BLOCK_MAX)

@@ -76,8 +76,9 @@ def test_compiled_scan_matches_the_numpy_block_scan(seed, order):
         pool = LaplacePool(lam, bits, chunk=256, grow=True)
         if compiled:
             table = None if so.identity else so.table
+            filled = None if so.identity else so.filled  # as k_pnn passes it
             got = pnn_scan(x, start, m, removed, thr, cap, pool, table=table, ensure=so.ensure,
-                           inv_g=inv_g, block=block)  # fmt: skip
+                           filled=filled, inv_g=inv_g, block=block)  # fmt: skip
         else:
             got = _numpy_scan(x, start, m, removed, thr, cap, pool, so, inv_g, block)
         state = (pool.calls, pool.drawn, bits.arr(4, np.uint64).tolist())
