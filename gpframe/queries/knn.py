@@ -345,11 +345,12 @@ def k_pnn(
     ``rows`` holds the candidate row ids of all users, grouped by user (contiguous blocks, any
     fixed order), ``length`` the number per user (all ≥ k); ``order`` maps a user's scan position
     to an index in its block (None: the block order itself). ``values(j, rows, owner)`` returns
-    the *squared* distances (float64, metres², a fresh array) of all candidates for call j (k-PNN:
-    to the query point, the same for every j: pass ``static=True`` and it is called once; PCH: to
-    anchor point P_j). Candidates chosen by earlier calls are set to +∞ (so the exact minimum h is
-    over the remaining ones) and skipped by the scan: the scan's rank t among the remaining maps to
-    the position t + #{removed positions ≤ it}. h and the visited distances are √ of the squared
+    the *squared* distances (float64, metres²; an array k_pnn may overwrite, written in full by
+    every call) of all candidates for call j (k-PNN: to the query point, the same for every j:
+    pass ``static=True`` and it is called once; PCH: to anchor point P_j). Candidates chosen by
+    earlier calls are set to +∞ (so the exact minimum h is over the remaining ones) and skipped by
+    the scan: the scan's rank t among the remaining maps to the position t + #{removed positions ≤
+    it}. h and the visited distances are √ of the squared
     ones snapped to the lattice ``cal.g`` (rint(d/g): exact and monotone, so min-then-snap =
     snap-then-min); only visited candidates are snapped. The caller guarantees |d/g| < 2⁵²
     (coordinates within ±2⁴⁰ m). Returns (selected row ids, shape (U, k); capped flags (U, k)).
