@@ -43,14 +43,20 @@ def tail(ts: list[float]) -> str:
     return f"gpframe p95 {p95:.1f} ms, p99 {p99:.1f} ms, max {max(ts) * 1e3:.1f} ms"
 
 
-def goal(name: object, ts: list[float]) -> str:
-    """The speed goal of each line: k = 1 by its p99, k = 16 and hulls by 100x the peer."""
+def goal(name: object, ts: list[float], cpu: list[float]) -> str:
+    """The speed goal of each line: k = 1 by its p99, k = 16 and hulls by 100x the peer; judged on
+    the wall clock and on the process's CPU time (a shared machine stretches only the first)."""
     if name == 1:
-        p99 = float(np.percentile(ts, 99)) * 1e3
-        return f"goal p99 <= 10 ms: {'OK' if p99 <= 10 else 'SLOW'}"
-    med = float(np.median(ts)) * 1e3
-    x = PEER_MS[name] / med
-    return f"{x:.0f}x the peer's {PEER_MS[name]} ms (goal >= 100x: {'OK' if x >= 100 else 'SLOW'})"
+        w, c = (float(np.percentile(x, 99)) * 1e3 for x in (ts, cpu))
+        return (
+            f"goal p99 <= 10 ms: wall {'OK' if w <= 10 else 'SLOW'}, CPU {c:.1f} ms "
+            f"{'OK' if c <= 10 else 'SLOW'}"
+        )
+    w, c = (PEER_MS[name] / (float(np.median(x)) * 1e3) for x in (ts, cpu))
+    return (
+        f"{w:.0f}x the peer's {PEER_MS[name]} ms (goal >= 100x: {'OK' if w >= 100 else 'SLOW'}; "
+        f"on CPU time {c:.0f}x {'OK' if c >= 100 else 'SLOW'})"
+    )
 
 
 def ref_time(fn, ts: list[float], skip: bool):
@@ -244,13 +250,14 @@ def main() -> None:
         if f"knn{k}" not in runs:
             continue
         for compat in modes:
-            tg, tr, ug, ur = [], [], [], []
+            tg, cg, tr, ug, ur = [], [], [], [], []
             for xy, q in zip(data, queries, strict=True):
                 lst = xy.tolist()
                 for _ in range(seeds):  # interleaved, so load hits both alike
-                    t = time.perf_counter()  # gpframe on the default source (os.urandom)
+                    t, c = time.perf_counter(), time.process_time()  # default source (os.urandom)
                     out = knn_indices(xy, codes, q, k, kind="cgp", amount=RHO, compat=compat)
                     tg.append(time.perf_counter() - t)
+                    cg.append(time.process_time() - c)
                     ug.append(ratio(xy, q, out.rows[0], k))
                     rows = ref_time(lambda: ref_knn(lst, q, k, RHO, nrng), tr, skip)  # noqa: B023
                     if rows is not None:
@@ -260,23 +267,24 @@ def main() -> None:
             if tr:
                 b_ms = np.median(tr) * 1e3
                 vs = (
-                    f" vs per-point loop {b_ms:.1f} ms, {b_ms / a_ms:.1f}x; utility ratio median"
+                    f"; vs per-point loop {b_ms:.1f} ms, {b_ms / a_ms:.1f}x; utility ratio median"
                     f" {np.median(ug):.2f} vs {np.median(ur):.2f} (peer 15.4 / 18.8 at k=1 / 16)"
                 )
             print(
-                f"knn k={k} compat={compat}: n={N}, {len(tg)} runs, gpframe p50 {a_ms:.2f} ms;"
-                f"{vs}; {tail(tg)}; {goal(k, tg)}"
+                f"knn k={k} compat={compat}: n={N}, {len(tg)} runs, gpframe p50 {a_ms:.2f} ms"
+                f"{vs}; {tail(tg)}; {goal(k, tg, cg)}"
             )  # fmt: skip
     for kfix in (16, None):
         if f"hull{kfix or 'rule'}" not in runs:
             continue
-        tg, tr, jg, jr = [], [], [], []
+        tg, cg, tr, jg, jr = [], [], [], [], []
         for xy in data:
             true = shapely.convex_hull(shapely.multipoints(xy))
             for _ in range(seeds):
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 h = private_hulls(xy, codes, kind="cgp", amount=RHO, k=kfix).hulls[0]
                 tg.append(time.perf_counter() - t)
+                cg.append(time.process_time() - c)
                 jg.append(h.intersection(true).area / h.union(true).area)
                 hr = ref_time(lambda: ref_hull(xy, RHO, nrng, k=kfix), tr, skip)  # noqa: B023
                 if hr is not None:
@@ -285,11 +293,11 @@ def main() -> None:
         vs = ""
         if tr:
             b_ms = np.median(tr) * 1e3
-            vs = (f" vs per-point loop {b_ms:.1f} ms, {b_ms / a_ms:.1f}x; Jaccard median"
+            vs = (f"; vs per-point loop {b_ms:.1f} ms, {b_ms / a_ms:.1f}x; Jaccard median"
                   f" {np.median(jg):.3f} vs {np.median(jr):.3f} (peer 0.582)")  # fmt: skip
         print(
-            f"convex_hull k={kfix or 'rule'}: n={N}, {len(tg)} runs, gpframe p50 {a_ms:.1f} ms;"
-            f"{vs}; {tail(tg)}; {goal('hull', tg)}"
+            f"convex_hull k={kfix or 'rule'}: n={N}, {len(tg)} runs, gpframe p50 {a_ms:.1f} ms"
+            f"{vs}; {tail(tg)}; {goal('hull', tg, cg)}"
         )
 
 
