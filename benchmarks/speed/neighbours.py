@@ -142,10 +142,13 @@ def ref_hull(xy, rho, rng, beta=0.1, alpha=0.92, k=None):
 # ------------------------------------------------------------ the scan before it was compiled
 
 
-def numpy_block_scan(d2, start, m, removed, threshold, cap, pool, *, table, ensure, inv_g, block):
+def numpy_block_scan(
+    d2, start, m, removed, threshold, cap, pool, *, table, ensure, filled=None, inv_g, block
+):
     """The former k-PNN scan (``--compare-scan``): the numpy block scan of ``svt.scan`` over a
     callable that maps ranks to positions, draws the order and snaps every position of the block.
-    Same arguments, draws and answers as ``queries.knn_scan.pnn_scan``."""
+    Same arguments, draws and answers as ``queries.knn_scan.pnn_scan`` (``filled`` unused: the
+    order is asked for every block, and draws nothing when already long enough)."""
     U, j = removed.shape
     big = int((m + j).max()) + 1
     adj = (removed - np.arange(j)[None, :] + np.arange(U)[:, None] * big).reshape(-1)
