@@ -201,7 +201,14 @@ class ScanOrder:
         if self.identity:
             return t
         runs = np.asarray(runs, dtype=np.int64)
-        self.ensure(runs, t.max(axis=1) + 1)
+        if runs.size == 1:
+            self.ensure(runs, t.max(axis=1) + 1)
+        else:  # runs may repeat here: the largest need of each
+            need = np.zeros(self.n.size, dtype=np.int64)
+            np.maximum.at(need, runs, t.max(axis=1) + 1)
+            short = np.flatnonzero(need > self.filled)
+            if short.size:
+                self._grow(short, need[short])
         return self.table[self.start[runs][:, None] + t]
 
     def ensure(self, runs: NDArray[np.int64], need: NDArray[np.int64]) -> None:
