@@ -39,6 +39,9 @@ from gpframe.queries.knn import (
     pnn_calibration,
     resolve_compat,
 )
+from gpframe.queries.knn_scan import squared_distances
+
+_NO_OWNER = np.empty(0, dtype=np.int64)
 
 __all__ = [
     "K_RULES",
@@ -562,28 +565,21 @@ def private_hulls(
 
         # gathered once (not at all when already in order): the k calls only change P_j
         gx, gy = (px, py) if ident and grp.size == U else (px[rem], py[rem])
-        # two buffers for all k calls (every call rewrites them in full): fresh arrays of n
-        # floats per call cost more in page faults than the arithmetic
-        bx, by = np.empty_like(gx), np.empty_like(gy)
+        # one buffer for all k calls (every call rewrites it in full): fresh arrays of n floats
+        # per call cost more in page faults than the arithmetic
+        buf = np.empty_like(gx)
+        who = _NO_OWNER if grp.size == 1 else None  # one user: no gather of P by owner
 
         def values(j: int, r: Any, owner: Any, cg=cg, rg=rg, theta=theta, gx=gx, gy=gy,
-                   bx=bx, by=by) -> Any:  # fmt: skip
+                   buf=buf, who=who) -> Any:  # fmt: skip
             P = cg + rg[:, None] * np.array([math.cos(theta[j]), math.sin(theta[j])])
             # the target P_j lies within R̃ of c̃, both noisy: a target beyond ±2**40 m (data near
             # that edge; check_noise_range refused the amounts that reach it) is clamped into the
             # data's range, where every distance snaps exactly. This is post-processing of c̃ and
             # R̃ and a no-op otherwise; it replaces a refusal that came after the draws (charged)
             np.clip(P, -_TARGET_MAX_M, _TARGET_MAX_M, out=P)
-            # (x − px)² + (y − py)², the same float operations as the expression, in place
-            if P.shape[0] == 1:  # one user: broadcast instead of gathering
-                np.subtract(gx, P[0, 0], out=bx)
-                np.subtract(gy, P[0, 1], out=by)
-            else:
-                np.subtract(gx, P[owner, 0], out=bx)
-                np.subtract(gy, P[owner, 1], out=by)
-            np.square(bx, out=bx)
-            np.square(by, out=by)
-            return np.add(bx, by, out=bx)
+            # (x − px)² + (y − py)² in one compiled pass, the same float operations
+            return squared_distances(gx, gy, P, owner if who is None else who, buf)
 
         sel, _ = k_pnn(rem, counts[grp], int(k_u), values, cal, gamma0_b=0.0,
                        order=ScanOrder(counts[grp], order, bits),

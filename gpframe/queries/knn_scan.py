@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 
 from gpframe.mechanisms.svt import BLOCK_GROWTH, BLOCK_MAX, STEP_DRAWS
 
-__all__ = ["pnn_scan", "positions", "record"]
+__all__ = ["pnn_scan", "positions", "record", "squared_distances"]
 
 _NO_TABLE = np.empty(0, dtype=np.int64)
 
@@ -135,6 +135,24 @@ def block_step(
             keep[nk] = r
             nk += 1
     return keep[:nk]
+
+
+@njit(cache=True)
+def squared_distances(
+    x: np.ndarray, y: np.ndarray, target: np.ndarray, owner: np.ndarray, out: np.ndarray
+) -> np.ndarray:
+    """``out[i] = (x[i] − target[o, 0])² + (y[i] − target[o, 1])²``, o = owner[i] (0 if empty).
+
+    One pass with the float operations of the numpy expression (two subtractions, two products,
+    one sum, each rounded; no fused multiply-add), so the same values.
+    """
+    one = owner.size == 0
+    for i in range(x.size):
+        o = 0 if one else owner[i]
+        dx = x[i] - target[o, 0]
+        dy = y[i] - target[o, 1]
+        out[i] = dx * dx + dy * dy
+    return out
 
 
 @njit(cache=True)

@@ -103,3 +103,18 @@ def test_halts_at_the_first_value_at_or_below_the_threshold_skipping_taken_posit
         got = pnn_scan(d2, start, np.array([4]), removed, np.array([thr]), np.array([8]),
                        _ZeroPool(), table=None, ensure=None, inv_g=1024.0, block=3)  # fmt: skip
         assert got[0].tolist() == [rank] and got[1].tolist() == [rank == -1]
+
+
+@pytest.mark.parametrize("users", [1, 6])
+def test_squared_distances_equal_the_numpy_expression_bit_for_bit(users):
+    from gpframe.queries.knn_scan import squared_distances
+
+    rs = np.random.default_rng(users)
+    for scale in (1e-3, 1.0, 1e4, 1e9):
+        x, y = rs.normal(0, scale, 50_000), rs.normal(0, scale, 50_000)
+        owner = np.sort(rs.integers(0, users, x.size))
+        target = rs.normal(0, scale, (users, 2))
+        want = (x - target[owner, 0]) ** 2 + (y - target[owner, 1]) ** 2
+        who = owner if users > 1 else np.empty(0, dtype=np.int64)
+        got = squared_distances(x, y, target, who, np.empty_like(x))
+        assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
