@@ -1,7 +1,7 @@
 """The SVT scan of one PNN call for many users, compiled: one pass per block, stopping at the ⊤.
 
-See ``docs/operations/knn.md`` (Method, Speed) and ``docs/noise.md`` (multi-draw); Liang & Yi,
-'Concentrated Geo-Privacy' (2023), Alg. 1, Alg. 2.
+See ``docs/operations/knn.md`` (Method; Speed and the cap) and ``docs/noise.md`` (multi-draw);
+Liang & Yi, 'Concentrated Geo-Privacy' (2023), Alg. 1, Alg. 2.
 
 The same algorithm as :func:`gpframe.mechanisms.svt.scan` on k-PNN's values, with the same block
 schedule and the same calls to the randomness in the same order: each step takes the block's
