@@ -175,7 +175,9 @@ class LaplacePool:
             self.drawn += m
             if self.grow:
                 self.chunk = min(2 * self.chunk, max(POOL_CHUNK_MAX, self.chunk))
-            self._buf = np.concatenate([self._buf[self._pos :], fresh])
+            # nothing left over (the usual case of a scan's blocks): the refill is the buffer,
+            # no copy of up to POOL_CHUNK_MAX draws
+            self._buf = np.concatenate([self._buf[self._pos :], fresh]) if left else fresh
             self._pos = 0
         out = self._buf[self._pos : self._pos + n]
         self._pos += n

@@ -39,6 +39,9 @@ from gpframe.queries.knn import (
     pnn_calibration,
     resolve_compat,
 )
+from gpframe.queries.knn_scan import squared_distances
+
+_NO_OWNER = np.empty(0, dtype=np.int64)
 
 __all__ = [
     "K_RULES",
@@ -504,12 +507,16 @@ def private_hulls(
     rel_c = _release_points(kind, ((lo + hi) / 2)[users], spend["centre"], ks, sqrt_up(2), bits)
     centre[users] = np.asarray(rel_c)
     # step 3: max distance to the *released* centre, 1-Lipschitz, at ρ₀/3
+    # the same float operations as hypot(x − cx, y − cy), in two buffers (fewer page faults)
     if U == 1:
-        d_c = np.hypot(ps[:, 0] - centre[0, 0], ps[:, 1] - centre[0, 1])
+        d_c = np.subtract(ps[:, 0], centre[0, 0])
+        dy = np.subtract(ps[:, 1], centre[0, 1])
     else:
         cs = c if ident else c[srt]
-        d_c = np.hypot(ps[:, 0] - centre[cs, 0], ps[:, 1] - centre[cs, 1])
-    rmax = np.maximum.reduceat(np.nan_to_num(d_c, nan=0.0), start)
+        d_c = np.subtract(ps[:, 0], centre[cs, 0])
+        dy = np.subtract(ps[:, 1], centre[cs, 1])
+    np.hypot(d_c, dy, out=d_c)
+    rmax = np.maximum.reduceat(np.nan_to_num(d_c, copy=False, nan=0.0), start)
     from gpframe import mechanisms as mech
 
     if kind == "cgp":
@@ -558,17 +565,21 @@ def private_hulls(
 
         # gathered once (not at all when already in order): the k calls only change P_j
         gx, gy = (px, py) if ident and grp.size == U else (px[rem], py[rem])
+        # one buffer for all k calls (every call rewrites it in full): fresh arrays of n floats
+        # per call cost more in page faults than the arithmetic
+        buf = np.empty_like(gx)
+        who = _NO_OWNER if grp.size == 1 else None  # one user: no gather of P by owner
 
-        def values(j: int, r: Any, owner: Any, cg=cg, rg=rg, theta=theta, gx=gx, gy=gy) -> Any:
+        def values(j: int, r: Any, owner: Any, cg=cg, rg=rg, theta=theta, gx=gx, gy=gy,
+                   buf=buf, who=who) -> Any:  # fmt: skip
             P = cg + rg[:, None] * np.array([math.cos(theta[j]), math.sin(theta[j])])
             # the target P_j lies within R̃ of c̃, both noisy: a target beyond ±2**40 m (data near
             # that edge; check_noise_range refused the amounts that reach it) is clamped into the
             # data's range, where every distance snaps exactly. This is post-processing of c̃ and
             # R̃ and a no-op otherwise; it replaces a refusal that came after the draws (charged)
             np.clip(P, -_TARGET_MAX_M, _TARGET_MAX_M, out=P)
-            if P.shape[0] == 1:  # one user: broadcast instead of gathering
-                return (gx - P[0, 0]) ** 2 + (gy - P[0, 1]) ** 2
-            return (gx - P[owner, 0]) ** 2 + (gy - P[owner, 1]) ** 2
+            # (x − px)² + (y − py)² in one compiled pass, the same float operations
+            return squared_distances(gx, gy, P, owner if who is None else who, buf)
 
         sel, _ = k_pnn(rem, counts[grp], int(k_u), values, cal, gamma0_b=0.0,
                        order=ScanOrder(counts[grp], order, bits),

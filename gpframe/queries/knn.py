@@ -12,7 +12,8 @@ data-independent order, cyclically, up to a public cap. Nothing is shared betwee
 distance or noise is returned.
 
 All users are processed together: each call of every user is one vectorised step, and the scans
-of all users share the sampler calls (:func:`gpframe.mechanisms.svt.scan`).
+of all users share the sampler calls; each block is tested by one compiled loop
+(:func:`gpframe.queries.knn_scan.pnn_scan`).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from gpframe.mechanisms.svt import (
     LaplacePool,
     SVTCalibration,
     calibrate_draws,
-    scan,
 )
+from gpframe.queries.knn_scan import pnn_scan, positions, record
 
 __all__ = [
     "COMPAT",
@@ -56,6 +57,7 @@ COMPAT = (None, "reference")
 SCAN_ORDERS = ("random", "input")
 #: the reference's kNN threshold shift, in units of each call's b = 3/ε
 REFERENCE_GAMMA0 = -2.0
+_NO_TABLE = np.empty(0, dtype=np.int64)
 _NOTHING = "Nothing was charged."
 
 
@@ -200,17 +202,26 @@ class ScanOrder:
             return t
         runs = np.asarray(runs, dtype=np.int64)
         if runs.size == 1:
-            r = int(runs[0])
-            need = int(t.max()) + 1
-            if need > self.filled[r]:
-                self._grow(runs, np.array([need], dtype=np.int64))
-        else:
+            self.ensure(runs, t.max(axis=1) + 1)
+        else:  # runs may repeat here: the largest need of each
             need = np.zeros(self.n.size, dtype=np.int64)
             np.maximum.at(need, runs, t.max(axis=1) + 1)
             short = np.flatnonzero(need > self.filled)
             if short.size:
                 self._grow(short, need[short])
         return self.table[self.start[runs][:, None] + t]
+
+    def ensure(self, runs: NDArray[np.int64], need: NDArray[np.int64]) -> None:
+        """Draw the order of each run in ``runs`` (distinct, increasing) to ``need`` positions."""
+        if self.identity:
+            return
+        if runs.size == 1:
+            if need[0] > self.filled[runs[0]]:
+                self._grow(runs, np.asarray(need, dtype=np.int64))
+            return
+        short = need > self.filled[runs]
+        if short.any():
+            self._grow(runs[short], need[short])
 
     def _grow(self, runs: NDArray[np.int64], need: NDArray[np.int64]) -> None:
         """Extend the prefix of each run in ``runs`` (distinct) to at least ``need`` positions."""
@@ -289,7 +300,7 @@ class ScanOrder:
         unseen = ~self.seen[key]
         own, local = own[unseen], local[unseen]
         rk = self.bits.arr(own.size, np.uint64)
-        perm = np.lexsort((rk, own)) if runs.size > 1 else np.argsort(rk, kind="stable")
+        perm = np.lexsort((rk, own)) if runs.size > 1 else _stable_argsort(rk)
         own, local = own[perm], local[perm]
         cnt = np.bincount(own, minlength=runs.size)
         rank = np.arange(own.size, dtype=np.int64) - _starts(cnt)[own]
@@ -297,6 +308,19 @@ class ScanOrder:
         self.table[self.start[runs][own] + filled[own] + rank] = local
         self.seen[self.start[runs][own] + local] = True
         self.filled[runs] = n_r
+
+
+def _stable_argsort(keys: NDArray[np.uint64]) -> NDArray[np.intp]:
+    """``np.argsort(keys, kind="stable")``, by the faster unstable sort when no two keys tie.
+
+    Distinct keys have one sorted order, so any sort returns the same permutation; ties (for
+    random 64-bit keys, probability below n²/2⁶⁵) take the stable sort.
+    """
+    perm = np.argsort(keys)
+    srt = keys[perm]
+    if bool((srt[1:] == srt[:-1]).any()):
+        return np.argsort(keys, kind="stable")
+    return perm
 
 
 def group_rows(codes: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -341,11 +365,12 @@ def k_pnn(
     ``rows`` holds the candidate row ids of all users, grouped by user (contiguous blocks, any
     fixed order), ``length`` the number per user (all ≥ k); ``order`` maps a user's scan position
     to an index in its block (None: the block order itself). ``values(j, rows, owner)`` returns
-    the *squared* distances (float64, metres², a fresh array) of all candidates for call j (k-PNN:
-    to the query point, the same for every j: pass ``static=True`` and it is called once; PCH: to
-    anchor point P_j). Candidates chosen by earlier calls are set to +∞ (so the exact minimum h is
-    over the remaining ones) and skipped by the scan: the scan's rank t among the remaining maps to
-    the position t + #{removed positions ≤ it}. h and the visited distances are √ of the squared
+    the *squared* distances (float64, metres²; an array k_pnn may overwrite, written in full by
+    every call) of all candidates for call j (k-PNN: to the query point, the same for every j:
+    pass ``static=True`` and it is called once; PCH: to anchor point P_j). Candidates chosen by
+    earlier calls are set to +∞ (so the exact minimum h is over the remaining ones) and skipped by
+    the scan: the scan's rank t among the remaining maps to the position t + #{removed positions ≤
+    it}. h and the visited distances are √ of the squared
     ones snapped to the lattice ``cal.g`` (rint(d/g): exact and monotone, so min-then-snap =
     snap-then-min); only visited candidates are snapped. The caller guarantees |d/g| < 2⁵²
     (coordinates within ±2⁴⁰ m). Returns (selected row ids, shape (U, k); capped flags (U, k)).
@@ -368,45 +393,36 @@ def k_pnn(
     vpool = LaplacePool(cal.lam["query"], bits, chunk=max(1024, min(64 * U, 1 << 20)), grow=True)
     inv_g = float(1 / cal.g)  # a power of two: the products are exact
     removed = np.empty((U, 0), dtype=np.int64)  # scan positions taken, sorted per user
-    big = int(length.max()) + 1
+    taken = np.empty((U, k), dtype=np.int64)  # candidate index (start + local) of each answer
+    table = None if so.identity else so.table
     d2 = values(0, rows, owner) if static else None
     for j in range(k):
         if not static:
             d2 = values(j, rows, owner)
-            if j:
-                d2[start[:, None] + so(all_runs, removed)] = np.inf
+            d2[taken[:, :j]] = np.inf
         # exact min over each user's remaining candidates (1-Lipschitz, Lem. 4.9), snapped
         h = np.rint(np.sqrt(np.minimum.reduceat(d2, start)) * inv_g).astype(np.int64)
         m_rem = length - j
-        # adj[u, i] = removed[u, i] - i: rank t maps to t + #{i: adj[u, i] <= t}
-        adj = (removed - np.arange(j)[None, :] + np.arange(U)[:, None] * big).reshape(-1)
-
-        def local(runs: NDArray[np.int64], t: NDArray[np.int64], adj=adj, j=j) -> Any:
-            if j == 0:
-                return t
-            cnt = (
-                np.searchsorted(adj, t + (runs * big)[:, None], side="right") - (runs * j)[:, None]
-            )
-            return t + cnt
-
-        def u(runs: NDArray[np.int64], t: NDArray[np.int64], d2=d2, local=local) -> Any:
-            idx = start[runs, None] + so(runs, local(runs, t))
-            return np.rint(np.sqrt(d2[idx]) * inv_g).astype(np.int64)
-
         noise = zw.take(2 * U).reshape(U, 2)  # (Z, W): fresh for every call
         thr = h + noise[:, 0] + gamma_int + noise[:, 1]
-        rank, capped = scan(u, start, m_rem, thr, m_rem * max_cycles, vpool, block=block)
+        rank, capped = pnn_scan(d2, start, m_rem, removed, thr, m_rem * max_cycles, vpool,
+                                table=table, ensure=so.ensure,
+                                filled=None if table is None else so.filled, inv_g=inv_g,
+                                block=block)  # fmt: skip
+        pos = None
         if capped.any():
             # all-⊥ transcript: a uniform remaining index from the query's randomness
             r = bits.arr(int(capped.sum()), np.uint64)
             rank[capped] = (r % m_rem[capped].astype(np.uint64)).astype(np.int64)
-        pos = local(all_runs, rank[:, None])[:, 0]
-        loc = so(all_runs, pos[:, None])[:, 0]
-        out[:, j] = rows[start + loc]
-        capped_out[:, j] = capped
+            pos = positions(removed, rank)
+            so.ensure(all_runs, pos + 1)  # a random answer may lie past the order drawn so far
+            capped_out[:, j] = capped
+        if pos is None:  # every answer was visited, so the order is drawn that far
+            pos = positions(removed, rank)
+        removed = record(pos, removed, start, _NO_TABLE if table is None else table,
+                         table is None, rows, j, out, taken)  # fmt: skip
         if static and j + 1 < k:
-            d2[start + loc] = np.inf  # our own array: later calls see only the remaining
-        removed = np.sort(np.concatenate([removed, pos[:, None]], axis=1), axis=1)
+            d2[taken[:, j]] = np.inf  # our own array: later calls see only the remaining
     return out, capped_out
 
 
@@ -657,7 +673,12 @@ def knn_indices(
     cals = {int(kk): pnn_calibration(call_eps(kind, amt, int(kk), ks)) for kk in np.unique(ku)}
     bits = resolve_rng(rng)
     _check_extent(p, q)
-    d2 = (p[:, 0] - q[0]) ** 2 + (p[:, 1] - q[1]) ** 2
+    # (x − qx)² + (y − qy)² with the expression's float operations, in two buffers, not five
+    d2 = np.subtract(p[:, 0], q[0])
+    dy = np.subtract(p[:, 1], q[1])
+    np.square(d2, out=d2)
+    np.square(dy, out=dy)
+    d2 += dy
     grouped = group_rows(c)
     rows: list[NDArray[np.int64]] = [np.empty(0, np.int64)] * U
     capped: list[NDArray[np.bool_]] = [np.empty(0, bool)] * U

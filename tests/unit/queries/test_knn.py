@@ -380,3 +380,13 @@ def test_knn_error_bound_stays_finite_at_the_smallest_beta(beta, gamma0_b):
         )
     assert np.isfinite(got)
     assert got == pytest.approx(float(want), rel=1e-9)
+
+
+@pytest.mark.parametrize("top", [3, 2**64 - 1])
+def test_scan_order_sort_is_the_stable_sort_even_with_ties(top):
+    from gpframe.queries.knn import _stable_argsort
+
+    rs = np.random.default_rng(top % 1000)
+    for n in (0, 1, 2, 700):
+        keys = rs.integers(0, top, n, dtype=np.uint64)
+        assert _stable_argsort(keys).tolist() == np.argsort(keys, kind="stable").tolist()
