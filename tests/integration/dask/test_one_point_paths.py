@@ -2,7 +2,8 @@
 
 ``range_count``, ``kde_raster`` and ``kde`` fetch few candidates to the client
 (``gpframe.dask.one_point.CLIENT_ROWS``), which keeps the winners itself: no task exchanges
-candidates between workers and the release tasks get their points in their graph. More
+candidates between workers; the client releases few users itself (``CLIENT_RELEASE``), more
+are released by tasks that get their points in their graph. More
 candidates stay on the workers and are exchanged there: directly (one piece per output
 partition, up to ``DIRECT_EXCHANGE`` partitions) or by dask's task shuffle. Every way must put
 each user in the output partition that the shuffle of every row gives it (``FULL_SHUFFLE``),
@@ -53,9 +54,12 @@ WAYS = {
     "task-shuffle": (0, 2),
     "client-split": (op_mod.CLIENT_ROWS, 2),
 }
+SLOW_WAYS = {"direct", "client-split"}
 
 
-@pytest.mark.parametrize("way", list(WAYS))
+@pytest.mark.parametrize(
+    "way", [pytest.param(w, marks=pytest.mark.slow) if w in SLOW_WAYS else w for w in WAYS]
+)
 def test_every_way_selects_the_full_shuffles_users_and_points(cluster, way, monkeypatch):
     ddf = dd.from_pandas(_tracks(), npartitions=NPART)
     sel = Component(gp.Last("t"), None)
@@ -79,7 +83,8 @@ def test_every_way_selects_the_full_shuffles_users_and_points(cluster, way, monk
     "users",
     [
         lambda u: u,  # int64: hashed as float64, as dask's shuffle casts numeric keys
-        lambda u: np.array([f"user-{v}" for v in u], dtype=object),
+        pytest.param(lambda u: np.array([f"user-{v}" for v in u], dtype=object),
+                     marks=pytest.mark.slow),
         pytest.param(lambda u: pd.array([f"u{v}" for v in u], dtype="string[pyarrow]"),
                      marks=pytest.mark.slow),
         pytest.param(lambda u: u * 0.5, marks=pytest.mark.slow),
@@ -95,8 +100,23 @@ def test_output_partition_is_the_hash_of_dasks_shuffle(cluster, users):
         assert sorted(part.tolist()) == sorted(df["u"][to == j].tolist())
 
 
-@pytest.mark.parametrize("op", ["range_count", pytest.param("kde_raster", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("way", ["client", "direct"])
+#: (CLIENT_ROWS, CLIENT_RELEASE): the client releases the points it holds; the workers release
+#: the points the client sent in their tasks' graph; the workers release the points they hold
+RELEASES = {
+    "client": (op_mod.CLIENT_ROWS, op_mod.CLIENT_RELEASE),
+    "tasks-with-points": (op_mod.CLIENT_ROWS, 0),
+    "tasks": (0, op_mod.CLIENT_RELEASE),
+}
+
+
+@pytest.mark.parametrize(
+    "op", ["range_count", pytest.param("kde_raster", marks=pytest.mark.slow),
+           pytest.param("kde", marks=pytest.mark.slow)],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    "way", [pytest.param(w, marks=pytest.mark.slow) if w == "tasks-with-points" else w
+            for w in RELEASES],
+)  # fmt: skip
 def test_same_released_values_and_charges_every_way(cluster, op, way, monkeypatch):
     ddf = dd.from_pandas(_tracks(seed=6), npartitions=NPART)
 
@@ -106,6 +126,9 @@ def test_same_released_values_and_charges_every_way(cluster, op, way, monkeypatc
         acc = ddf.geopriv(s, **KW)
         if op == "range_count":
             res = acc.range_count(ZONE, rho=1e-5, component=gp.Last("t"), rng=seeded_rng(8))
+        elif op == "kde":
+            res = acc.kde([(500_000, 4_500_000), (501_000, 4_499_000)], bandwidth_m=800,
+                          rho=1e-5, component=gp.Last("t"), rng=seeded_rng(8))  # fmt: skip
         else:
             res = acc.kde_raster(bandwidth_m=800, cell_m=400, rho=1e-5, component=gp.Last("t"),
                                  bounds=(496_000, 4_496_000, 504_000, 4_504_000),
@@ -113,25 +136,30 @@ def test_same_released_values_and_charges_every_way(cluster, op, way, monkeypatc
         return s, res
 
     s_old, b = call(True)
-    monkeypatch.setattr(op_mod, "CLIENT_ROWS", WAYS[way][0])
+    monkeypatch.setattr(op_mod, "CLIENT_ROWS", RELEASES[way][0])
+    monkeypatch.setattr(op_mod, "CLIENT_RELEASE", RELEASES[way][1])
     s_new, a = call(False)
     pd.testing.assert_series_equal(s_new.spent().sort_index(), s_old.spent().sort_index())
     if op == "range_count":
         assert (a.value, a.error, a.n_charged) == (b.value, b.error, b.n_charged)
         assert a.params["rounds_histogram"] == b.params["rounds_histogram"]
+    elif op == "kde":
+        pd.testing.assert_frame_equal(pd.DataFrame(a.value).drop(columns="query_id"),
+                                      pd.DataFrame(b.value).drop(columns="query_id"))
     else:
         np.testing.assert_array_equal(np.asarray(a.value), np.asarray(b.value))
 
 
-def test_a_count_of_few_candidates_runs_no_exchange_task(cluster):
-    # the fixed cost of a query: its tasks are the first stage, the fetch of its candidates and
-    # the release; no shuffle, no exchange, no task that only sends a check
+def test_a_count_of_few_users_is_one_round_trip_of_first_pass_tasks(cluster):
+    # the fixed cost of a query: its only tasks are the first stage and the fetch of its
+    # candidates; no shuffle, no exchange, no task that only sends a check, no release task
     from distributed import get_task_stream
 
     ddf = dd.from_pandas(_tracks(), npartitions=NPART).persist()
     bound = ddf.geopriv(gp.Session(budget=gp.CGP(rho=1e-3)), **KW)
     with get_task_stream() as ts:
-        bound.range_count(ZONE, rho=1e-5, component=gp.Last("t"))
+        res = bound.range_count(ZONE, rho=1e-5, component=gp.Last("t"))
+    assert res.n_charged == 200
     names = {str(t["key"]).split("-")[0].strip("('\"") for t in ts.data}
-    assert names <= {"candidate_pieces", "_small", "count_partition", "frompandas"}, names
-    assert {"candidate_pieces", "_small", "count_partition"} <= names
+    assert names <= {"candidate_pieces", "_small", "frompandas"}, names
+    assert {"candidate_pieces", "_small"} <= names
