@@ -31,9 +31,8 @@ import pandas as pd
 from gpframe.errors import GpframeInternalError, InvalidInputError
 
 __all__ = [
-    "CLIENT_RELEASE", "CLIENT_ROWS", "DIRECT_EXCHANGE", "Candidates", "OnePoint",
-    "candidate_pieces", "candidates", "one_point_candidates", "one_point_pass",
-    "output_partition", "winners", "winners_of",
+    "Candidates", "OnePoint", "candidate_pieces", "candidates", "one_point_candidates",
+    "one_point_pass", "output_partition", "winners", "winners_of",
 ]
 
 _NOTHING = "Nothing was charged."
@@ -186,21 +185,6 @@ class OnePoint:
         """Each partition's digest (its recomputation must find the same users)."""
         return list(self.digests)
 
-    def release(self, fn: Any, args: list[tuple[Any, ...]]) -> list[Any]:
-        """Return ``fn(parts[i], *args[i])`` for every partition ``i``: the release pass.
-
-        When the client holds every partition's points and the users are few
-        (:data:`CLIENT_RELEASE`), it runs the calls itself, one after the other, each with its
-        partition's stream: the same calls, the same values as tasks would give, without a round
-        trip to the cluster. Otherwise one task per partition runs its call on a worker.
-        """
-        import dask
-
-        if len(self.users) <= CLIENT_RELEASE and all(isinstance(p, tuple) for p in self.parts):
-            return [fn(p, *a) for p, a in zip(self.parts, args, strict=True)]
-        return list(dask.compute(*[dask.delayed(fn)(p, *a)
-                                   for p, a in zip(self.parts, args, strict=True)]))  # fmt: skip
-
 
 #: with ``fetch=True``, the selected points (or the candidates) of at most this many rows in all
 #: come back to the client with the first pass's checks, in the same round trip: the client keeps
@@ -208,9 +192,6 @@ class OnePoint:
 #: their graph, so no task exchanges candidates between workers and no task only sends the
 #: client a check. Above it, the points stay on the workers.
 CLIENT_ROWS = 1_000_000
-#: the release pass of at most this many users runs on the client when it holds their points
-#: (:meth:`OnePoint.release`); more users are released by one task per partition, in parallel
-CLIENT_RELEASE = 100_000
 
 
 def one_point_pass(

@@ -104,18 +104,12 @@ def test_a_worker_killed_mid_draw_is_recomputed_and_charged_once(cluster, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_count_recomputes_its_first_pass_and_charges_once(
-    cluster, monkeypatch
-):
+def test_a_worker_killed_mid_count_recomputes_its_first_pass_and_charges_once(cluster):
     # range_count keeps each partition's selected points on its worker between the passes: a
     # killed worker loses them, Dask recomputes them (the same users, checked by digest), and
     # the count is charged once
     import shapely
 
-    import gpframe.dask.one_point as one_point
-
-    # points the client held would be released there: keep them on the workers, as many are
-    monkeypatch.setattr(one_point, "CLIENT_ROWS", 0)
     df = _frame()
     s = gp.Session(budget=gp.CGP(rho=1e-3))
     bound = dd.from_pandas(df, npartitions=2).geopriv(s, **KW)

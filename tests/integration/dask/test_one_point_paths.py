@@ -2,8 +2,7 @@
 
 ``range_count``, ``kde_raster`` and ``kde`` fetch few candidates to the client
 (``gpframe.dask.one_point.CLIENT_ROWS``), which keeps the winners itself: no task exchanges
-candidates between workers; the client releases few users itself (``CLIENT_RELEASE``), more
-are released by tasks that get their points in their graph. More
+candidates between workers and the release tasks get their points in their graph. More
 candidates stay on the workers and are exchanged there: directly (one piece per output
 partition, up to ``DIRECT_EXCHANGE`` partitions) or by dask's task shuffle. Every way must put
 each user in the output partition that the shuffle of every row gives it (``FULL_SHUFFLE``),
@@ -100,23 +99,16 @@ def test_output_partition_is_the_hash_of_dasks_shuffle(cluster, users):
         assert sorted(part.tolist()) == sorted(df["u"][to == j].tolist())
 
 
-#: (CLIENT_ROWS, CLIENT_RELEASE): the client releases the points it holds; the workers release
-#: the points the client sent in their tasks' graph; the workers release the points they hold
-RELEASES = {
-    "client": (op_mod.CLIENT_ROWS, op_mod.CLIENT_RELEASE),
-    "tasks-with-points": (op_mod.CLIENT_ROWS, 0),
-    "tasks": (0, op_mod.CLIENT_RELEASE),
-}
+#: CLIENT_ROWS: the release tasks get the points the client holds in their graph; the points
+#: stay on the workers
+RELEASES = {"client": op_mod.CLIENT_ROWS, "workers": 0}
 
 
 @pytest.mark.parametrize(
     "op", ["range_count", pytest.param("kde_raster", marks=pytest.mark.slow),
            pytest.param("kde", marks=pytest.mark.slow)],
 )  # fmt: skip
-@pytest.mark.parametrize(
-    "way", [pytest.param(w, marks=pytest.mark.slow) if w == "tasks-with-points" else w
-            for w in RELEASES],
-)  # fmt: skip
+@pytest.mark.parametrize("way", list(RELEASES))
 def test_same_released_values_and_charges_every_way(cluster, op, way, monkeypatch):
     ddf = dd.from_pandas(_tracks(seed=6), npartitions=NPART)
 
@@ -136,8 +128,7 @@ def test_same_released_values_and_charges_every_way(cluster, op, way, monkeypatc
         return s, res
 
     s_old, b = call(True)
-    monkeypatch.setattr(op_mod, "CLIENT_ROWS", RELEASES[way][0])
-    monkeypatch.setattr(op_mod, "CLIENT_RELEASE", RELEASES[way][1])
+    monkeypatch.setattr(op_mod, "CLIENT_ROWS", RELEASES[way])
     s_new, a = call(False)
     pd.testing.assert_series_equal(s_new.spent().sort_index(), s_old.spent().sort_index())
     if op == "range_count":
@@ -150,9 +141,9 @@ def test_same_released_values_and_charges_every_way(cluster, op, way, monkeypatc
         np.testing.assert_array_equal(np.asarray(a.value), np.asarray(b.value))
 
 
-def test_a_count_of_few_users_is_one_round_trip_of_first_pass_tasks(cluster):
-    # the fixed cost of a query: its only tasks are the first stage and the fetch of its
-    # candidates; no shuffle, no exchange, no task that only sends a check, no release task
+def test_a_count_of_few_candidates_runs_no_exchange_task(cluster):
+    # the fixed cost of a query: its tasks are the first stage, the fetch of its candidates and
+    # the release; no shuffle, no exchange, no task that only sends a check
     from distributed import get_task_stream
 
     ddf = dd.from_pandas(_tracks(), npartitions=NPART).persist()
@@ -161,5 +152,5 @@ def test_a_count_of_few_users_is_one_round_trip_of_first_pass_tasks(cluster):
         res = bound.range_count(ZONE, rho=1e-5, component=gp.Last("t"))
     assert res.n_charged == 200
     names = {str(t["key"]).split("-")[0].strip("('\"") for t in ts.data}
-    assert names <= {"candidate_pieces", "_small", "frompandas"}, names
-    assert {"candidate_pieces", "_small"} <= names
+    assert names <= {"candidate_pieces", "_small", "count_partition", "frompandas"}, names
+    assert {"candidate_pieces", "_small", "count_partition"} <= names
