@@ -12,8 +12,9 @@ value column), one warm-up, then the best of ``--repeat`` timed runs of
 
 A frame not partitioned by user is not shuffled row by row (``docs/beyond-one-machine.md``):
 privatize counts each user's points per partition and sums them on the client; the
-one-point-per-user operations (range_count, kde_raster) shuffle only each partition's candidate
-rows (one per user and partition). ``--indexed`` gives the Dask path a frame already indexed by
+one-point-per-user operations (range_count, kde_raster) move only each partition's candidate
+rows (one per user and partition): to the client, which keeps each user's winner, when they are
+few (here), else between the workers. ``--indexed`` gives the Dask path a frame already indexed by
 user (what ``set_index`` once, or data written partitioned by user, gives). ``--compare``
 measures in the same run, interleaved: the pandas path, the Dask path on the frame as it is, the
 same with every row shuffled on the user column first (the former way,
