@@ -1,7 +1,8 @@
 """The Dask face on a LocalCluster (2 workers, 1 thread each) vs the pandas face, same points.
 
 For each operation of the Dask face (privatize, range_count, kde_raster: one point per user, the
-last by time), one warm-up, then the best of ``--repeat`` timed runs of
+last by time; grid_stats: ``epsilon_per_user=2, occupancy="public"``, H3 resolution 7, on a
+value column), one warm-up, then the best of ``--repeat`` timed runs of
 
 * the pandas path: ``df.geopriv(...).<op>(...)`` on one in-memory frame (the baseline);
 * the Dask path: ``ddf.geopriv(...).<op>(...)`` on the same points, already on the workers
@@ -11,15 +12,21 @@ last by time), one warm-up, then the best of ``--repeat`` timed runs of
 
 A frame not partitioned by user is not shuffled row by row (``docs/beyond-one-machine.md``):
 privatize counts each user's points per partition and sums them on the client; the
-one-point-per-user operations (range_count, kde_raster) shuffle only each partition's candidate
-rows (one per user and partition). ``--indexed`` gives the Dask path a frame already indexed by
+one-point-per-user operations (range_count, kde_raster) move only each partition's candidate
+rows (one per user and partition): to the client, which keeps each user's winner, when they are
+few (here), else between the workers. ``--indexed`` gives the Dask path a frame already indexed by
 user (what ``set_index`` once, or data written partitioned by user, gives). ``--compare``
 measures in the same run, interleaved: the pandas path, the Dask path on the frame as it is, the
 same with every row shuffled on the user column first (the former way,
 ``gpframe.dask.partitions.FULL_SHUFFLE``) and the Dask path on the frame indexed by user.
 
 Every run charges a fresh in-memory Session, so ledger work is included on both sides. Prints
-seconds per path and the ratio Dask / pandas (goal: <= 1.5x at 10**6 points).
+seconds per path and the ratio Dask / pandas (goal: <= 1.5x at 10**6 points), and the cluster's
+floor, best of 5: an empty ``client.submit(lambda: 0).result()`` (one round trip) and
+``ddf.map_partitions(len).compute()`` on the same points (one task per partition, the least a
+pass over the data costs). ``--worker-env no-trim`` starts the workers without the
+``MALLOC_TRIM_THRESHOLD_=65536`` that Dask's nanny sets by default (which makes numpy's
+temporary arrays cost fresh pages on every allocation): what part of the first pass is that.
 
     PYTHONPATH=. python benchmarks/speed/dask_path.py --points 1000000
 """
@@ -55,11 +62,22 @@ def data(n: int, users: int) -> pd.DataFrame:
     })  # fmt: skip
 
 
+def with_values(df: pd.DataFrame) -> pd.DataFrame:
+    """The same points with a value column in [0, 10] (grid_stats)."""
+    return df.assign(v=np.random.default_rng(1).uniform(0, 10, len(df)))  # true values only
+
+
 def session() -> gp.Session:
     return gp.Session(budget=gp.CGP(rho=1.0))
 
 
 KW = {"user": "user_id", "x": "x", "y": "y", "crs": CRS, "public": ["t"]}
+GRID = {"value": "v", "bounds": (0, 10), "epsilon_per_user": 2.0, "cells": 7,
+        "occupancy": "public"}  # fmt: skip
+
+
+def grid_stats(frame) -> None:
+    frame.geopriv(gp.Session(central=gp.DP(epsilon=10.0)), **KW).grid_stats(**GRID)
 
 
 def best(fn, repeat: int) -> float:
@@ -82,26 +100,39 @@ def main() -> None:
                     help="give the Dask path a frame indexed by user (no shuffle per query)")
     ap.add_argument("--compare", action="store_true",
                     help="as it is vs full shuffle vs indexed by user, interleaved in one run")
-    ap.add_argument("--ops", nargs="+", default=["privatize", "range_count", "kde_raster"],
-                    choices=["privatize", "range_count", "kde_raster"])
+    ap.add_argument("--ops", nargs="+",
+                    default=["privatize", "range_count", "kde_raster", "grid_stats"],
+                    choices=["privatize", "range_count", "kde_raster", "grid_stats"])
+    ap.add_argument("--worker-env", choices=["default", "no-trim"], default="default",
+                    help="no-trim: workers without Dask's MALLOC_TRIM_THRESHOLD_=65536")
     args = ap.parse_args()
 
+    import dask
     import dask.dataframe as dd
     from distributed import Client, LocalCluster
 
     logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
+    if args.worker_env == "no-trim":
+        dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None})
     df = data(args.points, args.users)
     tmp = Path(tempfile.mkdtemp())
     with LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
         silence_logs=logging.ERROR,
-    ) as lc, Client(lc):  # fmt: skip
+    ) as lc, Client(lc) as client:  # fmt: skip
         ddf = dd.from_pandas(df, npartitions=args.partitions).persist()
         if args.indexed:  # partitioned by user already (sorted, known divisions): no shuffle
             ddf = ddf.set_index("user_id").persist()
         print(f"{args.points:,} points, {args.users:,} users, {args.partitions} partitions, "
-              "LocalCluster 2 workers x 1 thread, "
+              f"LocalCluster 2 workers x 1 thread (worker env: {args.worker_env}), "
               f"{'indexed by user' if args.indexed else 'not partitioned by user'}")
+        floors(client, ddf)
+        gdf = with_values(df) if "grid_stats" in args.ops else None
+        gddf = None
+        if gdf is not None:
+            gddf = dd.from_pandas(gdf, npartitions=args.partitions).persist()
+            if args.indexed:
+                gddf = gddf.set_index("user_id").persist()
 
         def pandas_mem():
             df.geopriv(session(), **KW).privatize(rho=1e-4)
@@ -138,6 +169,8 @@ def main() -> None:
                 lambda: df.geopriv(session(), **KW).kde_raster(**kde),
                 lambda: ddf.geopriv(session(), **KW).kde_raster(**kde),
             )],
+            "grid_stats": [("grid_stats (public occ.)", lambda: grid_stats(gdf),
+                            lambda: grid_stats(gddf))],
         }
         for name, base, fn in [] if args.compare else [r for op in args.ops for r in rows[op]]:
             tb, tf = best(base, args.repeat), best(fn, args.repeat)
@@ -146,11 +179,23 @@ def main() -> None:
                   f"{'OK' if ratio <= GOAL else 'SLOW'} (goal <= {GOAL}x); "
                   f"dask {args.points / tf / 2:,.0f} points/s per worker")  # fmt: skip
         if args.compare:
-            compare(df, ddf, args, zone, last, kde, tmp)
+            compare(df, ddf, args, zone, last, kde, tmp, gdf, gddf)
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def compare(df, ddf, args, zone, last, kde, tmp) -> None:
+def floors(client, ddf) -> None:
+    """Print the cluster's floor: one round trip, one task per partition over the points."""
+    def submit():
+        client.submit(lambda: 0, pure=False).result()
+
+    def count():
+        ddf.map_partitions(len).compute()
+
+    trip, scan = best(submit, 5), best(count, 5)
+    print(f"floor: empty submit {trip * 1e3:.0f} ms, map_partitions(len) {scan * 1e3:.0f} ms")
+
+
+def compare(df, ddf, args, zone, last, kde, tmp, gdf=None, gddf=None) -> None:
     """Interleave pandas, as it is, full shuffle and indexed; print the best of each, ratios."""
     import gpframe.dask.partitions as parts
 
@@ -180,6 +225,7 @@ def compare(df, ddf, args, zone, last, kde, tmp) -> None:
         "range_count (dist-elim)": lambda d, s: d.geopriv(s, **KW).range_count(
             zone, rho=1e-4, component=last),
         "kde_raster (120 x 120)": lambda d, s: d.geopriv(s, **KW).kde_raster(**kde),
+        "grid_stats (public occ.)": None,
     }
     for name, op in ops.items():
         if name.split()[0] not in args.ops:
@@ -190,6 +236,10 @@ def compare(df, ddf, args, zone, last, kde, tmp) -> None:
             "full shuffle": full(lambda op=op: op(ddf, session())),
             "indexed": lambda op=op: op(indexed, session()),
         }
+        if op is None:  # grid_stats shuffles nothing: no full-shuffle path
+            g_indexed = gddf.set_index("user_id").persist()
+            paths = {"pandas": lambda: grid_stats(gdf), "as it is": lambda: grid_stats(gddf),
+                     "indexed": lambda g=g_indexed: grid_stats(g)}  # fmt: skip
         for fn in paths.values():
             fn()  # warm-up
         times = {k: [] for k in paths}

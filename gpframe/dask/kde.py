@@ -37,7 +37,7 @@ class PointTask:
 
 def release_points(
     prepared: Any, i: int, task: PointTask, values: list[Fraction], codes: np.ndarray,
-    want: str, rng: Any,
+    want: str | None, rng: Any,
 ) -> Any:  # fmt: skip
     """Release one partition's selected points once each (runs on a worker).
 
@@ -49,7 +49,8 @@ def release_points(
     if len(codes) == 0:
         return None
     check, xy = prepared
-    check_same_users(i, check.users, check.counts, want)
+    if want is not None:  # points the client held came in the graph: nothing to recompute
+        check_same_users(i, check.users, check.counts, want)
     return privatize_once(xy, values, kind=task.kind, unit=task.unit,  # type: ignore[arg-type]
                           scale_max=task.scale_max, rng=worker_rng(rng), codes=codes)  # fmt: skip
 
@@ -108,7 +109,8 @@ def kde_raster(
 
     # -- first pass: whole users per partition, one point each; nothing drawn
     fp = one_point_pass(bound.ddf, cols, Component(component, reduce, operation="kde_raster"),
-                        f"the selected component has no rows. Check component={component!r}.")
+                        f"the selected component has no rows. Check component={component!r}.",
+                        fetch=True)  # fmt: skip
     users, offsets, ref, parts = fp.users, fp.offsets, fp.ref, fp.parts
     crs_m = pyproj.CRS.from_wkt(ref.crs_m)
     crs = SimpleNamespace(crs_in=pyproj.CRS.from_wkt(ref.crs_in), crs_m=crs_m)

@@ -67,7 +67,7 @@ class KdeOut:
 
 
 def kde_partition(
-    prepared: Any, i: int, task: KdeTask, q_m: Any, alloc: Any, want: str, rng: Any,
+    prepared: Any, i: int, task: KdeTask, q_m: Any, alloc: Any, want: str | None, rng: Any,
     n_union: int,
 ) -> KdeOut:  # fmt: skip
     """Run one query point's KDE on one partition's selected users (a worker)."""
@@ -77,7 +77,8 @@ def kde_partition(
     if len(alloc) == 0:
         return KdeOut(charges=np.zeros(0, dtype=object))
     check, xy = prepared
-    check_same_users(i, check.users, check.counts, want)
+    if want is not None:  # points the client held came in the graph: nothing to recompute
+        check_same_users(i, check.users, check.counts, want)
     out = kde_point(
         xy, q_m, bandwidth_m=task.bandwidth_m, kind=task.kind,  # type: ignore[arg-type]
         amount=alloc, method=task.method, rounds=task.rounds, split=task.split, beta=task.beta,
@@ -127,7 +128,7 @@ def kde(
     # -- first pass: whole users per partition, one point each; nothing drawn
     fp = one_point_pass(bound.ddf, cols, Component(component, reduce, operation="kde"),
                         "the selected component has no rows. Check "
-                        f"component={component!r}.")  # fmt: skip
+                        f"component={component!r}.", fetch=True)  # fmt: skip
     users, offsets, ref, parts = fp.users, fp.offsets, fp.ref, fp.parts
     crs_m = pyproj.CRS.from_wkt(ref.crs_m)
     q_m, q_series, many = query_points(at, pyproj.CRS.from_wkt(ref.crs_in), crs_m)

@@ -31,7 +31,8 @@ import pandas as pd
 from gpframe.errors import GpframeInternalError, InvalidInputError
 
 __all__ = [
-    "Candidates", "OnePoint", "candidates", "one_point_candidates", "one_point_pass", "winners",
+    "Candidates", "OnePoint", "candidate_pieces", "candidates", "one_point_candidates",
+    "one_point_pass", "output_partition", "winners", "winners_of",
 ]
 
 _NOTHING = "Nothing was charged."
@@ -169,22 +170,34 @@ def winners(bucket: pd.DataFrame, cols: Any, rule: tuple[str, Any]) -> tuple[Any
 class OnePoint:
     """The first pass of a one-point-per-user operation, as the client holds it."""
 
-    parts: tuple[Any, ...]  # per partition: (check, selected points), persisted on the workers
+    #: per partition: (check, selected points), persisted on the workers, or held by the client
+    #: (``fetch=True`` and few points): then the release tasks get them in their graph
+    parts: tuple[Any, ...]
     checks: list[Any]
     users: np.ndarray  # every user with a selected point, partition by partition, sorted within
     offsets: np.ndarray  # partition i's users are users[offsets[i]:offsets[i + 1]]
     ref: Any  # the PartCheck that carries the metric CRS
+    #: per partition: its users' digest, computed on its worker; None for points the client
+    #: holds (a task that gets its points in its graph cannot find other users)
+    digests: tuple[str | None, ...] = ()
 
-    def wants(self) -> list[str]:
+    def wants(self) -> list[str | None]:
         """Each partition's digest (its recomputation must find the same users)."""
-        from gpframe.dask.partitions import digest
+        return list(self.digests)
 
-        return [digest(c.users, c.counts) for c in self.checks]
+
+#: with ``fetch=True``, the selected points (or the candidates) of at most this many rows in all
+#: come back to the client with the first pass's checks, in the same round trip: the client keeps
+#: each user's winner (:func:`winners`) and the release tasks get their partition's points in
+#: their graph, so no task exchanges candidates between workers and no task only sends the
+#: client a check. Above it, the points stay on the workers.
+CLIENT_ROWS = 1_000_000
 
 
 def one_point_pass(
-    ddf: Any, cols: Any, select: Any, empty: str, *, shuffle: bool | None = None
-) -> OnePoint:
+    ddf: Any, cols: Any, select: Any, empty: str, *, shuffle: bool | None = None,
+    fetch: bool = False,
+) -> OnePoint:  # fmt: skip
     """Validate and select one point per user on every partition; draw nothing.
 
     ``empty`` is the refusal when no user has a selected row. A frame indexed by user is read
@@ -192,53 +205,96 @@ def one_point_pass(
     shuffled on the user column (:func:`one_point_candidates`); ``shuffle=True`` (default:
     :data:`gpframe.dask.partitions.FULL_SHUFFLE`; tests and benchmarks only) shuffles every row
     first (:func:`gpframe.dask.partitions.by_user`), the former way: the same points.
+    ``fetch=True`` (an operation that releases each point in one task per partition, not over
+    rounds that the client drives) brings few points to the client (:data:`CLIENT_ROWS`).
     """
     import dask
 
     from gpframe.dask import partitions as _parts
-    from gpframe.dask.partitions import by_user, combine, first, prepare
+    from gpframe.dask.partitions import by_user, combine, prepare
 
     if cols.index_is_user or (_parts.FULL_SHUFFLE if shuffle is None else shuffle):
         data, _ = by_user(ddf, cols)
-        parts = dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in data.to_delayed()])
-        checks = list(dask.compute(*[dask.delayed(first)(p) for p in parts]))
+        tasks = data.to_delayed()
+        parts = list(dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in tasks]))
+        cap = CLIENT_ROWS // len(parts) if fetch else -1
+        got = dask.compute(*[dask.delayed(_fetched)(p, cap) for p in parts])
+        checks, digests = [g[0] for g in got], [g[1] for g in got]
+        # a partition of few points comes back whole; the others stay on their workers
+        parts = [p if g[2] is None else g[2] for p, g in zip(parts, got, strict=True)]
     else:
-        parts, checks = one_point_candidates(ddf, cols, select)
+        parts, checks, digests = one_point_candidates(ddf, cols, select, fetch=fetch)
     if not any(len(c.users) for c in checks):
         raise InvalidInputError(f"{empty} {_NOTHING}")
     users, _, offsets, ref = combine(checks)
-    return OnePoint(tuple(parts), checks, users, offsets, ref)
+    return OnePoint(tuple(parts), checks, users, offsets, ref, tuple(digests))
 
 
-def one_point_candidates(ddf: Any, cols: Any, select: Any) -> tuple[list[Any], list[Any]]:
-    """Run both stages; return the persisted ``(check, points)`` per output partition, and checks.
+#: up to this many output partitions the candidates are exchanged by a plain graph of tasks (each
+#: input partition splits its candidates into one piece per output partition, each output
+#: partition gathers its pieces): P * (P + 2) small tasks, built and submitted with the first
+#: stage in one go. Above it, dask's task shuffle (stages of at most 32 branches) keeps the number
+#: of tasks near P log P.
+DIRECT_EXCHANGE = 32
+
+
+def one_point_candidates(
+    ddf: Any, cols: Any, select: Any, *, fetch: bool = False
+) -> tuple[list[Any], list[Any], list[str | None]]:
+    """Run both stages: each output partition's ``(check, points)``, check and digest.
 
     Refuses (on the client, before the ledger is touched) what the pandas face refuses: the
     partitions' own errors surface from the first stage; several selected rows of one user
     over several partitions (``reduce=None``) are refused here with the pandas face's message.
-    One round trip: both stages are submitted at once, the client fetches only the checks.
+    One round trip: both stages are submitted at once, the client fetches only the checks;
+    with ``fetch=True`` and few candidates, the client fetches them and keeps the winners
+    itself (the same :func:`winners`, on the same pieces), and no exchange runs.
     """
     import dask
-    import dask.dataframe as dd
 
     from gpframe.dask.partitions import first
 
     meta = candidates_meta(ddf, cols, select)
-    stage = dask.persist(*[dask.delayed(candidates)(d, i, cols, select, meta)
-                           for i, d in enumerate(ddf.to_delayed())])  # fmt: skip
-    cand = dd.from_delayed([dask.delayed(_second)(s) for s in stage], meta=meta,
-                           verify_meta=False)  # fmt: skip
-    # the same hash of the same user column into as many partitions as the full shuffle; a
-    # task shuffle: the candidates are few, and a peer-to-peer shuffle's set-up would dominate
-    moved = cand.shuffle(on=cols.user, npartitions=ddf.npartitions, shuffle_method="tasks")
+    n = ddf.npartitions
     rule = _rule(select)
-    parts = dask.persist(*[dask.delayed(winners)(b, cols, rule) for b in moved.to_delayed()])
+    ways = n if n <= DIRECT_EXCHANGE else 1
+    stage = [dask.delayed(candidate_pieces)(d, i, cols, select, meta, ways)
+             for i, d in enumerate(ddf.to_delayed())]  # fmt: skip
+    if fetch:
+        stage = list(dask.persist(*stage))
+        got = dask.compute(*[dask.delayed(_small)(s, CLIENT_ROWS // n) for s in stage])
+        metas = [g[0] for g in got]
+        if all(g[1] is not None for g in got):
+            pieces = [g[1] for g in got]
+            if ways != n:  # one piece each: split them here, by the shuffle's hash
+                whole = pd.concat([p[0] for p in pieces], ignore_index=True)
+                to = output_partition(whole, cols.user, meta[cols.user].dtype, n)
+                pieces = [[whole[to == j] for j in range(n)]]
+            parts = [winners(pd.concat([p[j] for p in pieces], ignore_index=True), cols, rule)
+                     for j in range(n)]  # fmt: skip
+            checks = [p[0] for p in parts]
+            return _refusals(parts, metas, checks, [None] * n, select)
+    if ways == n:  # a direct exchange: no dataframe graph to build and optimise
+        pieces = [[dask.delayed(_piece)(s, j) for s in stage] for j in range(n)]
+        parts = [dask.delayed(winners_of)(cols, rule, *pieces[j]) for j in range(n)]
+    else:
+        parts = _task_shuffle(stage, cols, meta, rule, n)
+    # one submission: the stages and the winners run; the client fetches only the checks
+    stage, parts = _persist(stage, parts)
     got = dask.compute(*[dask.delayed(first)(s) for s in stage],
-                       *[dask.delayed(first)(p) for p in parts])  # fmt: skip
-    metas, checks = list(got[: len(stage)]), list(got[len(stage) :])
+                       *[dask.delayed(_fetched)(p, -1) for p in parts])  # fmt: skip
+    metas = list(got[: len(stage)])
+    checks, digests = [g[0] for g in got[len(stage) :]], [g[1] for g in got[len(stage) :]]
+    return _refusals(parts, metas, checks, digests, select)
+
+
+def _refusals(
+    parts: list[Any], metas: list[Candidates], checks: list[Any], digests: list[Any], select: Any
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """Refuse two metric CRSs or several selected rows; give each check the metric CRS."""
     live = [m for m in metas if m.n]
     if not live:
-        return [], []
+        return [], [], []
     crs = {(m.check.crs_m, m.check.scale_max) for m in live}
     if len(crs) != 1:  # public information only, so the same everywhere: a bug if not
         raise GpframeInternalError(f"the partitions chose different metric CRSs: {crs!r}.")
@@ -248,11 +304,89 @@ def one_point_candidates(ddf: Any, cols: Any, select: Any) -> tuple[list[Any], l
     ref = live[0].check
     checks = [c if not len(c.users) else replace(ref, users=c.users, counts=c.counts)
               for c in checks]  # fmt: skip
-    return list(parts), checks
+    return list(parts), checks, list(digests)
 
 
-def _second(stage: tuple[Candidates, pd.DataFrame]) -> pd.DataFrame:
-    return stage[1]
+def _persist(stage: list[Any], parts: list[Any]) -> tuple[list[Any], list[Any]]:
+    import dask
+
+    out = dask.persist(*stage, *parts)
+    return list(out[: len(stage)]), list(out[len(stage) :])
+
+
+def _task_shuffle(stage: list[Any], cols: Any, meta: Any, rule: Any, n: int) -> list[Any]:
+    """Shuffle the candidates by dask's task shuffle (many output partitions)."""
+    import dask
+    import dask.dataframe as dd
+
+    cand = dd.from_delayed([dask.delayed(_second)(s) for s in stage], meta=meta,
+                           verify_meta=False)  # fmt: skip
+    # the same hash of the same user column into as many partitions as the full shuffle; a
+    # task shuffle: the candidates are few, and a peer-to-peer shuffle's set-up would dominate
+    moved = cand.shuffle(on=cols.user, npartitions=n, shuffle_method="tasks")
+    return [dask.delayed(winners)(b, cols, rule) for b in moved.to_delayed()]
+
+
+def candidate_pieces(
+    part: pd.DataFrame, i: int, cols: Any, select: Any, meta: pd.DataFrame, n: int
+) -> tuple[Candidates, list[pd.DataFrame]]:
+    """:func:`candidates`, split into ``n`` pieces by output partition (runs on a worker)."""
+    facts, out = candidates(part, i, cols, select, meta)
+    if n == 1:
+        return facts, [out]
+    to = output_partition(out, cols.user, meta[cols.user].dtype, n)
+    return facts, [out[to == j] for j in range(n)]
+
+
+def output_partition(frame: pd.DataFrame, user: str, dtype: Any, n: int) -> np.ndarray:
+    """Each row's output partition: the hash of the user column that dask's shuffle computes.
+
+    Dask's hash shuffle on a column (``ddf.shuffle(on=user, npartitions=n)``, task or
+    peer-to-peer) sends a row to ``hash_pandas_object(frame[[user]], index=False) % n``, after
+    casting a numeric (or numeric categorical) column to float64 as its ``meta`` says. The same
+    function here puts each user in the partition a shuffle of every row gives it.
+    """
+    from dask.dataframe.shuffle import partitioning_index
+
+    key = frame[[user]]
+    numeric = pd.api.types.is_numeric_dtype(dtype) or (
+        isinstance(dtype, pd.CategoricalDtype) and pd.api.types.is_numeric_dtype(dtype.categories)
+    )
+    if numeric:
+        key = key.astype({user: np.float64}, errors="ignore")
+    return np.asarray(partitioning_index(key, n))
+
+
+def _piece(stage: tuple[Candidates, list[pd.DataFrame]], j: int) -> pd.DataFrame:
+    return stage[1][j]
+
+
+def _small(stage: tuple[Candidates, list[pd.DataFrame]], cap: int) -> tuple[Candidates, Any]:
+    """Return a partition's candidate facts, and its pieces if they hold at most ``cap`` rows."""
+    return stage[0], (stage[1] if stage[0].n <= cap else None)
+
+
+def winners_of(cols: Any, rule: tuple[str, Any], *pieces: pd.DataFrame) -> tuple[Any, Any]:
+    """:func:`winners` of one output partition's pieces (one from each input partition)."""
+    return winners(pd.concat(pieces, ignore_index=True), cols, rule)
+
+
+def _fetched(prepared: tuple[Any, Any], cap: int) -> tuple[Any, Any, Any]:
+    """Return what the client fetches of a selected partition (its check first).
+
+    Then its users' digest and None, or, with at most ``cap`` users, None and the whole
+    partition (check and points).
+    """
+    from gpframe.dask.partitions import digest
+
+    check = prepared[0]
+    if len(check.users) <= cap:
+        return check, None, prepared
+    return check, digest(check.users, check.counts), None
+
+
+def _second(stage: tuple[Candidates, list[pd.DataFrame]]) -> pd.DataFrame:
+    return stage[1][0]
 
 
 def _refuse_several(several: list[Any], select: Any, hint: str) -> None:

@@ -70,7 +70,7 @@ class CountOut:
 
 
 def count_partition(
-    prepared: Any, i: int, task: CountTask, alloc: Any, want: str, rng: Any, n_union: int
+    prepared: Any, i: int, task: CountTask, alloc: Any, want: str | None, rng: Any, n_union: int
 ) -> CountOut:
     """Count one partition's queried users inside the region (runs on a worker).
 
@@ -84,7 +84,8 @@ def count_partition(
         return CountOut(charge_codes=np.zeros(0, np.int64))
     check, xy = prepared
     users = check.users
-    check_same_users(i, users, check.counts, want)
+    if want is not None:  # points the client held came in the graph: nothing to recompute
+        check_same_users(i, users, check.counts, want)
     out = range_count_arrays(
         xy, users, task.region_m, kind=task.kind, amount=alloc,  # type: ignore[arg-type]
         method=task.method, rounds=task.rounds, split=task.split, beta=task.beta,
@@ -173,7 +174,7 @@ def range_count(
     # -- first pass: whole users per partition, one point each; nothing drawn
     fp = one_point_pass(bound.ddf, cols, Component(component, reduce),
                         "the selected component has no rows: nobody to count. Check "
-                        f"component={component!r}.")  # fmt: skip
+                        f"component={component!r}.", fetch=True)  # fmt: skip
     users, offsets, ref, parts = fp.users, fp.offsets, fp.ref, fp.parts
     crs_in = pyproj.CRS.from_wkt(ref.crs_in)
     crs_m = pyproj.CRS.from_wkt(ref.crs_m)
