@@ -4,12 +4,12 @@ See ``docs/beyond-one-machine.md``. An operation that reads all of a user's rows
 (``knn``, ``convex_hull``, the per-user forms of ``grid_stats``) needs every row of a user in one
 partition: the frame is shuffled on the user column unless it is already indexed by it with
 known divisions (then each user id lies in exactly one partition). ``privatize`` sums each
-user's counts over the partitions instead (:func:`summed_users`), and the one-point-per-user
-operations shuffle only candidate rows (:mod:`gpframe.dask.one_point`). The first pass runs the
-pandas face's own validation (:func:`gpframe.geo.locate_points`, the projection, the
-coordinate-copy check) on every partition and returns only what the client needs to reserve:
-each partition's users (sorted) and their point counts, and the public metric CRS. No noise is
-drawn and nothing is written.
+user's counts over the partitions instead (on the workers, :func:`summed_tree`), and the
+one-point-per-user operations shuffle only candidate rows (:mod:`gpframe.dask.one_point`).
+The first pass runs the pandas face's own validation (:func:`gpframe.geo.locate_points`,
+the projection, the coordinate-copy check) on every partition and returns only what the
+client needs to reserve: each partition's users (sorted) and their point counts, and the
+public metric CRS. No noise is drawn and nothing is written.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ __all__ = [
     "locate",
     "metric_kind",
     "prepare",
+    "share",
     "spawn_rng",
-    "summed_users",
+    "summed_tree",
     "to_xy",
 ]
 
@@ -85,6 +86,8 @@ class PartCheck:
     crs_in: str | None = None  # the input CRS (WKT), for public query objects (a region)
     #: (partition, row, user) of users with several selected rows (``reduce=None``), to refuse
     several: tuple[Any, ...] = ()
+    #: :func:`digest` of ``users`` and ``counts``, when the worker computed it (:func:`light`)
+    fingerprint: str = ""
 
 
 def by_user(ddf: Any, cols: Columns) -> tuple[Any, bool]:
@@ -349,29 +352,80 @@ def combine(checks: list[PartCheck]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return users, counts, offsets, live[0]
 
 
-def summed_users(
-    checks: list[PartCheck],
-) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], PartCheck]:
-    """Sum the partitions' users when a user's rows may lie in several partitions.
+def common_check(checks: list[PartCheck], n_users: int) -> PartCheck:
+    """Refuse an empty frame or two metric CRSs; return a check carrying the common CRS.
 
-    Returns the distinct users (sorted), their points over all partitions, each partition's
-    users' positions among them, and the check that carries the (common) metric CRS.
+    ``checks`` may be light (their users dropped, :func:`light`): a partition with rows is
+    one whose first pass chose a metric CRS.
     """
-    live = [c for c in checks if len(c.users)]
-    if not live:
+    live = [c for c in checks if c.crs_m is not None]
+    if not live or not n_users:
         raise InvalidInputError(
             f"the frame is empty (0 rows): there is nothing to analyse. {_NOTHING}"
         )
     crs = {(c.crs_m, c.scale_max) for c in live}
     if len(crs) != 1:  # public information only, so the same everywhere: a bug if not
         raise GpframeInternalError(f"the partitions chose different metric CRSs: {crs!r}.")
-    codes, uniq = pd.factorize(pd.Series(np.concatenate([c.users for c in checks])), sort=True)
-    per = np.concatenate([np.asarray(c.counts, np.int64) for c in checks])
+    return live[0]
+
+
+def light(check: PartCheck) -> PartCheck:
+    """Return the check without its users, with their digest in ``fingerprint``.
+
+    What the client fetches of a partition when the users are summed on the workers
+    (:func:`summed_tree`): its public metric CRS and the digest the release pass checks.
+    """
+    return replace(check, users=np.array([], dtype=object), counts=np.zeros(0, np.int64),
+                   fingerprint=check.fingerprint or digest(check.users, check.counts))  # fmt: skip
+
+
+def add_counts(*checks: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Sum the (users, counts) of several partitions or partial sums: distinct users sorted.
+
+    The same users and order whatever the grouping: a sorted factorization of the union,
+    exact integer counts.
+    """
+    pairs = [(c.users, c.counts) if isinstance(c, PartCheck) else c for c in checks]
+    codes, uniq = pd.factorize(pd.Series(np.concatenate([u for u, _ in pairs])), sort=True)
+    per = np.concatenate([np.asarray(n, np.int64) for _, n in pairs])
     counts = np.zeros(len(uniq), np.int64)
     np.add.at(counts, codes, per)  # exact integers (a float bincount would round past 2**53)
-    offsets = np.cumsum([0] + [len(c.users) for c in checks])
-    where = [codes[offsets[i] : offsets[i + 1]].astype(np.int64) for i in range(len(checks))]
-    return np.asarray(uniq, dtype=object), counts, where, live[0]
+    return np.asarray(uniq, dtype=object), counts
+
+
+def summed_tree(checks: list[Any], fan_in: int = 8) -> Any:
+    """Return a delayed (users, counts) summed over the partitions' first passes, on the workers.
+
+    A tree of :func:`add_counts` of ``fan_in`` inputs a node: the client receives the distinct
+    users once (not once per partition they have rows in), and no worker holds more than
+    ``fan_in`` partial sums at a time.
+    """
+    import dask
+
+    level = list(checks)
+    while True:
+        level = [dask.delayed(add_counts)(*level[k : k + fan_in])
+                 for k in range(0, len(level), fan_in)]  # fmt: skip
+        if len(level) == 1:
+            return level[0]
+
+
+def share(value: Any) -> Any:
+    """Put ``value`` once where every task reads it (not once in each task of the graph).
+
+    Under a ``distributed`` client it is scattered to every worker (a task finds it where it
+    runs; a restarted worker fetches it from another); with another scheduler it is one key
+    of the graph that every task depends on.
+    """
+    import uuid
+
+    import dask
+    from dask.base import get_scheduler
+
+    client = getattr(get_scheduler(), "__self__", None)
+    if type(client).__module__.startswith("distributed"):
+        return client.scatter(value, broadcast=True, hash=False)  # type: ignore[union-attr]
+    return dask.delayed(value, name=f"gpframe-shared-{uuid.uuid4().hex}", traverse=False)
 
 
 def spawn_rng(rng: Any, i: int) -> Any:
