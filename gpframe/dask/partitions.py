@@ -40,6 +40,7 @@ __all__ = [
     "spawn_rng",
     "summed_tree",
     "to_xy",
+    "tree",
 ]
 
 _NOTHING = "Nothing was charged."
@@ -86,7 +87,7 @@ class PartCheck:
     crs_in: str | None = None  # the input CRS (WKT), for public query objects (a region)
     #: (partition, row, user) of users with several selected rows (``reduce=None``), to refuse
     several: tuple[Any, ...] = ()
-    #: :func:`digest` of ``users`` and ``counts``, when the worker computed it (:func:`light`)
+    #: :func:`digest` of ``users`` and ``counts``, computed on the worker (:func:`without_users`)
     fingerprint: str = ""
 
 
@@ -355,7 +356,7 @@ def combine(checks: list[PartCheck]) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def common_check(checks: list[PartCheck], n_users: int) -> PartCheck:
     """Refuse an empty frame or two metric CRSs; return a check carrying the common CRS.
 
-    ``checks`` may be light (their users dropped, :func:`light`): a partition with rows is
+    ``checks`` may lack their users (:func:`without_users`): a partition with rows is
     one whose first pass chose a metric CRS.
     """
     live = [c for c in checks if c.crs_m is not None]
@@ -369,7 +370,7 @@ def common_check(checks: list[PartCheck], n_users: int) -> PartCheck:
     return live[0]
 
 
-def light(check: PartCheck) -> PartCheck:
+def without_users(check: PartCheck) -> PartCheck:
     """Return the check without its users, with their digest in ``fingerprint``.
 
     What the client fetches of a partition when the users are summed on the workers
@@ -393,18 +394,26 @@ def add_counts(*checks: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(uniq, dtype=object), counts
 
 
-def summed_tree(checks: list[Any], fan_in: int = 8) -> Any:
+def summed_tree(checks: list[Any]) -> Any:
     """Return a delayed (users, counts) summed over the partitions' first passes, on the workers.
 
-    A tree of :func:`add_counts` of ``fan_in`` inputs a node: the client receives the distinct
-    users once (not once per partition they have rows in), and no worker holds more than
-    ``fan_in`` partial sums at a time.
+    The client receives the distinct users once (not once per partition they have rows in).
+    """
+    return tree(add_counts, checks)
+
+
+def tree(func: Any, leaves: list[Any], *args: Any, fan_in: int = 8) -> Any:
+    """Reduce delayed ``leaves`` on the workers to one delayed result, in a tree.
+
+    A node is ``func(*args, *inputs)`` of up to ``fan_in`` inputs (``func`` also takes its own
+    outputs). No worker holds more than ``fan_in`` inputs of a node at a time, and a leaf's
+    memory is released as soon as its node ran.
     """
     import dask
 
-    level = list(checks)
+    level = list(leaves)
     while True:
-        level = [dask.delayed(add_counts)(*level[k : k + fan_in])
+        level = [dask.delayed(func)(*args, *level[k : k + fan_in])
                  for k in range(0, len(level), fan_in)]  # fmt: skip
         if len(level) == 1:
             return level[0]

@@ -42,7 +42,9 @@ import pandas as pd
 from gpframe.errors import GpframeInternalError, GpframeWarning
 from gpframe.queries.privatize import PrivatizeArrays
 
-__all__ = ["PartOut", "Plan", "Totals", "privatize", "release_partition"]
+__all__ = [
+    "PartOut", "PerUser", "Plan", "Totals", "merge_users", "privatize", "release_partition",
+]
 
 
 @dataclass(frozen=True)
@@ -150,44 +152,89 @@ def release_partition(
     return res
 
 
-def merge(outs: list[PartOut], n_users: int) -> PrivatizeArrays:
-    """Merge the partitions' outputs into one :class:`PrivatizeArrays` (client's user order).
+@dataclass
+class PerUser:
+    """The per-user outputs of one or several release tasks, in the call's user order.
 
-    ``outs[i].where`` maps partition ``i``'s users to the client's. A user whose rows lie in several
+    Merged on the workers (:func:`merge_users`), so the client receives each user once, not
+    once per partition they have rows in. ``cid``: each user's per-point charge, an index
+    into ``amounts`` (-1: no point released).
+    """
+
+    err: np.ndarray
+    scale: np.ndarray
+    cid: np.ndarray
+    amounts: list[Fraction]
+
+    def groups(self) -> list[tuple[np.ndarray, Fraction]]:
+        """Return the users of each per-point charge (ascending positions), as charged."""
+        order = np.argsort(self.cid, kind="stable")
+        bounds = np.searchsorted(self.cid[order], np.arange(len(self.amounts) + 1))
+        return [(order[bounds[k] : bounds[k + 1]], c) for k, c in enumerate(self.amounts)]
+
+
+def merge_users(n_users: int, *inputs: PartOut | PerUser) -> PerUser:
+    """Merge release tasks' per-user outputs (or earlier merges) into one :class:`PerUser`.
+
+    Runs on a worker (:func:`gpframe.dask.partitions.tree`). A user whose rows lie in several
     partitions has one bound, scale and per-point charge in all of them (they depend on the
-    user's total points only), refused as a bug otherwise.
+    user's total points only): their maximum is taken, and two charges are refused as a bug.
     """
     err = np.full(n_users, np.nan)
     scale = np.full(n_users, np.nan)
-    groups: list[tuple[np.ndarray, Fraction]] = []
-    cid = np.full(n_users, -1, np.int64)  # each user's per-point charge, as an id
+    cid = np.full(n_users, -1, np.int64)
     ids: dict[Fraction, int] = {}
-    for o in outs:
-        w = o.where
-        if o.n_users:
-            err[w] = np.fmax(err[w], o.max_error_m)
-            scale[w] = np.fmax(scale[w], o.noise_scale_m)
-            for u, c in o.groups:
-                g = w[np.asarray(u, np.int64)]
-                k = ids.setdefault(c, len(ids))
-                if bool(((cid[g] >= 0) & (cid[g] != k)).any()):
-                    raise GpframeInternalError(
-                        "a user's points were released at different amounts in two partitions."
-                    )
-                cid[g] = k
-                groups.append((g, c))
+
+    def put(g: Any, k: np.ndarray | int) -> None:
+        if bool(((cid[g] >= 0) & (cid[g] != k)).any()):
+            raise GpframeInternalError(
+                "a user's points were released at different amounts in two partitions."
+            )
+        cid[g] = k
+
+    for x in inputs:
+        if isinstance(x, PerUser):
+            # its ids in this merge's numbering; -1 (no charge) stays -1 (the last entry)
+            remap = np.array([ids.setdefault(c, len(ids)) for c in x.amounts] + [-1], np.int64)
+            new = remap[x.cid]
+            some = new >= 0
+            put(some, new[some])
+            np.fmax(err, x.err, out=err)
+            np.fmax(scale, x.scale, out=scale)
+        elif x.n_users:
+            w = x.where
+            err[w] = np.fmax(err[w], x.max_error_m)
+            scale[w] = np.fmax(scale[w], x.noise_scale_m)
+            for u, c in x.groups:
+                put(w[np.asarray(u, np.int64)], ids.setdefault(c, len(ids)))
+    return PerUser(err, scale, cid, list(ids))
+
+
+def light(out: PartOut) -> PartOut:
+    """Return a task's output without its per-user arrays (merged by :func:`merge_users`)."""
+    from dataclasses import replace
+
+    return replace(out, where=np.zeros(0, np.int64), groups=[], max_error_m=np.zeros(0),
+                   noise_scale_m=np.zeros(0))  # fmt: skip
+
+
+def merge(outs: list[PartOut], users: PerUser) -> PrivatizeArrays:
+    """Merge the partitions' outputs into one :class:`PrivatizeArrays` (client's user order).
+
+    ``users``: the per-user outputs, merged on the workers (:func:`merge_users`).
+    """
     xys = [o.xy for o in outs if o.xy is not None]
     alls = [o.max_error_all_m for o in outs if not np.isnan(o.max_error_all_m)]
     return PrivatizeArrays(
         xy=np.concatenate(xys) if xys else np.zeros((0, 2)),
         released=np.zeros(0, dtype=bool),  # per row, in the partitions' frames
         charges=[],  # the client computes them from charge_groups
-        max_error_m=err,
+        max_error_m=users.err,
         max_error_all_m=max(alls) if alls else float("nan"),
-        noise_scale_m=scale,
+        noise_scale_m=users.scale,
         n_calls=sum(o.n_calls for o in outs),
         guarantees=[g for o in outs for g in o.guarantees],
-        charge_groups=groups,
+        charge_groups=users.groups(),
     )
 
 
@@ -245,10 +292,11 @@ def privatize(
         combine,
         common_check,
         digest,
-        light,
         share,
         spawn_rng,
         summed_tree,
+        tree,
+        without_users,
     )
     from gpframe.dask.staging import discard, staging_dir
     from gpframe.ledger.charges import filter_kind, ledger_keys
@@ -273,7 +321,7 @@ def privatize(
     firsts = [dask.delayed(check_partition)(d, cols) for d in parts]
     summed = not (full or cols.index_is_user)
     if summed:  # the workers sum the counts: the client gets each user once, not per partition
-        *checks, (users, counts) = dask.compute(*[dask.delayed(light)(c) for c in firsts],
+        *checks, (users, counts) = dask.compute(*[dask.delayed(without_users)(c) for c in firsts],
                                                 summed_tree(firsts))  # fmt: skip
         ref = common_check(checks, len(users))
     else:  # whole users per partition
@@ -317,9 +365,11 @@ def privatize(
                 )
                 for i, d in enumerate(parts)
             ]
-            outs = list(dask.compute(*tasks))
+            # each user's outputs merged on the workers: the client gets them once
+            *outs, per_user = dask.compute(*[dask.delayed(light)(t) for t in tasks],
+                                           tree(merge_users, tasks, n_users))  # fmt: skip
             del totals, tasks  # let the workers drop the shared totals
-            merged = merge(outs, n_users)
+            merged = merge(outs, per_user)
             act_u, act_f = actual_units(ledger, fkind, kind, per, merged, counts, n_users)
         except BaseException:
             discard(staging)  # nothing in it was published; the driver settles the reservation

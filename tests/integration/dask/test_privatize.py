@@ -222,3 +222,40 @@ def test_split_privatize_on_the_cluster_charges_what_the_pandas_face_does(cluste
 
     test_split_privatize_charges_and_states_what_the_pandas_face_does(cluster, tmp_path,
                                                                       "user", False)
+
+
+def _graph_bytes(record):
+    """Sizes of the graphs the client sent, in order (distributed's large-graph warning)."""
+    from dask.utils import parse_bytes
+
+    sent = [str(r.message) for r in record if "Sending large graph of size" in str(r.message)]
+    return [parse_bytes(m.split("size ")[1].split(".\n")[0]) for m in sent]
+
+
+def _every_user(i, n_users=5_000):
+    """Partition ``i``: one row of each of ``n_users`` users (true points only, never noise)."""
+    r = np.random.default_rng(100 + i)
+    return pd.DataFrame({"u": r.permutation(n_users), "x": 500_000 + r.uniform(-3e3, 3e3, n_users),
+                         "y": 4_500_000 + r.uniform(-3e3, 3e3, n_users)})  # fmt: skip
+
+
+def test_the_release_graph_does_not_grow_with_partitions_times_users(cluster, tmp_path):
+    # 5,000 users with rows in each of 20 partitions: a release pass that carried each
+    # partition's per-user arrays (admission, totals) sent ~0.6 MB; every user's totals are
+    # shipped once instead (scattered), so the release graph stays under a byte per
+    # (partition, user) pair. The first pass sums the same totals: each user is charged n x
+    # the amount for their points in all partitions.
+    import dask
+
+    n_users, n_parts = 5_000, 20
+    # made on the workers (from_map): the rows are not in the graph
+    ddf = dd.from_map(_every_user, list(range(n_parts)), meta=_every_user(0).iloc[:0])
+    s = gp.Session(budget=gp.CGP(rho=1e-3))
+    kw = {k: v for k, v in KW.items() if k != "public"}
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": "1B"}):
+        with pytest.warns(UserWarning, match="Sending large graph") as record:
+            out = ddf.geopriv(s, **kw).privatize(rho=1e-5, per="point", to=tmp_path / "out")
+    *first, release = _graph_bytes(record)
+    assert release < n_parts * n_users, (first, release)
+    assert out.n_charged == n_users and out.params["n_points"] == n_parts * n_users
+    assert np.allclose(s.spent().to_numpy(), n_parts * 1e-5)  # each user's total over all parts
