@@ -300,11 +300,31 @@ def user_counts(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def digest(users: np.ndarray, counts: np.ndarray) -> str:
-    """Fingerprint of a partition's users and counts (both passes must see the same)."""
+    """Fingerprint of a partition's users and counts (both passes must see the same).
+
+    Integer ids are hashed as int64 bytes (a partition of 10^6 rows may hold 10^6 users);
+    other ids by their type and text.
+    """
     h = hashlib.sha256()
-    h.update(repr([(type(u).__name__, str(u)) for u in users.tolist()]).encode())
+    ints = _as_int64(np.asarray(users))
+    if ints is not None:
+        h.update(b"int64:" + ints.tobytes())
+    else:
+        h.update(repr([(type(u).__name__, str(u)) for u in users.tolist()]).encode())
     h.update(np.asarray(counts, dtype=np.int64).tobytes())
     return h.hexdigest()
+
+
+def _as_int64(users: np.ndarray) -> np.ndarray | None:
+    """Return the ids as int64 when they are all integers that fit, else None."""
+    if users.dtype.kind not in "iuO" or (
+        users.dtype.kind == "O" and pd.api.types.infer_dtype(users, skipna=False) != "integer"
+    ):
+        return None
+    try:
+        return users.astype(np.int64)
+    except OverflowError:  # a Python int beyond int64
+        return None
 
 
 def check_same_users(i: int, users: np.ndarray, counts: np.ndarray, want: str) -> None:
@@ -387,7 +407,9 @@ def add_counts(*checks: Any) -> tuple[np.ndarray, np.ndarray]:
     exact integer counts.
     """
     pairs = [(c.users, c.counts) if isinstance(c, PartCheck) else c for c in checks]
-    codes, uniq = pd.factorize(pd.Series(np.concatenate([u for u, _ in pairs])), sort=True)
+    users = np.concatenate([u for u, _ in pairs])
+    ints = _as_int64(users)  # integer ids: the same sorted users, factorized as int64 (faster)
+    codes, uniq = pd.factorize(pd.Series(users if ints is None else ints), sort=True)
     per = np.concatenate([np.asarray(n, np.int64) for _, n in pairs])
     counts = np.zeros(len(uniq), np.int64)
     np.add.at(counts, codes, per)  # exact integers (a float bincount would round past 2**53)
