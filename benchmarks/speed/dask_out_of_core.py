@@ -88,10 +88,12 @@ def _workers_cpu(client) -> float:
     return sum(client.run(_cpu).values())
 
 
-def run(client, src: Path, out: Path, op: str, rho: float) -> tuple[float, dict[str, int], float]:
+def run(
+    client, src: Path, out: Path, op: str, rho: float
+) -> tuple[float, dict[str, int], float, float]:
     """Run ``op`` on ``src`` (privatize into ``out``).
 
-    Returns (seconds, peak RSS per worker, the workers' CPU seconds).
+    Returns (seconds, peak RSS per worker, the workers' CPU seconds, the client's).
     """
     import dask.dataframe as dd
 
@@ -110,7 +112,7 @@ def run(client, src: Path, out: Path, op: str, rho: float) -> tuple[float, dict[
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     session = gp.Session(budget=gp.CGP(rho=1.0), central=gp.DP(epsilon=8.0))
-    cpu0 = _workers_cpu(client)
+    cpu0, own0 = _workers_cpu(client), _cpu()
     start = time.perf_counter()
     ddf = dd.read_parquet(src)
     if op == "privatize":
@@ -127,9 +129,10 @@ def run(client, src: Path, out: Path, op: str, rho: float) -> tuple[float, dict[
         print(f"    grid_stats released {int(r['released'].sum()):,} of {len(r):,} "
               "cells", flush=True)  # fmt: skip
     seconds = time.perf_counter() - start
+    own = _cpu() - own0  # before the sampler stops: its own calls are part of the client's
     done.set()
     t.join()
-    return seconds, peak, _workers_cpu(client) - cpu0
+    return seconds, peak, _workers_cpu(client) - cpu0, own
 
 
 def main() -> None:
@@ -167,7 +170,7 @@ def main() -> None:
                 gen = time.perf_counter() - t0
                 print(f"{n:>13,} points {users:>11,} users  written in {gen:6.1f} s", flush=True)
                 for op in args.ops:
-                    sec, peak, cpu = run(client, src, root / f"out-{k}", op, args.rho)
+                    sec, peak, cpu, own = run(client, src, root / f"out-{k}", op, args.rho)
                     rate = n / sec / 2
                     rates[op].append(rate)
                     cpu_rates[op].append(n / cpu)
@@ -176,8 +179,8 @@ def main() -> None:
                           f"peak RSS {worst / 2**30:5.2f} GiB of {limit / 2**30:.2f} GiB per "
                           f"worker ({'under' if worst <= limit else 'OVER'} the limit); client "
                           f"peak RSS {_client_peak() / 2**30:5.2f} GiB; workers restarted "
-                          f"{max(len(peak) - 2, 0)}; workers' CPU {cpu:7.1f} s "
-                          f"({n / cpu:,.0f} points per CPU second)", flush=True)  # fmt: skip
+                          f"{max(len(peak) - 2, 0)}; CPU: workers {cpu:.1f} s, client {own:.1f} s "
+                          f"({n / cpu:,.0f} points per worker CPU second)", flush=True)  # fmt: skip
                     shutil.rmtree(root / f"out-{k}", ignore_errors=True)
                 shutil.rmtree(src, ignore_errors=True)
         for op, (base, full) in rates.items():

@@ -15,6 +15,8 @@ public metric CRS. No noise is drawn and nothing is written.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,6 +35,7 @@ __all__ = [
     "digest",
     "first",
     "from_xy",
+    "graph_allowance",
     "locate",
     "metric_kind",
     "prepare",
@@ -441,22 +444,40 @@ def tree(func: Any, leaves: list[Any], *args: Any, fan_in: int = 8) -> Any:
             return level[0]
 
 
-def share(value: Any) -> Any:
-    """Put ``value`` once where every task reads it (not once in each task of the graph).
+def share(value: Any) -> tuple[Any, int]:
+    """Put ``value`` in the graph once, as one key every task depends on (not in each task).
 
-    Under a ``distributed`` client it is scattered to every worker (a task finds it where it
-    runs; a restarted worker fetches it from another); with another scheduler it is one key
-    of the graph that every task depends on.
+    Returns the delayed value and its pickled size. It is sent once to the scheduler and
+    unpickled once per worker (the tasks there share the object); unlike data scattered to the
+    workers, Dask recomputes it from the graph if every worker holding it is lost. Compute it
+    within :func:`graph_allowance` of that size: distributed warns of a large graph otherwise.
     """
+    import pickle
     import uuid
 
     import dask
-    from dask.base import get_scheduler
 
-    client = getattr(get_scheduler(), "__self__", None)
-    if type(client).__module__.startswith("distributed"):
-        return client.scatter(value, broadcast=True, hash=False)  # type: ignore[union-attr]
-    return dask.delayed(value, name=f"gpframe-shared-{uuid.uuid4().hex}", traverse=False)
+    blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    key = f"gpframe-shared-{uuid.uuid4().hex}"
+    return dask.delayed(pickle.loads, pure=False)(blob, dask_key_name=key), len(blob)
+
+
+@contextmanager
+def graph_allowance(nbytes: int) -> Iterator[None]:
+    """Raise distributed's large-graph warning threshold by ``nbytes`` sent once on purpose.
+
+    The warning is for data repeated in a graph; :func:`share` sends its value once.
+    """
+    import dask
+    from dask.utils import parse_bytes
+
+    key = "distributed.admin.large-graph-warning-threshold"
+    now = dask.config.get(key, None)
+    if now is None:
+        yield
+        return
+    with dask.config.set({key: parse_bytes(now) + nbytes}):
+        yield
 
 
 def spawn_rng(rng: Any, i: int) -> Any:

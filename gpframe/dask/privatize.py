@@ -10,12 +10,14 @@ See ``docs/beyond-one-machine.md`` and ``docs/operations/privatize.md``. The ord
    row is shuffled (``FULL_SHUFFLE``, for tests and benchmarks, shuffles on the user column
    first, the former way);
 3. the driver (:func:`gpframe.ledger.run.run`) reserves the users' allocations in the client's
-   ledger, then its ``compute`` ships every user's total and admission once to every worker
-   (:class:`Totals`) and runs one task per partition: the partition's rows of admitted
-   users are noised by :func:`gpframe.queries.privatize.privatize_points` (with each user's
-   total points, ``n_of=``) with the worker's own OS CSPRNG, and the output is built by
+   ledger, then its ``compute`` puts every user's total and admission in the graph once
+   (:class:`Totals`, one key every task depends on) and runs one task per partition: the
+   partition's rows of admitted users are noised by
+   :func:`gpframe.queries.privatize.privatize_points` (with each user's total points,
+   ``n_of=``) with the worker's own OS CSPRNG, and the output is built by
    :func:`gpframe.release.privatized_frame` and written to the staging directory (``to=``)
-   or sent back to the client, in the input's row order;
+   or sent back to the client, in the input's row order; each user's bound, noise scale and
+   per-point charge are merged on the workers (:func:`merge_users`);
 4. the driver commits the charge, computed on the client from the mechanisms' guarantees the
    tasks report (the same :func:`gpframe.queries.privatize_plan.actual_units` as pandas);
 5. only then the client publishes the staging directory (one rename) or returns the frame.
@@ -60,7 +62,7 @@ class Plan:
 
 @dataclass
 class Totals:
-    """Every user of the call, shipped once to every worker (never once per task).
+    """Every user of the call, one key of the release graph (never copied into each task).
 
     ``users``: the distinct users, sorted (the reservation's order); ``counts``: each user's
     points in the whole frame; ``admitted``: whether the reservation admitted them.
@@ -292,6 +294,7 @@ def privatize(
         combine,
         common_check,
         digest,
+        graph_allowance,
         share,
         spawn_rng,
         summed_tree,
@@ -357,7 +360,8 @@ def privatize(
         staging = staging_dir(target, r.query_id) if target is not None else None
         staged["dir"] = staging
         try:
-            totals = share(Totals(users, counts, admitted, summed))  # once, not once per task
+            # in the graph once, not once per task (a partition may hold most of the users)
+            totals, nbytes = share(Totals(users, counts, admitted, summed))
             tasks = [
                 dask.delayed(release_partition)(
                     d, i, plan, totals, wants[i], spawn_rng(rng, i), n_all,
@@ -366,9 +370,10 @@ def privatize(
                 for i, d in enumerate(parts)
             ]
             # each user's outputs merged on the workers: the client gets them once
-            *outs, per_user = dask.compute(*[dask.delayed(light)(t) for t in tasks],
-                                           tree(merge_users, tasks, n_users))  # fmt: skip
-            del totals, tasks  # let the workers drop the shared totals
+            with graph_allowance(nbytes):
+                *outs, per_user = dask.compute(*[dask.delayed(light)(t) for t in tasks],
+                                               tree(merge_users, tasks, n_users))  # fmt: skip
+            del totals, tasks
             merged = merge(outs, per_user)
             act_u, act_f = actual_units(ledger, fkind, kind, per, merged, counts, n_users)
         except BaseException:
