@@ -7,8 +7,9 @@ holds rows of almost every user (the worst case for per-user work: nothing is pa
 user). Then runs, on a LocalCluster of 2 workers x 1 thread with ``--memory-limit`` per worker
 (dask spills to disk above it), each of ``--ops``:
 
-- ``privatize``: ``ddf.geopriv(...).privatize(rho=..., to=...)`` (shuffled by user, written by
-  the workers, published after the charge);
+- ``privatize``: ``ddf.geopriv(...).privatize(rho=..., to=...)`` (counted where the rows lie,
+  each user's total summed on the workers and shipped once to every worker, written by the
+  workers, published after the charge);
 - ``grid_stats``: ``grid_stats("speed", epsilon_per_user=..., occupancy="public", cells=6)``
   (per-partition exact sums, combined in a tree on the workers; the client holds one row per
   (user, cell) pair).
@@ -18,7 +19,9 @@ seconds, points/s per worker, the peak RSS of each worker (sampled every 0.2 s) 
 limit, the client's peak RSS, how many workers the nanny restarted (a worker above 95 % of its
 limit is restarted and Dask recomputes its tasks: the sampler can miss the spike, never the new
 worker), and the throughput ratio baseline / full (goal: within 1.5x, i.e.
-cost linear in the points).
+cost linear in the points). On a machine shared with other work the wall-clock rate follows the
+load, so it also prints the rate per CPU second of the workers (their processes' user + system
+time over the run) and that ratio, which the load does not move.
 
     PYTHONPATH=. python benchmarks/speed/dask_out_of_core.py --points 10000000
     PYTHONPATH=. python benchmarks/speed/dask_out_of_core.py --points 100000000 --dir /big/tmp
@@ -73,8 +76,25 @@ def _client_peak() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
-def run(client, src: Path, out: Path, op: str, rho: float) -> tuple[float, dict[str, int]]:
-    """Run ``op`` on ``src`` (privatize into ``out``); return (seconds, peak RSS per worker)."""
+def _cpu() -> float:
+    import psutil
+
+    t = psutil.Process().cpu_times()
+    return t.user + t.system
+
+
+def _workers_cpu(client) -> float:
+    """CPU seconds the worker processes have used (a restarted worker starts again at 0)."""
+    return sum(client.run(_cpu).values())
+
+
+def run(
+    client, src: Path, out: Path, op: str, rho: float
+) -> tuple[float, dict[str, int], float, float]:
+    """Run ``op`` on ``src`` (privatize into ``out``).
+
+    Returns (seconds, peak RSS per worker, the workers' CPU seconds, the client's).
+    """
     import dask.dataframe as dd
 
     peak: dict[str, int] = {}
@@ -92,6 +112,7 @@ def run(client, src: Path, out: Path, op: str, rho: float) -> tuple[float, dict[
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     session = gp.Session(budget=gp.CGP(rho=1.0), central=gp.DP(epsilon=8.0))
+    cpu0, own0 = _workers_cpu(client), _cpu()
     start = time.perf_counter()
     ddf = dd.read_parquet(src)
     if op == "privatize":
@@ -108,9 +129,10 @@ def run(client, src: Path, out: Path, op: str, rho: float) -> tuple[float, dict[
         print(f"    grid_stats released {int(r['released'].sum()):,} of {len(r):,} "
               "cells", flush=True)  # fmt: skip
     seconds = time.perf_counter() - start
+    own = _cpu() - own0  # before the sampler stops: its own calls are part of the client's
     done.set()
     t.join()
-    return seconds, peak
+    return seconds, peak, _workers_cpu(client) - cpu0, own
 
 
 def main() -> None:
@@ -134,6 +156,7 @@ def main() -> None:
     limit = parse_bytes(args.memory_limit)
     sizes = [int(args.baseline_points), int(args.points)]
     rates: dict[str, list[float]] = {op: [] for op in args.ops}
+    cpu_rates: dict[str, list[float]] = {op: [] for op in args.ops}
     try:
         with LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
@@ -147,21 +170,25 @@ def main() -> None:
                 gen = time.perf_counter() - t0
                 print(f"{n:>13,} points {users:>11,} users  written in {gen:6.1f} s", flush=True)
                 for op in args.ops:
-                    sec, peak = run(client, src, root / f"out-{k}", op, args.rho)
+                    sec, peak, cpu, own = run(client, src, root / f"out-{k}", op, args.rho)
                     rate = n / sec / 2
                     rates[op].append(rate)
+                    cpu_rates[op].append(n / cpu)
                     worst = max(peak.values()) if peak else 0
                     print(f"    {op:<10} {sec:8.1f} s  {rate:>10,.0f} points/s per worker  "
                           f"peak RSS {worst / 2**30:5.2f} GiB of {limit / 2**30:.2f} GiB per "
                           f"worker ({'under' if worst <= limit else 'OVER'} the limit); client "
                           f"peak RSS {_client_peak() / 2**30:5.2f} GiB; workers restarted "
-                          f"{max(len(peak) - 2, 0)}", flush=True)  # fmt: skip
+                          f"{max(len(peak) - 2, 0)}; CPU: workers {cpu:.1f} s, client {own:.1f} s "
+                          f"({n / cpu:,.0f} points per worker CPU second)", flush=True)  # fmt: skip
                     shutil.rmtree(root / f"out-{k}", ignore_errors=True)
                 shutil.rmtree(src, ignore_errors=True)
         for op, (base, full) in rates.items():
             ratio = base / full
+            cpu_ratio = cpu_rates[op][0] / cpu_rates[op][1]
             print(f"{op}: throughput baseline / full: {ratio:.2f}x  "
-                  f"{'OK' if ratio <= 1.5 else 'SLOW'} (goal <= 1.5x: linear cost)")
+                  f"{'OK' if ratio <= 1.5 else 'SLOW'} (goal <= 1.5x: linear cost); per "
+                  f"worker CPU second: {cpu_ratio:.2f}x")
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)

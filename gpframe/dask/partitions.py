@@ -4,17 +4,19 @@ See ``docs/beyond-one-machine.md``. An operation that reads all of a user's rows
 (``knn``, ``convex_hull``, the per-user forms of ``grid_stats``) needs every row of a user in one
 partition: the frame is shuffled on the user column unless it is already indexed by it with
 known divisions (then each user id lies in exactly one partition). ``privatize`` sums each
-user's counts over the partitions instead (:func:`summed_users`), and the one-point-per-user
-operations shuffle only candidate rows (:mod:`gpframe.dask.one_point`). The first pass runs the
-pandas face's own validation (:func:`gpframe.geo.locate_points`, the projection, the
-coordinate-copy check) on every partition and returns only what the client needs to reserve:
-each partition's users (sorted) and their point counts, and the public metric CRS. No noise is
-drawn and nothing is written.
+user's counts over the partitions instead (on the workers, :func:`summed_tree`), and the
+one-point-per-user operations shuffle only candidate rows (:mod:`gpframe.dask.one_point`).
+The first pass runs the pandas face's own validation (:func:`gpframe.geo.locate_points`,
+the projection, the coordinate-copy check) on every partition and returns only what the
+client needs to reserve: each partition's users (sorted) and their point counts, and the
+public metric CRS. No noise is drawn and nothing is written.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,12 +35,15 @@ __all__ = [
     "digest",
     "first",
     "from_xy",
+    "graph_allowance",
     "locate",
     "metric_kind",
     "prepare",
+    "share",
     "spawn_rng",
-    "summed_users",
+    "summed_tree",
     "to_xy",
+    "tree",
 ]
 
 _NOTHING = "Nothing was charged."
@@ -85,6 +90,8 @@ class PartCheck:
     crs_in: str | None = None  # the input CRS (WKT), for public query objects (a region)
     #: (partition, row, user) of users with several selected rows (``reduce=None``), to refuse
     several: tuple[Any, ...] = ()
+    #: :func:`digest` of ``users`` and ``counts``, computed on the worker (:func:`without_users`)
+    fingerprint: str = ""
 
 
 def by_user(ddf: Any, cols: Columns) -> tuple[Any, bool]:
@@ -296,11 +303,31 @@ def user_counts(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def digest(users: np.ndarray, counts: np.ndarray) -> str:
-    """Fingerprint of a partition's users and counts (both passes must see the same)."""
+    """Fingerprint of a partition's users and counts (both passes must see the same).
+
+    Integer ids are hashed as int64 bytes (a partition of 10^6 rows may hold 10^6 users);
+    other ids by their type and text.
+    """
     h = hashlib.sha256()
-    h.update(repr([(type(u).__name__, str(u)) for u in users.tolist()]).encode())
+    ints = _as_int64(np.asarray(users))
+    if ints is not None:
+        h.update(b"int64:" + ints.tobytes())
+    else:
+        h.update(repr([(type(u).__name__, str(u)) for u in users.tolist()]).encode())
     h.update(np.asarray(counts, dtype=np.int64).tobytes())
     return h.hexdigest()
+
+
+def _as_int64(users: np.ndarray) -> np.ndarray | None:
+    """Return the ids as int64 when they are all integers that fit, else None."""
+    if users.dtype.kind not in "iuO" or (
+        users.dtype.kind == "O" and pd.api.types.infer_dtype(users, skipna=False) != "integer"
+    ):
+        return None
+    try:
+        return users.astype(np.int64)
+    except OverflowError:  # a Python int beyond int64
+        return None
 
 
 def check_same_users(i: int, users: np.ndarray, counts: np.ndarray, want: str) -> None:
@@ -349,29 +376,108 @@ def combine(checks: list[PartCheck]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return users, counts, offsets, live[0]
 
 
-def summed_users(
-    checks: list[PartCheck],
-) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], PartCheck]:
-    """Sum the partitions' users when a user's rows may lie in several partitions.
+def common_check(checks: list[PartCheck], n_users: int) -> PartCheck:
+    """Refuse an empty frame or two metric CRSs; return a check carrying the common CRS.
 
-    Returns the distinct users (sorted), their points over all partitions, each partition's
-    users' positions among them, and the check that carries the (common) metric CRS.
+    ``checks`` may lack their users (:func:`without_users`): a partition with rows is
+    one whose first pass chose a metric CRS.
     """
-    live = [c for c in checks if len(c.users)]
-    if not live:
+    live = [c for c in checks if c.crs_m is not None]
+    if not live or not n_users:
         raise InvalidInputError(
             f"the frame is empty (0 rows): there is nothing to analyse. {_NOTHING}"
         )
     crs = {(c.crs_m, c.scale_max) for c in live}
     if len(crs) != 1:  # public information only, so the same everywhere: a bug if not
         raise GpframeInternalError(f"the partitions chose different metric CRSs: {crs!r}.")
-    codes, uniq = pd.factorize(pd.Series(np.concatenate([c.users for c in checks])), sort=True)
-    per = np.concatenate([np.asarray(c.counts, np.int64) for c in checks])
+    return live[0]
+
+
+def without_users(check: PartCheck) -> PartCheck:
+    """Return the check without its users, with their digest in ``fingerprint``.
+
+    What the client fetches of a partition when the users are summed on the workers
+    (:func:`summed_tree`): its public metric CRS and the digest the release pass checks.
+    """
+    return replace(check, users=np.array([], dtype=object), counts=np.zeros(0, np.int64),
+                   fingerprint=check.fingerprint or digest(check.users, check.counts))  # fmt: skip
+
+
+def add_counts(*checks: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Sum the (users, counts) of several partitions or partial sums: distinct users sorted.
+
+    The same users and order whatever the grouping: a sorted factorization of the union,
+    exact integer counts.
+    """
+    pairs = [(c.users, c.counts) if isinstance(c, PartCheck) else c for c in checks]
+    users = np.concatenate([u for u, _ in pairs])
+    ints = _as_int64(users)  # integer ids: the same sorted users, factorized as int64 (faster)
+    codes, uniq = pd.factorize(pd.Series(users if ints is None else ints), sort=True)
+    per = np.concatenate([np.asarray(n, np.int64) for _, n in pairs])
     counts = np.zeros(len(uniq), np.int64)
     np.add.at(counts, codes, per)  # exact integers (a float bincount would round past 2**53)
-    offsets = np.cumsum([0] + [len(c.users) for c in checks])
-    where = [codes[offsets[i] : offsets[i + 1]].astype(np.int64) for i in range(len(checks))]
-    return np.asarray(uniq, dtype=object), counts, where, live[0]
+    return np.asarray(uniq, dtype=object), counts
+
+
+def summed_tree(checks: list[Any]) -> Any:
+    """Return a delayed (users, counts) summed over the partitions' first passes, on the workers.
+
+    The client receives the distinct users once (not once per partition they have rows in).
+    """
+    return tree(add_counts, checks)
+
+
+def tree(func: Any, leaves: list[Any], *args: Any, fan_in: int = 8) -> Any:
+    """Reduce delayed ``leaves`` on the workers to one delayed result, in a tree.
+
+    A node is ``func(*args, *inputs)`` of up to ``fan_in`` inputs (``func`` also takes its own
+    outputs). No worker holds more than ``fan_in`` inputs of a node at a time, and a leaf's
+    memory is released as soon as its node ran.
+    """
+    import dask
+
+    level = list(leaves)
+    while True:
+        level = [dask.delayed(func)(*args, *level[k : k + fan_in])
+                 for k in range(0, len(level), fan_in)]  # fmt: skip
+        if len(level) == 1:
+            return level[0]
+
+
+def share(value: Any) -> tuple[Any, int]:
+    """Put ``value`` in the graph once, as one key every task depends on (not in each task).
+
+    Returns the delayed value and its pickled size. It is sent once to the scheduler and
+    unpickled once per worker (the tasks there share the object); unlike data scattered to the
+    workers, Dask recomputes it from the graph if every worker holding it is lost. Compute it
+    within :func:`graph_allowance` of that size: distributed warns of a large graph otherwise.
+    """
+    import pickle
+    import uuid
+
+    import dask
+
+    blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    key = f"gpframe-shared-{uuid.uuid4().hex}"
+    return dask.delayed(pickle.loads, pure=False)(blob, dask_key_name=key), len(blob)
+
+
+@contextmanager
+def graph_allowance(nbytes: int) -> Iterator[None]:
+    """Raise distributed's large-graph warning threshold by ``nbytes`` sent once on purpose.
+
+    The warning is for data repeated in a graph; :func:`share` sends its value once.
+    """
+    import dask
+    from dask.utils import parse_bytes
+
+    key = "distributed.admin.large-graph-warning-threshold"
+    now = dask.config.get(key, None)
+    if now is None:
+        yield
+        return
+    with dask.config.set({key: parse_bytes(now) + nbytes}):
+        yield
 
 
 def spawn_rng(rng: Any, i: int) -> Any:

@@ -4,16 +4,20 @@ See ``docs/beyond-one-machine.md`` and ``docs/operations/privatize.md``. The ord
 
 1. the client validates the amounts, ``rng=`` and ``to=`` (nothing reserved yet);
 2. a first pass validates every partition where it lies and counts each user's points there
-   (:mod:`gpframe.dask.partitions`): no noise, nothing written. The client sums each user's
-   points over the partitions (:func:`gpframe.dask.partitions.summed_users`): the noise per
-   point and the charge read only that total, so no row is shuffled (``FULL_SHUFFLE``, for
-   tests and benchmarks, shuffles on the user column first, the former way);
+   (:mod:`gpframe.dask.partitions`): no noise, nothing written. The workers sum each user's
+   points over the partitions (:func:`gpframe.dask.partitions.summed_tree`) and the client
+   receives each user once: the noise per point and the charge read only that total, so no
+   row is shuffled (``FULL_SHUFFLE``, for tests and benchmarks, shuffles on the user column
+   first, the former way);
 3. the driver (:func:`gpframe.ledger.run.run`) reserves the users' allocations in the client's
-   ledger, then its ``compute`` runs one task per partition: the partition's rows of admitted
-   users are noised by :func:`gpframe.queries.privatize.privatize_points` (with each user's
-   total points, ``n_of=``) with the worker's own OS CSPRNG, and the output is built by
+   ledger, then its ``compute`` puts every user's total and admission in the graph once
+   (:class:`Totals`, one key every task depends on) and runs one task per partition: the
+   partition's rows of admitted users are noised by
+   :func:`gpframe.queries.privatize.privatize_points` (with each user's total points,
+   ``n_of=``) with the worker's own OS CSPRNG, and the output is built by
    :func:`gpframe.release.privatized_frame` and written to the staging directory (``to=``)
-   or sent back to the client, in the input's row order;
+   or sent back to the client, in the input's row order; each user's bound, noise scale and
+   per-point charge are merged on the workers (:func:`merge_users`);
 4. the driver commits the charge, computed on the client from the mechanisms' guarantees the
    tasks report (the same :func:`gpframe.queries.privatize_plan.actual_units` as pandas);
 5. only then the client publishes the staging directory (one rename) or returns the frame.
@@ -40,7 +44,9 @@ import pandas as pd
 from gpframe.errors import GpframeInternalError, GpframeWarning
 from gpframe.queries.privatize import PrivatizeArrays
 
-__all__ = ["PartOut", "Plan", "privatize", "release_partition"]
+__all__ = [
+    "PartOut", "PerUser", "Plan", "Totals", "merge_users", "privatize", "release_partition",
+]
 
 
 @dataclass(frozen=True)
@@ -55,10 +61,43 @@ class Plan:
 
 
 @dataclass
+class Totals:
+    """Every user of the call, one key of the release graph (never copied into each task).
+
+    ``users``: the distinct users, sorted (the reservation's order); ``counts``: each user's
+    points in the whole frame; ``admitted``: whether the reservation admitted them.
+    ``summed``: a user's rows may lie in several partitions (each task noises with the
+    user's total, ``n_of=``). A task finds its own users' positions by a hash lookup
+    (:meth:`positions`), so the graph does not grow with partitions x users.
+    """
+
+    users: np.ndarray
+    counts: np.ndarray
+    admitted: np.ndarray
+    summed: bool
+
+    def positions(self, users: np.ndarray, i: int) -> np.ndarray:
+        """Positions of partition ``i``'s users among :attr:`users` (refused if one is not)."""
+        index = self.__dict__.get("_index")
+        if index is None:  # built once per worker: the tasks there share this object
+            index = self.__dict__["_index"] = pd.Index(self.users, dtype=object)
+        pos = index.get_indexer(pd.Index(users, dtype=object))
+        if bool((pos < 0).any()):
+            raise GpframeInternalError(
+                f"partition {i} holds a user the first pass did not count."
+            )
+        return pos.astype(np.int64)
+
+    def __getstate__(self) -> dict[str, Any]:  # the lookup table is rebuilt where needed
+        return {k: v for k, v in self.__dict__.items() if k != "_index"}
+
+
+@dataclass
 class PartOut:
     """What one release task sends back to the client."""
 
     n_users: int = 0
+    where: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # users' positions
     groups: list[tuple[np.ndarray, Fraction]] = field(default_factory=list)
     max_error_m: np.ndarray = field(default_factory=lambda: np.zeros(0))
     max_error_all_m: float = float("nan")
@@ -71,29 +110,32 @@ class PartOut:
 
 
 def release_partition(
-    part: pd.DataFrame, i: int, plan: Plan, admitted: np.ndarray, want: str, rng: Any,
-    n_all: int, staging: str | None, n_of: np.ndarray | None = None,
+    part: pd.DataFrame, i: int, plan: Plan, totals: Totals, want: str, rng: Any,
+    n_all: int, staging: str | None,
 ) -> PartOut:  # fmt: skip
     """Noise one partition's admitted users; write or return its output (runs on a worker).
 
     ``want`` is the first pass's digest of the partition's users and counts: a recomputed
     shuffle must give the partition the same users, or the task fails (the driver then
-    settles the reservation in full). ``n_of``: each of the partition's users' points in the
-    whole frame, when a user's rows may lie in several partitions (no shuffle).
+    settles the reservation in full). ``totals``: every user's admission and total points,
+    the same object for every task (:class:`Totals`).
     """
-    from gpframe.dask.partitions import located_users, to_xy, worker_rng
+    from gpframe.dask.partitions import digest, located_users, to_xy, worker_rng
     from gpframe.dask.staging import write_part
     from gpframe.queries.privatize import privatize_points
     from gpframe.release import privatized_frame
 
     if len(part) == 0:
-        if len(admitted):
+        if want != digest(np.array([], dtype=object), np.zeros(0, np.int64)):
             raise GpframeInternalError(f"partition {i} lost its rows between the two passes.")
         return PartOut()
     with warnings.catch_warnings():
         # the client warns once (dropped columns); a worker's warning would be lost in its log
         warnings.simplefilter("ignore", GpframeWarning)
         frame, p, users, codes = located_users(part, plan.cols, i, want)
+        where = totals.positions(users, i)
+        admitted = totals.admitted[where]
+        n_of = totals.counts[where] if totals.summed else None
         out = privatize_points(
             p.xy, codes, len(users), kind=plan.kind, amount=plan.amount,  # type: ignore[arg-type]
             per=plan.per, admitted=admitted, scale_max=float(p.scale_max), beta=plan.beta,  # type: ignore[arg-type]
@@ -101,7 +143,7 @@ def release_partition(
         )  # fmt: skip
         frame_out = privatized_frame(frame, p, out.xy, out.released, plan.cols.public)
     res = PartOut(
-        n_users=len(users), groups=out.charge_groups, max_error_m=out.max_error_m,
+        n_users=len(users), where=where, groups=out.charge_groups, max_error_m=out.max_error_m,
         max_error_all_m=out.max_error_all_m, n_calls=out.n_calls, guarantees=out.guarantees,
         noise_scale_m=out.noise_scale_m,
     )  # fmt: skip
@@ -112,43 +154,89 @@ def release_partition(
     return res
 
 
-def merge(outs: list[PartOut], where: list[np.ndarray], n_users: int) -> PrivatizeArrays:
-    """Merge the partitions' outputs into one :class:`PrivatizeArrays` (client's user order).
+@dataclass
+class PerUser:
+    """The per-user outputs of one or several release tasks, in the call's user order.
 
-    ``where[i]`` maps partition ``i``'s users to the client's. A user whose rows lie in several
+    Merged on the workers (:func:`merge_users`), so the client receives each user once, not
+    once per partition they have rows in. ``cid``: each user's per-point charge, an index
+    into ``amounts`` (-1: no point released).
+    """
+
+    err: np.ndarray
+    scale: np.ndarray
+    cid: np.ndarray
+    amounts: list[Fraction]
+
+    def groups(self) -> list[tuple[np.ndarray, Fraction]]:
+        """Return the users of each per-point charge (ascending positions), as charged."""
+        order = np.argsort(self.cid, kind="stable")
+        bounds = np.searchsorted(self.cid[order], np.arange(len(self.amounts) + 1))
+        return [(order[bounds[k] : bounds[k + 1]], c) for k, c in enumerate(self.amounts)]
+
+
+def merge_users(n_users: int, *inputs: PartOut | PerUser) -> PerUser:
+    """Merge release tasks' per-user outputs (or earlier merges) into one :class:`PerUser`.
+
+    Runs on a worker (:func:`gpframe.dask.partitions.tree`). A user whose rows lie in several
     partitions has one bound, scale and per-point charge in all of them (they depend on the
-    user's total points only), refused as a bug otherwise.
+    user's total points only): their maximum is taken, and two charges are refused as a bug.
     """
     err = np.full(n_users, np.nan)
     scale = np.full(n_users, np.nan)
-    groups: list[tuple[np.ndarray, Fraction]] = []
-    cid = np.full(n_users, -1, np.int64)  # each user's per-point charge, as an id
+    cid = np.full(n_users, -1, np.int64)
     ids: dict[Fraction, int] = {}
-    for o, w in zip(outs, where, strict=True):
-        if o.n_users:
-            err[w] = np.fmax(err[w], o.max_error_m)
-            scale[w] = np.fmax(scale[w], o.noise_scale_m)
-            for u, c in o.groups:
-                g = w[np.asarray(u, np.int64)]
-                k = ids.setdefault(c, len(ids))
-                if bool(((cid[g] >= 0) & (cid[g] != k)).any()):
-                    raise GpframeInternalError(
-                        "a user's points were released at different amounts in two partitions."
-                    )
-                cid[g] = k
-                groups.append((g, c))
+
+    def put(g: Any, k: np.ndarray | int) -> None:
+        if bool(((cid[g] >= 0) & (cid[g] != k)).any()):
+            raise GpframeInternalError(
+                "a user's points were released at different amounts in two partitions."
+            )
+        cid[g] = k
+
+    for x in inputs:
+        if isinstance(x, PerUser):
+            # its ids in this merge's numbering; -1 (no charge) stays -1 (the last entry)
+            remap = np.array([ids.setdefault(c, len(ids)) for c in x.amounts] + [-1], np.int64)
+            new = remap[x.cid]
+            some = new >= 0
+            put(some, new[some])
+            np.fmax(err, x.err, out=err)
+            np.fmax(scale, x.scale, out=scale)
+        elif x.n_users:
+            w = x.where
+            err[w] = np.fmax(err[w], x.max_error_m)
+            scale[w] = np.fmax(scale[w], x.noise_scale_m)
+            for u, c in x.groups:
+                put(w[np.asarray(u, np.int64)], ids.setdefault(c, len(ids)))
+    return PerUser(err, scale, cid, list(ids))
+
+
+def light(out: PartOut) -> PartOut:
+    """Return a task's output without its per-user arrays (merged by :func:`merge_users`)."""
+    from dataclasses import replace
+
+    return replace(out, where=np.zeros(0, np.int64), groups=[], max_error_m=np.zeros(0),
+                   noise_scale_m=np.zeros(0))  # fmt: skip
+
+
+def merge(outs: list[PartOut], users: PerUser) -> PrivatizeArrays:
+    """Merge the partitions' outputs into one :class:`PrivatizeArrays` (client's user order).
+
+    ``users``: the per-user outputs, merged on the workers (:func:`merge_users`).
+    """
     xys = [o.xy for o in outs if o.xy is not None]
     alls = [o.max_error_all_m for o in outs if not np.isnan(o.max_error_all_m)]
     return PrivatizeArrays(
         xy=np.concatenate(xys) if xys else np.zeros((0, 2)),
         released=np.zeros(0, dtype=bool),  # per row, in the partitions' frames
         charges=[],  # the client computes them from charge_groups
-        max_error_m=err,
+        max_error_m=users.err,
         max_error_all_m=max(alls) if alls else float("nan"),
-        noise_scale_m=scale,
+        noise_scale_m=users.scale,
         n_calls=sum(o.n_calls for o in outs),
         guarantees=[g for o in outs for g in o.guarantees],
-        charge_groups=groups,
+        charge_groups=users.groups(),
     )
 
 
@@ -204,9 +292,14 @@ def privatize(
         by_user,
         check_partition,
         combine,
+        common_check,
         digest,
+        graph_allowance,
+        share,
         spawn_rng,
-        summed_users,
+        summed_tree,
+        tree,
+        without_users,
     )
     from gpframe.dask.staging import discard, staging_dir
     from gpframe.ledger.charges import filter_kind, ledger_keys
@@ -228,14 +321,15 @@ def privatize(
     if full:  # both passes read the shuffled partitions: move the rows once
         data = data.persist()
     parts = data.to_delayed()
-    checks = list(dask.compute(*[dask.delayed(check_partition)(d, cols) for d in parts]))
-    if full or cols.index_is_user:  # whole users per partition
-        users, counts, offsets, ref = combine(checks)
-        where = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(checks))]
-        n_of: list[Any] = [None] * len(checks)
-    else:
-        users, counts, where, ref = summed_users(checks)
-        n_of = [counts[w] for w in where]
+    firsts = [dask.delayed(check_partition)(d, cols) for d in parts]
+    summed = not (full or cols.index_is_user)
+    if summed:  # the workers sum the counts: the client gets each user once, not per partition
+        *checks, (users, counts) = dask.compute(*[dask.delayed(without_users)(c) for c in firsts],
+                                                summed_tree(firsts))  # fmt: skip
+        ref = common_check(checks, len(users))
+    else:  # whole users per partition
+        checks = list(dask.compute(*firsts))
+        users, counts, _, ref = combine(checks)
     preflight(kind, amount, per, counts, ref.scale_max)
     warn_dropped(bound.dropped, "privatize", stacklevel=3)
 
@@ -256,7 +350,8 @@ def privatize(
         "crs_m": crs_m.to_string(),
         "scale_max": float(ref.scale_max),
     }
-    wants = [digest(c.users, c.counts) for c in checks]
+    wants = [c.fingerprint or digest(c.users, c.counts) for c in checks]
+    del checks  # the client keeps each user once (users, counts), not once per partition
     staged: dict[str, Any] = {}
 
     def compute(r: Any) -> Charge[Any]:
@@ -265,15 +360,21 @@ def privatize(
         staging = staging_dir(target, r.query_id) if target is not None else None
         staged["dir"] = staging
         try:
+            # in the graph once, not once per task (a partition may hold most of the users)
+            totals, nbytes = share(Totals(users, counts, admitted, summed))
             tasks = [
                 dask.delayed(release_partition)(
-                    d, i, plan, admitted[where[i]], wants[i], spawn_rng(rng, i), n_all,
-                    None if staging is None else str(staging), n_of[i],
+                    d, i, plan, totals, wants[i], spawn_rng(rng, i), n_all,
+                    None if staging is None else str(staging),
                 )
                 for i, d in enumerate(parts)
             ]
-            outs = list(dask.compute(*tasks))
-            merged = merge(outs, where, n_users)
+            # each user's outputs merged on the workers: the client gets them once
+            with graph_allowance(nbytes):
+                *outs, per_user = dask.compute(*[dask.delayed(light)(t) for t in tasks],
+                                               tree(merge_users, tasks, n_users))  # fmt: skip
+            del totals, tasks
+            merged = merge(outs, per_user)
             act_u, act_f = actual_units(ledger, fkind, kind, per, merged, counts, n_users)
         except BaseException:
             discard(staging)  # nothing in it was published; the driver settles the reservation

@@ -222,3 +222,72 @@ def test_split_privatize_on_the_cluster_charges_what_the_pandas_face_does(cluste
 
     test_split_privatize_charges_and_states_what_the_pandas_face_does(cluster, tmp_path,
                                                                       "user", False)
+
+
+def _graph_bytes(record):
+    """Sizes of the graphs the client sent, in order (distributed's large-graph warning)."""
+    from dask.utils import parse_bytes
+
+    sent = [str(r.message) for r in record if "Sending large graph of size" in str(r.message)]
+    return [parse_bytes(m.split("size ")[1].split(".\n")[0]) for m in sent]
+
+
+def _every_user(i, n_users=5_000):
+    """Partition ``i``: one row of each of ``n_users`` users (true points only, never noise)."""
+    r = np.random.default_rng(100 + i)
+    return pd.DataFrame({"u": r.permutation(n_users), "x": 500_000 + r.uniform(-3e3, 3e3, n_users),
+                         "y": 4_500_000 + r.uniform(-3e3, 3e3, n_users)})  # fmt: skip
+
+
+def test_the_release_graph_does_not_grow_with_partitions_times_users(cluster, tmp_path):
+    # 5,000 users with rows in each of 20 partitions: a release pass that copied each
+    # partition's per-user arrays (admission, total points: >= 9 bytes a user) into its task
+    # sent ~0.9 MB; every user's totals are in the graph once instead (~13 bytes a user), so
+    # the release graph stays under 3 bytes per (partition, user) pair. The first pass sums
+    # the same totals: each user is charged n x the amount for their points in all partitions.
+    import dask
+
+    n_users, n_parts = 5_000, 20
+    # made on the workers (from_map): the rows are not in the graph
+    ddf = dd.from_map(_every_user, list(range(n_parts)), meta=_every_user(0).iloc[:0])
+    s = gp.Session(budget=gp.CGP(rho=1e-3))
+    kw = {k: v for k, v in KW.items() if k != "public"}
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": "1B"}):
+        with pytest.warns(UserWarning, match="Sending large graph") as record:
+            out = ddf.geopriv(s, **kw).privatize(rho=1e-5, per="point", to=tmp_path / "out")
+    *first, release = _graph_bytes(record)
+    assert release < 3 * n_parts * n_users, (first, release)
+    assert out.n_charged == n_users and out.params["n_points"] == n_parts * n_users
+    assert np.allclose(s.spent().to_numpy(), n_parts * 1e-5)  # each user's total over all parts
+
+
+def test_the_tree_sums_and_merges_do_not_depend_on_the_grouping():
+    # the first pass's counts and the release outputs are reduced in a tree on the workers:
+    # any grouping gives the same users, order and totals, and a user released at two
+    # different amounts in two partitions is still refused
+    from fractions import Fraction
+
+    from gpframe.dask.partitions import add_counts
+    from gpframe.dask.privatize import PartOut, merge_users
+
+    r = np.random.default_rng(2)
+    parts = []
+    for _ in range(5):
+        u, c = np.unique(r.integers(0, 50, 40), return_counts=True)
+        parts.append((u.astype(object), c.astype(np.int64)))
+    users, counts = add_counts(*parts)
+    nested = add_counts(add_counts(*parts[:2]), add_counts(*parts[2:]))
+    assert users.tolist() == nested[0].tolist() and counts.tolist() == nested[1].tolist()
+    assert all(type(x) is int for x in users)  # the ledger's keys, as before the tree
+    a = PartOut(n_users=2, where=np.array([0, 2]), groups=[(np.array([0, 1]), Fraction(1, 4))],
+                max_error_m=np.array([1.0, 2.0]), noise_scale_m=np.array([3.0, 4.0]))
+    b = PartOut(n_users=1, where=np.array([2]), groups=[(np.array([0]), Fraction(1, 4))],
+                max_error_m=np.array([5.0]), noise_scale_m=np.array([1.0]))
+    one, two = merge_users(3, a, b), merge_users(3, merge_users(3, b), merge_users(3, a))
+    for m in (one, two):
+        np.testing.assert_array_equal(m.err, [1.0, np.nan, 5.0])
+        np.testing.assert_array_equal(m.scale, [3.0, np.nan, 4.0])
+        assert [(g.tolist(), c) for g, c in m.groups()] == [([0, 2], Fraction(1, 4))]
+    b.groups = [(np.array([0]), Fraction(1, 8))]
+    with pytest.raises(gp.GpframeInternalError, match="different amounts"):
+        merge_users(3, merge_users(3, a), b)
