@@ -1162,9 +1162,16 @@ class GeoPriv:
             actual_units, actual_f = _actual_units(ledger, fkind, kind, per, out, counts, n_users)
             return Charge((admitted, out, actual_f), actual_units, units=True)
 
+        # The charge is the allocation, known before any noise: each point's guarantee is its
+        # exact share (amount or amount/n, a Fraction), so the ledger units the mechanisms
+        # report equal ceil(n x units(amount)) reserved above. The reservation's transaction
+        # then also commits the charge (one durable write, as the SQL face's batches); the
+        # driver refuses (GpframeInternalError, nothing returned) any other reported charge.
+        # A user whose amount overflows the ledger's units is reserved at MAX but never
+        # released (charged 0), so such a call takes the reserve-then-charge path.
         ran = run(
             self.session, users, alloc_in, notion="metric", query="privatize", params=params,
-            units=True, compute=compute,
+            units=True, compute=compute, prepaid=not bool(too_big.any()),
         )  # fmt: skip
         admitted, out, actual_f = ran.value
         query_id = ran.query_id

@@ -494,9 +494,9 @@ def privatize_points(
     if adm.shape != (n_users,):
         raise GpframeInternalError(f"admitted has shape {adm.shape}, expected ({n_users},).")
 
-    out = np.full(xy.shape, np.nan, dtype=np.float64)
+    out: NDArray[np.float64] | None = None  # NaN rows unless released (made when needed)
     released = np.zeros(xy.shape[0], dtype=bool)
-    charge_arr = np.full(n_users, Fraction(0), dtype=object)
+    charge_parts: list[tuple[NDArray[np.int64], Fraction]] = []  # (users, each one's charge)
     max_err = np.full(n_users, np.nan)
     scale_m = np.full(n_users, np.nan)
     guarantees: list[Any] = []
@@ -553,9 +553,12 @@ def privatize_points(
                 f"a point's guarantee {float(point_charge)!r} exceeds its share {float(part)!r}."
             )
         if in_order:
-            out = np.array(rel, dtype=np.float64)  # this call released every row
+            # this call released every row: its own fresh array (rel stays local), no copy
+            out = np.asarray(rel.values, dtype=np.float64)
             released[:] = True
         else:
+            if out is None:
+                out = np.full(xy.shape, np.nan, dtype=np.float64)
             out[rows] = np.asarray(rel, dtype=np.float64)
             released[rows] = True
         charge_groups.append((users_arr, point_charge))
@@ -568,7 +571,7 @@ def privatize_points(
             sel = users_arr if len(distinct_n) == 1 else users_arr[n_u == n]
             if bounds:
                 max_err[sel] = error_bound(rel, beta, n=int(n))
-            charge_arr[sel] = point_charge * int(n)
+            charge_parts.append((sel, point_charge * int(n)))
         scale_m[users_arr] = float(rel.noise["scale"])
         releases.append(rel)
 
@@ -581,9 +584,9 @@ def privatize_points(
         n_union = n_released if n_all is None else max(int(n_all), n_released)
         all_bounds = max(error_bound(rel, beta, n=n_union) for rel in releases)
     return PrivatizeArrays(
-        xy=out,
+        xy=np.full(xy.shape, np.nan, dtype=np.float64) if out is None else out,
         released=released,
-        charges=charge_arr.tolist(),
+        charges=_charge_list(n_users, charge_parts),
         max_error_m=max_err,
         max_error_all_m=all_bounds,
         noise_scale_m=scale_m,
@@ -591,6 +594,21 @@ def privatize_points(
         guarantees=guarantees,
         charge_groups=charge_groups,
     )
+
+
+def _charge_list(n_users: int, parts: list[tuple[NDArray[np.int64], Fraction]]) -> list[Fraction]:
+    """Each user's charge (0 for users in no part); users of one part share one Fraction object.
+
+    >>> _charge_list(3, [(np.array([2]), Fraction(1, 2))])
+    [Fraction(0, 1), Fraction(0, 1), Fraction(1, 2)]
+    """
+    if len(parts) == 1 and parts[0][0].size == n_users:
+        # every user in one part (users are distinct): one list, no object array of 10^6 slots
+        return [parts[0][1]] * n_users
+    arr = np.full(n_users, Fraction(0), dtype=object)
+    for users_arr, charge in parts:
+        arr[users_arr] = charge
+    return arr.tolist()
 
 
 def _distinct(a: NDArray[np.int64]) -> list[int]:

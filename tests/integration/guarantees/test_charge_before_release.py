@@ -46,6 +46,9 @@ with Session(path) as s:
         import duckdb
         con = duckdb.connect()
         con.execute("SET threads = 4")
+        # a query slower than 2 s (a loaded machine) would print DuckDB's progress bar on
+        # stdout, where the parent reads the ACK lines
+        con.execute("SET enable_progress_bar = false")
         reg = gp.duckdb.register(con, s)
         con.execute("CREATE TABLE t AS SELECT * FROM (VALUES " + ", ".join(
             f"({u}, {500000.0 + 10 * u}, {8.8e6 + u})" for u in mine[:4]) + ") v(uid, x, y)")
