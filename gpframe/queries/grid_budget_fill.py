@@ -13,10 +13,11 @@ Public and free: counts and rates only, no sample value, no randomness, no charg
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from gpframe.mechanisms.compiled import njit
 
 
-@njit(cache=True)
+@njit()
 def fill(
     pu: np.ndarray, pj: np.ndarray, n_users: int, n_cells: int, w: np.ndarray, total: float,
     cap: float,

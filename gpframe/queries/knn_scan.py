@@ -27,9 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from numba import njit
 from numpy.typing import NDArray
 
+from gpframe.mechanisms.compiled import njit
 from gpframe.mechanisms.svt import BLOCK_GROWTH, BLOCK_MAX, STEP_DRAWS
 
 __all__ = ["pnn_scan", "positions", "record", "squared_distances"]
@@ -37,7 +37,7 @@ __all__ = ["pnn_scan", "positions", "record", "squared_distances"]
 _NO_TABLE = np.empty(0, dtype=np.int64)
 
 
-@njit(cache=True)
+@njit()
 def _count_removed(removed: np.ndarray, r: int, loc: int) -> int:
     """#{i : removed[r, i] − i <= loc}: rank ``loc`` among the remaining is position loc + this."""
     j = removed.shape[1]
@@ -47,7 +47,7 @@ def _count_removed(removed: np.ndarray, r: int, loc: int) -> int:
     return cnt
 
 
-@njit(cache=True)
+@njit()
 def block_need(
     active: np.ndarray,
     done: np.ndarray,
@@ -76,7 +76,7 @@ def block_need(
     return need, short
 
 
-@njit(cache=True)
+@njit()
 def block_step(
     active: np.ndarray,
     v: np.ndarray,
@@ -137,7 +137,7 @@ def block_step(
     return keep[:nk]
 
 
-@njit(cache=True)
+@njit()
 def squared_distances(
     x: np.ndarray, y: np.ndarray, target: np.ndarray, owner: np.ndarray, out: np.ndarray
 ) -> np.ndarray:
@@ -155,7 +155,7 @@ def squared_distances(
     return out
 
 
-@njit(cache=True)
+@njit()
 def positions(removed: np.ndarray, rank: np.ndarray) -> np.ndarray:
     """Position in the scan order of each run's answer: rank t among the remaining candidates."""
     pos = np.empty(rank.size, dtype=np.int64)
@@ -169,7 +169,7 @@ def positions(removed: np.ndarray, rank: np.ndarray) -> np.ndarray:
     return pos
 
 
-@njit(cache=True)
+@njit()
 def record(
     pos: np.ndarray,
     removed: np.ndarray,

@@ -18,7 +18,8 @@ numba is imported by the first sampler call, not by ``import gpframe``.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from gpframe.mechanisms.compiled import njit
 
 __all__ = [
     "bern_pieces",
@@ -41,7 +42,7 @@ M_GUARD = float(2**36)
 J_MAX = 24.0
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def v_words(table, asc, vmax, force, W, V, ties):  # type: ignore[no-untyped-def]
     """``V`` from uint32 words by the bucket table; returns how many ties it wrote to ``ties``.
 
@@ -70,7 +71,7 @@ def v_words(table, asc, vmax, force, W, V, ties):  # type: ignore[no-untyped-def
     return nt
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def proposal_ke(V, RS, L, mask, k, e):  # type: ignore[no-untyped-def]
     """``k`` and ``e`` of the design-B proposal: ``k = ((V << L) | R) ^ -s``, ``e = R + s``.
 
@@ -85,7 +86,7 @@ def proposal_ke(V, RS, L, mask, k, e):  # type: ignore[no-untyped-def]
         e[i] = r + s
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def propose_words(table, asc, vmax, force, W, RS, L, mask, V, k, e, ties):  # type: ignore[no-untyped-def]
     """:func:`v_words` and :func:`proposal_ke` in one pass; returns the number of ties.
 
@@ -97,7 +98,7 @@ def propose_words(table, asc, vmax, force, W, RS, L, mask, V, k, e, ties):  # ty
     return nt
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def gauss_bounds(k, e, dt, N, inv_D, inv_t, lo_f, hi_f, kfast, glo, ghi):  # type: ignore[no-untyped-def]
     """Enclosure of the discrete Gaussian's gamma; returns how many ``|k| >= kfast``.
 
@@ -120,7 +121,7 @@ def gauss_bounds(k, e, dt, N, inv_D, inv_t, lo_f, hi_f, kfast, glo, ghi):  # typ
     return big
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def planar_bounds(k, V, d, a_f, lamB_f, lo_f, hi_f, vs, glo, ghi):  # type: ignore[no-untyped-def]
     """Enclosure of the lattice Laplace's gamma = a ||k||_2 - lamB sum V, row by row.
 
@@ -150,7 +151,7 @@ def planar_bounds(k, V, d, a_f, lamB_f, lo_f, hi_f, vs, glo, ghi):  # type: igno
     return vmax
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def scaled_bounds(e, c, lo_f, hi_f, glo, ghi):  # type: ignore[no-untyped-def]
     """``g = e * c``, ``glo = g lo_f``, ``ghi = g hi_f`` (the Laplace deficit's enclosure)."""
     for i in range(e.size):
@@ -159,7 +160,7 @@ def scaled_bounds(e, c, lo_f, hi_f, glo, ghi):  # type: ignore[no-untyped-def]
         ghi[i] = g * hi_f
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def int_rows(glo, ghi, ji):  # type: ignore[no-untyped-def]
     """Write the positions with ``glo >= 1`` (ascending) to ``ji``; none when ``max(ghi) < 1``.
 
@@ -179,7 +180,7 @@ def int_rows(glo, ghi, ji):  # type: ignore[no-untyped-def]
     return cnt
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def bern_prep(W, ji, T, glo, ghi, jv, intok, ties):  # type: ignore[no-untyped-def]
     """Integer part; returns ``(number of ties, max(ghi))`` after it.
 
@@ -214,7 +215,7 @@ def bern_prep(W, ji, T, glo, ghi, jv, intok, ties):  # type: ignore[no-untyped-d
     return nt, pmax
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def bern_pieces(glo, ghi, p, K, left):  # type: ignore[no-untyped-def]
     """Pieces ``n_i = max(1, ceil(ghi))`` in ``p`` and ``left``, ``K = 1``, bounds times 2**16.
 
@@ -229,7 +230,7 @@ def bern_pieces(glo, ghi, p, K, left):  # type: ignore[no-untyped-def]
         ghi[i] = ghi[i] * 65536.0
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def scale16(glo, ghi):  # type: ignore[no-untyped-def]
     """Bounds times 2**16 (exact), for the one-piece rounds (:func:`bern_round1`)."""
     for i in range(glo.size):
@@ -237,7 +238,7 @@ def scale16(glo, ghi):  # type: ignore[no-untyped-def]
         ghi[i] = ghi[i] * 65536.0
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def bern_round1(w, size, idx, lo, hi, kk, dec, out, finish, t0, wpos):  # type: ignore[no-untyped-def]
     """:func:`bern_round` when every element is one piece (``n_i = 1``): ``M = K = kk``.
 
@@ -273,7 +274,7 @@ def bern_round1(w, size, idx, lo, hi, kk, dec, out, finish, t0, wpos):  # type: 
     return wpos, first_amb
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def bern_round(
     w, size, idx, p, K, left, lo, hi, guard, dec, out, finish, t0, wpos, mmax, kmax
 ):  # type: ignore[no-untyped-def]  # fmt: skip

@@ -23,13 +23,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from gpframe.mechanisms.compiled import njit
 
 #: status codes of :func:`run_stages`
 FLOOR, HALTED, NO_PROGRESS = 0, 1, 2
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _err1(m: int, r: int, rs: int, W: float, eps_mu: float, eps_v: float, kappa: float) -> float:
     # the operation order of error.err and error.h, term by term
     if r == 0:
@@ -42,7 +43,7 @@ def _err1(m: int, r: int, rs: int, W: float, eps_mu: float, eps_v: float, kappa:
     return W * c / m + W * W * hc + kappa * (W * rs / (r * eps_mu) + W * W * hr / eps_v)
 
 
-@njit(cache=True)
+@njit()
 def _below(ccnt: np.ndarray, lo: int, start: int) -> int:
     # highest position in [lo, start] whose count is still positive, -1 if none
     i = start
@@ -53,12 +54,12 @@ def _below(ccnt: np.ndarray, lo: int, start: int) -> int:
     return -1
 
 
-@njit(cache=True)
+@njit()
 def _snap(a: np.ndarray, on: bool) -> np.ndarray:
     return a.copy() if on else a[:0].copy()
 
 
-@njit(cache=True)
+@njit()
 def run_stages(
     order, excl, G, ustart, ulen, ucell, uval, urow, r, r_tot, m_cell, cstart, cvals, ccnt,
     p1, p2, E, W, eps_mu, eps_v, kappa, cap, jw, protect, rollback, want_cand,
