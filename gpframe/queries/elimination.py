@@ -911,22 +911,28 @@ def _run_round(
     :func:`eliminate_interactive`), possibly as several calls; each call's guarantee must be
     the same at the same part (it depends on the part only).
     """
-    gcode = parts.codes[active]
     # part ids per allocation group first (few), then per user by indexing: no per-user hashing
     pvals = np.empty(len(parts.table), dtype=object)
     pvals[:] = [row[j] for row in parts.table]
     gid, puniq = pd.factorize(pvals, use_na_sentinel=False)
-    pid = gid[gcode]
     calls = 0
-    order = np.argsort(pid, kind="stable")
-    bounds = np.searchsorted(pid[order], np.arange(len(puniq) + 1))
-    for q in range(len(puniq)):
-        idx = active[order[bounds[q] : bounds[q + 1]]]
+    if len(puniq) == 1:  # one part for every active user (the usual case): no per-user arrays
+        groups: Any = [active]
+    else:
+        pid = gid[parts.codes[active]]
+        order = np.argsort(pid, kind="stable")
+        bounds = np.searchsorted(pid[order], np.arange(len(puniq) + 1))
+        del pid
+        groups = (active[order[bounds[q] : bounds[q + 1]]] for q in range(len(puniq)))
+    for q, idx in enumerate(groups):
         if idx.size == 0:
             continue
         part = puniq[q]
         if draw is None:
-            pieces = [(idx, *_release(kind, triple, x[idx], part, k, rng))]
+            # every row active (sorted distinct rows, so all of them in order): no copy of x
+            data = x if idx.size == x.shape[0] else x[idx]
+            pieces = [(idx, *_release(kind, triple, data, part, k, rng))]
+            del data
         else:
             pieces = draw(idx, part)
         for sub, rel, charge in pieces:
@@ -975,15 +981,16 @@ def _finish(
     charge_flat = np.empty(flat.size + 1, dtype=object)
     charge_flat[:-1] = flat
     charge_flat[-1] = Fraction(0)
-    charge_codes = np.where(key >= 0, key, flat.size).astype(np.int64)
+    charge_codes = np.where(key >= 0, key, flat.size).astype(np.int64, copy=False)
     charges = charge_flat[charge_codes]
     allocs = ga[np.where(queried, parts.codes, ng1)]
     counts = np.bincount(key[key >= 0], minlength=flat.size)
+    del key  # per-user int64s: free before the per-user std below
     saving = Fraction(0)
     for kk in np.flatnonzero(counts):
         saving += int(counts[kk]) * (parts.allocations[kk // (c + 1)] - flat[kk])
     idx = np.flatnonzero(queried & (r > 0))  # users never measured have no std or width (NaN)
-    est = est_all.copy()
+    est = est_all  # the callers' own array, theirs no longer: no copy
     std = np.full(n, np.nan)
     if idx.size:
         std[idx] = acc.std(idx)
@@ -997,7 +1004,7 @@ def _finish(
     hist = np.bincount(r[queried], minlength=c + 1).astype(np.int64)
     return Elimination(
         state=state,
-        rounds_run=r.copy(),
+        rounds_run=r,  # the accumulator's counts, final here: no copy
         charges=charges,
         allocations=allocs,
         estimate=est,

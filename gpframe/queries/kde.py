@@ -1147,7 +1147,8 @@ def raster_from_points(
             units=True, check=check, compute=compute)  # fmt: skip
     adm, codes, uvals, out, charge_f = r.value
     key_arr = users
-    idx = pd.Index(key_arr[adm])
+    every = bool(adm.all())  # everyone admitted (the usual case): no masked copies
+    idx = pd.Index(key_arr if every else key_arr[adm])
     alloc_f = np.array([float(lu.to_fraction(int(v))) for v in uvals], dtype=np.float64)
     params.update(
         sigma_m=[float(v) for v in out.sigma_m],
@@ -1166,8 +1167,11 @@ def raster_from_points(
         kind=kind,
         metric=("floor", out.privatized.r_min),
         r_min=out.privatized.r_min,
-        charges=pd.Series(charge_f[adm], index=idx, dtype=np.float64),
-        allocations=pd.Series(alloc_f[codes[adm]], index=idx, dtype=np.float64),
+        # fresh arrays, so the Series may own them (no copy)
+        charges=pd.Series(charge_f if every else charge_f[adm], index=idx, dtype=np.float64,
+                          copy=False),
+        allocations=pd.Series(alloc_f[codes if every else codes[adm]], index=idx,
+                              dtype=np.float64, copy=False),
         excluded=key_arr[~adm].tolist(),
         query_id=r.query_id,
     )
