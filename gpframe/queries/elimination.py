@@ -415,6 +415,19 @@ class GroupedAmounts:
         return vals[self.codes]
 
 
+def _remapped(remap: NDArray[np.int64], codes: NDArray[Any]) -> NDArray[Any]:
+    """``remap[codes]``; ``codes`` itself (no per-user copy) when that is the same array.
+
+    >>> c = np.array([0, 1, 1])
+    >>> _remapped(np.arange(2), c) is c, _remapped(np.array([1, 0]), c).tolist()
+    (True, [1, 0, 0])
+    """
+    if (codes.dtype == np.int64 and np.array_equal(remap, np.arange(remap.size))
+            and int(codes.min()) >= 0):  # fmt: skip
+        return codes  # read only from here on: nothing writes a Parts' or a group's codes
+    return remap[codes]
+
+
 def _unique_allocations(allocations: Any, n: int) -> tuple[NDArray[np.int64], list[Fraction]]:
     if isinstance(allocations, GroupedAmounts):
         if allocations.codes.size != n:
@@ -427,7 +440,7 @@ def _unique_allocations(allocations: Any, n: int) -> tuple[NDArray[np.int64], li
             [first.setdefault(exact(v, "allocations"), len(first)) for v in allocations.values],
             dtype=np.int64,
         )
-        codes = remap[allocations.codes] if remap.size else allocations.codes
+        codes = _remapped(remap, allocations.codes) if remap.size else allocations.codes
         return codes.astype(np.int64, copy=False), list(first)
     if np.ndim(allocations) == 0:
         a = exact(allocations, "allocations")
@@ -490,7 +503,7 @@ def prepare_parts(
             table.append(parts)
             alloc_out.append(e)
         remap[i] = key[e]
-    return Parts(remap[codes] if codes.size else codes, table, alloc_out, quantized)
+    return Parts(_remapped(remap, codes) if codes.size else codes, table, alloc_out, quantized)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,7 +577,14 @@ class _GaussAcc(_Acc):
 
     def width(self, idx: NDArray[np.int64], beta: float) -> NDArray[np.float64]:
         f = _subgaussian_radius_factor(beta, self.d)
-        return f / np.sqrt(self.prec[idx]) + math.sqrt(self.d) * self.gmax[idx] / 2.0
+        # f / √prec + √d·gmax / 2, in place (the same operations in the same order)
+        w = np.sqrt(self.prec[idx])
+        np.divide(f, w, out=w)
+        g = self.gmax[idx]
+        g *= math.sqrt(self.d)
+        g /= 2.0
+        w += g
+        return w
 
     def std(self, idx: NDArray[np.int64]) -> NDArray[np.float64]:
         return 1.0 / np.sqrt(self.prec[idx])
@@ -991,11 +1011,14 @@ def _finish(
         saving += int(counts[kk]) * (parts.allocations[kk // (c + 1)] - flat[kk])
     idx = np.flatnonzero(queried & (r > 0))  # users never measured have no std or width (NaN)
     est = est_all  # the callers' own array, theirs no longer: no copy
-    std = np.full(n, np.nan)
-    if idx.size:
+    every = 0 < idx.size == n  # every user measured, so idx is 0..n-1: no NaN-filled copies
+    std = acc.std(idx) if every else np.full(n, np.nan)
+    if idx.size and not every:
         std[idx] = acc.std(idx)
 
     def width_fn(beta: float) -> NDArray[np.float64]:
+        if every:
+            return acc.width(idx, beta)
         out = np.full(n, np.nan)
         if idx.size:
             out[idx] = acc.width(idx, beta)
