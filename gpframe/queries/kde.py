@@ -1133,19 +1133,21 @@ def raster_from_points(
         )  # fmt: skip
         pv = out.privatized
         charge_units = np.zeros(users.size, dtype=np.int64)
-        charge_f = np.zeros(users.size, dtype=np.float64)
         for g, ch in enumerate(pv.group_charges):
             u, big = led.units_for("metric", ch, np.ones(1, np.int64))
             if big.any():
                 raise GpframeInternalError("a kde_raster charge does not fit the ledger's units.")
-            sel = pv.group == g
-            charge_units[sel] = u[0]
-            charge_f[sel] = float(ch)
-        return Charge((adm, codes, uvals, out, charge_f), charge_units, units=True)
+            charge_units[pv.group == g] = u[0]
+        return Charge((adm, codes, uvals, out), charge_units, units=True)
 
     r = run(session, keys, alloc_units, notion="metric", query="kde_raster", params=params,
             units=True, check=check, compute=compute)  # fmt: skip
-    adm, codes, uvals, out, charge_f = r.value
+    adm, codes, uvals, out = r.value
+    # the per-user float charges of the result, built after the ledger's write (not alongside
+    # its per-user arrays): the same group charges, converted once per group
+    charge_f = np.zeros(users.size, dtype=np.float64)
+    for g, ch in enumerate(out.privatized.group_charges):
+        charge_f[out.privatized.group == g] = float(ch)
     key_arr = users
     every = bool(adm.all())  # everyone admitted (the usual case): no masked copies
     idx = pd.Index(key_arr if every else key_arr[adm])
