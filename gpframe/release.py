@@ -146,6 +146,7 @@ def release_frame(
     crs: Any = None,
     what: str,
     stacklevel: int = 3,
+    owned: bool = False,
 ) -> pd.DataFrame:
     """Build an operation's output frame from nothing (the one builder; module docstring).
 
@@ -168,6 +169,10 @@ def release_frame(
         Name of the geometry column.
     crs : CRS-like, optional
         CRS of ``geometry``.
+    owned : bool
+        True when the ``released`` arrays and ``geometry`` were made for this output and are
+        held nowhere else: the frame then takes them without copying them (pandas copies
+        arrays by default), which saves a copy of every released column at the peak.
     what : str
         The operation's name, for the warning.
     stacklevel : int
@@ -199,7 +204,9 @@ def release_frame(
     for name, values in released.items():
         data[name] = values
     # from nothing: a fresh frame of only the columns above, never a copy of ``source``
-    out = pd.DataFrame({k: _values(v) for k, v in data.items()}, index=index)
+    # the public columns are fresh copies; the released ones are fresh when ``owned``
+    out = pd.DataFrame({k: _values(v) for k, v in data.items()}, index=index,
+                       copy=False if owned else None)  # fmt: skip
     if geometry is not None:
         import geopandas as gpd
 
@@ -208,7 +215,8 @@ def release_frame(
         if not isinstance(geometry, gpd.array.GeometryArray):
             geometry = np.asarray(geometry, dtype=object)
         geo = gpd.GeoSeries(geometry, index=index, crs=crs)
-        out = gpd.GeoDataFrame(out, geometry=geo.rename(geometry_name), crs=crs)
+        out = gpd.GeoDataFrame(out, geometry=geo.rename(geometry_name), crs=crs,
+                               copy=False if owned else None)  # fmt: skip
         if out.geometry.name != geometry_name:  # geopandas names a passed series "geometry"
             out = out.rename_geometry(geometry_name)
     keep = set(map(_key, public)) | set(map(_key, released))
@@ -320,6 +328,7 @@ def privatized_frame(
         crs=p.crs_in,
         what="privatize",
         stacklevel=stacklevel,
+        owned=xy_in is None,  # xs, ys and geom made here (a caller's xy_in: copied)
     )
 
 

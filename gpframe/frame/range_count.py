@@ -182,9 +182,13 @@ def range_count(
         plan.check_users(users_all[pos])
     # the component's points, with the metric CRS as "input" so each region (already in metres)
     # is not projected again by run_range_count
-    sub = dataclasses.replace(p, xy=p.xy[pos], users=users_all[pos], index=p.index[pos],
-                              crs_in=p.crs_m)  # fmt: skip
-    users = users_all[pos]
+    if pos.size == len(users_all):  # ascending distinct rows: all of them, so views, no copies
+        sub = dataclasses.replace(p, users=users_all, crs_in=p.crs_m)
+    else:
+        sub = dataclasses.replace(p, xy=p.xy[pos], users=users_all[pos], index=p.index[pos],
+                                  crs_in=p.crs_m)  # fmt: skip
+    del pos  # an index per row, no longer needed
+    users = sub.users
     fixed = None
     if plan is None and allocations is not None:
         fixed = allocations_for(allocations, users)

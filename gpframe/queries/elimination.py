@@ -415,6 +415,19 @@ class GroupedAmounts:
         return vals[self.codes]
 
 
+def _remapped(remap: NDArray[np.int64], codes: NDArray[Any]) -> NDArray[Any]:
+    """``remap[codes]``; ``codes`` itself (no per-user copy) when that is the same array.
+
+    >>> c = np.array([0, 1, 1])
+    >>> _remapped(np.arange(2), c) is c, _remapped(np.array([1, 0]), c).tolist()
+    (True, [1, 0, 0])
+    """
+    if (codes.dtype == np.int64 and np.array_equal(remap, np.arange(remap.size))
+            and int(codes.min()) >= 0):  # fmt: skip
+        return codes  # read only from here on: nothing writes a Parts' or a group's codes
+    return remap[codes]
+
+
 def _unique_allocations(allocations: Any, n: int) -> tuple[NDArray[np.int64], list[Fraction]]:
     if isinstance(allocations, GroupedAmounts):
         if allocations.codes.size != n:
@@ -427,7 +440,7 @@ def _unique_allocations(allocations: Any, n: int) -> tuple[NDArray[np.int64], li
             [first.setdefault(exact(v, "allocations"), len(first)) for v in allocations.values],
             dtype=np.int64,
         )
-        codes = remap[allocations.codes] if remap.size else allocations.codes
+        codes = _remapped(remap, allocations.codes) if remap.size else allocations.codes
         return codes.astype(np.int64, copy=False), list(first)
     if np.ndim(allocations) == 0:
         a = exact(allocations, "allocations")
@@ -490,7 +503,7 @@ def prepare_parts(
             table.append(parts)
             alloc_out.append(e)
         remap[i] = key[e]
-    return Parts(remap[codes] if codes.size else codes, table, alloc_out, quantized)
+    return Parts(_remapped(remap, codes) if codes.size else codes, table, alloc_out, quantized)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,7 +577,14 @@ class _GaussAcc(_Acc):
 
     def width(self, idx: NDArray[np.int64], beta: float) -> NDArray[np.float64]:
         f = _subgaussian_radius_factor(beta, self.d)
-        return f / np.sqrt(self.prec[idx]) + math.sqrt(self.d) * self.gmax[idx] / 2.0
+        # f / √prec + √d·gmax / 2, in place (the same operations in the same order)
+        w = np.sqrt(self.prec[idx])
+        np.divide(f, w, out=w)
+        g = self.gmax[idx]
+        g *= math.sqrt(self.d)
+        g /= 2.0
+        w += g
+        return w
 
     def std(self, idx: NDArray[np.int64]) -> NDArray[np.float64]:
         return 1.0 / np.sqrt(self.prec[idx])
@@ -911,22 +931,28 @@ def _run_round(
     :func:`eliminate_interactive`), possibly as several calls; each call's guarantee must be
     the same at the same part (it depends on the part only).
     """
-    gcode = parts.codes[active]
     # part ids per allocation group first (few), then per user by indexing: no per-user hashing
     pvals = np.empty(len(parts.table), dtype=object)
     pvals[:] = [row[j] for row in parts.table]
     gid, puniq = pd.factorize(pvals, use_na_sentinel=False)
-    pid = gid[gcode]
     calls = 0
-    order = np.argsort(pid, kind="stable")
-    bounds = np.searchsorted(pid[order], np.arange(len(puniq) + 1))
-    for q in range(len(puniq)):
-        idx = active[order[bounds[q] : bounds[q + 1]]]
+    if len(puniq) == 1:  # one part for every active user (the usual case): no per-user arrays
+        groups: Any = [active]
+    else:
+        pid = gid[parts.codes[active]]
+        order = np.argsort(pid, kind="stable")
+        bounds = np.searchsorted(pid[order], np.arange(len(puniq) + 1))
+        del pid
+        groups = (active[order[bounds[q] : bounds[q + 1]]] for q in range(len(puniq)))
+    for q, idx in enumerate(groups):
         if idx.size == 0:
             continue
         part = puniq[q]
         if draw is None:
-            pieces = [(idx, *_release(kind, triple, x[idx], part, k, rng))]
+            # every row active (sorted distinct rows, so all of them in order): no copy of x
+            data = x if idx.size == x.shape[0] else x[idx]
+            pieces = [(idx, *_release(kind, triple, data, part, k, rng))]
+            del data
         else:
             pieces = draw(idx, part)
         for sub, rel, charge in pieces:
@@ -975,20 +1001,24 @@ def _finish(
     charge_flat = np.empty(flat.size + 1, dtype=object)
     charge_flat[:-1] = flat
     charge_flat[-1] = Fraction(0)
-    charge_codes = np.where(key >= 0, key, flat.size).astype(np.int64)
+    charge_codes = np.where(key >= 0, key, flat.size).astype(np.int64, copy=False)
     charges = charge_flat[charge_codes]
     allocs = ga[np.where(queried, parts.codes, ng1)]
     counts = np.bincount(key[key >= 0], minlength=flat.size)
+    del key  # per-user int64s: free before the per-user std below
     saving = Fraction(0)
     for kk in np.flatnonzero(counts):
         saving += int(counts[kk]) * (parts.allocations[kk // (c + 1)] - flat[kk])
     idx = np.flatnonzero(queried & (r > 0))  # users never measured have no std or width (NaN)
-    est = est_all.copy()
-    std = np.full(n, np.nan)
-    if idx.size:
+    est = est_all  # the callers' own array, theirs no longer: no copy
+    every = 0 < idx.size == n  # every user measured, so idx is 0..n-1: no NaN-filled copies
+    std = acc.std(idx) if every else np.full(n, np.nan)
+    if idx.size and not every:
         std[idx] = acc.std(idx)
 
     def width_fn(beta: float) -> NDArray[np.float64]:
+        if every:
+            return acc.width(idx, beta)
         out = np.full(n, np.nan)
         if idx.size:
             out[idx] = acc.width(idx, beta)
@@ -997,7 +1027,7 @@ def _finish(
     hist = np.bincount(r[queried], minlength=c + 1).astype(np.int64)
     return Elimination(
         state=state,
-        rounds_run=r.copy(),
+        rounds_run=r,  # the accumulator's counts, final here: no copy
         charges=charges,
         allocations=allocs,
         estimate=est,

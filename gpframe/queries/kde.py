@@ -1133,21 +1133,24 @@ def raster_from_points(
         )  # fmt: skip
         pv = out.privatized
         charge_units = np.zeros(users.size, dtype=np.int64)
-        charge_f = np.zeros(users.size, dtype=np.float64)
         for g, ch in enumerate(pv.group_charges):
             u, big = led.units_for("metric", ch, np.ones(1, np.int64))
             if big.any():
                 raise GpframeInternalError("a kde_raster charge does not fit the ledger's units.")
-            sel = pv.group == g
-            charge_units[sel] = u[0]
-            charge_f[sel] = float(ch)
-        return Charge((adm, codes, uvals, out, charge_f), charge_units, units=True)
+            charge_units[pv.group == g] = u[0]
+        return Charge((adm, codes, uvals, out), charge_units, units=True)
 
     r = run(session, keys, alloc_units, notion="metric", query="kde_raster", params=params,
             units=True, check=check, compute=compute)  # fmt: skip
-    adm, codes, uvals, out, charge_f = r.value
+    adm, codes, uvals, out = r.value
+    # the per-user float charges of the result, built after the ledger's write (not alongside
+    # its per-user arrays): the same group charges, converted once per group
+    charge_f = np.zeros(users.size, dtype=np.float64)
+    for g, ch in enumerate(out.privatized.group_charges):
+        charge_f[out.privatized.group == g] = float(ch)
     key_arr = users
-    idx = pd.Index(key_arr[adm])
+    every = bool(adm.all())  # everyone admitted (the usual case): no masked copies
+    idx = pd.Index(key_arr if every else key_arr[adm])
     alloc_f = np.array([float(lu.to_fraction(int(v))) for v in uvals], dtype=np.float64)
     params.update(
         sigma_m=[float(v) for v in out.sigma_m],
@@ -1166,8 +1169,11 @@ def raster_from_points(
         kind=kind,
         metric=("floor", out.privatized.r_min),
         r_min=out.privatized.r_min,
-        charges=pd.Series(charge_f[adm], index=idx, dtype=np.float64),
-        allocations=pd.Series(alloc_f[codes[adm]], index=idx, dtype=np.float64),
+        # fresh arrays, so the Series may own them (no copy)
+        charges=pd.Series(charge_f if every else charge_f[adm], index=idx, dtype=np.float64,
+                          copy=False),
+        allocations=pd.Series(alloc_f[codes if every else codes[adm]], index=idx,
+                              dtype=np.float64, copy=False),
         excluded=key_arr[~adm].tolist(),
         query_id=r.query_id,
     )

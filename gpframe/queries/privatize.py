@@ -698,12 +698,15 @@ def make_privatize_result(
     if ids.dtype.kind not in "iu":  # int64 ids index the Result as they are (no int per user)
         ids = ids.astype(object)
     adm = np.asarray(admitted, dtype=bool) & (np.asarray(counts) > 0)
-    index = pd.Index(ids[adm])
-    # float(Fraction) per user is slow; callers may pass floats already (same values)
-    charged = pd.Series(_floats(charges, adm), index=index)
+    every = bool(adm.all())  # everyone admitted (the usual case): no masked copies
+    index = pd.Index(ids if every else ids[adm])
+    # float(Fraction) per user is slow; callers may pass floats already (same values). _floats
+    # returns a fresh array, so the Series may own it (pandas copies by default)
+    charged = pd.Series(_floats(charges, adm), index=index, copy=False)
     alloc = None
     if allocations is not None:
-        alloc = pd.Series(_floats(allocations, adm), index=index)
+        alloc = pd.Series(_floats(allocations, adm), index=index, copy=False)
+    max_err = np.asarray(out.max_error_m, dtype=np.float64)
     g = None
     params = {
         ("eps" if kind == "gp" else "rho"): float(amount),
@@ -734,7 +737,8 @@ def make_privatize_result(
         metric=("floor", r_min),
         r_min=r_min,
         charges=charged,
-        max_error_m=pd.Series(np.asarray(out.max_error_m, dtype=np.float64)[adm], index=index),
+        max_error_m=pd.Series(max_err if every else max_err[adm], index=index,
+                              copy=None if every else False),  # a view of ``out``'s: copied
         allocations=alloc,
         excluded=ids[~np.asarray(admitted, dtype=bool) & (np.asarray(counts) > 0)].tolist(),
         query_id=str(query_id),
@@ -747,7 +751,7 @@ def _floats(values: Sequence[Any], mask: NDArray[np.bool_]) -> NDArray[np.float6
     """``values[mask]`` as float64; an object array of Fractions converts once per distinct one."""
     arr = np.asarray(values)
     if arr.dtype != object:
-        return arr.astype(np.float64)[mask]
+        return arr.astype(np.float64) if mask.all() else arr.astype(np.float64)[mask]
     sel = arr[mask]
     memo: dict[int, float] = {}
     # callers share one Fraction object among the users of one amount: convert per object

@@ -652,6 +652,7 @@ def range_count_arrays(
             split="even", beta=b, **common,
         )  # fmt: skip
         beta_post = b
+    del data  # the signed distances (n floats), released already: free before the widths
     queried = out.state >= 0
     nq = int(queried.sum())
     S = out.state == 0
@@ -892,7 +893,13 @@ def region_result(
     """
     from gpframe.results import Result
 
-    idx = pd.Index(users[adm])
+    every = bool(adm.all())  # everyone admitted (the usual case): no masked copies
+    idx = pd.Index(users if every else users[adm])
+
+    def admitted(per_user: np.ndarray) -> pd.Series:  # a fresh array, so the Series may own it
+        return pd.Series(per_user if every else per_user[adm], index=idx, dtype=np.float64,
+                         copy=False)  # fmt: skip
+
     return Result(
         value=out.estimate,
         error=float(out.error),
@@ -911,10 +918,8 @@ def region_result(
         kind=kind,
         metric=("floor", out.r_min),
         r_min=out.r_min,
-        charges=pd.Series(_floats(out.elimination.charge_table, out.elimination.charge_codes)[adm],
-                          index=idx, dtype=np.float64),
-        allocations=pd.Series(_floats(alloc.values, alloc.codes)[adm], index=idx,
-                              dtype=np.float64),
+        charges=admitted(_floats(out.elimination.charge_table, out.elimination.charge_codes)),
+        allocations=admitted(_floats(alloc.values, alloc.codes)),
         excluded=users[~adm].tolist(),
         query_id=query_id,
         spec="docs/operations/range_count.md; Liang & Yi, 'Adaptive Privacy Budgeting' (2026), "

@@ -113,12 +113,13 @@ def _series(values: object, name: str) -> pd.Series:
         s = values
     else:
         raise InvalidInputError(f"{name} must be a pandas Series or a mapping user -> amount.")
-    raw = s.to_numpy()
-    if raw.dtype.kind in "iuf":  # already numeric: no per-user Python work
-        floats = raw.astype("float64")
+    if s.dtype.kind in "iuf":  # already numeric: no per-user Python work
+        # pandas' copy-on-write makes this a lazy copy when s is float64 already: no buffer
+        # is copied, and a later write to either Series copies it first
+        out = s.astype("float64").rename(name)
     else:  # exact Fractions from the ledger
-        floats = np.array([float(v) for v in raw], dtype="float64")
-    out = pd.Series(floats, index=s.index, name=name)
+        floats = np.array([float(v) for v in s.to_numpy()], dtype="float64")
+        out = pd.Series(floats, index=s.index, name=name, copy=False)
     out.index.name = s.index.name or "user"
     return out
 
