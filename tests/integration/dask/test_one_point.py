@@ -108,32 +108,6 @@ def test_a_component_empty_on_some_partitions(cluster):
     assert new.users.tolist() == old.users.tolist() and new.wants() == old.wants()
 
 
-@pytest.mark.parametrize("op", ["range_count", pytest.param("kde_raster", marks=SLOW)])
-def test_same_released_values_and_charges_as_the_full_shuffle(cluster, op, monkeypatch):
-    df = _tracks(seed=1)
-    ddf = dd.from_pandas(df, npartitions=NPART)
-
-    def call(full):
-        monkeypatch.setattr(parts_mod, "FULL_SHUFFLE", full)
-        s = gp.Session(budget=gp.CGP(rho=1e-3))
-        acc = ddf.geopriv(s, **KW)
-        if op == "range_count":
-            res = acc.range_count(ZONE, rho=1e-5, component=gp.Last("t"), rng=seeded_rng(3))
-        else:
-            res = acc.kde_raster(bandwidth_m=800, cell_m=400, rho=1e-5, component=gp.Last("t"),
-                                 bounds=(496_000, 4_496_000, 504_000, 4_504_000),
-                                 rng=seeded_rng(3))  # fmt: skip
-        return s, res
-
-    (s_new, a), (s_old, b) = call(False), call(True)
-    pd.testing.assert_series_equal(s_new.spent().sort_index(), s_old.spent().sort_index())
-    if op == "range_count":
-        assert a.value == b.value and a.error == b.error
-        assert a.params["rounds_histogram"] == b.params["rounds_histogram"]
-    else:
-        np.testing.assert_array_equal(np.asarray(a.value), np.asarray(b.value))
-
-
 def _message(call):
     with pytest.raises(gp.GpframeError) as err:
         call()
