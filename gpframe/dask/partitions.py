@@ -324,6 +324,8 @@ def _as_int64(users: np.ndarray) -> np.ndarray | None:
         users.dtype.kind == "O" and pd.api.types.infer_dtype(users, skipna=False) != "integer"
     ):
         return None
+    if users.dtype.kind == "u" and users.size and int(users.max()) > np.iinfo(np.int64).max:
+        return None  # astype would wrap these to negative ids, silently (no OverflowError)
     try:
         return users.astype(np.int64)
     except OverflowError:  # a Python int beyond int64

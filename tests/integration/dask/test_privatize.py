@@ -291,3 +291,16 @@ def test_the_tree_sums_and_merges_do_not_depend_on_the_grouping():
     b.groups = [(np.array([0]), Fraction(1, 8))]
     with pytest.raises(gp.GpframeInternalError, match="different amounts"):
         merge_users(3, merge_users(3, a), b)
+
+
+def test_unsigned_ids_beyond_int64_are_summed_and_digested_as_themselves():
+    # hashed user ids are often uint64: above 2**63 an int64 view would wrap them to negative
+    # ids, which the client would then reserve instead of the users' own
+    from gpframe.dask.partitions import add_counts, digest
+
+    big = np.array([2**63 + 5, 3, 2**64 - 1], dtype=np.uint64)
+    users, counts = add_counts((big, np.array([1, 2, 3], np.int64)),
+                               (big[:1], np.array([4], np.int64)))  # fmt: skip
+    assert users.tolist() == [3, 2**63 + 5, 2**64 - 1] and counts.tolist() == [2, 5, 3]
+    wrapped = big.astype(np.int64)  # the same 64 bits read as signed: other users
+    assert digest(big, np.array([1, 2, 3])) != digest(wrapped, np.array([1, 2, 3]))
