@@ -55,9 +55,11 @@ def first_round(  # type: ignore[no-untyped-def]
     integer part), the bounds times 2¹⁶ (``kernels.scale16``) and round 1 at K = 1
     (``kernels.bern_round1``): ``w + 1 <= lo`` succeeds (a survivor), ``w < hi`` otherwise is
     ambiguous (a survivor flagged in ``samb``), else the proposal is accepted (``out[i]``).
-    Survivors are listed in element order: ``sidx``, ``slo``, ``shi``.
+    Survivors are listed in element order: ``sidx``, ``slo``, ``shi``; more than they hold
+    (each survives with probability ≤ 1/16) also returns −1.
     """
     ns = 0
+    cap = sidx.size
     for i in range(W.size):
         w = np.int64(W[i])
         v = np.int64(table[w >> 16])
@@ -85,12 +87,16 @@ def first_round(  # type: ignore[no-untyped-def]
         ghi = ghi * 65536.0
         wf = np.float64(w1[i]) * 1.0
         if wf + 1.0 <= glo:
-            samb[ns] = False
+            amb = False
         elif wf < ghi:
-            samb[ns] = True
+            amb = True
         else:
             out[i] = True
             continue
+        out[i] = False
+        if ns == cap:
+            return -1
+        samb[ns] = amb
         sidx[ns] = i
         slo[ns] = glo
         shi[ns] = ghi
@@ -116,11 +122,12 @@ def accept(
     W, RS, w1 = views["W"], views["RS"], views["w"]
     m = W.size
     k = np.empty(m, dtype=np.int64)
-    out = np.zeros(m, dtype=bool)
-    sidx = np.empty(m, dtype=np.int64)
-    slo = np.empty(m, dtype=np.float64)
-    shi = np.empty(m, dtype=np.float64)
-    samb = np.empty(m, dtype=np.bool_)
+    out = np.empty(m, dtype=bool)  # every entry is written by first_round
+    cap = m // 8 + 64  # survivors ~ Binomial(m, <= 1/16); more take the staged path
+    sidx = np.empty(cap, dtype=np.int64)
+    slo = np.empty(cap, dtype=np.float64)
+    shi = np.empty(cap, dtype=np.float64)
+    samb = np.empty(cap, dtype=np.bool_)
     ns = first_round(vt.table, vt.asc, vt.vmax, W, RS, w1, geo.L, geo._mask, plan.lam_f,
                      1.0 - rel, 1.0 + rel, k, out, sidx, slo, shi, samb)  # fmt: skip
     if ns < 0:
