@@ -37,6 +37,16 @@ __all__ = ["accept", "first_round", "usable"]
 _ENCLOSE = bernoulli.enclose
 
 
+class _NoIntegerPart:
+    """``jv`` of ``bern_exp_neg`` when every γ < 1: the integer part is 0 for every element."""
+
+    def __getitem__(self, i: int) -> float:
+        return 0.0
+
+
+_JV = _NoIntegerPart()
+
+
 def usable() -> bool:
     """Whether the one-pass path applies: no test hook forces the staged exact paths."""
     return bernoulli.enclose is _ENCLOSE and not geometric.FORCE_EXACT
@@ -147,6 +157,5 @@ def accept(
         bernoulli._check_rounds(2.0)
         w = bits.arr(ns, np.uint16)
         dec = np.empty(ns, dtype=np.int8)
-        jv = np.zeros(m, dtype=np.float64)
-        bernoulli._rounds1(w, ns, sidx, slo, shi, dec, out, jv, exact_less, bits, kk=2.0)
+        bernoulli._rounds1(w, ns, sidx, slo, shi, dec, out, _JV, exact_less, bits, kk=2.0)
     return k[out]
