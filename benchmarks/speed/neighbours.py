@@ -13,6 +13,9 @@ Goals checked (printed OK/SLOW): kNN k = 1 p99 <= 10 ms; kNN k = 16 and the hull
 peer's own measured times (PEER_MS, on its machine); the per-point transcription here is the
 same-run baseline. ``--only gpframe`` skips the transcription (tail runs with many repetitions).
 Options: ``--reps``, ``--seeds``, ``--runs`` (which lines), ``--quick``; ``--help``.
+``--compare-scan`` and ``--compare-sampler`` time the same seeded calls before and after a
+speed-up (the numpy block scan, the staged discrete Laplace kernels), interleaved, and assert
+identical answers.
 """
 
 from __future__ import annotations
@@ -165,34 +168,64 @@ def numpy_block_scan(
     return svt_scan(u, start, m, threshold, cap, pool, block=block)
 
 
-def compare_scan(label, call, reps, seeds):
-    """Same seeded calls with the numpy block scan and the compiled one, interleaved; the
-    answers must be identical (same draws), so the ratio is the scan's own cost."""
+def scan_sides():
+    """``--compare-scan``: the numpy block scan (before) and the compiled scan (after)."""
+    compiled = knn_mod.pnn_scan
+
+    def use(after: bool) -> None:
+        knn_mod.pnn_scan = compiled if after else numpy_block_scan
+
+    return "numpy block scan", "compiled", use
+
+
+def sampler_sides():
+    """``--compare-sampler``: the staged discrete Laplace kernels (before) and the one-pass loop
+    of ``noise.laplace_fused`` (after); the same words, decisions and request sizes."""
+    from gpframe.mechanisms.noise import laplace_fused
+
+    usable = laplace_fused.usable
+
+    def use(after: bool) -> None:
+        laplace_fused.usable = usable if after else (lambda: False)
+
+    return "staged sampler", "one-pass sampler", use
+
+
+def compare(label, call, reps, seeds, sides):
+    """Same seeded calls before and after, interleaved (order alternating, best of two each);
+    the answers must be identical (same draws), so the ratio is the changed part's own cost.
+    CPU time (``process_time``) and wall time, p50/p99/max."""
     from gpframe.testing import enable_seeded, seeded_rng
 
     enable_seeded()
-    compiled = knn_mod.pnn_scan
-    t_old, t_new = [], []
+    before, after, use = sides()
+    t = {(side, clock): [] for side in (0, 1) for clock in ("cpu", "wall")}
     for i in range(reps * seeds):
         res = {}
-        for name, fn in (("old", numpy_block_scan), ("new", compiled))[:: 1 if i % 2 else -1]:
-            knn_mod.pnn_scan = fn
-            best = math.inf
+        for side in (0, 1)[:: 1 if i % 2 else -1]:
+            use(bool(side))
+            best_c = best_w = math.inf
             for _ in range(2):
-                t = time.process_time()
+                w, c = time.perf_counter(), time.process_time()
                 out = call(i, seeded_rng(10_000 + i))
-                best = min(best, time.process_time() - t)
-            res[name] = (best, out)
-        knn_mod.pnn_scan = compiled
-        assert res["old"][1] == res["new"][1], f"{label}: answers differ at seed {i}"
-        t_old.append(res["old"][0])
-        t_new.append(res["new"][0])
-    a, b = (np.percentile(x, [50, 95, 99]) * 1e3 for x in (t_old, t_new))
-    print(
-        f"{label}: {len(t_old)} seeded runs, CPU ms p50/p95/p99 numpy block scan "
-        f"{a[0]:.2f}/{a[1]:.2f}/{a[2]:.2f}, compiled {b[0]:.2f}/{b[1]:.2f}/{b[2]:.2f}; "
-        f"before/after p50 {a[0] / b[0]:.2f}x, p99 {a[2] / b[2]:.2f}x (identical answers)"
-    )
+                best_c = min(best_c, time.process_time() - c)
+                best_w = min(best_w, time.perf_counter() - w)
+            res[side] = out
+            t[side, "cpu"].append(best_c)
+            t[side, "wall"].append(best_w)
+        use(True)
+        assert res[0] == res[1], f"{label}: answers differ at seed {i}"
+    n = len(t[0, "cpu"])
+    for clock in ("cpu", "wall"):
+        a, b = (
+            [*np.percentile(t[s, clock], [50, 99]) * 1e3, max(t[s, clock]) * 1e3] for s in (0, 1)
+        )
+        print(
+            f"{label}: {n} seeded runs, {clock} ms p50/p99/max {before} {a[0]:.2f}/{a[1]:.2f}/"
+            f"{a[2]:.2f}, {after} {b[0]:.2f}/{b[1]:.2f}/{b[2]:.2f}; before/after p50 "
+            f"{a[0] / b[0]:.2f}x, p99 {a[1] / b[1]:.2f}x, max {a[2] / b[2]:.2f}x "
+            "(identical answers)"
+        )
 
 
 def ratio(xy, p, rows, k):
@@ -214,6 +247,11 @@ def main() -> None:
         action="store_true",
         help="only seeded runs: the former numpy block scan vs the compiled one",
     )
+    ap.add_argument(
+        "--compare-sampler",
+        action="store_true",
+        help="only seeded runs: the staged discrete Laplace kernels vs the one-pass loop",
+    )
     a = ap.parse_args()
     reps, seeds = (2, 2) if a.quick else (a.reps, a.seeds)
     runs, skip = a.runs.split(","), a.only == "gpframe"
@@ -225,7 +263,8 @@ def main() -> None:
     codes = np.zeros(N, np.int64)
     knn_indices(data[0], codes, queries[0], 1, kind="cgp", amount=RHO)  # warm-up
     private_hulls(data[0], codes, kind="cgp", amount=RHO)
-    if a.compare_scan:
+    if a.compare_scan or a.compare_sampler:
+        sides = scan_sides if a.compare_scan else sampler_sides
 
         def knn_call(k, compat):
             def call(i, rng):
@@ -244,10 +283,10 @@ def main() -> None:
 
         for k in (1, 16):
             for compat in modes if f"knn{k}" in runs else ():
-                compare_scan(f"knn k={k} compat={compat}", knn_call(k, compat), reps, seeds)
+                compare(f"knn k={k} compat={compat}", knn_call(k, compat), reps, seeds, sides)
         for kfix in (16, None):
             if f"hull{kfix or 'rule'}" in runs:
-                compare_scan(f"convex_hull k={kfix or 'rule'}", hull_call(kfix), reps, seeds)
+                compare(f"convex_hull k={kfix or 'rule'}", hull_call(kfix), reps, seeds, sides)
         return
     for k in (1, 16):
         if f"knn{k}" not in runs:

@@ -191,11 +191,14 @@ def _exact(w, t0, size, dec, idx, M, jv, exact_less):  # type: ignore[no-untyped
         dec[t] = exact_less(i, int(w[t]), 16, Mt, int(jv[i]))
 
 
-def _rounds1(w, size, idx, lo, hi, dec, out, jv, exact_less, bits):  # type: ignore[no-untyped-def]
-    """Run the rounds when every element is one piece: ``M = K``, the same for all survivors."""
+def _rounds1(w, size, idx, lo, hi, dec, out, jv, exact_less, bits, kk=1.0):  # type: ignore[no-untyped-def]
+    """Run the rounds when every element is one piece: ``M = K``, the same for all survivors.
+
+    ``kk`` is the first round's K: 1, or 2 when round 1 ran elsewhere (``laplace_fused``).
+    """
     from gpframe.mechanisms.noise import kernels
 
-    kk = 1.0  # round 1: a failure ends piece 1 with K odd, i.e. the element is accepted
+    # round 1 (kk = 1): a failure ends piece 1 with K odd, i.e. the element is accepted
     while True:
         got, t0 = kernels.bern_round1(w, size, idx, lo, hi, kk, dec, out, False, 0, 0)
         if t0 < size:

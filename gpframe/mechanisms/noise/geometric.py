@@ -187,10 +187,13 @@ class BlockGeometric:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Draw ``n`` proposals: ``(k, e, V, w)`` with ``w`` ``n_u16`` extra uint16 words.
 
-        All bytes come from one request, laid out largest word type first (aligned views).
+        All bytes come from one request, laid out largest word type first (aligned views):
+        :meth:`words`, then :meth:`place`.
         """
-        from gpframe.mechanisms.noise import kernels
+        return self.place(self.words(n, bits, n_u16), bits)
 
+    def words(self, n: int, bits: BitSource, n_u16: int = 0) -> dict[str, np.ndarray]:
+        """Make the one byte request of :meth:`propose`; return its views ``W``, ``RS``, ``w``."""
         counts = {"W": n, "RS": n, "w": n_u16}
         buf = bits.bytes(self._bytes_per * n + 2 * n_u16)
         views = {}
@@ -199,9 +202,21 @@ class BlockGeometric:
             cnt = counts[name]
             views[name] = np.frombuffer(buf, dtype=dt, count=cnt, offset=off)
             off += dt.itemsize * cnt
+        return views
+
+    def place(
+        self, views: dict[str, np.ndarray], bits: BitSource
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Return ``(k, e, V, w)`` of the proposals whose words :meth:`words` drew.
+
+        Ties of a word with a V threshold draw more bits of the same uniform from ``bits``.
+        """
+        from gpframe.mechanisms.noise import kernels
+
         # V as from_words does, then s = (RS >> L) & 1, R = RS & (B - 1), G = (V << L) | R,
         # e = R + s, k = G ^ -s (a shifted sign: s = 1 gives ~G = -G - 1), in one compiled pass
         W, RS = views["W"], views["RS"]
+        n = W.size
         vt = self.vt
         V = np.empty(n, dtype=np.int64)
         k = np.empty(n, dtype=np.int64)

@@ -156,18 +156,27 @@ def _laplace_plan(lam: Any) -> _LaplacePlan:
 
 def _laplace_b_batch(lam: Any, m: int, bits: BitSource) -> np.ndarray:
     plan = lam if isinstance(lam, _LaplacePlan) else _laplace_plan(lam)
-    from gpframe.mechanisms.noise import kernels
+    from gpframe.mechanisms.noise import kernels, laplace_fused
 
-    k, e, _, w1 = plan.geo.propose(m, bits, n_u16=m)
+    geo = plan.geo
+    views = geo.words(m, bits, n_u16=m)  # the one request of geo.propose
+    RS, L, mask = views["RS"], geo.L, geo._mask
+    num, den = plan.num, plan.den
+
+    def exact_less(i: int, W: int, mm: int, M: int, j: int) -> bool:
+        rs = int(RS[i])
+        e = (rs & mask) + ((rs >> L) & 1)  # the proposal's deficit R + s, as place() computes it
+        return lazy_rational_less(W, mm, M, num * e - j * den, den, bits)
+
+    if laplace_fused.usable():  # the same decisions in one pass (None: it needs the stages)
+        got = laplace_fused.accept(plan, views, exact_less, bits, _REL)
+        if got is not None:
+            return got
+    k, e, _, w1 = geo.place(views, bits)
     # g = e * lam, glo/ghi = g (1 -/+ 2**-50), in one compiled pass (the same float operations)
     glo = np.empty(m, dtype=np.float64)
     ghi = np.empty(m, dtype=np.float64)
     kernels.scaled_bounds(e, plan.lam_f, 1.0 - _REL, 1.0 + _REL, glo, ghi)
-    num, den = plan.num, plan.den
-
-    def exact_less(i: int, W: int, mm: int, M: int, j: int) -> bool:
-        return lazy_rational_less(W, mm, M, num * int(e[i]) - j * den, den, bits)
-
     acc = bern_exp_neg(glo, ghi, exact_less, bits, w1, overwrite=True)
     return k[acc]
 
