@@ -482,9 +482,9 @@ def privatize_points(
     # rows already grouped by user (codes ascending, as factorize gives one-point users): the
     # stable order is the identity, so a call over every row needs no gather nor scatter
     ident = codes.size < 2 or bool((codes[1:] >= codes[:-1]).all())
+    order: NDArray[np.int64] | None = None  # the identity when ident: never materialised
     if ident:
-        rows_here = np.bincount(codes, minlength=n_users).astype(np.int64)
-        order = np.arange(codes.size, dtype=np.int64)
+        rows_here = np.bincount(codes, minlength=n_users).astype(np.int64, copy=False)
     else:
         rows_here, order = group_rows(codes, n_users)
     counts = rows_here if n_of is None else np.asarray(n_of, dtype=np.int64)
@@ -509,9 +509,9 @@ def privatize_points(
     # stable by-user order whose user is in the group, i.e. users ascending, rows in input
     # order within a user.
     live = adm & (rows_here > 0)
-    ukey = counts if per == "user" else np.zeros(n_users, dtype=np.int64)
-    keys = _distinct(ukey[live])
-    sorted_codes = codes if ident else codes[order]
+    # the key of a user's sampler call: its point count (per="user"), else one call for all
+    keys = _distinct(counts[live]) if per == "user" else ([0] if live.any() else [])
+    sorted_codes = codes if order is None else codes[order]
     iterator: Any = keys
     if progress_enabled(progress) and len(keys) > 1:
         from tqdm.auto import tqdm
@@ -521,11 +521,13 @@ def privatize_points(
     n_calls = 0
     releases: list[Any] = []
     for key in iterator:
-        members = live & (ukey == key)
+        members = live & (counts == key) if per == "user" else live
         whole = bool(members.all())  # every user (per="point" with all admitted): every row
-        users_arr = np.arange(n_users, dtype=np.int64) if whole else np.flatnonzero(members)
-        rows = order if whole else order[members[sorted_codes]]
         in_order = whole and ident  # rows is 0..N-1: the points and the output as they are
+        rows: NDArray[np.int64] | None = None  # None: in_order
+        if not in_order:
+            chosen = members[sorted_codes]
+            rows = np.flatnonzero(chosen) if order is None else order[chosen]
         part = amount / int(key) if per == "user" else amount
         # callers preflight this before reserving; repeated here so that a direct call never
         # draws noise that cannot be released
@@ -561,6 +563,8 @@ def privatize_points(
                 out = np.full(xy.shape, np.nan, dtype=np.float64)
             out[rows] = np.asarray(rel, dtype=np.float64)
             released[rows] = True
+        # made after the draw: one array of n_users fewer at the sampler's peak
+        users_arr = np.arange(n_users, dtype=np.int64) if whole else np.flatnonzero(members)
         charge_groups.append((users_arr, point_charge))
         # Error bounds from the noise actually sampled (mechanisms.tails), union over a user's
         # n points: every point of the user is within the bound with probability >= 1 - beta.
@@ -699,7 +703,9 @@ def make_privatize_result(
         ids = ids.astype(object)
     adm = np.asarray(admitted, dtype=bool) & (np.asarray(counts) > 0)
     every = bool(adm.all())  # everyone admitted (the usual case): no masked copies
-    index = pd.Index(ids if every else ids[adm])
+    # the users' own Index when everyone is in it (an Index is immutable: shared, not copied)
+    same = every and isinstance(users, pd.Index) and users.dtype == ids.dtype
+    index = users if same else pd.Index(ids if every else ids[adm])
     # float(Fraction) per user is slow; callers may pass floats already (same values). _floats
     # returns a fresh array, so the Series may own it (pandas copies by default)
     charged = pd.Series(_floats(charges, adm), index=index, copy=False)
