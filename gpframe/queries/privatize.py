@@ -569,14 +569,17 @@ def privatize_points(
         # Error bounds from the noise actually sampled (mechanisms.tails), union over a user's
         # n points: every point of the user is within the bound with probability >= 1 - beta.
         # Charges: n points at point_charge each; one Fraction per distinct n.
-        n_u = counts[users_arr]
+        # every user (users_arr is 0..n_users-1): whole-array writes instead of scattered ones
+        at: Any = slice(None) if whole else users_arr
+        n_u = counts if whole else counts[users_arr]
         distinct_n = _distinct(n_u)
         for n in distinct_n:
-            sel = users_arr if len(distinct_n) == 1 else users_arr[n_u == n]
+            one = len(distinct_n) == 1
+            sel = users_arr if one else users_arr[n_u == n]
             if bounds:
-                max_err[sel] = error_bound(rel, beta, n=int(n))
+                max_err[at if one else sel] = error_bound(rel, beta, n=int(n))
             charge_parts.append((sel, point_charge * int(n)))
-        scale_m[users_arr] = float(rel.noise["scale"])
+        scale_m[at] = float(rel.noise["scale"])
         releases.append(rel)
 
     _warn_scales(scale_m, kind, per)
