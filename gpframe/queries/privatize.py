@@ -638,6 +638,10 @@ def _warn_scales(scale_m: NDArray[np.float64], kind: str, per: str) -> None:
     from gpframe.geo import _stacklevel_outside_gpframe
     from gpframe.mechanisms.laplace_mech import SCALE_WARN_HIGH, SCALE_WARN_LOW
 
+    if scale_m.size:  # two NaN-skipping reductions: most calls are inside the range, no copy
+        lo, hi = np.fmin.reduce(scale_m), np.fmax.reduce(scale_m)
+        if lo >= float(SCALE_WARN_LOW) and hi <= float(SCALE_WARN_HIGH):  # all NaN: False
+            return
     s = scale_m[np.isfinite(scale_m)]
     if not s.size:
         return
