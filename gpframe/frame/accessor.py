@@ -1141,10 +1141,11 @@ def _privatize_release(
         # one row per user, ids ascending (e.g. 0..n-1): factorize's answer without hashing;
         # the Index shares the (read-only) ids instead of copying them
         codes, uniques = np.arange(ids.size, dtype=np.int64), pd.Index(ids, copy=False)
+        counts = np.ones(ids.size, dtype=np.int64)
     else:
         codes, uniques = pd.factorize(pd.Series(p.users), sort=False)
+        counts = np.bincount(codes, minlength=len(uniques))
     n_users = len(uniques)
-    counts = np.bincount(codes, minlength=n_users)
     _check_coordinates(p.xy)
     _preflight(kind, amount, per, counts, float(p.scale_max))
 

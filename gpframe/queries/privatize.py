@@ -481,9 +481,16 @@ def privatize_points(
         )
     # rows already grouped by user (codes ascending, as factorize gives one-point users): the
     # stable order is the identity, so a call over every row needs no gather nor scatter
-    ident = codes.size < 2 or bool((codes[1:] >= codes[:-1]).all())
+    # codes 0..n_users-1 in order (one row per user): strictly increasing between those ends
+    one_each = (
+        codes.size == n_users > 0 and int(codes[0]) == 0 and int(codes[-1]) == n_users - 1
+        and (codes.size < 2 or bool((codes[1:] > codes[:-1]).all()))
+    )  # fmt: skip
+    ident = one_each or codes.size < 2 or bool((codes[1:] >= codes[:-1]).all())
     order: NDArray[np.int64] | None = None  # the identity when ident: never materialised
-    if ident:
+    if one_each:
+        rows_here = np.ones(n_users, dtype=np.int64)
+    elif ident:
         rows_here = np.bincount(codes, minlength=n_users).astype(np.int64, copy=False)
     else:
         rows_here, order = group_rows(codes, n_users)

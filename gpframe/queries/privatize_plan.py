@@ -91,7 +91,9 @@ def preflight(kind: str, amount: Fraction, per: str, counts: np.ndarray, scale_m
     The calibration raises ``InvalidInputError`` for amounts outside the supported ranges
     (``docs/noise.md``); doing it here keeps the ledger untouched on such input.
     """
-    distinct = {1} if per == "point" else {int(n) for n in counts if n > 0}
+    # per="user": one check per distinct point count, found without a Python pass per user
+    c = np.asarray(counts)
+    distinct = [1] if per == "point" else np.unique(c[c > 0]).tolist()
     for n in distinct:
         # the wrapper's full check (range, calibration, largest noise scale) at the amount the
         # mechanism runs at after the CRS's scale factor: anything it would refuse after
