@@ -1059,6 +1059,31 @@ def _outside(lon: np.ndarray, lat: np.ndarray, box: Box) -> np.ndarray:
     return (d > width) | (lat < box[1]) | (lat > box[3])
 
 
+def _bbox_inside(lon: np.ndarray, lat: np.ndarray, box: Box) -> bool:
+    """Whether the points' bounding box lies in ``box`` unwrapped (then none is outside it).
+
+    The fast path of :func:`_refuse_outside`. For ``box[0] <= lon <= box[2] < box[0] + 360``,
+    ``lon - box[0]`` is in [0, 360), which ``np.mod`` returns unchanged, and is at most the
+    box's width by monotone rounding (so :func:`_outside` is False everywhere); NaN
+    fails every comparison here, so such input takes the full check (as do points across the
+    antimeridian, last example).
+
+    >>> _bbox_inside(np.array([-74.0, -73.5]), np.array([40.6, 40.9]), (-78.0, 0.0, -72.0, 84.0))
+    True
+    >>> _bbox_inside(np.array([179.5]), np.array([0.0]), (170.0, -10.0, 190.0, 10.0))
+    True
+    >>> _bbox_inside(np.array([-179.5]), np.array([0.0]), (170.0, -10.0, 190.0, 10.0))
+    False
+    """
+    if lon.size == 0:
+        return True
+    w, s, e, n = box
+    return bool(
+        lon.min() >= w and lon.max() <= e and e - w < 360.0
+        and lat.min() >= s and lat.max() <= n
+    )  # fmt: skip
+
+
 def _refuse_outside(
     lon: np.ndarray,
     lat: np.ndarray,
@@ -1069,6 +1094,8 @@ def _refuse_outside(
     fix: str,
     error: type[InvalidInputError],
 ) -> None:
+    if _bbox_inside(lon, lat, box):  # the usual case: four reductions instead of a full pass
+        return
     bad = _outside(lon, lat, box)
     if bad.any():
         n, rows = _rows(bad, index)
@@ -1408,8 +1435,10 @@ def _project(
     back = pyproj.Transformer.from_crs(crs_m, crs_in, always_xy=True)
     ex, ny = fwd.transform(xs, ys)
     xy = np.column_stack([ex, ny]).astype(np.float64, copy=False)
-    bad = ~np.isfinite(xy).all(axis=1)
-    if bad.any():
+    # one flat test first (a row-wise all() over two columns is many times slower): the rows
+    # are only needed to name them in the error
+    if not np.isfinite(xy).all():
+        bad = ~np.isfinite(xy).all(axis=1)
         n, rows = _rows(bad, index)
         raise CRSError(
             f"columns {cols[0]!r}/{cols[1]!r}: {n} {'point' if n == 1 else 'points'} could not be "

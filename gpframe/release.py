@@ -214,7 +214,9 @@ def release_frame(
             geometry = geometry.array  # its own index is not the output's
         if not isinstance(geometry, gpd.array.GeometryArray):
             geometry = np.asarray(geometry, dtype=object)
-        geo = gpd.GeoSeries(geometry, index=index, crs=crs)
+        # an owned geometry array is taken as it is (pandas would copy it: 8 B per row, and an
+        # incref of every point)
+        geo = gpd.GeoSeries(geometry, index=index, crs=crs, copy=False if owned else None)
         out = gpd.GeoDataFrame(out, geometry=geo.rename(geometry_name), crs=crs,
                                copy=False if owned else None)  # fmt: skip
         if out.geometry.name != geometry_name:  # geopandas names a passed series "geometry"

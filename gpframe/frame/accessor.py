@@ -1108,93 +1108,122 @@ class GeoPriv:
             return _privatize_partitioned(self, kind=kind, amount=amount, per=per, beta=beta,
                                          progress=progress, rng=rng)  # fmt: skip
         p = self.projected
-        ids = np.asarray(p.users)
-        if ids.dtype.kind in "iu" and (ids.size < 2 or bool((ids[1:] > ids[:-1]).all())):
-            # one row per user, ids ascending (e.g. 0..n-1): factorize's answer without hashing
-            codes, uniques = np.arange(ids.size, dtype=np.int64), pd.Index(ids)
-        else:
-            codes, uniques = pd.factorize(pd.Series(p.users), sort=False)
-        n_users = len(uniques)
-        counts = np.bincount(codes, minlength=n_users).astype(np.int64)
-        _check_coordinates(p.xy)
         if "geometry" not in self.protected:  # a DataFrame input gets a new geometry column
             from gpframe.release import check_reserved
 
             check_reserved(self.public, ["geometry"], "privatize")
-        _preflight(kind, amount, per, counts, float(p.scale_max))
-
-        fkind = filter_kind(self.session)
-        ledger = self.session.ledger
-        # Allocations straight in int64 ledger units: one exact conversion of the amount, then
-        # ceil(n * units) vectorised (the same units reserve() computes from n x amount).
-        alloc_units, too_big = ledger.units_for(
-            "metric", amount, np.ones(n_users, np.int64) if per == "user" else counts, kind=kind
+        result, released = _privatize_release(
+            self, p, kind, amount, per, float(beta), progress, rng
         )
-        users = ledger_key_array(uniques)  # int64 ids: no Python int per user
-        params = {
-            amount_keyword(kind): float(amount),
-            "per": per,
-            "beta": float(beta),
-            "n_points": len(p),
-            "crs_m": p.crs_m.to_string(),
-            "scale_max": float(p.scale_max),
-        }
+        # The summary first, the output frame last: the frame's 10^6 shapely points are objects
+        # the cyclic GC walks on every collection, and everything made for the call but the
+        # released points and the result is freed by now (a lower peak while they are made).
+        attr = result.to_attr()
+        frame = _build_output(self.frame, p, result.value, released, self.public)
+        frame.attrs["geopriv"] = attr
+        return frame
+
+
+def _privatize_release(
+    bound: GeoPriv, p: Any, kind: str, amount: Fraction, per: str, beta: float, progress: Any,
+    rng: Any,
+) -> tuple[Any, np.ndarray]:
+    """Validate, reserve, draw and charge one privatize call.
+
+    Returns the ``PrivatizeResult`` (its ``value``: the released points in metres) and the mask
+    of the rows released.
+
+    A function of its own so that its per-user arrays (codes, counts, allocations, the ledger's
+    reservation) are freed when it returns, before the output frame is built.
+    """
+    ids = np.asarray(p.users)
+    if ids.dtype.kind in "iu" and (ids.size < 2 or bool((ids[1:] > ids[:-1]).all())):
+        # one row per user, ids ascending (e.g. 0..n-1): factorize's answer without hashing;
+        # the Index shares the (read-only) ids instead of copying them
+        codes, uniques = np.arange(ids.size, dtype=np.int64), pd.Index(ids, copy=False)
+        counts = np.ones(ids.size, dtype=np.int64)
+    else:
+        codes, uniques = pd.factorize(pd.Series(p.users), sort=False)
+        counts = np.bincount(codes, minlength=len(uniques))
+    n_users = len(uniques)
+    _check_coordinates(p.xy)
+    _preflight(kind, amount, per, counts, float(p.scale_max))
+
+    fkind = filter_kind(bound.session)
+    ledger = bound.session.ledger
+    # Allocations straight in int64 ledger units: one exact conversion of the amount, then
+    # ceil(n * units) vectorised (the same units reserve() computes from n x amount).
+    alloc_units, too_big = ledger.units_for(
+        "metric", amount, np.ones(n_users, np.int64) if per == "user" else counts, kind=kind
+    )
+    users = ledger_key_array(uniques)  # int64 ids: no Python int per user
+    params = {
+        amount_keyword(kind): float(amount),
+        "per": per,
+        "beta": beta,
+        "n_points": len(p),
+        "crs_m": p.crs_m.to_string(),
+        "scale_max": float(p.scale_max),
+    }
+    prepaid = not bool(too_big.any())
+    alloc_in = alloc_units
+    if not prepaid:  # cannot be admitted (a budget is at most MAX units)
         alloc_in = alloc_units.copy()
-        alloc_in[too_big] = LedgerUnits.MAX  # cannot be admitted (a budget is at most MAX units)
+        alloc_in[too_big] = LedgerUnits.MAX
 
-        def compute(r: Any) -> Charge[Any]:
-            admitted = np.asarray(r.admitted, dtype=bool) & ~too_big
-            out = _pv.privatize_points(
-                p.xy,
-                codes,
-                n_users,
-                kind=kind,  # type: ignore[arg-type]
-                amount=amount,
-                per=per,
-                admitted=admitted,
-                scale_max=float(p.scale_max),
-                beta=float(beta),
-                rng=rng,
-                progress=progress,
-            )
-            # Actual charges, in ledger units of the filter, from the mechanisms' guarantees:
-            # one conversion per sampler call (per distinct amount), never per user.
-            actual_units, actual_f = _actual_units(ledger, fkind, kind, per, out, counts, n_users)
-            return Charge((admitted, out, actual_f), actual_units, units=True)
-
-        # The charge is the allocation, known before any noise: each point's guarantee is its
-        # exact share (amount or amount/n, a Fraction), so the ledger units the mechanisms
-        # report equal ceil(n x units(amount)) reserved above. The reservation's transaction
-        # then also commits the charge (one durable write, as the SQL face's batches); the
-        # driver refuses (GpframeInternalError, nothing returned) any other reported charge.
-        # A user whose amount overflows the ledger's units is reserved at MAX but never
-        # released (charged 0), so such a call takes the reserve-then-charge path.
-        ran = run(
-            self.session, users, alloc_in, notion="metric", query="privatize", params=params,
-            units=True, compute=compute, prepaid=not bool(too_big.any()),
-        )  # fmt: skip
-        admitted, out, actual_f = ran.value
-        query_id = ran.query_id
-        alloc_f = _unit_floats(ledger, alloc_units)
-        frame = _build_output(self.frame, p, out.xy, out.released, self.public)
-        result = _make_result(
-            kind=kind,
+    def compute(r: Any) -> Charge[Any]:
+        admitted = np.asarray(r.admitted, dtype=bool) & ~too_big
+        out = _pv.privatize_points(
+            p.xy,
+            codes,
+            n_users,
+            kind=kind,  # type: ignore[arg-type]
             amount=amount,
             per=per,
-            beta=float(beta),
-            users=uniques,
-            counts=counts,
             admitted=admitted,
-            charges=actual_f,
-            out=out,
-            query_id=query_id,
-            fkind=fkind,
-            projected=p,
-            allocations=alloc_f,
+            scale_max=float(p.scale_max),
+            beta=beta,
+            rng=rng,
+            progress=progress,
         )
-        # a JSON-able view of the result: survives pandas operations and to_parquet
-        frame.attrs["geopriv"] = result.to_attr()
-        return frame
+        # Actual charges, in ledger units of the filter, from the mechanisms' guarantees:
+        # one conversion per sampler call (per distinct amount), never per user.
+        actual_units, actual_f = _actual_units(ledger, fkind, kind, per, out, counts, n_users)
+        return Charge((admitted, out, actual_f), actual_units, units=True)
+
+    # The charge is the allocation, known before any noise: each point's guarantee is its
+    # exact share (amount or amount/n, a Fraction), so the ledger units the mechanisms
+    # report equal ceil(n x units(amount)) reserved above. The reservation's transaction
+    # then also commits the charge (one durable write, as the SQL face's batches); the
+    # driver refuses (GpframeInternalError, nothing returned) any other reported charge.
+    # A user whose amount overflows the ledger's units is reserved at MAX but never
+    # released (charged 0), so such a call takes the reserve-then-charge path.
+    ran = run(
+        bound.session, users, alloc_in, notion="metric", query="privatize", params=params,
+        units=True, compute=compute, prepaid=prepaid,
+    )  # fmt: skip
+    admitted, out, actual_f = ran.value
+    query_id = ran.query_id
+    alloc_f = _unit_floats(ledger, alloc_units)
+    # the reservation and the per-user arrays only the ledger needed: freed before the result
+    # is built (a lower peak)
+    del ran, alloc_in, alloc_units, users
+    result = _make_result(
+        kind=kind,
+        amount=amount,
+        per=per,
+        beta=beta,
+        users=uniques,
+        counts=counts,
+        admitted=admitted,
+        charges=actual_f,
+        out=out,
+        query_id=query_id,
+        fkind=fkind,
+        projected=p,
+        allocations=alloc_f,
+    )
+    return result, out.released
 
 
 def _privatize_preview(

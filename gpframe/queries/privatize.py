@@ -481,10 +481,17 @@ def privatize_points(
         )
     # rows already grouped by user (codes ascending, as factorize gives one-point users): the
     # stable order is the identity, so a call over every row needs no gather nor scatter
-    ident = codes.size < 2 or bool((codes[1:] >= codes[:-1]).all())
-    if ident:
-        rows_here = np.bincount(codes, minlength=n_users).astype(np.int64)
-        order = np.arange(codes.size, dtype=np.int64)
+    # codes 0..n_users-1 in order (one row per user): strictly increasing between those ends
+    one_each = (
+        codes.size == n_users > 0 and int(codes[0]) == 0 and int(codes[-1]) == n_users - 1
+        and (codes.size < 2 or bool((codes[1:] > codes[:-1]).all()))
+    )  # fmt: skip
+    ident = one_each or codes.size < 2 or bool((codes[1:] >= codes[:-1]).all())
+    order: NDArray[np.int64] | None = None  # the identity when ident: never materialised
+    if one_each:
+        rows_here = np.ones(n_users, dtype=np.int64)
+    elif ident:
+        rows_here = np.bincount(codes, minlength=n_users).astype(np.int64, copy=False)
     else:
         rows_here, order = group_rows(codes, n_users)
     counts = rows_here if n_of is None else np.asarray(n_of, dtype=np.int64)
@@ -509,9 +516,9 @@ def privatize_points(
     # stable by-user order whose user is in the group, i.e. users ascending, rows in input
     # order within a user.
     live = adm & (rows_here > 0)
-    ukey = counts if per == "user" else np.zeros(n_users, dtype=np.int64)
-    keys = _distinct(ukey[live])
-    sorted_codes = codes if ident else codes[order]
+    # the key of a user's sampler call: its point count (per="user"), else one call for all
+    keys = _distinct(counts[live]) if per == "user" else ([0] if live.any() else [])
+    sorted_codes = codes if order is None else codes[order]
     iterator: Any = keys
     if progress_enabled(progress) and len(keys) > 1:
         from tqdm.auto import tqdm
@@ -521,11 +528,13 @@ def privatize_points(
     n_calls = 0
     releases: list[Any] = []
     for key in iterator:
-        members = live & (ukey == key)
+        members = live & (counts == key) if per == "user" else live
         whole = bool(members.all())  # every user (per="point" with all admitted): every row
-        users_arr = np.arange(n_users, dtype=np.int64) if whole else np.flatnonzero(members)
-        rows = order if whole else order[members[sorted_codes]]
         in_order = whole and ident  # rows is 0..N-1: the points and the output as they are
+        rows: NDArray[np.int64] | None = None  # None: in_order
+        if not in_order:
+            chosen = members[sorted_codes]
+            rows = np.flatnonzero(chosen) if order is None else order[chosen]
         part = amount / int(key) if per == "user" else amount
         # callers preflight this before reserving; repeated here so that a direct call never
         # draws noise that cannot be released
@@ -561,18 +570,23 @@ def privatize_points(
                 out = np.full(xy.shape, np.nan, dtype=np.float64)
             out[rows] = np.asarray(rel, dtype=np.float64)
             released[rows] = True
+        # made after the draw: one array of n_users fewer at the sampler's peak
+        users_arr = np.arange(n_users, dtype=np.int64) if whole else np.flatnonzero(members)
         charge_groups.append((users_arr, point_charge))
         # Error bounds from the noise actually sampled (mechanisms.tails), union over a user's
         # n points: every point of the user is within the bound with probability >= 1 - beta.
         # Charges: n points at point_charge each; one Fraction per distinct n.
-        n_u = counts[users_arr]
+        # every user (users_arr is 0..n_users-1): whole-array writes instead of scattered ones
+        at: Any = slice(None) if whole else users_arr
+        n_u = counts if whole else counts[users_arr]
         distinct_n = _distinct(n_u)
         for n in distinct_n:
-            sel = users_arr if len(distinct_n) == 1 else users_arr[n_u == n]
+            one = len(distinct_n) == 1
+            sel = users_arr if one else users_arr[n_u == n]
             if bounds:
-                max_err[sel] = error_bound(rel, beta, n=int(n))
+                max_err[at if one else sel] = error_bound(rel, beta, n=int(n))
             charge_parts.append((sel, point_charge * int(n)))
-        scale_m[users_arr] = float(rel.noise["scale"])
+        scale_m[at] = float(rel.noise["scale"])
         releases.append(rel)
 
     _warn_scales(scale_m, kind, per)
@@ -631,6 +645,10 @@ def _warn_scales(scale_m: NDArray[np.float64], kind: str, per: str) -> None:
     from gpframe.geo import _stacklevel_outside_gpframe
     from gpframe.mechanisms.laplace_mech import SCALE_WARN_HIGH, SCALE_WARN_LOW
 
+    if scale_m.size:  # two NaN-skipping reductions: most calls are inside the range, no copy
+        lo, hi = np.fmin.reduce(scale_m), np.fmax.reduce(scale_m)
+        if lo >= float(SCALE_WARN_LOW) and hi <= float(SCALE_WARN_HIGH):  # all NaN: False
+            return
     s = scale_m[np.isfinite(scale_m)]
     if not s.size:
         return
@@ -699,7 +717,9 @@ def make_privatize_result(
         ids = ids.astype(object)
     adm = np.asarray(admitted, dtype=bool) & (np.asarray(counts) > 0)
     every = bool(adm.all())  # everyone admitted (the usual case): no masked copies
-    index = pd.Index(ids if every else ids[adm])
+    # the users' own Index when everyone is in it (an Index is immutable: shared, not copied)
+    same = every and isinstance(users, pd.Index) and users.dtype == ids.dtype
+    index = users if same else pd.Index(ids if every else ids[adm])
     # float(Fraction) per user is slow; callers may pass floats already (same values). _floats
     # returns a fresh array, so the Series may own it (pandas copies by default)
     charged = pd.Series(_floats(charges, adm), index=index, copy=False)

@@ -32,23 +32,25 @@ def actual_units(
     units = np.zeros(n_users, dtype=np.int64)
     floats = np.zeros(n_users, dtype=np.float64)
     for users_arr, point_charge in out.charge_groups:
-        n_u = counts[users_arr]
+        # a group of every user (distinct codes, so users_arr is 0..n_users-1): whole-array
+        # reads and writes instead of gathers and scatters
+        at: Any = slice(None) if users_arr.size == n_users else users_arr
+        n_u = counts[at]
         if per == "point":
             u, big = ledger.units_for("metric", point_charge, n_u, kind=kind)
             c = charge_for(fkind, kind, point_charge)
             if n_u.size and int(n_u.min()) == int(n_u.max()):  # one count (one-point users)
-                floats[users_arr] = float(c * int(n_u[0]))
+                floats[at] = float(c * int(n_u[0]))
             else:
                 for n in np.unique(n_u).tolist():
                     floats[users_arr[n_u == n]] = float(c * int(n))
-        else:  # one group per distinct n
+        else:  # one group per distinct n: each user pays the same, one value
             n = int(n_u[0])
-            u, big = ledger.units_for("metric", point_charge * n, np.ones(n_u.size, np.int64),
-                                      kind=kind)  # fmt: skip
-            floats[users_arr] = float(charge_for(fkind, kind, point_charge * n))
+            u, big = ledger.units_for("metric", point_charge * n, None, kind=kind)
+            floats[at] = float(charge_for(fkind, kind, point_charge * n))
         if big.any():
             raise GpframeInternalError("a privatize charge does not fit the ledger's units.")
-        units[users_arr] = u
+        units[at] = u
     return units, floats
 
 
@@ -69,6 +71,11 @@ def amount_keyword(kind: str) -> str:
 
 def check_coordinates(xy: np.ndarray) -> None:
     """Refuse projected coordinates beyond ±2**40 m (a wrong CRS) before any reservation."""
+    if not xy.size:
+        return
+    # two reductions, no temporaries: NaN makes both comparisons False (refused below)
+    if -_pv.COORD_MAX_M < xy.min() and xy.max() < _pv.COORD_MAX_M:
+        return
     big = ~(np.abs(xy) < _pv.COORD_MAX_M)
     if big.any():
         i = int(np.flatnonzero(big.any(axis=1))[0])
@@ -84,7 +91,9 @@ def preflight(kind: str, amount: Fraction, per: str, counts: np.ndarray, scale_m
     The calibration raises ``InvalidInputError`` for amounts outside the supported ranges
     (``docs/noise.md``); doing it here keeps the ledger untouched on such input.
     """
-    distinct = {1} if per == "point" else {int(n) for n in counts if n > 0}
+    # per="user": one check per distinct point count, found without a Python pass per user
+    c = np.asarray(counts)
+    distinct = [1] if per == "point" else np.unique(c[c > 0]).tolist()
     for n in distinct:
         # the wrapper's full check (range, calibration, largest noise scale) at the amount the
         # mechanism runs at after the CRS's scale factor: anything it would refuse after
