@@ -789,7 +789,10 @@ class SqliteStore:
         Commits still waiting in the ``-wal`` are checkpointed into the main file first
         (SQLite does so itself only when the last connection to the file closes).
         """
-        if self._deferred and self.checkpoint and not self.con.in_transaction:
+        if self._deferred and self.checkpoint:
+            # best effort: a failed checkpoint leaves the commits in the -wal, where they are
+            # durable, and the next open's first checkpoint copies them
             with contextlib.suppress(sqlite3.Error):
-                self._checkpoint()
+                if not self.con.in_transaction:
+                    self._checkpoint()
         self.con.close()

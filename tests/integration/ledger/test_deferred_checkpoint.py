@@ -138,3 +138,21 @@ def test_sql_batches_defer_their_checkpoints(tmp_path):
     s.close()
     with _open_copy(path, tmp_path / "closed.sqlite") as c:
         assert c.ledger.verify()["charges"] == 3
+
+
+def test_store_close_checkpoints_deferred_commits_once_and_may_be_repeated(tmp_path):
+    from gpframe.ledger.store import SqliteStore
+
+    st = SqliteStore(tmp_path / "store.sqlite")
+    with st.deferring(), st.write():
+        st.set_meta({"k": "v"})
+    n = st.checkpoints  # the schema's write checkpointed; this one waits in the -wal
+    st.close()
+    st.close()
+    assert st.checkpoints == n + 1
+    assert not (tmp_path / "store.sqlite-wal").exists()
+    ro = SqliteStore(tmp_path / "store.sqlite", readonly=True)  # the main file alone holds it
+    try:
+        assert ro.meta()["k"] == "v"
+    finally:
+        ro.close()
