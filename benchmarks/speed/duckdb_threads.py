@@ -1,15 +1,16 @@
-"""DuckDB on several threads: SQL ÷ Python and the cores busy, without and with group commit.
+"""DuckDB on several threads: SQL ÷ Python and the cores busy, before and after a change.
 
 Every Arrow batch (up to 2,048 rows) of a SQL function reserves and charges on its own; on a
-file ledger each write transaction ends with a synchronous commit, a checkpoint and (for a
-charge) an anchor update. The Ledger now runs the reserves and charges that queue up while
-another batch writes in one shared transaction (group commit, ``docs/sql.md``). This script
-times both in the same run, on the same data: ``before`` gives every reserve and every charge
-its own transaction (as before group commit, and a ``gp_privatize`` batch a reserve and then a
-charge), ``after`` is the default (group commit; a ``gp_privatize`` batch commits its charge
-with its reservation, before the noise: one write per batch; when several threads have been
-writing, the writer that opens a transaction waits briefly for the others' writes, so a round
-of batches shares one commit).
+file ledger each write transaction ends with a synchronous commit (an fsync of the ``-wal``)
+and, for a charge, an anchor update (one more fsync). The Ledger runs the reserves and charges
+that queue up while another batch writes in one shared transaction (group commit,
+``docs/sql.md``), and the store leaves the batches' checkpoints into the main file for later
+(at most about one a second, ``docs/ledger.md``, "Durability and backups"). This script times,
+in the same run and on the same data, ``after`` (as it is) against ``before``, which is
+``--before checkpoint`` (default): every commit also checkpointed into the main file, as the
+store did before (two more fsyncs, and one more for the ``-wal`` restart after it); or
+``--before ungrouped``: every reserve and every charge its own transaction (as before group
+commit, and a ``gp_privatize`` batch a reserve and then a charge).
 
 * ``gp_privatize`` on ``--rows`` points (default 10⁶, ``--users`` users), file-backed ledgers
   (SQLite WAL, synchronous=FULL), ``threads=1, 2, 4``, against the accessor's
@@ -21,7 +22,8 @@ of batches shares one commit).
 
 Each line is the best of ``--repeat`` interleaved runs (before, after, before, ...). It prints
 the wall time, the cores busy (process CPU time ÷ wall time over the query: 1.0 is one core
-all the time), SQL ÷ Python and the ledger's write transactions per batch, before and after.
+all the time), SQL ÷ Python, the ledger's write transactions and checkpoints per batch, before
+and after, and the load average.
 DuckDB runs a table scan in parallel by row groups of 122,880 rows, so below that there is one
 thread whatever ``threads=`` says. On a machine shared with other work the cores busy
 are a lower bound, and the file-ledger lines are bound by the disk's fsync latency. Goals:
@@ -33,9 +35,15 @@ calls; the size is fixed when DuckDB is compiled) and holds the GIL for the whol
 where the Python code releases it. Every call must make its charge durable before it returns
 its values, so one thread makes one durable commit per call (the Python path makes one per
 query), and group commit can share a commit only among the calls in flight at once (at most
-``threads``). Inside a call, py-spy (``--gil``) finds the GIL held for about two thirds of the
-time (the ledger write's Python and the sampler's), which caps the cores busy at threads=2 near
-1.5 whatever the scheduling.
+``threads``). On a file ledger a commit is now an fsync of the ``-wal`` plus, for a charge, the
+anchor's fsync and rename (strace, 10⁶ rows, threads=1: 2.15 syncs per batch instead of 5.03
+with a checkpoint per commit; the anchor is 1 of the 2.15, and its rename one more metadata
+write). Inside a call (in-memory ledger, thread CPU time) about 3.1 ms: the ledger's write
+(reserve and charge) 1.25 ms, the sampler 0.96 ms, the batch's checks, factorizing and Arrow
+conversion the rest; py-spy (``--gil``) found the GIL held for about two thirds of a call,
+which caps the cores busy at threads=2 near 1.5 whatever the scheduling. ``gp_in_region``
+runs its 10 elimination rounds per batch, so 10 sampler calls per 2,048 rows where the Python
+path makes 10 per query: about 2.2 times the Python path's CPU time at 10⁵ rows.
 
 Smallest run: ``--rows 100000 --region-rows 5000 --repeat 1``.
 """
@@ -104,26 +112,31 @@ def _unpaid(*args, **kwargs):  # type: ignore[no-untyped-def]
 
 
 def sql(df: pd.DataFrame, path: str | None, threads: int, q: str,
-        old: bool) -> tuple[float, float, float, int]:  # fmt: skip
-    """(wall s, CPU s, write transactions per batch, batches) of the query on a fresh session."""
+        old: str | None) -> tuple[float, float, float, int, float]:  # fmt: skip
+    """(wall s, CPU s, write transactions per batch, batches, checkpoints per batch) of the query
+    on a fresh session; ``old``: None (as it is), "ungrouped" or "checkpoint" (see main)."""
     s = Session(path, budget=gp.CGP(rho=1e3))
     con = duckdb.connect()
     con.execute(f"SET threads = {threads}")
     register(con, s, crs=CRS, domain=DOMAIN)
     con.register("pts_in", df)
     con.execute("CREATE TABLE pts AS SELECT * FROM pts_in")
-    if old:
+    if old == "ungrouped":
         ungrouped(s)
-    g = s.ledger._group
-    t0 = g.transactions
+    elif old == "checkpoint":
+        s.ledger.store.checkpoint_interval = 0.0  # every commit checkpointed, deferring or not
+    g, st = s.ledger._group, s.ledger.store
+    t0, c0 = g.transactions, st.checkpoints
     try:
         wall, cpu = timed(lambda: con.execute(q, {"w": shapely.to_wkb(BOX)} if "$w" in q else {})
                           .fetchall())  # fmt: skip
+        ck = st.checkpoints - c0
         batches = [row[2] for row in s.ledger.store.audit()].count("reserve")
     finally:
         udf.charge_batch = _charge_batch
         s.close()
-    return wall, cpu, (g.transactions - t0) / max(batches, 1), batches
+    b = max(batches, 1)
+    return wall, cpu, (g.transactions - t0) / b, batches, ck / b
 
 
 def python_privatize(df: pd.DataFrame, path: str | None) -> float:
@@ -142,25 +155,31 @@ def python_region(df: pd.DataFrame, path: str | None) -> float:
     return wall
 
 
-def line(name: str, threads: int, py: float, before: tuple[float, float, float, int],
-         after: tuple[float, float, float, int]) -> str:  # fmt: skip
-    (wb, cb, tb, _), (wa, ca, ta, na) = before, after
+def line(name: str, threads: int, py: float, before: tuple, after: tuple) -> str:
+    (wb, cb, tb, _, kb), (wa, ca, ta, na, ka) = before, after
     return (
         f"{name} threads={threads}: after {wa:.2f} s, {ca / wa:.2f} cores busy, SQL/Python "
-        f"{wa / py:.2f}x, {ta:.2f} txn/batch ({na} batches) | before (a transaction per write) "
-        f"{wb:.2f} s, "
-        f"{cb / wb:.2f} cores busy, SQL/Python {wb / py:.2f}x, {tb:.2f} txn/batch | "
-        f"before/after {wb / wa:.2f}x (Python {py:.2f} s)"
+        f"{wa / py:.2f}x, {ta:.2f} txn/batch, {ka:.2f} ckpt/batch ({na} batches) | before "
+        f"{wb:.2f} s, {cb / wb:.2f} cores busy, SQL/Python {wb / py:.2f}x, {tb:.2f} txn/batch, "
+        f"{kb:.2f} ckpt/batch | before/after {wb / wa:.2f}x (Python {py:.2f} s, load "
+        f"{os.getloadavg()[0]:.1f})"
     )
 
 
-def pair(df: pd.DataFrame, path, threads: int, q: str, repeat: int):  # type: ignore[no-untyped-def]
+def pair(df: pd.DataFrame, path, threads: int, q: str, repeat: int,  # type: ignore[no-untyped-def]
+         old: str):  # fmt: skip
     """Best (least wall time) of ``repeat`` interleaved runs, before and after."""
     before, after = [], []
     for _ in range(repeat):
-        before.append(sql(df, path(), threads, q, True))
-        after.append(sql(df, path(), threads, q, False))
+        before.append(sql(df, path(), threads, q, old))
+        after.append(sql(df, path(), threads, q, None))
     return min(before), min(after)
+
+
+BEFORE = {
+    "checkpoint": "group commit, every commit checkpointed into the main file (2 more fsyncs)",
+    "ungrouped": "a transaction per reserve and per charge (no group commit)",
+}
 
 
 def main() -> None:
@@ -169,10 +188,15 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=10_000, help="gp_privatize users")
     ap.add_argument("--region-rows", type=int, default=100_000, help="gp_in_region users")
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs per line")
+    ap.add_argument("--before", choices=("checkpoint", "ungrouped"), default="checkpoint",
+                    help="what 'before' times: a checkpoint after every commit (the store before "
+                         "deferred checkpoints), or a transaction per write (before group "
+                         "commit)")  # fmt: skip
     a = ap.parse_args()
+    print(f"before = {BEFORE[a.before]}; load average {os.getloadavg()}")
     warm = points(20_000, 200)
     python_privatize(warm, None)
-    sql(warm, None, 2, f"SELECT count(gp_privatize(user_id, x, y, {RHO})) FROM pts", False)
+    sql(warm, None, 2, f"SELECT count(gp_privatize(user_id, x, y, {RHO})) FROM pts", None)
     df = points(a.rows, a.users)
     q = f"SELECT count(gp_privatize(user_id, x, y, {RHO})) FROM pts"
     with tempfile.TemporaryDirectory() as d:
@@ -184,17 +208,18 @@ def main() -> None:
         py = min(python_privatize(df, path()) for _ in range(a.repeat))
         print(f"gp_privatize, {a.rows:,} rows, {a.users:,} users, file ledgers:")
         for t in (1, 2, 4):
-            print("  " + line("gp_privatize", t, py, *pair(df, path, t, q, a.repeat)))
+            print("  " + line("gp_privatize", t, py, *pair(df, path, t, q, a.repeat, a.before)))
         py = min(python_privatize(df, None) for _ in range(a.repeat))
         print("gp_privatize, in-memory ledgers (no fsync: the cores the noise itself keeps busy):")
         for t in (1, 2):
-            print("  " + line("gp_privatize", t, py, *pair(df, lambda: None, t, q, a.repeat)))
+            got = pair(df, lambda: None, t, q, a.repeat, a.before)
+            print("  " + line("gp_privatize", t, py, *got))
         reg = points(a.region_rows, a.region_rows, seed=1)  # one point per user
         qr = f"SELECT sum(gp_in_region(user_id, x, y, $w, {RHO}, 10)::INT) FROM pts"
         py = min(python_region(reg, path()) for _ in range(a.repeat))
         print(f"gp_in_region, {a.region_rows:,} users (dist-elim, 10 rounds), file ledgers:")
         for t in (1, 2):
-            print("  " + line("gp_in_region", t, py, *pair(reg, path, t, qr, a.repeat)))
+            print("  " + line("gp_in_region", t, py, *pair(reg, path, t, qr, a.repeat, a.before)))
 
 
 if __name__ == "__main__":

@@ -744,9 +744,15 @@ def charge_batch(
         helper = SQL_ON_EXHAUSTED.get(id(session))
         strict = (helper[-1] if helper else on_exhausted) == "raise"
     # a preview plans under the lock (admission and plan.add must not interleave); a real
-    # batch holds the Ledger's lock only inside reserve and charge
+    # batch holds the Ledger's lock only inside reserve and charge. Its writes are durable
+    # when they return, but their copy into a file ledger's main file waits for the next
+    # checkpoint (at most about a second later; docs/ledger.md): hundreds of batches commit
+    # per query, and a checkpoint per commit tripled its fsyncs
+    deferring = getattr(getattr(getattr(session, "ledger", None), "store", None), "deferring",
+                        None)  # fmt: skip
     with LEDGER_LOCK if plan is not None else contextlib.nullcontext(), \
-            raising_on_exhausted() if strict else contextlib.nullcontext():
+            raising_on_exhausted() if strict else contextlib.nullcontext(), \
+            deferring() if deferring is not None else contextlib.nullcontext():
         ran = run(session, users, alloc, query=query, params=params, notion=notion, kind=kind,
                   units=units, check=check, compute=compute, dry_run=plan,
                   prepaid=prepaid and plan is None)  # fmt: skip

@@ -38,6 +38,8 @@ import hashlib
 import math
 import os
 import sqlite3
+import threading
+import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -49,10 +51,13 @@ import numpy as np
 from gpframe.errors import InvalidInputError, LedgerCorruptError, LedgerError
 from gpframe.ledger.keys import decode_users, encode_users, from_sql
 
-__all__ = ["CHUNK", "ChargeRow", "ReservationRow", "SqliteStore", "Store"]
+__all__ = ["CHECKPOINT_INTERVAL", "CHUNK", "ChargeRow", "ReservationRow", "SqliteStore", "Store"]
 
 #: users per chunk blob (4096 * 8 bytes = 32 KiB per blob)
 CHUNK = 4096
+#: seconds a deferring write's commit may wait in the ``-wal`` for the checkpoint into the main
+#: file (:meth:`SqliteStore.deferring`)
+CHECKPOINT_INTERVAL = 1.0
 SCHEMA = "gpframe-ledger"
 VERSION = "2"
 #: the schema version whose users table has one row per user (read, and migrated on write)
@@ -225,10 +230,23 @@ def _view(a: np.ndarray) -> memoryview:
 class SqliteStore:
     """:class:`Store` on an embedded SQLite file, or in memory with ``path=None``.
 
-    The file uses WAL journaling, ``synchronous=FULL`` and ``BEGIN IMMEDIATE`` writes, and
-    every write transaction is followed by ``PRAGMA wal_checkpoint(FULL)``: once a write has
-    returned, the main file alone holds it, so a copy of the file without its ``-wal`` (a
-    backup, or what is left after a crash) loses nothing acknowledged.
+    The file uses WAL journaling, ``synchronous=FULL`` and ``BEGIN IMMEDIATE`` writes: once a
+    write has returned, it is durable in the ``-wal`` (fsync'd at its commit), and a crash loses
+    nothing acknowledged as long as the ``-wal`` is kept with the file. A write is then copied
+    into the main file (``PRAGMA wal_checkpoint(FULL)``, which fsyncs it) before it returns, so
+    the main file alone holds it too, except while writes are :meth:`deferring` (the batches of
+    the DuckDB functions, ``docs/sql.md``: hundreds of durable commits per query, where the
+    checkpoint's two extra fsyncs, and the ``-wal`` restart's one after it, were most of a
+    commit's cost). Their commits are checkpointed by the first write
+    :attr:`checkpoint_interval` seconds (1 s) or more after the last checkpoint, by SQLite's
+    own automatic checkpoint when the ``-wal`` passes 1,000 pages, by the next write that is
+    not deferring, and when the store closes: meanwhile the main file lags the ``-wal``. A copy
+    of the main file *without* its ``-wal`` may then lack the last charges; the anchor
+    (``docs/ledger.md``) records the audit head after every charge, so such a copy put back in
+    place of the ledger (or opened with ``anchor=`` its anchor) is refused on open
+    (``LedgerCorruptError``), never accepted short of charges. Back up a ledger in use with
+    SQLite's online backup (``sqlite3 ledger.sqlite ".backup copy.sqlite"``), or copy the file
+    together with its ``-wal``, or close its Sessions first.
 
     Parameters
     ----------
@@ -258,9 +276,20 @@ class SqliteStore:
         self.path = _check_path(path)
         self.timeout = _check_timeout(timeout)
         self.readonly = bool(readonly)
-        #: checkpoint mode run after each write transaction (None: leave it to SQLite's
-        #: automatic checkpoints, the policy before every commit reached the main file)
+        #: checkpoint mode run after a write transaction (None: leave it to SQLite's
+        #: automatic checkpoints, the policy before the ledger checkpointed itself)
         self.checkpoint: str | None = "FULL"
+        #: seconds a deferring write's commit may stay in the ``-wal`` alone after the last
+        #: checkpoint (0: checkpoint after every write, deferring or not)
+        self.checkpoint_interval = CHECKPOINT_INTERVAL
+        #: monotonic time of the last checkpoint (None: none yet), whether commits wait in
+        #: the ``-wal`` for the next one, and how many callers are :meth:`deferring`
+        self._checkpointed: float | None = None
+        self._deferred = False
+        self._deferring = 0
+        self._defer_lock = threading.Lock()
+        #: checkpoints run (for tests and benchmarks)
+        self.checkpoints = 0
         #: True when this open created the schema (a new, empty ledger)
         self.created = False
         #: the charges columns to select; a read-only view of a file from before ``alloc``
@@ -436,7 +465,34 @@ class SqliteStore:
                 self.con.execute("ROLLBACK")
             raise LedgerError(f"the ledger could not commit ({exc}). Nothing was charged.") from exc
         if write and self.checkpoint and self.path is not None:
-            self._checkpoint()
+            self._deferred = True
+            if self._checkpoint_due():
+                self._checkpoint()
+
+    def _checkpoint_due(self) -> bool:
+        """Tell whether this write's commit is copied into the main file now (see the class)."""
+        last = self._checkpointed
+        return (
+            not self._deferring
+            or last is None
+            or time.monotonic() - last >= self.checkpoint_interval
+        )
+
+    @contextlib.contextmanager
+    def deferring(self) -> Iterator[None]:
+        """Let the writes made meanwhile (by any thread) leave their checkpoint for later.
+
+        Each write is still durable when it returns (its commit fsyncs the ``-wal``); only the
+        copy into the main file waits, as the class docstring says. Nests and counts callers:
+        writes defer while any caller is inside.
+        """
+        with self._defer_lock:
+            self._deferring += 1
+        try:
+            yield
+        finally:
+            with self._defer_lock:
+                self._deferring -= 1
 
     def _checkpoint(self) -> None:
         """Copy the committed WAL frames into the main file and fsync it.
@@ -444,10 +500,13 @@ class SqliteStore:
         FULL waits (up to the busy timeout) for readers of older snapshots. Should one outlast
         it, the commit stays durable in the ``-wal`` and the next write's checkpoint copies it.
         """
+        self._checkpointed = time.monotonic()
+        self.checkpoints += 1
         try:
-            self.con.execute(f"PRAGMA wal_checkpoint({self.checkpoint})").fetchall()
+            busy = self.con.execute(f"PRAGMA wal_checkpoint({self.checkpoint})").fetchone()[0]
         except sqlite3.OperationalError:
-            pass  # busy: see above; the commit itself succeeded
+            return  # busy: see above; the commit itself succeeded
+        self._deferred = bool(busy)
 
     def write(self) -> contextlib.AbstractContextManager[None]:
         """Exclusive write transaction across threads and processes (``BEGIN IMMEDIATE``)."""
@@ -725,5 +784,15 @@ class SqliteStore:
         return str(self.con.execute("PRAGMA quick_check").fetchone()[0])
 
     def close(self) -> None:
-        """Close the connection; open transactions are rolled back by SQLite."""
+        """Close the connection; open transactions are rolled back by SQLite.
+
+        Commits still waiting in the ``-wal`` are checkpointed into the main file first
+        (SQLite does so itself only when the last connection to the file closes).
+        """
+        if self._deferred and self.checkpoint:
+            # best effort: a failed checkpoint leaves the commits in the -wal, where they are
+            # durable, and the next open's first checkpoint copies them
+            with contextlib.suppress(sqlite3.Error):
+                if not self.con.in_transaction:
+                    self._checkpoint()
         self.con.close()
