@@ -205,7 +205,7 @@ class OnePoint:
         """
         import dask
 
-        if self.held:
+        if self.held and CLIENT_RELEASE:
             return [fn(*call) for call in calls]
         return list(dask.compute(*[dask.delayed(fn)(*call) for call in calls]))
 
@@ -216,6 +216,11 @@ class OnePoint:
 #: their graph, so no task exchanges candidates between workers and no task only sends the
 #: client a check. Above it, the points stay on the workers.
 CLIENT_ROWS = 1_000_000
+
+#: the points the client holds are released by the client itself (:meth:`OnePoint.release`);
+#: False sends them to one release task per partition on the workers, the former way (kept for
+#: comparison: tests and benchmarks only)
+CLIENT_RELEASE = True
 
 
 def one_point_pass(
