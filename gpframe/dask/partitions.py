@@ -147,7 +147,8 @@ def shipped_privatized(
     The same output (built by the one builder, :func:`gpframe.release.release_frame`, from the
     same released coordinates, index and public columns), with the noisy points as two float
     arrays in the input CRS (NaN where unreleased): the worker never creates the shapely points
-    that the client would only take apart again (:func:`from_xy` creates them once).
+    that the client would only take apart again (:func:`from_xy` creates them once). An input
+    bound by x=/y= gets its noisy x/y columns back: they are those two arrays, sent once.
     """
     import geopandas as gpd
 
@@ -171,7 +172,11 @@ def shipped_privatized(
         released=cols, geometry=None, what="privatize", owned=xy_in is None,
     )  # fmt: skip
     name = gname if is_geo else "geometry"
-    return plain, (name, [*plain.columns, name]), p.crs_in, xs, ys
+    named = (name, [*plain.columns, name])
+    if cols:  # the noisy x/y columns are xs/ys: sent once, put back by from_xy_all
+        named = (*named, tuple(cols))
+        plain = plain.drop(columns=list(cols))
+    return plain, named, p.crs_in, xs, ys
 
 
 def from_xy(shipped: tuple[pd.DataFrame, Any, Any, Any, Any]) -> Any:
@@ -194,7 +199,7 @@ def from_xy_all(shipped: list[tuple[pd.DataFrame, Any, Any, Any, Any]]) -> Any:
     _, named, crs, _, _ = shipped[0]
     if named is None:
         return plain
-    name, cols = named
+    name, cols = named[:2]
     xs = np.concatenate([s[3] for s in shipped]) if len(shipped) > 1 else shipped[0][3]
     ys = np.concatenate([s[4] for s in shipped]) if len(shipped) > 1 else shipped[0][4]
     geom = points_array(xs, ys, crs)
@@ -202,6 +207,8 @@ def from_xy_all(shipped: list[tuple[pd.DataFrame, Any, Any, Any, Any]]) -> Any:
     if missing.any():
         geom[missing] = None
     out = plain.copy(deep=False)
+    if len(named) == 3:  # the x/y columns (the noisy coordinates) were sent as xs/ys only
+        out[named[2][0]], out[named[2][1]] = xs, ys
     out[name] = geom
     return gpd.GeoDataFrame(out[cols], geometry=name, crs=crs)
 
