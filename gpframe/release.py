@@ -242,6 +242,14 @@ def _key(name: Any) -> Any:
     return ("nan",) if isinstance(name, float) and name != name else name
 
 
+_HEAD = 64  # rows compared first by refuse_coordinate_copies
+
+
+def _close(v: np.ndarray, r: np.ndarray) -> bool:
+    """Whether ``v`` equals ``r`` on every row, to 1e-9 relative (NaN never equals)."""
+    return bool(np.all(np.abs(v - r) <= 1e-9 * np.maximum(1, np.abs(r))))
+
+
 def refuse_coordinate_copies(frame: pd.DataFrame, public: Any, points: Any) -> None:
     """Refuse a declared-public column that is a copy of the x or y coordinates.
 
@@ -267,15 +275,19 @@ def refuse_coordinate_copies(frame: pd.DataFrame, public: Any, points: Any) -> N
         col = frame[name]
         if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
             continue
+        # a copy equals x or y on every row, so on the first rows too: most columns differ
+        # there, and are not converted nor compared whole (temporaries of the column's size)
+        head = col.iloc[:_HEAD].to_numpy(dtype=np.float64, na_value=np.nan)
+        near = [r for r in refs if len(r) == len(col) and _close(head, r[:_HEAD])]
+        if not near:
+            continue
         v = col.to_numpy(dtype=np.float64, na_value=np.nan)
-        for r in refs:
-            same = v.shape == r.shape and np.all(np.abs(v - r) <= 1e-9 * np.maximum(1, np.abs(r)))
-            if same:
-                raise InvalidInputError(
-                    f"public=[..., {name!r}, ...]: column {name!r} holds the point coordinates "
-                    "(it equals x or y on every row), so it cannot be public. Remove it from "
-                    "public=. Nothing was charged."
-                )
+        if any(_close(v, r) for r in near):
+            raise InvalidInputError(
+                f"public=[..., {name!r}, ...]: column {name!r} holds the point coordinates "
+                "(it equals x or y on every row), so it cannot be public. Remove it from "
+                "public=. Nothing was charged."
+            )
 
 
 def privatized_frame(

@@ -18,7 +18,10 @@ few (here), else between the workers. ``--indexed`` gives the Dask path a frame 
 user (what ``set_index`` once, or data written partitioned by user, gives). ``--compare``
 measures in the same run, interleaved: the pandas path, the Dask path on the frame as it is, the
 same with every row shuffled on the user column first (the former way,
-``gpframe.dask.partitions.FULL_SHUFFLE``) and the Dask path on the frame indexed by user.
+``gpframe.dask.partitions.FULL_SHUFFLE``), the Dask path on the frame indexed by user, and for
+range_count and kde_raster the Dask path with the release sent to tasks on the workers (the former
+way, ``gpframe.dask.one_point.CLIENT_RELEASE = False``) instead of run by the client, which
+holds the few selected points after the first pass. Each line ends with the load average.
 
 Every run charges a fresh in-memory Session, so ledger work is included on both sides. Prints
 seconds per path and the ratio Dask / pandas (goal: <= 1.5x at 10**6 points), and the cluster's
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -197,6 +201,7 @@ def floors(client, ddf) -> None:
 
 def compare(df, ddf, args, zone, last, kde, tmp, gdf=None, gddf=None) -> None:
     """Interleave pandas, as it is, full shuffle and indexed; print the best of each, ratios."""
+    import gpframe.dask.one_point as one_point
     import gpframe.dask.partitions as parts
 
     indexed = ddf.set_index("user_id").persist()
@@ -208,6 +213,15 @@ def compare(df, ddf, args, zone, last, kde, tmp, gdf=None, gddf=None) -> None:
                 fn()
             finally:
                 parts.FULL_SHUFFLE = False
+        return run
+
+    def on_workers(fn):  # the few selected points released by tasks on the workers (former way)
+        def run():
+            one_point.CLIENT_RELEASE = False
+            try:
+                fn()
+            finally:
+                one_point.CLIENT_RELEASE = True
         return run
 
     files = [0]
@@ -236,6 +250,8 @@ def compare(df, ddf, args, zone, last, kde, tmp, gdf=None, gddf=None) -> None:
             "full shuffle": full(lambda op=op: op(ddf, session())),
             "indexed": lambda op=op: op(indexed, session()),
         }
+        if name.split()[0] in ("range_count", "kde_raster"):
+            paths["release on workers"] = on_workers(lambda op=op: op(ddf, session()))
         if op is None:  # grid_stats shuffles nothing: no full-shuffle path
             g_indexed = gddf.set_index("user_id").persist()
             paths = {"pandas": lambda: grid_stats(gdf), "as it is": lambda: grid_stats(gddf),
@@ -250,7 +266,7 @@ def compare(df, ddf, args, zone, last, kde, tmp, gdf=None, gddf=None) -> None:
                 times[k].append(time.perf_counter() - t)
         tb = min(times["pandas"])
         line = ", ".join(f"{k} {min(v):.2f} s ({min(v) / tb:.2f}x)" for k, v in times.items())
-        print(f"{name:26s} {line}")
+        print(f"{name:26s} {line}; load {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -87,7 +87,6 @@ def kde_raster(
     dry_run: bool = False,
 ) -> Any:  # fmt: skip
     """Run kde_raster on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.kde_raster`)."""
-    import dask
     import pyproj
 
     from gpframe.dask.driver import check_on_exhausted, settle
@@ -122,12 +121,9 @@ def kde_raster(
     sizes = np.diff(offsets)
 
     def privatize(values: list[Fraction], codes: np.ndarray) -> Any:
-        tasks = [
-            dask.delayed(release_points)(d, i, task, values, codes[offsets[i] : offsets[i + 1]],
-                                         wants[i], spawn_rng(rng, i))
-            for i, d in enumerate(parts)
-        ]
-        return merge(list(dask.compute(*tasks)), sizes, kind)
+        calls = [(d, i, task, values, codes[offsets[i] : offsets[i + 1]], wants[i],
+                  spawn_rng(rng, i)) for i, d in enumerate(parts)]  # fmt: skip
+        return merge(fp.release(release_points, calls), sizes, kind)
 
     def go(**_: Any) -> Any:  # the reservation and release (on_exhausted: see settle)
         return _k.raster_from_points(

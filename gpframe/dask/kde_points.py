@@ -100,7 +100,6 @@ def kde(
     on_exhausted: str = "exclude", dry_run: bool = False,
 ) -> Any:  # fmt: skip
     """Run kde on a bound dask frame (see :meth:`gpframe.dask.DaskGeoPriv.kde`)."""
-    import dask
     import pyproj
 
     from gpframe.dask.driver import check_on_exhausted, settle
@@ -162,13 +161,10 @@ def kde(
             alloc = allocations(r)
             n_union = max(int((alloc != 0).sum()), 1)
             # a child stream per (query point, partition): no two tasks of a call share bits
-            tasks = [
-                dask.delayed(kde_partition)(d, i, task, q_m[j], alloc[offsets[i]:offsets[i + 1]],
-                                            wants[i], spawn_rng(rng, j * len(parts) + i),
-                                            n_union)
-                for i, d in enumerate(parts)
-            ]  # fmt: skip
-            outs = list(dask.compute(*tasks))
+            calls = [(d, i, task, q_m[j], alloc[offsets[i]:offsets[i + 1]], wants[i],
+                      spawn_rng(rng, j * len(parts) + i), n_union)
+                     for i, d in enumerate(parts)]  # fmt: skip
+            outs = fp.release(kde_partition, calls)
             charges = np.concatenate([o.charges for o in outs])
             if charges.shape != alloc.shape:
                 raise GpframeInternalError("the partitions returned charges for other users.")
@@ -189,11 +185,9 @@ def kde(
         ptask = PointTask(kind=kind, unit=unit, scale_max=ref.scale_max)
 
         def privatize() -> Any:
-            tasks = [dask.delayed(release_points)(d, i, ptask, values,
-                                                  codes[offsets[i]:offsets[i + 1]], wants[i],
-                                                  spawn_rng(rng, i))
-                     for i, d in enumerate(parts)]  # fmt: skip
-            return merge(list(dask.compute(*tasks)), np.diff(offsets), kind)
+            calls = [(d, i, ptask, values, codes[offsets[i]:offsets[i + 1]], wants[i],
+                      spawn_rng(rng, i)) for i, d in enumerate(parts)]  # fmt: skip
+            return merge(fp.release(release_points, calls), np.diff(offsets), kind)
 
         out = _k.kde_points_pt(np.zeros((users.size, 2)), q_m, bandwidth_m=b, kind=kind,
                                amount=alloc, beta=float(beta), unit=unit,

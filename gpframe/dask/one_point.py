@@ -185,6 +185,30 @@ class OnePoint:
         """Each partition's digest (its recomputation must find the same users)."""
         return list(self.digests)
 
+    @property
+    def held(self) -> bool:
+        """Whether the client holds every partition's selected points (none on a worker)."""
+        import dask
+
+        return not any(dask.is_dask_collection(p) for p in self.parts)
+
+    def release(self, fn: Any, calls: list[tuple[Any, ...]]) -> list[Any]:
+        """Run ``fn(*call)``, one call per partition (each call's first argument its points).
+
+        When the client holds every partition's points (few points, :data:`CLIENT_ROWS`), the
+        calls run here, in the client, one after the other: no second round trip to the
+        cluster. Each call still draws from its own stream
+        (:func:`gpframe.dask.partitions.spawn_rng`: the client's OS CSPRNG, or the same child
+        of a seeded test source that a worker would get), so the released values are those of
+        the same calls on the workers. Otherwise one task per partition runs on the workers,
+        each drawing from its worker's own stream.
+        """
+        import dask
+
+        if self.held and CLIENT_RELEASE:
+            return [fn(*call) for call in calls]
+        return list(dask.compute(*[dask.delayed(fn)(*call) for call in calls]))
+
 
 #: with ``fetch=True``, the selected points (or the candidates) of at most this many rows in all
 #: come back to the client with the first pass's checks, in the same round trip: the client keeps
@@ -192,6 +216,11 @@ class OnePoint:
 #: their graph, so no task exchanges candidates between workers and no task only sends the
 #: client a check. Above it, the points stay on the workers.
 CLIENT_ROWS = 1_000_000
+
+#: the points the client holds are released by the client itself (:meth:`OnePoint.release`);
+#: False sends them to one release task per partition on the workers, the former way (kept for
+#: comparison: tests and benchmarks only)
+CLIENT_RELEASE = True
 
 
 def one_point_pass(

@@ -35,11 +35,13 @@ __all__ = [
     "digest",
     "first",
     "from_xy",
+    "from_xy_all",
     "graph_allowance",
     "locate",
     "metric_kind",
     "prepare",
     "share",
+    "shipped_privatized",
     "spawn_rng",
     "summed_tree",
     "to_xy",
@@ -136,17 +138,77 @@ def to_xy(frame: Any) -> tuple[pd.DataFrame, Any, Any, Any, Any]:
     return plain, (name, cols), frame.crs, shapely.get_x(geom), shapely.get_y(geom)
 
 
-def from_xy(shipped: tuple[pd.DataFrame, Any, Any, Any, Any]) -> Any:
-    """Undo :func:`to_xy` (on the client): the same GeoDataFrame, column order and CRS."""
+def shipped_privatized(
+    frame: pd.DataFrame, p: Any, xy_m: np.ndarray, released: np.ndarray, public: Any,
+    *, xy_in: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[pd.DataFrame, Any, Any, Any, Any]:  # fmt: skip
+    """Return :func:`to_xy` of :func:`gpframe.release.privatized_frame`, never making points.
+
+    The same output (built by the one builder, :func:`gpframe.release.release_frame`, from the
+    same released coordinates, index and public columns), with the noisy points as two float
+    arrays in the input CRS (NaN where unreleased): the worker never creates the shapely points
+    that the client would only take apart again (:func:`from_xy` creates them once). An input
+    bound by x=/y= gets its noisy x/y columns back: they are those two arrays, sent once.
+    """
     import geopandas as gpd
 
-    plain, named, crs, xs, ys = shipped
+    from gpframe.release import protected_columns, release_frame
+
+    every = released.size > 0 and bool(released.all())
+    if xy_in is not None:
+        xs, ys = xy_in
+    elif every:
+        xs, ys = p.to_input_crs(xy_m)
+    else:
+        xs, ys = np.full(len(p), np.nan), np.full(len(p), np.nan)
+        if released.any():
+            xs[released], ys[released] = p.to_input_crs(xy_m[released])
+    gname = getattr(frame, "_geometry_column_name", None)
+    is_geo = isinstance(frame, gpd.GeoDataFrame) and gname in frame.columns
+    cols = {p.coords[0]: xs, p.coords[1]: ys} if len(p.coords) == 2 else {}
+    plain = release_frame(
+        frame, public=(() if public is None else tuple(public)),
+        protected=protected_columns(frame, p.coords),
+        released=cols, geometry=None, what="privatize", owned=xy_in is None,
+    )  # fmt: skip
+    name = gname if is_geo else "geometry"
+    named = (name, [*plain.columns, name])
+    if cols:  # the noisy x/y columns are xs/ys: sent once, put back by from_xy_all
+        named = (*named, tuple(cols))
+        plain = plain.drop(columns=list(cols))
+    return plain, named, p.crs_in, xs, ys
+
+
+def from_xy(shipped: tuple[pd.DataFrame, Any, Any, Any, Any]) -> Any:
+    """Undo :func:`to_xy` (on the client): the same GeoDataFrame, column order and CRS."""
+    return from_xy_all([shipped])
+
+
+def from_xy_all(shipped: list[tuple[pd.DataFrame, Any, Any, Any, Any]]) -> Any:
+    """Undo :func:`to_xy` of several partitions' outputs: one frame, in their order.
+
+    The plain frames and the coordinates are concatenated first and the points created once,
+    with Python's collector paused (:func:`gpframe.geo.points_array`), not per partition.
+    """
+    import geopandas as gpd
+
+    from gpframe.geo import points_array
+
+    plains = [s[0] for s in shipped]
+    plain = pd.concat(plains) if len(plains) > 1 else plains[0]
+    _, named, crs, _, _ = shipped[0]
     if named is None:
         return plain
-    name, cols = named
-    geom = gpd.points_from_xy(xs, ys, crs=crs)
-    geom[np.isnan(xs)] = None
+    name, cols = named[:2]
+    xs = np.concatenate([s[3] for s in shipped]) if len(shipped) > 1 else shipped[0][3]
+    ys = np.concatenate([s[4] for s in shipped]) if len(shipped) > 1 else shipped[0][4]
+    geom = points_array(xs, ys, crs)
+    missing = np.isnan(xs)
+    if missing.any():
+        geom[missing] = None
     out = plain.copy(deep=False)
+    if len(named) == 3:  # the x/y columns (the noisy coordinates) were sent as xs/ys only
+        out[named[2][0]], out[named[2][1]] = xs, ys
     out[name] = geom
     return gpd.GeoDataFrame(out[cols], geometry=name, crs=crs)
 

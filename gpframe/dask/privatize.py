@@ -120,7 +120,7 @@ def release_partition(
     settles the reservation in full). ``totals``: every user's admission and total points,
     the same object for every task (:class:`Totals`).
     """
-    from gpframe.dask.partitions import digest, located_users, to_xy, worker_rng
+    from gpframe.dask.partitions import digest, located_users, shipped_privatized, worker_rng
     from gpframe.dask.staging import write_part
     from gpframe.queries.privatize import privatize_points
     from gpframe.release import privatized_frame
@@ -141,14 +141,17 @@ def release_partition(
             per=plan.per, admitted=admitted, scale_max=float(p.scale_max), beta=plan.beta,  # type: ignore[arg-type]
             rng=worker_rng(rng), n_all=n_all, n_of=n_of,
         )  # fmt: skip
-        frame_out = privatized_frame(frame, p, out.xy, out.released, plan.cols.public)
+        if staging is None:  # the points travel as floats (pickling shapely objects is slow)
+            frame_out = shipped_privatized(frame, p, out.xy, out.released, plan.cols.public)
+        else:
+            frame_out = privatized_frame(frame, p, out.xy, out.released, plan.cols.public)
     res = PartOut(
         n_users=len(users), where=where, groups=out.charge_groups, max_error_m=out.max_error_m,
         max_error_all_m=out.max_error_all_m, n_calls=out.n_calls, guarantees=out.guarantees,
         noise_scale_m=out.noise_scale_m,
     )  # fmt: skip
-    if staging is None:  # the points travel as floats (pickling shapely objects is slow)
-        res.xy, res.frame = out.xy, to_xy(frame_out)
+    if staging is None:
+        res.xy, res.frame = out.xy, frame_out
     else:
         res.file = write_part(frame_out, staging, i)
     return res
@@ -441,12 +444,11 @@ def deliver(result: Any, outs: list[PartOut], target: Any, staging: Any) -> Any:
     ``target`` with the Result (and each file's digest, to check a part against what its
     accepted task wrote), and the Result is returned.
     """
-    from gpframe.dask.partitions import from_xy
+    from gpframe.dask.partitions import from_xy_all
     from gpframe.dask.staging import publish
 
-    if target is None:
-        frames = [from_xy(o.frame) for o in outs if o.frame is not None]
-        frame = pd.concat(frames) if len(frames) > 1 else frames[0]
+    if target is None:  # the partitions' points created once, on the whole output
+        frame = from_xy_all([o.frame for o in outs if o.frame is not None])
         frame.attrs["geopriv"] = result.to_attr()
         return frame
     result = _with_value(result, None, output=str(target))

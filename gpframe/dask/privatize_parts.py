@@ -58,7 +58,7 @@ def release_split(
     ``rngs`` and ``n_all`` are per part of this partition (in the first pass's order): the
     part's stream and its admitted points over all partitions.
     """
-    from gpframe.dask.partitions import check_same_users, to_xy, worker_rng
+    from gpframe.dask.partitions import check_same_users, shipped_privatized, worker_rng
     from gpframe.dask.parts import split_rows
     from gpframe.dask.staging import write_part
     from gpframe.queries.privatize import privatize_points
@@ -100,12 +100,13 @@ def release_split(
             if out.released.any():
                 r = rows[out.released]
                 xs[r], ys[r] = p.to_input_crs(out.xy[out.released])
+        if staging is None:  # the points travel as floats, created once on the client
+            res.xy, res.frame = xy, shipped_privatized(s.frame, s.located, xy, released,
+                                                       plan.cols.public, xy_in=(xs, ys))
+            return res
         frame_out = privatized_frame(s.frame, s.located, xy, released, plan.cols.public,
                                      xy_in=(xs, ys))  # fmt: skip
-    if staging is None:
-        res.xy, res.frame = xy, to_xy(frame_out)
-    else:
-        res.file = write_part(frame_out, staging, i)
+    res.file = write_part(frame_out, staging, i)
     return res
 
 

@@ -132,7 +132,6 @@ def range_count(
     :class:`~gpframe.ledger.plan.SessionPlan` that gives each region its next allocations and
     records its charges) and ``progress=`` (a bar over the regions) are the pandas face's.
     """
-    import dask
     import pyproj
 
     from gpframe.dask.driver import check_on_exhausted, settle
@@ -232,15 +231,13 @@ def range_count(
             alloc = full(r)
             n_union = max(int((np.asarray(alloc.to_array()) != 0).sum()), 1)
             # a child stream per (region, partition): no two tasks of a call share bits
-            tasks = [
-                dask.delayed(count_partition)(
-                    d, i, task_k,
-                    GroupedAmounts(alloc.codes[offsets[i] : offsets[i + 1]], alloc.values),
-                    wants[i], spawn_rng(rng, k * len(parts) + i), n_union,
-                )
+            calls = [
+                (d, i, task_k,
+                 GroupedAmounts(alloc.codes[offsets[i] : offsets[i + 1]], alloc.values),
+                 wants[i], spawn_rng(rng, k * len(parts) + i), n_union)
                 for i, d in enumerate(parts)
-            ]
-            outs = list(dask.compute(*tasks))
+            ]  # fmt: skip
+            outs = fp.release(count_partition, calls)
             merged = merge(outs, 1.0 - float(beta))
             el = merged.elimination
             table = np.array([lu.up(v) for v in el.charge_table.tolist()], dtype=np.int64)

@@ -37,6 +37,12 @@ def slow_bytes(n: int) -> bytes:
     return os.urandom(n)
 
 
+def slow_part(frame):
+    """A partition read in 1.5 s: the first pass is still running when the test strikes."""
+    time.sleep(1.5)
+    return frame
+
+
 def failing_bytes(n: int) -> bytes:
     """A worker that raises while drawing."""
     raise RuntimeError("injected worker failure while drawing noise")

@@ -104,12 +104,17 @@ def test_a_worker_killed_mid_draw_is_recomputed_and_charged_once(cluster, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_count_recomputes_its_first_pass_and_charges_once(cluster):
-    # range_count keeps each partition's selected points on its worker between the passes: a
-    # killed worker loses them, Dask recomputes them (the same users, checked by digest), and
-    # the count is charged once
+def test_a_worker_killed_mid_count_recomputes_its_first_pass_and_charges_once(
+    cluster, monkeypatch
+):
+    # with many points (here: CLIENT_ROWS = 0), range_count keeps each partition's selected
+    # points on its worker between the passes: a killed worker loses them, Dask recomputes them
+    # (the same users, checked by digest), and the count is charged once
     import shapely
 
+    from gpframe.dask import one_point
+
+    monkeypatch.setattr(one_point, "CLIENT_ROWS", 0)
     df = _frame()
     s = gp.Session(budget=gp.CGP(rho=1e-3))
     bound = dd.from_pandas(df, npartitions=2).geopriv(s, **KW)
@@ -127,6 +132,35 @@ def test_a_worker_killed_mid_count_recomputes_its_first_pass_and_charges_once(cl
     assert 0 <= res.value <= 60 and res.n_charged == 60
     assert s.ledger.verify()["charges"] == 1
     assert np.allclose(s.spent().to_numpy(), 1e-5)
+
+
+def test_a_worker_killed_in_the_first_pass_of_a_count_is_recomputed_and_charged_once(cluster):
+    # few points: they come back with the first pass and the client releases them itself. A
+    # worker killed while the first pass reads a partition drew nothing (no noise is drawn
+    # there); Dask recomputes its tasks, then the count is released and charged once
+    import dask
+    import shapely
+
+    df = _frame()
+    chunks = [df.iloc[:60], df.iloc[60:]]
+    ddf = dd.from_delayed([dask.delayed(faults.slow_part)(c) for c in chunks], meta=df.iloc[:0])
+    s = gp.Session(budget=gp.CGP(rho=1e-3))
+    done, record = threading.Event(), {}
+    killer = threading.Thread(target=_kill_a_task, args=(cluster, done, record, "slow_part"))
+    killer.start()
+    try:
+        res = ddf.geopriv(s, **KW).range_count(
+            shapely.box(498_000, 4_498_000, 502_000, 4_502_000), rho=1e-5, method="dist",
+            reduce="last")  # fmt: skip
+    finally:
+        done.set()
+        killer.join()
+    assert "killed" in record, "no first-pass task was seen running"
+    with pytest.raises(ProcessLookupError):
+        os.kill(record["killed"][1], 0)  # that worker process is gone
+    assert 0 <= res.value <= 60 and res.n_charged == 60
+    assert s.ledger.verify()["charges"] == 1
+    assert np.allclose(s.spent().to_numpy(), 1e-5) and len(s.spent()) == 60
 
 
 _CLIENT = """

@@ -99,7 +99,14 @@ def _submitted(client: Any, call: Any) -> tuple[Any, list[str]]:
 
 
 @pytest.mark.parametrize("name", sorted(OPS))
-def test_preview_is_the_pandas_preview_and_the_real_reservation(cluster, name: str) -> None:
+def test_preview_is_the_pandas_preview_and_the_real_reservation(
+    cluster, name: str, monkeypatch
+) -> None:
+    # the release as tasks on the workers (which the client otherwise runs itself for the
+    # few points of the one-point operations), so that the task stream shows a release
+    from gpframe.dask import one_point
+
+    monkeypatch.setattr(one_point, "CLIENT_RELEASE", False)
     op = OPS[name]
     df = _frame()
     s_pd = _session()

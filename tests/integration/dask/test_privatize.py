@@ -304,3 +304,34 @@ def test_unsigned_ids_beyond_int64_are_summed_and_digested_as_themselves():
     assert users.tolist() == [3, 2**63 + 5, 2**64 - 1] and counts.tolist() == [2, 5, 3]
     wrapped = big.astype(np.int64)  # the same 64 bits read as signed: other users
     assert digest(big, np.array([1, 2, 3])) != digest(wrapped, np.array([1, 2, 3]))
+
+
+@pytest.mark.parametrize("geo", [False, True])
+def test_points_shipped_as_floats_rebuild_the_pandas_face_output(geo):
+    # the workers send x/y instead of shapely points, the client creates the points once over
+    # all partitions: the same frame as the one builder's, rows unreleased included
+    import warnings
+
+    from gpframe.dask.partitions import from_xy_all, shipped_privatized
+    from gpframe.geo import locate_points
+    from gpframe.release import privatized_frame
+
+    df = _frame(n_users=20).set_axis(np.arange(0, 3 * len(_frame(n_users=20)), 3))
+    frame = df
+    kw = {"x": "x", "y": "y", "crs": CRS}
+    if geo:
+        frame = gpd.GeoDataFrame(df[["u", "t"]], geometry=gpd.points_from_xy(df.x, df.y),
+                                 crs=CRS).rename_geometry("pts")  # fmt: skip
+        kw = {}
+    p = locate_points(frame, user="u", **kw).project()
+    xy = p.xy + 25.0  # any released metres
+    released = np.arange(len(frame)) % 4 != 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gp.GpframeWarning)
+        want = privatized_frame(frame, p, xy, released, ["u", "t"])
+        s = shipped_privatized(frame, p, xy, released, ["u", "t"])
+    k = len(frame) // 2
+    halves = [(s[0].iloc[:k], s[1], s[2], s[3][:k], s[4][:k]),
+              (s[0].iloc[k:], s[1], s[2], s[3][k:], s[4][k:])]  # fmt: skip
+    pd.testing.assert_frame_equal(from_xy_all(halves), want)
+    assert from_xy_all(halves).geometry.isna().sum() == (~released).sum()
