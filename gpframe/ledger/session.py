@@ -493,18 +493,22 @@ class Ledger:
         Also returns the first index this call added (the ledger's size before it): indices at
         or above it belong to users created here, who have spent nothing and have no override.
         """
-        idx = self._lookup(keys)
+        self._refresh()
         start = len(self._index)
-        new = idx < 0
-        if new.all():  # all first seen (a fresh ledger, a new cohort): no masked copies
-            self.store.add_users(start, keys)  # an array: one set-based insert
-            idx = np.arange(start, start + keys.size, dtype=np.int64)
-            self._append_users(keys)
-        elif new.any():
-            fresh = keys[new]
-            self.store.add_users(start, fresh)
-            idx[new] = start + np.arange(fresh.size, dtype=np.int64)
-            self._append_users(fresh)
+        if start:  # else a fresh ledger: every user is new, nothing to look up
+            idx = self._lookup(keys)
+            new = idx < 0
+            if not new.all():
+                if new.any():
+                    fresh = keys[new]
+                    self.store.add_users(start, fresh)
+                    idx[new] = start + np.arange(fresh.size, dtype=np.int64)
+                    self._append_users(fresh)
+                return idx, start
+        # all first seen (a fresh ledger, a new cohort): no masked copies
+        self.store.add_users(start, keys)  # an array: one set-based insert
+        idx = np.arange(start, start + keys.size, dtype=np.int64)
+        self._append_users(keys)
         return idx, start
 
     def _add_charge(self, row: ChargeRow) -> None:
@@ -659,10 +663,19 @@ class Ledger:
         return spent, budget
 
     def _update(
-        self, notion: str, idx: np.ndarray, add: np.ndarray | None, budget: int | None
+        self,
+        notion: str,
+        idx: np.ndarray,
+        add: np.ndarray | None,
+        budget: int | None,
+        ordered: bool = False,
     ) -> None:
-        """Add ``add`` units to the users' spent, or set their budget override."""
-        order = _order_unique(idx)  # indices of one charge or override are distinct
+        """Add ``add`` units to the users' spent, or set their budget override.
+
+        ``ordered=True``: the caller has put ``idx`` in ascending order already.
+        """
+        # indices of one charge or override are distinct
+        order = None if ordered else _order_unique(idx)
         if order is not None:
             idx = idx[order]
             if add is not None:
@@ -1151,18 +1164,20 @@ class Ledger:
                     "more was charged."
                 )
             nz = c_amt > 0
-            if nz.size and nz.all():
-                self._update(res.notion, c_idx, c_amt, None)
+            if nz.size and nz.all():  # c_idx is in index order (see above)
+                self._update(res.notion, c_idx, c_amt, None, ordered=True)
             elif nz.any():
-                self._update(res.notion, c_idx[nz], c_amt[nz], None)
+                self._update(res.notion, c_idx[nz], c_amt[nz], None, ordered=True)
             created = _now()
+            # the reservation goes first, in the same transaction: its freed pages take the
+            # charge row's blobs (no fresh pages for 16 bytes a user, a file that grows less)
+            self.store.delete_reservation(res.id)
             self._add_charge(
                 ChargeRow(
                     res.charge_id, res.id, res.query_id, res.notion, res.kind, created,
                     c_idx, c_amt, digest, c_alloc,
                 )
             )  # fmt: skip
-            self.store.delete_reservation(res.id)
             self._audit(
                 op,
                 {
@@ -1665,7 +1680,8 @@ class Reservation:
                 "reservation is still open: charge valid amounts, or leave the block to be "
                 "charged the full allocation. Nothing was charged."
             )
-        amounts = np.where(self.admitted, amounts, 0)
+        if not self.admitted.all():  # refused users' entries are ignored: make them 0
+            amounts = np.where(self.admitted, amounts, 0)
         done = led._commit(self, amounts, "charge")
         self.state = "charged"
         return done
