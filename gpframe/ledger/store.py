@@ -58,6 +58,11 @@ VERSION = "2"
 #: the schema version whose users table has one row per user (read, and migrated on write)
 LEGACY_VERSION = "1"
 GENESIS = "0" * 64
+#: page size of a new SQLite ledger. A bulk write of 10**7 first-seen users puts about 480 MB
+#: of blobs in overflow pages, each a page write to the WAL and again at the checkpoint:
+#: pages four times SQLite's default take about a fifth less CPU there, and no more for a
+#: small query. A file keeps the page size it was created with.
+PAGE_SIZE = 16384
 
 _TABLES = {
     "meta": "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT",
@@ -324,6 +329,8 @@ class SqliteStore:
                     "and create=False (or read-only); it was left untouched. Check the path. "
                     "Nothing was charged."
                 )
+            if not self.readonly and (self.path is None or not self._tables()):
+                self.con.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before any page is written
             if self.path is not None and not self.readonly:
                 mode = self.con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":

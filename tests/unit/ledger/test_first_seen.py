@@ -135,3 +135,23 @@ def test_repeated_ids_are_still_refused(users, ledger_where):
         assert r.admitted.all()
         r.charge(0.1)
     s.close()
+
+
+def test_a_new_file_gets_larger_pages_and_an_old_file_keeps_its_own(tmp_path, monkeypatch):
+    new = Session(str(tmp_path / "new.sqlite"), budget=gp.GP(eps=1.0))
+    assert new.ledger.store.con.execute("PRAGMA page_size").fetchone()[0] == 16384
+    new.close()
+    monkeypatch.setattr(store_mod, "PAGE_SIZE", 4096)  # a file written before (SQLite's default)
+    old_path = str(tmp_path / "old.sqlite")
+    s = Session(old_path, budget=gp.GP(eps=1.0))
+    with s.reserve(np.arange(3000, dtype=np.int64), 0.25, query="before") as r:
+        r.charge(0.25)
+    s.close()
+    monkeypatch.setattr(store_mod, "PAGE_SIZE", 16384)
+    s = Session(old_path)
+    assert s.ledger.store.con.execute("PRAGMA page_size").fetchone()[0] == 4096
+    with s.reserve(np.arange(2000, 6000, dtype=np.int64), 0.25, query="after") as r:
+        r.charge(0.25)
+    assert s.spent([0, 2500, 5999]).tolist() == [0.25, 0.5, 0.25]
+    assert s.ledger.verify()["charges"] == 2
+    s.close()
