@@ -63,6 +63,11 @@ VERSION = "2"
 #: the schema version whose users table has one row per user (read, and migrated on write)
 LEGACY_VERSION = "1"
 GENESIS = "0" * 64
+#: page size of a new SQLite ledger. A bulk write of 10**7 first-seen users puts about 480 MB
+#: of blobs in overflow pages, each a page write to the WAL and again at the checkpoint:
+#: pages four times SQLite's default take about a fifth less CPU there, and no more for a
+#: small query. A file keeps the page size it was created with.
+PAGE_SIZE = 16384
 
 _TABLES = {
     "meta": "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT",
@@ -227,6 +232,33 @@ def _view(a: np.ndarray) -> memoryview:
     return memoryview(np.ascontiguousarray(a, dtype="<i8")).cast("B")
 
 
+#: blobs of at least this many bytes are written with incremental blob I/O (see _insert)
+_BIG_BLOB = 1 << 20
+#: ``Connection.blobopen`` (Python 3.11+); without it every blob is bound as a parameter
+_BLOB_IO = hasattr(sqlite3.Connection, "blobopen")
+
+
+def _insert(con: sqlite3.Connection, table: str, cols: Sequence[str], values: Sequence[Any]) -> int:
+    """``INSERT INTO table(cols) VALUES (values)``; return the new row's rowid.
+
+    A bound blob is copied by SQLite (``SQLITE_TRANSIENT``), then again into the record it
+    builds, then into its pages. So each large blob (``_BIG_BLOB`` bytes or more) is inserted
+    as ``zeroblob(size)`` and then written in place through incremental blob I/O: one copy
+    into the pages, in the same transaction, and the same bytes in the file. 10**7 first-seen
+    users write about 480 MB of such blobs (users, reservation, charge).
+    """
+    size = [memoryview(v).nbytes if isinstance(v, (bytes, memoryview)) else 0 for v in values]
+    big = {i for i, n in enumerate(size) if _BLOB_IO and n >= _BIG_BLOB}
+    marks = ", ".join("zeroblob(?)" if i in big else "?" for i in range(len(values)))
+    args = [size[i] if i in big else v for i, v in enumerate(values)]
+    cur = con.execute(f"INSERT INTO {table}({', '.join(cols)}) VALUES ({marks})", args)
+    rowid = int(cur.lastrowid)
+    for i in sorted(big):
+        with con.blobopen(table, cols[i], rowid) as b:
+            b.write(values[i])
+    return rowid
+
+
 class SqliteStore:
     """:class:`Store` on an embedded SQLite file, or in memory with ``path=None``.
 
@@ -326,6 +358,8 @@ class SqliteStore:
                     "and create=False (or read-only); it was left untouched. Check the path. "
                     "Nothing was charged."
                 )
+            if not self.readonly and (self.path is None or not self._tables()):
+                self.con.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before any page is written
             if self.path is not None and not self.readonly:
                 mode = self.con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
@@ -575,10 +609,7 @@ class SqliteStore:
             kind, ids = "i64", _view(uids)  # encode_users' int64 blob, without its copy
         else:
             kind, ids = encode_users(uids)
-        self.con.execute(
-            "INSERT INTO users(start, n, kind, ids) VALUES (?, ?, ?, ?)",
-            (start, len(uids), kind, ids),
-        )
+        _insert(self.con, "users", ("start", "n", "kind", "ids"), (start, len(uids), kind, ids))
 
     def _migrate_users(self) -> None:
         """Rewrite a version-1 users table (one row per user) as one batch; set version 2.
@@ -666,8 +697,8 @@ class SqliteStore:
 
     def add_reservation(self, row: ReservationRow) -> None:
         """Store an open reservation."""
-        self.con.execute(
-            f"INSERT INTO reservations({self._RCOLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        _insert(
+            self.con, "reservations", self._RCOLS.split(", "),
             (
                 row.id, row.notion, row.query_id, row.charge_id, row.kind, row.created,
                 row.pid, row.host, row.token, _view(row.idx), _view(row.alloc),
@@ -714,8 +745,8 @@ class SqliteStore:
 
     def add_charge(self, row: ChargeRow) -> None:
         """Store a committed charge."""
-        self.con.execute(
-            f"INSERT INTO charges({self._CCOLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        _insert(
+            self.con, "charges", self._CCOLS.split(", "),
             (
                 row.charge_id, row.reservation_id, row.query_id, row.notion, row.kind,
                 row.created, _view(row.idx), _view(row.amount), row.digest,
