@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -1174,16 +1174,23 @@ def raster_from_points(
             charge_units = np.zeros(users.size, dtype=np.int64)
             for g, u0 in enumerate(group_units):
                 charge_units[pv.group == g] = u0
-        return Charge((adm, codes, uvals, out), charge_units, units=True)
+        # what the result needs of the released points (their groups, charges and floor):
+        # the points themselves are binned already, so they are not held through the charge
+        kept = (pv.group, pv.group_charges, pv.r_min)
+        return Charge((adm, codes, uvals, replace(out, privatized=None), kept), charge_units,
+                      units=True)  # fmt: skip
 
     r = run(session, keys, alloc_units, notion="metric", query="kde_raster", params=params,
             units=True, check=check, compute=compute)  # fmt: skip
-    adm, codes, uvals, out = r.value
+    adm, codes, uvals, out, (group, group_charges, r_min) = r.value
+    query_id = r.query_id
+    del r  # the reservation's per-user arrays: not held while the result is built
     # the per-user float charges of the result, built after the ledger's write (not alongside
     # its per-user arrays): the same group charges, converted once per group
     charge_f = np.zeros(users.size, dtype=np.float64)
-    for g, ch in enumerate(out.privatized.group_charges):
-        charge_f[out.privatized.group == g] = float(ch)
+    for g, ch in enumerate(group_charges):
+        charge_f[group == g] = float(ch)
+    del group
     key_arr = users
     every = bool(adm.all())  # everyone admitted (the usual case): no masked copies
     idx = pd.Index(key_arr if every else key_arr[adm])
@@ -1203,13 +1210,13 @@ def raster_from_points(
         mechanism="gaussian_cgp" if kind == "cgp" else "planar_laplace",
         params=params,
         kind=kind,
-        metric=("floor", out.privatized.r_min),
-        r_min=out.privatized.r_min,
+        metric=("floor", r_min),
+        r_min=r_min,
         # fresh arrays, so the Series may own them (no copy)
         charges=pd.Series(charge_f if every else charge_f[adm], index=idx, dtype=np.float64,
                           copy=False),
         allocations=pd.Series(alloc_f[codes if every else codes[adm]], index=idx,
                               dtype=np.float64, copy=False),
         excluded=key_arr[~adm].tolist(),
-        query_id=r.query_id,
+        query_id=query_id,
     )
