@@ -1354,6 +1354,46 @@ def metric_frame(crs: Any, domain: Any = None, *, name: str = "crs") -> MetricFr
     )  # fmt: skip
 
 
+def _root(a: np.ndarray) -> Any:
+    """Return the object that owns ``a``'s memory (the end of its ``.base`` chain)."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a
+
+
+def _pair(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """``np.column_stack([xs, ys])``'s values, as a read-only view when no copy is needed.
+
+    pandas keeps a frame's float64 columns in one 2-D block, a column per row of it (and a
+    point geometry's coordinates come as one (n, 2) array): x and y are then one strided
+    (n, 2) array already, and a copy would cost 16 bytes per point at the peak of every
+    operation that reads the projected points. The view has the same values; it is made only
+    when x and y have the same stride and y lies a fixed whole number of elements from x in
+    the same buffer (so every element it reads is one of x's or y's), else they are copied.
+
+    >>> block = np.arange(6.0).reshape(2, 3)
+    >>> v = _pair(block[0], block[1])
+    >>> v.tolist(), np.shares_memory(v, block), v.flags.writeable
+    ([[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]], True, False)
+    >>> xy = np.arange(6.0).reshape(3, 2)
+    >>> np.shares_memory(_pair(xy[:, 0], xy[:, 1]), xy)         # an (n, 2) array's columns
+    True
+    >>> _pair(np.zeros(2), np.ones(2)).flags.c_contiguous    # separate arrays: a copy
+    True
+    """
+    f8 = np.dtype(np.float64)
+    if (
+        xs.dtype == f8 and ys.dtype == f8 and xs.ndim == ys.ndim == 1 and xs.size == ys.size > 1
+        and xs.strides == ys.strides and _root(xs) is _root(ys)
+    ):  # fmt: skip
+        gap = ys.__array_interface__["data"][0] - xs.__array_interface__["data"][0]
+        if gap != 0 and gap % f8.itemsize == 0:  # y after x, or before it
+            return np.lib.stride_tricks.as_strided(
+                xs, shape=(xs.size, 2), strides=(xs.strides[0], gap), writeable=False
+            )
+    return np.column_stack([xs, ys])
+
+
 def _project(
     xs: np.ndarray,
     ys: np.ndarray,
@@ -1430,7 +1470,7 @@ def _project(
         _refuse_outside(lon, lat, ext, index, cols, source, fix, err)
 
     if crs_m.equals(crs_in, ignore_axis_order=True):
-        return np.column_stack([xs, ys]), crs_in, rng, None, choice, ext
+        return _pair(xs, ys), crs_in, rng, None, choice, ext
     fwd = pyproj.Transformer.from_crs(crs_in, crs_m, always_xy=True)
     back = pyproj.Transformer.from_crs(crs_m, crs_in, always_xy=True)
     ex, ny = fwd.transform(xs, ys)

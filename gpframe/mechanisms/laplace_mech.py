@@ -203,10 +203,11 @@ def _lattice_release(
     if d is None:
         u = _noise_fn("snap")(x.reshape(-1), g, name)
         k = _sample(sampler, param, u.size, bits)
-        return _noise_fn("release")(u, k, g).reshape(x.shape)
+        # u is this call's own snapped array, not used after: released into its buffer
+        return _noise_fn("release")(u, k, g, reuse_u=True).reshape(x.shape)
     u = _noise_fn("snap")(x, g, name)
     k = _sample(sampler, param, len(x), bits, d=d)
-    return _noise_fn("release")(u, k, g)
+    return _noise_fn("release")(u, k, g, reuse_u=True)
 
 
 def laplace_gp(

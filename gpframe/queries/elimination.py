@@ -365,8 +365,9 @@ class Parts:
 
     Attributes
     ----------
-    codes : ndarray of int64, shape (n,)
-        Group of each user (−1: allocation 0, the user does not take part).
+    codes : ndarray of signed int, shape (n,)
+        Group of each user (−1: allocation 0, the user does not take part), in the smallest
+        dtype that holds the groups (:func:`small_codes`).
     table : list of tuple of Fraction
         ``table[g][j]`` is part j of group g, in the filter's (ground) units.
     allocations : list of Fraction
@@ -376,7 +377,7 @@ class Parts:
         number of sampler calls per round.
     """
 
-    codes: NDArray[np.int64]
+    codes: NDArray[np.signedinteger[Any]]
     table: list[tuple[Fraction, ...]]
     allocations: list[Fraction]
     quantized: bool
@@ -396,14 +397,16 @@ class GroupedAmounts:
     ([1, 0, 1], (Fraction(0, 1), Fraction(3, 10)), 3)
     """
 
-    codes: NDArray[np.int64]
+    codes: NDArray[np.signedinteger[Any]]  # the smallest dtype for the groups (small_codes)
     values: tuple[Fraction, ...]
 
     @classmethod
     def from_units(cls, units: Any, unit: Fraction) -> GroupedAmounts:
         """Group int64 ledger units by value; each value is ``units × unit`` exactly."""
         uniq, inv = np.unique(np.asarray(units, dtype=np.int64).reshape(-1), return_inverse=True)
-        return cls(inv.astype(np.int64).reshape(-1), tuple(unit * u for u in uniq.tolist()))
+        # the codes in the smallest dtype that holds them: 1 byte per user for a few groups
+        codes = inv.reshape(-1).astype(small_codes(uniq.size))
+        return cls(codes, tuple(unit * u for u in uniq.tolist()))
 
     def __len__(self) -> int:
         return int(self.codes.size)
@@ -415,6 +418,20 @@ class GroupedAmounts:
         return vals[self.codes]
 
 
+def small_codes(n_values: int) -> type[np.signedinteger[Any]]:
+    """Return the smallest signed dtype for codes in [−1, n_values − 1] (and ``code + 1``).
+
+    Per-user group codes index a few groups: int8 (1 byte per user) instead of int64 (8).
+
+    >>> small_codes(1).__name__, small_codes(200).__name__, small_codes(10**6).__name__
+    ('int8', 'int16', 'int32')
+    """
+    for t in (np.int8, np.int16, np.int32):
+        if n_values < np.iinfo(t).max:
+            return t
+    return np.int64
+
+
 def _remapped(remap: NDArray[np.int64], codes: NDArray[Any]) -> NDArray[Any]:
     """``remap[codes]``; ``codes`` itself (no per-user copy) when that is the same array.
 
@@ -422,13 +439,17 @@ def _remapped(remap: NDArray[np.int64], codes: NDArray[Any]) -> NDArray[Any]:
     >>> _remapped(np.arange(2), c) is c, _remapped(np.array([1, 0]), c).tolist()
     (True, [1, 0, 0])
     """
-    if (codes.dtype == np.int64 and np.array_equal(remap, np.arange(remap.size))
+    if (codes.dtype.kind == "i" and np.array_equal(remap, np.arange(remap.size))
             and int(codes.min()) >= 0):  # fmt: skip
         return codes  # read only from here on: nothing writes a Parts' or a group's codes
+    if codes.dtype.kind == "i" and remap.size < np.iinfo(codes.dtype).max:
+        remap = remap.astype(codes.dtype)  # values in [-1, remap.size): codes' own dtype fits
     return remap[codes]
 
 
-def _unique_allocations(allocations: Any, n: int) -> tuple[NDArray[np.int64], list[Fraction]]:
+def _unique_allocations(
+    allocations: Any, n: int
+) -> tuple[NDArray[np.signedinteger[Any]], list[Fraction]]:
     if isinstance(allocations, GroupedAmounts):
         if allocations.codes.size != n:
             raise InvalidInputError(
@@ -441,10 +462,11 @@ def _unique_allocations(allocations: Any, n: int) -> tuple[NDArray[np.int64], li
             dtype=np.int64,
         )
         codes = _remapped(remap, allocations.codes) if remap.size else allocations.codes
-        return codes.astype(np.int64, copy=False), list(first)
+        # signed codes as they are (a small dtype: a byte per user for a few groups)
+        return codes if codes.dtype.kind == "i" else codes.astype(np.int64), list(first)
     if np.ndim(allocations) == 0:
         a = exact(allocations, "allocations")
-        return np.zeros(n, dtype=np.int64), [a]
+        return np.zeros(n, dtype=np.int8), [a]
     arr = np.asarray(allocations)
     if arr.ndim != 1 or arr.size != n:
         raise InvalidInputError(
@@ -454,7 +476,8 @@ def _unique_allocations(allocations: Any, n: int) -> tuple[NDArray[np.int64], li
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise InvalidInputError(f"allocations has NaN/inf entries. {_NOTHING}")
     codes, uniq = pd.factorize(arr, use_na_sentinel=False)
-    return codes.astype(np.int64), [exact(v, "allocations") for v in np.asarray(uniq, dtype=object)]
+    vals = [exact(v, "allocations") for v in np.asarray(uniq, dtype=object)]
+    return codes.astype(small_codes(len(vals))), vals
 
 
 def prepare_parts(
@@ -526,9 +549,11 @@ def _subgaussian_radius_factor(beta: float, d: int) -> float:
 class _Acc:
     """Running estimate and width for each user (arrays of length n)."""
 
-    def __init__(self, n: int, d: int) -> None:
+    def __init__(self, n: int, d: int, c: int | None = None) -> None:
         self.n, self.d = n, d
-        self.rounds = np.zeros(n, dtype=np.int64)
+        # rounds taken part in, at most c: the smallest signed dtype that counts to c (1 byte
+        # per user instead of 8 for the usual c <= 126)
+        self.rounds = np.zeros(n, dtype=np.int64 if c is None else small_codes(c))
         self.gmax = np.zeros(n)
 
     def add(self, idx: NDArray[np.int64], rel: Any, amount: Fraction) -> None:  # pragma: no cover
@@ -553,8 +578,10 @@ class _GaussAcc(_Acc):
     of every round is at most √d·g/2, so the average's is at most √d·max g/2.
     """
 
-    def __init__(self, n: int, d: int, h: Callable[[np.ndarray], np.ndarray] | None) -> None:
-        super().__init__(n, d)
+    def __init__(
+        self, n: int, d: int, h: Callable[[np.ndarray], np.ndarray] | None, c: int | None = None
+    ) -> None:
+        super().__init__(n, d, c)
         self.h = h
         self.prec = np.zeros(n)
         self.sum = np.zeros((n, d)) if d > 1 else np.zeros(n)
@@ -577,11 +604,11 @@ class _GaussAcc(_Acc):
 
     def width(self, idx: NDArray[np.int64], beta: float) -> NDArray[np.float64]:
         f = _subgaussian_radius_factor(beta, self.d)
-        # f / √prec + √d·gmax / 2, in place (the same operations in the same order)
+        # f / √prec + √d·gmax / 2, in place (the same operations in the same order); ``idx``
+        # may be a slice, so gmax is multiplied into a new array (never scaled in place)
         w = np.sqrt(self.prec[idx])
         np.divide(f, w, out=w)
-        g = self.gmax[idx]
-        g *= math.sqrt(self.d)
+        g = np.multiply(self.gmax[idx], math.sqrt(self.d))
         g /= 2.0
         w += g
         return w
@@ -600,8 +627,8 @@ class _LaplaceDistAcc(_Acc):
     width = t_m(β)·K'_max/E_m + 1.5·max g.
     """
 
-    def __init__(self, n: int) -> None:
-        super().__init__(n, 1)
+    def __init__(self, n: int, c: int | None = None) -> None:
+        super().__init__(n, 1, c)
         self.E = np.zeros(n)
         self.sum = np.zeros(n)
         self.kmax = np.zeros(n)
@@ -646,8 +673,11 @@ class _PlanarAcc(_Acc):
     meet, which only happens off the good event).
     """
 
-    def __init__(self, n: int, h: Callable[[np.ndarray], np.ndarray], beta_round: float) -> None:
-        super().__init__(n, 2)
+    def __init__(
+        self, n: int, h: Callable[[np.ndarray], np.ndarray], beta_round: float,
+        c: int | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(n, 2, c)
         self.h = h
         self.beta_round = beta_round
         self.lo = np.full(n, -np.inf)
@@ -688,8 +718,9 @@ class Elimination:
     state : ndarray of int8
         1: eliminated into I_low (confidently h < ν_low), 2: into I_high, 0: undecided (S) or,
         for Algorithm 5, kept; −1: not queried (allocation 0).
-    rounds_run : ndarray of int64
-        How many rounds each user took part in (0 if not queried).
+    rounds_run : ndarray of signed int
+        How many rounds each user took part in (0 if not queried); the smallest dtype that
+        counts to the number of rounds (int8 up to 126 rounds).
     charges : ndarray of object (Fraction)
         Σ of the ``Released.guarantee`` amounts of the rounds each user took part in, in the
         filter's ground units (× the projection factor); 0 for users not queried.
@@ -713,7 +744,7 @@ class Elimination:
     """
 
     state: NDArray[np.int8]
-    rounds_run: NDArray[np.int64]
+    rounds_run: NDArray[np.signedinteger[Any]]
     charges: NDArray[Any]
     allocations: NDArray[Any]
     estimate: NDArray[np.float64]
@@ -903,12 +934,14 @@ def _setup(
     return x, parts, pi, k, b
 
 
-def _accumulator(kind: str, triple: str, n: int, h: Any, beta_round: float) -> _Acc:
+def _accumulator(
+    kind: str, triple: str, n: int, h: Any, beta_round: float, c: int | None = None
+) -> _Acc:
     if kind == "cgp":
-        return _GaussAcc(n, 1 if triple == "dist" else 2, h if triple == "pt" else None)
+        return _GaussAcc(n, 1 if triple == "dist" else 2, h if triple == "pt" else None, c)
     if triple == "dist":
-        return _LaplaceDistAcc(n)
-    return _PlanarAcc(n, h, beta_round)
+        return _LaplaceDistAcc(n, c)
+    return _PlanarAcc(n, h, beta_round, c)
 
 
 def _run_round(
@@ -976,7 +1009,7 @@ def _finish(
     n_calls: int,
     guarantees: list[Any],
     pi: Sequence[Fraction],
-    est_all: NDArray[np.float64],
+    est_all: NDArray[np.float64] | None,
 ) -> Elimination:
     n = parts.codes.size
     queried = parts.codes >= 0
@@ -997,11 +1030,13 @@ def _finish(
     flat = cum.reshape(-1)
     ga = np.empty(ng1 + 1, dtype=object)
     ga[:] = [*parts.allocations, *([Fraction(0)] * (ng1 - ng)), Fraction(0)]
-    key = np.where(queried, parts.codes * (c + 1) + r, -1)
+    # int64 first: the codes and rounds are small dtypes, their product may not fit them
+    key = np.where(queried, parts.codes.astype(np.int64) * (c + 1) + r, -1)
     charge_flat = np.empty(flat.size + 1, dtype=object)
     charge_flat[:-1] = flat
     charge_flat[-1] = Fraction(0)
-    charge_codes = np.where(key >= 0, key, flat.size).astype(np.int64, copy=False)
+    # codes into the few (group, rounds) charges: a small dtype (1 to 2 bytes per user)
+    charge_codes = np.where(key >= 0, key, flat.size).astype(small_codes(flat.size + 1))
     charges = charge_flat[charge_codes]
     allocs = ga[np.where(queried, parts.codes, ng1)]
     counts = np.bincount(key[key >= 0], minlength=flat.size)
@@ -1009,11 +1044,20 @@ def _finish(
     saving = Fraction(0)
     for kk in np.flatnonzero(counts):
         saving += int(counts[kk]) * (parts.allocations[kk // (c + 1)] - flat[kk])
-    idx = np.flatnonzero(queried & (r > 0))  # users never measured have no std or width (NaN)
-    est = est_all  # the callers' own array, theirs no longer: no copy
-    every = 0 < idx.size == n  # every user measured, so idx is 0..n-1: no NaN-filled copies
+    idx: Any = np.flatnonzero(queried & (r > 0))  # never measured: no std or width (NaN)
+    every = 0 < idx.size == n  # every user measured: no NaN-filled copies
+    if every:  # idx is 0..n-1: a slice reads the same rows without an index per user
+        idx = slice(None)
+    if est_all is not None:
+        est = est_all  # the callers' own array, theirs no longer: no copy
+    elif every:  # (see _held_estimates)
+        est = acc.estimate(idx)
+    else:
+        est = np.full(n, np.nan)
+        if idx.size:
+            est[idx] = acc.estimate(idx)
     std = acc.std(idx) if every else np.full(n, np.nan)
-    if idx.size and not every:
+    if not every and idx.size:
         std[idx] = acc.std(idx)
 
     def width_fn(beta: float) -> NDArray[np.float64]:
@@ -1041,6 +1085,18 @@ def _finish(
         charge_codes=charge_codes,
         charge_table=charge_flat,
     )
+
+
+def _held_estimates(acc: _Acc, n: int) -> NDArray[np.float64] | None:
+    """Return the per-user estimates array kept through the rounds (None: made at the end).
+
+    An accumulator without an importance function estimates each user from their own sums
+    alone, elementwise, and a user's sums no longer change once they stop: the estimate made
+    at the end is the one made at their last round, bit for bit, so no (n,) array of them is
+    held through the rounds. With ``h`` (point releases) the estimates are kept as they are
+    made (``h`` is not evaluated twice).
+    """
+    return np.full(n, np.nan) if getattr(acc, "h", None) is not None else None
 
 
 def eliminate_noninteractive(
@@ -1127,12 +1183,12 @@ def eliminate_noninteractive(
     queried = parts.codes >= 0
     nu = int(n_union) if n_union is not None else max(int(queried.sum()), 1)
     beta1 = b / (nu * c)
-    acc = _accumulator(kind, triple, n, h, beta1)
+    acc = _accumulator(kind, triple, n, h, beta1, c)
     state = np.where(queried, 0, -1).astype(np.int8)
     charge_tab = [[Fraction(0)] * c for _ in parts.table]
     guarantees: list[Any] = []
     active = np.flatnonzero(queried)
-    est_all = np.full(n, np.nan)
+    est_all = _held_estimates(acc, n)
     n_calls = 0
     for j in range(c):
         if active.size == 0:
@@ -1140,13 +1196,15 @@ def eliminate_noninteractive(
         n_calls += _run_round(j, active, x, parts, acc, kind, triple, k, rng, charge_tab,
                               guarantees)  # fmt: skip
         est = acc.estimate(active)
-        est_all[active] = est
+        if est_all is not None:
+            est_all[active] = est
         if math.isinf(nu_low) and math.isinf(nu_high) and nu_low < 0 < nu_high:
             continue  # a baseline (nothing can be eliminated): skip the widths
         low, high = decide_noninteractive(est, acc.width(active, beta1), nu_low, nu_high)
         state[active[low]] = 1
         state[active[high]] = 2
         active = active[~(low | high)]
+        del est, low, high  # per-user arrays: not held through the next round's draws
     return _finish(parts, acc, state, charge_tab, c, n_calls, guarantees, pi, est_all)
 
 
@@ -1216,12 +1274,12 @@ def eliminate_interactive(
         )
     nu = int(n_union) if n_union is not None else max(nq, 1)
     beta1 = b / (nu * c)
-    acc = _accumulator(kind, triple, n, h, beta1)
+    acc = _accumulator(kind, triple, n, h, beta1, c)
     state = np.where(queried, 0, -1).astype(np.int8)
     charge_tab = [[Fraction(0)] * c for _ in parts.table]
     guarantees: list[Any] = []
     active = np.flatnonzero(queried)
-    est_all = np.full(n, np.nan)
+    est_all = _held_estimates(acc, n)
     n_calls = 0
     for j in range(c):
         if active.size <= k:
@@ -1229,11 +1287,13 @@ def eliminate_interactive(
         n_calls += _run_round(j, active, x, parts, acc, kind, triple, kk, rng, charge_tab,
                               guarantees, draw)  # fmt: skip
         est = acc.estimate(active)
-        est_all[active] = est
+        if est_all is not None:
+            est_all[active] = est
         keep = interactive_step(est, acc.width(active, beta1), int(k))
         state[active[~keep]] = 2
         active = active[keep]
-    if n_calls and active.size and np.isnan(est_all[active]).any():
+        del est, keep  # per-user arrays: not held through the next round's draws
+    if est_all is not None and n_calls and active.size and np.isnan(est_all[active]).any():
         est_all[active] = acc.estimate(active)
     # no round ran (k >= the queried users): nothing was measured, the estimates stay NaN
     return _finish(parts, acc, state, charge_tab, c, n_calls, guarantees, pi, est_all)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 
 from gpframe.accounting.amounts import probability
 from gpframe.errors import GpframeInternalError, InvalidInputError
-from gpframe.queries.elimination import eliminate_noninteractive, prepare_parts
+from gpframe.queries.elimination import eliminate_noninteractive, prepare_parts, small_codes
 
 __all__ = [
     "METHODS",
@@ -264,12 +264,15 @@ class Privatized:
     sigma : ndarray, shape (n,)
         Per-coordinate noise σ of each user's release (:func:`noise_sigma`), NaN if not queried.
     group : ndarray of int64, shape (n,)
-        Each user's group (index into ``group_charges``), −1 if not queried.
+        Each user's group (index into ``group_charges``), −1 if not queried. When one call
+        released every user, ``sigma`` and ``group`` are read-only broadcast views of their
+        one value (no per-user memory).
     group_charges, group_allocations : list of Fraction
         Per group: the ``Released.guarantee`` amount in ground units, and the allocation.
     queried : ndarray of bool, shape (n,)
-    releases : list of (ndarray of int64, Released)
-        Users of each wrapper call and its release (for error bounds from the sampled noise).
+    releases : list of (ndarray of int64 or slice, Released)
+        Users of each wrapper call and its release (for error bounds from the sampled noise);
+        ``slice(0, n)`` when one call released every user.
     kind : {"cgp", "gp"}
     r_min : float
         The largest metric floor of the guarantees (metres).
@@ -332,8 +335,11 @@ def _factor_allocations(
     one allocation per group pass ``codes=`` instead.
     """
     if codes is not None:
-        c = np.asarray(codes, dtype=np.int64).reshape(-1)
+        c = np.asarray(codes).reshape(-1)
         vals = list(np.asarray(allocations, dtype=object).reshape(-1))
+        # signed codes are kept as given (int8 for a few groups) when code + 1 cannot overflow
+        if c.dtype.kind != "i" or np.iinfo(c.dtype).max <= len(vals):
+            c = c.astype(np.int64)
         if c.size != n or (c.size and (c.min() < -1 or c.max() >= len(vals))):
             raise InvalidInputError(
                 f"codes must have one entry per user ({n}) in [-1, {len(vals) - 1}]. {_NOTHING}"
@@ -431,25 +437,36 @@ def privatize_once(
     group_charges: list[Fraction] = []
     group_allocs: list[Fraction] = []
     releases = []
-    sigma = np.full(n, np.nan)
-    live = np.full(n, -1, dtype=np.int64)
+    filled: list[tuple[Any, float]] = []  # (users, σ) of each call; group = its position
     out = np.full((n, 2), np.nan) if group is not None else None
     for g, row in enumerate(parts.table):
         idx: Any = np.flatnonzero(group == g) if group is not None else slice(None)
         if (group is not None and idx.size == 0) or row[0] <= 0 or n == 0:
             continue
         rel, charge = _release(kind, "pt", x[idx], row[0], k, rng)
+        # the release's own array (float64 already): np.asarray(rel, dtype=...) would copy it,
+        # and the release record keeps it anyway
         if out is None:
-            out = np.asarray(rel, dtype=np.float64)
+            out = np.asarray(rel.values, dtype=np.float64)
         else:
-            out[idx] = np.asarray(rel, dtype=np.float64)
-        sigma[idx] = noise_sigma(rel)
-        live[idx] = len(group_charges)
+            out[idx] = np.asarray(rel.values, dtype=np.float64)
+        filled.append((idx, noise_sigma(rel)))
         group_charges.append(charge)
         group_allocs.append(parts.allocations[g])
-        releases.append((np.arange(n) if group is None else idx, rel))
+        releases.append((slice(0, n) if group is None else idx, rel))
     if out is None:
         out = np.full((n, 2), np.nan)
+    # the per-user σ and group, made after the sampler calls (not alongside their arrays);
+    # one call for everybody: one value each, read-only broadcast views (no per-user memory)
+    if group is None and filled:
+        sigma = np.broadcast_to(np.float64(filled[0][1]), (n,))
+        live = np.broadcast_to(np.int64(0), (n,))
+    else:
+        sigma = np.full(n, np.nan)
+        live = np.full(n, -1, dtype=np.int64)
+        for g, (idx, s) in enumerate(filled):
+            sigma[idx] = s
+            live[idx] = g
     queried = live >= 0
     return Privatized(out, sigma, live, group_charges, group_allocs, queried, releases, kind,
                       _r_min(rel.guarantee for _, rel in releases))  # fmt: skip
@@ -472,7 +489,7 @@ class KdePoint:
     n_queried, n_far, n_near : int
         Users asked; eliminated as farther than ν (they add 0); kept (S).
     charges, allocations : ndarray of object (Fraction), shape (n,)
-    rounds_run : ndarray of int64, shape (n,)
+    rounds_run : ndarray of signed int (a small dtype), shape (n,)
     rounds_histogram : ndarray of int64
     saving : Fraction
     n_calls : int
@@ -805,22 +822,32 @@ def _kernel_1d(s_cells: float) -> NDArray[np.float64]:
 def _bin(xy: NDArray[np.float64], x0: float, y_top: float, c: float, ny: int, nx: int) -> Any:
     """Count points per cell (nearest-cell binning; rows from the north), via bincount.
 
-    One flat cell index per point and a single ``np.bincount``: no Python per point or cell.
-    Points outside the grid (and NaN rows) are dropped.
+    One flat cell index per point and ``np.bincount``: no Python per point or cell. Points
+    outside the grid (and NaN rows) are dropped. The points go through in blocks of
+    ``_BIN_BLOCK`` rows, so the temporaries (three floats and an int per point) stay
+    small at 10^7 points; the counts are integers, so their sum over blocks is exact.
     """
     inv_c = 1.0 / c
-    # in place: the points are 10^6+ rows, so each temporary costs memory bandwidth
-    col = np.subtract(xy[:, 0], x0)
-    col *= inv_c
-    np.floor(col, out=col)
-    row = np.subtract(y_top, xy[:, 1])
-    row *= inv_c
-    np.floor(row, out=row)
-    ok = (col >= 0) & (col < nx) & (row >= 0) & (row < ny)
-    row *= nx
-    row += col  # the flat cell index, exact in float64 (< 2**53)
-    flat = (row if ok.all() else row[ok]).astype(np.int64)
-    return np.bincount(flat, minlength=ny * nx).reshape(ny, nx).astype(np.float64)
+    counts = np.zeros(ny * nx, dtype=np.int64)
+    for i in range(0, xy.shape[0], _BIN_BLOCK):
+        blk = xy[i : i + _BIN_BLOCK]
+        # in place: each temporary costs memory bandwidth
+        col = np.subtract(blk[:, 0], x0)
+        col *= inv_c
+        np.floor(col, out=col)
+        row = np.subtract(y_top, blk[:, 1])
+        row *= inv_c
+        np.floor(row, out=row)
+        ok = (col >= 0) & (col < nx) & (row >= 0) & (row < ny)
+        row *= nx
+        row += col  # the flat cell index, exact in float64 (< 2**53)
+        counts += np.bincount((row if ok.all() else row[ok]).astype(np.int64),
+                              minlength=ny * nx)  # fmt: skip
+    return counts.reshape(ny, nx).astype(np.float64)
+
+
+#: rows per block of :func:`_bin` (a few MB of temporaries, whatever the number of points)
+_BIN_BLOCK = 1 << 18
 
 
 def smooth_density(
@@ -1001,7 +1028,7 @@ def kde_raster_arrays(
     for s in sig_u.tolist():
         parts = by_sigma[s]
         # everybody in one call: bin the released array as it is (no index copy)
-        whole = len(parts) == 1 and parts[0].size == x.shape[0]
+        whole = len(parts) == 1 and (isinstance(parts[0], slice) or parts[0].size == x.shape[0])
         sels.append(None if whole else np.concatenate(parts))
     dens, tr = smooth_density(pv.xy, sels, bounds_m=bounds_m, cell_m=c, bandwidths_m=used)
     if nq:
@@ -1016,18 +1043,19 @@ def kde_raster_arrays(
 def _alloc_groups(units: np.ndarray, lu: Any) -> tuple[np.ndarray, list[Fraction], list[int]]:
     """Factorise per-user allocation units: (code per user, −1 for 0; Fractions; units).
 
-    One exact ``Fraction`` per distinct allocation, so 10⁶ users cost a sort at most.
+    One exact ``Fraction`` per distinct allocation, so 10⁶ users cost a sort at most; the
+    codes in the smallest dtype that holds them (:func:`~gpframe.queries.elimination.small_codes`).
     """
     u = np.asarray(units, dtype=np.int64)
     if u.size and int(u.min()) == int(u.max()):  # the usual case: one allocation for all
-        uniq, inv = u[:1], np.zeros(u.size, dtype=np.int64)
+        uniq, inv = u[:1], np.zeros(u.size, dtype=np.int8)
     else:
         uniq, inv = np.unique(u, return_inverse=True)
     vals = uniq.tolist()
-    codes = np.asarray(inv, dtype=np.int64).reshape(-1)
+    codes = np.asarray(inv).reshape(-1).astype(small_codes(len(vals)), copy=False)
     if 0 in vals:  # allocation 0: not queried
         z = vals.index(0)
-        codes = np.where(codes == z, -1, codes - (codes > z))
+        codes = np.where(codes == z, -1, codes - (codes > z)).astype(codes.dtype, copy=False)
         vals.pop(z)
     return codes, [lu.to_fraction(int(v)) for v in vals], vals
 
@@ -1101,8 +1129,10 @@ def raster_from_points(
         params["noise_inflation"] = float(noise_inflation)
     # integer ledger units end to end (as privatize does): one exact conversion per distinct
     # amount, never a Fraction per user; the amount is in the filter's own units (kind=None)
-    alloc_units, too_big = led.units_for("metric", amount, np.ones(users.size, np.int64))
-    alloc_units[too_big] = LedgerUnits.MAX  # cannot be admitted
+    # one amount for every user: read-only broadcast views of its units, no per-user arrays
+    u1, big1 = led.units_for("metric", amount, np.ones(1, np.int64))
+    alloc_units = np.broadcast_to(np.int64(LedgerUnits.MAX if big1[0] else u1[0]), users.shape)
+    too_big = np.broadcast_to(bool(big1[0]), users.shape)  # too big: cannot be admitted
     # the allocation every admitted user will hold is known now: check its single part (and the
     # bias correction's bandwidth) before reserving
     checks = dict(kind=kind, method="pt", rounds=1, split="even", beta=0.5,  # beta: unused
@@ -1132,22 +1162,35 @@ def raster_from_points(
             scale_max=scale_max, rng=rng, privatized=pv,
         )  # fmt: skip
         pv = out.privatized
-        charge_units = np.zeros(users.size, dtype=np.int64)
-        for g, ch in enumerate(pv.group_charges):
+        group_units = []
+        for ch in pv.group_charges:
             u, big = led.units_for("metric", ch, np.ones(1, np.int64))
             if big.any():
                 raise GpframeInternalError("a kde_raster charge does not fit the ledger's units.")
-            charge_units[pv.group == g] = u[0]
-        return Charge((adm, codes, uvals, out), charge_units, units=True)
+            group_units.append(int(u[0]))
+        if len(group_units) == 1 and bool(pv.queried.all()):  # one charge for all: a view
+            charge_units = np.broadcast_to(np.int64(group_units[0]), (users.size,))
+        else:
+            charge_units = np.zeros(users.size, dtype=np.int64)
+            for g, u0 in enumerate(group_units):
+                charge_units[pv.group == g] = u0
+        # what the result needs of the released points (their groups, charges and floor):
+        # the points themselves are binned already, so they are not held through the charge
+        kept = (pv.group, pv.group_charges, pv.r_min)
+        return Charge((adm, codes, uvals, replace(out, privatized=None), kept), charge_units,
+                      units=True)  # fmt: skip
 
     r = run(session, keys, alloc_units, notion="metric", query="kde_raster", params=params,
             units=True, check=check, compute=compute)  # fmt: skip
-    adm, codes, uvals, out = r.value
+    adm, codes, uvals, out, (group, group_charges, r_min) = r.value
+    query_id = r.query_id
+    del r  # the reservation's per-user arrays: not held while the result is built
     # the per-user float charges of the result, built after the ledger's write (not alongside
     # its per-user arrays): the same group charges, converted once per group
     charge_f = np.zeros(users.size, dtype=np.float64)
-    for g, ch in enumerate(out.privatized.group_charges):
-        charge_f[out.privatized.group == g] = float(ch)
+    for g, ch in enumerate(group_charges):
+        charge_f[group == g] = float(ch)
+    del group
     key_arr = users
     every = bool(adm.all())  # everyone admitted (the usual case): no masked copies
     idx = pd.Index(key_arr if every else key_arr[adm])
@@ -1167,13 +1210,13 @@ def raster_from_points(
         mechanism="gaussian_cgp" if kind == "cgp" else "planar_laplace",
         params=params,
         kind=kind,
-        metric=("floor", out.privatized.r_min),
-        r_min=out.privatized.r_min,
+        metric=("floor", r_min),
+        r_min=r_min,
         # fresh arrays, so the Series may own them (no copy)
         charges=pd.Series(charge_f if every else charge_f[adm], index=idx, dtype=np.float64,
                           copy=False),
         allocations=pd.Series(alloc_f[codes if every else codes[adm]], index=idx,
                               dtype=np.float64, copy=False),
         excluded=key_arr[~adm].tolist(),
-        query_id=r.query_id,
+        query_id=query_id,
     )

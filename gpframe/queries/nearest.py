@@ -58,7 +58,7 @@ class NearestArrays:
     charges, allocations : ndarray of object (Fraction)
         Per user, in the filter's units (eliminated users pay less,
         ``docs/operations/range_count.md``).
-    rounds_run : ndarray of int64
+    rounds_run : ndarray of signed int (a small dtype)
     elimination : Elimination
     """
 

@@ -496,7 +496,7 @@ class RangeCountArrays:
         Per-user charge in the filter's ground units (0 for users not queried).
     allocations : ndarray of object (Fraction), shape (n,)
         Per-user allocation actually used as the cap (after any mantissa rounding).
-    rounds_run : ndarray of int64, shape (n,)
+    rounds_run : ndarray of signed int (a small dtype), shape (n,)
     rounds_histogram : ndarray of int64, shape (c + 1,)
         ``[r]`` users stopped after exactly r rounds.
     inside : ndarray of bool, shape (n,)
@@ -657,17 +657,17 @@ def range_count_arrays(
     nq = int(queried.sum())
     S = out.state == 0
     est = out.estimate
-    theta = np.zeros(n)
+    # the undecided are inside when est <= θ; θ = 0 but where the shift applies (below), so
+    # no per-user θ array: est <= 0 for all of them, then est <= θ where θ is not 0
+    inside = out.state == 1
+    inside |= S & (est <= 0)
     if use_shift:
         # θ = −s with s ∈ [0, w]: the test est ≤ θ depends on s only where −w < est ≤ 0 (below,
         # inside for every s; above 0, outside), and θ = 0 decides the others the same way, so
         # the shift (buffers of the region) is computed for those users' noise scales alone
         need = S & (est > -out.std) & (est <= 0)
         if need.any():
-            theta[need] = -shift_for_region(out.std[need], region)
-    inside = np.zeros(n, dtype=bool)
-    inside[out.state == 1] = True
-    inside[S] = est[S] <= theta[S]
+            inside[need] = est[need] <= -shift_for_region(out.std[need], region)
     width = out.width_fn(beta_post / (int(n_union) if n_union is not None else max(nq, 1)))
     uncertain = S & (np.abs(est) <= width)
     saving = float(out.saving)

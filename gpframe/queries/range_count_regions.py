@@ -156,13 +156,18 @@ def combine_regions(
         if build is not None
         else gpd.GeoDataFrame(table, geometry=geometry, crs=crs, index=labels)
     )
-    if results:
+    seen = pd.Index(pd.unique(users))
+    one = results[0] if len(results) == 1 else None
+    if one is not None and len(seen) == len(users) and one.charges.index.dtype.kind in "iu":
+        # one region, one row per user, integer keys (which a groupby keeps as they are): its
+        # per-user Series are the sums already (a groupby would copy them twice for nothing)
+        charges, allocs = one.charges, one.allocations
+    elif results:
         charges = pd.concat([r.charges for r in results]).groupby(level=0, sort=False).sum()
         allocs = pd.concat([r.allocations for r in results]).groupby(level=0, sort=False).sum()
     else:
         charges = pd.Series(dtype=np.float64)
         allocs = pd.Series(dtype=np.float64)
-    seen = pd.Index(pd.unique(users))
     excluded = seen[~seen.isin(charges.index)].tolist()  # vectorised: no lookup per user
     # baselines run one round (histogram of length 2), elimination c rounds (length c + 1)
     hist = np.zeros(max(len(r["rounds_histogram"]) for r in rows), dtype=np.int64)

@@ -147,13 +147,20 @@ def _snap_blocks(arr: np.ndarray, inv: float) -> np.ndarray | None:
     return out.reshape(arr.shape)
 
 
-def _release_blocks(u: np.ndarray, k: np.ndarray, gf: float) -> np.ndarray | None:
+def _release_blocks(
+    u: np.ndarray, k: np.ndarray, gf: float, into: np.ndarray | None = None,
+    check_only: bool = False,
+) -> np.ndarray | None:  # fmt: skip
     """``(u + k) * gf`` block by block, or None if some block fails a range check.
 
     A failure sends the caller to the one-pass checks, which raise their own error.
+    ``into``: a float64 array of u's size to write into (u's own buffer: each block of u is
+    read before its floats are written there); ``check_only``: run the checks, write nothing
+    (returns u when they pass).
     """
     fu, fk = u.reshape(-1), k.reshape(-1)
-    out = np.empty(fu.size, dtype=np.float64)
+    out = None if check_only else (
+        np.empty(fu.size, dtype=np.float64) if into is None else into.reshape(-1))  # fmt: skip
     s = np.empty(_BLOCK, dtype=np.int64)
     for i in range(0, fu.size, _BLOCK):
         ub, kb = fu[i : i + _BLOCK], fk[i : i + _BLOCK]
@@ -165,14 +172,21 @@ def _release_blocks(u: np.ndarray, k: np.ndarray, gf: float) -> np.ndarray | Non
         sb = np.add(ub, kb, out=s[:m])  # no int64 overflow: |u| < 2^53, |k| < 2^62
         if not (-_Y_LIMIT < int(sb.min()) and int(sb.max()) < _Y_LIMIT):
             return None
+        if out is None:
+            continue
         ob = out[i : i + m]
         ob[...] = sb
         ob *= gf  # exact: |u + k| < 2^53 and g a power of two
-    return out.reshape(u.shape)
+    return u if out is None else out.reshape(u.shape)
 
 
-def release(u: Any, k: Any, g: Any) -> np.ndarray:
+def release(u: Any, k: Any, g: Any, *, reuse_u: bool = False) -> np.ndarray:
     """Return ``(u + k) * g`` as float64, exactly (``docs/noise.md``).
+
+    ``reuse_u=True`` (a caller that discards ``u``, the snapped int64 array it owns): large
+    inputs are released into ``u``'s own buffer, viewed as float64 (8 bytes per value less
+    at the peak), once every block has passed the range checks; the same floats, the same
+    errors. ``u`` then holds the floats' bits, not the snapped integers.
 
     Raises
     ------
@@ -187,7 +201,12 @@ def release(u: Any, k: Any, g: Any) -> np.ndarray:
     u = np.asarray(u, dtype=np.int64)
     k = np.asarray(k, dtype=np.int64)
     if u.size > _BLOCK and u.shape == k.shape:
-        y = _release_blocks(u, k, gf)
+        if (reuse_u and u.flags.c_contiguous and u.flags.writeable
+                and _release_blocks(u, k, gf, check_only=True) is not None):  # fmt: skip
+            # every block passed: none can fail now, so u is overwritten only on success
+            y = _release_blocks(u, k, gf, into=u.view(np.float64))
+        else:
+            y = _release_blocks(u, k, gf)
         if y is not None:
             return y
     # small inputs, broadcasting, and the refusals of large ones (the same errors), in one pass

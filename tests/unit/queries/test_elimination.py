@@ -322,3 +322,44 @@ def test_grouped_amounts_give_the_parts_of_the_same_fractions():
     assert g.to_array().tolist() == fr.tolist()
     with pytest.raises(InvalidInputError, match="4 users but there are 5"):
         el.prepare_parts(el.GroupedAmounts(g.codes[:4], g.values), 5, pi, unit=unit)
+
+
+# ------------------------------------------------------------------------ memory at the peak
+
+
+@pytest.mark.parametrize(("kind", "interactive"), [("cgp", False), ("gp", False), ("cgp", True)])
+def test_estimates_made_at_the_end_are_those_held_through_the_rounds(monkeypatch, kind,
+                                                                     interactive):  # fmt: skip
+    # without h, no (n,) array of estimates is held through the rounds: the estimates made at
+    # the end from the final sums must be the ones the rounds made, bit for bit (and the state,
+    # rounds and charges the same draws)
+    x = np.random.default_rng(5).normal(0, 3000, 2000)
+    amount = 1e-3 if kind == "cgp" else 1e-1
+
+    def go():
+        if interactive:
+            return el.eliminate_interactive(x, amount, k=50, kind=kind, rounds=6,
+                                            rng=seeded_rng(9))  # fmt: skip
+        return el.eliminate_noninteractive(x, amount, kind=kind, rounds=6, rng=seeded_rng(9))
+
+    made_at_end = go()
+    monkeypatch.setattr(el, "_held_estimates", lambda acc, n: np.full(n, np.nan))
+    held = go()
+    assert len(np.unique(made_at_end.rounds_run)) >= 3  # users stopped at several rounds
+    assert np.array_equal(made_at_end.estimate, held.estimate, equal_nan=True)
+    assert np.array_equal(made_at_end.std, held.std, equal_nan=True)
+    assert np.array_equal(made_at_end.state, held.state)
+    assert np.array_equal(made_at_end.rounds_run, held.rounds_run)
+    assert made_at_end.charges.tolist() == held.charges.tolist()
+
+
+def test_per_user_codes_and_rounds_take_a_byte_each():
+    g = el.GroupedAmounts.from_units(np.array([3, 0, 3, 7]), Fraction(1, 10))
+    assert g.codes.dtype == np.int8 and g.codes.tolist() == [1, 0, 1, 2]
+    out = el.eliminate_noninteractive([-5000.0, 20.0, 5000.0], g.values[1], rounds=4,
+                                      split="even", rng=seeded_rng(1))  # fmt: skip
+    assert out.rounds_run.dtype == np.int8 and out.charge_codes.itemsize <= 2
+    many = el.GroupedAmounts.from_units(np.arange(300), Fraction(1, 10))
+    assert many.codes.dtype == np.int16 and many.codes.tolist() == list(range(300))
+    # a remap of small codes keeps their dtype (no int64 copy per user)
+    assert el._remapped(np.array([1, 0]), np.array([0, 1, 1], np.int8)).dtype == np.int8

@@ -165,3 +165,27 @@ def test_t_fp2_low_bits(offset):
     low1 = np.rint(y1 / g).astype(np.int64) & 255
     assert two_sample_chi2(low0, low1, nbins=256) > ALPHA
     assert math.isfinite(y1.sum())
+
+
+def test_release_into_the_snapped_buffer_gives_the_same_floats_and_errors():
+    # reuse_u: large inputs are released into u's own buffer (8 bytes per value less at the
+    # peak), with the same floats; a refusal leaves u as it was (checked before any write)
+    n = 3 * (1 << 15) + 7  # several blocks and a partial one
+    gen = np.random.default_rng(3)
+    u = gen.integers(-(2**40), 2**40, n)
+    k = gen.integers(-(2**20), 2**20, n)
+    want = noise.release(u.copy(), k, G)
+    mine = u.copy()
+    got = noise.release(mine, k, G, reuse_u=True)
+    assert np.array_equal(got, want) and got.dtype == np.float64
+    assert np.shares_memory(got, mine)
+    bad = u.copy()
+    bad[-1] = 2**53 - 1  # u + k reaches 2**53 in the last block only
+    k2 = k.copy()
+    k2[-1] = 5
+    kept = bad.copy()
+    with pytest.raises(NoiseOverflowError) as plain:
+        noise.release(bad.copy(), k2, G)
+    with pytest.raises(NoiseOverflowError) as reused:
+        noise.release(bad, k2, G, reuse_u=True)
+    assert str(reused.value) == str(plain.value) and np.array_equal(bad, kept)
