@@ -166,6 +166,64 @@ def winners(bucket: pd.DataFrame, cols: Any, rule: tuple[str, Any]) -> tuple[Any
     return check, xy
 
 
+def winners_all(buckets: list[list[pd.DataFrame]], cols: Any, rule: tuple[str, Any]) -> list[Any]:
+    """:func:`winners` of every output partition at once (on the client, which holds them all).
+
+    ``buckets[j]`` holds output partition ``j``'s pieces. The same checks and points as
+    ``[winners(pd.concat(b), cols, rule) for b in buckets]``, from one sort of every candidate:
+    a user's candidates all lie in one output partition (the hash of the user id), so sorting by
+    (output partition, user, ...) orders each partition's users as its own sort does.
+    """
+    from gpframe.dask.partitions import PartCheck
+
+    frames = [f for b in buckets for f in b]
+    j_of = np.repeat(np.arange(len(buckets)), [sum(len(f) for f in b) for b in buckets])
+    if not len(j_of):
+        return [winners(None, cols, rule) for _ in buckets]
+    whole = pd.concat(frames, ignore_index=True)
+    codes, uniq = pd.factorize(whole[cols.user], sort=True)
+    part, pos = whole[_PART].to_numpy(), whole[_POS].to_numpy()
+    kind, how = rule
+    # (partition, row) and (output partition, user) as one int64 key each: fewer sort passes
+    row = part * (int(pos.max()) + 1) + pos
+    group = j_of * max(len(uniq), 1) + codes
+    if kind == "time":
+        keys: tuple[Any, ...] = (row, pd.factorize(whole[_KEY], sort=True)[0], group)
+    else:
+        keys = (row, group)
+    order = np.lexsort(keys)  # by output partition, user, then (key,) partition, row
+    srt_j, srt = j_of[order], codes[order]
+    new = np.r_[True, (srt[1:] != srt[:-1]) | (srt_j[1:] != srt_j[:-1])]  # a group's first row
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:] - 1, len(order) - 1]
+    last = how is True or how == "last"
+    win = order[ends if last else starts]  # one row per (partition, user), in that order
+    first = order[starts]
+    total = None
+    if kind == "rows" and how is None:
+        total = np.add.reduceat(whole[_N].to_numpy()[order].astype(np.float64), starts)
+    xs, ys = whole[_X].to_numpy(), whole[_Y].to_numpy()
+    users = np.asarray(uniq, dtype=object)
+    cut = np.searchsorted(j_of[win], np.arange(len(buckets) + 1))
+    out = []
+    for j in range(len(buckets)):
+        sl = slice(cut[j], cut[j + 1])
+        w = win[sl]
+        if not len(w):
+            out.append(winners(None, cols, rule))
+            continue
+        several: tuple[Any, ...] = ()
+        if total is not None:
+            bad = np.flatnonzero(total[sl] > 1)
+            f = first[sl][bad]
+            several = tuple(zip(part[f].tolist(), pos[f].tolist(),
+                                users[codes[f]].tolist(), strict=True))  # fmt: skip
+        check = PartCheck(users=users[codes[w]], counts=np.ones(len(w), np.int64),
+                          several=several)  # fmt: skip
+        out.append((check, np.column_stack([xs[w], ys[w]])))
+    return out
+
+
 @dataclass(frozen=True)
 class OnePoint:
     """The first pass of a one-point-per-user operation, as the client holds it."""
@@ -240,11 +298,11 @@ def one_point_pass(
     import dask
 
     from gpframe.dask import partitions as _parts
-    from gpframe.dask.partitions import by_user, combine, prepare
+    from gpframe.dask.partitions import by_user, combine, persisted_futures, prepare
 
     if cols.index_is_user or (_parts.FULL_SHUFFLE if shuffle is None else shuffle):
-        data, _ = by_user(ddf, cols)
-        tasks = data.to_delayed()
+        data, shuffled = by_user(ddf, cols)
+        tasks = (None if shuffled else persisted_futures(data)) or data.to_delayed()
         parts = list(dask.persist(*[dask.delayed(prepare)(d, cols, select) for d in tasks]))
         cap = CLIENT_ROWS // len(parts) if fetch else -1
         got = dask.compute(*[dask.delayed(_fetched)(p, cap) for p in parts])
@@ -281,17 +339,26 @@ def one_point_candidates(
     """
     import dask
 
-    from gpframe.dask.partitions import first
+    from gpframe.dask.partitions import first, persisted_futures
 
     meta = candidates_meta(ddf, cols, select)
     n = ddf.npartitions
     rule = _rule(select)
     ways = n if n <= DIRECT_EXCHANGE else 1
-    stage = [dask.delayed(candidate_pieces)(d, i, cols, select, meta, ways)
-             for i, d in enumerate(ddf.to_delayed())]  # fmt: skip
+    futures = persisted_futures(ddf)
+    if futures is not None:  # a persisted frame: tasks on its futures, no graph per call
+        client = futures[0].client
+        stage = client.map(candidate_pieces, futures, range(n), cols=cols, select=select,
+                           meta=meta, n=ways, pure=False)  # fmt: skip
+    else:
+        stage = [dask.delayed(candidate_pieces)(d, i, cols, select, meta, ways)
+                 for i, d in enumerate(ddf.to_delayed())]  # fmt: skip
     if fetch:
-        stage = list(dask.persist(*stage))
-        got = dask.compute(*[dask.delayed(_small)(s, CLIENT_ROWS // n) for s in stage])
+        if futures is not None:
+            got = client.gather(client.map(_small, stage, cap=CLIENT_ROWS // n, pure=False))
+        else:
+            stage = list(dask.persist(*stage))
+            got = dask.compute(*[dask.delayed(_small)(s, CLIENT_ROWS // n) for s in stage])
         metas = [g[0] for g in got]
         if all(g[1] is not None for g in got):
             pieces = [g[1] for g in got]
@@ -299,8 +366,7 @@ def one_point_candidates(
                 whole = pd.concat([p[0] for p in pieces], ignore_index=True)
                 to = output_partition(whole, cols.user, meta[cols.user].dtype, n)
                 pieces = [[whole[to == j] for j in range(n)]]
-            parts = [winners(pd.concat([p[j] for p in pieces], ignore_index=True), cols, rule)
-                     for j in range(n)]  # fmt: skip
+            parts = winners_all([[p[j] for p in pieces] for j in range(n)], cols, rule)
             checks = [p[0] for p in parts]
             return _refusals(parts, metas, checks, [None] * n, select)
     if ways == n:  # a direct exchange: no dataframe graph to build and optimise
@@ -359,7 +425,21 @@ def _task_shuffle(stage: list[Any], cols: Any, meta: Any, rule: Any, n: int) -> 
 def candidate_pieces(
     part: pd.DataFrame, i: int, cols: Any, select: Any, meta: pd.DataFrame, n: int
 ) -> tuple[Candidates, list[pd.DataFrame]]:
-    """:func:`candidates`, split into ``n`` pieces by output partition (runs on a worker)."""
+    """:func:`candidates`, split into ``n`` pieces by output partition (runs on a worker).
+
+    Remembered while the partition lives on this worker (:mod:`gpframe.dask.memo`): a query
+    on a persisted frame with the same roles and rule passes over its rows once.
+    """
+    from gpframe.dask.memo import first_pass
+
+    shape = (list(meta.columns), [str(d) for d in meta.dtypes])
+    return first_pass(part, ("candidate_pieces", i, cols, select, shape, n),
+                      lambda: _pieces(part, i, cols, select, meta, n))  # fmt: skip
+
+
+def _pieces(
+    part: pd.DataFrame, i: int, cols: Any, select: Any, meta: pd.DataFrame, n: int
+) -> tuple[Candidates, list[pd.DataFrame]]:
     facts, out = candidates(part, i, cols, select, meta)
     if n == 1:
         return facts, [out]

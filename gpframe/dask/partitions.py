@@ -278,18 +278,25 @@ def check_partition(
     """First pass over one partition: validate it, count its users' points; draw nothing.
 
     With ``select`` (one point per user), the users are those with a selected row, each
-    counted once.
+    counted once. Remembered while the partition lives on this worker
+    (:mod:`gpframe.dask.memo`).
     """
-    return _first_pass(part, cols, select)[0]
+    from gpframe.dask.memo import first_pass
+
+    return first_pass(part, ("check_partition", cols, select),
+                      lambda: _first_pass(part, cols, select)[0])  # fmt: skip
 
 
 def prepare(part: pd.DataFrame, cols: Columns, select: Component) -> tuple[PartCheck, Any]:
     """Run the first pass of a one-point-per-user operation: (the check, the selected points).
 
     The points (sorted by user, 16 bytes a user) stay on the worker (persisted) for the
-    release pass, which then neither validates nor selects again.
+    release pass, which then neither validates nor selects again. Remembered while the
+    partition lives on this worker (:mod:`gpframe.dask.memo`).
     """
-    return _first_pass(part, cols, select)
+    from gpframe.dask.memo import first_pass
+
+    return first_pass(part, ("prepare", cols, select), lambda: _first_pass(part, cols, select))
 
 
 def _first_pass(
@@ -574,3 +581,38 @@ class _Fresh:
 def worker_rng(spawned: Any) -> Any:
     """Turn what :func:`spawn_rng` shipped into the source to draw from on this worker."""
     return spawned.make() if isinstance(spawned, _Fresh) else spawned
+
+
+def persisted_futures(ddf: Any) -> list[Any] | None:
+    """Return the distributed futures of a persisted frame's partitions, in order, or None.
+
+    A frame persisted on a cluster (``ddf.persist()``, what the benchmarks and most sessions
+    query) is a graph of futures behind aliases. Tasks submitted on those futures directly
+    (``client.map``) skip the collection's graph: no alias task per partition, no dask graph to
+    build and send per call. Anything else (a lazy frame, the local schedulers) gives None.
+    """
+    try:
+        from distributed import Future
+    except ImportError:  # no distributed: the local schedulers
+        return None
+    try:
+        graph = ddf.__dask_graph__()
+        keys = ddf.__dask_keys__()
+    except Exception:  # not a collection we can read: the general path
+        return None
+    out = []
+    for key in keys:
+        node = graph.get(key)
+        for _ in range(8):  # a chain of aliases ends at the future
+            if isinstance(node, Future):
+                break
+            target = getattr(node, "target", None)
+            if target is None or target not in graph:
+                return None
+            node = graph[target]
+        if not isinstance(node, Future):
+            return None
+        out.append(node)
+    if not out or len({id(f.client) for f in out}) != 1:
+        return None
+    return out

@@ -298,6 +298,7 @@ def privatize(
         common_check,
         digest,
         graph_allowance,
+        persisted_futures,
         share,
         spawn_rng,
         summed_tree,
@@ -323,7 +324,8 @@ def privatize(
     data, _ = by_user(bound.ddf, cols) if full else (bound.ddf, False)
     if full:  # both passes read the shuffled partitions: move the rows once
         data = data.persist()
-    parts = data.to_delayed()
+    # a persisted frame: its partitions' futures, not the collection's graph of aliases
+    parts = (None if full else persisted_futures(data)) or data.to_delayed()
     firsts = [dask.delayed(check_partition)(d, cols) for d in parts]
     summed = not (full or cols.index_is_user)
     if summed:  # the workers sum the counts: the client gets each user once, not per partition
