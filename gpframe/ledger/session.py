@@ -28,6 +28,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -101,6 +102,10 @@ _ROLLBACK = (
 # charged, so its query can no longer commit, and it releases nothing unless it commits; a
 # cancel lost with it leaves the budget held, which only refuses more.
 _UNANCHORED = frozenset({"reserve", "cancel"})
+
+
+#: the overrides digest of a notion without any override (every audit row's state names it)
+_NO_OVERRIDES = overrides_digest(np.empty(0, dtype=np.int64))
 
 
 def _now() -> str:
@@ -340,6 +345,9 @@ class Ledger:
         self.units: dict[str, LedgerUnits] = {}
         self.default: dict[str, int] = {}
         self.token = uuid.uuid4().hex
+        #: units_for's (numerator, denominator) of an amount in ledger units, per distinct
+        #: (notion, filter, exponent, kind, amount): pure functions of public parameters
+        self._per_unit: dict[tuple[Any, ...], tuple[int, int]] = {}
         self.chain = Chain(key)
         self.anchor = None if anchor is None else Anchor(anchor)
         self._begin()
@@ -611,7 +619,7 @@ class Ledger:
                 {"charges": before["charges"] + self._d_charges, "budgets": budgets,
                  "spent": {n: str(v) for n, v in spent.items()}, "overrides": over}
             )  # fmt: skip
-        none = overrides_digest(np.empty(0, dtype=np.int64))
+        none = _NO_OVERRIDES
         for n in self.kind:
             state["budgets"][n] = f"{self.kind[n]}:{self.units[n].exponent}:{self.default[n]}"
             state["spent"].setdefault(n, "0")
@@ -879,11 +887,18 @@ class Ledger:
         """
         notion = self._notion(notion)
         lu, fkind = self.units[notion], self.kind[notion]
-        f = nonnegative(amount, "amount")
-        if kind is not None:
-            f = charge_for(fkind, kind, f)
-        v = f * lu.scale
-        p, q = v.numerator, v.denominator
+        # a SQL query converts its one amount in every Arrow batch: once per distinct amount
+        key = (notion, fkind, lu.exponent, kind, type(amount), amount)
+        pq = self._per_unit.get(key) if type(amount) in (Fraction, float, int) else None
+        if pq is None:
+            f = nonnegative(amount, "amount")
+            if kind is not None:
+                f = charge_for(fkind, kind, f)
+            v = f * lu.scale
+            pq = v.numerator, v.denominator
+            if type(amount) in (Fraction, float, int) and len(self._per_unit) < 1024:
+                self._per_unit[key] = pq
+        p, q = pq
         n = np.array([1] if counts is None else counts, dtype=np.int64).reshape(-1)
         if n.size and int(n.min()) < 0:
             raise InvalidInputError("counts must be >= 0. Nothing was charged.")
@@ -980,12 +995,13 @@ class Ledger:
                 a_idx, a_alloc = idx[admitted], alloc[admitted]
             created = _now()
             self.store.add_query(rid, query, notion, kind_s, ptext, created)
-            self.store.add_reservation(
-                ReservationRow(
-                    rid, notion, rid, cid, kind_s, created, os.getpid(), _HOST, self.token,
-                    a_idx, a_alloc,
-                )
-            )  # fmt: skip
+            if not paid:  # a prepaid one is charged below, in this write: never stored open
+                self.store.add_reservation(
+                    ReservationRow(
+                        rid, notion, rid, cid, kind_s, created, os.getpid(), _HOST, self.token,
+                        a_idx, a_alloc,
+                    )
+                )  # fmt: skip
             held_digest = _digest(notion, a_idx, a_alloc)
             self._audit(
                 "reserve",
@@ -1000,7 +1016,7 @@ class Ledger:
             if paid:
                 if check is not None:
                     check(r)  # no noise yet: raising rolls the whole transaction back
-                self._commit_write(r, r.allocation_units, "charge")()
+                self._commit_write(r, r.allocation_units, "charge", fresh=True)()
                 r.state = "charged"
             return r
 
@@ -1121,8 +1137,16 @@ class Ledger:
         """Commit the admitted users' ``used`` units; False if this reservation already did."""
         return self._group.run(self._commit_write(res, used, op))
 
-    def _commit_write(self, res: Reservation, used: np.ndarray, op: str) -> Callable[[], bool]:
-        """Return the write of :meth:`_commit`, to run inside a (possibly shared) transaction."""
+    def _commit_write(
+        self, res: Reservation, used: np.ndarray, op: str, fresh: bool = False
+    ) -> Callable[[], bool]:
+        """Return the write of :meth:`_commit`, to run inside a (possibly shared) transaction.
+
+        ``fresh``: the prepaid charge of a reservation made earlier in the same write, under a
+        fresh id (no charge can exist under it) and never stored as open (nothing to delete):
+        the same rows and audit entries as reserving then charging, without writing and
+        deleting the reservation's row (its users' indices and allocations) in between.
+        """
         every = bool(res.admitted.all())  # then the arrays as they are, not masked copies
         a_idx = res._idx if every else res._idx[res.admitted]
         order = _order_unique(a_idx)  # a reservation's users are distinct
@@ -1139,7 +1163,7 @@ class Ledger:
             digest = _digest(res.notion, c_idx, c_amt)
 
         def write() -> bool:
-            prior = self.store.charge(res.charge_id)
+            prior = None if fresh else self.store.charge(res.charge_id)
             if prior is not None:
                 # only this reservation's own earlier commit may stand in for this one: any
                 # other reservation held budget and may have drawn noise, so it must pay
@@ -1157,7 +1181,7 @@ class Ledger:
                     self.store.delete_reservation(res.id)
                     self._audit("release", {"reservation": res.id, "charge_id": res.charge_id})
                 return False
-            if not self.store.has_reservation(res.id):
+            if not fresh and not self.store.has_reservation(res.id):
                 raise LedgerError(
                     f"reservation {res.id} was already settled or cancelled (by close(), "
                     "settle_stale() or settle_host()); its amounts are accounted for. Nothing "
@@ -1171,7 +1195,8 @@ class Ledger:
             created = _now()
             # the reservation goes first, in the same transaction: its freed pages take the
             # charge row's blobs (no fresh pages for 16 bytes a user, a file that grows less)
-            self.store.delete_reservation(res.id)
+            if not fresh:
+                self.store.delete_reservation(res.id)
             self._add_charge(
                 ChargeRow(
                     res.charge_id, res.id, res.query_id, res.notion, res.kind, created,
