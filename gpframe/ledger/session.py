@@ -337,7 +337,7 @@ class Ledger:
         self.store = store
         self._lock = threading.RLock()
         #: concurrent reserves and charges share one write transaction (group commit)
-        self._group = GroupCommit(self._lock, self._write)
+        self._group = GroupCommit(self._lock, self._group_write)
         self._index = pd.Index(np.empty(0, dtype=np.int64))
         #: SHA-256 over every user id in index order (uid_bytes): the users' part of ``state``
         self._uhash = hashlib.sha256()
@@ -467,6 +467,17 @@ class Ledger:
     # -- transactions and users -----------------------------------------------------------
     def _write(self) -> Any:
         return _Txn(self, self.store.write())
+
+    def _group_write(self) -> Any:
+        """Open a write transaction of the group commit, its anchor update left for after the lock.
+
+        The transaction's :attr:`_Txn.after` updates the anchor; :class:`GroupCommit` runs it
+        once the Ledger's lock is released, and every caller of the transaction returns only
+        after it has run. So the next transaction's commit (an fsync of the ``-wal``) no
+        longer waits behind this one's anchor fsync, while no caller goes on to release values
+        before the anchor records its charge.
+        """
+        return _Txn(self, self.store.write(), anchor_after=True)
 
     def _read(self) -> Any:
         return _Txn(self, self.store.read())
@@ -1527,8 +1538,13 @@ class _Txn:
     Once it has committed, it advances the anchor to the audit row it wrote.
     """
 
-    def __init__(self, ledger: Ledger, inner: Any) -> None:
+    def __init__(self, ledger: Ledger, inner: Any, anchor_after: bool = False) -> None:
         self.ledger, self.inner = ledger, inner
+        #: whether the anchor update waits for :attr:`after` (run by the caller, see
+        #: :meth:`Ledger._group_write`) instead of running when the transaction commits
+        self.anchor_after = anchor_after
+        #: the committed transaction's anchor update, when ``anchor_after`` (else None)
+        self.after: _AnchorUpdate | None = None
 
     def __enter__(self) -> None:
         led = self.ledger
@@ -1550,18 +1566,46 @@ class _Txn:
             return out
         head, led._head = led._head, None
         if head is not None and led.anchor is not None:
+            update = _AnchorUpdate(led.anchor, head, led.chain.kind)
+            if self.anchor_after:
+                self.after = update
+            else:
+                update()
+        return out
+
+
+class _AnchorUpdate:
+    """Advance an anchor to a committed transaction's head, once, whichever thread asks first.
+
+    The callers of one group transaction each call it after the Ledger's lock is released;
+    the first runs the update, the others wait for it (its lock) and find it done.
+    :meth:`gpframe.ledger.integrity.Anchor.advance` keeps the anchor moving forwards only,
+    so two transactions' updates may finish in either order.
+    """
+
+    __slots__ = ("anchor", "chain", "done", "head", "lock")
+
+    def __init__(self, anchor: Anchor, head: tuple[int, str], chain: str) -> None:
+        self.anchor, self.head, self.chain = anchor, head, chain
+        self.lock = threading.Lock()
+        self.done = False
+
+    def __call__(self) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
             try:
-                led.anchor.advance(head[0], head[1], led.chain.kind)
+                self.anchor.advance(self.head[0], self.head[1], self.chain)
             except OSError as exc:
                 # the commit stands; an anchor left behind is still a valid (weaker) anchor
                 warnings.warn(
-                    f"the ledger committed, but its anchor {led.anchor.path!r} could not be "
+                    f"the ledger committed, but its anchor {self.anchor.path!r} could not be "
                     f"updated ({exc}); rollbacks past its last update go unnoticed until a "
                     "write succeeds. Check the anchor's directory.",
                     GpframeWarning,
-                    stacklevel=3,
+                    stacklevel=4,
                 )
-        return out
 
 
 class Reservation:
