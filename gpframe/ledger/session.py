@@ -359,6 +359,9 @@ class Ledger:
         self._d_charges = 0
         self._d_overrides: set[str] = set()
         self._head: tuple[int, str] | None = None
+        #: (hash, state) of the audit row this transaction wrote last: the next row of the
+        #: same transaction links to it without reading it back (nobody else can write between)
+        self._last_audit: tuple[str, dict[str, Any]] | None = None
 
     # -- configuration ------------------------------------------------------------------
     def _configure(self, budgets: dict[str, Budget | None]) -> None:
@@ -539,13 +542,17 @@ class Ledger:
 
     def _audit(self, op: str, content: dict[str, Any]) -> None:
         created = _now()
-        tail = self.store.audit_tail()
-        prev = tail[0][2] if tail else GENESIS
-        before = json.loads(tail[0][1]).get("state") if tail else None
+        if self._last_audit is not None:  # a second row of this transaction (a prepaid batch)
+            prev, before = self._last_audit
+        else:
+            tail = self.store.audit_tail()
+            prev = tail[0][2] if tail else GENESIS
+            before = json.loads(tail[0][1]).get("state") if tail else None
         state = self._next_state(before)
         text = json.dumps({"op": op, "time": created, **content, "state": state}, sort_keys=True)
         h = self.chain.link(prev, text)
         seq = self.store.add_audit(created, op, text, h)
+        self._last_audit = (h, state)  # the state as its JSON text reads back (str/int values)
         if op not in _UNANCHORED:
             self._head = (seq, h)
 
