@@ -5,6 +5,8 @@ time, inclusive of what they call) and runs the query of ``duckdb_threads.py`` o
 session: prints, per batch, each stage's wall and CPU milliseconds and calls per batch, plus
 the query's wall time and cores busy. The timers cost about a microsecond a call; the stages
 nest (``udf`` holds everything), so a stage's own time is its line minus its children's.
+A group-commit transaction's anchor update runs after the Ledger's lock (``Anchor.advance``),
+outside ``txn COMMIT``; other writes update the anchor inside it.
 
     PYTHONPATH=. python benchmarks/speed/duckdb_stages.py --threads 1 --ledger file
 
@@ -97,8 +99,8 @@ def install() -> None:
     probe(store.SqliteStore, "read_chunks", "  store.read_chunks")
     probe(store.SqliteStore, "write_chunks", "  store.write_chunks")
     probe(session._Txn, "__enter__", "  txn BEGIN")
-    probe(session._Txn, "__exit__", "  txn COMMIT + anchor")
-    probe(integrity.Anchor, "advance", "    Anchor.advance")
+    probe(session._Txn, "__exit__", "  txn COMMIT (+ anchor, ungrouped)")
+    probe(integrity.Anchor, "advance", "  Anchor.advance")
     probe(store.SqliteStore, "_checkpoint", "    store._checkpoint")
 
 
