@@ -38,10 +38,23 @@ query), and group commit can share a commit only among the calls in flight at on
 ``threads``). On a file ledger a commit is now an fsync of the ``-wal`` plus, for a charge, the
 anchor's fsync and rename (strace, 10⁶ rows, threads=1: 2.15 syncs per batch instead of 5.03
 with a checkpoint per commit; the anchor is 1 of the 2.15, and its rename one more metadata
-write). Inside a call (in-memory ledger, thread CPU time) about 3.1 ms: the ledger's write
-(reserve and charge) 1.25 ms, the sampler 0.96 ms, the batch's checks, factorizing and Arrow
-conversion the rest; py-spy (``--gil``) found the GIL held for about two thirds of a call,
-which caps the cores busy at threads=2 near 1.5 whatever the scheduling. ``gp_in_region``
+write); the anchor update runs after the Ledger's lock is released (before the batch
+returns), so at threads >= 2 the next transaction's commit overlaps it. Per call
+(``duckdb_stages.py``, 10⁶ rows, threads=1, file ledger, load ~1, before the cuts of issue
+#19, which took 3-6% off a call's CPU): 2.31 ms wall, 1.94 ms CPU: the
+``-wal`` commit 0.45 ms wall (0.26 CPU, kernel time of the write and fsync of ~17 pages, about
+280 KB: three 32 KiB spent chunks for 10⁴ users, the charge's three 15 KB blobs, two audit
+rows), the anchor update 0.49 ms wall (0.30 CPU), the transaction's Python (admission, chunks,
+audit rows) 0.47 ms, the sampler 0.30 ms, the rest of ``privatize_points`` 0.15 ms, the
+batch's checks, factorizing and Arrow conversion about 0.35 ms; on an in-memory ledger 1.31 ms
+CPU a call. The Python path's whole query is 0.33 s, 0.68 ms per 2,048 points, so even with no
+fsync at all a call costs twice that, and most of it holds the GIL (all but the sampler's
+numba kernels, SQLite's own steps and the fsyncs): about 1 ms a call, 0.5 s per query
+serialised whatever ``threads=`` says, which bounds SQL ÷ Python near 1.5x on any number of
+cores. Reaching 1.2x needs fewer durable writes and fewer Python calls per row than one per
+2,048-row vector: e.g. the relation helpers (``gp.duckdb.privatize``) running the fetched
+relation through the Python path (one reservation and charge per query), or an Arrow batch
+larger than DuckDB's compiled vector size. ``gp_in_region``
 runs its 10 elimination rounds per batch, so 10 sampler calls per 2,048 rows where the Python
 path makes 10 per query: about 2.2 times the Python path's CPU time at 10⁵ rows.
 

@@ -14,6 +14,11 @@ If the shared transaction fails (one write refused, say), it is rolled back whol
 write of the group runs again alone, in its own transaction, each with its own outcome: one
 caller's error never reaches another.
 
+A transaction may leave work for after the lock (its context manager's ``after``, a callable:
+the Ledger's anchor update, an fsync of its own): every caller of the transaction calls it
+once the lock is released, before returning (it runs once; the others wait for it). The next
+transaction meanwhile takes the lock and commits, so two fsyncs overlap instead of queueing.
+
 A writer that finds the lock free runs at once when it is the only thread writing lately. When
 several threads have been writing (DuckDB's threads, each with a batch), the one that takes the
 lock waits a little for the others' next writes before it opens the transaction: at most half
@@ -54,7 +59,7 @@ _RECENT_WRITES, _RECENT_S = 16, 0.25
 class _Slot:
     """One queued write: its body, and its outcome once a transaction ran it."""
 
-    __slots__ = ("done", "error", "fn", "thread", "value")
+    __slots__ = ("after", "done", "error", "fn", "thread", "value")
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.fn = fn
@@ -62,6 +67,8 @@ class _Slot:
         self.done = False
         self.value: Any = None
         self.error: Exception | None = None
+        #: what the committed transaction left to run after the lock (its ``after``), or None
+        self.after: Callable[[], None] | None = None
 
 
 class GroupCommit:
@@ -108,6 +115,8 @@ class GroupCommit:
                 if any(s is slot for s in self._queue):
                     self._queue = [s for s in self._queue if s is not slot]
             raise
+        if slot.after is not None:  # the transaction's own follow-up (the ledger's anchor)
+            slot.after()
         if slot.error is not None:
             raise slot.error
         return slot.value  # type: ignore[no-any-return]
@@ -123,19 +132,21 @@ class GroupCommit:
         try:
             if len(group) > 1:
                 try:
-                    values = self._together(group)
+                    values, after = self._together(group)
                 except Exception:  # rolled back whole: each runs alone below
                     pass
                 else:
                     for s, v in zip(group, values, strict=True):
-                        s.value, s.done = v, True
+                        s.value, s.after, s.done = v, after, True
                     return
             for s in group:
                 try:
                     self.transactions += 1
                     self.writes += 1
-                    with self._transaction():
+                    txn = self._transaction()
+                    with txn:
                         s.value = s.fn()
+                    s.after = getattr(txn, "after", None)
                 except Exception as exc:  # handed to the slot's own caller
                     s.error = exc
                 s.done = True
@@ -165,8 +176,10 @@ class GroupCommit:
                 return
             self._arrived.wait(left)
 
-    def _together(self, group: list[_Slot]) -> list[Any]:
+    def _together(self, group: list[_Slot]) -> tuple[list[Any], Callable[[], None] | None]:
         self.transactions += 1
         self.writes += len(group)
-        with self._transaction():
-            return [s.fn() for s in group]
+        txn = self._transaction()
+        with txn:
+            values = [s.fn() for s in group]
+        return values, getattr(txn, "after", None)

@@ -273,12 +273,15 @@ class Anchor:
                 sort_keys=True,
             )
             tmp = f"{self.path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+            replaced = False
             try:
                 with open(tmp, "w") as f:
                     f.write(text + "\n")
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, self.path)
+                replaced = True
             finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+                if not replaced:  # after the rename there is no temp file left to remove
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp)

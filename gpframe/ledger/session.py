@@ -28,6 +28,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -101,6 +102,10 @@ _ROLLBACK = (
 # charged, so its query can no longer commit, and it releases nothing unless it commits; a
 # cancel lost with it leaves the budget held, which only refuses more.
 _UNANCHORED = frozenset({"reserve", "cancel"})
+
+
+#: the overrides digest of a notion without any override (every audit row's state names it)
+_NO_OVERRIDES = overrides_digest(np.empty(0, dtype=np.int64))
 
 
 def _now() -> str:
@@ -332,7 +337,7 @@ class Ledger:
         self.store = store
         self._lock = threading.RLock()
         #: concurrent reserves and charges share one write transaction (group commit)
-        self._group = GroupCommit(self._lock, self._write)
+        self._group = GroupCommit(self._lock, self._group_write)
         self._index = pd.Index(np.empty(0, dtype=np.int64))
         #: SHA-256 over every user id in index order (uid_bytes): the users' part of ``state``
         self._uhash = hashlib.sha256()
@@ -340,6 +345,9 @@ class Ledger:
         self.units: dict[str, LedgerUnits] = {}
         self.default: dict[str, int] = {}
         self.token = uuid.uuid4().hex
+        #: units_for's (numerator, denominator) of an amount in ledger units, per distinct
+        #: (notion, filter, exponent, kind, amount): pure functions of public parameters
+        self._per_unit: dict[tuple[Any, ...], tuple[int, int]] = {}
         self.chain = Chain(key)
         self.anchor = None if anchor is None else Anchor(anchor)
         self._begin()
@@ -351,6 +359,9 @@ class Ledger:
         self._d_charges = 0
         self._d_overrides: set[str] = set()
         self._head: tuple[int, str] | None = None
+        #: (hash, state) of the audit row this transaction wrote last: the next row of the
+        #: same transaction links to it without reading it back (nobody else can write between)
+        self._last_audit: tuple[str, dict[str, Any]] | None = None
 
     # -- configuration ------------------------------------------------------------------
     def _configure(self, budgets: dict[str, Budget | None]) -> None:
@@ -460,6 +471,17 @@ class Ledger:
     def _write(self) -> Any:
         return _Txn(self, self.store.write())
 
+    def _group_write(self) -> Any:
+        """Open a write transaction of the group commit, its anchor update left for after the lock.
+
+        The transaction's :attr:`_Txn.after` updates the anchor; :class:`GroupCommit` runs it
+        once the Ledger's lock is released, and every caller of the transaction returns only
+        after it has run. So the next transaction's commit (an fsync of the ``-wal``) no
+        longer waits behind this one's anchor fsync, while no caller goes on to release values
+        before the anchor records its charge.
+        """
+        return _Txn(self, self.store.write(), anchor_after=True)
+
     def _read(self) -> Any:
         return _Txn(self, self.store.read())
 
@@ -520,13 +542,17 @@ class Ledger:
 
     def _audit(self, op: str, content: dict[str, Any]) -> None:
         created = _now()
-        tail = self.store.audit_tail()
-        prev = tail[0][2] if tail else GENESIS
-        before = json.loads(tail[0][1]).get("state") if tail else None
+        if self._last_audit is not None:  # a second row of this transaction (a prepaid batch)
+            prev, before = self._last_audit
+        else:
+            tail = self.store.audit_tail()
+            prev = tail[0][2] if tail else GENESIS
+            before = json.loads(tail[0][1]).get("state") if tail else None
         state = self._next_state(before)
         text = json.dumps({"op": op, "time": created, **content, "state": state}, sort_keys=True)
         h = self.chain.link(prev, text)
         seq = self.store.add_audit(created, op, text, h)
+        self._last_audit = (h, state)  # the state as its JSON text reads back (str/int values)
         if op not in _UNANCHORED:
             self._head = (seq, h)
 
@@ -611,7 +637,7 @@ class Ledger:
                 {"charges": before["charges"] + self._d_charges, "budgets": budgets,
                  "spent": {n: str(v) for n, v in spent.items()}, "overrides": over}
             )  # fmt: skip
-        none = overrides_digest(np.empty(0, dtype=np.int64))
+        none = _NO_OVERRIDES
         for n in self.kind:
             state["budgets"][n] = f"{self.kind[n]}:{self.units[n].exponent}:{self.default[n]}"
             state["spent"].setdefault(n, "0")
@@ -879,11 +905,18 @@ class Ledger:
         """
         notion = self._notion(notion)
         lu, fkind = self.units[notion], self.kind[notion]
-        f = nonnegative(amount, "amount")
-        if kind is not None:
-            f = charge_for(fkind, kind, f)
-        v = f * lu.scale
-        p, q = v.numerator, v.denominator
+        # a SQL query converts its one amount in every Arrow batch: once per distinct amount
+        key = (notion, fkind, lu.exponent, kind, type(amount), amount)
+        pq = self._per_unit.get(key) if type(amount) in (Fraction, float, int) else None
+        if pq is None:
+            f = nonnegative(amount, "amount")
+            if kind is not None:
+                f = charge_for(fkind, kind, f)
+            v = f * lu.scale
+            pq = v.numerator, v.denominator
+            if type(amount) in (Fraction, float, int) and len(self._per_unit) < 1024:
+                self._per_unit[key] = pq
+        p, q = pq
         n = np.array([1] if counts is None else counts, dtype=np.int64).reshape(-1)
         if n.size and int(n.min()) < 0:
             raise InvalidInputError("counts must be >= 0. Nothing was charged.")
@@ -980,12 +1013,13 @@ class Ledger:
                 a_idx, a_alloc = idx[admitted], alloc[admitted]
             created = _now()
             self.store.add_query(rid, query, notion, kind_s, ptext, created)
-            self.store.add_reservation(
-                ReservationRow(
-                    rid, notion, rid, cid, kind_s, created, os.getpid(), _HOST, self.token,
-                    a_idx, a_alloc,
-                )
-            )  # fmt: skip
+            if not paid:  # a prepaid one is charged below, in this write: never stored open
+                self.store.add_reservation(
+                    ReservationRow(
+                        rid, notion, rid, cid, kind_s, created, os.getpid(), _HOST, self.token,
+                        a_idx, a_alloc,
+                    )
+                )  # fmt: skip
             held_digest = _digest(notion, a_idx, a_alloc)
             self._audit(
                 "reserve",
@@ -1000,7 +1034,7 @@ class Ledger:
             if paid:
                 if check is not None:
                     check(r)  # no noise yet: raising rolls the whole transaction back
-                self._commit_write(r, r.allocation_units, "charge")()
+                self._commit_write(r, r.allocation_units, "charge", fresh=True)()
                 r.state = "charged"
             return r
 
@@ -1121,8 +1155,16 @@ class Ledger:
         """Commit the admitted users' ``used`` units; False if this reservation already did."""
         return self._group.run(self._commit_write(res, used, op))
 
-    def _commit_write(self, res: Reservation, used: np.ndarray, op: str) -> Callable[[], bool]:
-        """Return the write of :meth:`_commit`, to run inside a (possibly shared) transaction."""
+    def _commit_write(
+        self, res: Reservation, used: np.ndarray, op: str, fresh: bool = False
+    ) -> Callable[[], bool]:
+        """Return the write of :meth:`_commit`, to run inside a (possibly shared) transaction.
+
+        ``fresh``: the prepaid charge of a reservation made earlier in the same write, under a
+        fresh id (no charge can exist under it) and never stored as open (nothing to delete):
+        the same rows and audit entries as reserving then charging, without writing and
+        deleting the reservation's row (its users' indices and allocations) in between.
+        """
         every = bool(res.admitted.all())  # then the arrays as they are, not masked copies
         a_idx = res._idx if every else res._idx[res.admitted]
         order = _order_unique(a_idx)  # a reservation's users are distinct
@@ -1139,7 +1181,7 @@ class Ledger:
             digest = _digest(res.notion, c_idx, c_amt)
 
         def write() -> bool:
-            prior = self.store.charge(res.charge_id)
+            prior = None if fresh else self.store.charge(res.charge_id)
             if prior is not None:
                 # only this reservation's own earlier commit may stand in for this one: any
                 # other reservation held budget and may have drawn noise, so it must pay
@@ -1157,7 +1199,7 @@ class Ledger:
                     self.store.delete_reservation(res.id)
                     self._audit("release", {"reservation": res.id, "charge_id": res.charge_id})
                 return False
-            if not self.store.has_reservation(res.id):
+            if not fresh and not self.store.has_reservation(res.id):
                 raise LedgerError(
                     f"reservation {res.id} was already settled or cancelled (by close(), "
                     "settle_stale() or settle_host()); its amounts are accounted for. Nothing "
@@ -1171,7 +1213,8 @@ class Ledger:
             created = _now()
             # the reservation goes first, in the same transaction: its freed pages take the
             # charge row's blobs (no fresh pages for 16 bytes a user, a file that grows less)
-            self.store.delete_reservation(res.id)
+            if not fresh:
+                self.store.delete_reservation(res.id)
             self._add_charge(
                 ChargeRow(
                     res.charge_id, res.id, res.query_id, res.notion, res.kind, created,
@@ -1502,8 +1545,13 @@ class _Txn:
     Once it has committed, it advances the anchor to the audit row it wrote.
     """
 
-    def __init__(self, ledger: Ledger, inner: Any) -> None:
+    def __init__(self, ledger: Ledger, inner: Any, anchor_after: bool = False) -> None:
         self.ledger, self.inner = ledger, inner
+        #: whether the anchor update waits for :attr:`after` (run by the caller, see
+        #: :meth:`Ledger._group_write`) instead of running when the transaction commits
+        self.anchor_after = anchor_after
+        #: the committed transaction's anchor update, when ``anchor_after`` (else None)
+        self.after: _AnchorUpdate | None = None
 
     def __enter__(self) -> None:
         led = self.ledger
@@ -1525,18 +1573,46 @@ class _Txn:
             return out
         head, led._head = led._head, None
         if head is not None and led.anchor is not None:
+            update = _AnchorUpdate(led.anchor, head, led.chain.kind)
+            if self.anchor_after:
+                self.after = update
+            else:
+                update()
+        return out
+
+
+class _AnchorUpdate:
+    """Advance an anchor to a committed transaction's head, once, whichever thread asks first.
+
+    The callers of one group transaction each call it after the Ledger's lock is released;
+    the first runs the update, the others wait for it (its lock) and find it done.
+    :meth:`gpframe.ledger.integrity.Anchor.advance` keeps the anchor moving forwards only,
+    so two transactions' updates may finish in either order.
+    """
+
+    __slots__ = ("anchor", "chain", "done", "head", "lock")
+
+    def __init__(self, anchor: Anchor, head: tuple[int, str], chain: str) -> None:
+        self.anchor, self.head, self.chain = anchor, head, chain
+        self.lock = threading.Lock()
+        self.done = False
+
+    def __call__(self) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
             try:
-                led.anchor.advance(head[0], head[1], led.chain.kind)
+                self.anchor.advance(self.head[0], self.head[1], self.chain)
             except OSError as exc:
                 # the commit stands; an anchor left behind is still a valid (weaker) anchor
                 warnings.warn(
-                    f"the ledger committed, but its anchor {led.anchor.path!r} could not be "
+                    f"the ledger committed, but its anchor {self.anchor.path!r} could not be "
                     f"updated ({exc}); rollbacks past its last update go unnoticed until a "
                     "write succeeds. Check the anchor's directory.",
                     GpframeWarning,
-                    stacklevel=3,
+                    stacklevel=4,
                 )
-        return out
 
 
 class Reservation:

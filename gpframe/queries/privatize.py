@@ -28,6 +28,7 @@ to ground units, never a recomputed nominal value.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import warnings
@@ -128,6 +129,21 @@ def check_point_amount(
     ...
     gpframe.errors.InvalidInputError: rho=1e-20 per point gives noise of 7.08e+09 m, ...
     """
+    label = name or ("eps" if kind == "gp" else "rho")
+    try:
+        _checked_point_amount(kind, part, label, Fraction(scale_max))
+    except TypeError:  # an unhashable amount (not a Fraction): checked without the cache
+        _checked_point_amount.__wrapped__(kind, part, label, Fraction(scale_max))
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_point_amount(kind: str, part: Fraction, label: str, k: Fraction) -> None:
+    """:func:`check_point_amount`, once per (kind, amount, name, scale factor).
+
+    A SQL query checks its one amount in every Arrow batch (hundreds per query), and the
+    calibration behind the check is a few dozen ``Fraction`` operations. The check is a pure
+    function of public parameters: a refusal raises (and is not cached), a pass returns None.
+    """
     from gpframe.mechanisms.calibration import (
         cgp_gaussian,
         check_eps,
@@ -136,8 +152,6 @@ def check_point_amount(
         sqrt_up,
     )
 
-    label = name or ("eps" if kind == "gp" else "rho")
-    k = Fraction(scale_max)
     part = part / k if kind == "gp" else part / (k * k)
     if kind == "gp":
         # the wrapper's own range check: the calibration alone coarsens the lattice without
