@@ -102,7 +102,11 @@ def check_data_matches(plan_occ: Occupancy, rows_u: np.ndarray, rows_j: np.ndarr
 
 
 def retained_rows(
-    plan: ClipUserPlan, rows_u: np.ndarray, rows_j: np.ndarray, order: np.ndarray | None = None
+    plan: ClipUserPlan,
+    rows_u: np.ndarray,
+    rows_j: np.ndarray,
+    order: np.ndarray | None = None,
+    coo: np.ndarray | None = None,
 ) -> np.ndarray:
     """Boolean mask of the data rows that the plan keeps.
 
@@ -112,20 +116,21 @@ def retained_rows(
 
     In each (user, cell) group the first r_ℓj rows in the canonical order are kept: ``order``
     (e.g. timestamps, then row position), or row position alone. The choice reads only the user's
-    own rows and public information.
+    own rows and public information. ``coo`` is each row's COO row in the plan's occupancy when
+    the caller has it (:func:`~gpframe.queries.clip_user.occupancy_rows`); otherwise it is looked
+    up from ``rows_u`` / ``rows_j``.
     """
-    occ = plan.occupancy
-    n_u = max(occ.n_users, 1)
-    code = rows_j.astype(np.int64) * n_u + rows_u
-    pos = np.arange(code.size)
-    keys = (pos, code) if order is None else (pos, np.asarray(order), code)
-    srt = np.lexsort(keys)
-    c_sorted = code[srt]
-    first = np.searchsorted(c_sorted, c_sorted, side="left")
-    rank = np.empty(code.size, np.int64)
-    rank[srt] = np.arange(code.size) - first
-    coo = np.searchsorted(occ.j * n_u + occ.u, code)  # COO rows are sorted by this code
-    return rank < plan.r[coo]
+    from gpframe.queries.clip_user.pairs import keep_first
+
+    if coo is None:
+        occ = plan.occupancy
+        n_u = max(occ.n_users, 1)
+        code = rows_j.astype(np.int64) * n_u + rows_u
+        coo = np.searchsorted(occ.j * n_u + occ.u, code)  # COO rows are sorted by this code
+    # rows in the canonical order (order, then position) within every group at once: the rank
+    # of a row among its group's rows is the same as in a sort by (group, order, position)
+    perm = None if order is None else np.lexsort((np.arange(coo.size), np.asarray(order)))
+    return keep_first(coo, plan.r, perm)
 
 
 def exact_cell_stats(
@@ -405,6 +410,7 @@ def run_grid_stats(
     max_retries: int = 3,
     on_stage: Callable[[str], None] | None = None,
     cell_stats: Callable[[ClipUserPlan], Any] | None = None,
+    coo: np.ndarray | None = None,
 ) -> GridStatsRun:
     """Plan, admit, charge and release.
 
@@ -423,6 +429,10 @@ def run_grid_stats(
     computed where the rows are held (the Dask face, from exact per-cell sums,
     :func:`cell_stats_from_sums`; ``docs/beyond-one-machine.md``); ``occ`` must then be the
     data's own counts. It is called after the reservation, before any noise is drawn.
+
+    ``coo`` (optional) is each row's COO row in ``occ``, from the pass that built ``occ`` and
+    ``rows_u`` / ``rows_j`` (:func:`~gpframe.queries.clip_user.occupancy_rows`): it spares
+    :func:`retained_rows` the search of every row among the pairs.
     """
     fkind = central_kind(session)
     if cell_stats is None:
@@ -468,7 +478,7 @@ def run_grid_stats(
             r: Any, plan: ClipUserPlan = plan, users: list[Any] = users, payers: Any = payers
         ) -> Charge[Any]:
             if cell_stats is None:
-                keep = retained_rows(plan, rows_u, rows_j, order)
+                keep = retained_rows(plan, rows_u, rows_j, order, coo)
                 means, variances, r_chk = exact_cell_stats(
                     values[keep], rows_j[keep], occ.n_cells, lower, upper
                 )
