@@ -73,11 +73,23 @@ def value_step(lower: Fraction, upper: Fraction) -> Fraction:
     return Fraction(2) ** (floor_log2(upper - lower) - VALUE_BITS)
 
 
-def check_data_matches(plan_occ: Occupancy, rows_u: np.ndarray, rows_j: np.ndarray) -> None:
+def check_data_matches(
+    plan_occ: Occupancy, rows_u: np.ndarray, rows_j: np.ndarray, coo: np.ndarray | None = None
+) -> None:
     """Fail closed unless the data's per-(user, cell) counts equal the plan's occupancy.
 
     ``rows_u`` / ``rows_j`` index ``plan_occ.users`` / ``plan_occ.cells`` (-1: not in the plan).
+    With ``coo`` (each row's claimed COO row) the check is one pass over the rows
+    (:func:`~gpframe.queries.clip_user.pairs.rows_match`) instead of a sort of their pair codes;
+    a wrong claim fails it just the same.
     """
+    if coo is not None:
+        from gpframe.queries.clip_user.pairs import rows_match
+
+        o = plan_occ
+        if not rows_match(coo, rows_u, rows_j, o.u, o.j, o.m):
+            _mismatch()
+        return
     if rows_u.size and (rows_u.min() < 0 or rows_j.min() < 0):
         raise InvalidInputError(
             "the data has (user, cell) pairs that the public occupancy does not list; the "
@@ -93,12 +105,16 @@ def check_data_matches(plan_occ: Occupancy, rows_u: np.ndarray, rows_j: np.ndarr
         or not np.array_equal(uniq, want)
         or not np.array_equal(cnt, plan_occ.m)
     ):
-        raise InvalidInputError(
-            "the data's per-(user, cell) sample counts differ from the public occupancy; the "
-            "sensitivities of docs/operations/grid_stats.md are valid only for the occupancy they "
-            "were planned "
-            f"on. Pass an occupancy table equal to the data's counts. {_NOTHING}"
-        )
+        _mismatch()
+
+
+def _mismatch() -> None:
+    raise InvalidInputError(
+        "the data's per-(user, cell) sample counts differ from the public occupancy; the "
+        "sensitivities of docs/operations/grid_stats.md are valid only for the occupancy they "
+        "were planned "
+        f"on. Pass an occupancy table equal to the data's counts. {_NOTHING}"
+    )
 
 
 def retained_rows(
@@ -436,7 +452,7 @@ def run_grid_stats(
     """
     fkind = central_kind(session)
     if cell_stats is None:
-        check_data_matches(occ, rows_u, rows_j)
+        check_data_matches(occ, rows_u, rows_j, coo)
     eps = exact(epsilon, "epsilon")
     plan_kw = {
         "lower": lower,

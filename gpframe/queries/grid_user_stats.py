@@ -486,7 +486,7 @@ def run_user_grid_stats(
 
     central_kind(session)
     if sums is None:
-        check_data_matches(occ, rows_u, rows_j)  # type: ignore[arg-type]
+        check_data_matches(occ, rows_u, rows_j, coo)  # type: ignore[arg-type]
         sums = pair_sums(occ, rows_u, rows_j, values, lower, upper, coo)  # type: ignore[arg-type]
     elif not np.array_equal(sums.s0, occ.m):
         raise GpframeInternalError("the reduced sums do not match the occupancy's counts.")

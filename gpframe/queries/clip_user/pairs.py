@@ -6,10 +6,11 @@ randomness, no charge.
 
 :func:`group_pairs` turns each record's dense user and cell index into the occupancy's COO rows
 (sorted by (cell, user)) and each record's COO row; :func:`keep_first` keeps the first r rows of
-each pair. Both are O(n) passes over flat int64 arrays (counting sorts on the dense indexes): the
-hashing or sorting of the n pair codes they replace, and the binary search of each record's COO row
-among ~10⁶ pairs, cost several seconds at 10⁷ records. The n-sized arrays are allocated by numpy
-and passed in, so memory accounting (``tracemalloc``) sees them.
+each pair; :func:`rows_match` checks records against an occupancy through their COO rows. All are
+O(n) passes over flat int64 arrays (counting sorts on the dense indexes): the hashing or sorting of
+the n pair codes they replace, and the binary search of each record's COO row among ~10⁶ pairs,
+cost several seconds at 10⁷ records. Every array, scratch included, is allocated by numpy and
+passed in, so memory accounting (``tracemalloc``) sees them.
 """
 
 from __future__ import annotations
@@ -19,32 +20,37 @@ import numpy as np
 from gpframe.errors import GpframeInternalError
 from gpframe.mechanisms.compiled import njit
 
-__all__ = ["group_pairs", "keep_first"]
+__all__ = ["group_pairs", "keep_first", "rows_match"]
 
 
 @njit(nogil=True)
 def _pair_ids(
-    ui: np.ndarray, ci: np.ndarray, n_u: int, n_c: int, by_user: np.ndarray, pid: np.ndarray
+    ui: np.ndarray,
+    ci: np.ndarray,
+    by_user: np.ndarray,
+    pid: np.ndarray,
+    start: np.ndarray,
+    mark: np.ndarray,
+    slot: np.ndarray,
 ) -> int:
     # rows grouped by user (a stable counting sort into by_user), then each user's distinct cells
     # numbered in the order the user's rows first meet them: pid[i] is row i's pair, numbered
     # user by user (ascending), so pairs are in ascending user order. Returns the number of pairs.
-    n = ui.size
-    start = np.zeros(n_u + 1, np.int64)
+    # Scratch: start (n_u + 1, zeros), mark (n_c, -1: the last user seen in each cell), slot (n_c:
+    # that user's pair in the cell).
+    n, n_u = ui.size, start.size - 1
     for i in range(n):
         start[ui[i] + 1] += 1
     for u in range(n_u):
         start[u + 1] += start[u]
-    fill = start[:n_u].copy()
-    for i in range(n):
+    for i in range(n):  # start[u] runs through user u's places, ending at the next user's start
         u = ui[i]
-        by_user[fill[u]] = i
-        fill[u] += 1
-    mark = np.full(n_c, -1, np.int64)  # the last user seen in each cell
-    slot = np.zeros(n_c, np.int64)  # that user's pair in the cell
+        by_user[start[u]] = i
+        start[u] += 1
     p = 0
+    lo = 0
     for u in range(n_u):
-        for k in range(start[u], start[u + 1]):
+        for k in range(lo, start[u]):
             i = by_user[k]
             c = ci[i]
             if mark[c] != u:
@@ -52,6 +58,7 @@ def _pair_ids(
                 slot[c] = p
                 p += 1
             pid[i] = slot[c]
+        lo = start[u]
     return p
 
 
@@ -60,45 +67,39 @@ def _coo(
     ui: np.ndarray,
     ci: np.ndarray,
     pid: np.ndarray,
-    n_c: int,
     coo_u: np.ndarray,
     coo_j: np.ndarray,
     coo_m: np.ndarray,
+    pc: np.ndarray,
+    start: np.ndarray,
 ) -> None:
-    # each pair's user, cell and count, placed at its COO row by a stable counting sort on the
-    # cell (pairs are numbered in ascending user order, so users ascend within a cell); then pid
-    # becomes each record's COO row
-    p = coo_u.size
-    pu = np.empty(p, np.int64)
-    pc = np.empty(p, np.int64)
-    pm = np.zeros(p, np.int64)
+    # each pair placed at its COO row by a stable counting sort on its cell (pairs are numbered
+    # in ascending user order, so users ascend within a cell); then each record's pid becomes its
+    # COO row and the row's user, cell and count are filled. Scratch: pc (one per pair), start
+    # (n_c + 1, zeros); coo_m starts at zero.
+    n_c = start.size - 1
     for i in range(pid.size):
-        q = pid[i]
-        pu[q] = ui[i]
-        pc[q] = ci[i]
-        pm[q] += 1
-    start = np.zeros(n_c + 1, np.int64)
-    for q in range(p):
+        pc[pid[i]] = ci[i]
+    for q in range(pc.size):
         start[pc[q] + 1] += 1
     for c in range(n_c):
         start[c + 1] += start[c]
-    pos = np.empty(p, np.int64)
-    for q in range(p):
+    for q in range(pc.size):  # pc[q] becomes the pair's COO row
         c = pc[q]
-        k = start[c]
-        start[c] = k + 1
-        pos[q] = k
-        coo_u[k] = pu[q]
-        coo_j[k] = c
-        coo_m[k] = pm[q]
+        pc[q] = start[c]
+        start[c] += 1
     for i in range(pid.size):
-        pid[i] = pos[pid[i]]
+        k = pc[pid[i]]
+        pid[i] = k
+        coo_u[k] = ui[i]
+        coo_j[k] = ci[i]
+        coo_m[k] += 1
 
 
 def group_pairs(
     ui: np.ndarray, ci: np.ndarray, n_u: int, n_c: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """COO rows of the distinct (user, cell) pairs, and each record's COO row.
+    """Return the COO rows of the distinct (user, cell) pairs, and each record's COO row.
 
     Parameters
     ----------
@@ -117,14 +118,21 @@ def group_pairs(
     """
     ui = np.ascontiguousarray(ui, dtype=np.int64)
     ci = np.ascontiguousarray(ci, dtype=np.int64)
+    n_u, n_c = int(n_u), int(n_c)
     _in_range(ui, n_u, "user")
     _in_range(ci, n_c, "cell")
-    by_user = np.empty(ui.size, np.int64)
     row = np.empty(ui.size, np.int64)
-    p = int(_pair_ids(ui, ci, int(n_u), int(n_c), by_user, row))
+    by_user = np.empty(ui.size, np.int64)
+    p = int(
+        _pair_ids(
+            ui, ci, by_user, row, np.zeros(n_u + 1, np.int64), np.full(n_c, -1, np.int64),
+            np.zeros(n_c, np.int64),
+        )
+    )  # fmt: skip
     del by_user
-    u, j, m = (np.empty(p, np.int64) for _ in range(3))
-    _coo(ui, ci, row, int(n_c), u, j, m)
+    u, j = np.empty(p, np.int64), np.empty(p, np.int64)
+    m = np.zeros(p, np.int64)
+    _coo(ui, ci, row, u, j, m, np.empty(p, np.int64), np.zeros(n_c + 1, np.int64))
     return u, j, m, row
 
 
@@ -135,10 +143,11 @@ def _in_range(idx: np.ndarray, size: int, what: str) -> None:
 
 
 @njit(nogil=True)
-def _keep_first(coo: np.ndarray, r: np.ndarray, perm: np.ndarray, keep: np.ndarray) -> None:
+def _keep_first(
+    coo: np.ndarray, r: np.ndarray, perm: np.ndarray, keep: np.ndarray, seen: np.ndarray
+) -> None:
     # visit rows in the order perm (or row order when perm is empty): a row is kept while its
-    # pair has kept fewer than r rows
-    seen = np.zeros(r.size, np.int64)
+    # pair has kept fewer than r rows (seen: zeros, one per pair)
     n = coo.size
     ordered = perm.size == n and n > 0
     for k in range(n):
@@ -167,5 +176,54 @@ def keep_first(coo: np.ndarray, r: np.ndarray, perm: np.ndarray | None = None) -
         raise GpframeInternalError("keep_first: perm must be a permutation of the records.")
     _in_range(p, coo.size, "record")
     keep = np.empty(coo.size, np.bool_)
-    _keep_first(coo, r, p, keep)
+    _keep_first(coo, r, p, keep, np.zeros(r.size, np.int64))
     return keep
+
+
+@njit(nogil=True)
+def _rows_match(
+    coo: np.ndarray,
+    ru: np.ndarray,
+    rj: np.ndarray,
+    u: np.ndarray,
+    j: np.ndarray,
+    m: np.ndarray,
+    seen: np.ndarray,
+) -> bool:
+    # seen: zeros, one per pair
+    for i in range(coo.size):
+        c = coo[i]
+        if u[c] != ru[i] or j[c] != rj[i]:
+            return False
+        seen[c] += 1
+    for c in range(m.size):
+        if seen[c] != m[c]:
+            return False
+    return True
+
+
+def rows_match(
+    coo: np.ndarray, rows_u: np.ndarray, rows_j: np.ndarray,
+    u: np.ndarray, j: np.ndarray, m: np.ndarray,
+) -> bool:  # fmt: skip
+    """Return whether the records, placed at COO rows ``coo``, have exactly the occupancy.
+
+    Each record's (user, cell) must be its COO row's, and each COO row must get exactly ``m``
+    records: then the records' per-(user, cell) counts are the occupancy's (its pairs are
+    distinct), whatever ``coo`` claims. An index outside the COO rows is False. The occupancy
+    is given as its COO arrays ``u``, ``j``, ``m``.
+
+    >>> rows_match(np.array([1, 0, 1]), np.array([0, 1, 0]), np.array([0, 0, 0]),
+    ...            np.array([1, 0]), np.array([0, 0]), np.array([1, 2]))
+    True
+    >>> rows_match(np.array([1, 0, 1]), np.array([0, 1, 0]), np.array([0, 0, 0]),
+    ...            np.array([1, 0]), np.array([0, 0]), np.array([2, 1]))
+    False
+    """
+    arrs = [np.ascontiguousarray(a, dtype=np.int64) for a in (coo, rows_u, rows_j, u, j, m)]
+    coo = arrs[0]
+    if coo.size != arrs[1].size or coo.size != arrs[2].size or not u.size == j.size == m.size:
+        return False
+    if coo.size and (int(coo.min()) < 0 or int(coo.max()) >= m.size):
+        return False
+    return bool(_rows_match(*arrs, np.zeros(m.size, np.int64)))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -617,7 +618,8 @@ def _run(
     cells_of = list(map([*ckey, None].__getitem__, cs))  # cell -1 (none) is the last: None
     users_of = list(map(ukey.__getitem__, us))
     trace.extend(zip(stage, gs, users_of, cells_of, es, oks, strict=True))
-    suppressed.extend([(users_of[i], cells_of[i]) for i in np.flatnonzero(t_ok[:nt]).tolist()])
+    # the accepted trials' (user, cell), in trial order
+    suppressed.extend(zip(compress(users_of, oks), compress(cells_of, oks), strict=True))
     if undone:
         del suppressed[len(suppressed) - undone :]
     if candidates is not None:

@@ -81,3 +81,43 @@ def test_indexes_out_of_range_are_refused():
         group_pairs(np.array([0, 3]), np.array([0, 0]), 2, 1)
     with pytest.raises(GpframeInternalError):
         keep_first(np.array([0, 1]), np.array([1, 1]), np.array([0]))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_check_data_matches_with_coo_refuses_what_the_sort_refuses(seed):
+    from gpframe.errors import InvalidInputError
+    from gpframe.queries.grid_stats import check_data_matches
+
+    users, cells = _records(seed)
+    occ, rows = occupancy_rows(users, cells)
+    check_data_matches(occ, rows.u, rows.j, rows.coo)  # the data's own occupancy
+    if users.size < 2:
+        return
+    g = np.random.default_rng(seed)
+    # one record moved to another user's cell, or one record dropped: both checks refuse
+    moved_j = rows.j.copy()
+    i = int(g.integers(0, users.size))
+    moved_j[i] = (moved_j[i] + 1) % max(occ.n_cells, 1)
+    for ru, rj, coo in (
+        (rows.u, moved_j, rows.coo),
+        (rows.u[1:], rows.j[1:], rows.coo[1:]),
+        (rows.u, rows.j, (rows.coo + 1) % max(occ.u.size, 1)),
+    ):
+        if np.array_equal(rj, rows.j) and ru.size == rows.u.size and np.array_equal(coo, rows.coo):
+            continue  # a single cell: nothing moved
+        refused = []
+        for c in (None, coo):
+            try:
+                check_data_matches(occ, ru, rj, c)
+                refused.append(False)
+            except InvalidInputError:
+                refused.append(True)
+        assert refused[1]  # the COO check never accepts a wrong claim
+        assert refused[0] == (not _same_counts(occ, ru, rj))
+
+
+def _same_counts(occ, ru, rj) -> bool:
+    n_u = max(occ.n_users, 1)
+    code, m = np.unique(rj * n_u + ru, return_counts=True)
+    want = occ.j * n_u + occ.u
+    return code.shape == want.shape and np.array_equal(code, want) and np.array_equal(m, occ.m)
