@@ -32,7 +32,7 @@ import pandas as pd
 from gpframe.accounting.amounts import probability
 from gpframe.errors import InvalidInputError
 from gpframe.ledger.run import with_on_exhausted
-from gpframe.queries.clip_user import KAPPA, Occupancy
+from gpframe.queries.clip_user import KAPPA, Occupancy, RecordRows
 from gpframe.queries.grid_cells import as_h3 as _as_h3
 from gpframe.queries.grid_cells import h3_cells
 from gpframe.queries.grid_stats import (
@@ -64,13 +64,16 @@ def _cell_keys(frame: pd.DataFrame, cells: Any, projected: Any) -> np.ndarray:
     return _as_h3(frame[cells], f"column {cells!r}")
 
 
-def _occupancy(occupancy: Any, users: np.ndarray, cells: np.ndarray) -> Occupancy:
-    from gpframe.queries.clip_user import occupancy_from_records
+def _occupancy(
+    occupancy: Any, users: np.ndarray, cells: np.ndarray
+) -> tuple[Occupancy, RecordRows]:
+    """Return the public occupancy (checked against the data) and where each row sits in it."""
+    from gpframe.queries.clip_user import occupancy_rows
 
-    data_occ = occupancy_from_records(users, cells)
+    data_occ, rows = occupancy_rows(users, cells)
     if isinstance(occupancy, str):
         if occupancy == "public":
-            return data_occ
+            return data_occ, rows
         raise InvalidInputError(
             f"occupancy={occupancy!r} is not 'public', 'private' or a table. "
             + _OCC_HELP
@@ -82,7 +85,8 @@ def _occupancy(occupancy: Any, users: np.ndarray, cells: np.ndarray) -> Occupanc
         )
     from gpframe.queries.grid_occupancy import check_matches, table_occupancy
 
-    return check_matches(table_occupancy(occupancy), data_occ)
+    # the table equals the data's occupancy array for array, so the rows index it alike
+    return check_matches(table_occupancy(occupancy), data_occ), rows
 
 
 def grid_stats(
@@ -282,22 +286,21 @@ def grid_stats(
     if per_user:
         from gpframe.frame.grid_stats_user import per_user_public
 
+        occ, rows = _occupancy(occupancy, users, cell_keys)
         return per_user_public(
-            bound, x, cell_keys, users, occ=_occupancy(occupancy, users, cell_keys), lo=lo,
+            bound, x, rows, occ=occ, lo=lo,
             hi=hi, total=eps,
             split=split_f, beta=beta, rng=rng, cells=cells, value=value, progress=progress,
             shrink=bool(shrink),
         )  # fmt: skip
     with Stages(progress, "grid_stats", 4) as bar:
-        occ = _occupancy(occupancy, users, cell_keys)
-        rows_u = np.searchsorted(occ.users, users)
-        rows_j = np.searchsorted(occ.cells, cell_keys)
+        occ, rows = _occupancy(occupancy, users, cell_keys)
         bar.step("occupancy")
         run = run_grid_stats(
             session,
             occ,
-            rows_u,
-            rows_j,
+            rows.u,
+            rows.j,
             x,
             lower=lo,
             upper=hi,
@@ -309,6 +312,7 @@ def grid_stats(
             plan_options=plan_options,
             params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
             on_stage=bar.step,
+            coo=rows.coo,
         )
         bar.step("release")
         from gpframe.queries.grid_clip_output import clip_stats_output

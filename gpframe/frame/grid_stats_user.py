@@ -21,8 +21,7 @@ __all__ = ["per_user_public"]
 def per_user_public(
     bound: Any,
     x: np.ndarray,
-    cell_keys: np.ndarray,
-    users: np.ndarray,
+    rows: Any,
     *,
     occ: Any,
     lo: Fraction,
@@ -38,7 +37,8 @@ def per_user_public(
 ) -> Any:
     """Run the per-user-total release and build its GeoDataFrame (one row per occupied cell).
 
-    ``occ`` is the public occupancy, already checked by the caller.
+    ``occ`` is the public occupancy, already checked by the caller; ``rows`` (a
+    :class:`~gpframe.queries.clip_user.RecordRows`) where each data row sits in it.
 
     Noise and charges: :func:`gpframe.queries.grid_user_stats.run_user_grid_stats` (each user
     pays Σ ε_μ,j + ε_V,j over their kept cells, at most ``total``).
@@ -50,12 +50,10 @@ def per_user_public(
     session, p = bound.session, bound.located
     sp = (exact(split[0], "split[0]"), exact(split[1], "split[1]"))
     with Stages(progress, "grid_stats", 4) as bar:
-        rows_u = np.searchsorted(occ.users, users)
-        rows_j = np.searchsorted(occ.cells, cell_keys)
         bar.step("occupancy")
         ran = run_user_grid_stats(
-            session, occ, rows_u, rows_j, x, lower=lo, upper=hi, total=total, split=sp,
-            beta=beta, rng=rng, on_stage=bar.step, shrink=shrink,
+            session, occ, rows.u, rows.j, x, coo=rows.coo, lower=lo, upper=hi, total=total,
+            split=sp, beta=beta, rng=rng, on_stage=bar.step, shrink=shrink,
             params={"value": value, "bounds": [float(lo), float(hi)], "cells": str(cells)},
         )  # fmt: skip
         bar.step("release")

@@ -73,11 +73,23 @@ def value_step(lower: Fraction, upper: Fraction) -> Fraction:
     return Fraction(2) ** (floor_log2(upper - lower) - VALUE_BITS)
 
 
-def check_data_matches(plan_occ: Occupancy, rows_u: np.ndarray, rows_j: np.ndarray) -> None:
+def check_data_matches(
+    plan_occ: Occupancy, rows_u: np.ndarray, rows_j: np.ndarray, coo: np.ndarray | None = None
+) -> None:
     """Fail closed unless the data's per-(user, cell) counts equal the plan's occupancy.
 
     ``rows_u`` / ``rows_j`` index ``plan_occ.users`` / ``plan_occ.cells`` (-1: not in the plan).
+    With ``coo`` (each row's claimed COO row) the check is one pass over the rows
+    (:func:`~gpframe.queries.clip_user.pairs.rows_match`) instead of a sort of their pair codes;
+    a wrong claim fails it just the same.
     """
+    if coo is not None:
+        from gpframe.queries.clip_user.pairs import rows_match
+
+        o = plan_occ
+        if not rows_match(coo, rows_u, rows_j, o.u, o.j, o.m):
+            _mismatch()
+        return
     if rows_u.size and (rows_u.min() < 0 or rows_j.min() < 0):
         raise InvalidInputError(
             "the data has (user, cell) pairs that the public occupancy does not list; the "
@@ -93,16 +105,24 @@ def check_data_matches(plan_occ: Occupancy, rows_u: np.ndarray, rows_j: np.ndarr
         or not np.array_equal(uniq, want)
         or not np.array_equal(cnt, plan_occ.m)
     ):
-        raise InvalidInputError(
-            "the data's per-(user, cell) sample counts differ from the public occupancy; the "
-            "sensitivities of docs/operations/grid_stats.md are valid only for the occupancy they "
-            "were planned "
-            f"on. Pass an occupancy table equal to the data's counts. {_NOTHING}"
-        )
+        _mismatch()
+
+
+def _mismatch() -> None:
+    raise InvalidInputError(
+        "the data's per-(user, cell) sample counts differ from the public occupancy; the "
+        "sensitivities of docs/operations/grid_stats.md are valid only for the occupancy they "
+        "were planned "
+        f"on. Pass an occupancy table equal to the data's counts. {_NOTHING}"
+    )
 
 
 def retained_rows(
-    plan: ClipUserPlan, rows_u: np.ndarray, rows_j: np.ndarray, order: np.ndarray | None = None
+    plan: ClipUserPlan,
+    rows_u: np.ndarray,
+    rows_j: np.ndarray,
+    order: np.ndarray | None = None,
+    coo: np.ndarray | None = None,
 ) -> np.ndarray:
     """Boolean mask of the data rows that the plan keeps.
 
@@ -112,20 +132,21 @@ def retained_rows(
 
     In each (user, cell) group the first r_ℓj rows in the canonical order are kept: ``order``
     (e.g. timestamps, then row position), or row position alone. The choice reads only the user's
-    own rows and public information.
+    own rows and public information. ``coo`` is each row's COO row in the plan's occupancy when
+    the caller has it (:func:`~gpframe.queries.clip_user.occupancy_rows`); otherwise it is looked
+    up from ``rows_u`` / ``rows_j``.
     """
-    occ = plan.occupancy
-    n_u = max(occ.n_users, 1)
-    code = rows_j.astype(np.int64) * n_u + rows_u
-    pos = np.arange(code.size)
-    keys = (pos, code) if order is None else (pos, np.asarray(order), code)
-    srt = np.lexsort(keys)
-    c_sorted = code[srt]
-    first = np.searchsorted(c_sorted, c_sorted, side="left")
-    rank = np.empty(code.size, np.int64)
-    rank[srt] = np.arange(code.size) - first
-    coo = np.searchsorted(occ.j * n_u + occ.u, code)  # COO rows are sorted by this code
-    return rank < plan.r[coo]
+    from gpframe.queries.clip_user.pairs import keep_first
+
+    if coo is None:
+        occ = plan.occupancy
+        n_u = max(occ.n_users, 1)
+        code = rows_j.astype(np.int64) * n_u + rows_u
+        coo = np.searchsorted(occ.j * n_u + occ.u, code)  # COO rows are sorted by this code
+    # rows in the canonical order (order, then position) within every group at once: the rank
+    # of a row among its group's rows is the same as in a sort by (group, order, position)
+    perm = None if order is None else np.lexsort((np.arange(coo.size), np.asarray(order)))
+    return keep_first(coo, plan.r, perm)
 
 
 def exact_cell_stats(
@@ -405,6 +426,7 @@ def run_grid_stats(
     max_retries: int = 3,
     on_stage: Callable[[str], None] | None = None,
     cell_stats: Callable[[ClipUserPlan], Any] | None = None,
+    coo: np.ndarray | None = None,
 ) -> GridStatsRun:
     """Plan, admit, charge and release.
 
@@ -423,10 +445,14 @@ def run_grid_stats(
     computed where the rows are held (the Dask face, from exact per-cell sums,
     :func:`cell_stats_from_sums`; ``docs/beyond-one-machine.md``); ``occ`` must then be the
     data's own counts. It is called after the reservation, before any noise is drawn.
+
+    ``coo`` (optional) is each row's COO row in ``occ``, from the pass that built ``occ`` and
+    ``rows_u`` / ``rows_j`` (:func:`~gpframe.queries.clip_user.occupancy_rows`): it spares
+    :func:`retained_rows` the search of every row among the pairs.
     """
     fkind = central_kind(session)
     if cell_stats is None:
-        check_data_matches(occ, rows_u, rows_j)
+        check_data_matches(occ, rows_u, rows_j, coo)
     eps = exact(epsilon, "epsilon")
     plan_kw = {
         "lower": lower,
@@ -468,7 +494,7 @@ def run_grid_stats(
             r: Any, plan: ClipUserPlan = plan, users: list[Any] = users, payers: Any = payers
         ) -> Charge[Any]:
             if cell_stats is None:
-                keep = retained_rows(plan, rows_u, rows_j, order)
+                keep = retained_rows(plan, rows_u, rows_j, order, coo)
                 means, variances, r_chk = exact_cell_stats(
                     values[keep], rows_j[keep], occ.n_cells, lower, upper
                 )

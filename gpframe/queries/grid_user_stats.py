@@ -111,13 +111,18 @@ class PairSums:
 
 def pair_sums(
     occ: Occupancy, rows_u: np.ndarray, rows_j: np.ndarray, values: np.ndarray,
-    lower: Fraction, upper: Fraction,
+    lower: Fraction, upper: Fraction, coo: np.ndarray | None = None,
 ) -> PairSums:  # fmt: skip
-    """Sum each data row into its occupancy pair (``rows_u``/``rows_j`` index ``occ``)."""
+    """Sum each data row into its occupancy pair (``rows_u``/``rows_j`` index ``occ``).
+
+    ``coo``: each row's pair (COO row of ``occ``) when the caller has it
+    (:func:`~gpframe.queries.clip_user.occupancy_rows`); otherwise looked up.
+    """
     k, T, _q = snap(values, lower, upper)
-    n_u = max(occ.n_users, 1)
-    code = rows_j.astype(np.int64) * n_u + rows_u
-    coo = np.searchsorted(occ.j * n_u + occ.u, code)
+    if coo is None:
+        n_u = max(occ.n_users, 1)
+        code = rows_j.astype(np.int64) * n_u + rows_u
+        coo = np.searchsorted(occ.j * n_u + occ.u, code)
     npair = occ.u.size
     s0 = np.bincount(coo, minlength=npair).astype(np.int64)
     s1 = np.zeros(npair, np.int64)
@@ -464,6 +469,7 @@ def run_user_grid_stats(
     on_stage: Callable[[str], None] | None = None,
     sums: PairSums | None = None,
     shrink: bool | None = None,
+    coo: np.ndarray | None = None,
 ) -> UserStatsRun:
     """Plan, admit, charge and release under a per-user total ``total`` (module docstring).
 
@@ -472,15 +478,16 @@ def run_user_grid_stats(
     draw); users whose remaining budget cannot pay are left out of every cell and charged nothing.
     ``values`` must be in [L, U]; the data's counts must equal ``occ`` (checked, fail closed).
     Or ``sums`` (:func:`pair_sums` reduced elsewhere, e.g. per partition of a Dask frame and
-    added exactly): their counts must equal ``occ``; the rows are then not read.
+    added exactly): their counts must equal ``occ``; the rows are then not read. ``coo``: each
+    row's COO row in ``occ`` (:func:`~gpframe.queries.clip_user.occupancy_rows`), if known.
     """
     from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries.grid_stats import central_kind, check_data_matches, value_step
 
     central_kind(session)
     if sums is None:
-        check_data_matches(occ, rows_u, rows_j)  # type: ignore[arg-type]
-        sums = pair_sums(occ, rows_u, rows_j, values, lower, upper)  # type: ignore[arg-type]
+        check_data_matches(occ, rows_u, rows_j, coo)  # type: ignore[arg-type]
+        sums = pair_sums(occ, rows_u, rows_j, values, lower, upper, coo)  # type: ignore[arg-type]
     elif not np.array_equal(sums.s0, occ.m):
         raise GpframeInternalError("the reduced sums do not match the occupancy's counts.")
     rng = resolve_rng(rng)

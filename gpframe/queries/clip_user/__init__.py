@@ -20,8 +20,10 @@ from gpframe.queries.clip_user.error import (
 from gpframe.queries.clip_user.planner import (
     ClipUserPlan,
     Occupancy,
+    RecordRows,
     clip_user_plan,
     occupancy_from_records,
+    occupancy_rows,
 )
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "ClipUserPlan",
     "ErrorModel",
     "Occupancy",
+    "RecordRows",
     "clip_user_plan",
     "err",
     "h",
@@ -36,6 +39,7 @@ __all__ = [
     "mean_bias",
     "mean_sensitivity",
     "occupancy_from_records",
+    "occupancy_rows",
     "variance_bias",
     "variance_sensitivity",
 ]

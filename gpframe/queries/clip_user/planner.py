@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,14 @@ from gpframe.queries.clip_user.error import (
 )
 from gpframe.queries.clip_user.pseudo_user import pseudo_user
 
-__all__ = ["ClipUserPlan", "Occupancy", "clip_user_plan", "occupancy_from_records"]
+__all__ = [
+    "ClipUserPlan",
+    "Occupancy",
+    "RecordRows",
+    "clip_user_plan",
+    "occupancy_from_records",
+    "occupancy_rows",
+]
 
 _NOTHING = "Nothing was charged."
 
@@ -107,6 +115,46 @@ def _sorted_keys(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]
     return keys, inv.reshape(-1).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class RecordRows:
+    """Where each per-sample record sits in an :class:`Occupancy` (all int64, one per record).
+
+    ``u`` indexes ``Occupancy.users``, ``j`` ``Occupancy.cells`` and ``coo`` the COO rows (the
+    record's (user, cell) pair).
+    """
+
+    u: np.ndarray
+    j: np.ndarray
+    coo: np.ndarray
+
+
+def occupancy_rows(users: Any, cells: Any) -> tuple[Occupancy, RecordRows]:
+    """Return the :class:`Occupancy` of per-sample records and where each record sits in it.
+
+    The same occupancy as ``occupancy_from_records(users, cells)``; the records' indexes come
+    from the same pass (no search of each record among the keys afterwards).
+
+    >>> occ, rows = occupancy_rows(["b", "a", "a"], [2, 2, 1])
+    >>> rows.u.tolist(), rows.j.tolist(), rows.coo.tolist()
+    ([1, 0, 0], [1, 1, 0], [2, 1, 0])
+    """
+    from gpframe.queries.clip_user.pairs import group_pairs
+
+    users, cells = _aligned(users, cells)
+    ukeys, ui = _sorted_keys(users, "user")
+    ckeys, ci = _sorted_keys(cells, "cell")
+    u, j, m, coo = group_pairs(ui, ci, max(ukeys.size, 1), max(ckeys.size, 1))
+    return Occupancy(ukeys, ckeys, u, j, m), RecordRows(ui, ci, coo)
+
+
+def _aligned(users: Any, cells: Any) -> tuple[np.ndarray, np.ndarray]:
+    users = np.asarray(users)
+    cells = np.asarray(cells)
+    if users.shape != cells.shape or users.ndim != 1:
+        raise InvalidInputError(f"users and cells must be 1-D and aligned. {_NOTHING}")
+    return users, cells
+
+
 def occupancy_from_records(users: Any, cells: Any, counts: Any = None) -> Occupancy:
     """Build an :class:`Occupancy` from per-sample (``counts=None``) or per-(user, cell) rows.
 
@@ -116,32 +164,27 @@ def occupancy_from_records(users: Any, cells: Any, counts: Any = None) -> Occupa
     >>> occ.to_frame().values.tolist()
     [['a', 1, 1], ['a', 2, 1], ['b', 2, 1]]
     """
-    users = np.asarray(users)
-    cells = np.asarray(cells)
-    if users.shape != cells.shape or users.ndim != 1:
-        raise InvalidInputError(f"users and cells must be 1-D and aligned. {_NOTHING}")
+    if counts is None:
+        return occupancy_rows(users, cells)[0]
+    users, cells = _aligned(users, cells)
     ukeys, ui = _sorted_keys(users, "user")
     ckeys, ci = _sorted_keys(cells, "cell")
     pair = ci * max(ukeys.size, 1) + ui
-    if counts is None:
-        code, inv = _unique_inverse(pair)
-        cnt = np.bincount(inv.reshape(-1), minlength=code.size).astype(np.int64)
-    else:
-        cnt_in = np.asarray(counts)
-        if cnt_in.shape != users.shape or cnt_in.dtype.kind not in "iu":
-            raise InvalidInputError(f"counts must be integers aligned with users. {_NOTHING}")
-        if cnt_in.size and int(cnt_in.min()) < 1:
-            raise InvalidInputError(
-                f"occupancy counts must be >= 1 (a user absent from a cell has no row). {_NOTHING}"
-            )
-        order = np.argsort(pair, kind="stable")
-        code = pair[order]
-        if code.size > 1 and (np.diff(code) == 0).any():
-            raise InvalidInputError(
-                f"the occupancy table lists a (user, cell) pair twice; give one row per pair. "
-                f"{_NOTHING}"
-            )
-        cnt = cnt_in[order].astype(np.int64)
+    cnt_in = np.asarray(counts)
+    if cnt_in.shape != users.shape or cnt_in.dtype.kind not in "iu":
+        raise InvalidInputError(f"counts must be integers aligned with users. {_NOTHING}")
+    if cnt_in.size and int(cnt_in.min()) < 1:
+        raise InvalidInputError(
+            f"occupancy counts must be >= 1 (a user absent from a cell has no row). {_NOTHING}"
+        )
+    order = np.argsort(pair, kind="stable")
+    code = pair[order]
+    if code.size > 1 and (np.diff(code) == 0).any():
+        raise InvalidInputError(
+            f"the occupancy table lists a (user, cell) pair twice; give one row per pair. "
+            f"{_NOTHING}"
+        )
+    cnt = cnt_in[order].astype(np.int64)
     n_u = max(ukeys.size, 1)
     return Occupancy(
         ukeys, ckeys, (code % n_u).astype(np.int64), (code // n_u).astype(np.int64), cnt
@@ -575,7 +618,8 @@ def _run(
     cells_of = list(map([*ckey, None].__getitem__, cs))  # cell -1 (none) is the last: None
     users_of = list(map(ukey.__getitem__, us))
     trace.extend(zip(stage, gs, users_of, cells_of, es, oks, strict=True))
-    suppressed.extend([(users_of[i], cells_of[i]) for i in np.flatnonzero(t_ok[:nt]).tolist()])
+    # the accepted trials' (user, cell), in trial order
+    suppressed.extend(zip(compress(users_of, oks), compress(cells_of, oks), strict=True))
     if undone:
         del suppressed[len(suppressed) - undone :]
     if candidates is not None:
