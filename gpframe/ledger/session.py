@@ -980,12 +980,16 @@ class Ledger:
                 a_idx, a_alloc = idx[admitted], alloc[admitted]
             created = _now()
             self.store.add_query(rid, query, notion, kind_s, ptext, created)
-            self.store.add_reservation(
-                ReservationRow(
-                    rid, notion, rid, cid, kind_s, created, os.getpid(), _HOST, self.token,
-                    a_idx, a_alloc,
-                )
-            )  # fmt: skip
+            if not paid:
+                # a prepaid reservation is charged in this very transaction: its row would be
+                # deleted before any other transaction could see it (no crash can leave it
+                # open, nothing settles it), so it is not written (16 bytes a user twice)
+                self.store.add_reservation(
+                    ReservationRow(
+                        rid, notion, rid, cid, kind_s, created, os.getpid(), _HOST, self.token,
+                        a_idx, a_alloc,
+                    )
+                )  # fmt: skip
             held_digest = _digest(notion, a_idx, a_alloc)
             self._audit(
                 "reserve",
@@ -1000,7 +1004,7 @@ class Ledger:
             if paid:
                 if check is not None:
                     check(r)  # no noise yet: raising rolls the whole transaction back
-                self._commit_write(r, r.allocation_units, "charge")()
+                self._commit_write(r, r.allocation_units, "charge", stored=False)()
                 r.state = "charged"
             return r
 
@@ -1121,8 +1125,14 @@ class Ledger:
         """Commit the admitted users' ``used`` units; False if this reservation already did."""
         return self._group.run(self._commit_write(res, used, op))
 
-    def _commit_write(self, res: Reservation, used: np.ndarray, op: str) -> Callable[[], bool]:
-        """Return the write of :meth:`_commit`, to run inside a (possibly shared) transaction."""
+    def _commit_write(
+        self, res: Reservation, used: np.ndarray, op: str, stored: bool = True
+    ) -> Callable[[], bool]:
+        """Return the write of :meth:`_commit`, to run inside a (possibly shared) transaction.
+
+        ``stored=False``: a prepaid reservation, charged in the transaction that made it, whose
+        row was never written (:meth:`reserve` with ``paid=True``); there is none to delete.
+        """
         every = bool(res.admitted.all())  # then the arrays as they are, not masked copies
         a_idx = res._idx if every else res._idx[res.admitted]
         order = _order_unique(a_idx)  # a reservation's users are distinct
@@ -1130,7 +1140,11 @@ class Ledger:
         c_alloc = res.allocation_units if every else res.allocation_units[res.admitted]
         if order is not None:  # None: already in index order (the common case), no copies
             c_idx, c_amt, c_alloc = c_idx[order], c_amt[order], c_alloc[order]
-        if order is None and res._held_digest and np.array_equal(c_amt, c_alloc):
+        if (
+            order is None
+            and res._held_digest
+            and (c_amt is c_alloc or np.array_equal(c_amt, c_alloc))
+        ):
             # charged exactly what was reserved, in the order reserve() hashed (the admitted
             # users in key order, already ascending; allocation_units is read-only): the same
             # bytes, so reserve()'s digest is this one, without hashing 16 bytes a user again
@@ -1157,7 +1171,7 @@ class Ledger:
                     self.store.delete_reservation(res.id)
                     self._audit("release", {"reservation": res.id, "charge_id": res.charge_id})
                 return False
-            if not self.store.has_reservation(res.id):
+            if stored and not self.store.has_reservation(res.id):
                 raise LedgerError(
                     f"reservation {res.id} was already settled or cancelled (by close(), "
                     "settle_stale() or settle_host()); its amounts are accounted for. Nothing "
@@ -1171,7 +1185,8 @@ class Ledger:
             created = _now()
             # the reservation goes first, in the same transaction: its freed pages take the
             # charge row's blobs (no fresh pages for 16 bytes a user, a file that grows less)
-            self.store.delete_reservation(res.id)
+            if stored:
+                self.store.delete_reservation(res.id)
             self._add_charge(
                 ChargeRow(
                     res.charge_id, res.id, res.query_id, res.notion, res.kind, created,
@@ -1317,7 +1332,7 @@ class Ledger:
         with self._lock, self._read():
             self._refresh()
             rows = sorted(self.store.reservations(), key=lambda r: r.created)
-        scale = {n: 10.0 ** u.exponent for n, u in self.units.items()}
+        scale = {n: 10.0**u.exponent for n, u in self.units.items()}
         return pd.DataFrame(
             {
                 "reservation": [r.id for r in rows],
