@@ -75,6 +75,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -375,6 +376,25 @@ def scale_range(
     >>> round(lo, 6), round(hi, 6)
     (0.9996, 1.000981)
     """
+    # a function of public inputs only (the CRS's definition and the box), asked again by every
+    # call on the same to_crs= / domain=: kept per definition (pyproj's user input string),
+    # never the CRS object itself (pyproj objects belong to the thread that made them)
+    box = (float(lon_min), float(lat_min), float(lon_max), float(lat_max))
+    if not crs_m.srs:
+        return _scale_factors(crs_m, *box)
+    return _scale_range(crs_m.srs, *box)
+
+
+@lru_cache(maxsize=256)
+def _scale_range(
+    srs: str, lon_min: float, lat_min: float, lon_max: float, lat_max: float
+) -> tuple[float, float]:
+    return _scale_factors(pyproj.CRS.from_user_input(srs), lon_min, lat_min, lon_max, lat_max)
+
+
+def _scale_factors(
+    crs_m: pyproj.CRS, lon_min: float, lat_min: float, lon_max: float, lat_max: float
+) -> tuple[float, float]:
     lon = _wrap(np.linspace(lon_min, lon_max, _GRID))
     lat = np.linspace(lat_min, lat_max, _GRID)
     if lat_min < 0.0 < lat_max:
