@@ -889,6 +889,8 @@ class Ledger:
             raise InvalidInputError("counts must be >= 0. Nothing was charged.")
         top = int(n.max()) if n.size else 0
         if top * p + q < 2**62:  # int64 cannot overflow: ceil(n p / q) for n, p >= 0
+            if n.size > 1 and int(n.min()) == top:  # one count (one point a user): one value
+                return np.full(n.size, (top * p + (q - 1)) // q, np.int64), np.zeros(n.size, bool)
             return (n * p + (q - 1)) // q, np.zeros(n.size, dtype=bool)
         # rare: huge amounts; one exact Python-int conversion per distinct count
         uniq, inv = np.unique(n, return_inverse=True)
