@@ -485,6 +485,16 @@ class Ledger:
         self._refresh()
         if len(self._index) == 0 or keys.size == 0:
             return np.full(keys.size, -1, dtype=np.int64)
+        if keys.dtype.kind == "i" and self._index.dtype.kind == "i":
+            # the same users in the order the ledger first saw them (a cohort asked again):
+            # their indices are one run, found by two vectorised passes instead of hashing
+            # every key (the ledger's ids are distinct, so the run is the only answer)
+            ids = self._index.to_numpy()
+            at = np.flatnonzero(ids == keys[0])
+            if at.size == 1:
+                p = int(at[0])
+                if p + keys.size <= ids.size and np.array_equal(ids[p : p + keys.size], keys):
+                    return np.arange(p, p + keys.size, dtype=np.int64)
         return self._index.get_indexer(keys).astype(np.int64)
 
     def _ensure(self, keys: np.ndarray) -> tuple[np.ndarray, int]:
