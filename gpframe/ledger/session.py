@@ -653,7 +653,13 @@ class Ledger:
                         dense_b = np.full(chunk_ids.size * CHUNK, -1, dtype=np.int64)
                     dense_b[j * CHUNK : (j + 1) * CHUNK] = b
         c0 = int(chunk_ids[0])
-        if int(chunk_ids[-1]) - c0 + 1 == chunk_ids.size:  # consecutive chunks: rank is c - c0
+        lo = int(k[0])
+        pos: Any
+        if int(k[-1]) - lo == k.size - 1 and (k.size < 2 or bool((k[1:] > k[:-1]).all())):
+            # the indices are one ascending run (users asked again in the order first seen):
+            # their entries are one slice of the dense chunks, no gather
+            pos = slice(lo - c0 * CHUNK, lo - c0 * CHUNK + k.size)
+        elif int(chunk_ids[-1]) - c0 + 1 == chunk_ids.size:  # consecutive chunks: c - c0
             pos = k - c0 * CHUNK if c0 else k
         else:
             pos = rank[k >> _SHIFT] * CHUNK + (k & (CHUNK - 1))
