@@ -410,15 +410,22 @@ def _prepaid(
             charge_id=None, units=units, paid=True, check=strict,
         )  # fmt: skip
         out = compute(r)  # the admitted users' full allocations are committed already
-        c = np.broadcast_to(np.asarray(out.charges), r.admitted.shape)
-        if not out.units or not np.array_equal(
-            np.where(r.admitted, c, 0), np.where(r.admitted, r.allocation_units, 0)
-        ):
+        if not out.units or not _charges_allocations(r, out.charges):
             raise GpframeInternalError(
                 f"{query} was prepaid its allocations but reports other charges; nothing of it "
                 "is returned (its users stay charged their allocations)."
             )
     return Ran(value=out.value, reservation=r, status="charged", charged=True)
+
+
+def _charges_allocations(r: Reservation, charges: Any) -> bool:
+    """Tell whether ``charges`` (ledger units) are the admitted users' allocations."""
+    c = np.broadcast_to(np.asarray(charges), r.admitted.shape)
+    if r.admitted.all():  # everyone admitted (the usual case): no masked copies
+        return bool(np.array_equal(c, r.allocation_units))
+    return bool(
+        np.array_equal(np.where(r.admitted, c, 0), np.where(r.admitted, r.allocation_units, 0))
+    )
 
 
 def _refuse_over(r: Reservation, charges: Any, query: str) -> None:

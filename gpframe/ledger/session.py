@@ -507,6 +507,16 @@ class Ledger:
         self._refresh()
         if len(self._index) == 0 or keys.size == 0:
             return np.full(keys.size, -1, dtype=np.int64)
+        if keys.dtype.kind == "i" and self._index.dtype.kind == "i":
+            # the same users in the order the ledger first saw them (a cohort asked again):
+            # their indices are one run, found by two vectorised passes instead of hashing
+            # every key (the ledger's ids are distinct, so the run is the only answer)
+            ids = self._index.to_numpy()
+            at = np.flatnonzero(ids == keys[0])
+            if at.size == 1:
+                p = int(at[0])
+                if p + keys.size <= ids.size and np.array_equal(ids[p : p + keys.size], keys):
+                    return np.arange(p, p + keys.size, dtype=np.int64)
         return self._index.get_indexer(keys).astype(np.int64)
 
     def _ensure(self, keys: np.ndarray) -> tuple[np.ndarray, int]:
@@ -669,7 +679,13 @@ class Ledger:
                         dense_b = np.full(chunk_ids.size * CHUNK, -1, dtype=np.int64)
                     dense_b[j * CHUNK : (j + 1) * CHUNK] = b
         c0 = int(chunk_ids[0])
-        if int(chunk_ids[-1]) - c0 + 1 == chunk_ids.size:  # consecutive chunks: rank is c - c0
+        lo = int(k[0])
+        pos: Any
+        if int(k[-1]) - lo == k.size - 1 and (k.size < 2 or bool((k[1:] > k[:-1]).all())):
+            # the indices are one ascending run (users asked again in the order first seen):
+            # their entries are one slice of the dense chunks, no gather
+            pos = slice(lo - c0 * CHUNK, lo - c0 * CHUNK + k.size)
+        elif int(chunk_ids[-1]) - c0 + 1 == chunk_ids.size:  # consecutive chunks: c - c0
             pos = k - c0 * CHUNK if c0 else k
         else:
             pos = rank[k >> _SHIFT] * CHUNK + (k & (CHUNK - 1))
@@ -922,6 +938,8 @@ class Ledger:
             raise InvalidInputError("counts must be >= 0. Nothing was charged.")
         top = int(n.max()) if n.size else 0
         if top * p + q < 2**62:  # int64 cannot overflow: ceil(n p / q) for n, p >= 0
+            if n.size > 1 and int(n.min()) == top:  # one count (one point a user): one value
+                return np.full(n.size, (top * p + (q - 1)) // q, np.int64), np.zeros(n.size, bool)
             return (n * p + (q - 1)) // q, np.zeros(n.size, dtype=bool)
         # rare: huge amounts; one exact Python-int conversion per distinct count
         uniq, inv = np.unique(n, return_inverse=True)
@@ -1172,7 +1190,11 @@ class Ledger:
         c_alloc = res.allocation_units if every else res.allocation_units[res.admitted]
         if order is not None:  # None: already in index order (the common case), no copies
             c_idx, c_amt, c_alloc = c_idx[order], c_amt[order], c_alloc[order]
-        if order is None and res._held_digest and np.array_equal(c_amt, c_alloc):
+        if (
+            order is None
+            and res._held_digest
+            and (c_amt is c_alloc or np.array_equal(c_amt, c_alloc))
+        ):
             # charged exactly what was reserved, in the order reserve() hashed (the admitted
             # users in key order, already ascending; allocation_units is read-only): the same
             # bytes, so reserve()'s digest is this one, without hashing 16 bytes a user again
@@ -1360,7 +1382,7 @@ class Ledger:
         with self._lock, self._read():
             self._refresh()
             rows = sorted(self.store.reservations(), key=lambda r: r.created)
-        scale = {n: 10.0 ** u.exponent for n, u in self.units.items()}
+        scale = {n: 10.0**u.exponent for n, u in self.units.items()}
         return pd.DataFrame(
             {
                 "reservation": [r.id for r in rows],

@@ -570,6 +570,7 @@ class Result:
         """
         if self.published_only:
             return self._published_dict(value)
+        total = self.spent_total  # one pass over the charges (spent_mean would sum them again)
         return {
             **self._released_dict(value),
             "n_users": self.n_users,
@@ -581,9 +582,9 @@ class Result:
                 if per_user
                 else None
             ),
-            "spent_total": self.spent_total,
+            "spent_total": total,
             "spent_max": self.spent_max,
-            "spent_mean": self.spent_mean,
+            "spent_mean": total / self.n_charged if self.n_charged else 0.0,
             "saved": self.saved,
             "query_id": self.query_id,
             "spec": self.spec,

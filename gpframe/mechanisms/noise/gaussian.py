@@ -26,7 +26,7 @@ from gpframe.mechanisms.noise.bernoulli import bern_exp_neg, lazy_rational_less
 from gpframe.mechanisms.noise.bits import BitSource, resolve_rng
 from gpframe.mechanisms.noise.exact import as_fraction
 from gpframe.mechanisms.noise.geometric import block_geometric
-from gpframe.mechanisms.noise.laplace import _collect, check_n, param_key
+from gpframe.mechanisms.noise.laplace import _collect_masked, check_n, param_key
 
 __all__ = ["discrete_gaussian", "discrete_gaussian_nd", "round_sigma2"]
 
@@ -150,10 +150,10 @@ def discrete_gaussian(sigma2: Any, n: int, bits: BitSource | None) -> np.ndarray
             ai = abs(int(k[i])) * dt - N
             return lazy_rational_less(W, mm, M, int(e[i]) * twoNdt + ai * ai - j * D, D, src)
 
-        acc = bern_exp_neg(glo, ghi, exact_less, src, w1, overwrite=True)
-        return k[acc]
+        # the proposals and which were accepted: _collect_masked keeps k[acc]
+        return k, bern_exp_neg(glo, ghi, exact_less, src, w1, overwrite=True)
 
-    return _collect(n, ACC_GAUSSIAN, draw)
+    return _collect_masked(n, ACC_GAUSSIAN, draw)
 
 
 def discrete_gaussian_nd(sigma2: Any, d: int, n: int, bits: BitSource | None) -> np.ndarray:

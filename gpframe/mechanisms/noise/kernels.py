@@ -26,6 +26,7 @@ __all__ = [
     "bern_prep",
     "bern_round",
     "bern_round1",
+    "compress_into",
     "gauss_bounds",
     "int_rows",
     "planar_bounds",
@@ -336,3 +337,24 @@ def bern_round(
         kmax = max(kmax, kn)
         mmax = max(mmax, kn * pt)
     return wpos, first_amb, mmax, kmax
+
+
+@njit(nogil=True)
+def compress_into(k, acc, out, pos):  # type: ignore[no-untyped-def]
+    """Append ``k[acc]`` to ``out`` from position ``pos`` until ``out`` is full; return the end.
+
+    The accepted proposals in their order, as ``out[pos:pos + t] = k[acc][:t]`` with ``t`` as
+    many as fit, in one pass: each value is written at the current end, which then moves by
+    one when it was accepted (no branch on the random mask, whose mispredictions made the
+    boolean index several times slower). ``out[pos]`` is always in range: the loop stops
+    once ``out`` is full.
+    """
+    n = out.size
+    if pos >= n:
+        return pos
+    for i in range(k.size):
+        out[pos] = k[i]
+        pos += np.int64(acc[i])
+        if pos >= n:
+            break
+    return pos

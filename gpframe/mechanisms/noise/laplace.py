@@ -107,6 +107,32 @@ def _collect(n: int, acc: float, draw: Any, width: int = 0, chunk: int = CHUNK) 
     return out
 
 
+def _collect_masked(n: int, acc: float, draw: Any, chunk: int = CHUNK) -> np.ndarray:
+    """:func:`_collect` for ``draw(m) -> (proposals, accepted mask)`` (one value per row).
+
+    The same batches and the same rows, in the same order: each batch's accepted proposals
+    are written straight into the output by one compiled pass
+    (:func:`~gpframe.mechanisms.noise.kernels.compress_into`) instead of a boolean index and
+    a copy.
+    """
+    from gpframe.mechanisms.noise import kernels
+
+    out = np.empty(n, dtype=np.int64)
+    m = _batch(n, acc, chunk)
+    k, ok = draw(m)
+    filled = int(kernels.compress_into(k, ok, out, 0))
+    dry = 0 if filled else m  # proposals since the last accepted one (a lower bound)
+    while filled < n:
+        m = _batch(n - filled, acc, chunk)
+        k, ok = draw(m)
+        end = int(kernels.compress_into(k, ok, out, filled))
+        dry = 0 if end > filled else dry + m
+        filled = end
+        if dry >= MAX_DRY_PROPOSALS:
+            raise broken_source(f"{dry} proposals in a row were all rejected", "2**-1200")
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # 1-D discrete Laplace, design B and the coarse path
 

@@ -128,6 +128,8 @@ def _snap_blocks(arr: np.ndarray, inv: float) -> np.ndarray | None:
 
     The same float operations on every element as the one-pass path, so the same integers.
     """
+    if arr.ndim == 2 and not arr.flags.c_contiguous:
+        return _snap_rows(arr, inv)
     flat = arr.reshape(-1)
     out = np.empty(flat.size, dtype=np.int64)
     y = np.empty(_BLOCK, dtype=np.float64)
@@ -145,6 +147,32 @@ def _snap_blocks(arr: np.ndarray, inv: float) -> np.ndarray | None:
             np.rint(yb, out=yb)
             out[i : i + m] = yb  # integral floats below 2**52: the int64 cast is exact
     return out.reshape(arr.shape)
+
+
+def _snap_rows(arr: np.ndarray, inv: float) -> np.ndarray | None:
+    """:func:`_snap_blocks` of an (n, d) array that is not C-contiguous, by blocks of rows.
+
+    Projected points come as an (n, 2) view of their x and y columns (:mod:`gpframe.geo`):
+    ``reshape(-1)`` would copy them first. The same operations on the same elements.
+    """
+    n, d = arr.shape
+    rows = max(1, _BLOCK // max(d, 1))
+    out = np.empty((n, d), dtype=np.int64)
+    y = np.empty((rows, d), dtype=np.float64)
+    a = np.empty((rows, d), dtype=np.float64)
+    ok = np.empty((rows, d), dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(0, n, rows):
+            blk = arr[i : i + rows]
+            m = blk.shape[0]
+            yb, ab, okb = y[:m], a[:m], ok[:m]
+            np.multiply(blk, inv, out=yb)
+            np.abs(yb, out=ab)
+            if not np.less(ab, _X_LIMIT, out=okb).all():  # NaN, infinite or out of range
+                return None
+            np.rint(yb, out=yb)
+            out[i : i + m] = yb
+    return out
 
 
 def _release_blocks(
