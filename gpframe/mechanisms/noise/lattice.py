@@ -127,30 +127,16 @@ def _snap_blocks(arr: np.ndarray, inv: float) -> np.ndarray | None:
     """``rint(arr * inv)`` as int64 block by block, or None if some value must be refused.
 
     The same float operations on every element as the one-pass path, so the same integers.
+    A C-contiguous array is read as one column of rows (a view, no copy).
     """
     if arr.ndim == 2 and not arr.flags.c_contiguous:
         return _snap_rows(arr, inv)
-    flat = arr.reshape(-1)
-    out = np.empty(flat.size, dtype=np.int64)
-    y = np.empty(_BLOCK, dtype=np.float64)
-    a = np.empty(_BLOCK, dtype=np.float64)
-    ok = np.empty(_BLOCK, dtype=bool)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for i in range(0, flat.size, _BLOCK):
-            blk = flat[i : i + _BLOCK]
-            m = blk.size
-            yb, ab, okb = y[:m], a[:m], ok[:m]
-            np.multiply(blk, inv, out=yb)
-            np.abs(yb, out=ab)
-            if not np.less(ab, _X_LIMIT, out=okb).all():  # NaN, infinite or out of range
-                return None
-            np.rint(yb, out=yb)
-            out[i : i + m] = yb  # integral floats below 2**52: the int64 cast is exact
-    return out.reshape(arr.shape)
+    out = _snap_rows(arr.reshape(-1, 1), inv)
+    return None if out is None else out.reshape(arr.shape)
 
 
 def _snap_rows(arr: np.ndarray, inv: float) -> np.ndarray | None:
-    """:func:`_snap_blocks` of an (n, d) array that is not C-contiguous, by blocks of rows.
+    """:func:`_snap_blocks` of an (n, d) array of any strides, by blocks of rows.
 
     Projected points come as an (n, 2) view of their x and y columns (:mod:`gpframe.geo`):
     ``reshape(-1)`` would copy them first. The same operations on the same elements.
@@ -171,7 +157,7 @@ def _snap_rows(arr: np.ndarray, inv: float) -> np.ndarray | None:
             if not np.less(ab, _X_LIMIT, out=okb).all():  # NaN, infinite or out of range
                 return None
             np.rint(yb, out=yb)
-            out[i : i + m] = yb
+            out[i : i + m] = yb  # integral floats below 2**52: the int64 cast is exact
     return out
 
 
