@@ -311,10 +311,8 @@ def grid_stats(
         from gpframe.queries.grid_occupancy import check_matches
 
         occ = check_matches(table, occ)
-    n_u = max(occ.n_users, 1)
-    pos = np.searchsorted(occ.j * n_u + occ.u,
-                          np.searchsorted(occ.cells, t["cell"].to_numpy(np.uint64)) * n_u
-                          + np.searchsorted(occ.users, t["user"].to_numpy()))  # fmt: skip
+    pos = occ.pair_rows(np.searchsorted(occ.users, t["user"].to_numpy()),
+                        np.searchsorted(occ.cells, t["cell"].to_numpy(np.uint64)))  # fmt: skip
     s = [np.zeros(occ.u.size, np.int64) for _ in range(3)]
     for arr, name in zip(s, ("m", "s1", "s2"), strict=True):
         arr[pos] = t[name].to_numpy(np.int64)

@@ -139,10 +139,7 @@ def retained_rows(
     from gpframe.queries.clip_user.pairs import keep_first
 
     if coo is None:
-        occ = plan.occupancy
-        n_u = max(occ.n_users, 1)
-        code = rows_j.astype(np.int64) * n_u + rows_u
-        coo = np.searchsorted(occ.j * n_u + occ.u, code)  # COO rows are sorted by this code
+        coo = plan.occupancy.pair_rows(rows_u, rows_j)
     # rows in the canonical order (order, then position) within every group at once: the rank
     # of a row among its group's rows is the same as in a sort by (group, order, position)
     perm = None if order is None else np.lexsort((np.arange(coo.size), np.asarray(order)))

@@ -120,9 +120,7 @@ def pair_sums(
     """
     k, T, _q = snap(values, lower, upper)
     if coo is None:
-        n_u = max(occ.n_users, 1)
-        code = rows_j.astype(np.int64) * n_u + rows_u
-        coo = np.searchsorted(occ.j * n_u + occ.u, code)
+        coo = occ.pair_rows(rows_u, rows_j)
     npair = occ.u.size
     s0 = np.bincount(coo, minlength=npair).astype(np.int64)
     s1 = np.zeros(npair, np.int64)

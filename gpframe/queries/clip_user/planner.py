@@ -84,6 +84,20 @@ class Occupancy:
         """Number of cells."""
         return int(self.cells.size)
 
+    def pair_rows(self, rows_u: np.ndarray, rows_j: np.ndarray) -> np.ndarray:
+        """COO row of each (``users`` index, ``cells`` index) pair, which must be listed.
+
+        A search among the rows' (cell, user) codes, by which the rows are sorted;
+        :func:`occupancy_rows` gives the records' COO rows without it.
+
+        >>> occ = occupancy_from_records(["a", "a", "b"], [1, 2, 2])
+        >>> occ.pair_rows(np.array([1, 0]), np.array([1, 0])).tolist()
+        [2, 0]
+        """
+        n_u = max(self.n_users, 1)
+        code = np.asarray(rows_j).astype(np.int64) * n_u + rows_u
+        return np.searchsorted(self.j * n_u + self.u, code)
+
     def to_frame(self) -> pd.DataFrame:
         """(user, cell, count) rows."""
         return pd.DataFrame(
