@@ -17,8 +17,12 @@ commit, and a ``gp_privatize`` batch a reserve and then a charge).
   ``privatize(per="point")`` on the same points and a file ledger;
 * the same ``gp_privatize`` on in-memory ledgers at ``threads=1, 2`` (no fsync: the cores
   the batches' own work keeps busy);
+* the relation helper ``gp.duckdb.privatize`` on the same points at ``threads=1, 2, 4`` (file
+  ledgers): one batch, one reservation and one charge per query, its noise drawn in row ranges
+  on the connection's threads;
 * ``gp_in_region`` (``dist-elim``, 10 rounds) on ``--region-rows`` users with one point each
-  (default 10⁵), ``threads=1, 2``, against the accessor's ``range_count``.
+  (default 10⁵), ``threads=1, 2``, against the accessor's ``range_count``, and the relation
+  helper ``gp.duckdb.range_count`` on the same users (one batch per region).
 
 Each line is the best of ``--repeat`` interleaved runs (before, after, before, ...). It prints
 the wall time, the cores busy (process CPU time ÷ wall time over the query: 1.0 is one core
@@ -52,9 +56,9 @@ fsync at all a call costs twice that, and most of it holds the GIL (all but the 
 numba kernels, SQLite's own steps and the fsyncs): about 1 ms a call, 0.5 s per query
 serialised whatever ``threads=`` says, which bounds SQL ÷ Python near 1.5x on any number of
 cores. Reaching 1.2x needs fewer durable writes and fewer Python calls per row than one per
-2,048-row vector: e.g. the relation helpers (``gp.duckdb.privatize``) running the fetched
-relation through the Python path (one reservation and charge per query), or an Arrow batch
-larger than DuckDB's compiled vector size. ``gp_in_region``
+2,048-row vector: the relation helpers (``gp.duckdb.privatize``, ``gp.duckdb.range_count``)
+release the fetched relation as one batch of the same code (one reservation and charge per
+query), which the helper lines time. ``gp_in_region``
 runs its 10 elimination rounds per batch, so 10 sampler calls per 2,048 rows where the Python
 path makes 10 per query: about 2.2 times the Python path's CPU time at 10⁵ rows.
 
@@ -168,6 +172,34 @@ def python_region(df: pd.DataFrame, path: str | None) -> float:
     return wall
 
 
+def helper(df: pd.DataFrame, path: str | None, threads: int, op: str) -> tuple[float, float]:
+    """(wall s, CPU s) of a relation helper on a fresh session: ``gp.duckdb.privatize`` on
+    every row, or ``gp.duckdb.range_count`` (one point per user); one batch per query."""
+    s = Session(path, budget=gp.CGP(rho=1e3))
+    con = duckdb.connect()
+    con.execute(f"SET threads = {threads}")
+    register(con, s, crs=CRS, domain=DOMAIN)
+    con.register("pts_in", df)
+    con.execute("CREATE TABLE pts AS SELECT * FROM pts_in")
+    cols = {"user": "user_id", "x": "x", "y": "y", "rho": RHO}
+    if op == "privatize":
+        call = lambda: gp.duckdb.privatize(con, "SELECT * FROM pts", **cols)  # noqa: E731
+    else:
+        call = lambda: gp.duckdb.range_count(con, "SELECT * FROM pts", BOX, rounds=10, **cols)  # noqa: E731
+    try:
+        return timed(call)
+    finally:
+        s.close()
+
+
+def helper_line(name: str, threads: int, py: float, got: tuple[float, float]) -> str:
+    wall, cpu = got
+    return (
+        f"{name} threads={threads}: {wall:.2f} s, {cpu / wall:.2f} cores busy, SQL/Python "
+        f"{wall / py:.2f}x (Python {py:.2f} s, load {os.getloadavg()[0]:.1f})"
+    )
+
+
 def line(name: str, threads: int, py: float, before: tuple, after: tuple) -> str:
     (wb, cb, tb, _, kb), (wa, ca, ta, na, ka) = before, after
     return (
@@ -227,12 +259,22 @@ def main() -> None:
         for t in (1, 2):
             got = pair(df, lambda: None, t, q, a.repeat, a.before)
             print("  " + line("gp_privatize", t, py, *got))
+        py = min(python_privatize(df, path()) for _ in range(a.repeat))
+        print("gp.duckdb.privatize (the relation helper: one batch, one charge per query), "
+              "file ledgers:")  # fmt: skip
+        for t in (1, 2, 4):
+            got = min(helper(df, path(), t, "privatize") for _ in range(a.repeat))
+            print("  " + helper_line("gp.duckdb.privatize", t, py, got))
         reg = points(a.region_rows, a.region_rows, seed=1)  # one point per user
         qr = f"SELECT sum(gp_in_region(user_id, x, y, $w, {RHO}, 10)::INT) FROM pts"
         py = min(python_region(reg, path()) for _ in range(a.repeat))
         print(f"gp_in_region, {a.region_rows:,} users (dist-elim, 10 rounds), file ledgers:")
         for t in (1, 2):
             print("  " + line("gp_in_region", t, py, *pair(reg, path, t, qr, a.repeat, a.before)))
+        print("gp.duckdb.range_count (the relation helper: one batch per region), file ledgers:")
+        for t in (1, 2):
+            got = min(helper(reg, path(), t, "range_count") for _ in range(a.repeat))
+            print("  " + helper_line("gp.duckdb.range_count", t, py, got))
 
 
 if __name__ == "__main__":

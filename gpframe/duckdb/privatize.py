@@ -23,10 +23,12 @@ at the row's amount; a user with m rows in a query is charged m × amount. The s
 
 ``con.sql("SELECT ..., gp_privatize(...) ...")`` is a lazy relation: every display, ``.df()``
 or ``fetchall()`` runs the query again, draws fresh noise and charges the users again (and
-averaging the displays undoes the noise). :func:`privatize` runs the query once, fetches the
-result and hands back a relation over the fetched rows, like :func:`gpframe.duckdb.knn.knn`;
-reading it again draws and charges nothing. In SQL, ``CREATE TABLE private AS SELECT ...
-gp_privatize(...)`` does the same (``sql/privatize.sql``).
+averaging the displays undoes the noise). :func:`privatize` runs the query once, releases its
+rows as one batch (one reservation and one charge per query, where ``gp_privatize`` makes one
+per 2,048-row vector) and hands back a relation over the result, like
+:func:`gpframe.duckdb.knn.knn`; reading it again draws and charges nothing. In SQL,
+``CREATE TABLE private AS SELECT ... gp_privatize(...)`` also releases once, batch by batch
+(``sql/privatize.sql``).
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ from gpframe.duckdb.relations import (
     SRC,
     check_input,
     kind_amount,
-    literal,
     public_columns,
     quote,
     source,
@@ -126,7 +127,7 @@ def privatize(
     on_exhausted: str | None = None,
     dry_run: bool = False,
 ) -> Any:
-    """Release every row's point with noise, running the query once (``gp_privatize`` per row).
+    """Release every row's point with noise: one batch, one reservation and one charge per query.
 
     Parameters
     ----------
@@ -166,7 +167,12 @@ def privatize(
     Noise and charge as ``gp_privatize`` / ``gp_privatize_gp`` (:mod:`gpframe.duckdb`): each row
     is one point of its user released at the amount, so a user with m rows is charged m × ρ
     (or m × ε; m·ε²/2 on a CGP budget), as ``df.geopriv(...).privatize(..., per="point")``.
-    Input with a NULL user or a NULL / non-finite coordinate is refused before anything runs.
+    The query runs once; its rows are fetched and released as one batch of those functions'
+    code (``docs/sql.md``, "The relation helpers charge once per query"): every row is checked
+    before anything is reserved, then one reservation commits every admitted user's charge
+    (durable before any noise is drawn), so a user is released whole or left out. With the OS
+    CSPRNG the noise is drawn in row ranges on the connection's ``threads``. Input with a NULL
+    user or a NULL / non-finite coordinate is refused before anything runs.
 
     Examples
     --------
@@ -193,18 +199,72 @@ def privatize(
     rel = source(con, query_or_relation, fname)
     u, qx, qy = check_input(rel, fname, {"user": user, "x": x, "y": y})
     keep = public_columns(rel, public, user, (x, y), fname)
-    fn = "gp_privatize" if kind == "cgp" else "gp_privatize_gp"
-    cols = ", ".join(quote(c, "public") for c in keep)
-    # MATERIALIZED: the UDF runs once per row, whatever the projection below reads of its output
-    sql = f"""
-        WITH __gp_r AS MATERIALIZED (
-            SELECT {cols}, {fn}({u}, {qx}, {qy}, {literal(f_amt)}) AS __gp_p
-            FROM {SRC})
-        SELECT {cols}, __gp_p.x AS {qx}, __gp_p.y AS {qy} FROM __gp_r
-    """
-    out = con.from_arrow(rel.query(SRC, sql).to_arrow_table())
+    out = _whole_relation(reg, rel, kind, f_amt, (user, x, y), (u, qx, qy), keep, _threads(con))
     warn_dropped(rel, keep, (x, y), fname)
-    return out
+    return con.from_arrow(out)
+
+
+def _whole_relation(
+    reg: Registration,
+    rel: Any,
+    mode: str,
+    f_amt: float,
+    names: tuple[str, str, str],
+    quoted: tuple[str, str, str],
+    keep: tuple[str, ...],
+    threads: int = 1,
+) -> Any:
+    """Release every row of ``rel`` as **one** batch: one reservation and charge per query.
+
+    The rows are fetched once (one snapshot of the query), keyed as the UDFs key them
+    (:func:`gpframe.ledger.keys.sql_user_expr`, then :func:`gpframe.duckdb.udf.factorize_ids`)
+    and run through the UDFs' own batch function, :func:`_privatize_batch`: its checks (every
+    row, before anything is reserved), one prepaid reservation and charge (durable before the
+    noise is drawn), the noise. Running the rows through ``gp_privatize`` instead would make
+    one durable write per 2,048-row vector (``benchmarks/speed/duckdb_threads.py``). Returns
+    the Arrow table: the ``keep`` columns as fetched, then ``x`` / ``y`` (NULL where the
+    user's budget could not pay).
+    """
+    import pyarrow as pa
+
+    from gpframe.ledger.keys import sql_user_expr
+
+    user, x, y = names
+    u, qx, qy = quoted
+    # the noise on the connection's threads, unless the source is seeded (tests: its counter
+    # serves one thread, as batch_lock makes the UDFs' batches wait for each other)
+    workers = 1 if getattr(reg.rng, "seeded", False) else threads
+    utype = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))[user]
+    cols = ", ".join(quote(c, "public") for c in keep)
+    tbl = rel.query(
+        SRC,
+        f"SELECT {cols}, {sql_user_expr(utype, u, user)} AS __gp_key, "
+        f"CAST({qx} AS DOUBLE) AS __gp_x, CAST({qy} AS DOUBLE) AS __gp_y FROM {SRC}",
+    ).to_arrow_table()
+    n = tbl.num_rows
+    codes, uniques = _u.factorize_ids(tbl.column("__gp_key"), np.arange(n))
+    xs, ys = (_u.to_numpy(tbl.column(c), np.float64) for c in ("__gp_x", "__gp_y"))
+    param = "rho" if mode == "cgp" else "eps"
+    try:
+        with _u.batch_lock(reg):
+            released, xy = _privatize_batch(
+                reg, mode, param, codes, uniques, xs, ys, np.full(n, f_amt), workers
+            )  # fmt: skip
+    except InvalidInputError as exc:  # the batch's checks refused the rows: name the helper
+        msg = str(exc).removeprefix("gp_privatize: ").replace(" for this batch.", ".")
+        raise InvalidInputError(f"gp.duckdb.privatize: {msg}") from None
+    null = ~released
+    out = [tbl.column(c) for c in keep]
+    out += [pa.array(xy[:, 0], mask=null), pa.array(xy[:, 1], mask=null)]
+    return pa.Table.from_arrays(out, names=[*keep, x, y])
+
+
+def _threads(con: Any) -> int:
+    """Return the connection's ``threads`` setting, at most the machine's cores (at least 1)."""
+    import os
+
+    ((n,),) = con.execute("SELECT current_setting('threads')").fetchall()
+    return max(1, min(int(n), os.cpu_count() or 1))
 
 
 def _make_udf(reg: Registration, mode: str) -> Any:
@@ -295,6 +355,56 @@ def _units_of_sum(ledger: Any, mode: str, parts: list[tuple[Fraction, np.ndarray
     return np.asarray(units, dtype=np.int64)
 
 
+#: the fewest rows a thread of :func:`_noise_in_parts` draws for (below, one call is faster)
+PART_MIN_ROWS = 65_536
+
+
+def _noise_in_parts(
+    reg: Registration,
+    mode: str,
+    amount: Fraction,
+    xy: np.ndarray,
+    codes: np.ndarray,
+    n_users: int,
+    admitted: np.ndarray,
+    cnt: np.ndarray,
+    workers: int,
+) -> tuple[np.ndarray, np.ndarray, Fraction]:
+    """Draw one amount's per-point noise in ``workers`` row ranges at once: (xy, released, charge).
+
+    Each range is an independent ``privatize_points(per="point")`` call on the OS CSPRNG
+    (never a seeded source: its counter is not for two threads); the samplers' compiled
+    kernels release the GIL, so the ranges run on several cores. A point's noise and charge
+    do not depend on the other points (per point, the guarantee is the amount), so the
+    released points and the charge are those of one call over all rows. Returns the noisy
+    points, the released mask and the charge of one point (every range must report the same).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpframe.errors import GpframeInternalError
+
+    cuts = np.linspace(0, len(xy), min(workers, len(xy) // PART_MIN_ROWS) + 1).astype(np.int64)
+
+    def draw(lo: int, hi: int) -> Any:
+        return _pv.privatize_points(
+            xy[lo:hi], codes[lo:hi], n_users, kind=mode,  # type: ignore[arg-type]
+            amount=amount, per="point", admitted=admitted, scale_max=reg.scale_max,
+            rng=reg.rng, progress=False, bounds=False, n_of=cnt,
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(len(cuts) - 1, thread_name_prefix="gp-noise") as pool:
+        parts = list(pool.map(draw, cuts[:-1].tolist(), cuts[1:].tolist()))
+    charges = {c for p in parts for _users, c in p.charge_groups}
+    if len(charges) > 1:
+        raise GpframeInternalError(
+            f"gp.duckdb.privatize: the row ranges report different point charges {charges}; "
+            "nothing of the batch is returned (its users stay charged their allocations)."
+        )
+    noisy = np.concatenate([p.xy for p in parts])
+    released = np.concatenate([p.released for p in parts])
+    return noisy, released, charges.pop() if charges else amount
+
+
 def _privatize_batch(
     reg: Registration,
     mode: str,
@@ -304,8 +414,13 @@ def _privatize_batch(
     xs: np.ndarray,
     ys: np.ndarray,
     amts: np.ndarray,
+    workers: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Validate, reserve, draw and charge one Arrow batch; returns (released mask, noisy xy).
+
+    ``workers > 1`` (the relation helper's one batch, unseeded source): the noise of one
+    amount is drawn in that many row ranges on as many threads (:func:`_noise_in_parts`);
+    the reservation and the charge stay one each.
 
     Runs on any of DuckDB's threads (the caller holds :func:`gpframe.duckdb.udf.batch_lock`).
     One reservation and one charge per batch, both in
@@ -336,6 +451,12 @@ def _privatize_batch(
         nonlocal noisy, released
         charged: list[tuple[Fraction, np.ndarray]] = []
         for (_, a), sel, cnt in zip(exact, sels, cnts, strict=True):
+            if sel is None and workers > 1 and len(xs) >= 2 * PART_MIN_ROWS:
+                noisy, released, point_charge = _noise_in_parts(
+                    reg, mode, a, xy, codes, n_users, admitted, cnt, workers
+                )  # fmt: skip
+                charged.append((point_charge, np.where(admitted, cnt, 0)))
+                continue
             res = _pv.privatize_points(
                 xy if sel is None else xy[sel],
                 codes if sel is None else codes[sel],

@@ -134,3 +134,92 @@ def test_gaussian_udf_on_gp_ledger_is_refused():
     with pytest.raises(duckdb.Error, match="pure-GP budget cannot pay"):
         con.execute("SELECT gp_privatize(1, 1.0, 2.0, 1e-4)").fetchall()
     assert s.spent().sum() == 0
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_the_helper_charges_the_whole_relation_once_like_the_accessor(as_text):
+    """gp.duckdb.privatize: one reservation and charge per query, not one per 2,048-row vector."""
+    df = _points(10_000, 37, seed=4)
+    if as_text:
+        df["user_id"] = "u" + df["user_id"].astype(str)
+    s_py, s_sql = Session(budget=gp.CGP(rho=1.0)), Session(budget=gp.CGP(rho=1.0))
+    df.geopriv(s_py, user="user_id", x="x", y="y", crs=32724).privatize(
+        rho=1e-4, per="point", rng=seeded_rng(11), progress=False
+    )
+    con = duckdb.connect()
+    con.execute("SET threads = 4")
+    reg = register(con, s_sql, crs=32724, rng=seeded_rng(12))
+    con.register("pts", df)
+    rel = gp.duckdb.privatize(con, "SELECT * FROM pts", user="user_id", x="x", y="y", rho=1e-4)
+    out = rel.df()
+    assert reg.batches == 1  # 10,000 rows are five UDF vectors; the helper ran one batch
+    assert {q for u in df["user_id"].unique() for q in s_sql.history(u)["query_id"]} == {
+        s_sql.history(df["user_id"].iloc[0])["query_id"].iloc[0]
+    }
+    pd.testing.assert_series_equal(s_py.spent().sort_index(), s_sql.spent().sort_index())
+    assert out["user_id"].tolist() == df["user_id"].tolist()  # input order, ids as given
+    moved = np.hypot(out["x"] - df["x"], out["y"] - df["y"])
+    assert out[["x", "y"]].notna().all().all() and (moved > 0).all()
+    # σ = (1 + √2·g)/√(2ρ) ≈ 70.7 m per coordinate: the mean radius is σ·√(π/2) ≈ 88.6 m
+    assert 80 < moved.mean() < 98
+
+
+def test_the_helper_refuses_a_bad_row_in_a_late_vector_before_any_charge():
+    """The rows are checked as one batch: a bad row after 4,096 good ones charges nobody."""
+    df = _points(5000, 20, seed=5)
+    df.loc[4990:, "x"] = 12.5  # degrees given as metres, in the third vector
+    s = Session(budget=gp.CGP(rho=1.0))
+    con = duckdb.connect()
+    register(con, s, crs=32724, rng=seeded_rng(13))
+    con.register("pts", df)
+    before = s.ledger.snapshot()
+    with pytest.raises(gp.errors.InvalidInputError, match=r"gp\.duckdb\.privatize: 10 of 5000"):
+        gp.duckdb.privatize(con, "SELECT * FROM pts", user="user_id", x="x", y="y", rho=1e-4)
+    assert s.ledger.snapshot() == before
+
+
+def test_the_helper_leaves_out_a_user_who_cannot_pay_for_all_rows():
+    """Like the accessor's per="point": a user is released whole or left out, charged 0."""
+    df = _points(3000, 3, seed=6)
+    s = Session(budget=gp.CGP(rho=1.0))
+    s.set_budget([1], gp.CGP(rho=0.05))  # 1,000 rows at 1e-4 need 0.1
+    con = duckdb.connect()
+    register(con, s, crs=32724, rng=seeded_rng(14))
+    con.register("pts", df)
+    out = gp.duckdb.privatize(con, "SELECT * FROM pts", user="user_id", x="x", y="y", rho=1e-4).df()
+    gone = out["user_id"] == 1
+    assert out.loc[gone, "x"].isna().all() and out.loc[~gone, "x"].notna().all()
+    assert s.spent([0, 1, 2]).tolist() == pytest.approx([0.1, 0.0, 0.1])
+
+
+def test_the_helper_draws_its_one_batch_on_the_connections_threads(monkeypatch):
+    """threads=2, OS CSPRNG: two row ranges drawn on two threads, one reservation and charge;
+    each point still gets σ = (1 + √2·g)/√(2ρ) per coordinate and is charged ρ."""
+    import importlib
+    import threading
+
+    pv = importlib.import_module("gpframe.queries.privatize")
+    calls = []
+    real = pv.privatize_points
+
+    def spy(xy, *a, **k):
+        calls.append((threading.current_thread().name, len(xy)))
+        return real(xy, *a, **k)
+
+    monkeypatch.setattr(pv, "privatize_points", spy)
+    df = _points(200_000, 500, seed=7)
+    s = Session(budget=gp.CGP(rho=100.0))
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    reg = register(con, s, crs=32724)  # no rng=: the OS CSPRNG
+    con.register("pts", df)
+    out = gp.duckdb.privatize(con, "SELECT * FROM pts", user="user_id", x="x", y="y", rho=1e-4).df()
+    assert sorted(n for _, n in calls) == [100_000, 100_000]
+    assert all(name.startswith("gp-noise") for name, _ in calls)
+    assert reg.batches == 1 and len(s.history(0)) == 1
+    assert s.spent().to_numpy() == pytest.approx(np.full(500, 400 * 1e-4))
+    dx = np.concatenate([out["x"] - df["x"], out["y"] - df["y"]])
+    sigma = (1 + np.sqrt(2) * 2.0**-10) / np.sqrt(2e-4)  # 70.7 m
+    # 4·10⁵ draws: the sample σ's relative standard error is 1/√(2·4·10⁵) ≈ 0.11 %
+    assert abs(dx.std() / sigma - 1) < 0.01 and abs(dx.mean()) < 1.0
+    assert out["user_id"].tolist() == df["user_id"].tolist()

@@ -259,3 +259,22 @@ def test_range_count_with_a_public_component_column_and_several_regions():
 def test_range_count_needs_a_registered_connection():
     with pytest.raises(gp.errors.InvalidInputError, match="register"):
         gp.duckdb.range_count(duckdb.connect(), "SELECT 1", BOX, user="u", x="x", y="y", rho=1.0)
+
+
+def test_range_count_runs_all_users_as_one_batch_like_the_accessor():
+    """5,000 users are three gp_in_region vectors; the helper runs them as one charge and
+    one elimination, so with the same seeded source it draws exactly what the accessor draws."""
+    df = _pings(n_users=5000, seed=3)
+    s_py, s_sql = Session(budget=gp.CGP(rho=1.0)), Session(budget=gp.CGP(rho=1.0))
+    bound = df.geopriv(s_py, user="boat", x="x", y="y", crs=CRS, domain=DOMAIN)
+    res = range_count(bound, BOX, rho=1e-4, rounds=10, rng=seeded_rng(21))
+    con = _registered(s_sql, 21)
+    con.execute("SET threads = 4")
+    con.register("pings", df)
+    ((_, count, users, excluded),) = gp.duckdb.range_count(
+        con, "SELECT * FROM pings", BOX, user="boat", x="x", y="y", rho=1e-4, rounds=10
+    ).fetchall()
+    assert (count, users, excluded) == (res.value, 5000, 0)
+    pd.testing.assert_series_equal(s_py.spent().sort_index(), s_sql.spent().sort_index())
+    queries = {q for u in (0, 2500, 4999) for q in s_sql.history(u)["query_id"]}
+    assert len(queries) == 1  # one reservation and charge for the whole query
