@@ -11,6 +11,7 @@ inputs to the lattice, draws all noise in one sampler call, and returns
 from __future__ import annotations
 
 import warnings
+from contextvars import ContextVar
 from fractions import Fraction
 from typing import Any
 
@@ -46,8 +47,16 @@ SCALE_WARN_LOW = Fraction(1)
 SCALE_WARN_HIGH = Fraction(100_000)
 
 
+#: set (per thread) by a caller that sums the scale warnings of its sampler calls up in one of its
+#: own (``queries.privatize``): a ContextVar, not ``warnings.catch_warnings``, which swaps the
+#: process-wide filter list and is not safe when DuckDB's threads release batches at once
+SCALE_WARNINGS_SUMMED: ContextVar[bool] = ContextVar("gp_scale_warnings_summed", default=False)
+
+
 def _warn_location_scale(scale: Fraction, what: str) -> None:
     # stacklevel=3: the user's call of the public wrapper
+    if SCALE_WARNINGS_SUMMED.get():
+        return
     if scale < SCALE_WARN_LOW:
         warnings.warn(
             f"the {what} noise scale is {float(scale):.3g} m, below 1 m: the released locations "

@@ -477,6 +477,7 @@ def privatize_points(
     ((3, 2), True)
     """
     from gpframe.mechanisms import error_bound, gaussian_cgp, planar_laplace
+    from gpframe.mechanisms.laplace_mech import SCALE_WARNINGS_SUMMED
 
     check_amount(kind, per, amount)
     if not (0.0 < float(beta) < 1.0):
@@ -554,9 +555,10 @@ def privatize_points(
         # draws noise that cannot be released
         check_point_amount(kind, part, scale_max=k)
         # the sampler warns about an implausible noise scale once per call, i.e. once per
-        # distinct point count: those warnings are silenced here and summed up in one below
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_SCALE_WARNING, category=GpframeWarning)
+        # distinct point count: those warnings are left out here (in this thread only) and
+        # summed up in one below
+        summed = SCALE_WARNINGS_SUMMED.set(True)
+        try:
             pts = xy if in_order else xy[rows]
             if kind == "gp":
                 rel = planar_laplace(pts, eps=part / k, rng=rng)
@@ -564,6 +566,8 @@ def privatize_points(
             else:
                 rel = gaussian_cgp(pts, rho=part / (k * k), rng=rng)
                 to_ground = k * k
+        finally:
+            SCALE_WARNINGS_SUMMED.reset(summed)
         n_calls += 1
         guarantees.append(rel.guarantee)
         if rel.guarantee.kind != kind:
@@ -644,10 +648,6 @@ def _distinct(a: NDArray[np.int64]) -> list[int]:
     if a.size and int(a.min()) == int(a.max()):
         return [int(a[0])]
     return [int(v) for v in np.unique(a).tolist()]
-
-
-#: the sampler's own noise-scale warning (gpframe.mechanisms), summed up by _warn_scales
-_SCALE_WARNING = r"the (planar Laplace|Gaussian) noise scale is "
 
 
 def _warn_scales(scale_m: NDArray[np.float64], kind: str, per: str) -> None:

@@ -71,3 +71,40 @@ def test_privatize_points_warns_once_for_all_sampler_calls(kind):
                                rng=seeded_rng(5))  # fmt: skip
     assert out.n_calls == len(counts)
     assert len(_scale_records(record)) == 1
+
+
+def test_summing_the_warnings_leaves_the_process_filters_alone(monkeypatch):
+    """DuckDB's threads release batches at once: ``warnings.catch_warnings`` swaps the
+    process-wide filter list, and two threads restoring it out of order left one thread's
+    "ignore" filter installed for good. The samplers' warnings are left out per thread."""
+    import threading
+    import types
+    import warnings
+
+    import gpframe.queries.privatize as pv
+
+    def refuse(*a, **k):
+        raise AssertionError("catch_warnings swaps the process-wide warning filters")
+
+    monkeypatch.setattr(pv, "warnings", types.SimpleNamespace(warn=warnings.warn,
+                                                              catch_warnings=refuse))  # fmt: skip
+    codes = np.repeat(np.arange(4), [1, 2, 3, 4])
+    xy = np.column_stack([np.arange(codes.size, dtype=float), np.zeros(codes.size)])
+    done = []
+
+    def call():
+        privatize_points(xy, codes, 4, kind="cgp", amount=Fraction(10), per="user")
+        done.append(True)
+
+    with warnings.catch_warnings(record=True) as record:  # the test's own, in one thread
+        warnings.simplefilter("always")
+        filters = list(warnings.filters)
+        threads = [threading.Thread(target=call) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert warnings.filters == filters
+    scale = [str(r.message) for r in _scale_records(record)]
+    assert len(done) == 4 and len(scale) == 4  # one summed warning per call, none per sampler
+    assert all("below 1 m for 4 of 4 users" in m for m in scale)
