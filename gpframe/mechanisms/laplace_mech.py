@@ -11,6 +11,8 @@ inputs to the lattice, draws all noise in one sampler call, and returns
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from fractions import Fraction
 from typing import Any
@@ -51,6 +53,16 @@ SCALE_WARN_HIGH = Fraction(100_000)
 #: own (``queries.privatize``): a ContextVar, not ``warnings.catch_warnings``, which swaps the
 #: process-wide filter list and is not safe when DuckDB's threads release batches at once
 SCALE_WARNINGS_SUMMED: ContextVar[bool] = ContextVar("gp_scale_warnings_summed", default=False)
+
+
+@contextmanager
+def scale_warnings_left_out() -> Iterator[None]:
+    """Leave out the wrappers' noise-scale warnings in this thread (the caller states its own)."""
+    token = SCALE_WARNINGS_SUMMED.set(True)
+    try:
+        yield
+    finally:
+        SCALE_WARNINGS_SUMMED.reset(token)
 
 
 def _warn_location_scale(scale: Fraction, what: str) -> None:

@@ -25,7 +25,6 @@ helpers are the continuous formulas of the oracle tables.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -36,7 +35,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from gpframe.accounting.amounts import exact, probability
-from gpframe.errors import GpframeInternalError, GpframeWarning, InvalidInputError
+from gpframe.errors import GpframeInternalError, InvalidInputError
 
 __all__ = [
     "KINDS",
@@ -771,11 +770,12 @@ def _release(
 ) -> tuple[Any, Fraction]:
     """One release for a group of users at ``part`` (ground units); returns (released, charge)."""
     from gpframe import mechanisms as mech
+    from gpframe.mechanisms.laplace_mech import scale_warnings_left_out
 
-    with warnings.catch_warnings():
-        # a single round's scale is meant to be large (it is a slice of the allocation): the
-        # wrappers' "scale above 100 km" advice does not apply to one round
-        warnings.filterwarnings("ignore", message=r"the .* noise scale is", category=GpframeWarning)
+    # a single round's scale is meant to be large (it is a slice of the allocation): the
+    # wrappers' "scale above 100 km" advice does not apply to one round (left out per thread:
+    # DuckDB's threads run rounds at once, and catch_warnings swaps process-wide filters)
+    with scale_warnings_left_out():
         if kind == "cgp":
             rel = mech.gaussian_cgp(data, rho=part / (k * k), rng=rng)
             charge = Fraction(rel.guarantee.amount) * k * k

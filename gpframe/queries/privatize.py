@@ -477,7 +477,7 @@ def privatize_points(
     ((3, 2), True)
     """
     from gpframe.mechanisms import error_bound, gaussian_cgp, planar_laplace
-    from gpframe.mechanisms.laplace_mech import SCALE_WARNINGS_SUMMED
+    from gpframe.mechanisms.laplace_mech import scale_warnings_left_out
 
     check_amount(kind, per, amount)
     if not (0.0 < float(beta) < 1.0):
@@ -557,8 +557,7 @@ def privatize_points(
         # the sampler warns about an implausible noise scale once per call, i.e. once per
         # distinct point count: those warnings are left out here (in this thread only) and
         # summed up in one below
-        summed = SCALE_WARNINGS_SUMMED.set(True)
-        try:
+        with scale_warnings_left_out():
             pts = xy if in_order else xy[rows]
             if kind == "gp":
                 rel = planar_laplace(pts, eps=part / k, rng=rng)
@@ -566,8 +565,6 @@ def privatize_points(
             else:
                 rel = gaussian_cgp(pts, rho=part / (k * k), rng=rng)
                 to_ground = k * k
-        finally:
-            SCALE_WARNINGS_SUMMED.reset(summed)
         n_calls += 1
         guarantees.append(rel.guarantee)
         if rel.guarantee.kind != kind:
