@@ -392,13 +392,15 @@ def check_points(
     """
     from gpframe.queries.privatize import COORD_MAX_M
 
-    nonfinite = ~np.isfinite(xy).all(axis=1)
-    if nonfinite.any():
-        raise InvalidInputError(
-            f"{fname}: {what} has {int(nonfinite.sum())} NaN or infinite value(s); filter them "
-            "out (WHERE isfinite(x) AND isfinite(y)). Nothing was charged for this batch."
-        )
-    if (np.abs(xy) >= COORD_MAX_M).any():
+    # two reductions without a temporary (a NaN fails the comparisons too); the row-wise
+    # tests, which cost ten times more on 10⁶ rows, only to word a refusal
+    if xy.size and not (-COORD_MAX_M < xy.min() and xy.max() < COORD_MAX_M):
+        nonfinite = ~np.isfinite(xy).all(axis=1)
+        if nonfinite.any():
+            raise InvalidInputError(
+                f"{fname}: {what} has {int(nonfinite.sum())} NaN or infinite value(s); filter "
+                "them out (WHERE isfinite(x) AND isfinite(y)). Nothing was charged for this batch."
+            )
         raise InvalidInputError(
             f"{fname}: a coordinate is beyond ±2**40 m; {what} must be metres of a projected "
             "CRS. Nothing was charged for this batch."
