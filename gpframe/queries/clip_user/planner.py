@@ -108,8 +108,8 @@ class Occupancy:
 def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_inverse=True)``, by hashing for integers and str.
 
-    Same sorted keys (same dtype) and inverse; numpy sorts all n values (4-6 s at 10⁷), pandas
-    hashes them and sorts only the distinct ones (0.3-0.6 s).
+    Same sorted keys (same dtype) and inverse; numpy sorts all n values, pandas hashes them and
+    sorts only the distinct ones (10⁷ ids of 10⁵ users, under load: 1.95 s against 0.25 s).
     """
     if values.dtype.kind in "iuU":
         inv, keys = pd.factorize(values, sort=True)
