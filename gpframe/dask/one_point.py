@@ -36,6 +36,7 @@ __all__ = [
     "candidate_pieces",
     "candidates",
     "candidates_for_client",
+    "clear_held",
     "one_point_candidates",
     "one_point_pass",
     "output_partition",
@@ -544,6 +545,11 @@ class _Held:
 HELD_LIMIT = 64 * 2**20
 
 _held = _Held()
+
+
+def clear_held() -> None:
+    """Forget the candidate rows and winners this client holds (the next query fetches them)."""
+    _held.clear()
 
 
 def _refusals(

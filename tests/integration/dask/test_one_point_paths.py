@@ -196,7 +196,7 @@ def test_candidates_the_client_holds_are_confirmed_not_sent_again(cluster, monke
     other = dd.from_pandas(_tracks(seed=10), npartitions=NPART).persist()
     _same(_fetch(other, sel), op_mod.one_point_pass(other, COLS, sel, "empty", shuffle=True))
     # the client forgot them (or holds none): the rows are sent again, the same
-    op_mod._held.clear()
+    op_mod.clear_held()
     _same(_fetch(ddf, sel), old)
 
 
