@@ -110,15 +110,17 @@ def candidates(
         last = replace(select, reduce="last").rows(frame, p, cols)
         users = np.asarray(p.users)
         n = np.where(pos == last[pd.Index(users[last]).get_indexer(users[pos])], 1, 2)
-    out = pd.DataFrame({cols.user: frame[cols.user].iloc[pos].reset_index(drop=True)})
-    out[_KEY] = (_time_key(frame, select).iloc[pos].reset_index(drop=True) if kind == "time"
-                 else np.zeros(len(pos), np.int8))  # fmt: skip
-    out[_PART] = np.full(len(pos), i, np.int64)
-    out[_POS] = pos.astype(np.int64)
-    out[_N] = n.astype(np.int64)
-    out[_X], out[_Y] = p.xy[pos, 0], p.xy[pos, 1]
+    key = (_time_key(frame, select).iloc[pos].reset_index(drop=True) if kind == "time"
+           else np.zeros(len(pos), np.int8))  # fmt: skip
+    out = pd.DataFrame({
+        cols.user: frame[cols.user].iloc[pos].reset_index(drop=True), _KEY: key,
+        _PART: np.full(len(pos), i, np.int64), _POS: pos.astype(np.int64),
+        _N: n.astype(np.int64), _X: p.xy[pos, 0], _Y: p.xy[pos, 1],
+    })  # fmt: skip
+    if list(out.dtypes) != list(meta.dtypes):  # the same columns: cast only what differs
+        out = out.astype(meta.dtypes.to_dict())
     hint = one_point_hint(frame, (cols.user, *protected_columns(frame, p.coords)))
-    return Candidates(check, len(out), hint), out.astype(meta.dtypes.to_dict())
+    return Candidates(check, len(out), hint), out
 
 
 def candidates_meta(ddf: Any, cols: Any, select: Any) -> pd.DataFrame:
