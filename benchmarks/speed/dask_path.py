@@ -30,9 +30,11 @@ floor, best of 5: an empty ``client.submit(lambda: 0).result()`` (one round trip
 pass over the data costs). ``--worker-env no-trim`` starts the workers without the
 ``MALLOC_TRIM_THRESHOLD_=65536`` that Dask's nanny sets by default (which makes numpy's
 temporary arrays cost fresh pages on every allocation): what part of the first pass is that.
-A worker remembers the first pass over a partition it holds (``gpframe.dask.memo``), so after
-the warm-up the Dask path's timed calls find it; ``--cold`` makes the workers forget before
-every timed call (untimed): what the first query on a persisted frame costs.
+A worker remembers the first pass over a partition it holds (``gpframe.dask.memo``), and the
+client the few candidate rows it fetched (``gpframe.dask.one_point``: a worker confirms them
+instead of sending them again), so after the warm-up the Dask path's timed calls find them;
+``--cold`` makes the workers and the client forget before every timed call (untimed): what the
+first query on a persisted frame costs.
 
     PYTHONPATH=. python benchmarks/speed/dask_path.py --points 1000000
 """
@@ -54,6 +56,7 @@ import shapely
 import gpframe as gp
 import gpframe.dask
 import gpframe.dask.memo
+import gpframe.dask.one_point
 import gpframe.frame.accessor
 
 CRS = "EPSG:32724"
@@ -116,8 +119,9 @@ def main() -> None:
     ap.add_argument("--worker-env", choices=["default", "no-trim"], default="default",
                     help="no-trim: workers without Dask's MALLOC_TRIM_THRESHOLD_=65536")
     ap.add_argument("--cold", action="store_true",
-                    help="the workers forget their remembered first passes before every timed "
-                         "Dask call (gpframe.dask.memo): what the first query on a frame costs")
+                    help="the workers forget their remembered first passes (gpframe.dask.memo) "
+                         "and the client its candidate rows (gpframe.dask.one_point) before "
+                         "every timed Dask call: what the first query on a frame costs")
     args = ap.parse_args()
 
     import dask
@@ -140,7 +144,13 @@ def main() -> None:
               f"LocalCluster 2 workers x 1 thread (worker env: {args.worker_env}), "
               f"{'indexed by user' if args.indexed else 'not partitioned by user'}, "
               f"{'cold: every first pass run anew' if args.cold else 'first passes remembered'}")
-        forget = (lambda: client.run(gpframe.dask.memo.clear)) if args.cold else None
+        forget = None
+        if args.cold:  # the workers forget their passes (so their tokens), the client its rows
+
+            def forget():
+                client.run(gpframe.dask.memo.clear)
+                gpframe.dask.one_point.clear_held()
+
         floors(client, ddf)
         gdf = with_values(df) if "grid_stats" in args.ops else None
         gddf = None

@@ -23,6 +23,12 @@ What keeps this safe:
 * the memory is bounded (:data:`LIMIT` bytes per worker process, oldest entries dropped first;
   a pass larger than a quarter of it is not kept).
 
+Each entry carries a *token*, a random name given when it is kept (:func:`first_pass_token`).
+A client that holds what an entry's pass returned (:mod:`gpframe.dask.one_point`: few
+candidate rows) sends the token back with its next query: the worker confirms it (the same
+partition object, the same parameters, so the same result) instead of sending the result again.
+A partition read anew, or an entry dropped, has no entry or another token: the pass is sent.
+
 The callers never modify what a pass returns (its pieces are concatenated into new frames).
 """
 
@@ -30,12 +36,13 @@ from __future__ import annotations
 
 import pickle
 import threading
+import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["LIMIT", "clear", "first_pass"]
+__all__ = ["LIMIT", "clear", "first_pass", "first_pass_token"]
 
 T = TypeVar("T")
 
@@ -43,8 +50,8 @@ T = TypeVar("T")
 LIMIT = 256 * 2**20
 
 _lock = threading.RLock()  # a freed partition's callback may run in any thread
-#: (id of the partition, parameters' bytes) -> (weak reference, result, bytes)
-_entries: OrderedDict[tuple[int, bytes], tuple[Any, Any, int]] = OrderedDict()
+#: (id of the partition, parameters' bytes) -> (weak reference, result, bytes, token)
+_entries: OrderedDict[tuple[int, bytes], tuple[Any, Any, int, str]] = OrderedDict()
 _size = [0]
 
 
@@ -53,17 +60,27 @@ def first_pass(part: Any, params: tuple[Any, ...], compute: Callable[[], T]) -> 
 
     ``params`` holds everything besides the rows that the result depends on.
     """
+    return first_pass_token(part, params, compute)[0]
+
+
+def first_pass_token(
+    part: Any, params: tuple[Any, ...], compute: Callable[[], T]
+) -> tuple[T, str | None]:
+    """:func:`first_pass`, and the token of the entry that holds the result (None: not kept).
+
+    The same token comes back as long as the same entry answers: the same partition object
+    and parameters, so the same result.
+    """
     key = _key(part, params)
     if key is None or LIMIT <= 0:
-        return compute()
+        return compute(), None
     with _lock:
         hit = _entries.get(key)
         if hit is not None and hit[0]() is part:
             _entries.move_to_end(key)
-            return hit[1]  # type: ignore[no-any-return]
+            return hit[1], hit[3]
     out = compute()
-    _keep(part, key, out)
-    return out
+    return out, _keep(part, key, out)
 
 
 def clear() -> None:
@@ -85,12 +102,14 @@ def _key(part: Any, params: tuple[Any, ...]) -> tuple[int, bytes] | None:
     return id(part), blob
 
 
-def _keep(part: Any, key: tuple[int, bytes], out: Any) -> None:
+def _keep(part: Any, key: tuple[int, bytes], out: Any) -> str | None:
+    """Keep ``out`` for this partition object and parameters; return the entry's token."""
     from dask.sizeof import sizeof
 
     nbytes = int(sizeof(out)) + len(key[1])
     if nbytes > LIMIT // 4:
-        return
+        return None
+    token = uuid.uuid4().hex  # names the entry only: a new entry, a new name
 
     def gone(_: Any, key: tuple[int, bytes] = key) -> None:  # the partition was freed
         with _lock:
@@ -102,8 +121,9 @@ def _keep(part: Any, key: tuple[int, bytes], out: Any) -> None:
         old = _entries.pop(key, None)
         if old is not None:
             _size[0] -= old[2]
-        _entries[key] = (weakref.ref(part, gone), out, nbytes)
+        _entries[key] = (weakref.ref(part, gone), out, nbytes, token)
         _size[0] += nbytes
         while _size[0] > LIMIT and _entries:
-            _, (_, _, n) = _entries.popitem(last=False)
+            _, (_, _, n, _) = _entries.popitem(last=False)
             _size[0] -= n
+    return token

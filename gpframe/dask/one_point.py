@@ -31,8 +31,20 @@ import pandas as pd
 from gpframe.errors import GpframeInternalError, InvalidInputError
 
 __all__ = [
-    "Candidates", "OnePoint", "candidate_pieces", "candidates", "one_point_candidates",
-    "one_point_pass", "output_partition", "winners", "winners_of",
+    "Candidates",
+    "OnePoint",
+    "candidate_pieces",
+    "candidates",
+    "candidates_for_client",
+    "clear_held",
+    "one_point_candidates",
+    "one_point_pass",
+    "output_partition",
+    "remembered",
+    "winners",
+    "winners_all",
+    "winners_of",
+    "winners_of_rows",
 ]
 
 _NOTHING = "Nothing was charged."
@@ -98,15 +110,17 @@ def candidates(
         last = replace(select, reduce="last").rows(frame, p, cols)
         users = np.asarray(p.users)
         n = np.where(pos == last[pd.Index(users[last]).get_indexer(users[pos])], 1, 2)
-    out = pd.DataFrame({cols.user: frame[cols.user].iloc[pos].reset_index(drop=True)})
-    out[_KEY] = (_time_key(frame, select).iloc[pos].reset_index(drop=True) if kind == "time"
-                 else np.zeros(len(pos), np.int8))  # fmt: skip
-    out[_PART] = np.full(len(pos), i, np.int64)
-    out[_POS] = pos.astype(np.int64)
-    out[_N] = n.astype(np.int64)
-    out[_X], out[_Y] = p.xy[pos, 0], p.xy[pos, 1]
+    key = (_time_key(frame, select).iloc[pos].reset_index(drop=True) if kind == "time"
+           else np.zeros(len(pos), np.int8))  # fmt: skip
+    out = pd.DataFrame({
+        cols.user: frame[cols.user].iloc[pos].reset_index(drop=True), _KEY: key,
+        _PART: np.full(len(pos), i, np.int64), _POS: pos.astype(np.int64),
+        _N: n.astype(np.int64), _X: p.xy[pos, 0], _Y: p.xy[pos, 1],
+    })  # fmt: skip
+    if list(out.dtypes) != list(meta.dtypes):  # the same columns: cast only what differs
+        out = out.astype(meta.dtypes.to_dict())
     hint = one_point_hint(frame, (cols.user, *protected_columns(frame, p.coords)))
-    return Candidates(check, len(out), hint), out.astype(meta.dtypes.to_dict())
+    return Candidates(check, len(out), hint), out
 
 
 def candidates_meta(ddf: Any, cols: Any, select: Any) -> pd.DataFrame:
@@ -159,7 +173,7 @@ def winners(bucket: pd.DataFrame, cols: Any, rule: tuple[str, Any]) -> tuple[Any
         first = order[np.flatnonzero(np.r_[True, srt[1:] != srt[:-1]])]
         bad = np.flatnonzero(total > 1)
         several = tuple(zip(part[first[bad]].tolist(), pos[first[bad]].tolist(),
-                            np.asarray(uniq, dtype=object)[bad].tolist(), strict=True))
+                            np.asarray(uniq, dtype=object)[bad].tolist(), strict=True))  # fmt: skip
     xy = np.column_stack([bucket[_X].to_numpy()[win], bucket[_Y].to_numpy()[win]])
     check = PartCheck(users=np.asarray(uniq, dtype=object),
                       counts=np.ones(len(uniq), np.int64), several=several)  # fmt: skip
@@ -174,19 +188,31 @@ def winners_all(buckets: list[list[pd.DataFrame]], cols: Any, rule: tuple[str, A
     a user's candidates all lie in one output partition (the hash of the user id), so sorting by
     (output partition, user, ...) orders each partition's users as its own sort does.
     """
-    from gpframe.dask.partitions import PartCheck
-
     frames = [f for b in buckets for f in b]
     j_of = np.repeat(np.arange(len(buckets)), [sum(len(f) for f in b) for b in buckets])
     if not len(j_of):
         return [winners(None, cols, rule) for _ in buckets]
-    whole = pd.concat(frames, ignore_index=True)
+    return winners_of_rows(pd.concat(frames, ignore_index=True), j_of, len(buckets), cols, rule)
+
+
+def winners_of_rows(
+    whole: pd.DataFrame, j_of: np.ndarray, n: int, cols: Any, rule: tuple[str, Any]
+) -> list[Any]:
+    """:func:`winners_all` of rows in any order, row ``r`` in output partition ``j_of[r]``.
+
+    The order of the rows does not matter: they are sorted by a key that is unique per row
+    (output partition, user, (time,) partition, row).
+    """
+    from gpframe.dask.partitions import PartCheck
+
+    if not len(j_of):
+        return [winners(None, cols, rule) for _ in range(n)]
     codes, uniq = pd.factorize(whole[cols.user], sort=True)
     part, pos = whole[_PART].to_numpy(), whole[_POS].to_numpy()
     kind, how = rule
     # (partition, row) and (output partition, user) as one int64 key each: fewer sort passes
     row = part * (int(pos.max()) + 1) + pos
-    group = j_of * max(len(uniq), 1) + codes
+    group = j_of.astype(np.int64) * max(len(uniq), 1) + codes
     if kind == "time":
         keys: tuple[Any, ...] = (row, pd.factorize(whole[_KEY], sort=True)[0], group)
     else:
@@ -204,9 +230,9 @@ def winners_all(buckets: list[list[pd.DataFrame]], cols: Any, rule: tuple[str, A
         total = np.add.reduceat(whole[_N].to_numpy()[order].astype(np.float64), starts)
     xs, ys = whole[_X].to_numpy(), whole[_Y].to_numpy()
     users = np.asarray(uniq, dtype=object)
-    cut = np.searchsorted(j_of[win], np.arange(len(buckets) + 1))
+    cut = np.searchsorted(j_of[win], np.arange(n + 1))
     out = []
-    for j in range(len(buckets)):
+    for j in range(n):
         sl = slice(cut[j], cut[j + 1])
         w = win[sl]
         if not len(w):
@@ -335,7 +361,9 @@ def one_point_candidates(
     over several partitions (``reduce=None``) are refused here with the pandas face's message.
     One round trip: both stages are submitted at once, the client fetches only the checks;
     with ``fetch=True`` and few candidates, the client fetches them and keeps the winners
-    itself (the same :func:`winners`, on the same pieces), and no exchange runs.
+    itself (the same :func:`winners`, on the same pieces), and no exchange runs. On a persisted
+    frame that is one task per partition (:func:`candidates_for_client`), and the candidates
+    the client already holds from an earlier query are confirmed by their worker, not sent again.
     """
     import dask
 
@@ -346,19 +374,20 @@ def one_point_candidates(
     rule = _rule(select)
     ways = n if n <= DIRECT_EXCHANGE else 1
     futures = persisted_futures(ddf)
+    if fetch and futures is not None:
+        parts, metas = _fetch_persisted(futures, cols, select, meta, rule)
+        if parts is not None:
+            return _refusals(parts, metas, [p[0] for p in parts], [None] * n, select)
     if futures is not None:  # a persisted frame: tasks on its futures, no graph per call
         client = futures[0].client
         stage = client.map(candidate_pieces, futures, range(n), cols=cols, select=select,
-                           meta=meta, n=ways, pure=False)  # fmt: skip
+                           meta=meta, n=n, ways=ways, pure=False)  # fmt: skip
     else:
-        stage = [dask.delayed(candidate_pieces)(d, i, cols, select, meta, ways)
+        stage = [dask.delayed(candidate_pieces)(d, i, cols, select, meta, n, ways)
                  for i, d in enumerate(ddf.to_delayed())]  # fmt: skip
-    if fetch:
-        if futures is not None:
-            got = client.gather(client.map(_small, stage, cap=CLIENT_ROWS // n, pure=False))
-        else:
-            stage = list(dask.persist(*stage))
-            got = dask.compute(*[dask.delayed(_small)(s, CLIENT_ROWS // n) for s in stage])
+    if fetch and futures is None:
+        stage = list(dask.persist(*stage))
+        got = dask.compute(*[dask.delayed(_small)(s, CLIENT_ROWS // n) for s in stage])
         metas = [g[0] for g in got]
         if all(g[1] is not None for g in got):
             pieces = [g[1] for g in got]
@@ -381,6 +410,148 @@ def one_point_candidates(
     metas = list(got[: len(stage)])
     checks, digests = [g[0] for g in got[len(stage) :]], [g[1] for g in got[len(stage) :]]
     return _refusals(parts, metas, checks, digests, select)
+
+
+def _fetch_persisted(
+    futures: list[Any], cols: Any, select: Any, meta: pd.DataFrame, rule: tuple[str, Any]
+) -> tuple[list[Any] | None, list[Candidates]]:
+    """Fetch a persisted frame's few candidates and keep the winners: one task per partition.
+
+    Returns each output partition's ``(check, points)`` (None when some partition has more
+    than its share of :data:`CLIENT_ROWS`: they stay on the workers) and the partitions'
+    candidate facts. The client sends, per partition, the token of the candidates it holds
+    from an earlier query (:data:`_held`); a worker whose remembered first pass has that token
+    (:func:`gpframe.dask.memo.first_pass_token`: the same partition object, the same
+    parameters) confirms it instead of sending the rows, and when every partition confirms,
+    the client's winners of those rows are used again.
+    """
+    n = len(futures)
+    client = futures[0].client
+    blob = _params_blob(cols, select, meta, n)
+    known = [_held.token((f.key, i, blob)) if blob is not None else None
+             for i, f in enumerate(futures)]  # fmt: skip
+    got = client.gather(client.map(
+        candidates_for_client, futures, range(n), [k for k, _ in known], cols=cols,
+        select=select, meta=meta, n=n, cap=CLIENT_ROWS // n, pure=False,
+    ))  # fmt: skip
+    metas = [g[0] for g in got]
+    rows = []
+    for i, (_, out, to, token) in enumerate(got):
+        if out is None:
+            if token is None or token != known[i][0]:
+                return None, metas  # too many candidates: they stay on the workers
+            out, to = known[i][1]  # confirmed by the worker: the rows held here
+        elif token is not None and blob is not None:
+            _held.keep((futures[i].key, i, blob), token, (out, to))
+        rows.append((out, to))
+    tokens = tuple(g[3] for g in got)
+    if blob is not None and None not in tokens:
+        parts = _held.winners(tokens)
+        if parts is not None:
+            return parts, metas
+    whole = pd.concat([r[0] for r in rows], ignore_index=True)
+    j_of = np.concatenate([r[1] for r in rows]).astype(np.int64)
+    parts = winners_of_rows(whole, j_of, n, cols, rule)
+    for _, xy in parts:  # shared with later queries: the release reads them, never writes
+        xy.flags.writeable = False
+    if blob is not None and None not in tokens:
+        _held.keep_winners(tokens, parts)
+    return parts, metas
+
+
+def _params_blob(cols: Any, select: Any, meta: pd.DataFrame, n: int) -> bytes | None:
+    """Return the parameters of a first pass as bytes (None: a callable component, never held)."""
+    import pickle
+
+    if callable(getattr(select, "component", None)):
+        return None
+    try:
+        shape = (list(meta.columns), [str(d) for d in meta.dtypes])
+        return pickle.dumps((cols, select, shape, n), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # not comparable by value: never held
+        return None
+
+
+class _Held:
+    """The candidate rows the client fetched, by their worker entry's token, and their winners.
+
+    Bounded (:data:`HELD_LIMIT` bytes, oldest dropped first). A token names one remembered
+    first pass on one worker (one partition object, one set of parameters); the rows kept under
+    it are what that pass returned, so the worker's confirmation of the token is a confirmation
+    of the rows. Thread-safe: several threads of one client may query at once.
+    """
+
+    def __init__(self) -> None:
+        import threading
+        from collections import OrderedDict
+
+        self._lock = threading.Lock()
+        self._tokens: dict[Any, str] = {}  # (future key, partition, parameters) -> token
+        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()  # -> (value, bytes)
+        self._size = 0
+
+    def token(self, where: Any) -> tuple[str | None, Any]:
+        """Return the token of the rows held for ``where`` and the rows, or (None, None)."""
+        with self._lock:
+            token = self._tokens.get(where)
+            item = self._items.get(("rows", token)) if token is not None else None
+            if item is None:
+                return None, None
+            self._items.move_to_end(("rows", token))
+            return token, item[0]
+
+    def keep(self, where: Any, token: str, rows: tuple[pd.DataFrame, np.ndarray]) -> None:
+        """Hold the rows a worker sent with ``token`` for ``where``."""
+        nbytes = int(rows[0].memory_usage(index=True, deep=False).sum()) + rows[1].nbytes
+        with self._lock:
+            self._tokens[where] = token
+            self._put(("rows", token), rows, nbytes)
+
+    def winners(self, tokens: tuple[str, ...]) -> list[Any] | None:
+        """Return the winners kept for these partitions' tokens, or None."""
+        with self._lock:
+            item = self._items.get(("winners", tokens))
+            if item is None:
+                return None
+            self._items.move_to_end(("winners", tokens))
+            return list(item[0])
+
+    def keep_winners(self, tokens: tuple[str, ...], parts: list[Any]) -> None:
+        nbytes = sum(xy.nbytes + 8 * len(c.users) for c, xy in parts)
+        with self._lock:
+            self._put(("winners", tokens), tuple(parts), nbytes)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tokens.clear()
+            self._items.clear()
+            self._size = 0
+
+    def _put(self, key: Any, value: Any, nbytes: int) -> None:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._size -= old[1]
+        if nbytes > HELD_LIMIT // 4:
+            return
+        self._items[key] = (value, nbytes)
+        self._size += nbytes
+        while self._size > HELD_LIMIT and self._items:
+            _, (_, size) = self._items.popitem(last=False)
+            self._size -= size
+        live = {k[1] for k in self._items if k[0] == "rows"}
+        if len(self._tokens) > 4 * len(live) + 64:  # forget the names of dropped rows
+            self._tokens = {w: t for w, t in self._tokens.items() if t in live}
+
+
+#: bytes of candidate rows and winners the client holds between queries (0: none)
+HELD_LIMIT = 64 * 2**20
+
+_held = _Held()
+
+
+def clear_held() -> None:
+    """Forget the candidate rows and winners this client holds (the next query fetches them)."""
+    _held.clear()
 
 
 def _refusals(
@@ -423,28 +594,60 @@ def _task_shuffle(stage: list[Any], cols: Any, meta: Any, rule: Any, n: int) -> 
 
 
 def candidate_pieces(
-    part: pd.DataFrame, i: int, cols: Any, select: Any, meta: pd.DataFrame, n: int
+    part: pd.DataFrame, i: int, cols: Any, select: Any, meta: pd.DataFrame, n: int, ways: int
 ) -> tuple[Candidates, list[pd.DataFrame]]:
-    """:func:`candidates`, split into ``n`` pieces by output partition (runs on a worker).
+    """:func:`candidates`, split into ``ways`` pieces by output partition (runs on a worker).
 
-    Remembered while the partition lives on this worker (:mod:`gpframe.dask.memo`): a query
-    on a persisted frame with the same roles and rule passes over its rows once.
+    ``ways`` is ``n`` (the output partitions) or 1 (one piece). The first pass is remembered
+    while the partition lives on this worker (:func:`remembered`).
     """
-    from gpframe.dask.memo import first_pass
+    (facts, out, to), _ = remembered(part, i, cols, select, meta, n)
+    if ways == 1:
+        return facts, [out]
+    return facts, [out[to == j] for j in range(ways)]
+
+
+def candidates_for_client(
+    part: pd.DataFrame, i: int, known: str | None, cols: Any, select: Any, meta: pd.DataFrame,
+    n: int, cap: int,
+) -> tuple[Candidates, pd.DataFrame | None, np.ndarray | None, str | None]:  # fmt: skip
+    """Return what the client fetches of partition ``i``'s first pass (it keeps the winners).
+
+    Returns the facts, the candidates and their output partitions, and the token of the
+    remembered pass. When that token is ``known`` (the client holds those rows already), or
+    there are more than ``cap`` rows (they stay here), the rows are not sent (None); the token
+    is then ``known``, or None.
+    """
+    (facts, out, to), token = remembered(part, i, cols, select, meta, n)
+    if token is not None and token == known:
+        return facts, None, None, token
+    if facts.n > cap:
+        return facts, None, None, None
+    return facts, out, to, token
+
+
+def remembered(
+    part: pd.DataFrame, i: int, cols: Any, select: Any, meta: pd.DataFrame, n: int
+) -> tuple[tuple[Candidates, pd.DataFrame, np.ndarray], str | None]:
+    """Partition ``i``'s candidates and each one's output partition (of ``n``), and their token.
+
+    Remembered while the partition lives on this worker (:mod:`gpframe.dask.memo`): a query on
+    a persisted frame with the same roles and rule passes over its rows once.
+    """
+    from gpframe.dask.memo import first_pass_token
 
     shape = (list(meta.columns), [str(d) for d in meta.dtypes])
-    return first_pass(part, ("candidate_pieces", i, cols, select, shape, n),
-                      lambda: _pieces(part, i, cols, select, meta, n))  # fmt: skip
+    return first_pass_token(part, ("candidates", i, cols, select, shape, n),
+                            lambda: _with_outputs(part, i, cols, select, meta, n))  # fmt: skip
 
 
-def _pieces(
+def _with_outputs(
     part: pd.DataFrame, i: int, cols: Any, select: Any, meta: pd.DataFrame, n: int
-) -> tuple[Candidates, list[pd.DataFrame]]:
+) -> tuple[Candidates, pd.DataFrame, np.ndarray]:
     facts, out = candidates(part, i, cols, select, meta)
-    if n == 1:
-        return facts, [out]
-    to = output_partition(out, cols.user, meta[cols.user].dtype, n)
-    return facts, [out[to == j] for j in range(n)]
+    to = (output_partition(out, cols.user, meta[cols.user].dtype, n) if n > 1
+          else np.zeros(len(out), np.int64))  # fmt: skip
+    return facts, out, to.astype(np.int32)
 
 
 def output_partition(frame: pd.DataFrame, user: str, dtype: Any, n: int) -> np.ndarray:

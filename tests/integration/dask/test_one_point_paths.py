@@ -142,9 +142,10 @@ def test_same_released_values_and_charges_every_way(cluster, op, way, monkeypatc
 
 
 def test_a_count_of_few_candidates_runs_no_exchange_task(cluster):
-    # the fixed cost of a query: its tasks are the first stage and the fetch of its candidates;
-    # no shuffle, no exchange, no task that only sends a check, and no release task: the
-    # client holds the few points and runs the release itself (one round trip)
+    # the fixed cost of a query: its tasks are one first-stage task per partition, which sends
+    # the client its few candidates; no shuffle, no exchange, no task that only sends a check,
+    # and no release task: the client holds the few points and runs the release itself (one
+    # round trip)
     from distributed import get_task_stream
 
     ddf = dd.from_pandas(_tracks(), npartitions=NPART).persist()
@@ -153,5 +154,57 @@ def test_a_count_of_few_candidates_runs_no_exchange_task(cluster):
         res = bound.range_count(ZONE, rho=1e-5, component=gp.Last("t"))
     assert res.n_charged == 200
     names = {str(t["key"]).split("-")[0].strip("('\"") for t in ts.data}
-    assert names <= {"candidate_pieces", "_small", "frompandas"}, names
-    assert {"candidate_pieces", "_small"} <= names
+    assert names <= {"candidates_for_client", "frompandas"}, names
+    assert "candidates_for_client" in names
+
+
+def _fetch(ddf, sel):
+    return op_mod.one_point_pass(ddf, COLS, sel, "empty", fetch=True)
+
+
+def _same(a, b):
+    assert a.users.tolist() == b.users.tolist()
+    assert a.offsets.tolist() == b.offsets.tolist()
+    for (ca, xa), (cb, xb) in zip(dask.compute(*a.parts), dask.compute(*b.parts), strict=True):
+        assert ca.users.tolist() == cb.users.tolist()
+        np.testing.assert_array_equal(xa, xb)
+
+
+def test_candidates_the_client_holds_are_confirmed_not_sent_again(cluster, monkeypatch):
+    # a second query on a persisted frame: each worker confirms the token of the candidates
+    # the client fetched before (its remembered first pass of the same partition object), so
+    # no rows travel and the client's winners are used again; the same users and points
+    import gpframe.dask.memo as memo
+
+    ddf = dd.from_pandas(_tracks(seed=9), npartitions=NPART).persist()
+    sel = Component(gp.Last("t"), None)
+    old = op_mod.one_point_pass(ddf, COLS, sel, "empty", shuffle=True)
+    sent = []
+    real = op_mod.winners_of_rows
+    monkeypatch.setattr(op_mod, "winners_of_rows", lambda *a: sent.append(1) or real(*a))
+    first = _fetch(ddf, sel)
+    again = _fetch(ddf, sel)
+    assert len(sent) == 1  # the winners were kept once, from rows sent once
+    _same(first, old)
+    _same(again, old)
+    assert not any(xy.flags.writeable for _, xy in again.parts)  # shared: the release only reads
+    # workers that forgot their passes give new tokens: the rows are sent again, the same
+    cluster.run(memo.clear)
+    _same(_fetch(ddf, sel), old)
+    assert len(sent) == 2
+    # another frame with the same parameters: its own partitions, its own candidates
+    other = dd.from_pandas(_tracks(seed=10), npartitions=NPART).persist()
+    _same(_fetch(other, sel), op_mod.one_point_pass(other, COLS, sel, "empty", shuffle=True))
+    # the client forgot them (or holds none): the rows are sent again, the same
+    op_mod.clear_held()
+    _same(_fetch(ddf, sel), old)
+
+
+def test_the_client_holds_nothing_within_a_zero_limit(cluster, monkeypatch):
+    monkeypatch.setattr(op_mod, "HELD_LIMIT", 0)
+    op_mod._held.clear()
+    ddf = dd.from_pandas(_tracks(seed=9), npartitions=NPART).persist()
+    sel = Component(gp.Last("t"), None)
+    a, b = _fetch(ddf, sel), _fetch(ddf, sel)
+    _same(a, b)
+    assert not op_mod._held._items and op_mod._held._size == 0

@@ -49,6 +49,23 @@ def test_a_pass_is_remembered_for_the_same_object_and_parameters_only():
     assert calls == ["a", "c", "d"]
 
 
+def test_an_entry_keeps_its_token_and_a_new_entry_gets_a_new_one(monkeypatch):
+    # the client's held candidates are confirmed by this token: it must name one entry only
+    part, other = pd.DataFrame({"a": [1, 2]}), pd.DataFrame({"a": [1, 2]})
+    out, token = memo.first_pass_token(part, ("op", 1), lambda: np.zeros(2))
+    assert token is not None
+    assert memo.first_pass_token(part, ("op", 1), lambda: np.ones(2)) == (out, token)
+    assert memo.first_pass_token(other, ("op", 1), lambda: np.zeros(2))[1] not in (None, token)
+    assert memo.first_pass_token(part, ("op", 2), lambda: np.zeros(2))[1] not in (None, token)
+    memo.clear()  # forgotten: the same object and parameters, a new entry and a new token
+    again = memo.first_pass_token(part, ("op", 1), lambda: np.zeros(2))[1]
+    assert again not in (None, token)
+    # nothing kept, no token: a callable component, or no memory at all
+    assert memo.first_pass_token(part, (Component(lambda f: f, None),), lambda: 0)[1] is None
+    monkeypatch.setattr(memo, "LIMIT", 0)
+    assert memo.first_pass_token(other, ("op", 3), lambda: 0) == (0, None)
+
+
 def test_an_entry_dies_with_its_partition():
     part = pd.DataFrame({"a": [1, 2]})
     memo.first_pass(part, ("op",), lambda: np.zeros(3))
