@@ -27,6 +27,7 @@ import uuid
 import warnings
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from typing import Any
@@ -317,6 +318,25 @@ def _append(index: pd.Index, new: pd.Index) -> pd.Index:
     return pd.Index(np.concatenate([index.to_numpy(object), new.to_numpy(object)]), dtype=object)
 
 
+@dataclass(eq=False)
+class _Dense:
+    """The spent of whole chunks as :meth:`Ledger._gather_kept` read them, for one run of users.
+
+    ``spent`` covers chunks ``c0, c0 + 1, ...`` (CHUNK entries each, 0 where a chunk does not
+    exist yet) and is owned by this object; ``budgets`` holds the override array (or None) of
+    every chunk that exists. ``gen`` is the ledger's count of chunk writes when they were read:
+    the data is current while no chunk was written since (all inside one write transaction).
+    """
+
+    notion: str
+    gen: int
+    c0: int
+    lo: int  # first index of the run
+    n: int  # length of the run
+    spent: np.ndarray
+    budgets: dict[int, np.ndarray | None]
+
+
 class Ledger:
     """The filters of one store: admission, reservations, charges, audit, inspection.
 
@@ -348,6 +368,8 @@ class Ledger:
         #: units_for's (numerator, denominator) of an amount in ledger units, per distinct
         #: (notion, filter, exponent, kind, amount): pure functions of public parameters
         self._per_unit: dict[tuple[Any, ...], tuple[int, int]] = {}
+        #: chunk writes made by this Ledger (a :class:`_Dense` read before the last one is stale)
+        self._chunk_gen = 0
         self.chain = Chain(key)
         self.anchor = None if anchor is None else Anchor(anchor)
         self._begin()
@@ -512,7 +534,8 @@ class Ledger:
             # their indices are one run, found by two vectorised passes instead of hashing
             # every key (the ledger's ids are distinct, so the run is the only answer)
             ids = self._index.to_numpy()
-            at = np.flatnonzero(ids == keys[0])
+            # the ledger's first user first (a cohort asked again from the start): no scan
+            at = np.zeros(1, np.intp) if ids[0] == keys[0] else np.flatnonzero(ids == keys[0])
             if at.size == 1:
                 p = int(at[0])
                 if p + keys.size <= ids.size and np.array_equal(ids[p : p + keys.size], keys):
@@ -658,16 +681,38 @@ class Ledger:
     # -- per-user state ---------------------------------------------------------------------
     def _gather(self, notion: str, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(spent, budget) in ledger units for each index (unseen users: 0 and default)."""
+        spent, budget, _ = self._gather_kept(notion, idx)
+        if budget is None:
+            budget = np.full(idx.size, self.default[notion], np.int64)
+        return spent, budget
+
+    def _gather_kept(
+        self, notion: str, idx: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None, _Dense | None]:
+        """:meth:`_gather`, plus what a charge of the same users in this write can reuse.
+
+        ``budget`` is None when every user has the default budget (no array of it). The third
+        value is the dense spent of the chunks read (:class:`_Dense`) when the indices are one
+        ascending run of known users (a cohort asked again): the prepaid charge of the same
+        users adds to it in place (:meth:`_add_kept`) instead of reading the chunks again.
+        """
         default = self.default[notion]
         known = idx >= 0
         every = bool(known.all())  # the usual case: no masked copies or scatters
-        if not every and not known.any():
-            return np.zeros(idx.size, dtype=np.int64), np.full(idx.size, default, np.int64)
+        if idx.size == 0 or (not every and not known.any()):
+            return np.zeros(idx.size, dtype=np.int64), None, None
         k = idx if every else idx[known]
-        chunk_ids, rank = _chunks_of(k)
+        lo, hi = int(k[0]), int(k[-1])
+        # the indices are one ascending run (users asked again in the order first seen): the
+        # chunks are a range (no per-index pass to find them) and the entries one slice
+        run = hi - lo == k.size - 1 and (k.size < 2 or bool((k[1:] > k[:-1]).all()))
+        if run:
+            chunk_ids, rank = np.arange(lo >> _SHIFT, (hi >> _SHIFT) + 1, dtype=np.int64), None
+        else:
+            chunk_ids, rank = _chunks_of(k)
         data = self.store.read_chunks(notion, chunk_ids.tolist())
         if not data:  # users seen, never charged nor given a budget: 0 and the default
-            return np.zeros(idx.size, dtype=np.int64), np.full(idx.size, default, np.int64)
+            return np.zeros(idx.size, dtype=np.int64), None, None
         dense_s = np.zeros(chunk_ids.size * CHUNK, dtype=np.int64)
         dense_b: np.ndarray | None = None  # only when some chunk holds overrides
         for j, c in enumerate(chunk_ids.tolist()):
@@ -679,11 +724,8 @@ class Ledger:
                         dense_b = np.full(chunk_ids.size * CHUNK, -1, dtype=np.int64)
                     dense_b[j * CHUNK : (j + 1) * CHUNK] = b
         c0 = int(chunk_ids[0])
-        lo = int(k[0])
         pos: Any
-        if int(k[-1]) - lo == k.size - 1 and (k.size < 2 or bool((k[1:] > k[:-1]).all())):
-            # the indices are one ascending run (users asked again in the order first seen):
-            # their entries are one slice of the dense chunks, no gather
+        if run:  # one slice of the dense chunks, no gather
             pos = slice(lo - c0 * CHUNK, lo - c0 * CHUNK + k.size)
         elif int(chunk_ids[-1]) - c0 + 1 == chunk_ids.size:  # consecutive chunks: c - c0
             pos = k - c0 * CHUNK if c0 else k
@@ -696,13 +738,18 @@ class Ledger:
             b_k = dense_b[pos]
             b_k = np.where(b_k < 0, default, b_k)
         if every:
-            return s_k, np.full(idx.size, default, np.int64) if b_k is None else b_k
+            kept = None
+            if run:  # s_k is a view of dense_s: read before a charge adds to it in place
+                budgets = {c: b for c, (_, b) in data.items()}
+                kept = _Dense(notion, self._chunk_gen, c0, lo, k.size, dense_s, budgets)
+            return s_k, b_k, kept
         spent = np.zeros(idx.size, dtype=np.int64)
-        budget = np.full(idx.size, default, dtype=np.int64)
         spent[known] = s_k
+        budget = None
         if b_k is not None:
+            budget = np.full(idx.size, default, dtype=np.int64)
             budget[known] = b_k
-        return spent, budget
+        return spent, budget, None
 
     def _update(
         self,
@@ -744,6 +791,7 @@ class Ledger:
                     b = np.full(CHUNK, -1, dtype=np.int64)
                 b[off] = budget
             out[c] = (s, b)
+        self._chunk_gen += 1
         self.store.write_chunks(notion, out)
 
     def _add_range(self, notion: str, lo: int, add: np.ndarray) -> None:
@@ -769,14 +817,42 @@ class Ledger:
                     raise GpframeInternalError("a user's spent would overflow int64.")
                 s += old
             out[c] = (s, b)
+        self._chunk_gen += 1
         self.store.write_chunks(notion, out)
+
+    def _add_kept(self, kept: _Dense, add: np.ndarray) -> None:
+        """:meth:`_add_range` of ``add`` over ``kept``'s run, on the spent it read (no re-read).
+
+        The same chunks, with the same values, as :meth:`_add_range`: every chunk of the run
+        is written, an existing one with its override array. ``kept.spent`` is updated in
+        place (it is owned, and stale after this write).
+        """
+        at = kept.lo - kept.c0 * CHUNK
+        run = kept.spent[at : at + kept.n]
+        step = 1 << 16  # blocks that stay in cache: no full-size temporaries for the check
+        for i in range(0, kept.n, step):
+            # add >= 0: only a user with spent can overflow
+            if np.any(run[i : i + step] > MAX - add[i : i + step]):
+                raise GpframeInternalError("a user's spent would overflow int64.")
+        run += add
+        out: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        c1 = (kept.lo + kept.n - 1) >> _SHIFT
+        for j, c in enumerate(range(kept.c0, c1 + 1)):
+            out[c] = (kept.spent[j * CHUNK : (j + 1) * CHUNK], kept.budgets.get(c))
+        self._chunk_gen += 1
+        self.store.write_chunks(kept.notion, out)
 
     def _held(self, notion: str, idx: np.ndarray) -> np.ndarray:
         """Units held by open reservations for each index."""
-        held = np.zeros(idx.size, dtype=np.int64)
+        held = self._held_or_none(notion, idx)
+        return np.zeros(idx.size, dtype=np.int64) if held is None else held
+
+    def _held_or_none(self, notion: str, idx: np.ndarray) -> np.ndarray | None:
+        """:meth:`_held`, None when no open reservation holds anything (no array of zeros)."""
         rows = self.store.reservations(notion)
         if not rows or idx.size == 0:
-            return held
+            return None
+        held = np.zeros(idx.size, dtype=np.int64)
         order = np.argsort(idx, kind="stable")
         sidx = idx[order]
         for r in rows:
@@ -933,7 +1009,8 @@ class Ledger:
             if type(amount) in (Fraction, float, int) and len(self._per_unit) < 1024:
                 self._per_unit[key] = pq
         p, q = pq
-        n = np.array([1] if counts is None else counts, dtype=np.int64).reshape(-1)
+        # read only: the caller's int64 counts as they are, not a copy
+        n = np.asarray([1] if counts is None else counts, dtype=np.int64).reshape(-1)
         if n.size and int(n.min()) < 0:
             raise InvalidInputError("counts must be >= 0. Nothing was charged.")
         top = int(n.max()) if n.size else 0
@@ -1013,17 +1090,25 @@ class Ledger:
                     "after it is committed, or use a fresh charge_id. Nothing was charged."
                 )
             idx, start = self._ensure(keys)
+            kept: _Dense | None = None  # the chunks read, when the prepaid charge can reuse them
             if keys.size and int(idx.min()) >= start:
                 # every user was created just now: nothing spent, no override, nothing held
                 # (their chunk entries cannot exist yet), so no chunk or reservation is read
                 # and each has the default budget left
-                admitted = (alloc <= self.default[notion]) & ~too_big
+                admitted = alloc <= self.default[notion]
             else:
-                spent, budget = self._gather(notion, idx)
-                held = self._held(notion, idx)
-                rem = budget - spent  # both in [0, MAX]: no overflow
-                rem = np.where(rem < 0, -1, rem) - held  # held <= MAX by the filter invariant
-                admitted = (alloc <= rem) & ~too_big
+                spent, budget, kept = self._gather_kept(notion, idx)
+                held = self._held_or_none(notion, idx)
+                # budget and spent both in [0, MAX]: no overflow (None: the default budget)
+                rem = (self.default[notion] if budget is None else budget) - spent
+                if held is None:  # nothing held: alloc >= 0, so a rem < 0 refuses as -1 would
+                    admitted = alloc <= rem
+                else:
+                    rem = np.where(rem < 0, -1, rem) - held  # held <= MAX (filter invariant)
+                    admitted = alloc <= rem
+                del spent, rem  # spent may be a view of kept's: the charge adds to it in place
+            if too_big.any():
+                admitted &= ~too_big
             granted = np.where(admitted, alloc, 0)  # (alloc is the closure's: not rebound)
             if admitted.all():  # the common case: the arrays as they are, no masked copies
                 a_idx, a_alloc = idx, granted
@@ -1052,7 +1137,7 @@ class Ledger:
             if paid:
                 if check is not None:
                     check(r)  # no noise yet: raising rolls the whole transaction back
-                self._commit_write(r, r.allocation_units, "charge", fresh=True)()
+                self._commit_write(r, r.allocation_units, "charge", fresh=True, kept=kept)()
                 r.state = "charged"
             return r
 
@@ -1174,7 +1259,12 @@ class Ledger:
         return self._group.run(self._commit_write(res, used, op))
 
     def _commit_write(
-        self, res: Reservation, used: np.ndarray, op: str, fresh: bool = False
+        self,
+        res: Reservation,
+        used: np.ndarray,
+        op: str,
+        fresh: bool = False,
+        kept: _Dense | None = None,
     ) -> Callable[[], bool]:
         """Return the write of :meth:`_commit`, to run inside a (possibly shared) transaction.
 
@@ -1182,6 +1272,8 @@ class Ledger:
         fresh id (no charge can exist under it) and never stored as open (nothing to delete):
         the same rows and audit entries as reserving then charging, without writing and
         deleting the reservation's row (its users' indices and allocations) in between.
+        ``kept``: the chunks that reservation read (:meth:`_gather_kept`); while no chunk was
+        written since, the charge adds to them instead of reading them again.
         """
         every = bool(res.admitted.all())  # then the arrays as they are, not masked copies
         a_idx = res._idx if every else res._idx[res.admitted]
@@ -1228,7 +1320,22 @@ class Ledger:
                     "more was charged."
                 )
             nz = c_amt > 0
-            if nz.size and nz.all():  # c_idx is in index order (see above)
+            if (
+                kept is not None
+                and nz.size
+                and nz.all()
+                and kept.gen == self._chunk_gen
+                and kept.notion == res.notion
+                and c_idx.size == kept.n
+                and c_idx.size
+                and int(c_idx[0]) == kept.lo
+                and int(c_idx[-1]) == kept.lo + kept.n - 1
+            ):
+                # the run of users the reservation read, still current (c_idx is ascending and
+                # distinct, so its ends fix it): the chunks _update would write, without
+                # reading them again
+                self._add_kept(kept, c_amt)
+            elif nz.size and nz.all():  # c_idx is in index order (see above)
                 self._update(res.notion, c_idx, c_amt, None, ordered=True)
             elif nz.any():
                 self._update(res.notion, c_idx[nz], c_amt[nz], None, ordered=True)

@@ -29,9 +29,13 @@ def actual_units(
     """
     from gpframe.accounting.filters import charge_for
 
-    units = np.zeros(n_users, dtype=np.int64)
-    floats = np.zeros(n_users, dtype=np.float64)
-    for users_arr, point_charge in out.charge_groups:
+    groups = out.charge_groups
+    # one group of every user with one point count (per="point" over one-point users, the
+    # usual case): the arrays made for it are the answer, no zeroed arrays to scatter into
+    whole = len(groups) == 1 and groups[0][0].size == n_users and per == "point"
+    units = None if whole else np.zeros(n_users, dtype=np.int64)
+    floats = None if whole else np.zeros(n_users, dtype=np.float64)
+    for users_arr, point_charge in groups:
         # a group of every user (distinct codes, so users_arr is 0..n_users-1): whole-array
         # reads and writes instead of gathers and scatters
         at: Any = slice(None) if users_arr.size == n_users else users_arr
@@ -40,17 +44,29 @@ def actual_units(
             u, big = ledger.units_for("metric", point_charge, n_u, kind=kind)
             c = charge_for(fkind, kind, point_charge)
             if n_u.size and int(n_u.min()) == int(n_u.max()):  # one count (one-point users)
-                floats[at] = float(c * int(n_u[0]))
+                if floats is None:
+                    floats = np.full(n_users, float(c * int(n_u[0])), dtype=np.float64)
+                else:
+                    floats[at] = float(c * int(n_u[0]))
             else:
+                if floats is None:
+                    floats = np.zeros(n_users, dtype=np.float64)
                 for n in np.unique(n_u).tolist():
                     floats[users_arr[n_u == n]] = float(c * int(n))
         else:  # one group per distinct n: each user pays the same, one value
             n = int(n_u[0])
             u, big = ledger.units_for("metric", point_charge * n, None, kind=kind)
-            floats[at] = float(charge_for(fkind, kind, point_charge * n))
+            floats[at] = float(charge_for(fkind, kind, point_charge * n))  # type: ignore[index]
         if big.any():
             raise GpframeInternalError("a privatize charge does not fit the ledger's units.")
-        units[at] = u
+        if units is None:  # units_for's own fresh array, one entry per user
+            units = u
+        else:
+            units[at] = u
+    if units is None:  # no group (nobody released)
+        units = np.zeros(n_users, dtype=np.int64)
+    if floats is None:
+        floats = np.zeros(n_users, dtype=np.float64)
     return units, floats
 
 

@@ -312,7 +312,11 @@ class Result:
         """
         if self.published_only:
             return 0.0 if self.spent_at_most is None else self.spent_at_most
-        return float(self.charges.max()) if self.n_charged else 0.0
+        if not self.n_charged:
+            return 0.0
+        # numpy's NaN-skipping maximum of the float64 charges: Series.max's value without
+        # pandas' masked reduction (to_dict asks three times; 10^7 users, 9 ms each)
+        return float(np.fmax.reduce(self.charges.to_numpy(dtype=np.float64)))
 
     @property
     def spent_mean(self) -> float:
@@ -330,7 +334,15 @@ class Result:
         self._per_user("saved")
         if self.allocations is None or not self.n_charged:
             return 0.0
-        return _fsum((self.allocations - self.charges).to_numpy())
+        alloc, charges = self.allocations, self.charges
+        if not alloc.index.equals(charges.index):
+            return _fsum((alloc - charges).to_numpy())
+        # aligned by position (the constructor reindexes the allocations to the charges)
+        a, c = alloc.to_numpy(dtype=np.float64), charges.to_numpy(dtype=np.float64)
+        if np.array_equal(a, c) and bool(np.isfinite(a).all()):
+            return 0.0  # charged the allocations (a prepaid query): every x - x is +0.0
+        with np.errstate(invalid="ignore", over="ignore"):  # as pandas' subtraction: no warning
+            return _fsum(a - c)
 
     @property
     def beta(self) -> float | None:
