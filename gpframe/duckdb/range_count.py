@@ -256,7 +256,8 @@ def _batch(
             n_union=_u.union_of(n_users[sel[0]]), rng=reg.rng,
         )  # fmt: skip
         inside[sel] = out.inside
-        return out.charges
+        el = out.elimination  # the charges by value: each distinct value converted once
+        return el.charge_codes, el.charge_table.tolist()
 
     params = {"rows": len(xs), "rho": [float(v) for v in np.unique(rhos)[:16]]}
     admitted = _u.elimination_batch(

@@ -802,6 +802,9 @@ def elimination_batch(
 ) -> np.ndarray:
     """Reserve, eliminate group by group and charge one batch of rows; returns admitted per row.
 
+    ``release`` returns its rows' charges as an object array (equal charges one object) or as
+    ``(codes, values)``: row ``i`` of the group pays ``values[codes[i]]``.
+
     The one runner of ``gp_in_region`` and ``gp_kde_contribution``: each row is charged the
     parts of the rounds it ran, each user the sum over their rows. ``users`` are the rows'
     codes and the ledger key of each code (:func:`factorize_ids`); ``amounts`` the rows' rho
@@ -838,8 +841,11 @@ def elimination_batch(
         distinct, inv = np.unique(rhos, return_inverse=True)
         v_units = [lu.up(exact[v]) for v in distinct.tolist()]
         row_units = np.asarray(v_units, dtype=np.int64)[inv.reshape(-1)]
-        for k, c in {(int(k), int(c)) for k, c in zip(inv.reshape(-1).tolist(), rounds.tolist(),
-                                                      strict=True)}:  # fmt: skip
+        # the distinct (amount, rounds) pairs as one int64 key each (rounds are 1..MAX_ROUNDS):
+        # one np.unique instead of a Python tuple per row
+        top = MAX_ROUNDS + 1
+        pair = np.unique(inv.reshape(-1).astype(np.int64) * top + rounds.astype(np.int64))
+        for k, c in zip((pair // top).tolist(), (pair % top).tolist(), strict=True):
             check_method_parts(lu.to_fraction(v_units[k]), kind="cgp", method=method, rounds=c,
                                split=SPLIT, beta=BETA, unit=unit, scale_max=scale_max)  # fmt: skip
         alloc = units_per_user(lu, codes, n_u, inv.reshape(-1),
@@ -847,18 +853,18 @@ def elimination_batch(
 
         def work(adm_u: np.ndarray) -> np.ndarray:
             admitted = adm_u[codes]
-            charged = np.empty(len(rhos), dtype=object)
-            charged[:] = Fraction(0)
+            # each row's charge as a code into the few distinct values (0: not run, nothing)
+            c_codes = np.zeros(len(rhos), dtype=np.int64)
+            values: list[Fraction] = [Fraction(0)]
             for g in range(int(gcode.max()) + 1):
                 sel = np.flatnonzero((gcode == g) & admitted)
                 if sel.size == 0:
                     continue
-                charged[sel] = release(sel, GroupedAmounts.from_units(row_units[sel], unit), unit)
-            # equal charges are one object (one per group and rounds run): convert each once
-            ids = np.fromiter(map(id, charged), dtype=np.uint64, count=charged.size)
-            c_codes, _ = pd.factorize(ids, sort=False)
-            _, first = np.unique(c_codes, return_index=True)
-            units = units_per_user(lu, codes, n_u, c_codes, charged[first].tolist())
+                got = release(sel, GroupedAmounts.from_units(row_units[sel], unit), unit)
+                g_codes, table = got if isinstance(got, tuple) else _by_object(got)
+                c_codes[sel] = len(values) + np.asarray(g_codes, dtype=np.int64)
+                values += list(table)
+            units = units_per_user(lu, codes, n_u, c_codes, values)
             return np.where(adm_u, units, 0)
 
         admitted = charge_batch(
@@ -927,6 +933,18 @@ def _least_units(lu: Any, n_users: int, groups: list[dict[str, Any]]) -> np.ndar
         np.add.at(out, e["codes"], first[np.where(parts.codes >= 0, parts.codes,
                                                   len(parts.table))])  # fmt: skip
     return out
+
+
+def _by_object(charges: np.ndarray) -> tuple[np.ndarray, list[Fraction]]:
+    """Return (code per row, distinct values) of an object array of charges.
+
+    Equal charges share one object (one per group and rounds run), so each value is found by
+    its ``id`` and converted once.
+    """
+    ids = np.fromiter(map(id, charges), dtype=np.uint64, count=charges.size)
+    c_codes, _ = pd.factorize(ids, sort=False)
+    _, first = np.unique(c_codes, return_index=True)
+    return c_codes, charges[first].tolist()
 
 
 def units_per_user(
