@@ -128,16 +128,22 @@ def _unpaid(*args, **kwargs):  # type: ignore[no-untyped-def]
     return _charge_batch(*args, **{**kwargs, "prepaid": False})
 
 
-def sql(df: pd.DataFrame, path: str | None, threads: int, q: str,
-        old: str | None) -> tuple[float, float, float, int, float]:  # fmt: skip
-    """(wall s, CPU s, write transactions per batch, batches, checkpoints per batch) of the query
-    on a fresh session; ``old``: None (as it is), "ungrouped" or "checkpoint" (see main)."""
+def connected(df: pd.DataFrame, path: str | None, threads: int) -> tuple[Session, object]:
+    """A fresh session and a registered connection at ``threads`` holding ``df`` as ``pts``."""
     s = Session(path, budget=gp.CGP(rho=1e3))
     con = duckdb.connect()
     con.execute(f"SET threads = {threads}")
     register(con, s, crs=CRS, domain=DOMAIN)
     con.register("pts_in", df)
     con.execute("CREATE TABLE pts AS SELECT * FROM pts_in")
+    return s, con
+
+
+def sql(df: pd.DataFrame, path: str | None, threads: int, q: str,
+        old: str | None) -> tuple[float, float, float, int, float]:  # fmt: skip
+    """(wall s, CPU s, write transactions per batch, batches, checkpoints per batch) of the query
+    on a fresh session; ``old``: None (as it is), "ungrouped" or "checkpoint" (see main)."""
+    s, con = connected(df, path, threads)
     if old == "ungrouped":
         ungrouped(s)
     elif old == "checkpoint":
@@ -175,12 +181,7 @@ def python_region(df: pd.DataFrame, path: str | None) -> float:
 def helper(df: pd.DataFrame, path: str | None, threads: int, op: str) -> tuple[float, float]:
     """(wall s, CPU s) of a relation helper on a fresh session: ``gp.duckdb.privatize`` on
     every row, or ``gp.duckdb.range_count`` (one point per user); one batch per query."""
-    s = Session(path, budget=gp.CGP(rho=1e3))
-    con = duckdb.connect()
-    con.execute(f"SET threads = {threads}")
-    register(con, s, crs=CRS, domain=DOMAIN)
-    con.register("pts_in", df)
-    con.execute("CREATE TABLE pts AS SELECT * FROM pts_in")
+    s, con = connected(df, path, threads)
     cols = {"user": "user_id", "x": "x", "y": "y", "rho": RHO}
     if op == "privatize":
         call = lambda: gp.duckdb.privatize(con, "SELECT * FROM pts", **cols)  # noqa: E731
