@@ -431,7 +431,7 @@ def _privatize_batch(
     xy = np.column_stack([xs, ys])
     _validate_batch(param, xy, amts, reg.units)
     n_users = len(uniques)
-    distinct = np.unique(amts)
+    distinct = amts[:1] if amts.size and amts.min() == amts.max() else np.unique(amts)
     exact = [(float(f), _exact_amount(reg, mode, param, float(f))) for f in distinct]
     single = len(exact) == 1
     sels = [None] if single else [np.flatnonzero(amts == f) for f, _ in exact]
