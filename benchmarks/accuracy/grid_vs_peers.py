@@ -69,8 +69,10 @@ def load(path: Path | str, value: str, res: int) -> pd.DataFrame:
     d = d.rename(columns={value: "v"})
     d["v"] = d["v"].clip(L_, U_)
     d["cell"] = np.array(
-        [h3n.latlng_to_cell(a, b, res)
-         for a, b in zip(d.lat.to_numpy(), d.lon.to_numpy(), strict=True)],
+        [
+            h3n.latlng_to_cell(a, b, res)
+            for a, b in zip(d.lat.to_numpy(), d.lon.to_numpy(), strict=True)
+        ],
         dtype=np.uint64,
     )
     return d.reset_index(drop=True)
@@ -218,8 +220,11 @@ def run_method(name: str, d: pd.DataFrame, tr: pd.DataFrame, eps: float, res: in
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--data", default=str(DATA) if DATA.exists() else "shipped",
-                    help="'shipped' (the week packaged with gpframe) or a parquet path")
+    ap.add_argument(
+        "--data",
+        default=str(DATA) if DATA.exists() else "shipped",
+        help="'shipped' (the week packaged with gpframe) or a parquet path",
+    )
     ap.add_argument("--value", default="speed_mps")
     ap.add_argument("--res", type=int, nargs="+", default=[6, 7])
     ap.add_argument("--eps", type=float, nargs="+", default=[1, 4, 16, 64, 256])

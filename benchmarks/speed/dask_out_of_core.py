@@ -124,8 +124,9 @@ def run(
         print(f"    privatize published {rows:,} rows", flush=True)
     else:
         face = ddf.geopriv(session, user="user_id", x="x", y="y", crs=CRS)
-        r = face.grid_stats("speed", bounds=(0, 15), epsilon_per_user=4.0, cells=6,
-                            occupancy="public")
+        r = face.grid_stats(
+            "speed", bounds=(0, 15), epsilon_per_user=4.0, cells=6, occupancy="public"
+        )
         print(f"    grid_stats released {int(r['released'].sum()):,} of {len(r):,} "
               "cells", flush=True)  # fmt: skip
     seconds = time.perf_counter() - start
@@ -144,8 +145,9 @@ def main() -> None:
     ap.add_argument("--memory-limit", default="2GiB", help="per worker")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     ap.add_argument("--rho", type=float, default=1e-4)
-    ap.add_argument("--ops", nargs="+", default=["privatize", "grid_stats"],
-                    choices=["privatize", "grid_stats"])
+    ap.add_argument(
+        "--ops", nargs="+", default=["privatize", "grid_stats"], choices=["privatize", "grid_stats"]
+    )
     args = ap.parse_args()
 
     from dask.utils import parse_bytes
@@ -186,9 +188,11 @@ def main() -> None:
         for op, (base, full) in rates.items():
             ratio = base / full
             cpu_ratio = cpu_rates[op][0] / cpu_rates[op][1]
-            print(f"{op}: throughput baseline / full: {ratio:.2f}x  "
-                  f"{'OK' if ratio <= 1.5 else 'SLOW'} (goal <= 1.5x: linear cost); per "
-                  f"worker CPU second: {cpu_ratio:.2f}x")
+            print(
+                f"{op}: throughput baseline / full: {ratio:.2f}x  "
+                f"{'OK' if ratio <= 1.5 else 'SLOW'} (goal <= 1.5x: linear cost); per "
+                f"worker CPU second: {cpu_ratio:.2f}x"
+            )
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -87,8 +87,10 @@ def main() -> None:
         silence_logs=logging.ERROR,
     ) as lc, Client(lc):  # fmt: skip
         ddf = dd.from_pandas(df, npartitions=args.partitions).persist()
-        print(f"{args.points:,} points, {args.users:,} users, 2 parts, {args.partitions} "
-              "partitions, LocalCluster 2 workers x 1 thread, shuffled per query")
+        print(
+            f"{args.points:,} points, {args.users:,} users, 2 parts, {args.partitions} "
+            "partitions, LocalCluster 2 workers x 1 thread, shuffled per query"
+        )
         rows = [
             ("privatize (in memory)",
              lambda: df.geopriv(session(), **kw).privatize(rho=1e-4),
@@ -102,9 +104,11 @@ def main() -> None:
         ]  # fmt: skip
         for name, base, split, unsplit in rows:
             tb, ts, tu = (best(f, args.repeat) for f in (base, split, unsplit))
-            print(f"{name:24s} pandas split {tb:6.2f} s   dask split {ts:6.2f} s "
-                  f"(ratio {ts / tb:4.2f}x)   dask one CRS {tu:6.2f} s "
-                  f"(split / one CRS {ts / tu:4.2f}x)")
+            print(
+                f"{name:24s} pandas split {tb:6.2f} s   dask split {ts:6.2f} s "
+                f"(ratio {ts / tb:4.2f}x)   dask one CRS {tu:6.2f} s "
+                f"(split / one CRS {ts / tu:4.2f}x)"
+            )
 
 
 if __name__ == "__main__":

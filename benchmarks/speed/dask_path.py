@@ -109,19 +109,35 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=10_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--indexed", action="store_true",
-                    help="give the Dask path a frame indexed by user (no shuffle per query)")
-    ap.add_argument("--compare", action="store_true",
-                    help="as it is vs full shuffle vs indexed by user, interleaved in one run")
-    ap.add_argument("--ops", nargs="+",
-                    default=["privatize", "range_count", "kde_raster", "grid_stats"],
-                    choices=["privatize", "range_count", "kde_raster", "grid_stats"])
-    ap.add_argument("--worker-env", choices=["default", "no-trim"], default="default",
-                    help="no-trim: workers without Dask's MALLOC_TRIM_THRESHOLD_=65536")
-    ap.add_argument("--cold", action="store_true",
-                    help="the workers forget their remembered first passes (gpframe.dask.memo) "
-                         "and the client its candidate rows (gpframe.dask.one_point) before "
-                         "every timed Dask call: what the first query on a frame costs")
+    ap.add_argument(
+        "--indexed",
+        action="store_true",
+        help="give the Dask path a frame indexed by user (no shuffle per query)",
+    )
+    ap.add_argument(
+        "--compare",
+        action="store_true",
+        help="as it is vs full shuffle vs indexed by user, interleaved in one run",
+    )
+    ap.add_argument(
+        "--ops",
+        nargs="+",
+        default=["privatize", "range_count", "kde_raster", "grid_stats"],
+        choices=["privatize", "range_count", "kde_raster", "grid_stats"],
+    )
+    ap.add_argument(
+        "--worker-env",
+        choices=["default", "no-trim"],
+        default="default",
+        help="no-trim: workers without Dask's MALLOC_TRIM_THRESHOLD_=65536",
+    )
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="the workers forget their remembered first passes (gpframe.dask.memo) "
+        "and the client its candidate rows (gpframe.dask.one_point) before "
+        "every timed Dask call: what the first query on a frame costs",
+    )
     args = ap.parse_args()
 
     import dask
@@ -140,10 +156,12 @@ def main() -> None:
         ddf = dd.from_pandas(df, npartitions=args.partitions).persist()
         if args.indexed:  # partitioned by user already (sorted, known divisions): no shuffle
             ddf = ddf.set_index("user_id").persist()
-        print(f"{args.points:,} points, {args.users:,} users, {args.partitions} partitions, "
-              f"LocalCluster 2 workers x 1 thread (worker env: {args.worker_env}), "
-              f"{'indexed by user' if args.indexed else 'not partitioned by user'}, "
-              f"{'cold: every first pass run anew' if args.cold else 'first passes remembered'}")
+        print(
+            f"{args.points:,} points, {args.users:,} users, {args.partitions} partitions, "
+            f"LocalCluster 2 workers x 1 thread (worker env: {args.worker_env}), "
+            f"{'indexed by user' if args.indexed else 'not partitioned by user'}, "
+            f"{'cold: every first pass run anew' if args.cold else 'first passes remembered'}"
+        )
         forget = None
         if args.cold:  # the workers forget their passes (so their tokens), the client its rows
 
@@ -181,21 +199,29 @@ def main() -> None:
         kde = {"bandwidth_m": 1_000, "cell_m": 100, "rho": 1e-4, "component": last,
                "bounds": (494_000, 8_794_000, 506_000, 8_806_000)}  # fmt: skip
         rows = {
-            "privatize": [("privatize (in memory)", pandas_mem, dask_mem),
-                          ("privatize (to Parquet)", pandas_file, dask_file)],
-            "range_count": [(
-                "range_count (dist-elim)",
-                lambda: df.geopriv(session(), **KW).range_count(zone, rho=1e-4, component=last),
-                lambda: ddf.geopriv(session(), **KW).range_count(zone, rho=1e-4,
-                                                                 component=last),
-            )],
-            "kde_raster": [(
-                "kde_raster (120 x 120)",
-                lambda: df.geopriv(session(), **KW).kde_raster(**kde),
-                lambda: ddf.geopriv(session(), **KW).kde_raster(**kde),
-            )],
-            "grid_stats": [("grid_stats (public occ.)", lambda: grid_stats(gdf),
-                            lambda: grid_stats(gddf))],
+            "privatize": [
+                ("privatize (in memory)", pandas_mem, dask_mem),
+                ("privatize (to Parquet)", pandas_file, dask_file),
+            ],
+            "range_count": [
+                (
+                    "range_count (dist-elim)",
+                    lambda: df.geopriv(session(), **KW).range_count(zone, rho=1e-4, component=last),
+                    lambda: ddf.geopriv(session(), **KW).range_count(
+                        zone, rho=1e-4, component=last
+                    ),
+                )
+            ],
+            "kde_raster": [
+                (
+                    "kde_raster (120 x 120)",
+                    lambda: df.geopriv(session(), **KW).kde_raster(**kde),
+                    lambda: ddf.geopriv(session(), **KW).kde_raster(**kde),
+                )
+            ],
+            "grid_stats": [
+                ("grid_stats (public occ.)", lambda: grid_stats(gdf), lambda: grid_stats(gddf))
+            ],
         }
         for name, base, fn in [] if args.compare else [r for op in args.ops for r in rows[op]]:
             tb, tf = best(base, args.repeat), best(fn, args.repeat, forget)
@@ -210,6 +236,7 @@ def main() -> None:
 
 def floors(client, ddf) -> None:
     """Print the cluster's floor: one round trip, one task per partition over the points."""
+
     def submit():
         client.submit(lambda: 0, pure=False).result()
 
@@ -234,6 +261,7 @@ def compare(df, ddf, args, zone, last, kde, tmp, gdf=None, gddf=None) -> None:
                 fn()
             finally:
                 parts.FULL_SHUFFLE = False
+
         return run
 
     def on_workers(fn):  # the few selected points released by tasks on the workers (former way)
@@ -243,6 +271,7 @@ def compare(df, ddf, args, zone, last, kde, tmp, gdf=None, gddf=None) -> None:
                 fn()
             finally:
                 one_point.CLIENT_RELEASE = True
+
         return run
 
     files = [0]
@@ -258,7 +287,8 @@ def compare(df, ddf, args, zone, last, kde, tmp, gdf=None, gddf=None) -> None:
         "privatize (in memory)": lambda d, s: d.geopriv(s, **KW).privatize(rho=1e-4),
         "privatize (to Parquet)": to_file,
         "range_count (dist-elim)": lambda d, s: d.geopriv(s, **KW).range_count(
-            zone, rho=1e-4, component=last),
+            zone, rho=1e-4, component=last
+        ),
         "kde_raster (120 x 120)": lambda d, s: d.geopriv(s, **KW).kde_raster(**kde),
         "grid_stats (public occ.)": None,
     }

@@ -205,9 +205,7 @@ def pv_arrays(df: pd.DataFrame) -> object:
     fwd = pyproj.Transformer.from_crs("EPSG:4326", PV_CRS, always_xy=True)
     xy = np.column_stack(fwd.transform(lon, lat))
     codes, uniq = pd.factorize(df["u"])
-    return privatize_points(
-        xy, codes, len(uniq), kind="cgp", amount=Fraction(PV_RHO), per="point"
-    )
+    return privatize_points(xy, codes, len(uniq), kind="cgp", amount=Fraction(PV_RHO), per="point")
 
 
 def pv_accessor(df: pd.DataFrame, session: Session) -> object:
@@ -289,8 +287,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="interleaved rounds (best of)")
     ap.add_argument("--ops", nargs="+", default=list(OPS), choices=list(OPS))
     ap.add_argument("--no-memory", action="store_true", help="skip the tracemalloc pass")
-    ap.add_argument("--cpu", action="store_true",
-                    help="time process CPU instead of wall clock (a loaded, shared machine)")
+    ap.add_argument(
+        "--cpu",
+        action="store_true",
+        help="time process CPU instead of wall clock (a loaded, shared machine)",
+    )
     a = ap.parse_args()
     global CLOCK
     if a.cpu:  # other processes holding the cores do not count (all paths run one thread)

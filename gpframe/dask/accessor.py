@@ -267,9 +267,17 @@ class DaskGeoPriv:
                                    on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
         from gpframe.dask.privatize import privatize
 
-        return privatize(self, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng,
-                         on_exhausted=on_exhausted, dry_run=dry_run)
-
+        return privatize(
+            self,
+            rho=rho,
+            eps=eps,
+            per=per,
+            beta=beta,
+            to=to,
+            rng=rng,
+            on_exhausted=on_exhausted,
+            dry_run=dry_run,
+        )
 
     def range_count(
         self,
@@ -366,7 +374,6 @@ class DaskGeoPriv:
                            split=split, beta=beta, component=component, reduce=reduce,
                            rng=rng, on_exhausted=on_exhausted, dry_run=dry_run,
                            allocations=allocations, progress=progress)  # fmt: skip
-
 
     def kde(
         self,
@@ -509,7 +516,6 @@ class DaskGeoPriv:
         return kde_raster(self, bandwidth_m=bandwidth_m, cell_m=cell_m, bounds=bounds, rho=rho,
                           eps=eps, correct=correct, component=component, reduce=reduce,
                           rng=rng, on_exhausted=on_exhausted, dry_run=dry_run)  # fmt: skip
-
 
     def knn(
         self,
@@ -852,16 +858,32 @@ class DaskGeoPriv:
         self._refuse_partition()
         from gpframe.dask.grid_stats import grid_stats
 
-        return grid_stats(self, value=value, bounds=bounds, epsilon_per_user=epsilon_per_user,
-                          cells=cells, occupancy=occupancy, clamp=clamp, beta=beta, split=split,
-                          rng=rng, on_exhausted=on_exhausted, dry_run=dry_run,
-                          shrink=shrink, epsilon=epsilon,
-                          epsilon_per_statistic=epsilon_per_statistic,
-                          public_cells=public_cells, max_cells=max_cells,
-                          max_per_cell=max_per_cell, salt=salt, order_by=order_by,
-                          clip=clip, plan_options=_plan_options(kappa, error_cap,
-                                                                protect_worst_grid,
-                                                                rollback_incomplete_stage))
+        return grid_stats(
+            self,
+            value=value,
+            bounds=bounds,
+            epsilon_per_user=epsilon_per_user,
+            cells=cells,
+            occupancy=occupancy,
+            clamp=clamp,
+            beta=beta,
+            split=split,
+            rng=rng,
+            on_exhausted=on_exhausted,
+            dry_run=dry_run,
+            shrink=shrink,
+            epsilon=epsilon,
+            epsilon_per_statistic=epsilon_per_statistic,
+            public_cells=public_cells,
+            max_cells=max_cells,
+            max_per_cell=max_per_cell,
+            salt=salt,
+            order_by=order_by,
+            clip=clip,
+            plan_options=_plan_options(
+                kappa, error_cap, protect_worst_grid, rollback_incomplete_stage
+            ),
+        )
 
 
 def _plan_options(kappa: Any, error_cap: Any, protect: bool, rollback: bool) -> dict[str, Any]:

@@ -109,8 +109,7 @@ def read_rows(part: pd.DataFrame, task: Any) -> tuple[Any, np.ndarray, np.ndarra
     if task.order_by is not None:
         if frame[task.order_by].isna().any():
             raise InvalidInputError(
-                f"order_by={task.order_by!r} must be a column without missing values. "
-                f"{_NOTHING}"
+                f"order_by={task.order_by!r} must be a column without missing values. {_NOTHING}"
             )
         order = frame[task.order_by].to_numpy()
     return located, x, keys, order

@@ -101,8 +101,10 @@ def _check_args(
         total = exact(epsilon_per_user, "epsilon_per_user")
     except InvalidInputError:
         total = None
-    if isinstance(epsilon_per_user, (bool, np.bool_)) or total is None or not (
-        0 < total <= _TOTAL_MAX
+    if (
+        isinstance(epsilon_per_user, (bool, np.bool_))
+        or total is None
+        or not (0 < total <= _TOTAL_MAX)
     ):
         raise InvalidInputError(
             f"epsilon_per_user={epsilon_per_user!r} must be a number in (0, {_TOTAL_MAX}]: the "

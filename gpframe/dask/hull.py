@@ -197,8 +197,9 @@ def convex_hull(
     def compute(r: Any) -> Charge[Any]:
         adm = np.asarray(r.admitted, dtype=bool)
         tasks = [
-            dask.delayed(hull_partition)(d, i, task, adm[offsets[i] : offsets[i + 1]], wants[i],
-                                         spawn_rng(rng, i))
+            dask.delayed(hull_partition)(
+                d, i, task, adm[offsets[i] : offsets[i + 1]], wants[i], spawn_rng(rng, i)
+            )
             for i, d in enumerate(parts)
         ]
         outs = list(dask.compute(*tasks))
@@ -250,6 +251,19 @@ def convex_hull(
         gdf.attrs["geopriv"] = res.to_attr()
         return gdf
 
-    return settle(session, "convex_hull", go, on_exhausted=on_exhausted, dry_run=dry_run,
-                  **_pb.hooks(session, ref.scale_max, _pb.hull_error_known, least=False,
-                              kind=kind, amount=amount, counts=(ledger_keys(users), counts)))
+    return settle(
+        session,
+        "convex_hull",
+        go,
+        on_exhausted=on_exhausted,
+        dry_run=dry_run,
+        **_pb.hooks(
+            session,
+            ref.scale_max,
+            _pb.hull_error_known,
+            least=False,
+            kind=kind,
+            amount=amount,
+            counts=(ledger_keys(users), counts),
+        ),
+    )

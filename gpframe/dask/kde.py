@@ -133,5 +133,11 @@ def kde_raster(
             noise_inflation=ref.noise_inflation, privatize=privatize,
         )  # fmt: skip
 
-    return settle(session, "kde_raster", go, on_exhausted=on_exhausted, dry_run=dry_run,
-                  **_pb.hooks(session, ref.scale_max, _pb.kde_raster_sigma, least=False))
+    return settle(
+        session,
+        "kde_raster",
+        go,
+        on_exhausted=on_exhausted,
+        dry_run=dry_run,
+        **_pb.hooks(session, ref.scale_max, _pb.kde_raster_sigma, least=False),
+    )

@@ -231,8 +231,11 @@ def kde(
             n_far = sum(o.n_far for o in outs)
             # the error bound of one call over all users (kde_point's formula); a partition
             # whose own bound reached 1 hides its numerator: state the trivial bound 1
-            err = 1.0 if any(o.clipped for o in outs) else (
-                min(1.0, sum(o.err_sum for o in outs) / nq) if nq else 0.0)
+            err = (
+                1.0
+                if any(o.clipped for o in outs)
+                else (min(1.0, sum(o.err_sum for o in outs) / nq) if nq else 0.0)
+            )
             for o in outs:
                 if o.hist is not None:
                     hist[: o.hist.size] += o.hist

@@ -122,8 +122,10 @@ def _check_scan(gamma0: Any, max_cycles: Any) -> None:
         raise InvalidInputError(
             f"gamma0={gamma0!r} must be a number in [-20, 20] (units of each call's b). {_NOTHING}"
         )
-    if isinstance(max_cycles, bool) or not isinstance(max_cycles, (int, np.integer)) or (
-        max_cycles < 1
+    if (
+        isinstance(max_cycles, bool)
+        or not isinstance(max_cycles, (int, np.integer))
+        or (max_cycles < 1)
     ):
         raise InvalidInputError(f"max_cycles={max_cycles!r} must be an integer >= 1. {_NOTHING}")
 
@@ -207,8 +209,9 @@ def knn(
     def compute(r: Any) -> Charge[Any]:
         adm = np.asarray(r.admitted, dtype=bool)
         tasks = [
-            dask.delayed(knn_partition)(d, i, task, adm[offsets[i] : offsets[i + 1]], wants[i],
-                                        spawn_rng(rng, i))
+            dask.delayed(knn_partition)(
+                d, i, task, adm[offsets[i] : offsets[i + 1]], wants[i], spawn_rng(rng, i)
+            )
             for i, d in enumerate(parts)
         ]
         outs = list(dask.compute(*tasks))
@@ -247,6 +250,19 @@ def knn(
         frame.attrs["geopriv"] = res.to_attr()
         return frame
 
-    return settle(session, "knn", go, on_exhausted=on_exhausted, dry_run=dry_run,
-                  **_pb.hooks(session, ref.scale_max, _pb.knn_error, least=False, kind=kind,
-                              amount=amount, counts=(ledger_keys(users), counts)))
+    return settle(
+        session,
+        "knn",
+        go,
+        on_exhausted=on_exhausted,
+        dry_run=dry_run,
+        **_pb.hooks(
+            session,
+            ref.scale_max,
+            _pb.knn_error,
+            least=False,
+            kind=kind,
+            amount=amount,
+            counts=(ledger_keys(users), counts),
+        ),
+    )

@@ -176,7 +176,12 @@ def _release(bound: Any, fp: _First, call: _Call, rng: Any, alloc: np.ndarray) -
         adm = np.asarray(r.admitted, dtype=bool)
         tasks = [
             dask.delayed(run_split_partition)(
-                d, i, call, c.index[i], adm[c.offsets[i] : c.offsets[i + 1]], fp.wants[i],
+                d,
+                i,
+                call,
+                c.index[i],
+                adm[c.offsets[i] : c.offsets[i + 1]],
+                fp.wants[i],
                 [spawn_rng(rng, i * n_all + j) for j in c.index[i]],
             )
             for i, d in enumerate(fp.parts)
@@ -291,9 +296,22 @@ def knn_split(
         return frame
 
     scale = max(f.scale_max for f in c.facts)
-    return settle(session, "knn", go, on_exhausted=on_exhausted, dry_run=dry_run,
-                  **_pb.hooks(session, scale, _pb.knn_error, least=False, kind=kind,
-                              amount=amount, counts=(ledger_keys(users), c.counts)))
+    return settle(
+        session,
+        "knn",
+        go,
+        on_exhausted=on_exhausted,
+        dry_run=dry_run,
+        **_pb.hooks(
+            session,
+            scale,
+            _pb.knn_error,
+            least=False,
+            kind=kind,
+            amount=amount,
+            counts=(ledger_keys(users), c.counts),
+        ),
+    )
 
 
 def hull_split(
@@ -403,6 +421,19 @@ def hull_split(
         return gdf
 
     scale = max(f.scale_max for f in c.facts)
-    return settle(session, "convex_hull", go, on_exhausted=on_exhausted, dry_run=dry_run,
-                  **_pb.hooks(session, scale, _pb.hull_error_known, least=False, kind=kind,
-                              amount=amount, counts=(ledger_keys(users), c.counts)))
+    return settle(
+        session,
+        "convex_hull",
+        go,
+        on_exhausted=on_exhausted,
+        dry_run=dry_run,
+        **_pb.hooks(
+            session,
+            scale,
+            _pb.hull_error_known,
+            least=False,
+            kind=kind,
+            amount=amount,
+            counts=(ledger_keys(users), c.counts),
+        ),
+    )

@@ -152,8 +152,14 @@ def nearest_users(
                 sel = idx[(idx >= offsets[i]) & (idx < offsets[i + 1])]
                 if sel.size:
                     stream = spawn_rng(rng, calls[0] * len(parts) + i)
-                    pending.append((sel, dask.delayed(release_round)(
-                        parts[i], i, task, sel - offsets[i], part, wants[i], stream)))
+                    pending.append(
+                        (
+                            sel,
+                            dask.delayed(release_round)(
+                                parts[i], i, task, sel - offsets[i], part, wants[i], stream
+                            ),
+                        )
+                    )
             calls[0] += 1
             outs = dask.compute(*[t for _, t in pending])
             got = zip(pending, outs, strict=True)

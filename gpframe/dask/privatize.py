@@ -45,7 +45,13 @@ from gpframe.errors import GpframeInternalError, GpframeWarning
 from gpframe.queries.privatize import PrivatizeArrays
 
 __all__ = [
-    "PartOut", "PerUser", "Plan", "Totals", "merge_users", "privatize", "release_partition",
+    "PartOut",
+    "PerUser",
+    "Plan",
+    "Totals",
+    "merge_users",
+    "privatize",
+    "release_partition",
 ]
 
 
@@ -83,9 +89,7 @@ class Totals:
             index = self.__dict__["_index"] = pd.Index(self.users, dtype=object)
         pos = index.get_indexer(pd.Index(users, dtype=object))
         if bool((pos < 0).any()):
-            raise GpframeInternalError(
-                f"partition {i} holds a user the first pass did not count."
-            )
+            raise GpframeInternalError(f"partition {i} holds a user the first pass did not count.")
         return pos.astype(np.int64)
 
     def __getstate__(self) -> dict[str, Any]:  # the lookup table is rebuilt where needed
@@ -313,8 +317,9 @@ def privatize(
     from gpframe.release import warn_dropped
 
     # -- on the client, before anything is computed or reserved
-    rng, kind, amount, target, plan = client_checks(bound, rho=rho, eps=eps, per=per, beta=beta,
-                                                    to=to, rng=rng, on_exhausted=on_exhausted)
+    rng, kind, amount, target, plan = client_checks(
+        bound, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng, on_exhausted=on_exhausted
+    )
     cols = bound.cols
 
     # -- first pass: every partition validated and counted where it lies; nothing drawn. A
@@ -369,7 +374,13 @@ def privatize(
             totals, nbytes = share(Totals(users, counts, admitted, summed))
             tasks = [
                 dask.delayed(release_partition)(
-                    d, i, plan, totals, wants[i], spawn_rng(rng, i), n_all,
+                    d,
+                    i,
+                    plan,
+                    totals,
+                    wants[i],
+                    spawn_rng(rng, i),
+                    n_all,
                     None if staging is None else str(staging),
                 )
                 for i, d in enumerate(parts)
@@ -406,9 +417,11 @@ def privatize(
         )  # fmt: skip
         return finish(ran)
 
-    info = _preview_info(kind, amount, per, float(beta), users, counts, ref.scale_max) if (
-        dry_run
-    ) else {}
+    info = (
+        _preview_info(kind, amount, per, float(beta), users, counts, ref.scale_max)
+        if (dry_run)
+        else {}
+    )
     return settle(session, "privatize", go, on_exhausted=on_exhausted, dry_run=dry_run, **info)
 
 

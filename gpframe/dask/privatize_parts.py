@@ -101,8 +101,12 @@ def release_split(
                 r = rows[out.released]
                 xs[r], ys[r] = p.to_input_crs(out.xy[out.released])
         if staging is None:  # the points travel as floats, created once on the client
-            res.xy, res.frame = xy, shipped_privatized(s.frame, s.located, xy, released,
-                                                       plan.cols.public, xy_in=(xs, ys))
+            res.xy, res.frame = (
+                xy,
+                shipped_privatized(
+                    s.frame, s.located, xy, released, plan.cols.public, xy_in=(xs, ys)
+                ),
+            )
             return res
         frame_out = privatized_frame(s.frame, s.located, xy, released, plan.cols.public,
                                      xy_in=(xs, ys))  # fmt: skip
@@ -130,8 +134,9 @@ def privatize_split(
     from gpframe.queries.privatize_plan import amount_keyword, preflight, unit_floats
     from gpframe.release import warn_dropped
 
-    rng, kind, amount, target, plan = client_checks(bound, rho=rho, eps=eps, per=per, beta=beta,
-                                                    to=to, rng=rng, on_exhausted=on_exhausted)
+    rng, kind, amount, target, plan = client_checks(
+        bound, rho=rho, eps=eps, per=per, beta=beta, to=to, rng=rng, on_exhausted=on_exhausted
+    )
     cols = bound.cols
     data, shuffled = by_user(bound.ddf, cols)
     if shuffled:  # both passes read the shuffled partitions: move the rows once
@@ -182,7 +187,11 @@ def privatize_split(
         try:
             tasks = [
                 dask.delayed(release_split)(
-                    d, i, plan, admitted[offsets[i] : offsets[i + 1]], wants[i],
+                    d,
+                    i,
+                    plan,
+                    admitted[offsets[i] : offsets[i + 1]],
+                    wants[i],
                     [spawn_rng(rng, i * n_parts + j) for j in c.index[i]],
                     [int(n_all[j]) for j in c.index[i]],
                     None if staging is None else str(staging),
@@ -255,4 +264,3 @@ def _merge(
         max_error_all_m=float(err_all), n_calls=calls, guarantees=guarantees,
     )  # fmt: skip
     return merged, act_u, act_f, [np.concatenate(s) if s else np.zeros(0) for s in scales]
-

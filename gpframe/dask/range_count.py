@@ -312,5 +312,3 @@ _PLAN_PREVIEW = (
     "charge; preview with allocations=plan.next_allocations(users) of a copy, or with "
     f"rho=/eps=. {_NOTHING}"
 )
-
-

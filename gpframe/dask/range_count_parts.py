@@ -167,7 +167,8 @@ def range_count_split(
     for j in live:
         crs_m = pyproj.CRS(c.facts[j].crs_m)
         polys[j], labels, series, crs, many = project_regions(
-            region, SimpleNamespace(crs_in=crs_in, crs_m=crs_m))
+            region, SimpleNamespace(crs_in=crs_in, crs_m=crs_m)
+        )
     n_regions = len(polys[live[0]])
     build = zones_builder(region, zone_columns(region))
     led = session.ledger

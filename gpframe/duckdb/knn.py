@@ -533,6 +533,7 @@ def _hull_batch(
         return [str(w) for w in shapely.to_wkb(out.hulls, hex=True)]
 
     amounts = [exact[f] for f in amts.tolist()]
+
     def note(i: int) -> dict[str, Any]:  # the public parameters of the row's group
         a, b, k = groups[int(gcode[i])]
         return {"kind": kind, "amount": a, "beta": b, "k": k, "scale_max": scale}

@@ -263,7 +263,9 @@ def _build(session: Any, operation: str, plan: PreviewPlan, **info: Any) -> Prev
     per = "point" if queries & {"gp_privatize", "gp_privatize_gp", "privatize"} else None
     note = (
         "each row is released at the full amount and its user pays for every row (n × amount "
-        "per user); the noise per point is that of one point" if per else ""
+        "per user); the noise per point is that of one point"
+        if per
+        else ""
     )
     info.setdefault("adaptive", bool(queries & set(_ADAPTIVE)))
     lows = plan.notes.get("least_units")
@@ -327,8 +329,11 @@ def helper_plan(con: Any, call: Callable[[], Any]) -> tuple[Any, PreviewPlan]:
         except PreviewStop:
             pass
     # the notes: what the helper's planning knew of its error before any noise
-    return session, PreviewPlan(stop=False, calls=[*sql_plan.calls, *py_plan.calls],
-                                notes={**sql_plan.notes, **py_plan.notes})
+    return session, PreviewPlan(
+        stop=False,
+        calls=[*sql_plan.calls, *py_plan.calls],
+        notes={**sql_plan.notes, **py_plan.notes},
+    )
 
 
 def _mode(con: Any, value: Any, fname: str) -> str:
@@ -353,10 +358,11 @@ def dry_helper(fn: Callable[..., Any], args: dict[str, Any], operation: str) -> 
     if not _registrations(con):  # the helper refuses it, by its own name
         return fn(**a, on_exhausted=_u.RUNNING, dry_run=False)  # type: ignore[no-any-return]
     session = _session(con)
-    with _u.helper_on_exhausted_mode(session, mode), \
-            raising_on_exhausted() if mode == "raise" else contextlib.nullcontext():
-        session, plan = helper_plan(
-            con, lambda: fn(**a, on_exhausted=_u.RUNNING, dry_run=False))
+    with (
+        _u.helper_on_exhausted_mode(session, mode),
+        raising_on_exhausted() if mode == "raise" else contextlib.nullcontext(),
+    ):
+        session, plan = helper_plan(con, lambda: fn(**a, on_exhausted=_u.RUNNING, dry_run=False))
     info = _bounds(operation, con, a)
     info.setdefault("error", _sql_error(plan))  # the functions' own a-priori bounds
     return _build(session, operation, plan, **info)

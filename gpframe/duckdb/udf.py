@@ -782,9 +782,11 @@ def charge_batch(
     # per query, and a checkpoint per commit tripled its fsyncs
     deferring = getattr(getattr(getattr(session, "ledger", None), "store", None), "deferring",
                         None)  # fmt: skip
-    with LEDGER_LOCK if plan is not None else contextlib.nullcontext(), \
-            raising_on_exhausted() if strict else contextlib.nullcontext(), \
-            deferring() if deferring is not None else contextlib.nullcontext():
+    with (
+        LEDGER_LOCK if plan is not None else contextlib.nullcontext(),
+        raising_on_exhausted() if strict else contextlib.nullcontext(),
+        deferring() if deferring is not None else contextlib.nullcontext(),
+    ):
         ran = run(session, users, alloc, query=query, params=params, notion=notion, kind=kind,
                   units=units, check=check, compute=compute, dry_run=plan,
                   prepaid=prepaid and plan is None)  # fmt: skip

@@ -1125,7 +1125,13 @@ class GeoPriv:
 
 
 def _privatize_release(
-    bound: GeoPriv, p: Any, kind: str, amount: Fraction, per: str, beta: float, progress: Any,
+    bound: GeoPriv,
+    p: Any,
+    kind: str,
+    amount: Fraction,
+    per: str,
+    beta: float,
+    progress: Any,
     rng: Any,
 ) -> tuple[Any, np.ndarray]:
     """Validate, reserve, draw and charge one privatize call.
@@ -1357,7 +1363,6 @@ def _privatize_partitioned(
     result.params.update(partition=str(bound.partition), partitions=described)
     frame.attrs["geopriv"] = result.to_attr()
     return frame
-
 
 
 def _make_result(**kw: Any) -> Any:

@@ -205,9 +205,14 @@ def kde(
     True
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(kde, locals(), "kde", adaptive=method.endswith("-elim"),
-                   error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.kde_error),
-                   least=_pb.least_for(bound.session))
+        return dry(
+            kde,
+            locals(),
+            "kde",
+            adaptive=method.endswith("-elim"),
+            error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.kde_error),
+            least=_pb.least_for(bound.session),
+        )
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(kde, locals())
     session = bound.session
@@ -395,8 +400,12 @@ def kde_raster(
     0.0001
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(kde_raster, locals(), "kde_raster",
-                   error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.kde_raster_sigma))
+        return dry(
+            kde_raster,
+            locals(),
+            "kde_raster",
+            error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.kde_raster_sigma),
+        )
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(kde_raster, locals())
     session = bound.session

@@ -68,8 +68,11 @@ def _bound(bound: Any, rho: Any, eps: Any, what: str) -> Any:
         return {"kind": kind, "amount": amount,
                 "counts": dict(zip(list(ledger_keys(uniques)), n, strict=True))}  # fmt: skip
 
-    fn = {"knn": _pb.knn_error, "nearest_users": _pb.nearest_error,
-          "convex_hull": _pb.hull_error_known}[what]
+    fn = {
+        "knn": _pb.knn_error,
+        "nearest_users": _pb.nearest_error,
+        "convex_hull": _pb.hull_error_known,
+    }[what]
     return _pb.bound_for(bound.session, _pb.scale_of(bound), fn, extra)
 
 
@@ -377,8 +380,9 @@ def convex_hull(
     ([1, 2], [16, 16], [0.001, 0.001])
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(convex_hull, locals(), "convex_hull",
-                   error=_bound(bound, rho, eps, "convex_hull"))
+        return dry(
+            convex_hull, locals(), "convex_hull", error=_bound(bound, rho, eps, "convex_hull")
+        )
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(convex_hull, locals())
     import geopandas as gpd
@@ -392,8 +396,15 @@ def convex_hull(
         from gpframe.frame.knn_parts import hull_partitioned
 
         kw = {"alpha": alpha, "k": k, "k_rule": k_rule, "radius_floor_m": radius_floor_m}
-        return hull_partitioned(bound, kind=kind, amount=amount, b=b, hull_kw=kw, rng=rng,
-                                helpers=(_filter_kind, _filter_units, _hulls_to_input_crs))
+        return hull_partitioned(
+            bound,
+            kind=kind,
+            amount=amount,
+            b=b,
+            hull_kw=kw,
+            rng=rng,
+            helpers=(_filter_kind, _filter_units, _hulls_to_input_crs),
+        )
     p = bound.projected
     codes, uniques, _counts = _codes(p)
     if not len(uniques):
@@ -562,10 +573,16 @@ def nearest_users(
     ([1, 2], True)
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(nearest_users, locals(), "nearest_users", adaptive=method.endswith("-elim"),
-                   error=_bound(bound, rho, eps, "nearest_users"),
-                   least=_pb.least_for(bound.session, True, lambda: _amount(
-                       bound.session, rho, eps, "nearest_users")[1]))
+        return dry(
+            nearest_users,
+            locals(),
+            "nearest_users",
+            adaptive=method.endswith("-elim"),
+            error=_bound(bound, rho, eps, "nearest_users"),
+            least=_pb.least_for(
+                bound.session, True, lambda: _amount(bound.session, rho, eps, "nearest_users")[1]
+            ),
+        )
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(nearest_users, locals())
     from gpframe.queries.elimination import split_fractions

@@ -144,9 +144,14 @@ def range_count(
     [0, 0, 0, 1, 2, 0, 0, 0, 0, 0, 0]
     """
     if dry_run:  # the same call, planned by the ledger driver: nothing drawn or written
-        return dry(range_count, locals(), "range_count", adaptive=method.endswith("-elim"),
-                   error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.range_count_band),
-                   least=_pb.least_for(bound.session))
+        return dry(
+            range_count,
+            locals(),
+            "range_count",
+            adaptive=method.endswith("-elim"),
+            error=_pb.bound_for(bound.session, _pb.scale_of(bound), _pb.range_count_band),
+            least=_pb.least_for(bound.session),
+        )
     if on_exhausted != "exclude":  # "raise" (or a bad value, refused there)
         return with_on_exhausted(range_count, locals())
     from gpframe.ledger.plan import SessionPlan

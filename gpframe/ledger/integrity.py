@@ -33,7 +33,13 @@ except ImportError:  # pragma: no cover - Windows: updates stay monotonic but ma
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
-    "Anchor", "Chain", "anchor_path", "compare_state", "load_key", "uid_bytes", "uid_records",
+    "Anchor",
+    "Chain",
+    "anchor_path",
+    "compare_state",
+    "load_key",
+    "uid_bytes",
+    "uid_records",
 ]
 
 ANCHOR_SCHEMA = "gpframe-ledger-anchor"

@@ -357,7 +357,11 @@ class PrivateCellRelease:
 
 
 def private_sums(
-    values: Any, cells: Any, n_cells: int, lower: Fraction, upper: Fraction,
+    values: Any,
+    cells: Any,
+    n_cells: int,
+    lower: Fraction,
+    upper: Fraction,
     moments: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per cell: the count, Σ k and Σ (2k − T)² of the values on the fixed-point grid (int64).
@@ -549,7 +553,11 @@ def release_private_cells(
 
 
 def _shrunk(
-    raw: np.ndarray, scale: np.ndarray, err: np.ndarray, lower: float, upper: float,
+    raw: np.ndarray,
+    scale: np.ndarray,
+    err: np.ndarray,
+    lower: float,
+    upper: float,
     centre: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Shrink the private means by their noise (released values and public scales only).
@@ -689,8 +697,10 @@ def run_private_grid_stats(
     lu = ledger.units["central"]
     rem = session.remaining_exact(ukeys, notion="central").to_numpy()
     rem_units = np.array([int(x * lu.scale) for x in rem.tolist()], dtype=object)
-    stat_eps = (eps,) * STATISTICS_PRIVATE if epsilons is None else tuple(
-        exact(check_eps(e, "epsilon"), "epsilon") for e in epsilons
+    stat_eps = (
+        (eps,) * STATISTICS_PRIVATE
+        if epsilons is None
+        else tuple(exact(check_eps(e, "epsilon"), "epsilon") for e in epsilons)
     )
     need = np.zeros(b.cells_kept.size, dtype=np.int64)
     for e in stat_eps:  # one ε-DP draw per statistic per kept cell, each rounded up

@@ -90,7 +90,12 @@ def expected_error(b: np.ndarray) -> np.ndarray:
 
 
 def water_fill(
-    pu: np.ndarray, pj: np.ndarray, n_users: int, n_cells: int, w: np.ndarray, total: float,
+    pu: np.ndarray,
+    pj: np.ndarray,
+    n_users: int,
+    n_cells: int,
+    w: np.ndarray,
+    total: float,
     cap: float = math.inf,
 ) -> np.ndarray:
     """Progressive filling of per-cell ε under per-user sums ≤ ``total`` (float, public).
@@ -113,7 +118,12 @@ def water_fill(
 
 
 def water_fill_numpy(
-    pu: np.ndarray, pj: np.ndarray, n_users: int, n_cells: int, w: np.ndarray, total: float,
+    pu: np.ndarray,
+    pj: np.ndarray,
+    n_users: int,
+    n_cells: int,
+    w: np.ndarray,
+    total: float,
     cap: float = math.inf,
 ) -> np.ndarray:
     """Progressive filling of per-cell ε under per-user sums ≤ ``total`` (float, public).

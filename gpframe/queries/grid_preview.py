@@ -230,6 +230,8 @@ def planned_private_error(
     c1 = central_laplace(e_1, p * H, integer=False)
     tn = laplace_bound(beta / 2, cn.g / cn.param, cn.g)
     t1 = laplace_bound(beta / 2, c1.g / c1.param, c1.g)
-    kind = ("count error per cell (rows); a cell's mean error is (t1 + |s1|·t_n/n)/(n − t_n) "
-            f"+ q for its released count n > t_n, with t1 = {t1:.4g} (the centred sum's)")
+    kind = (
+        "count error per cell (rows); a cell's mean error is (t1 + |s1|·t_n/n)/(n − t_n) "
+        f"+ q for its released count n > t_n, with t1 = {t1:.4g} (the centred sum's)"
+    )
     return tn, kind, 1.0 - beta / 2

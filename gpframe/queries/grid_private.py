@@ -126,9 +126,16 @@ def private_stats_output(
             "max_cells": b.max_cells,
             "max_per_cell": b.max_per_cell,
             "worst_case_epsilon": float(sum(stat_eps)) * b.max_cells,
-            **({"epsilon_per_user": float(total),
-                "epsilons": tuple(float(e) for e in stat_eps),
-                "estimator": "per-user averages", "shrink": bool(shrink)} if per_user else {}),
+            **(
+                {
+                    "epsilon_per_user": float(total),
+                    "epsilons": tuple(float(e) for e in stat_eps),
+                    "estimator": "per-user averages",
+                    "shrink": bool(shrink),
+                }
+                if per_user
+                else {}
+            ),
         },
         kind=run.fkind,
         query_id=run.query_id,

@@ -38,9 +38,7 @@ def user_stats_output(
             "variance": rel.var,
             "mean_error": rel.mean_error,
             "variance_error": rel.var_error,
-            "n_samples": np.bincount(occ.j, weights=occ.m, minlength=occ.n_cells).astype(
-                np.int64
-            ),
+            "n_samples": np.bincount(occ.j, weights=occ.m, minlength=occ.n_cells).astype(np.int64),
             "users": np.bincount(occ.j, minlength=occ.n_cells),
             "users_kept": plan.users_kept,
             "epsilon_cell": eps_cell,

@@ -260,8 +260,14 @@ def release_user_stats(
     shrunk = bool(SHRINK if shrink is None else shrink)
     if shrunk:  # post-processing of the released (unclamped) means and their public scales
         out["mc"] = out["m"]  # the clamped means, before the shrinkage
-        out["m"], out["em"] = shrink_means(out["raw"], out["sm"], out["em"], float(L), float(U),
-                                           fill=~plan.released if FILL else None)
+        out["m"], out["em"] = shrink_means(
+            out["raw"],
+            out["sm"],
+            out["em"],
+            float(L),
+            float(U),
+            fill=~plan.released if FILL else None,
+        )
         if FILL:  # cells with no released second moment: the precision-weighted centre
             out["v"], out["ev"] = _fill_variance(out, float(L + H), float(W * W) / 4)
     return UserStatsRelease(
@@ -307,8 +313,13 @@ SHRINK_MIN_SPREAD = 1 / 32
 
 
 def shrink_means(
-    mean: np.ndarray, scale: np.ndarray, error: np.ndarray, lower: float, upper: float,
-    fill: np.ndarray | None = None, centre: float | None = None,
+    mean: np.ndarray,
+    scale: np.ndarray,
+    error: np.ndarray,
+    lower: float,
+    upper: float,
+    fill: np.ndarray | None = None,
+    centre: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Shrink each released mean toward the cells' common centre, by its noise (post-processing).
 
@@ -519,8 +530,15 @@ def run_user_grid_stats(
         from gpframe.queries.grid_preview import note_error, user_plan_error
 
         # a dry run's preview bound: the plan alone gives each cell's noise bound
-        note_error(user_plan_error(plan, beta, bool(SHRINK if shrink is None else shrink),
-                                   value_step(lower, upper), cell_weights(plan)))
+        note_error(
+            user_plan_error(
+                plan,
+                beta,
+                bool(SHRINK if shrink is None else shrink),
+                value_step(lower, upper),
+                cell_weights(plan),
+            )
+        )
 
         def compute(r: Any, plan: BudgetPlan = plan, pay_units: Any = pay_units) -> Charge[Any]:
             rel = release_user_stats(plan, None, None, None, beta=beta, rng=rng, sums=sums,

@@ -1213,10 +1213,12 @@ def raster_from_points(
         metric=("floor", r_min),
         r_min=r_min,
         # fresh arrays, so the Series may own them (no copy)
-        charges=pd.Series(charge_f if every else charge_f[adm], index=idx, dtype=np.float64,
-                          copy=False),
-        allocations=pd.Series(alloc_f[codes if every else codes[adm]], index=idx,
-                              dtype=np.float64, copy=False),
+        charges=pd.Series(
+            charge_f if every else charge_f[adm], index=idx, dtype=np.float64, copy=False
+        ),
+        allocations=pd.Series(
+            alloc_f[codes if every else codes[adm]], index=idx, dtype=np.float64, copy=False
+        ),
         excluded=key_arr[~adm].tolist(),
         query_id=query_id,
     )

@@ -581,8 +581,11 @@ def _laplace_monitor(
     cap = min((x for x in (max_steps, stream.remaining()) if x is not None), default=None)
     planning = active_preview()
     if planning is not None and cap is not None:  # the margin reads only public parameters
-        planning.notes["error"] = (_laplace_margin(run, sensitivity, beta, 0, cap),
-                                   "threshold margin α (query units)", 1.0 - float(beta))
+        planning.notes["error"] = (
+            _laplace_margin(run, sensitivity, beta, 0, cap),
+            "threshold margin α (query units)",
+            1.0 - float(beta),
+        )
     elif planning is not None:  # unsized: the margin grows with the queries the run asks
         planning.notes["error"] = (
             _laplace_margin(run, sensitivity, beta, 1, None),

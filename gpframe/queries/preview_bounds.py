@@ -436,8 +436,16 @@ def least_for(session: Any, nobody_if_k: bool = False, amount: Any = None) -> An
     return least
 
 
-def hooks(session: Any, scale_max: Any, fn: Any, *, least: bool = True, kind: str | None = None,
-          amount: Fraction | None = None, counts: Any = None) -> dict[str, Any]:
+def hooks(
+    session: Any,
+    scale_max: Any,
+    fn: Any,
+    *,
+    least: bool = True,
+    kind: str | None = None,
+    amount: Fraction | None = None,
+    counts: Any = None,
+) -> dict[str, Any]:
     """Return the ``error`` (and ``least``) preview hooks of an operation on a split face.
 
     For a face that knows its public inputs when it plans (the Dask face: ``scale_max`` of its

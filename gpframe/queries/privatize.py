@@ -262,8 +262,14 @@ def _radius(kind: str, part: Fraction, k: Fraction, beta: float, n: int) -> floa
 
 
 def nominal_errors(
-    kind: str, amount: Fraction, per: str, counts: NDArray[np.integer], beta: float,
-    scale_max: float, *, overall: bool = False,
+    kind: str,
+    amount: Fraction,
+    per: str,
+    counts: NDArray[np.integer],
+    beta: float,
+    scale_max: float,
+    *,
+    overall: bool = False,
 ) -> Any:
     """Each user's error radius (m) before any noise is drawn: the Result's own bound.
 
@@ -300,7 +306,8 @@ def per_note(kind: str, per: str, errors: NDArray[np.float64], counts: NDArray[n
     scale = (
         f"; error radius of a user's points from {e.min():.4g} m to {e.max():.4g} m "
         f"(median user, {med:g} points: {float(np.median(e)):.4g} m)"
-        if e.size else ""
+        if e.size
+        else ""
     )
     if per == "user":
         grow = "√n" if kind == "cgp" else "n"
@@ -768,8 +775,9 @@ def make_privatize_result(
         metric=("floor", r_min),
         r_min=r_min,
         charges=charged,
-        max_error_m=pd.Series(max_err if every else max_err[adm], index=index,
-                              copy=None if every else False),  # a view of ``out``'s: copied
+        max_error_m=pd.Series(
+            max_err if every else max_err[adm], index=index, copy=None if every else False
+        ),  # a view of ``out``'s: copied
         allocations=alloc,
         excluded=ids[~np.asarray(admitted, dtype=bool) & (np.asarray(counts) > 0)].tolist(),
         query_id=str(query_id),

@@ -156,8 +156,11 @@ class Preview:
         else:
             lines.append("  nobody would be charged")
         if self.adaptive:
-            save = ("" if self.saving_best is None else
-                    f"; best-case saving {self.saving_best:.6g}{unit} (all decided at round 1)")
+            save = (
+                ""
+                if self.saving_best is None
+                else f"; best-case saving {self.saving_best:.6g}{unit} (all decided at round 1)"
+            )
             lines.append(
                 "  adaptive: the actual charge is at most this (it charges what the run used)"
                 + save

@@ -324,8 +324,13 @@ def _grid_private(ctx: Ctx) -> Any:
     name="grid_stats/accessor/public-occupancy/epsilon_per_user",
     frontend="accessor",
     covers=("accessor.grid_stats",),
-    modules=(ACC, "gpframe.frame.grid_stats", "gpframe.frame.grid_stats_user",
-             QF + "grid_user_stats", QF + "grid_budget"),
+    modules=(
+        ACC,
+        "gpframe.frame.grid_stats",
+        "gpframe.frame.grid_stats_user",
+        QF + "grid_user_stats",
+        QF + "grid_budget",
+    ),
     public=frozenset({"count", "cell"}),
     central=True,
     neighbour="result",
@@ -497,8 +502,12 @@ def _privatize_preview(ctx: Ctx) -> Any:
 def _range_count_preview(ctx: Ctx) -> Any:
     import shapely
 
-    return _preview_forms(ctx, lambda: ctx.bound().range_count(
-        shapely.box(*REGION), rho=1e-6, reduce="last", on_exhausted="raise", dry_run=True))
+    return _preview_forms(
+        ctx,
+        lambda: ctx.bound().range_count(
+            shapely.box(*REGION), rho=1e-6, reduce="last", on_exhausted="raise", dry_run=True
+        ),
+    )
 
 
 @case(name="metric-ops/accessor/preview-error", frontend="accessor",
@@ -509,10 +518,12 @@ def _metric_previews(ctx: Ctx) -> Any:
     # the expected error and best-case saving of every metric operation's preview: computed
     # from amounts, k, bandwidths and per-user counts, never from a location
     forms: list[str] = []
-    for make in (lambda b: b.kde(POINT, bandwidth_m=500, rho=1e-6, reduce="last", dry_run=True),
-                 lambda b: b.knn(POINT, 3, rho=1e-4, dry_run=True),
-                 lambda b: b.convex_hull(rho=1e-4, dry_run=True),
-                 lambda b: b.nearest_users(POINT, 2, rho=1e-6, reduce="last", dry_run=True)):
+    for make in (
+        lambda b: b.kde(POINT, bandwidth_m=500, rho=1e-6, reduce="last", dry_run=True),
+        lambda b: b.knn(POINT, 3, rho=1e-4, dry_run=True),
+        lambda b: b.convex_hull(rho=1e-4, dry_run=True),
+        lambda b: b.nearest_users(POINT, 2, rho=1e-6, reduce="last", dry_run=True),
+    ):
         forms.extend(_preview_forms(ctx, lambda make=make: make(ctx.bound()))[1:])
     return None, *forms
 
@@ -533,8 +544,12 @@ def _above_preview(ctx: Ctx) -> Any:
 def _sql_preview(ctx: Ctx) -> Any:
     import gpframe as gp
 
-    return _preview_forms(ctx, lambda: gp.duckdb.preview(
-        ctx.con, "SELECT uid, gp_privatize(uid, x, y, 1e-8) AS p FROM pings"))
+    return _preview_forms(
+        ctx,
+        lambda: gp.duckdb.preview(
+            ctx.con, "SELECT uid, gp_privatize(uid, x, y, 1e-8) AS p FROM pings"
+        ),
+    )
 
 
 @case(name="sql-helpers/preview", frontend="sql-relation",
@@ -687,12 +702,25 @@ def _sql_grid(ctx: Ctx) -> Any:
     return _sql(ctx, _grid_sql()), plan
 
 
-@case(name="grid_stats/duckdb-relation/epsilon_per_user", frontend="sql-relation",
-      covers=("duckdb.grid_stats",),
-      modules=(DDB, "gpframe.duckdb.grid_user", QF + "grid_user_stats", QF + "grid_budget"),
-      public=frozenset({"count", "cell"}), central=True, neighbour="all",
-      exempt=("mean", "variance", "mean_error", "variance_error", "epsilon_cell", "users_kept",
-              "users", "released"))  # fmt: skip (users*, epsilon_cell, released: the public plan)
+@case(
+    name="grid_stats/duckdb-relation/epsilon_per_user",
+    frontend="sql-relation",
+    covers=("duckdb.grid_stats",),
+    modules=(DDB, "gpframe.duckdb.grid_user", QF + "grid_user_stats", QF + "grid_budget"),
+    public=frozenset({"count", "cell"}),
+    central=True,
+    neighbour="all",
+    exempt=(
+        "mean",
+        "variance",
+        "mean_error",
+        "variance_error",
+        "epsilon_cell",
+        "users_kept",
+        "users",
+        "released",
+    ),
+)  # fmt: skip (users*, epsilon_cell, released: the public plan)
 def _rel_grid_per_user(ctx: Ctx) -> Any:
     import gpframe as gp
 
@@ -1068,8 +1096,9 @@ def _dask_nearest_preview(ctx: Ctx) -> Any:
 
     with dask.config.set(scheduler="synchronous"):
         b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
-        return _preview_forms(ctx, lambda: b.nearest_users(POINT, 2, rho=1e-6, reduce="last",
-                                                           dry_run=True))
+        return _preview_forms(
+            ctx, lambda: b.nearest_users(POINT, 2, rho=1e-6, reduce="last", dry_run=True)
+        )
 
 
 @case(name="kde/dask/last-fix", frontend="dask", covers=("dask.kde",),
@@ -1107,8 +1136,9 @@ def _dask_kde_preview(ctx: Ctx) -> Any:
 
     with dask.config.set(scheduler="synchronous"):
         b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
-        return _preview_forms(ctx, lambda: b.kde(POINT, bandwidth_m=500.0, rho=1e-6,
-                                                 reduce="last", dry_run=True))
+        return _preview_forms(
+            ctx, lambda: b.kde(POINT, bandwidth_m=500.0, rho=1e-6, reduce="last", dry_run=True)
+        )
 
 
 @case(name="convex_hull/dask", frontend="dask", covers=("dask.convex_hull",),
@@ -1131,16 +1161,23 @@ def _dask_hull_preview(ctx: Ctx) -> Any:
 
     with dask.config.set(scheduler="synchronous"):
         b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
-        return _preview_forms(ctx, lambda: b.convex_hull(rho=1e-4, on_exhausted="raise",
-                                                         dry_run=True))
+        return _preview_forms(
+            ctx, lambda: b.convex_hull(rho=1e-4, on_exhausted="raise", dry_run=True)
+        )
 
 
 @case(
     name="grid_stats/dask/public-occupancy/epsilon_per_user",
     frontend="dask",
     covers=("dask.grid_stats",),
-    modules=("gpframe.dask.accessor", "gpframe.dask.grid_stats", QF + "grid_user_stats",
-             QF + "grid_user_output", QF + "grid_cells", QF + "grid_budget"),
+    modules=(
+        "gpframe.dask.accessor",
+        "gpframe.dask.grid_stats",
+        QF + "grid_user_stats",
+        QF + "grid_user_output",
+        QF + "grid_cells",
+        QF + "grid_budget",
+    ),
     public=frozenset({"count", "cell"}),
     central=True,
     neighbour="result",
@@ -1160,8 +1197,13 @@ def _dask_grid_per_user(ctx: Ctx) -> Any:
     name="grid_stats/dask/public-occupancy",
     frontend="dask",
     covers=("dask.grid_stats",),
-    modules=("gpframe.dask.accessor", "gpframe.dask.grid_clip", "gpframe.dask.partitions",
-             QF + "grid_stats", QF + "grid_clip_output"),
+    modules=(
+        "gpframe.dask.accessor",
+        "gpframe.dask.grid_clip",
+        "gpframe.dask.partitions",
+        QF + "grid_stats",
+        QF + "grid_clip_output",
+    ),
     public=frozenset({"count", "cell"}),
     central=True,
     neighbour="result",
@@ -1181,8 +1223,13 @@ def _dask_grid_public(ctx: Ctx) -> Any:
     name="grid_stats/dask/occupancy-table",
     frontend="dask",
     covers=("dask.grid_stats",),
-    modules=("gpframe.dask.grid_stats", "gpframe.dask.grid_clip", QF + "grid_occupancy",
-             QF + "grid_stats", QF + "grid_clip_output"),
+    modules=(
+        "gpframe.dask.grid_stats",
+        "gpframe.dask.grid_clip",
+        QF + "grid_occupancy",
+        QF + "grid_stats",
+        QF + "grid_clip_output",
+    ),
     public=frozenset({"count", "cell"}),
     central=True,
     neighbour="result",
@@ -1259,8 +1306,12 @@ def _dask_range_count_preview(ctx: Ctx) -> Any:
 
     with dask.config.set(scheduler="synchronous"):
         b = _ddf(ctx).geopriv(ctx.session, user="uid", x="x", y="y", crs=CRS_M)
-        return _preview_forms(ctx, lambda: b.range_count(
-            shapely.box(*REGION), rho=1e-6, reduce="last", on_exhausted="raise", dry_run=True))
+        return _preview_forms(
+            ctx,
+            lambda: b.range_count(
+                shapely.box(*REGION), rho=1e-6, reduce="last", on_exhausted="raise", dry_run=True
+            ),
+        )
 
 
 def gp_last(col: str) -> Any:

@@ -104,9 +104,7 @@ def test_a_worker_killed_mid_draw_is_recomputed_and_charged_once(cluster, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_count_recomputes_its_first_pass_and_charges_once(
-    cluster, monkeypatch
-):
+def test_a_worker_killed_mid_count_recomputes_its_first_pass_and_charges_once(cluster, monkeypatch):
     # with many points (here: CLIENT_ROWS = 0), range_count keeps each partition's selected
     # points on its worker between the passes: a killed worker loses them, Dask recomputes them
     # (the same users, checked by digest), and the count is charged once
@@ -213,8 +211,12 @@ def test_a_client_killed_mid_query_publishes_nothing_and_is_settled_on_open(clus
     assert len(left) == 1 and (tmp_path / left[0] / staging.LOCK_FILE).exists()
     res = dd.from_pandas(_frame(), npartitions=2).geopriv(s, **KW).privatize(rho=1e-5, to=target)
     assert not [p for p in os.listdir(tmp_path) if ".staging-" in p]
-    assert sorted(os.listdir(target)) == sorted([*json.loads(
-        (target / "_gpframe_result.json").read_text())["files"], "_gpframe_result.json"])
+    assert sorted(os.listdir(target)) == sorted(
+        [
+            *json.loads((target / "_gpframe_result.json").read_text())["files"],
+            "_gpframe_result.json",
+        ]
+    )
     assert np.allclose(s.spent().to_numpy(), 2e-5) and res.query_id
 
 

@@ -71,8 +71,7 @@ def test_same_values_charges_and_result_as_the_pandas_face(cluster) -> None:
     df = _frame()
     s_pd, s_dk = _session(), _session()
     a = df.geopriv(s_pd, **KW).grid_stats(**CALL, rng=seeded_rng(7))
-    b = dd.from_pandas(df, npartitions=3).geopriv(s_dk, **KW).grid_stats(**CALL,
-                                                                          rng=seeded_rng(7))
+    b = dd.from_pandas(df, npartitions=3).geopriv(s_dk, **KW).grid_stats(**CALL, rng=seeded_rng(7))
     assert a["released"].sum() >= 2  # several cells released: the test compares noise
     # the same released values, to the bit (noise drawn on the client from the same source)
     pd.testing.assert_frame_equal(pd.DataFrame(b.drop(columns="geometry")),
@@ -252,7 +251,10 @@ def test_private_occupancy_preview_is_the_real_reservation(cluster) -> None:
     pd.testing.assert_frame_equal(pv.table.sort_index(), pv_pd.table.sort_index())
     # the count's noise bound, from ε, max_per_cell and the bounds: the pandas preview's
     assert pv.error is not None and (pv.error, pv.error_kind, pv.confidence) == (
-        pv_pd.error, pv_pd.error_kind, pv_pd.confidence)
+        pv_pd.error,
+        pv_pd.error_kind,
+        pv_pd.confidence,
+    )
     b.grid_stats(**call, rng=seeded_rng(8))
     planned = {u: int(v) for u, v in pv.table["allocation_units"].items() if v}
     assert planned == _committed(s, "alloc")
@@ -271,7 +273,10 @@ def test_preview_is_the_pandas_preview_and_the_real_reservation(cluster) -> None
     # the noise bound of the worst released cell before the shrinkage: the pandas preview's,
     # at most the real call's (shrink=True widens the stated bounds)
     assert pv.error is not None and (pv.error, pv.error_kind, pv.confidence) == (
-        pv_pd.error, pv_pd.error_kind, pv_pd.confidence)
+        pv_pd.error,
+        pv_pd.error_kind,
+        pv_pd.confidence,
+    )
     out = b.grid_stats(**CALL, rng=seeded_rng(8))
     assert pv.error <= out.attrs["geopriv"].error * (1 + 1e-12)
     planned = {u: int(v) for u, v in pv.table["allocation_units"].items() if v}
@@ -337,7 +342,8 @@ def test_an_occupancy_table_that_differs_from_the_data_fails_closed(cluster, for
     snap = s.ledger.snapshot()
     with pytest.raises(InvalidInputError, match="does not match the data") as e:
         dd.from_pandas(df, npartitions=3).geopriv(s, **KW).grid_stats(
-            **{**CALL, **form, "occupancy": table}, rng=seeded_rng(1))
+            **{**CALL, **form, "occupancy": table}, rng=seeded_rng(1)
+        )
     assert str(e.value).endswith("Nothing was charged.")
     assert s.ledger.snapshot() == snap
 
@@ -383,9 +389,17 @@ def test_partition_sums_are_added_in_a_tree_with_the_exact_totals(monkeypatch) -
     real = dgs.add_sums
     monkeypatch.setattr(dgs, "add_sums", lambda *t: sizes.append(len(t)) or real(*t))
     rs = np.random.default_rng(5)  # test data only
-    tables = [pd.DataFrame({"user": rs.integers(0, 7, 40), "cell": rs.integers(0, 3, 40)
-                            .astype(np.uint64), "m": np.ones(40, np.int64),
-                            "s1": rs.integers(0, 2**40, 40)}) for _ in range(dgs.FAN_IN**2 + 1)]
+    tables = [
+        pd.DataFrame(
+            {
+                "user": rs.integers(0, 7, 40),
+                "cell": rs.integers(0, 3, 40).astype(np.uint64),
+                "m": np.ones(40, np.int64),
+                "s1": rs.integers(0, 2**40, 40),
+            }
+        )
+        for _ in range(dgs.FAN_IN**2 + 1)
+    ]
     got = dask.compute(dgs.tree_sum([dask.delayed(t) for t in tables]), scheduler="sync")[0]
     want = pd.concat(tables).groupby(["user", "cell"], sort=True, as_index=False).sum()
     pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))

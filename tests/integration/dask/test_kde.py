@@ -51,8 +51,16 @@ def test_charges_fields_and_grid_match_the_pandas_face(cluster):
     assert a.shape == b.shape and a.transform == b.transform and a.crs == b.crs
     da, db = a.to_dict(value=False), b.to_dict(value=False)
     assert da.keys() == db.keys()
-    for key in ("type", "mechanism", "guarantee", "n_users", "n_charged", "charges",
-                "spent_total", "spent_max"):
+    for key in (
+        "type",
+        "mechanism",
+        "guarantee",
+        "n_users",
+        "n_charged",
+        "charges",
+        "spent_total",
+        "spent_max",
+    ):
         assert da[key] == db[key], key
     assert da["params"] == db["params"]
     assert s_dk.ledger.verify()["charges"] == 1
@@ -143,7 +151,8 @@ def test_points_dist_values_charges_and_result_match_the_pandas_face(cluster, bu
         part = ddf.get_partition(i).compute().reset_index()
         for j, q in enumerate(QS):
             r = part.geopriv(gp.Session(budget=budget), **PKW).kde(
-                shapely.Point(q), rng=seeded_rng(3).spawn(j * n + i), **call)
+                shapely.Point(q), rng=seeded_rng(3).spawn(j * n + i), **call
+            )
             totals[j] += r.value * len(part)
     np.testing.assert_allclose(b.points["kde"].to_numpy(), totals / len(df), rtol=1e-12)
     # and the value is noisy: another seed releases another
@@ -177,7 +186,8 @@ def test_points_pt_releases_once_and_matches_the_pandas_face(cluster, budget, am
     for i in range(ddf.npartitions):
         part = ddf.get_partition(i).compute().reset_index()
         r = part.geopriv(gp.Session(budget=budget), **PKW).kde(
-            QS, rng=seeded_rng(3).spawn(i), **call)
+            QS, rng=seeded_rng(3).spawn(i), **call
+        )
         totals += r.points["kde"].to_numpy() * len(part)
     np.testing.assert_allclose(b.points["kde"].to_numpy(), totals / len(df), rtol=1e-12)
     c = ddf.geopriv(gp.Session(budget=budget), **PKW).kde(QS, rng=seeded_rng(5), **call)
@@ -188,8 +198,11 @@ def test_points_pt_elim_stops_the_far_users_early_as_the_pandas_face(cluster):
     df = _point_rows()
     call = dict(bandwidth_m=2_000, rho=1e-4)
     s_dk, s_pd = gp.Session(budget=gp.CGP(rho=1e-2)), gp.Session(budget=gp.CGP(rho=1e-2))
-    b = dd.from_pandas(df, npartitions=3).geopriv(s_dk, **PKW).kde(
-        shapely.Point(QS[0]), rng=seeded_rng(6), **call)
+    b = (
+        dd.from_pandas(df, npartitions=3)
+        .geopriv(s_dk, **PKW)
+        .kde(shapely.Point(QS[0]), rng=seeded_rng(6), **call)
+    )
     a = df.geopriv(s_pd, **PKW).kde(shapely.Point(QS[0]), rng=seeded_rng(7), **call)
     assert isinstance(b.value, float) and 0 <= b.value <= 1 and b.error <= 1
     far = df["u"][df["u"] % 3 == 0]

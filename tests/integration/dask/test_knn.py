@@ -49,8 +49,17 @@ def test_rows_charges_and_result_match_the_pandas_face(cluster):
     ra, rb = a.attrs["geopriv"], b.attrs["geopriv"]
     da, db = ra.to_dict(value=False), rb.to_dict(value=False)
     assert da.keys() == db.keys()
-    for key in ("type", "mechanism", "guarantee", "n_users", "n_charged", "charges",
-                "spent_total", "spent_max", "confidence"):
+    for key in (
+        "type",
+        "mechanism",
+        "guarantee",
+        "n_users",
+        "n_charged",
+        "charges",
+        "spent_total",
+        "spent_max",
+        "confidence",
+    ):
         assert da[key] == db[key], key
     pa, pb = dict(da["params"]), dict(db["params"])
     pa.pop("capped"), pb.pop("capped")

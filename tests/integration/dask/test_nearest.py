@@ -75,8 +75,20 @@ def test_charges_and_result_match_the_pandas_face(cluster, kind, call):
     pd.testing.assert_series_equal(s_dk.spent().sort_index(), s_pd.spent().sort_index())
     da, db = a.to_dict(value=False), b.to_dict(value=False)
     assert da.keys() == db.keys()
-    for key in ("type", "error_kind", "confidence", "mechanism", "guarantee", "n_users",
-                "n_charged", "n_excluded", "charges", "spent_total", "spent_max", "saved"):
+    for key in (
+        "type",
+        "error_kind",
+        "confidence",
+        "mechanism",
+        "guarantee",
+        "n_users",
+        "n_charged",
+        "n_excluded",
+        "charges",
+        "spent_total",
+        "spent_max",
+        "saved",
+    ):
         assert da[key] == db[key], key
     assert dict(da["params"]) == dict(db["params"])  # exact, rounds_histogram included
     pd.testing.assert_series_equal(a.charges.sort_index(), b.charges.sort_index())

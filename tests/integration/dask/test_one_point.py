@@ -92,8 +92,11 @@ def test_candidates_select_what_the_full_shuffle_and_the_pandas_face_select(
     # the pandas face's choice on the whole frame (row order: partitions, then rows)
     pos = select_component(df, df["u"].to_numpy(), component, reduce)
     want = df.iloc[pos].set_index("u")[["x", "y"]].sort_index()
-    got = pd.DataFrame(np.concatenate([xy for _, _, xy in _points(new)]), columns=["x", "y"],
-                       index=pd.Index(new.users.astype(np.int64), name="u")).sort_index()
+    got = pd.DataFrame(
+        np.concatenate([xy for _, _, xy in _points(new)]),
+        columns=["x", "y"],
+        index=pd.Index(new.users.astype(np.int64), name="u"),
+    ).sort_index()
     pd.testing.assert_frame_equal(got, want)
 
 
@@ -125,24 +128,47 @@ def _spread(df):
     ("edit", "call", "match"),
     [
         # one user whose rows, in several partitions, are all in the component
-        pytest.param(lambda d, us: d.assign(h=np.where(d["u"] == us[0], 1, 0)),
-                     {"component": ("h", 1)},
-                     "1 user.s. have several rows in the selected component", marks=SLOW),
+        pytest.param(
+            lambda d, us: d.assign(h=np.where(d["u"] == us[0], 1, 0)),
+            {"component": ("h", 1)},
+            "1 user.s. have several rows in the selected component",
+            marks=SLOW,
+        ),
         # six such users: the message names the first five in row order
-        (lambda d, us: d.assign(h=np.where(d["u"].isin(us[:6]), 1, 0)), {"component": ("h", 1)},
-         "6 user.s. have several rows .* ...\\);"),
+        (
+            lambda d, us: d.assign(h=np.where(d["u"].isin(us[:6]), 1, 0)),
+            {"component": ("h", 1)},
+            "6 user.s. have several rows .* ...\\);",
+        ),
         # the same user twice in one partition only: refused the same way
-        pytest.param(lambda d, us: d.assign(h=np.where(d.index.isin([0, 1]), 1, 0), u=np.where(
-            d.index.isin([0, 1]), -1, d["u"])), {"component": ("h", 1)},
-            "1 user.s. have several rows .*users -1\\)", marks=SLOW),
-        (lambda d, us: d.assign(x=np.where(d.index == 400, np.nan, d["x"])),
-         {"component": gp.Last("t")}, "x"),
-        pytest.param(lambda d, us: d, {"component": ("nope", 1)},
-                     "component column 'nope' is not in the frame", marks=SLOW),
-        pytest.param(lambda d, us: d, {"component": gp.Last("nope")},
-                     "column 'nope' is not in the frame", marks=SLOW),
-        pytest.param(lambda d, us: d, {"component": "last", "reduce": "mean"}, "reduce='mean'",
-                     marks=SLOW),
+        pytest.param(
+            lambda d, us: d.assign(
+                h=np.where(d.index.isin([0, 1]), 1, 0), u=np.where(d.index.isin([0, 1]), -1, d["u"])
+            ),
+            {"component": ("h", 1)},
+            "1 user.s. have several rows .*users -1\\)",
+            marks=SLOW,
+        ),
+        (
+            lambda d, us: d.assign(x=np.where(d.index == 400, np.nan, d["x"])),
+            {"component": gp.Last("t")},
+            "x",
+        ),
+        pytest.param(
+            lambda d, us: d,
+            {"component": ("nope", 1)},
+            "component column 'nope' is not in the frame",
+            marks=SLOW,
+        ),
+        pytest.param(
+            lambda d, us: d,
+            {"component": gp.Last("nope")},
+            "column 'nope' is not in the frame",
+            marks=SLOW,
+        ),
+        pytest.param(
+            lambda d, us: d, {"component": "last", "reduce": "mean"}, "reduce='mean'", marks=SLOW
+        ),
     ],
 )
 def test_bad_rows_are_refused_with_the_pandas_message_before_the_ledger(cluster, edit, call,
@@ -184,8 +210,17 @@ def test_privatize_sums_users_over_partitions_without_a_shuffle(cluster, per, mo
     dicts = [o.attrs["geopriv"].to_dict(value=False) for o in (a, b, c)]
     for d in dicts:
         d["params"] = {k: v for k, v in d["params"].items() if k != "sampler_calls"}
-    for key in ("error", "mechanism", "guarantee", "n_users", "n_charged", "charges",
-                "spent_total", "spent_max", "params"):
+    for key in (
+        "error",
+        "mechanism",
+        "guarantee",
+        "n_users",
+        "n_charged",
+        "charges",
+        "spent_total",
+        "spent_max",
+        "params",
+    ):
         assert dicts[1][key] == dicts[0][key] == dicts[2][key], key
 
 

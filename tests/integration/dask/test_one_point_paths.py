@@ -82,10 +82,13 @@ def test_every_way_selects_the_full_shuffles_users_and_points(cluster, way, monk
     "users",
     [
         lambda u: u,  # int64: hashed as float64, as dask's shuffle casts numeric keys
-        pytest.param(lambda u: np.array([f"user-{v}" for v in u], dtype=object),
-                     marks=pytest.mark.slow),
-        pytest.param(lambda u: pd.array([f"u{v}" for v in u], dtype="string[pyarrow]"),
-                     marks=pytest.mark.slow),
+        pytest.param(
+            lambda u: np.array([f"user-{v}" for v in u], dtype=object), marks=pytest.mark.slow
+        ),
+        pytest.param(
+            lambda u: pd.array([f"u{v}" for v in u], dtype="string[pyarrow]"),
+            marks=pytest.mark.slow,
+        ),
         pytest.param(lambda u: u * 0.5, marks=pytest.mark.slow),
     ],
 )
@@ -135,8 +138,10 @@ def test_same_released_values_and_charges_every_way(cluster, op, way, monkeypatc
         assert (a.value, a.error, a.n_charged) == (b.value, b.error, b.n_charged)
         assert a.params["rounds_histogram"] == b.params["rounds_histogram"]
     elif op == "kde":
-        pd.testing.assert_frame_equal(pd.DataFrame(a.value).drop(columns="query_id"),
-                                      pd.DataFrame(b.value).drop(columns="query_id"))
+        pd.testing.assert_frame_equal(
+            pd.DataFrame(a.value).drop(columns="query_id"),
+            pd.DataFrame(b.value).drop(columns="query_id"),
+        )
     else:
         np.testing.assert_array_equal(np.asarray(a.value), np.asarray(b.value))
 

@@ -62,8 +62,20 @@ def test_split_privatize_charges_and_states_what_the_pandas_face_does(cluster, t
     rb = b if to else b.attrs["geopriv"]
     assert {q for u in s_dk.spent().index for q in s_dk.history(u)["query_id"]} == {rb.query_id}
     da, db = ra.to_dict(value=False), rb.to_dict(value=False)
-    for key in ("type", "error", "error_kind", "confidence", "mechanism", "guarantee",
-                "n_users", "n_charged", "n_excluded", "charges", "spent_total", "spent_max"):
+    for key in (
+        "type",
+        "error",
+        "error_kind",
+        "confidence",
+        "mechanism",
+        "guarantee",
+        "n_users",
+        "n_charged",
+        "n_excluded",
+        "charges",
+        "spent_total",
+        "spent_max",
+    ):
         assert da[key] == db[key], key
     pa, pb = dict(da["params"]), dict(db["params"])
     pa.pop("sampler_calls"), pb.pop("sampler_calls"), pb.pop("output", None)
@@ -137,24 +149,44 @@ def test_split_range_count_charges_and_states_what_the_pandas_face_does(cluster,
     s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1.0)), gp.Session(budget=gp.CGP(rho=1.0))
     call = {"rho": 1e-4, "method": method, "component": gp.Last("lon")}
     a = df.geopriv(s_pd, domain=dom, **KW).range_count(_zones(), rng=seeded_rng(1), **call)
-    b = dd.from_pandas(df, npartitions=3).geopriv(s_dk, domain=dom, **KW).range_count(
-        _zones(), rng=seeded_rng(2), **call)
+    b = (
+        dd.from_pandas(df, npartitions=3)
+        .geopriv(s_dk, domain=dom, **KW)
+        .range_count(_zones(), rng=seeded_rng(2), **call)
+    )
     ua, ub = _units(s_pd), _units(s_dk)
     assert ua[1] == ub[1] == 2  # one charge row per zone
     if method == "dist":
         assert ub == ua
     assert sorted(ub[0]) == sorted(ua[0])  # the same users charged
     da, db = a.to_dict(value=False), b.to_dict(value=False)
-    keys = ("type", "error_kind", "confidence", "mechanism", "guarantee", "n_users",
-            "n_charged", "n_excluded")
+    keys = (
+        "type",
+        "error_kind",
+        "confidence",
+        "mechanism",
+        "guarantee",
+        "n_users",
+        "n_charged",
+        "n_excluded",
+    )
     if method == "dist":
         keys += ("charges", "spent_total", "spent_max", "error")
     for key in keys:
         assert da[key] == db[key], key
     pa, pb = dict(da["params"]), dict(db["params"])
     assert pa.keys() == pb.keys()
-    for key in ("method", "rounds", "beta", "n_regions", "crs_m", "scale_max",
-                "noise_inflation", "partition", "partitions"):
+    for key in (
+        "method",
+        "rounds",
+        "beta",
+        "n_regions",
+        "crs_m",
+        "scale_max",
+        "noise_inflation",
+        "partition",
+        "partitions",
+    ):
         assert pa[key] == pb[key], key
     assert list(a.regions.columns) == list(b.regions.columns)
     assert pb["partitions"][0]["value"] == "AK"
@@ -185,8 +217,19 @@ def test_split_knn_and_hull_charge_and_state_what_the_pandas_face_does(cluster, 
     assert _units(s_dk) == _units(s_pd)  # the amount × parts, user by user, one charge row
     ra, rb = a.attrs["geopriv"], b.attrs["geopriv"]
     da, db = ra.to_dict(value=False), rb.to_dict(value=False)
-    for key in ("type", "error_kind", "confidence", "mechanism", "guarantee", "n_users",
-                "n_charged", "n_excluded", "charges", "spent_total", "spent_max"):
+    for key in (
+        "type",
+        "error_kind",
+        "confidence",
+        "mechanism",
+        "guarantee",
+        "n_users",
+        "n_charged",
+        "n_excluded",
+        "charges",
+        "spent_total",
+        "spent_max",
+    ):
         assert da[key] == db[key], key
     pa, pb = dict(da["params"]), dict(db["params"])
     pa.pop("capped", None), pb.pop("capped", None)
@@ -195,7 +238,8 @@ def test_split_knn_and_hull_charge_and_state_what_the_pandas_face_does(cluster, 
     if op == "convex_hull":  # one row per (user, part)
         key = ["uid", "region"]
         assert sorted(map(tuple, a[key].to_numpy().tolist())) == sorted(
-            map(tuple, b[key].to_numpy().tolist()))
+            map(tuple, b[key].to_numpy().tolist())
+        )
         assert b.crs == a.crs
     else:
         assert sorted(ra.value) == sorted(rb.value)  # the same users answered

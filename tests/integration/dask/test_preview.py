@@ -34,26 +34,35 @@ P = (505_000.0, 4_505_000.0)
 BOUNDS = (500_000, 4_500_000, 520_000, 4_520_000)
 KW = {"user": "u", "x": "x", "y": "y", "crs": "EPSG:32618"}
 #: the release tasks of the operations (what a dry run must never submit)
-RELEASE = ("release_partition", "count_partition", "release_points", "knn_partition",
-           "hull_partition", "kde_partition", "release_round")
+RELEASE = (
+    "release_partition",
+    "count_partition",
+    "release_points",
+    "knn_partition",
+    "hull_partition",
+    "kde_partition",
+    "release_round",
+)
 
 #: name -> call on a bound frame (either face)
 OPS: dict[str, Any] = {
     "privatize": lambda b, **k: b.privatize(rho=1e-4, **k),
     "privatize/per-point": lambda b, **k: b.privatize(rho=1e-5, per="point", **k),
     "range_count": lambda b, **k: b.range_count(BOX, rho=1e-4, reduce="first", **k),
-    "range_count/pt": lambda b, **k: b.range_count(BOX, rho=1e-4, method="pt", reduce="first",
-                                                   **k),
+    "range_count/pt": lambda b, **k: b.range_count(BOX, rho=1e-4, method="pt", reduce="first", **k),
     "range_count/zones": lambda b, **k: b.range_count(ZONES, rho=1e-4, reduce="first", **k),
-    "kde_raster": lambda b, **k: b.kde_raster(bandwidth_m=2000, cell_m=1000, rho=1e-4,
-                                              reduce="first", bounds=BOUNDS, **k),
+    "kde_raster": lambda b, **k: b.kde_raster(
+        bandwidth_m=2000, cell_m=1000, rho=1e-4, reduce="first", bounds=BOUNDS, **k
+    ),
     "knn": lambda b, **k: b.knn(P, 2, rho=1e-4, **k),
     "nearest_users": lambda b, **k: b.nearest_users(P, 2, rho=1e-4, reduce="first", **k),
     "convex_hull": lambda b, **k: b.convex_hull(rho=1e-4, **k),
-    "kde": lambda b, **k: b.kde([P, (510_000.0, 4_510_000.0)], bandwidth_m=2000, rho=1e-4,
-                                reduce="first", **k),
-    "kde/pt": lambda b, **k: b.kde([P, (510_000.0, 4_510_000.0)], bandwidth_m=2000, rho=1e-4,
-                                   method="pt", reduce="first", **k),
+    "kde": lambda b, **k: b.kde(
+        [P, (510_000.0, 4_510_000.0)], bandwidth_m=2000, rho=1e-4, reduce="first", **k
+    ),
+    "kde/pt": lambda b, **k: b.kde(
+        [P, (510_000.0, 4_510_000.0)], bandwidth_m=2000, rho=1e-4, method="pt", reduce="first", **k
+    ),
 }
 
 
@@ -128,8 +137,9 @@ def test_preview_is_the_pandas_preview_and_the_real_reservation(
     assert _planned(pv) == _reserved(s)  # exactly the reserved allocations
 
 
-@pytest.mark.parametrize("name", ["privatize", "range_count", "kde_raster", "knn",
-                                  "convex_hull", "kde", "nearest_users"])
+@pytest.mark.parametrize(
+    "name", ["privatize", "range_count", "kde_raster", "knn", "convex_hull", "kde", "nearest_users"]
+)
 def test_raise_names_the_users_and_writes_nothing(cluster, name: str) -> None:
     op = OPS[name]
     s, b = _bound(_frame())

@@ -43,8 +43,10 @@ def _both(df, *, budget=None, npartitions=4, **call):
     with pytest.warns(gp.GpframeWarning, match="dropped columns"):
         a = df.geopriv(s_pd, **KW).privatize(rng=seeded_rng(1), **call)
     with pytest.warns(gp.GpframeWarning, match="dropped columns"):
-        b = dd.from_pandas(df, npartitions=npartitions).geopriv(s_dk, **KW).privatize(
-            rng=seeded_rng(2), **call
+        b = (
+            dd.from_pandas(df, npartitions=npartitions)
+            .geopriv(s_dk, **KW)
+            .privatize(rng=seeded_rng(2), **call)
         )
     return (s_pd, a), (s_dk, b)
 
@@ -64,8 +66,20 @@ def test_in_memory_output_charges_and_result_match_the_pandas_face(cluster, call
     ra, rb = a.attrs["geopriv"], b.attrs["geopriv"]
     da, db = ra.to_dict(value=False), rb.to_dict(value=False)
     assert da.keys() == db.keys()
-    for key in ("type", "error", "error_kind", "confidence", "mechanism", "guarantee",
-                "n_users", "n_charged", "n_excluded", "charges", "spent_total", "spent_max"):
+    for key in (
+        "type",
+        "error",
+        "error_kind",
+        "confidence",
+        "mechanism",
+        "guarantee",
+        "n_users",
+        "n_charged",
+        "n_excluded",
+        "charges",
+        "spent_total",
+        "spent_max",
+    ):
         assert da[key] == db[key], key
     pa, pb = dict(da["params"]), dict(db["params"])
     pa.pop("sampler_calls"), pb.pop("sampler_calls")  # one call per distinct amount per task
@@ -220,8 +234,9 @@ def test_split_privatize_on_the_cluster_charges_what_the_pandas_face_does(cluste
     # test_partition.py; this one shares this module's cluster
     from .test_partition import test_split_privatize_charges_and_states_what_the_pandas_face_does
 
-    test_split_privatize_charges_and_states_what_the_pandas_face_does(cluster, tmp_path,
-                                                                      "user", False)
+    test_split_privatize_charges_and_states_what_the_pandas_face_does(
+        cluster, tmp_path, "user", False
+    )
 
 
 def _graph_bytes(record):
@@ -279,10 +294,20 @@ def test_the_tree_sums_and_merges_do_not_depend_on_the_grouping():
     nested = add_counts(add_counts(*parts[:2]), add_counts(*parts[2:]))
     assert users.tolist() == nested[0].tolist() and counts.tolist() == nested[1].tolist()
     assert all(type(x) is int for x in users)  # the ledger's keys, as before the tree
-    a = PartOut(n_users=2, where=np.array([0, 2]), groups=[(np.array([0, 1]), Fraction(1, 4))],
-                max_error_m=np.array([1.0, 2.0]), noise_scale_m=np.array([3.0, 4.0]))
-    b = PartOut(n_users=1, where=np.array([2]), groups=[(np.array([0]), Fraction(1, 4))],
-                max_error_m=np.array([5.0]), noise_scale_m=np.array([1.0]))
+    a = PartOut(
+        n_users=2,
+        where=np.array([0, 2]),
+        groups=[(np.array([0, 1]), Fraction(1, 4))],
+        max_error_m=np.array([1.0, 2.0]),
+        noise_scale_m=np.array([3.0, 4.0]),
+    )
+    b = PartOut(
+        n_users=1,
+        where=np.array([2]),
+        groups=[(np.array([0]), Fraction(1, 4))],
+        max_error_m=np.array([5.0]),
+        noise_scale_m=np.array([1.0]),
+    )
     one, two = merge_users(3, a, b), merge_users(3, merge_users(3, b), merge_users(3, a))
     for m in (one, two):
         np.testing.assert_array_equal(m.err, [1.0, np.nan, 5.0])

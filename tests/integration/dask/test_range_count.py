@@ -44,8 +44,10 @@ def _tracks(n_users=400, seed=0, spread=6_000):
 def _both(df, **call):
     s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1e-3)), gp.Session(budget=gp.CGP(rho=1e-3))
     a = df.geopriv(s_pd, **KW).range_count(ZONE, rng=seeded_rng(1), **call)
-    b = dd.from_pandas(df, npartitions=4).geopriv(s_dk, **KW).range_count(
-        ZONE, rng=seeded_rng(2), **call
+    b = (
+        dd.from_pandas(df, npartitions=4)
+        .geopriv(s_dk, **KW)
+        .range_count(ZONE, rng=seeded_rng(2), **call)
     )
     return (s_pd, a), (s_dk, b)
 
@@ -57,13 +59,35 @@ def test_one_round_counts_charge_and_report_as_the_pandas_face(cluster):
     pd.testing.assert_series_equal(s_dk.spent().sort_index(), s_pd.spent().sort_index())
     da, db = a.to_dict(value=False), b.to_dict(value=False)
     assert da.keys() == db.keys()
-    for key in ("type", "error_kind", "confidence", "mechanism", "guarantee", "n_users",
-                "n_charged", "n_excluded", "charges", "spent_total", "spent_max", "saved"):
+    for key in (
+        "type",
+        "error_kind",
+        "confidence",
+        "mechanism",
+        "guarantee",
+        "n_users",
+        "n_charged",
+        "n_excluded",
+        "charges",
+        "spent_total",
+        "spent_max",
+        "saved",
+    ):
         assert da[key] == db[key], key
     pa, pb = dict(da["params"]), dict(db["params"])
     assert pa.keys() == pb.keys()
-    for key in ("method", "rounds", "split", "beta", "rho", "component", "n_regions", "crs_m",
-                "scale_max", "noise_inflation"):
+    for key in (
+        "method",
+        "rounds",
+        "split",
+        "beta",
+        "rho",
+        "component",
+        "n_regions",
+        "crs_m",
+        "scale_max",
+        "noise_inflation",
+    ):
         assert pa[key] == pb[key], key
     assert list(a.regions.columns) == list(b.regions.columns)
     assert s_dk.ledger.verify()["charges"] == 1
@@ -129,8 +153,10 @@ def test_zones_frame_counts_charge_and_report_as_the_pandas_face(cluster):
     call = {"rho": 1e-5, "method": "dist", "component": gp.Last("t")}
     s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1e-3)), gp.Session(budget=gp.CGP(rho=1e-3))
     a = df.geopriv(s_pd, **KW).range_count(ZONES, rng=seeded_rng(1), **call)
-    b = dd.from_pandas(df, npartitions=4).geopriv(s_dk, **KW).range_count(
-        ZONES, rng=seeded_rng(2), **call
+    b = (
+        dd.from_pandas(df, npartitions=4)
+        .geopriv(s_dk, **KW)
+        .range_count(ZONES, rng=seeded_rng(2), **call)
     )
     assert type(a) is type(b)
     assert s_dk.ledger.verify()["charges"] == s_pd.ledger.verify()["charges"] == 3
@@ -144,8 +170,18 @@ def test_zones_frame_counts_charge_and_report_as_the_pandas_face(cluster):
         assert da[key] == db[key], key
     pa, pb = dict(da["params"]), dict(db["params"])
     assert pa.keys() == pb.keys()
-    for key in ("method", "rounds", "split", "beta", "rho", "component", "n_regions", "crs_m",
-                "scale_max", "noise_inflation"):
+    for key in (
+        "method",
+        "rounds",
+        "split",
+        "beta",
+        "rho",
+        "component",
+        "n_regions",
+        "crs_m",
+        "scale_max",
+        "noise_inflation",
+    ):
         assert pa[key] == pb[key], key
     ta, tb = a.regions, b.regions
     assert list(ta.columns) == list(tb.columns) and list(ta.columns[:2]) == ["name", "pop"]
@@ -160,15 +196,22 @@ def test_zones_far_from_their_edges_count_exactly_in_any_crs(cluster):
     # 30 + 20 + 10 users at the zones' centres, 15 far outside: both faces count them exactly;
     # the zones come in degrees and are projected to the data's metric CRS first
     r = np.random.default_rng(7)  # true points only, never noise
-    centres = [(496_000, 4_500_000)] * 30 + [(500_000, 4_500_000)] * 20 \
-        + [(504_000, 4_500_000)] * 10 + [(530_000, 4_530_000)] * 15
+    centres = (
+        [(496_000, 4_500_000)] * 30
+        + [(500_000, 4_500_000)] * 20
+        + [(504_000, 4_500_000)] * 10
+        + [(530_000, 4_530_000)] * 15
+    )
     xy = np.asarray(centres, float) + r.uniform(-300, 300, (len(centres), 2))
     df = pd.DataFrame({"u": np.arange(len(xy)), "t": 0, "x": xy[:, 0], "y": xy[:, 1]})
     zones = ZONES.to_crs("EPSG:4326")
     s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1e-3)), gp.Session(budget=gp.CGP(rho=1e-3))
     a = df.geopriv(s_pd, **KW).range_count(zones, rho=1e-4, rng=seeded_rng(3))
-    b = dd.from_pandas(df, npartitions=3).geopriv(s_dk, **KW).range_count(
-        zones, rho=1e-4, rng=seeded_rng(4))
+    b = (
+        dd.from_pandas(df, npartitions=3)
+        .geopriv(s_dk, **KW)
+        .range_count(zones, rho=1e-4, rng=seeded_rng(4))
+    )
     assert b.regions["count"].tolist() == a.regions["count"].tolist() == [30, 20, 10]
     assert b.regions["error"].tolist() == [0.0, 0.0, 0.0]
     assert b.regions.crs == zones.crs and b.n_charged == len(xy)
@@ -191,7 +234,8 @@ def test_a_bad_zone_is_refused_before_the_ledger_is_touched(cluster, zones, matc
     before = s.ledger.snapshot()
     with pytest.raises(gp.GpframeError, match=match) as err:
         dd.from_pandas(_tracks(50), npartitions=2).geopriv(s, **KW).range_count(
-            zones, rho=1e-5, component=gp.Last("t"))
+            zones, rho=1e-5, component=gp.Last("t")
+        )
     assert str(err.value).endswith("Nothing was charged.")
     assert s.ledger.snapshot() == before
 
@@ -201,8 +245,11 @@ def test_each_zone_draws_its_own_noise(cluster):
     # zone and partition); reused bits would release the same count twice
     s = gp.Session(budget=gp.CGP(rho=1e-3))
     twice = gpd.GeoSeries([ZONE, ZONE], crs=CRS)
-    res = dd.from_pandas(_tracks(), npartitions=4).geopriv(s, **KW).range_count(
-        twice, rho=1e-6, method="dist", component=gp.Last("t"), rng=seeded_rng(5))
+    res = (
+        dd.from_pandas(_tracks(), npartitions=4)
+        .geopriv(s, **KW)
+        .range_count(twice, rho=1e-6, method="dist", component=gp.Last("t"), rng=seeded_rng(5))
+    )
     first, second = res.regions["count"].tolist()
     assert first != second
     assert s.ledger.verify()["charges"] == 2
@@ -215,7 +262,9 @@ def test_each_zone_draws_its_own_noise(cluster):
 def _pair(df, npartitions=3):
     s_pd, s_dk = gp.Session(budget=gp.CGP(rho=1e-3)), gp.Session(budget=gp.CGP(rho=1e-3))
     return (s_pd, df.geopriv(s_pd, **KW)), (
-        s_dk, dd.from_pandas(df, npartitions=npartitions).geopriv(s_dk, **KW))
+        s_dk,
+        dd.from_pandas(df, npartitions=npartitions).geopriv(s_dk, **KW),
+    )
 
 
 def test_per_user_allocations_charge_and_report_as_the_pandas_face(cluster):

@@ -29,21 +29,33 @@ Q = "SELECT * FROM pings"
 
 #: helper name -> call (con, **kw); rows with several fixes per user
 HELPERS: dict[str, Any] = {
-    "privatize": lambda c, **k: gp.duckdb.privatize(c, Q, user="uid", x="x", y="y", rho=1e-5,
-                                                    public=["ts"], **k),
-    "range_count": lambda c, **k: gp.duckdb.range_count(c, Q, BOX, user="uid", x="x", y="y",
-                                                        rho=1e-4, reduce="last", **k),
-    "kde_raster": lambda c, **k: gp.duckdb.kde_raster(c, "SELECT * FROM last", user="uid", x="x",
-                                                      y="y", bandwidth_m=2000, cell_m=1000,
-                                                      bounds=(5e5, 45e5, 51e4, 451e4), rho=1e-4,
-                                                      **k),
-    "knn": lambda c, **k: gp.duckdb.knn(c, Q, user="uid", x="x", y="y", point=P, k=2, rho=1e-4,
-                                        order_by="ts", public=["ts"], **k),
-    "convex_hulls": lambda c, **k: gp.duckdb.convex_hulls(c, Q, user="uid", x="x", y="y",
-                                                          rho=1e-4, **k),
-    "nearest_users": lambda c, **k: gp.duckdb.nearest_users(c, "SELECT * FROM last", user="uid",
-                                                            x="x", y="y", point=P, k=3,
-                                                            rho=1e-4, **k),
+    "privatize": lambda c, **k: gp.duckdb.privatize(
+        c, Q, user="uid", x="x", y="y", rho=1e-5, public=["ts"], **k
+    ),
+    "range_count": lambda c, **k: gp.duckdb.range_count(
+        c, Q, BOX, user="uid", x="x", y="y", rho=1e-4, reduce="last", **k
+    ),
+    "kde_raster": lambda c, **k: gp.duckdb.kde_raster(
+        c,
+        "SELECT * FROM last",
+        user="uid",
+        x="x",
+        y="y",
+        bandwidth_m=2000,
+        cell_m=1000,
+        bounds=(5e5, 45e5, 51e4, 451e4),
+        rho=1e-4,
+        **k,
+    ),
+    "knn": lambda c, **k: gp.duckdb.knn(
+        c, Q, user="uid", x="x", y="y", point=P, k=2, rho=1e-4, order_by="ts", public=["ts"], **k
+    ),
+    "convex_hulls": lambda c, **k: gp.duckdb.convex_hulls(
+        c, Q, user="uid", x="x", y="y", rho=1e-4, **k
+    ),
+    "nearest_users": lambda c, **k: gp.duckdb.nearest_users(
+        c, "SELECT * FROM last", user="uid", x="x", y="y", point=P, k=3, rho=1e-4, **k
+    ),
 }
 
 

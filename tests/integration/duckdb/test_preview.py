@@ -17,13 +17,13 @@ QUERIES = {
     "gp_privatize": "SELECT uid, gp_privatize(uid, x, y, 1e-5) AS p FROM pings",
     "gp_privatize_gp": "SELECT uid, gp_privatize_gp(uid, x, y, 2e-3) AS p FROM pings",
     "gp_in_region": "SELECT sum(CAST(gp_in_region(uid, x, y, ST_GeomFromText(?) , 1e-5, 10) "
-                    "AS INT)) FROM last",
+    "AS INT)) FROM last",
     "gp_kde_contribution": "SELECT avg(gp_kde_contribution(uid, x, y, 505000.0, 4505000.0, "
-                           "2000.0, 1e-5, 10)) FROM last",
+    "2000.0, 1e-5, 10)) FROM last",
     "gp_knn": "SELECT uid, gp_knn(uid, list(x ORDER BY ts), list(y ORDER BY ts), 505000.0, "
-              "4505000.0, 2, 1e-4) FROM pings GROUP BY uid",
+    "4505000.0, 2, 1e-4) FROM pings GROUP BY uid",
     "gp_convex_hull": "SELECT uid, gp_convex_hull(uid, list(x ORDER BY ts), list(y ORDER BY ts), "
-                      "1e-4) FROM pings GROUP BY uid",
+    "1e-4) FROM pings GROUP BY uid",
 }
 
 
@@ -112,8 +112,9 @@ def test_preview_needs_registration() -> None:
         gp.duckdb.preview(duckdb.connect(), "SELECT 1")
 
 
-@pytest.mark.parametrize("name, mode, amount", [("gp_privatize", "cgp", 1e-5),
-                                                ("gp_privatize_gp", "gp", 2e-3)])
+@pytest.mark.parametrize(
+    "name, mode, amount", [("gp_privatize", "cgp", 1e-5), ("gp_privatize_gp", "gp", 2e-3)]
+)
 def test_privatize_preview_states_the_radius_of_every_released_point(name, mode, amount):
     """Raw SQL and the gp.duckdb.privatize helper: the radius (m) of all the points the
     batches would release (the exhausted users' rows not among them), from their number and

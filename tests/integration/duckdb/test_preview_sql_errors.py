@@ -55,8 +55,17 @@ def _con(shift: float = 0.0) -> tuple[Any, Any, list[int]]:
 #: operation -> (SQL helper dry run, raw SQL, pandas dry run); the same data and parameters
 CASES: dict[str, tuple[Any, str | None, Any]] = {
     "range_count": (
-        lambda c: gp.duckdb.range_count(c, "SELECT * FROM last", BOX, user="uid", x="x", y="y",
-                                        rho=1e-4, rounds=10, dry_run=True),
+        lambda c: gp.duckdb.range_count(
+            c,
+            "SELECT * FROM last",
+            BOX,
+            user="uid",
+            x="x",
+            y="y",
+            rho=1e-4,
+            rounds=10,
+            dry_run=True,
+        ),
         "SELECT sum(CAST(gp_in_region(uid, x, y, from_hex($w), 1e-4, 10, "
         "(SELECT count(*) FROM last)) AS INT)) FROM last",
         lambda b: b.range_count(BOX, rho=1e-4, rounds=10, dry_run=True),
@@ -65,12 +74,22 @@ CASES: dict[str, tuple[Any, str | None, Any]] = {
         None,
         "SELECT avg(gp_kde_contribution(uid, x, y, 505000.0, 4505000.0, 2000.0, 1e-4, 10)) "
         "FROM last",
-        lambda b: b.kde(shapely.Point(*P), bandwidth_m=2000.0, rho=1e-4, rounds=10,
-                        dry_run=True),
+        lambda b: b.kde(shapely.Point(*P), bandwidth_m=2000.0, rho=1e-4, rounds=10, dry_run=True),
     ),
     "knn": (
-        lambda c: gp.duckdb.knn(c, Q, user="uid", x="x", y="y", point=P, k=2, rho=1e-4,
-                                order_by="ts", public=["ts"], dry_run=True),
+        lambda c: gp.duckdb.knn(
+            c,
+            Q,
+            user="uid",
+            x="x",
+            y="y",
+            point=P,
+            k=2,
+            rho=1e-4,
+            order_by="ts",
+            public=["ts"],
+            dry_run=True,
+        ),
         "SELECT uid, gp_knn(uid, list(x ORDER BY ts), list(y ORDER BY ts), 505000.0, "
         "4505000.0, 2, 1e-4) FROM pings GROUP BY uid",
         lambda b: b.knn(shapely.Point(*P), 2, rho=1e-4, dry_run=True),
@@ -147,14 +166,18 @@ def test_elimination_preview_over_several_batches_with_n_users(op: str) -> None:
     con.register("big", frame)
     nu = "(SELECT count(*) FROM big)"
     if op == "range_count":
-        sql = (f"SELECT sum(CAST(gp_in_region(uid, x, y, from_hex($w), 1e-4, 10, {nu}) AS INT)) "
-               "FROM big")
+        sql = (
+            f"SELECT sum(CAST(gp_in_region(uid, x, y, from_hex($w), 1e-4, 10, {nu}) AS INT)) "
+            "FROM big"
+        )
         pv = gp.duckdb.preview(con, sql, {"w": shapely.to_wkb(BOX).hex()})
         alone = gp.duckdb.preview(con, sql.replace(f", {nu})", ")"),
                                   {"w": shapely.to_wkb(BOX).hex()})  # fmt: skip
     else:
-        sql = (f"SELECT avg(gp_kde_contribution(uid, x, y, 505000.0, 4505000.0, 2000.0, 1e-4, "
-               f"10, {nu})) FROM big")
+        sql = (
+            f"SELECT avg(gp_kde_contribution(uid, x, y, 505000.0, 4505000.0, 2000.0, 1e-4, "
+            f"10, {nu})) FROM big"
+        )
         pv = gp.duckdb.preview(con, sql)
         alone = gp.duckdb.preview(con, sql.replace(f", {nu})", ")"))
     b = frame.geopriv(gp.Session(budget=gp.CGP(rho=1.0)), user="uid", x="x", y="y", crs=CRS)

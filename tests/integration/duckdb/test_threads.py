@@ -27,7 +27,8 @@ QUERIES = {
     "gp_privatize": (f"SELECT count(gp_privatize(u, x, y, {float(RHO)})) FROM t", {}),
     # rounds=1: every admitted row runs its one round and pays its whole rho
     "gp_in_region": (
-        f"SELECT count(gp_in_region(u, x, y, $w, {float(RHO)}, 1)) FROM t", {"w": WKB}
+        f"SELECT count(gp_in_region(u, x, y, $w, {float(RHO)}, 1)) FROM t",
+        {"w": WKB},
     ),
 }
 #: gp_in_region costs ~3 s per 10**5 rows on one core: just over one row group

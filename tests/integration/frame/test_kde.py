@@ -163,7 +163,7 @@ def test_kde_raster_lonlat_bounds_in_degrees():
     assert cells.crs.to_epsg() == 4326 and len(cells) == r.array.size
     np.testing.assert_array_equal(cells["density"].to_numpy(), r.array.ravel())
     lon, lat = cells.geometry.iloc[0].centroid.coords[0]
-    assert -74.11 < lon < -74.09 and 40.79 < lat < 40.81      # the north-west cell
+    assert -74.11 < lon < -74.09 and 40.79 < lat < 40.81  # the north-west cell
     assert shapely.area(np.asarray(cells.geometry.array)).min() > 0
 
 
@@ -179,7 +179,7 @@ def test_raster_plot_reprojects_an_outline_with_a_crs():
     box = gpd.GeoSeries([shapely.box(580_500, 4_508_500, 581_500, 4_509_500)], crs=CRS)
     ax = r.plot(outline=box.to_crs(4326))
     xs = np.concatenate([p.vertices[:, 0] for p in ax.collections[-1].get_paths()])
-    assert xs.min() > 579_000 and xs.max() < 582_000      # drawn in the grid's metres
+    assert xs.min() > 579_000 and xs.max() < 582_000  # drawn in the grid's metres
     plt.close(ax.figure)
 
 

@@ -38,8 +38,10 @@ METRIC: dict[str, tuple[Any, bool]] = {
     "range_count/regions": (lambda b, **k: b.range_count(REGIONS, rho=1e-4, **k), True),
     "range_count/pt": (lambda b, **k: b.range_count(BOX, rho=1e-4, method="pt", **k), False),
     "kde/points": (lambda b, **k: b.kde(PROBES, bandwidth_m=2000, rho=1e-4, **k), True),
-    "kde_raster": (lambda b, **k: b.kde_raster(bandwidth_m=2000, cell_m=1000, rho=1e-4, **k),
-                   False),
+    "kde_raster": (
+        lambda b, **k: b.kde_raster(bandwidth_m=2000, cell_m=1000, rho=1e-4, **k),
+        False,
+    ),
     "nearest_users": (lambda b, **k: b.nearest_users(P, 3, rho=1e-4, **k), True),
     "knn": (lambda b, **k: b.knn(P, 1, rho=1e-4, **k), False),
     "convex_hull": (lambda b, **k: b.convex_hull(rho=1e-4, **k), False),

@@ -102,13 +102,16 @@ def test_the_preview_error_reads_no_location() -> None:
     """Moved points, same users and counts: the same expected error for every operation."""
     a, b = (_bound("cgp", _frame(per_user=2, seed=s))[1] for s in (0, 1))
     box = shapely.box(505_000, 4_505_000, 515_000, 4_515_000)
-    for op in (lambda f: f.range_count(box, rho=1e-4, reduce="first", dry_run=True),
-               lambda f: f.kde(P, bandwidth_m=2000, rho=1e-4, reduce="first", dry_run=True),
-               lambda f: f.kde_raster(bandwidth_m=2000, cell_m=1000, rho=1e-4,
-                                      reduce="first", dry_run=True),
-               lambda f: f.knn(P, 2, rho=1e-4, dry_run=True),
-               lambda f: f.convex_hull(rho=1e-4, dry_run=True),
-               lambda f: f.nearest_users(P, 2, rho=1e-4, reduce="first", dry_run=True)):
+    for op in (
+        lambda f: f.range_count(box, rho=1e-4, reduce="first", dry_run=True),
+        lambda f: f.kde(P, bandwidth_m=2000, rho=1e-4, reduce="first", dry_run=True),
+        lambda f: f.kde_raster(
+            bandwidth_m=2000, cell_m=1000, rho=1e-4, reduce="first", dry_run=True
+        ),
+        lambda f: f.knn(P, 2, rho=1e-4, dry_run=True),
+        lambda f: f.convex_hull(rho=1e-4, dry_run=True),
+        lambda f: f.nearest_users(P, 2, rho=1e-4, reduce="first", dry_run=True),
+    ):
         ea, eb = op(a).error, op(b).error
         assert ea is not None and ea == eb
 
@@ -163,8 +166,7 @@ def test_above_threshold_preview_margin_is_the_results(max_steps: Any) -> None:
 
 @pytest.mark.parametrize("mode", ["R", "S"])
 @pytest.mark.parametrize("max_steps", [None, 4])
-def test_gaussian_above_threshold_preview_margin_is_the_results(mode: str,
-                                                                max_steps: Any) -> None:
+def test_gaussian_above_threshold_preview_margin_is_the_results(mode: str, max_steps: Any) -> None:
     """Gaussian AboveThreshold: the margin α per run reads σ_X, σ_Z and the run's cap only;
     the preview states it and the Result the same."""
     s = gp.Session(central=gp.DP(epsilon=100.0))
@@ -181,11 +183,13 @@ def test_gaussian_above_threshold_preview_margin_is_the_results(mode: str,
     assert pv.confidence == pytest.approx(0.9) and "per run" in pv.error_kind
     steps = len(q) if max_steps is None else max_steps
     want = 0.02 * math.sqrt(2 * math.log(4 / 0.1)) + math.sqrt(3) * 0.02 * math.sqrt(
-        2 * math.log(4 * steps / 0.1))
+        2 * math.log(4 * steps / 0.1)
+    )
     assert pv.error == pytest.approx(want, rel=1e-12)
     # the answers are right up to α (queries farther than α from the threshold)
-    far = [(v, a) for v, a in zip(q, real.value.tolist(), strict=False)
-           if abs(v - 0.5) > real.error]
+    far = [
+        (v, a) for v, a in zip(q, real.value.tolist(), strict=False) if abs(v - 0.5) > real.error
+    ]
     assert len(far) >= 3 and all(a == (v > 0.5) for v, a in far)
 
 
@@ -328,8 +332,9 @@ def test_grid_stats_per_user_preview_error(shrink: bool, beta: float) -> None:
 
 
 @pytest.mark.parametrize("form", [{"epsilon_per_user": 3.0}, {"epsilon_per_statistic": 0.5}])
-def test_grid_stats_private_preview_states_the_count_noise(form: dict[str, float],
-                                                           monkeypatch: Any) -> None:
+def test_grid_stats_private_preview_states_the_count_noise(
+    form: dict[str, float], monkeypatch: Any
+) -> None:
     """Private occupancy: the preview's error is the count's noise bound t_n at 1 − β/2, the
     very bound the release computes (its mean_error divides by the released count)."""
     import gpframe.queries.contribution_bounding as cb
@@ -346,9 +351,17 @@ def test_grid_stats_private_preview_states_the_count_noise(form: dict[str, float
     s = gp.Session(central=gp.DP(epsilon=100.0))
     s.set_budget([3], gp.DP(epsilon=1e-6))  # cannot pay: left out before reserving
     b = _grid_frame().geopriv(s, user="u", x="x", y="y", crs="EPSG:32618")
-    kw: dict[str, Any] = dict(value="v", bounds=(0, 10), cells=7, occupancy="private",
-                              max_cells=2, max_per_cell=3, beta=0.1, **form,
-                              public_cells=shapely.box(499_000, 4_499_000, 504_000, 4_521_000))
+    kw: dict[str, Any] = dict(
+        value="v",
+        bounds=(0, 10),
+        cells=7,
+        occupancy="private",
+        max_cells=2,
+        max_per_cell=3,
+        beta=0.1,
+        **form,
+        public_cells=shapely.box(499_000, 4_499_000, 504_000, 4_521_000),
+    )
     pv = b.grid_stats(**kw, dry_run=True)
     assert not seen and pv.confidence == pytest.approx(0.95)
     out = b.grid_stats(**kw, rng=seeded_rng(4))

@@ -38,8 +38,9 @@ def _bound(kind: str, xy: np.ndarray) -> tuple[Any, Any, dict[str, float]]:
 
 def _spread(n: int = 30) -> np.ndarray:
     rs = np.random.default_rng(0)  # test data only
-    return np.column_stack([500_000 + rs.uniform(0, 20_000, n),
-                            4_500_000 + rs.uniform(0, 20_000, n)])
+    return np.column_stack(
+        [500_000 + rs.uniform(0, 20_000, n), 4_500_000 + rs.uniform(0, 20_000, n)]
+    )
 
 
 @pytest.mark.parametrize("kind", ["cgp", "gp"])
@@ -62,8 +63,7 @@ def test_everybody_decided_at_round_one_saves_exactly_the_best_case(kind: str) -
     # every user 30 km or more from the box's edge: eliminated in round 1 (far beyond any width)
     rs = np.random.default_rng(2)  # test data only
     inside = np.column_stack([np.full(5, 510_000.0), np.full(5, 4_510_000.0)])
-    out = np.column_stack([560_000 + rs.uniform(0, 5000, 10),
-                           4_560_000 + rs.uniform(0, 5000, 10)])
+    out = np.column_stack([560_000 + rs.uniform(0, 5000, 10), 4_560_000 + rs.uniform(0, 5000, 10)])
     box = shapely.box(480_000, 4_480_000, 540_000, 4_540_000)
     s, b, kw = _bound(kind, np.vstack([inside, out]))
     kw = {"eps": 1.0, "rounds": 4, "split": "even"} if kind == "gp" else kw
@@ -77,8 +77,10 @@ def test_everybody_decided_at_round_one_saves_exactly_the_best_case(kind: str) -
 
 def test_operations_charging_their_allocation_have_no_saving() -> None:
     _s, b, kw = _bound("cgp", _spread())
-    for pv in (b.range_count(BOX, method="dist", dry_run=True, **kw),
-               b.kde(P, bandwidth_m=1000, method="pt", dry_run=True, **kw),
-               b.knn(P, 1, dry_run=True, **kw)):
+    for pv in (
+        b.range_count(BOX, method="dist", dry_run=True, **kw),
+        b.kde(P, bandwidth_m=1000, method="pt", dry_run=True, **kw),
+        b.knn(P, 1, dry_run=True, **kw),
+    ):
         assert not pv.adaptive and pv.saving_best == 0.0
         assert (pv.table["charge_min"] == pv.table["allocation"]).all()

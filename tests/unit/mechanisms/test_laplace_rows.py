@@ -17,11 +17,15 @@ from gpframe.testing import seeded_rng
 
 def _params(n: int, seed: int) -> tuple[list, list]:
     rs = np.random.default_rng(seed)  # test parameters only
-    eps = [Fraction(int(a), int(b)) for a, b in zip(rs.integers(1, 10**6, n),
-                                                    rs.integers(1, 10**5, n), strict=True)]
+    eps = [
+        Fraction(int(a), int(b))
+        for a, b in zip(rs.integers(1, 10**6, n), rs.integers(1, 10**5, n), strict=True)
+    ]
     eps = [min(max(e, Fraction(1, 2**39)), Fraction(100)) for e in eps]
-    sens = [Fraction(int(a), int(b)) for a, b in zip(rs.integers(1, 10**9, n),
-                                                     rs.integers(1, 10**9, n), strict=True)]
+    sens = [
+        Fraction(int(a), int(b))
+        for a, b in zip(rs.integers(1, 10**9, n), rs.integers(1, 10**9, n), strict=True)
+    ]
     # floats, ints, powers of two, and an ε small enough that the lattice is coarsened
     eps += [0.5, 3, Fraction(1, 2**39), 2.0**-39, 100]
     sens += [1.0, Fraction(1, 1024), Fraction(5, 7), 1e6, 7]
@@ -60,8 +64,11 @@ def test_exact_statistics_are_snapped_exactly(monkeypatch):
     """With the noise replaced by zeros the release is the snap: half to even, exact."""
     from gpframe.mechanisms.noise import laplace_rates
 
-    monkeypatch.setattr(laplace_rates, "discrete_laplace_rates",
-                        lambda lams, bits, index=None: np.zeros(len(index), dtype=np.int64))
+    monkeypatch.setattr(
+        laplace_rates,
+        "discrete_laplace_rates",
+        lambda lams, bits, index=None: np.zeros(len(index), dtype=np.int64),
+    )
     g = central_laplace(Fraction(1), Fraction(1), integer=False).g
     vals = [Fraction(5, 2) * g, Fraction(7, 2) * g, Fraction(1, 3), 3, float(Fraction(5, 2) * g)]
     r = laplace_dp_rows(vals, sensitivity=[1] * 5, epsilon=[1] * 5, rng=seeded_rng(5))

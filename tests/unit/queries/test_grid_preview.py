@@ -59,21 +59,26 @@ def test_planned_user_mean_error_is_release_user_stats_bound(beta: float) -> Non
     users = np.repeat(np.arange(60), 2)
     cells = rs.integers(0, 6, users.size)
     occ = occupancy_from_records(users, cells)
-    plan = plan_budget(occ, Fraction(2), lower=Fraction(0), upper=Fraction(10),
-                       grid=Fraction(1, 10**9), split=(Fraction(3, 4), Fraction(1, 4)))
+    plan = plan_budget(
+        occ,
+        Fraction(2),
+        lower=Fraction(0),
+        upper=Fraction(10),
+        grid=Fraction(1, 10**9),
+        split=(Fraction(3, 4), Fraction(1, 4)),
+    )
     rows_u, rows_j = np.searchsorted(occ.users, users), np.searchsorted(occ.cells, cells)
     x = rs.uniform(0, 10, users.size)
     from gpframe.queries.grid_user_stats import cell_weights
 
-    got = planned_user_mean_error(plan, beta, value_step(Fraction(0), Fraction(10)),
-                                  cell_weights(plan))
-    plain = release_user_stats(plan, rows_u, rows_j, x, beta=beta, rng=seeded_rng(1),
-                               shrink=False)
+    got = planned_user_mean_error(
+        plan, beta, value_step(Fraction(0), Fraction(10)), cell_weights(plan)
+    )
+    plain = release_user_stats(plan, rows_u, rows_j, x, beta=beta, rng=seeded_rng(1), shrink=False)
     fin = np.isfinite(plain.mean_error)
     assert fin.sum() >= 3 and np.array_equal(np.isfinite(got), fin)
     np.testing.assert_allclose(got[fin], plain.mean_error[fin], rtol=1e-12, atol=0)
-    shrunk = release_user_stats(plan, rows_u, rows_j, x, beta=beta, rng=seeded_rng(1),
-                                shrink=True)
+    shrunk = release_user_stats(plan, rows_u, rows_j, x, beta=beta, rng=seeded_rng(1), shrink=True)
     assert (shrunk.mean_error[fin] >= got[fin] * (1 - 1e-12)).all()
     assert (shrunk.mean_error[np.isfinite(shrunk.mean_error)] <= 10).all()
 
@@ -88,7 +93,8 @@ def test_planned_private_error_is_release_private_cells_count_bound(epsilons: tu
                                 upper=10, epsilon=1.0, max_per_cell=3, beta=0.1,
                                 epsilons=tuple(Fraction(e) for e in epsilons),
                                 rng=seeded_rng(1))  # fmt: skip
-    tn, kind, conf = planned_private_error(epsilons, 3, 0, 10, 0.1,
-                                           value_step(Fraction(0), Fraction(10)))
+    tn, kind, conf = planned_private_error(
+        epsilons, 3, 0, 10, 0.1, value_step(Fraction(0), Fraction(10))
+    )
     assert tn == pytest.approx(laplace_bound(0.05, rel.scales[0], 1), rel=1e-12)
     assert conf == pytest.approx(0.95) and "t1 = " in kind

@@ -105,6 +105,12 @@ def test_the_bound_grows_by_at_most_the_shift_and_fill_gets_the_centre():
     assert np.isnan(m[6]) and np.isnan(e[6])  # not asked to fill: stays NaN
     assert 2.5 < m[7] < 4.0 and e[7] == 10.0  # filled: the centre, the trivial bound W
     # a centre within its standard error of the midpoint fills nothing
-    m2, _ = shrink_means(np.array([0.0, 10.0, 5.0, np.nan]), np.full(4, 3.0), np.full(4, 9.0),
-                         0.0, 10.0, fill=np.array([False, False, False, True]))
+    m2, _ = shrink_means(
+        np.array([0.0, 10.0, 5.0, np.nan]),
+        np.full(4, 3.0),
+        np.full(4, 9.0),
+        0.0,
+        10.0,
+        fill=np.array([False, False, False, True]),
+    )
     assert np.isnan(m2[3])

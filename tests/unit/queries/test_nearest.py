@@ -121,9 +121,21 @@ def test_a_draw_in_several_calls_charges_each_user_the_parts_of_its_rounds():
 
     xy, q = _users(6, 90), np.zeros(2)
     rng = seeded_rng(6)
-    out = nearest_rounds(np.zeros(90), q, 3, kind="cgp", amount=Fraction(1, 10**5),
-                         method="dist-elim", rounds=10, split="doubling", beta=0.1, unit=None,
-                         scale_max=1, rng=rng, draw=_draw(xy, q, "dist-elim", "cgp", rng, 3))
+    out = nearest_rounds(
+        np.zeros(90),
+        q,
+        3,
+        kind="cgp",
+        amount=Fraction(1, 10**5),
+        method="dist-elim",
+        rounds=10,
+        split="doubling",
+        beta=0.1,
+        unit=None,
+        scale_max=1,
+        rng=rng,
+        draw=_draw(xy, q, "dist-elim", "cgp", rng, 3),
+    )
     pi = split_fractions("doubling", 10)
     want = [charge_if_stopped(Fraction(1, 10**5), pi, r) for r in out.rounds_run.tolist()]
     assert out.charges.tolist() == want and len(set(out.rounds_run.tolist())) > 1

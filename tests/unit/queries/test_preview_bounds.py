@@ -30,8 +30,10 @@ def test_planned_release_has_the_real_noise(kind: str, triple: str) -> None:
     assert np.asarray(pl, dtype=np.float64).shape == np.asarray(rel).shape
 
 
-@pytest.mark.parametrize(("kind", "triple", "amount"), [("cgp", "dist", 1e-4), ("cgp", "pt", 1e-4),
-                                                        ("gp", "dist", 1e-2), ("gp", "pt", 1e-2)])
+@pytest.mark.parametrize(
+    ("kind", "triple", "amount"),
+    [("cgp", "dist", 1e-4), ("cgp", "pt", 1e-4), ("gp", "dist", 1e-2), ("gp", "pt", 1e-2)],
+)
 def test_full_run_widths_are_the_elimination_widths(kind: str, triple: str, amount: float) -> None:
     """Users that run every round (no threshold can be crossed): the real widths, no draw here."""
     n, rounds, beta = 6, 4, 0.05
