@@ -21,6 +21,8 @@ import gpframe as gp
 import gpframe.dask
 from gpframe.testing import seeded_rng
 
+from .fields import SUMMARY, assert_same
+
 AK = (-170.0, 51.0, -130.0, 72.0)
 PR = (-68.0, 17.5, -65.0, 18.7)
 KW = {"user": "uid", "lon": "lon", "lat": "lat", "crs": "EPSG:4326", "partition": "region"}
@@ -62,21 +64,7 @@ def test_split_privatize_charges_and_states_what_the_pandas_face_does(cluster, t
     rb = b if to else b.attrs["geopriv"]
     assert {q for u in s_dk.spent().index for q in s_dk.history(u)["query_id"]} == {rb.query_id}
     da, db = ra.to_dict(value=False), rb.to_dict(value=False)
-    for key in (
-        "type",
-        "error",
-        "error_kind",
-        "confidence",
-        "mechanism",
-        "guarantee",
-        "n_users",
-        "n_charged",
-        "n_excluded",
-        "charges",
-        "spent_total",
-        "spent_max",
-    ):
-        assert da[key] == db[key], key
+    assert_same(da, db, (*SUMMARY, "error"))
     pa, pb = dict(da["params"]), dict(db["params"])
     pa.pop("sampler_calls"), pb.pop("sampler_calls"), pb.pop("output", None)
     assert pa == pb  # each part's CRS, scale, inflation and points; the worst part's on top
@@ -217,20 +205,7 @@ def test_split_knn_and_hull_charge_and_state_what_the_pandas_face_does(cluster, 
     assert _units(s_dk) == _units(s_pd)  # the amount × parts, user by user, one charge row
     ra, rb = a.attrs["geopriv"], b.attrs["geopriv"]
     da, db = ra.to_dict(value=False), rb.to_dict(value=False)
-    for key in (
-        "type",
-        "error_kind",
-        "confidence",
-        "mechanism",
-        "guarantee",
-        "n_users",
-        "n_charged",
-        "n_excluded",
-        "charges",
-        "spent_total",
-        "spent_max",
-    ):
-        assert da[key] == db[key], key
+    assert_same(da, db, SUMMARY)
     pa, pb = dict(da["params"]), dict(db["params"])
     pa.pop("capped", None), pb.pop("capped", None)
     assert pa == pb  # each part's CRS (and knn's query point in its metres)

@@ -19,6 +19,8 @@ import gpframe as gp
 import gpframe.dask
 from gpframe.testing import seeded_rng
 
+from .fields import RANGE_PARAMS, SUMMARY, assert_same
+
 CRS = "EPSG:32618"
 KW = {"user": "u", "x": "x", "y": "y", "crs": CRS, "public": ["t"]}
 ZONE = shapely.box(498_000, 4_498_000, 502_000, 4_502_000)
@@ -59,36 +61,10 @@ def test_one_round_counts_charge_and_report_as_the_pandas_face(cluster):
     pd.testing.assert_series_equal(s_dk.spent().sort_index(), s_pd.spent().sort_index())
     da, db = a.to_dict(value=False), b.to_dict(value=False)
     assert da.keys() == db.keys()
-    for key in (
-        "type",
-        "error_kind",
-        "confidence",
-        "mechanism",
-        "guarantee",
-        "n_users",
-        "n_charged",
-        "n_excluded",
-        "charges",
-        "spent_total",
-        "spent_max",
-        "saved",
-    ):
-        assert da[key] == db[key], key
+    assert_same(da, db, (*SUMMARY, "saved"))
     pa, pb = dict(da["params"]), dict(db["params"])
     assert pa.keys() == pb.keys()
-    for key in (
-        "method",
-        "rounds",
-        "split",
-        "beta",
-        "rho",
-        "component",
-        "n_regions",
-        "crs_m",
-        "scale_max",
-        "noise_inflation",
-    ):
-        assert pa[key] == pb[key], key
+    assert_same(pa, pb, RANGE_PARAMS)
     assert list(a.regions.columns) == list(b.regions.columns)
     assert s_dk.ledger.verify()["charges"] == 1
 
@@ -164,25 +140,10 @@ def test_zones_frame_counts_charge_and_report_as_the_pandas_face(cluster):
     pd.testing.assert_series_equal(s_dk.spent().sort_index(), s_pd.spent().sort_index())
     da, db = a.to_dict(value=False), b.to_dict(value=False)
     assert da.keys() == db.keys()
-    for key in ("type", "error_kind", "error", "confidence", "mechanism", "guarantee",
-                "n_users", "n_charged", "n_excluded", "charges", "spent_total", "spent_max",
-                "saved"):  # fmt: skip
-        assert da[key] == db[key], key
+    assert_same(da, db, (*SUMMARY, "error", "saved"))
     pa, pb = dict(da["params"]), dict(db["params"])
     assert pa.keys() == pb.keys()
-    for key in (
-        "method",
-        "rounds",
-        "split",
-        "beta",
-        "rho",
-        "component",
-        "n_regions",
-        "crs_m",
-        "scale_max",
-        "noise_inflation",
-    ):
-        assert pa[key] == pb[key], key
+    assert_same(pa, pb, RANGE_PARAMS)
     ta, tb = a.regions, b.regions
     assert list(ta.columns) == list(tb.columns) and list(ta.columns[:2]) == ["name", "pop"]
     assert ta.index.equals(tb.index) and ta.crs == tb.crs
