@@ -46,6 +46,7 @@ from gpframe.duckdb.preview import dry_helper, helper_on_exhausted
 from gpframe.duckdb.relations import (
     SRC,
     check_input,
+    fetched_points,
     kind_amount,
     public_columns,
     quote,
@@ -170,9 +171,11 @@ def privatize(
     The query runs once; its rows are fetched and released as one batch of those functions'
     code (``docs/sql.md``, "The relation helpers charge once per query"): every row is checked
     before anything is reserved, then one reservation commits every admitted user's charge
-    (durable before any noise is drawn), so a user is released whole or left out. With the OS
-    CSPRNG the noise is drawn in row ranges on the connection's ``threads``. Input with a NULL
-    user or a NULL / non-finite coordinate is refused before anything runs.
+    (durable before any value is returned), so a user is released whole or left out. With the
+    OS CSPRNG the noise is drawn in row ranges on the connection's ``threads`` while that
+    reservation commits; the draws of a user it does not admit are dropped (NULL out), and
+    nothing is drawn ahead with ``on_exhausted="raise"`` or in a preview. Input with a NULL
+    user or a NULL / non-finite coordinate is refused before anything is drawn or charged.
 
     Examples
     --------
@@ -197,7 +200,8 @@ def privatize(
     _pv.check_amount(kind, "point", amount)
     _pv.check_point_amount(kind, amount, scale_max=reg.scale_max)  # after the CRS's k_max
     rel = source(con, query_or_relation, fname)
-    u, qx, qy = check_input(rel, fname, {"user": user, "x": x, "y": y})
+    # the rows are checked as fetched (_whole_relation): the query runs once
+    u, qx, qy = check_input(rel, fname, {"user": user, "x": x, "y": y}, rows=False)
     keep = public_columns(rel, public, user, (x, y), fname)
     out = _whole_relation(reg, rel, kind, f_amt, (user, x, y), (u, qx, qy), keep, _threads(con))
     warn_dropped(rel, keep, (x, y), fname)
@@ -216,7 +220,9 @@ def _whole_relation(
 ) -> Any:
     """Release every row of ``rel`` as **one** batch: one reservation and charge per query.
 
-    The rows are fetched once (one snapshot of the query), keyed as the UDFs key them
+    The rows are fetched once (one snapshot of the query, one run of it), checked as fetched
+    (:func:`gpframe.duckdb.relations.fetched_points`: the rows checked are the rows
+    released), keyed as the UDFs key them
     (:func:`gpframe.ledger.keys.sql_user_expr`, then :func:`gpframe.duckdb.udf.factorize_ids`)
     and run through the UDFs' own batch function, :func:`_privatize_batch`: its checks (every
     row, before anything is reserved), one prepaid reservation and charge (durable before the
@@ -241,20 +247,21 @@ def _whole_relation(
         f"SELECT {cols}, {sql_user_expr(utype, u, user)} AS __gp_key, "
         f"CAST({qx} AS DOUBLE) AS __gp_x, CAST({qy} AS DOUBLE) AS __gp_y FROM {SRC}",
     ).to_arrow_table()
-    n = tbl.num_rows
-    codes, uniques = _u.factorize_ids(tbl.column("__gp_key"), np.arange(n))
-    xs, ys = (_u.to_numpy(tbl.column(c), np.float64) for c in ("__gp_x", "__gp_y"))
+    fetched = ("__gp_key", "__gp_x", "__gp_y")
+    names_of = {"user": user, "x": x, "y": y}
+    xy = fetched_points(tbl, "gp.duckdb.privatize", names_of, fetched)
+    codes, uniques = _u.factorize_ids(tbl.column("__gp_key"))
     param = "rho" if mode == "cgp" else "eps"
     try:
         with _u.batch_lock(reg):
             released, xy = _privatize_batch(
-                reg, mode, param, codes, uniques, xs, ys, np.full(n, f_amt), workers
+                reg, mode, param, codes, uniques, xy, f_amt, workers
             )  # fmt: skip
     except InvalidInputError as exc:  # the batch's checks refused the rows: name the helper
         msg = str(exc).removeprefix("gp_privatize: ").replace(" for this batch.", ".")
         raise InvalidInputError(f"gp.duckdb.privatize: {msg}") from None
     null = ~released
-    out = [tbl.column(c) for c in keep]
+    out = [tbl.column(c) for c in keep]  # x and y: no copy when xy's columns are contiguous
     out += [pa.array(xy[:, 0], mask=null), pa.array(xy[:, 1], mask=null)]
     return pa.Table.from_arrays(out, names=[*keep, x, y])
 
@@ -280,14 +287,13 @@ def _make_udf(reg: Registration, mode: str) -> Any:
         out_y = np.full(n, np.nan)
         if ok.any():
             rows = np.flatnonzero(ok)
-            xs = _u.to_numpy(x, np.float64)[rows]
-            ys = _u.to_numpy(y, np.float64)[rows]
+            xy = np.column_stack([_u.to_numpy(c, np.float64)[rows] for c in (x, y)])
             amts = _u.to_numpy(amount, np.float64)[rows]
             # no process-wide lock (docs/sql.md): the Ledger serialises the reserve and the
             # charge, so DuckDB's threads draw their batches' noise in parallel
             with _u.batch_lock(reg):
                 codes, uniques = _u.factorize_ids(user_id, rows)
-                released, xy = _privatize_batch(reg, mode, param, codes, uniques, xs, ys, amts)
+                released, xy = _privatize_batch(reg, mode, param, codes, uniques, xy, amts)
             out_x[rows] = xy[:, 0]
             out_y[rows] = xy[:, 1]
             null[rows[~released]] = True
@@ -355,54 +361,79 @@ def _units_of_sum(ledger: Any, mode: str, parts: list[tuple[Fraction, np.ndarray
     return np.asarray(units, dtype=np.int64)
 
 
-#: the fewest rows a thread of :func:`_noise_in_parts` draws for (below, one call is faster)
+#: the fewest rows a thread of :class:`_DrawAhead` draws for (below, one call is faster)
 PART_MIN_ROWS = 65_536
 
 
-def _noise_in_parts(
-    reg: Registration,
-    mode: str,
-    amount: Fraction,
-    xy: np.ndarray,
-    codes: np.ndarray,
-    n_users: int,
-    admitted: np.ndarray,
-    cnt: np.ndarray,
-    workers: int,
-) -> tuple[np.ndarray, np.ndarray, Fraction]:
-    """Draw one amount's per-point noise in ``workers`` row ranges at once: (xy, released, charge).
+class _DrawAhead:
+    """Per-point noise of the relation helper's one batch, drawn while it reserves.
 
-    Each range is an independent ``privatize_points(per="point")`` call on the OS CSPRNG
-    (never a seeded source: its counter is not for two threads); the samplers' compiled
-    kernels release the GIL, so the ranges run on several cores. A point's noise and charge
-    do not depend on the other points (per point, the guarantee is the amount), so the
-    released points and the charge are those of one call over all rows. Returns the noisy
-    points, the released mask and the charge of one point (every range must report the same).
+    One amount, on ``workers`` threads, while the reservation is made and committed (its
+    write and fsync overlap the draws). Each thread runs
+    :func:`gpframe.queries.privatize.privatize_points` (``per="point"``) on a range of rows
+    taken as the points of one user: a point's noise and charge do not depend on the other
+    points (per point, the guarantee is the amount), so the draws are those of one call over
+    all rows, in input order (no sort by user, no gather and scatter). Only the OS CSPRNG,
+    never a seeded source (its counter serves one thread). The samplers' compiled kernels
+    release the GIL. Nothing drawn here leaves the batch before its charge is durable:
+    :meth:`take` runs inside the batch's ``work``, after the reservation (with the charge)
+    committed, and overwrites with NaN every row of a user who was not admitted.
     """
-    from concurrent.futures import ThreadPoolExecutor
 
-    from gpframe.errors import GpframeInternalError
+    def __init__(self, reg: Registration, mode: str, amount: Fraction, xy: np.ndarray,
+                 workers: int) -> None:  # fmt: skip
+        from concurrent.futures import ThreadPoolExecutor
 
-    cuts = np.linspace(0, len(xy), min(workers, len(xy) // PART_MIN_ROWS) + 1).astype(np.int64)
+        n = len(xy)
+        cuts = np.linspace(0, n, min(workers, n // PART_MIN_ROWS) + 1).astype(np.int64)
+        self.amount = amount
+        # columns contiguous, so that xy[:, 0] is an Arrow column without a copy; each thread
+        # writes its own range (the fresh pages are touched by the threads drawing)
+        self.noisy = np.empty((2, n)).T
 
-    def draw(lo: int, hi: int) -> Any:
-        return _pv.privatize_points(
-            xy[lo:hi], codes[lo:hi], n_users, kind=mode,  # type: ignore[arg-type]
-            amount=amount, per="point", admitted=admitted, scale_max=reg.scale_max,
-            rng=reg.rng, progress=False, bounds=False, n_of=cnt,
-        )  # fmt: skip
+        def draw(lo: int, hi: int) -> Any:
+            got = _pv.privatize_points(
+                xy[lo:hi], np.zeros(hi - lo, dtype=np.int64), 1, kind=mode,  # type: ignore[arg-type]
+                amount=amount, per="point", scale_max=reg.scale_max, rng=reg.rng,
+                progress=False, bounds=False,
+            )  # fmt: skip
+            self.noisy[lo:hi] = got.xy
+            return got.charge_groups
 
-    with ThreadPoolExecutor(len(cuts) - 1, thread_name_prefix="gp-noise") as pool:
-        parts = list(pool.map(draw, cuts[:-1].tolist(), cuts[1:].tolist()))
-    charges = {c for p in parts for _users, c in p.charge_groups}
-    if len(charges) > 1:
-        raise GpframeInternalError(
-            f"gp.duckdb.privatize: the row ranges report different point charges {charges}; "
-            "nothing of the batch is returned (its users stay charged their allocations)."
-        )
-    noisy = np.concatenate([p.xy for p in parts])
-    released = np.concatenate([p.released for p in parts])
-    return noisy, released, charges.pop() if charges else amount
+        self._pool = ThreadPoolExecutor(len(cuts) - 1, thread_name_prefix="gp-noise")
+        bounds = zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True)
+        self._parts = [self._pool.submit(draw, lo, hi) for lo, hi in bounds]
+
+    def take(self, released: np.ndarray) -> tuple[np.ndarray, Fraction]:
+        """(noisy points, the charge of one point); NaN on the rows not ``released``."""
+        from gpframe.errors import GpframeInternalError
+
+        charges = {c for part in self._parts for _users, c in part.result()}
+        if len(charges) > 1:
+            raise GpframeInternalError(
+                f"gp.duckdb.privatize: the row ranges report different point charges {charges}; "
+                "nothing of the batch is returned (its users stay charged their allocations)."
+            )
+        if not released.all():  # users not admitted: their draws never leave the batch
+            self.noisy[~released] = np.nan
+        return self.noisy, charges.pop() if charges else self.amount
+
+    def close(self) -> None:
+        """Wait for the threads (a refused reservation: their draws are dropped unread)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _may_draw_ahead(reg: Registration) -> bool:
+    """Tell whether noise may be drawn before the reservation answers.
+
+    Not while a preview plans (nothing is drawn then), nor with ``on_exhausted="raise"`` (a
+    refused query draws nothing).
+    """
+    with _u.LEDGER_LOCK:
+        if id(reg.session) in _u.SQL_PREVIEWS:
+            return False
+        helper = _u.SQL_ON_EXHAUSTED.get(id(reg.session))
+    return (helper[-1] if helper else reg.on_exhausted) != "raise"
 
 
 def _privatize_batch(
@@ -411,16 +442,19 @@ def _privatize_batch(
     param: str,
     codes: np.ndarray,
     uniques: np.ndarray,
-    xs: np.ndarray,
-    ys: np.ndarray,
-    amts: np.ndarray,
+    xy: np.ndarray,
+    amts: np.ndarray | float,
     workers: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Validate, reserve, draw and charge one Arrow batch; returns (released mask, noisy xy).
 
+    ``xy``: the batch's points, shape (N, 2); ``amts``: each row's amount, or one float for
+    every row (the relation helper's one amount).
+
     ``workers > 1`` (the relation helper's one batch, unseeded source): the noise of one
-    amount is drawn in that many row ranges on as many threads (:func:`_noise_in_parts`);
-    the reservation and the charge stay one each.
+    amount is drawn in that many row ranges on as many threads while the reservation is made
+    (:class:`_DrawAhead`); the reservation and the charge stay one each, and no draw leaves
+    before the charge is durable (a user not admitted gets NaN, the draws dropped).
 
     Runs on any of DuckDB's threads (the caller holds :func:`gpframe.duckdb.udf.batch_lock`).
     One reservation and one charge per batch, both in
@@ -428,10 +462,14 @@ def _privatize_batch(
     is durable before the batch's values are returned, and an error after the reservation
     charges the full allocation.
     """
-    xy = np.column_stack([xs, ys])
-    _validate_batch(param, xy, amts, reg.units)
+    n = len(xy)
+    one = not isinstance(amts, np.ndarray)  # one amount for every row: no per-row array
+    _validate_batch(param, xy, np.array([amts], dtype=np.float64) if one else amts, reg.units)
     n_users = len(uniques)
-    distinct = amts[:1] if amts.size and amts.min() == amts.max() else np.unique(amts)
+    if one:
+        distinct = np.array([amts], dtype=np.float64)
+    else:
+        distinct = amts[:1] if amts.size and amts.min() == amts.max() else np.unique(amts)
     exact = [(float(f), _exact_amount(reg, mode, param, float(f))) for f in distinct]
     single = len(exact) == 1
     sels = [None] if single else [np.flatnonzero(amts == f) for f, _ in exact]
@@ -442,19 +480,21 @@ def _privatize_batch(
     filter_kind(session)  # a session without a metric budget: refuse before any write
     ledger = session.ledger
     alloc = _units_of_sum(ledger, mode, [(a, c) for (_, a), c in zip(exact, cnts, strict=True)])
-    params = {param: [f for f, _ in exact[:16]], "rows": len(xs), "source": "duckdb",
+    params = {param: [f for f, _ in exact[:16]], "rows": n, "source": "duckdb",
               **_u.metric_params(reg)}  # fmt: skip
-    noisy = np.full(xy.shape, np.nan)
-    released = np.zeros(len(xs), dtype=bool)
+    noisy: np.ndarray | None = None  # NaN where not released (made when needed)
+    released = np.zeros(n, dtype=bool)
+    ahead = None  # the helper's one batch: noise drawn while the reservation commits
+    if single and workers > 1 and n >= 2 * PART_MIN_ROWS and _may_draw_ahead(reg):
+        ahead = _DrawAhead(reg, mode, exact[0][1], xy, workers)
 
     def work(admitted: np.ndarray) -> np.ndarray:
         nonlocal noisy, released
         charged: list[tuple[Fraction, np.ndarray]] = []
         for (_, a), sel, cnt in zip(exact, sels, cnts, strict=True):
-            if sel is None and workers > 1 and len(xs) >= 2 * PART_MIN_ROWS:
-                noisy, released, point_charge = _noise_in_parts(
-                    reg, mode, a, xy, codes, n_users, admitted, cnt, workers
-                )  # fmt: skip
+            if ahead is not None:  # the reservation and its charge are durable now
+                released = np.ones(n, dtype=bool) if admitted.all() else admitted[codes]
+                noisy, point_charge = ahead.take(released)
                 charged.append((point_charge, np.where(admitted, cnt, 0)))
                 continue
             res = _pv.privatize_points(
@@ -473,6 +513,8 @@ def _privatize_batch(
             if sel is None:
                 noisy, released = res.xy, res.released
             else:
+                if noisy is None:
+                    noisy = np.full(xy.shape, np.nan)
                 noisy[sel] = res.xy
                 released[sel] = res.released
             # per point the mechanism's guarantee (<= a); one group with per="point"
@@ -482,11 +524,15 @@ def _privatize_batch(
         return np.where(admitted, actual, 0)
 
     # a point's charge is its amount, known before any noise: the charge is committed with
-    # the reservation (one durable write per batch), before the noise is drawn
-    _u.charge_batch(
-        session, np.asarray(uniques), alloc, work, query="gp_privatize", params=params,
-        kind=None, units=True, on_exhausted=reg.on_exhausted, prepaid=True,
-    )  # fmt: skip
+    # the reservation (one durable write per batch), before any value is returned
+    try:
+        _u.charge_batch(
+            session, np.asarray(uniques), alloc, work, query="gp_privatize", params=params,
+            kind=None, units=True, on_exhausted=reg.on_exhausted, prepaid=True,
+        )  # fmt: skip
+    finally:
+        if ahead is not None:
+            ahead.close()
     with _u.LEDGER_LOCK:  # held already while a preview plans (batch_lock): its last call
         planning = _u.SQL_PREVIEWS.get(id(session))
         if planning is not None and planning.calls:  # the points the batch would release,
@@ -496,5 +542,5 @@ def _privatize_batch(
                 (mode, [(a, int(c[adm].sum())) for (_, a), c in zip(exact, cnts, strict=True)],
                  float(reg.scale_max)))  # fmt: skip
     n_rel = int(released.sum())
-    _u.tally(reg, n_rel, len(xs) - n_rel)
-    return released, noisy
+    _u.tally(reg, n_rel, n - n_rel)
+    return released, np.full(xy.shape, np.nan) if noisy is None else noisy

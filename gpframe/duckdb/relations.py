@@ -82,14 +82,21 @@ def source(con: Any, query_or_relation: Any, fname: str) -> Any:
 
 
 def check_input(
-    rel: Any, fname: str, columns: dict[str, str | None], reserved: tuple[str, ...] = ()
+    rel: Any,
+    fname: str,
+    columns: dict[str, str | None],
+    reserved: tuple[str, ...] = (),
+    *,
+    rows: bool = True,
 ) -> tuple[str, str, str]:
     """Check the columns (names, numeric x/y) and the rows (NULL, NaN/inf, ±2**40 m) of ``rel``.
 
     Returns the quoted (user, x, y). All checks read public facts about the input only.
+    ``rows=False`` checks the columns only: a helper that fetches every row anyway checks them
+    on what it fetched (:func:`fetched_points`), so the query runs once, and the rows
+    checked are the rows released.
     """
     from gpframe.ledger.keys import sql_user_expr
-    from gpframe.queries.knn import COORD_MAX_M
 
     cols = list(rel.columns)
     types = dict(zip(cols, (str(t) for t in rel.types), strict=True))
@@ -117,16 +124,61 @@ def check_input(
             )
     u, x, y = (quote(columns[w], w) for w in ("user", "x", "y"))
     sql_user_expr(types[columns["user"]], u, columns["user"])  # float/bool ids: the one refusal
-    n, nu, nx, ny, big = rel.query(
-        SRC,
-        f"SELECT count(*), count(*) FILTER ({u} IS NULL), "
-        f"count(*) FILTER ({x} IS NULL OR NOT isfinite(CAST({x} AS DOUBLE))), "
-        f"count(*) FILTER ({y} IS NULL OR NOT isfinite(CAST({y} AS DOUBLE))), "
-        f"max(greatest(abs(CAST({x} AS DOUBLE)), abs(CAST({y} AS DOUBLE)))) FROM {SRC}",
-    ).fetchall()[0]
+    if rows:
+        n, nu, nx, ny, big = rel.query(
+            SRC,
+            f"SELECT count(*), count(*) FILTER ({u} IS NULL), "
+            f"count(*) FILTER ({x} IS NULL OR NOT isfinite(CAST({x} AS DOUBLE))), "
+            f"count(*) FILTER ({y} IS NULL OR NOT isfinite(CAST({y} AS DOUBLE))), "
+            f"max(greatest(abs(CAST({x} AS DOUBLE)), abs(CAST({y} AS DOUBLE)))) FROM {SRC}",
+        ).fetchall()[0]
+        _refuse_rows(fname, columns, (n, nu, nx, ny, big))
+    return u, x, y
+
+
+def fetched_points(
+    tbl: Any, fname: str, columns: dict[str, str | None], fetched: tuple[str, str, str]
+) -> np.ndarray:
+    """Check the rows of a fetched Arrow table as :func:`check_input` does; return its points.
+
+    ``fetched`` names the table's (user key, x, y) columns: the user column as keyed (NULL
+    where the user is NULL) and the coordinates cast to DOUBLE. The refusals are
+    :func:`check_input`'s. Returns the points as one (N, 2) float64 array, written once from
+    the table's chunks; two reductions over it check them when they are good, and the counts
+    that word a refusal are made only when they are not.
+    """
+    from gpframe.queries.knn import COORD_MAX_M
+
+    key, fx, fy = (tbl.column(c) for c in fetched)
+    n, nu = tbl.num_rows, key.null_count
+    xy = np.empty((n, 2), dtype=np.float64)
+    for k, col in enumerate((fx, fy)):
+        at = 0
+        for chunk in col.chunks:  # NULL slots hold arbitrary values: counted below
+            xy[at : at + len(chunk), k] = chunk.to_numpy(zero_copy_only=False)
+            at += len(chunk)
+    if n == 0 or (
+        fx.null_count == 0 and fy.null_count == 0
+        and -COORD_MAX_M < xy.min() and xy.max() < COORD_MAX_M
+    ):  # fmt: skip
+        _refuse_rows(fname, columns, (n, nu, 0, 0, None))
+        return xy
+    bad = [_u.nulls(c) | ~np.isfinite(xy[:, k]) for k, c in enumerate((fx, fy))]
+    finite = ~(bad[0] | bad[1])
+    big = float(np.abs(xy[finite]).max()) if finite.any() else None
+    _refuse_rows(fname, columns, (n, nu, int(bad[0].sum()), int(bad[1].sum()), big))
+    return xy  # not reached: a bad row is refused above
+
+
+def _refuse_rows(fname: str, columns: dict[str, str | None], counts: tuple) -> None:
+    """Refuse the input from its row counts: (rows, NULL users, bad x, bad y, max |coordinate|)."""
+    from gpframe.queries.knn import COORD_MAX_M
+
+    n, nu, nx, ny, big = counts
     if n == 0:
         raise InvalidInputError(f"{fname}: the input has no rows: nobody to ask. {_NOT_CHARGED}")
     if nu:
+        u = quote(columns["user"], "user")
         raise InvalidInputError(
             f"{fname}: column {columns['user']!r} has {nu} NULL value(s); filter them first "
             f"(WHERE {u} IS NOT NULL). {_NOT_CHARGED}"
@@ -143,7 +195,6 @@ def check_input(
             f"{fname}: a coordinate is beyond ±2**40 m; x and y must be metres of a projected "
             f"CRS. {_NOT_CHARGED}"
         )
-    return u, x, y
 
 
 def check_rel_units(reg: Any, rel: Any, qx: str, qy: str, fname: str) -> None:

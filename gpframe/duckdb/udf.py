@@ -375,6 +375,9 @@ def outside(units: Any, xy: np.ndarray) -> np.ndarray:
         with GEOS_LOCK:
             return np.asarray(units.outside(xy), dtype=bool)
     x, y = xy[:, 0], xy[:, 1]
+    # four reductions when every point is inside the box (a NaN fails them): no row masks
+    if x.min() > box[0] and x.max() < box[2] and y.min() > box[1] and y.max() < box[3]:
+        return np.zeros(len(xy), dtype=bool)
     rest = ~((x > box[0]) & (x < box[2]) & (y > box[1]) & (y < box[3]))
     out = np.zeros(len(xy), dtype=bool)
     if rest.any():
@@ -603,8 +606,8 @@ def union_of(n_users: Any) -> int | None:
     return nu if nu > 0 else None
 
 
-def factorize_ids(a: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes of the non-NULL ``rows``, canonical ledger key of each code).
+def factorize_ids(a: Any, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(codes of the non-NULL ``rows`` (None: every row), canonical ledger key of each code).
 
     The keys are those the accessor uses for the same ids (:mod:`gpframe.ledger.keys`): an
     int64 array when every id is an integer that fits, else an object array of Python ints
@@ -616,7 +619,7 @@ def factorize_ids(a: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from gpframe.ledger.keys import user_keys
 
     a = arrow(a)
-    if len(rows) != len(a):
+    if rows is not None and len(rows) != len(a):
         a = a.take(pa.array(rows, type=pa.int64()))
     if a.null_count == 0 and (pa.types.is_int64(a.type) or pa.types.is_uint64(a.type)):
         v = np.asarray(a.to_numpy(zero_copy_only=False))

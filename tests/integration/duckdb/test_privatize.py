@@ -223,3 +223,141 @@ def test_the_helper_draws_its_one_batch_on_the_connections_threads(monkeypatch):
     # 4·10⁵ draws: the sample σ's relative standard error is 1/√(2·4·10⁵) ≈ 0.11 %
     assert abs(dx.std() / sigma - 1) < 0.01 and abs(dx.mean()) < 1.0
     assert out["user_id"].tolist() == df["user_id"].tolist()
+
+
+_BAD_ROWS = [
+    ("SELECT * FROM pts WHERE x < 0", "the input has no rows"),
+    ("SELECT CASE WHEN user_id = 3 THEN NULL ELSE user_id END AS user_id, x, y FROM pts",
+     r"column 'user_id' has 250 NULL value\(s\); filter them first \(WHERE \"user_id\" IS NOT"),
+    ("SELECT user_id, CASE WHEN user_id = 3 THEN 'nan'::DOUBLE ELSE x END AS x, y FROM pts",
+     r"column 'x' has 250 NULL, NaN or infinite value\(s\)"),
+    ("SELECT user_id, x, CASE WHEN user_id < 2 THEN NULL ELSE y END AS y FROM pts",
+     r"column 'y' has 500 NULL, NaN or infinite value\(s\)"),
+    ("SELECT user_id, x, CASE WHEN user_id = 2 THEN -'inf'::DOUBLE ELSE y END AS y FROM pts",
+     r"column 'y' has 250 NULL, NaN or infinite"),
+    ("SELECT user_id, CASE WHEN user_id = 3 THEN 1e13 ELSE x END AS x, y FROM pts",
+     r"beyond ±2\*\*40 m"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("query", "match"), _BAD_ROWS)
+def test_the_helper_refuses_bad_rows_as_fetched_and_charges_nothing(query, match):
+    """The rows are checked on what the helper fetched (one run of the query), with the same
+    refusals as the other relation helpers' SQL pre-check, before anything is charged."""
+    df = _points(5000, 20, seed=8)  # user 3 has 250 rows
+    s = Session(budget=gp.CGP(rho=1.0))
+    con = duckdb.connect()
+    register(con, s, crs=32724, rng=seeded_rng(15))
+    con.register("pts", df)
+    before = s.ledger.snapshot()
+    with pytest.raises(gp.errors.InvalidInputError, match=match) as info:
+        gp.duckdb.privatize(con, query, user="user_id", x="x", y="y", rho=1e-4)
+    assert str(info.value).startswith("gp.duckdb.privatize: ")
+    assert "Nothing was charged" in str(info.value)
+    assert s.ledger.snapshot() == before
+
+
+def test_the_helper_runs_the_query_once():
+    """The checks and the release read one run of the query: a volatile query cannot show the
+    checks other rows than those released (and an expensive one is not paid twice)."""
+    import pyarrow as pa
+    from duckdb.sqltypes import DOUBLE
+
+    seen = []
+
+    def tap(x):  # counts the rows each run of the query reads
+        seen.append(len(x))
+        return x
+
+    df = _points(5000, 20, seed=9)
+    s = Session(budget=gp.CGP(rho=1.0))
+    con = duckdb.connect()
+    con.create_function("tap", tap, [DOUBLE], DOUBLE, type="arrow", side_effects=True)
+    register(con, s, crs=32724, rng=seeded_rng(16))
+    con.register("pts", df)
+    rel = gp.duckdb.privatize(
+        con, "SELECT user_id, tap(x) AS x, y FROM pts", user="user_id", x="x", y="y", rho=1e-4
+    )
+    assert sum(seen) == 5000
+    assert isinstance(rel.to_arrow_table(), pa.Table) and sum(seen) == 5000  # nothing re-run
+
+
+def _two_thread_con(s, df):
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    register(con, s, crs=32724)  # no rng=: the OS CSPRNG, so the noise is drawn ahead
+    con.register("pts", df)
+    return con
+
+
+def _spy_draws(monkeypatch):
+    import importlib
+
+    pv = importlib.import_module("gpframe.queries.privatize")
+    calls, real = [], pv.privatize_points
+
+    def spy(xy, *a, **k):
+        calls.append(len(xy))
+        return real(xy, *a, **k)
+
+    monkeypatch.setattr(pv, "privatize_points", spy)
+    return calls
+
+
+def test_drawn_ahead_noise_of_a_user_left_out_never_leaves_the_batch(monkeypatch):
+    """threads=2: the noise is drawn while the reservation commits, for every row; the rows
+    of a user who cannot pay come out NULL, and their Arrow value slots hold NaN, not a
+    noisy point (release boundary: a NULL's hidden slot is readable through the buffers)."""
+    calls = _spy_draws(monkeypatch)
+    df = _points(200_000, 4, seed=10)
+    s = Session(budget=gp.CGP(rho=100.0))
+    s.set_budget([2], gp.CGP(rho=1.0))  # 50,000 rows at 1e-4 need 5
+    con = _two_thread_con(s, df)
+    tbl = gp.duckdb.privatize(
+        con, "SELECT * FROM pts", user="user_id", x="x", y="y", rho=1e-4
+    ).to_arrow_table()
+    assert sorted(calls) == [100_000, 100_000]  # drawn for every row, user 2's too
+    left_out = (df["user_id"] == 2).to_numpy()
+    for c in ("x", "y"):
+        col = tbl.column(c).combine_chunks()
+        assert col.is_null().to_numpy(zero_copy_only=False).tolist() == left_out.tolist()
+        slots = np.frombuffer(col.buffers()[1], dtype=np.float64)[
+            col.offset : col.offset + len(col)
+        ]
+        assert np.isnan(slots[left_out]).all() and np.isfinite(slots[~left_out]).all()
+    assert s.spent([0, 1, 2, 3]).tolist() == pytest.approx([5.0, 5.0, 0.0, 5.0])
+
+
+def test_a_refused_query_draws_nothing_ahead(monkeypatch):
+    """on_exhausted="raise" and previews: nothing is drawn before the ledger answers."""
+    calls = _spy_draws(monkeypatch)
+    df = _points(200_000, 4, seed=11)
+    s = Session(budget=gp.CGP(rho=100.0))
+    s.set_budget([2], gp.CGP(rho=1.0))
+    con = _two_thread_con(s, df)
+    before = s.ledger.snapshot()
+    args = {"user": "user_id", "x": "x", "y": "y", "rho": 1e-4}
+    with pytest.raises(gp.errors.BudgetExceededError):
+        gp.duckdb.privatize(con, "SELECT * FROM pts", on_exhausted="raise", **args)
+    preview = gp.duckdb.privatize(con, "SELECT * FROM pts", dry_run=True, **args)
+    assert isinstance(preview, gp.results.Preview)
+    assert calls == [] and s.ledger.snapshot() == before
+
+
+def test_a_ledger_failure_after_drawing_ahead_returns_nothing(monkeypatch):
+    """The reservation's write fails while the noise is being drawn: the threads are waited
+    for, nothing is returned, and the ledger is unchanged."""
+    calls = _spy_draws(monkeypatch)
+    df = _points(200_000, 4, seed=12)
+    s = Session(budget=gp.CGP(rho=100.0))
+    con = _two_thread_con(s, df)
+    before = s.ledger.snapshot()
+
+    def broken(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(s.ledger, "reserve", broken)
+    with pytest.raises(OSError, match="disk full"):
+        gp.duckdb.privatize(con, "SELECT * FROM pts", user="user_id", x="x", y="y", rho=1e-4)
+    assert sorted(calls) == [100_000, 100_000]
+    assert s.ledger.snapshot() == before
