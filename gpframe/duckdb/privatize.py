@@ -53,7 +53,7 @@ from gpframe.duckdb.relations import (
     source,
     warn_dropped,
 )
-from gpframe.errors import InvalidInputError
+from gpframe.errors import GpframeInternalError, InvalidInputError
 from gpframe.queries import privatize as _pv
 
 __all__ = ["Registration", "privatize", "register_privatize"]
@@ -250,16 +250,26 @@ def _whole_relation(
     fetched = ("__gp_key", "__gp_x", "__gp_y")
     names_of = {"user": user, "x": x, "y": y}
     xy = fetched_points(tbl, "gp.duckdb.privatize", names_of, fetched)
-    codes, uniques = _u.factorize_ids(tbl.column("__gp_key"))
     param = "rho" if mode == "cgp" else "eps"
+    ahead = None
     try:
         with _u.batch_lock(reg):
+            if workers > 1 and len(xy) >= 2 * PART_MIN_ROWS and _may_draw_ahead(reg):
+                # the batch's checks, then the noise on the threads while the ids are keyed
+                # and the reservation commits (_DrawAhead)
+                _validate_batch(param, xy, np.array([f_amt]), reg.units)
+                amount = _exact_amount(reg, mode, param, f_amt)
+                ahead = _DrawAhead(reg, mode, amount, xy, workers)
+            codes, uniques = _u.factorize_ids(tbl.column("__gp_key"))
             released, xy = _privatize_batch(
-                reg, mode, param, codes, uniques, xy, f_amt, workers
+                reg, mode, param, codes, uniques, xy, f_amt, workers, ahead=ahead
             )  # fmt: skip
     except InvalidInputError as exc:  # the batch's checks refused the rows: name the helper
         msg = str(exc).removeprefix("gp_privatize: ").replace(" for this batch.", ".")
         raise InvalidInputError(f"gp.duckdb.privatize: {msg}") from None
+    finally:
+        if ahead is not None:  # a refused or failed batch: wait for the draws, drop them
+            ahead.close()
     null = ~released
     out = [tbl.column(c) for c in keep]  # x and y: no copy when xy's columns are contiguous
     out += [pa.array(xy[:, 0], mask=null), pa.array(xy[:, 1], mask=null)]
@@ -406,8 +416,6 @@ class _DrawAhead:
 
     def take(self, released: np.ndarray) -> tuple[np.ndarray, Fraction]:
         """(noisy points, the charge of one point); NaN on the rows not ``released``."""
-        from gpframe.errors import GpframeInternalError
-
         charges = {c for part in self._parts for _users, c in part.result()}
         if len(charges) > 1:
             raise GpframeInternalError(
@@ -445,6 +453,7 @@ def _privatize_batch(
     xy: np.ndarray,
     amts: np.ndarray | float,
     workers: int = 1,
+    ahead: _DrawAhead | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Validate, reserve, draw and charge one Arrow batch; returns (released mask, noisy xy).
 
@@ -452,8 +461,10 @@ def _privatize_batch(
     every row (the relation helper's one amount).
 
     ``workers > 1`` (the relation helper's one batch, unseeded source): the noise of one
-    amount is drawn in that many row ranges on as many threads while the reservation is made
-    (:class:`_DrawAhead`); the reservation and the charge stay one each, and no draw leaves
+    amount is drawn in that many row ranges on as many threads (:class:`_DrawAhead`): from
+    before the reservation when the caller passes ``ahead`` (it ran :func:`_validate_batch`
+    on these rows and started drawing their noise at the amount ``amts``), else once the
+    reservation committed; the reservation and the charge stay one each, and no draw leaves
     before the charge is durable (a user not admitted gets NaN, the draws dropped).
 
     Runs on any of DuckDB's threads (the caller holds :func:`gpframe.duckdb.udf.batch_lock`).
@@ -464,7 +475,10 @@ def _privatize_batch(
     """
     n = len(xy)
     one = not isinstance(amts, np.ndarray)  # one amount for every row: no per-row array
-    _validate_batch(param, xy, np.array([amts], dtype=np.float64) if one else amts, reg.units)
+    if ahead is None:  # else checked by the caller before it started drawing
+        _validate_batch(param, xy, np.array([amts], dtype=np.float64) if one else amts, reg.units)
+    elif not one:
+        raise GpframeInternalError("_privatize_batch: noise drawn ahead needs one amount.")
     n_users = len(uniques)
     if one:
         distinct = np.array([amts], dtype=np.float64)
@@ -484,17 +498,20 @@ def _privatize_batch(
               **_u.metric_params(reg)}  # fmt: skip
     noisy: np.ndarray | None = None  # NaN where not released (made when needed)
     released = np.zeros(n, dtype=bool)
-    ahead = None  # the helper's one batch: noise drawn while the reservation commits
-    if single and workers > 1 and n >= 2 * PART_MIN_ROWS and _may_draw_ahead(reg):
-        ahead = _DrawAhead(reg, mode, exact[0][1], xy, workers)
 
     def work(admitted: np.ndarray) -> np.ndarray:
         nonlocal noisy, released
         charged: list[tuple[Fraction, np.ndarray]] = []
         for (_, a), sel, cnt in zip(exact, sels, cnts, strict=True):
-            if ahead is not None:  # the reservation and its charge are durable now
+            parts = sel is None and workers > 1 and n >= 2 * PART_MIN_ROWS and admitted.any()
+            if ahead is not None or parts:  # the reservation and its charge are durable now
                 released = np.ones(n, dtype=bool) if admitted.all() else admitted[codes]
-                noisy, point_charge = ahead.take(released)
+                draws = ahead if ahead is not None else _DrawAhead(reg, mode, a, xy, workers)
+                try:
+                    noisy, point_charge = draws.take(released)
+                finally:
+                    if draws is not ahead:
+                        draws.close()
                 charged.append((point_charge, np.where(admitted, cnt, 0)))
                 continue
             res = _pv.privatize_points(
@@ -525,14 +542,10 @@ def _privatize_batch(
 
     # a point's charge is its amount, known before any noise: the charge is committed with
     # the reservation (one durable write per batch), before any value is returned
-    try:
-        _u.charge_batch(
-            session, np.asarray(uniques), alloc, work, query="gp_privatize", params=params,
-            kind=None, units=True, on_exhausted=reg.on_exhausted, prepaid=True,
-        )  # fmt: skip
-    finally:
-        if ahead is not None:
-            ahead.close()
+    _u.charge_batch(
+        session, np.asarray(uniques), alloc, work, query="gp_privatize", params=params,
+        kind=None, units=True, on_exhausted=reg.on_exhausted, prepaid=True,
+    )  # fmt: skip
     with _u.LEDGER_LOCK:  # held already while a preview plans (batch_lock): its last call
         planning = _u.SQL_PREVIEWS.get(id(session))
         if planning is not None and planning.calls:  # the points the batch would release,

@@ -342,6 +342,12 @@ def test_a_refused_query_draws_nothing_ahead(monkeypatch):
     preview = gp.duckdb.privatize(con, "SELECT * FROM pts", dry_run=True, **args)
     assert isinstance(preview, gp.results.Preview)
     assert calls == [] and s.ledger.snapshot() == before
+    # with "raise", a query everybody can pay still draws on both threads, after the charge
+    out = gp.duckdb.privatize(
+        con, "SELECT * FROM pts WHERE user_id <> 2", on_exhausted="raise", **args
+    ).df()
+    assert sorted(calls) == [75_000, 75_000] and out[["x", "y"]].notna().all().all()
+    assert s.spent([0, 1, 2, 3]).tolist() == pytest.approx([5.0, 5.0, 0.0, 5.0])
 
 
 def test_a_ledger_failure_after_drawing_ahead_returns_nothing(monkeypatch):
