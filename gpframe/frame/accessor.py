@@ -1191,6 +1191,7 @@ def _privatize_release(
             beta=beta,
             rng=rng,
             progress=progress,
+            threads=None,  # the OS CSPRNG's large calls on every core (mechanisms.row_ranges)
         )
         # Actual charges, in ledger units of the filter, from the mechanisms' guarantees:
         # one conversion per sampler call (per distinct amount), never per user.
@@ -1329,7 +1330,7 @@ def _privatize_partitioned(
             out = _pv.privatize_points(
                 p.xy, lc, len(lu), kind=kind, amount=amount, per=per,  # type: ignore[arg-type]
                 admitted=admitted[lu], scale_max=float(p.scale_max), beta=float(beta), rng=rng,
-                progress=progress,
+                progress=progress, threads=None,
             )  # fmt: skip
             u, f = _actual_units(ledger, fkind, kind, per, out, lcounts, len(lu))
             act_u[lu] += u

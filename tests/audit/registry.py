@@ -71,6 +71,14 @@ _UDF = (
     "tests/integration/guarantees/test_charge_before_release_ops.py"
 )
 THIN_WRAPPERS: dict[str, str] = {
+    "gpframe.mechanisms.row_ranges": (
+        "release_in_ranges runs an audited release wrapper (gaussian_cgp, planar_laplace) on row "
+        "ranges of one call's points on several threads, only with the OS CSPRNG (threads_for "
+        "gives 1 for a seeded source), and refuses ranges whose noise parameters or guarantees "
+        "differ; its resolve_rng call only reads the source's seeded flag. Law (sigma, mean "
+        "radius), lattice values, guarantee and charges: "
+        "tests/unit/mechanisms/test_row_ranges.py"
+    ),
     "gpframe.frame.accessor": (
         "GeoPriv.privatize reserves and calls gpframe.queries.privatize.privatize_points "
         "(audited) with the reserved amount and the projection's scale_max; the query methods "

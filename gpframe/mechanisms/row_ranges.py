@@ -1,0 +1,96 @@
+"""One release of many points drawn in row ranges on several threads (OS CSPRNG only).
+
+A point's lattice noise does not depend on the other points of its release call: the
+samplers draw every row independently, and the guarantee of a call is that of each of its
+points. So a call over N points and k calls over k row ranges of them release the same
+distribution with the same guarantee, and the k calls can run at once: the samplers'
+compiled kernels release the GIL. Only the OS CSPRNG is split this way; a seeded test source
+keeps a counter that serves one thread, and its stream is pinned by tests, so it always
+draws in one call (``docs/noise.md``, "Noise on several cores").
+
+>>> import numpy as np
+>>> from fractions import Fraction
+>>> from gpframe.mechanisms import gaussian_cgp
+>>> pts = np.zeros((200_000, 2))
+>>> rel = release_in_ranges(lambda p: gaussian_cgp(p, rho=Fraction(1, 100)), pts, 2)
+>>> rel.values.shape, rel.guarantee.amount <= Fraction(1, 100)
+((200000, 2), True)
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gpframe.errors import GpframeInternalError
+from gpframe.mechanisms.released import Released
+
+__all__ = ["MIN_ROWS", "THREADS", "release_in_ranges", "threads_for"]
+
+#: the fewest rows a thread draws for: below, one call is faster than a thread's start
+MIN_ROWS = 65_536
+
+#: the threads a large release of the pandas face uses; None: the machine's cores
+THREADS: int | None = None
+
+
+def threads_for(rng: Any, rows: int, threads: int | None = None) -> int:
+    """Return how many row ranges to draw ``rows`` points in.
+
+    1 unless the source is the OS CSPRNG and every range gets at least :data:`MIN_ROWS` rows;
+    ``threads``: at most this many (None: :data:`THREADS`, else the machine's cores).
+
+    >>> threads_for(None, 10**6, 2), threads_for(None, 100_000, 2)
+    (2, 1)
+    """
+    from gpframe.mechanisms.noise.bits import resolve_rng
+
+    if getattr(resolve_rng(rng), "seeded", False):
+        return 1
+    want = threads if threads is not None else THREADS if THREADS is not None else os.cpu_count()
+    return max(1, min(int(want or 1), rows // MIN_ROWS))
+
+
+def release_in_ranges(
+    sample: Callable[[np.ndarray], Released], pts: np.ndarray, workers: int
+) -> Released:
+    """Return ``sample(pts)``, drawn as ``workers`` calls on row ranges of ``pts`` at once.
+
+    ``sample`` must draw from the OS CSPRNG (see :func:`threads_for`). Every range must come
+    back with the same lattice step, noise parameters and guarantee (the release's), else
+    :class:`~gpframe.errors.GpframeInternalError` and nothing is returned. Each range runs in
+    a copy of the caller's context, so context-local settings (the samplers' silenced scale
+    warnings) hold in the threads too. The values are written into one output by the threads.
+    """
+    n = len(pts)
+    if workers <= 1 or n < 2:
+        return sample(pts)
+    from concurrent.futures import ThreadPoolExecutor
+
+    cuts = np.linspace(0, n, min(workers, n) + 1).astype(np.int64).tolist()
+    out = np.empty(np.shape(pts), dtype=np.float64)
+
+    def draw(lo: int, hi: int) -> Released:
+        got = sample(pts[lo:hi])
+        out[lo:hi] = got.values
+        return got
+
+    with ThreadPoolExecutor(len(cuts) - 1, thread_name_prefix="gp-noise") as pool:
+        futures = [
+            pool.submit(contextvars.copy_context().run, draw, lo, hi)
+            for lo, hi in itertools.pairwise(cuts)
+        ]
+        parts = [f.result() for f in futures]
+    first = parts[0]
+    for p in parts[1:]:
+        if (p.g, p.noise, p.guarantee) != (first.g, first.noise, first.guarantee):
+            raise GpframeInternalError(
+                "the row ranges of one release came back with different noise parameters or "
+                "guarantees; nothing of the release is returned."
+            )
+    return Released(values=out, g=first.g, noise=first.noise, guarantee=first.guarantee)
