@@ -75,10 +75,10 @@ def release_in_ranges(
     cuts = np.linspace(0, n, min(workers, n) + 1).astype(np.int64).tolist()
     out = np.empty(np.shape(pts), dtype=np.float64)
 
-    def draw(lo: int, hi: int) -> Released:
+    def draw(lo: int, hi: int) -> tuple[Any, Any, Any]:
         got = sample(pts[lo:hi])
         out[lo:hi] = got.values
-        return got
+        return got.g, got.noise, got.guarantee  # the range's values are freed here
 
     with ThreadPoolExecutor(len(cuts) - 1, thread_name_prefix="gp-noise") as pool:
         futures = [
@@ -86,11 +86,10 @@ def release_in_ranges(
             for lo, hi in itertools.pairwise(cuts)
         ]
         parts = [f.result() for f in futures]
-    first = parts[0]
-    for p in parts[1:]:
-        if (p.g, p.noise, p.guarantee) != (first.g, first.noise, first.guarantee):
-            raise GpframeInternalError(
-                "the row ranges of one release came back with different noise parameters or "
-                "guarantees; nothing of the release is returned."
-            )
-    return Released(values=out, g=first.g, noise=first.noise, guarantee=first.guarantee)
+    if any(p != parts[0] for p in parts[1:]):
+        raise GpframeInternalError(
+            "the row ranges of one release came back with different noise parameters or "
+            "guarantees; nothing of the release is returned."
+        )
+    g, noise, guarantee = parts[0]
+    return Released(values=out, g=g, noise=noise, guarantee=guarantee)
