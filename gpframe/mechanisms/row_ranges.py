@@ -30,13 +30,16 @@ import numpy as np
 from gpframe.errors import GpframeInternalError
 from gpframe.mechanisms.released import Released
 
-__all__ = ["MIN_ROWS", "THREADS", "release_in_ranges", "threads_for"]
+__all__ = ["MIN_ROWS", "RANGES_PER_THREAD", "THREADS", "release_in_ranges", "threads_for"]
 
 #: the fewest rows a thread draws for: below, one call is faster than a thread's start
 MIN_ROWS = 65_536
 
 #: the threads a large release of the pandas face uses; None: the machine's cores
 THREADS: int | None = None
+
+#: row ranges per thread (each of at least MIN_ROWS rows): bounds the memory held at once
+RANGES_PER_THREAD = 4
 
 
 def threads_for(rng: Any, rows: int, threads: int | None = None) -> int:
@@ -59,7 +62,7 @@ def threads_for(rng: Any, rows: int, threads: int | None = None) -> int:
 def release_in_ranges(
     sample: Callable[[np.ndarray], Released], pts: np.ndarray, workers: int
 ) -> Released:
-    """Return ``sample(pts)``, drawn as ``workers`` calls on row ranges of ``pts`` at once.
+    """Return ``sample(pts)``, drawn as calls on row ranges of ``pts`` on ``workers`` threads.
 
     ``sample`` must draw from the OS CSPRNG (see :func:`threads_for`). Every range must come
     back with the same lattice step, noise parameters and guarantee (the release's), else
@@ -72,7 +75,11 @@ def release_in_ranges(
         return sample(pts)
     from concurrent.futures import ThreadPoolExecutor
 
-    cuts = np.linspace(0, n, min(workers, n) + 1).astype(np.int64).tolist()
+    # RANGES_PER_THREAD ranges a thread, of at least MIN_ROWS rows: the sampler's temporaries
+    # and a range's values held at once are those of ``workers`` small ranges, not of two
+    # halves (the output is the one extra array)
+    ranges = max(workers, min(workers * RANGES_PER_THREAD, n // MIN_ROWS))
+    cuts = np.linspace(0, n, min(ranges, n) + 1).astype(np.int64).tolist()
     out = np.empty(np.shape(pts), dtype=np.float64)
 
     def draw(lo: int, hi: int) -> tuple[Any, Any, Any]:
@@ -80,7 +87,7 @@ def release_in_ranges(
         out[lo:hi] = got.values
         return got.g, got.noise, got.guarantee  # the range's values are freed here
 
-    with ThreadPoolExecutor(len(cuts) - 1, thread_name_prefix="gp-noise") as pool:
+    with ThreadPoolExecutor(workers, thread_name_prefix="gp-noise") as pool:
         futures = [
             pool.submit(contextvars.copy_context().run, draw, lo, hi)
             for lo, hi in itertools.pairwise(cuts)
