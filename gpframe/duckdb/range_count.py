@@ -357,7 +357,7 @@ def range_count(
     import pyarrow as pa
     import shapely
 
-    from gpframe.duckdb.relations import check_input, kind_amount, source
+    from gpframe.duckdb.relations import check_input, frame_points, kind_amount, source
     from gpframe.queries.range_count import select_component
 
     fname = "gp.duckdb.range_count"
@@ -393,9 +393,11 @@ def range_count(
         raise InvalidInputError(f"{fname}: pass rho= (CGP, per m²). Nothing was charged.")
     _, _, rho = kind_amount(reg.session, rho, None, fname)  # the accessor's check
     rel = source(con, query_or_relation, fname)
-    check_input(rel, fname, {"user": user, "x": x, "y": y})
+    names = {"user": user, "x": x, "y": y}
+    check_input(rel, fname, names, rows=False)  # the rows: as fetched, one run of the query
     # the rows stay in this process: the rule reads public columns and row order only
     frame = rel.df()
+    frame_points(frame, fname, names)
     pos = select_component(
         frame, frame[user].to_numpy(), component, reduce, operation=fname, skip=(user, x, y)
     )
@@ -407,7 +409,7 @@ def range_count(
         # reservation and one charge per region): through gp_in_region they were one durable
         # write and ten sampler calls per 2,048-row vector. Keyed as the UDFs key them: the
         # Arrow type of the ids picks the integer or the text key path
-        users = _u.factorize_ids(pa.array(picked[user].tolist()), np.arange(n))
+        users = _u.factorize_ids(pa.Array.from_pandas(picked[user]))
         xs, ys = (picked[c].to_numpy(np.float64) for c in (x, y))
         for name, wkb in wkbs.items():
             inside, ran = _batch(

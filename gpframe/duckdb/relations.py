@@ -144,11 +144,8 @@ def fetched_points(
     ``fetched`` names the table's (user key, x, y) columns: the user column as keyed (NULL
     where the user is NULL) and the coordinates cast to DOUBLE. The refusals are
     :func:`check_input`'s. Returns the points as one (N, 2) float64 array, written once from
-    the table's chunks; two reductions over it check them when they are good, and the counts
-    that word a refusal are made only when they are not.
+    the table's chunks.
     """
-    from gpframe.queries.knn import COORD_MAX_M
-
     key, fx, fy = (tbl.column(c) for c in fetched)
     n, nu = tbl.num_rows, key.null_count
     xy = np.empty((n, 2), dtype=np.float64)
@@ -157,13 +154,41 @@ def fetched_points(
         for chunk in col.chunks:  # NULL slots hold arbitrary values: counted below
             xy[at : at + len(chunk), k] = chunk.to_numpy(zero_copy_only=False)
             at += len(chunk)
-    if n == 0 or (
-        fx.null_count == 0 and fy.null_count == 0
-        and -COORD_MAX_M < xy.min() and xy.max() < COORD_MAX_M
-    ):  # fmt: skip
+    return _checked_points(fname, columns, nu, xy, (_u.nulls(fx), _u.nulls(fy)))
+
+
+def frame_points(frame: Any, fname: str, columns: dict[str, str | None]) -> np.ndarray:
+    """Check the rows of a fetched pandas frame as :func:`check_input` does; return its points.
+
+    For a helper that reads its input as a frame (``rel.df()``): the query runs once, and the
+    rows checked are the rows it uses. Returns the points as one (N, 2) float64 array.
+    """
+    import pandas as pd
+
+    nu = int(frame[columns["user"]].isna().sum())
+    xy = np.empty((len(frame), 2), dtype=np.float64)
+    for k, what in enumerate(("x", "y")):  # NULL (None, NA, NaT) becomes NaN: counted as bad
+        xy[:, k] = pd.to_numeric(frame[columns[what]]).to_numpy(np.float64, na_value=np.nan)
+    return _checked_points(fname, columns, nu, xy, None)
+
+
+def _checked_points(
+    fname: str, columns: dict[str, str | None], nu: int, xy: np.ndarray, nulls: Any
+) -> np.ndarray:
+    """Refuse fetched rows as :func:`check_input` does; return the points.
+
+    From the NULL user count and the fetched points (``nulls``: the x and y NULL masks when a
+    NULL slot holds an arbitrary value, else None). Two reductions when every point is good;
+    the counts that word a refusal only otherwise.
+    """
+    from gpframe.queries.knn import COORD_MAX_M
+
+    n = len(xy)
+    clean = nulls is None or not (nulls[0].any() or nulls[1].any())
+    if n == 0 or (clean and -COORD_MAX_M < xy.min() and xy.max() < COORD_MAX_M):
         _refuse_rows(fname, columns, (n, nu, 0, 0, None))
         return xy
-    bad = [_u.nulls(c) | ~np.isfinite(xy[:, k]) for k, c in enumerate((fx, fy))]
+    bad = [~np.isfinite(xy[:, k]) | (False if nulls is None else nulls[k]) for k in (0, 1)]
     finite = ~(bad[0] | bad[1])
     big = float(np.abs(xy[finite]).max()) if finite.any() else None
     _refuse_rows(fname, columns, (n, nu, int(bad[0].sum()), int(bad[1].sum()), big))

@@ -225,63 +225,6 @@ def test_the_helper_draws_its_one_batch_on_the_connections_threads(monkeypatch):
     assert out["user_id"].tolist() == df["user_id"].tolist()
 
 
-_BAD_ROWS = [
-    ("SELECT * FROM pts WHERE x < 0", "the input has no rows"),
-    ("SELECT CASE WHEN user_id = 3 THEN NULL ELSE user_id END AS user_id, x, y FROM pts",
-     r"column 'user_id' has 250 NULL value\(s\); filter them first \(WHERE \"user_id\" IS NOT"),
-    ("SELECT user_id, CASE WHEN user_id = 3 THEN 'nan'::DOUBLE ELSE x END AS x, y FROM pts",
-     r"column 'x' has 250 NULL, NaN or infinite value\(s\)"),
-    ("SELECT user_id, x, CASE WHEN user_id < 2 THEN NULL ELSE y END AS y FROM pts",
-     r"column 'y' has 500 NULL, NaN or infinite value\(s\)"),
-    ("SELECT user_id, x, CASE WHEN user_id = 2 THEN -'inf'::DOUBLE ELSE y END AS y FROM pts",
-     r"column 'y' has 250 NULL, NaN or infinite"),
-    ("SELECT user_id, CASE WHEN user_id = 3 THEN 1e13 ELSE x END AS x, y FROM pts",
-     r"beyond ±2\*\*40 m"),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("query", "match"), _BAD_ROWS)
-def test_the_helper_refuses_bad_rows_as_fetched_and_charges_nothing(query, match):
-    """The rows are checked on what the helper fetched (one run of the query), with the same
-    refusals as the other relation helpers' SQL pre-check, before anything is charged."""
-    df = _points(5000, 20, seed=8)  # user 3 has 250 rows
-    s = Session(budget=gp.CGP(rho=1.0))
-    con = duckdb.connect()
-    register(con, s, crs=32724, rng=seeded_rng(15))
-    con.register("pts", df)
-    before = s.ledger.snapshot()
-    with pytest.raises(gp.errors.InvalidInputError, match=match) as info:
-        gp.duckdb.privatize(con, query, user="user_id", x="x", y="y", rho=1e-4)
-    assert str(info.value).startswith("gp.duckdb.privatize: ")
-    assert "Nothing was charged" in str(info.value)
-    assert s.ledger.snapshot() == before
-
-
-def test_the_helper_runs_the_query_once():
-    """The checks and the release read one run of the query: a volatile query cannot show the
-    checks other rows than those released (and an expensive one is not paid twice)."""
-    import pyarrow as pa
-    from duckdb.sqltypes import DOUBLE
-
-    seen = []
-
-    def tap(x):  # counts the rows each run of the query reads
-        seen.append(len(x))
-        return x
-
-    df = _points(5000, 20, seed=9)
-    s = Session(budget=gp.CGP(rho=1.0))
-    con = duckdb.connect()
-    con.create_function("tap", tap, [DOUBLE], DOUBLE, type="arrow", side_effects=True)
-    register(con, s, crs=32724, rng=seeded_rng(16))
-    con.register("pts", df)
-    rel = gp.duckdb.privatize(
-        con, "SELECT user_id, tap(x) AS x, y FROM pts", user="user_id", x="x", y="y", rho=1e-4
-    )
-    assert sum(seen) == 5000
-    assert isinstance(rel.to_arrow_table(), pa.Table) and sum(seen) == 5000  # nothing re-run
-
-
 def _two_thread_con(s, df):
     con = duckdb.connect()
     con.execute("SET threads = 2")
