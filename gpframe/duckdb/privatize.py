@@ -54,6 +54,7 @@ from gpframe.duckdb.relations import (
     warn_dropped,
 )
 from gpframe.errors import GpframeInternalError, InvalidInputError
+from gpframe.mechanisms.row_ranges import MIN_ROWS
 from gpframe.queries import privatize as _pv
 
 __all__ = ["Registration", "privatize", "register_privatize"]
@@ -371,63 +372,55 @@ def _units_of_sum(ledger: Any, mode: str, parts: list[tuple[Fraction, np.ndarray
     return np.asarray(units, dtype=np.int64)
 
 
-#: the fewest rows a thread of :class:`_DrawAhead` draws for (below, one call is faster)
-PART_MIN_ROWS = 65_536
+#: below twice this many rows the batch is drawn in one call (a thread per row range of at
+#: least this many rows, :mod:`gpframe.mechanisms.row_ranges`)
+PART_MIN_ROWS = MIN_ROWS
 
 
 class _DrawAhead:
     """Per-point noise of the relation helper's one batch, drawn while it reserves.
 
-    One amount, on ``workers`` threads, while the reservation is made and committed (its
-    write and fsync overlap the draws). Each thread runs
-    :func:`gpframe.queries.privatize.privatize_points` (``per="point"``) on a range of rows
-    taken as the points of one user: a point's noise and charge do not depend on the other
-    points (per point, the guarantee is the amount), so the draws are those of one call over
-    all rows, in input order (no sort by user, no gather and scatter). Only the OS CSPRNG,
-    never a seeded source (its counter serves one thread). The samplers' compiled kernels
-    release the GIL. Nothing drawn here leaves the batch before its charge is durable:
-    :meth:`take` runs inside the batch's ``work``, after the reservation (with the charge)
-    committed, and overwrites with NaN every row of a user who was not admitted.
+    One amount, drawn on a background thread while the reservation is made and committed (its
+    write and fsync overlap the draws): one :func:`gpframe.queries.privatize.privatize_points`
+    call (``per="point"``) over every row taken as the points of one user, in row ranges on
+    ``workers`` threads (:mod:`gpframe.mechanisms.row_ranges`). A point's noise and charge do
+    not depend on the other points (per point, the guarantee is the amount), so these are the
+    draws of the batch, in input order (no sort by user, no gather and scatter). Only the OS
+    CSPRNG, never a seeded source (its counter serves one thread). Nothing drawn here leaves
+    the batch before its charge is durable: :meth:`take` runs inside the batch's ``work``,
+    after the reservation (with the charge) committed, and overwrites with NaN every row of a
+    user who was not admitted.
     """
 
     def __init__(self, reg: Registration, mode: str, amount: Fraction, xy: np.ndarray,
                  workers: int) -> None:  # fmt: skip
+        import contextvars
         from concurrent.futures import ThreadPoolExecutor
 
-        n = len(xy)
-        cuts = np.linspace(0, n, min(workers, n // PART_MIN_ROWS) + 1).astype(np.int64)
         self.amount = amount
-        # columns contiguous, so that xy[:, 0] is an Arrow column without a copy; each thread
-        # writes its own range (the fresh pages are touched by the threads drawing)
-        self.noisy = np.empty((2, n)).T
-
-        def draw(lo: int, hi: int) -> Any:
-            got = _pv.privatize_points(
-                xy[lo:hi], np.zeros(hi - lo, dtype=np.int64), 1, kind=mode,  # type: ignore[arg-type]
-                amount=amount, per="point", scale_max=reg.scale_max, rng=reg.rng,
-                progress=False, bounds=False,
-            )  # fmt: skip
-            self.noisy[lo:hi] = got.xy
-            return got.charge_groups
-
-        self._pool = ThreadPoolExecutor(len(cuts) - 1, thread_name_prefix="gp-noise")
-        bounds = zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True)
-        self._parts = [self._pool.submit(draw, lo, hi) for lo, hi in bounds]
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="gp-draw-ahead")
+        self._drawn = self._pool.submit(
+            contextvars.copy_context().run, _pv.privatize_points,
+            xy, np.zeros(len(xy), dtype=np.int64), 1, kind=mode, amount=amount, per="point",
+            scale_max=reg.scale_max, rng=reg.rng, progress=False, bounds=False, threads=workers,
+        )  # fmt: skip
 
     def take(self, released: np.ndarray) -> tuple[np.ndarray, Fraction]:
         """(noisy points, the charge of one point); NaN on the rows not ``released``."""
-        charges = {c for part in self._parts for _users, c in part.result()}
+        got = self._drawn.result()
+        charges = {c for _users, c in got.charge_groups}
         if len(charges) > 1:
             raise GpframeInternalError(
-                f"gp.duckdb.privatize: the row ranges report different point charges {charges}; "
+                f"gp.duckdb.privatize: the draws report different point charges {charges}; "
                 "nothing of the batch is returned (its users stay charged their allocations)."
             )
+        noisy = got.xy
         if not released.all():  # users not admitted: their draws never leave the batch
-            self.noisy[~released] = np.nan
-        return self.noisy, charges.pop() if charges else self.amount
+            noisy[~released] = np.nan
+        return noisy, charges.pop() if charges else self.amount
 
     def close(self) -> None:
-        """Wait for the threads (a refused reservation: their draws are dropped unread)."""
+        """Wait for the draws (a refused reservation: they are dropped unread)."""
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 

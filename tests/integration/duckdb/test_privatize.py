@@ -192,30 +192,46 @@ def test_the_helper_leaves_out_a_user_who_cannot_pay_for_all_rows():
     assert s.spent([0, 1, 2]).tolist() == pytest.approx([0.1, 0.0, 0.1])
 
 
-def test_the_helper_draws_its_one_batch_on_the_connections_threads(monkeypatch):
-    """threads=2, OS CSPRNG: two row ranges drawn on two threads, one reservation and charge;
-    each point still gets σ = (1 + √2·g)/√(2ρ) per coordinate and is charged ρ."""
-    import importlib
+def _spy_draws(monkeypatch):
+    """Record (thread name, rows) of every sampler call of gp.duckdb.privatize's CGP noise."""
     import threading
 
-    pv = importlib.import_module("gpframe.queries.privatize")
-    calls = []
-    real = pv.privatize_points
+    import gpframe.mechanisms as mech
 
-    def spy(xy, *a, **k):
-        calls.append((threading.current_thread().name, len(xy)))
-        return real(xy, *a, **k)
+    calls, real = [], mech.gaussian_cgp
 
-    monkeypatch.setattr(pv, "privatize_points", spy)
-    df = _points(200_000, 500, seed=7)
-    s = Session(budget=gp.CGP(rho=100.0))
+    def spy(pts, *a, **k):
+        calls.append((threading.current_thread().name, len(pts)))
+        return real(pts, *a, **k)
+
+    monkeypatch.setattr(mech, "gaussian_cgp", spy)
+    return calls
+
+
+def _on_both_threads(calls, rows):
+    """The rows were drawn in row ranges on the two noise threads (at least 65,536 each)."""
+    sizes = [n for _, n in calls]
+    assert sum(sizes) == rows and len(sizes) >= 2 and min(sizes) >= 65_536
+    assert {name for name, _ in calls} <= {"gp-noise_0", "gp-noise_1"}
+
+
+def _two_thread_con(s, df):
     con = duckdb.connect()
     con.execute("SET threads = 2")
-    reg = register(con, s, crs=32724)  # no rng=: the OS CSPRNG
+    reg = register(con, s, crs=32724)  # no rng=: the OS CSPRNG, so the noise is drawn ahead
     con.register("pts", df)
+    return con, reg
+
+
+def test_the_helper_draws_its_one_batch_on_the_connections_threads(monkeypatch):
+    """threads=2, OS CSPRNG: row ranges drawn on two threads, one reservation and charge;
+    each point still gets σ = (1 + √2·g)/√(2ρ) per coordinate and is charged ρ."""
+    calls = _spy_draws(monkeypatch)
+    df = _points(200_000, 500, seed=7)
+    s = Session(budget=gp.CGP(rho=100.0))
+    con, reg = _two_thread_con(s, df)
     out = gp.duckdb.privatize(con, "SELECT * FROM pts", user="user_id", x="x", y="y", rho=1e-4).df()
-    assert sorted(n for _, n in calls) == [100_000, 100_000]
-    assert all(name.startswith("gp-noise") for name, _ in calls)
+    _on_both_threads(calls, 200_000)
     assert reg.batches == 1 and len(s.history(0)) == 1
     assert s.spent().to_numpy() == pytest.approx(np.full(500, 400 * 1e-4))
     dx = np.concatenate([out["x"] - df["x"], out["y"] - df["y"]])
@@ -223,28 +239,6 @@ def test_the_helper_draws_its_one_batch_on_the_connections_threads(monkeypatch):
     # 4·10⁵ draws: the sample σ's relative standard error is 1/√(2·4·10⁵) ≈ 0.11 %
     assert abs(dx.std() / sigma - 1) < 0.01 and abs(dx.mean()) < 1.0
     assert out["user_id"].tolist() == df["user_id"].tolist()
-
-
-def _two_thread_con(s, df):
-    con = duckdb.connect()
-    con.execute("SET threads = 2")
-    register(con, s, crs=32724)  # no rng=: the OS CSPRNG, so the noise is drawn ahead
-    con.register("pts", df)
-    return con
-
-
-def _spy_draws(monkeypatch):
-    import importlib
-
-    pv = importlib.import_module("gpframe.queries.privatize")
-    calls, real = [], pv.privatize_points
-
-    def spy(xy, *a, **k):
-        calls.append(len(xy))
-        return real(xy, *a, **k)
-
-    monkeypatch.setattr(pv, "privatize_points", spy)
-    return calls
 
 
 def test_drawn_ahead_noise_of_a_user_left_out_never_leaves_the_batch(monkeypatch):
@@ -255,11 +249,11 @@ def test_drawn_ahead_noise_of_a_user_left_out_never_leaves_the_batch(monkeypatch
     df = _points(200_000, 4, seed=10)
     s = Session(budget=gp.CGP(rho=100.0))
     s.set_budget([2], gp.CGP(rho=1.0))  # 50,000 rows at 1e-4 need 5
-    con = _two_thread_con(s, df)
+    con, _reg = _two_thread_con(s, df)
     tbl = gp.duckdb.privatize(
         con, "SELECT * FROM pts", user="user_id", x="x", y="y", rho=1e-4
     ).to_arrow_table()
-    assert sorted(calls) == [100_000, 100_000]  # drawn for every row, user 2's too
+    _on_both_threads(calls, 200_000)  # drawn for every row, user 2's too
     left_out = (df["user_id"] == 2).to_numpy()
     for c in ("x", "y"):
         col = tbl.column(c).combine_chunks()
@@ -277,7 +271,7 @@ def test_a_refused_query_draws_nothing_ahead(monkeypatch):
     df = _points(200_000, 4, seed=11)
     s = Session(budget=gp.CGP(rho=100.0))
     s.set_budget([2], gp.CGP(rho=1.0))
-    con = _two_thread_con(s, df)
+    con, _reg = _two_thread_con(s, df)
     before = s.ledger.snapshot()
     args = {"user": "user_id", "x": "x", "y": "y", "rho": 1e-4}
     with pytest.raises(gp.errors.BudgetExceededError):
@@ -289,7 +283,8 @@ def test_a_refused_query_draws_nothing_ahead(monkeypatch):
     out = gp.duckdb.privatize(
         con, "SELECT * FROM pts WHERE user_id <> 2", on_exhausted="raise", **args
     ).df()
-    assert sorted(calls) == [75_000, 75_000] and out[["x", "y"]].notna().all().all()
+    _on_both_threads(calls, 150_000)
+    assert out[["x", "y"]].notna().all().all()
     assert s.spent([0, 1, 2, 3]).tolist() == pytest.approx([5.0, 5.0, 0.0, 5.0])
 
 
@@ -299,7 +294,7 @@ def test_a_ledger_failure_after_drawing_ahead_returns_nothing(monkeypatch):
     calls = _spy_draws(monkeypatch)
     df = _points(200_000, 4, seed=12)
     s = Session(budget=gp.CGP(rho=100.0))
-    con = _two_thread_con(s, df)
+    con, _reg = _two_thread_con(s, df)
     before = s.ledger.snapshot()
 
     def broken(*a, **k):
@@ -308,5 +303,5 @@ def test_a_ledger_failure_after_drawing_ahead_returns_nothing(monkeypatch):
     monkeypatch.setattr(s.ledger, "reserve", broken)
     with pytest.raises(OSError, match="disk full"):
         gp.duckdb.privatize(con, "SELECT * FROM pts", user="user_id", x="x", y="y", rho=1e-4)
-    assert sorted(calls) == [100_000, 100_000]
+    _on_both_threads(calls, 200_000)
     assert s.ledger.snapshot() == before
