@@ -207,6 +207,13 @@ def winners_of_rows(
 
     if not len(j_of):
         return [winners(None, cols, rule) for _ in range(n)]
+    from gpframe.dask.time_winners import winners_by_time
+
+    # integer users, a time rule: one compiled pass per output partition, no sort
+    fast = winners_by_time(whole, j_of, n, cols.user, rule, (_KEY, _PART, _POS, _X, _Y),
+                           lambda: winners(None, cols, rule))  # fmt: skip
+    if fast is not None:
+        return fast
     codes, uniq = pd.factorize(whole[cols.user], sort=True)
     part, pos = whole[_PART].to_numpy(), whole[_POS].to_numpy()
     kind, how = rule
