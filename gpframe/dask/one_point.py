@@ -667,12 +667,17 @@ def output_partition(frame: pd.DataFrame, user: str, dtype: Any, n: int) -> np.n
     """
     from dask.dataframe.shuffle import partitioning_index
 
-    key = frame[[user]]
+    col = frame[user]
     numeric = pd.api.types.is_numeric_dtype(dtype) or (
         isinstance(dtype, pd.CategoricalDtype) and pd.api.types.is_numeric_dtype(dtype.categories)
     )
-    if numeric:
-        key = key.astype({user: np.float64}, errors="ignore")
+    if numeric and isinstance(col.dtype, np.dtype) and col.dtype.kind in "iuf":
+        # the same float64 values as the cast below, without its frame-level machinery
+        key = pd.DataFrame({user: col.to_numpy(dtype=np.float64)})
+    elif numeric:
+        key = frame[[user]].astype({user: np.float64}, errors="ignore")
+    else:
+        key = frame[[user]]
     return np.asarray(partitioning_index(key, n))
 
 
