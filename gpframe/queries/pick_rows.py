@@ -4,9 +4,10 @@
 greatest (time, row) (``Last``) or the least (``First``). Sorting every row by (time, row) and
 dropping the users' duplicates gives that, but allocates several arrays of the frame's length
 (the positions, the sort order, the sorted users, a hash table sized by the rows), and a Dask
-worker, whose allocator returns every freed block of more than 64 KiB to the system
-(``MALLOC_TRIM_THRESHOLD_=65536``, set by Dask's nanny), pays a page fault for every page of
-each of them on every call. Here one compiled pass keeps, per user, the best row so far in an
+worker pays a page fault for every page of each of them on every call: its nanny sets
+``MALLOC_TRIM_THRESHOLD_=65536``, which also fixes glibc's mmap threshold at 128 KiB, so every
+larger array is mapped fresh and unmapped when freed (4 850 faults a 250 000-row partition,
+none in the client's process). Here one compiled pass keeps, per user, the best row so far in an
 open-addressing table sized by the users (grown as they come), so the only arrays of the
 frame's length are the inputs: the same rows, several times faster on a worker.
 
