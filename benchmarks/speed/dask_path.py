@@ -24,7 +24,8 @@ way, ``gpframe.dask.one_point.CLIENT_RELEASE = False``) instead of run by the cl
 holds the few selected points after the first pass. Each line ends with the load average.
 
 Every run charges a fresh in-memory Session, so ledger work is included on both sides. Prints
-seconds per path and the ratio Dask / pandas (goal: <= 1.5x at 10**6 points), and the cluster's
+seconds per path (to the millisecond: the one-point operations take tens of them), the ratio
+Dask / pandas (goal: <= 1.5x at 10**6 points) and the load average after the line, and the cluster's
 floor, best of 5: an empty ``client.submit(lambda: 0).result()`` (one round trip) and
 ``ddf.map_partitions(len).compute()`` on the same points (one task per partition, the least a
 pass over the data costs). ``--worker-env no-trim`` starts the workers without the
@@ -226,9 +227,10 @@ def main() -> None:
         for name, base, fn in [] if args.compare else [r for op in args.ops for r in rows[op]]:
             tb, tf = best(base, args.repeat), best(fn, args.repeat, forget)
             ratio = tf / tb
-            print(f"{name:28s} pandas {tb:7.2f} s   dask {tf:7.2f} s   ratio {ratio:5.2f}x  "
+            print(f"{name:28s} pandas {tb:8.3f} s   dask {tf:8.3f} s   ratio {ratio:5.2f}x  "
                   f"{'OK' if ratio <= GOAL else 'SLOW'} (goal <= {GOAL}x); "
-                  f"dask {args.points / tf / 2:,.0f} points/s per worker")  # fmt: skip
+                  f"dask {args.points / tf / 2:,.0f} points/s per worker; "
+                  f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
         if args.compare:
             compare(df, ddf, args, zone, last, kde, tmp, gdf, gddf)
     shutil.rmtree(tmp, ignore_errors=True)

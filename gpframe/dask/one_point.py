@@ -207,6 +207,13 @@ def winners_of_rows(
 
     if not len(j_of):
         return [winners(None, cols, rule) for _ in range(n)]
+    from gpframe.dask.time_winners import winners_by_time
+
+    # integer users, a time rule: one compiled pass per output partition, no sort
+    fast = winners_by_time(whole, j_of, n, cols.user, rule, (_KEY, _PART, _POS, _X, _Y),
+                           lambda: winners(None, cols, rule))  # fmt: skip
+    if fast is not None:
+        return fast
     codes, uniq = pd.factorize(whole[cols.user], sort=True)
     part, pos = whole[_PART].to_numpy(), whole[_POS].to_numpy()
     kind, how = rule
@@ -660,12 +667,17 @@ def output_partition(frame: pd.DataFrame, user: str, dtype: Any, n: int) -> np.n
     """
     from dask.dataframe.shuffle import partitioning_index
 
-    key = frame[[user]]
+    col = frame[user]
     numeric = pd.api.types.is_numeric_dtype(dtype) or (
         isinstance(dtype, pd.CategoricalDtype) and pd.api.types.is_numeric_dtype(dtype.categories)
     )
-    if numeric:
-        key = key.astype({user: np.float64}, errors="ignore")
+    if numeric and isinstance(col.dtype, np.dtype) and col.dtype.kind in "iuf":
+        # the same float64 values as the cast below, without its frame-level machinery
+        key = pd.DataFrame({user: col.to_numpy(dtype=np.float64)})
+    elif numeric:
+        key = frame[[user]].astype({user: np.float64}, errors="ignore")
+    else:
+        key = frame[[user]]
     return np.asarray(partitioning_index(key, n))
 
 

@@ -1130,12 +1130,19 @@ def select_component(
                 f"time column {col!r} has {int(t.isna().sum())} missing values; drop them first. "
                 f"{_NOTHING}"
             )
-        mask = np.ones(n, dtype=bool)
+        cut = None  # the rows inside before= / after=, or None: every row
         if isinstance(component, Last) and component.before is not None:
-            mask &= (t < _as_time(component.before, t, "before")).to_numpy()
+            cut = (t < _as_time(component.before, t, "before")).to_numpy()
         if isinstance(component, First) and component.after is not None:
-            mask &= (t >= _as_time(component.after, t, "after")).to_numpy()
-        pos = np.flatnonzero(mask)
+            cut = (t >= _as_time(component.after, t, "after")).to_numpy()
+        from gpframe.queries.pick_rows import pick
+
+        # one compiled pass over the rows (integer ids, numeric or datetime times): the rows
+        # of the sort below, without its temporaries of the frame's length
+        picked = pick(np.asarray(users), t.to_numpy(), cut, what == "last")
+        if picked is not None:
+            return picked
+        pos = np.flatnonzero(cut) if cut is not None else np.arange(n)
         # sort by (user, time, row) and keep the last / first per user: timestamps only
         order = np.lexsort((pos, t.to_numpy()[pos]))
         srt = pos[order]
