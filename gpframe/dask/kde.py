@@ -92,7 +92,7 @@ def kde_raster(
     from gpframe.dask.driver import check_on_exhausted, settle
     from gpframe.dask.one_point import one_point_pass
     from gpframe.dask.partitions import Component, metric_kind, spawn_rng
-    from gpframe.ledger.charges import ledger_keys
+    from gpframe.ledger.charges import ledger_key_array
     from gpframe.mechanisms.noise.bits import resolve_rng
     from gpframe.queries import kde as _k
     from gpframe.queries.kde_bounds import bounds_m
@@ -127,7 +127,7 @@ def kde_raster(
 
     def go(**_: Any) -> Any:  # the reservation and release (on_exhausted: see settle)
         return _k.raster_from_points(
-            session, ledger_keys(users), np.zeros((len(users), 2)), bandwidth_m=h, cell_m=c,
+            session, ledger_key_array(users), np.zeros((len(users), 2)), bandwidth_m=h, cell_m=c,
             bounds_m=bm, kind=kind, amount=amount, correct=correct, scale_max=ref.scale_max,
             crs_m=crs_m.to_string(), rng=rng, bandwidth_arg=bandwidth_m,
             noise_inflation=ref.noise_inflation, privatize=privatize,

@@ -438,6 +438,10 @@ def combine(checks: list[PartCheck]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     if len(crs) != 1:  # public information only, so the same everywhere: a bug if not
         raise GpframeInternalError(f"the partitions chose different metric CRSs: {crs!r}.")
     users = np.concatenate([c.users for c in checks])
+    # integer ids as one int64 array (the same ledger keys): to the ledger without a Python
+    # int per user (ledger_key_array), their duplicates found without hashing objects
+    ints = _as_int64(users)
+    users = users if ints is None else ints
     counts = np.concatenate([c.counts for c in checks]).astype(np.int64)
     if pd.Series(users).duplicated().any():
         raise GpframeInternalError(

@@ -138,7 +138,7 @@ def range_count(
     from gpframe.dask.one_point import one_point_pass
     from gpframe.dask.partitions import Component, metric_kind, spawn_rng
     from gpframe.dask.privatize import _Metric
-    from gpframe.ledger.charges import filter_kind, ledger_keys
+    from gpframe.ledger.charges import filter_kind, ledger_key_array
     from gpframe.ledger.plan import SessionPlan
     from gpframe.ledger.run import Charge, PreviewStop, active_preview, end_preview, run
     from gpframe.mechanisms.noise.bits import resolve_rng
@@ -248,7 +248,7 @@ def range_count(
             return Charge((merged, sub), table[el.charge_codes][ask], units=True)
 
         params = {**base, "region_wkt": polys[k].wkt[:200]}
-        ran = run(session, ledger_keys(users[ask]), amount, notion="metric",
+        ran = run(session, ledger_key_array(users[ask]), amount, notion="metric",
                   query="range_count", params=params, check=check,
                   compute=compute)  # fmt: skip
         merged, alloc = ran.value
