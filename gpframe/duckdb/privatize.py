@@ -226,8 +226,9 @@ def _whole_relation(
     released), keyed as the UDFs key them
     (:func:`gpframe.ledger.keys.sql_user_expr`, then :func:`gpframe.duckdb.udf.factorize_ids`)
     and run through the UDFs' own batch function, :func:`_privatize_batch`: its checks (every
-    row, before anything is reserved), one prepaid reservation and charge (durable before the
-    noise is drawn), the noise. Running the rows through ``gp_privatize`` instead would make
+    row, before anything is reserved), one prepaid reservation and charge (durable before any
+    value is returned), the noise (with several threads, drawn while the reservation commits:
+    :class:`_DrawAhead`). Running the rows through ``gp_privatize`` instead would make
     one durable write per 2,048-row vector (``benchmarks/speed/duckdb_threads.py``). Returns
     the Arrow table: the ``keep`` columns as fetched, then ``x`` / ``y`` (NULL where the
     user's budget could not pay).
@@ -272,7 +273,7 @@ def _whole_relation(
         if ahead is not None:  # a refused or failed batch: wait for the draws, drop them
             ahead.close()
     null = ~released
-    out = [tbl.column(c) for c in keep]  # x and y: no copy when xy's columns are contiguous
+    out = [tbl.column(c) for c in keep]
     out += [pa.array(xy[:, 0], mask=null), pa.array(xy[:, 1], mask=null)]
     return pa.Table.from_arrays(out, names=[*keep, x, y])
 
