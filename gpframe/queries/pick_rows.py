@@ -83,6 +83,41 @@ def _pick(users, t, mask, last):  # type: ignore[no-untyped-def]
     return out
 
 
+@njit(nogil=True)
+def _pick_dense(users, t, mask, last, best, best_t):  # type: ignore[no-untyped-def]
+    """:func:`_pick` for ids in ``0 .. len(best) - 1``: a table indexed by the id, no hashing.
+
+    ``best`` is filled with -1; ``best_t`` (same dtype as ``t``) holds each user's best time,
+    so a row is compared without reading ``t`` at the best row's (random) position.
+    """
+    n = users.shape[0]
+    use_mask = mask.shape[0] == n
+    count = 0
+    for i in range(n):
+        if use_mask and not mask[i]:
+            continue
+        u = users[i]
+        if best[u] < 0:
+            best[u] = i
+            best_t[u] = t[i]
+            count += 1
+        elif last:
+            if t[i] >= best_t[u]:  # rows come in order: a tie goes to the later row
+                best[u] = i
+                best_t[u] = t[i]
+        elif t[i] < best_t[u]:  # a tie keeps the earlier row
+            best[u] = i
+            best_t[u] = t[i]
+    out = np.empty(count, np.int64)
+    k = 0
+    for s in range(best.shape[0]):
+        if best[s] >= 0:
+            out[k] = best[s]
+            k += 1
+    out.sort()
+    return out
+
+
 def pick(
     users: np.ndarray, t: np.ndarray, mask: np.ndarray | None, last: bool
 ) -> np.ndarray | None:
@@ -108,4 +143,10 @@ def pick(
     else:
         tv = t.astype(np.int64, copy=False)
     m = np.zeros(0, np.bool_) if mask is None else np.ascontiguousarray(mask, dtype=np.bool_)
-    return _pick(np.ascontiguousarray(u), np.ascontiguousarray(tv), m, bool(last))
+    u, tv = np.ascontiguousarray(u), np.ascontiguousarray(tv)
+    if u.size and 0 <= int(u.min()) and int(u.max()) < 4 * u.size + 4096:
+        # small non-negative ids (vehicle numbers, codes): a table indexed by the id
+        size = int(u.max()) + 1
+        best = np.full(size, -1, np.int64)
+        return _pick_dense(u, tv, m, bool(last), best, np.empty(size, tv.dtype))
+    return _pick(u, tv, m, bool(last))
