@@ -104,3 +104,17 @@ def test_privatize_points_in_ranges_charges_as_one_call(monkeypatch):
     assert two.guarantees == one.guarantees
     assert np.array_equal(two.released, one.released)
     assert np.isnan(two.xy[~two.released]).all() and np.isfinite(two.xy[two.released]).all()
+
+
+def test_threads_setting_caps_the_accessors_ranges(monkeypatch):
+    """threads=None (the accessor's) follows row_ranges.THREADS, else the machine's cores."""
+    import os
+
+    import gpframe.mechanisms.row_ranges as rr
+
+    monkeypatch.setattr(rr, "THREADS", 1)
+    assert threads_for(None, 10 * MIN_ROWS) == 1
+    monkeypatch.setattr(rr, "THREADS", 3)
+    assert threads_for(None, 10 * MIN_ROWS) == 3
+    monkeypatch.setattr(rr, "THREADS", None)
+    assert threads_for(None, 10 * MIN_ROWS) == min(os.cpu_count() or 1, 10)
