@@ -7,6 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import shapely
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import gpframe as gp
 from gpframe.duckdb import register
@@ -102,3 +104,40 @@ def test_the_query_runs_once(helper):
     assert sum(seen) == 5000
     rel.fetchall()
     assert sum(seen) == 5000  # reading the result runs nothing again
+
+
+_CELLS = [None, float("nan"), float("inf"), -float("inf"), 1e13, 500_000.0]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(
+        st.tuples(st.sampled_from([None, 1, 2]), st.sampled_from(_CELLS), st.sampled_from(_CELLS)),
+        min_size=0,
+        max_size=12,
+    )
+)
+def test_the_fetched_checks_refuse_as_the_sql_pre_check(rows):
+    """For any mix of NULL users, NULL / NaN / infinite / too large coordinates (or none),
+    the checks on fetched rows (Arrow and pandas) raise exactly the SQL pre-check's refusal."""
+    from gpframe.duckdb import relations as R
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t(u BIGINT, x DOUBLE, y DOUBLE)")
+    if rows:
+        con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+    cols = {"user": "u", "x": "x", "y": "y"}
+
+    def refusal(check):
+        try:
+            check()
+        except gp.errors.InvalidInputError as exc:
+            return str(exc)
+        return None
+
+    rel = con.sql("SELECT * FROM t")
+    sql = refusal(lambda: R.check_input(rel, "f", cols))
+    tbl = con.sql("SELECT u, x, y FROM t").to_arrow_table()
+    arrow = refusal(lambda: R.fetched_points(tbl, "f", cols, ("u", "x", "y")))
+    frame = refusal(lambda: R.frame_points(con.sql("SELECT * FROM t").df(), "f", cols))
+    assert arrow == sql and frame == sql
