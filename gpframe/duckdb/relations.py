@@ -151,10 +151,10 @@ def fetched_points(
     xy = np.empty((n, 2), dtype=np.float64)
     for k, col in enumerate((fx, fy)):
         at = 0
-        for chunk in col.chunks:  # NULL slots hold arbitrary values: counted below
+        for chunk in col.chunks:  # a NULL double comes out of Arrow as NaN: counted as bad
             xy[at : at + len(chunk), k] = chunk.to_numpy(zero_copy_only=False)
             at += len(chunk)
-    return _checked_points(fname, columns, nu, xy, (_u.nulls(fx), _u.nulls(fy)))
+    return _checked_points(fname, columns, nu, xy)
 
 
 def frame_points(frame: Any, fname: str, columns: dict[str, str | None]) -> np.ndarray:
@@ -169,26 +169,24 @@ def frame_points(frame: Any, fname: str, columns: dict[str, str | None]) -> np.n
     xy = np.empty((len(frame), 2), dtype=np.float64)
     for k, what in enumerate(("x", "y")):  # NULL (None, NA, NaT) becomes NaN: counted as bad
         xy[:, k] = pd.to_numeric(frame[columns[what]]).to_numpy(np.float64, na_value=np.nan)
-    return _checked_points(fname, columns, nu, xy, None)
+    return _checked_points(fname, columns, nu, xy)
 
 
 def _checked_points(
-    fname: str, columns: dict[str, str | None], nu: int, xy: np.ndarray, nulls: Any
+    fname: str, columns: dict[str, str | None], nu: int, xy: np.ndarray
 ) -> np.ndarray:
     """Refuse fetched rows as :func:`check_input` does; return the points.
 
-    From the NULL user count and the fetched points (``nulls``: the x and y NULL masks when a
-    NULL slot holds an arbitrary value, else None). Two reductions when every point is good;
-    the counts that word a refusal only otherwise.
+    From the NULL user count and the fetched points, NULL coordinates as NaN. Two reductions
+    when every point is good (a NaN fails them); the counts that word a refusal only otherwise.
     """
     from gpframe.queries.knn import COORD_MAX_M
 
     n = len(xy)
-    clean = nulls is None or not (nulls[0].any() or nulls[1].any())
-    if n == 0 or (clean and -COORD_MAX_M < xy.min() and xy.max() < COORD_MAX_M):
+    if n == 0 or (-COORD_MAX_M < xy.min() and xy.max() < COORD_MAX_M):
         _refuse_rows(fname, columns, (n, nu, 0, 0, None))
         return xy
-    bad = [~np.isfinite(xy[:, k]) | (False if nulls is None else nulls[k]) for k in (0, 1)]
+    bad = [~np.isfinite(xy[:, k]) for k in (0, 1)]
     finite = ~(bad[0] | bad[1])
     big = float(np.abs(xy[finite]).max()) if finite.any() else None
     _refuse_rows(fname, columns, (n, nu, int(bad[0].sum()), int(bad[1].sum()), big))
