@@ -8,8 +8,10 @@ worker pays a page fault for every page of each of them on every call: its nanny
 ``MALLOC_TRIM_THRESHOLD_=65536``, which also fixes glibc's mmap threshold at 128 KiB, so every
 larger array is mapped fresh and unmapped when freed (4 850 faults a 250 000-row partition,
 none in the client's process). Here one compiled pass keeps, per user, the best row so far in an
-open-addressing table sized by the users (grown as they come), so the only arrays of the
-frame's length are the inputs: the same rows, several times faster on a worker.
+open-addressing table sized by the users (grown as they come), or, for small non-negative ids
+(below 4n + 4096), in a table indexed by the id with each user's best time beside it
+(:func:`_pick_dense`), so the only arrays of the frame's length are the inputs: the same rows,
+several times faster on a worker.
 
 Integer user ids and numeric or datetime times only (:func:`pick`); the caller keeps the sort for
 anything else.
