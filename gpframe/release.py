@@ -324,7 +324,8 @@ def privatized_frame(
         if released.any():
             bx, by = p.to_input_crs(xy_m[released])
             xs[released], ys[released] = bx, by
-    geom = points_array(xs, ys, p.crs_in)
+    # a Projected says how many cores it may use; a Located (Dask worker parts) uses one
+    geom = points_array(xs, ys, p.crs_in, threads=getattr(p, "threads", 1))
     if not every:
         geom[~released] = None
     gname = getattr(frame, "_geometry_column_name", None)

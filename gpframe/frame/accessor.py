@@ -231,7 +231,7 @@ class GeoPriv:
         """
         self._refuse_partition()
         if self._projected is None:
-            p = self.located.project()
+            p = self.located.project(threads=None)  # the pandas face: every core
             _refuse_coordinate_copies(self.frame, self.public[1:], p)
             self._projected = p
         return self._projected

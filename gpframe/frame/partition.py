@@ -118,7 +118,7 @@ def split(bound: Any, refuse_copies: Callable[..., None]) -> list[Part]:
     parts = []
     for i, v in enumerate(values.tolist()):
         rows = np.flatnonzero(codes == i)
-        p = bound.located.subset(rows, domain=domains.get(v)).project()
+        p = bound.located.subset(rows, domain=domains.get(v)).project(threads=None)
         # reads the rows only to refuse public columns that copy the coordinates; outputs nothing
         refuse_copies(bound.frame.iloc[rows], bound.public[1:], p)  # public-only: a check
         parts.append(Part(value=v, rows=rows, projected=p))

@@ -86,9 +86,9 @@ def test_only_the_result_is_alive_when_the_output_points_are_made(monkeypatch):
     seen = []
     make = gpframe.geo.points_array
 
-    def spy(xs: np.ndarray, ys: np.ndarray, crs: object) -> object:
+    def spy(xs: np.ndarray, ys: np.ndarray, crs: object, threads: int | None = 1) -> object:
         seen.append(tracemalloc.get_traced_memory()[0])
-        return make(xs, ys, crs)
+        return make(xs, ys, crs, threads=threads)
 
     monkeypatch.setattr(gpframe.geo, "points_array", spy)
     df = _frame(100_000)

@@ -1,5 +1,6 @@
 """Row ranges on several threads (gpframe.mechanisms.row_ranges): same law, same guarantee."""
 
+import itertools
 import threading
 import warnings
 from fractions import Fraction
@@ -118,3 +119,42 @@ def test_threads_setting_caps_the_accessors_ranges(monkeypatch):
     assert threads_for(None, 10 * MIN_ROWS) == 3
     monkeypatch.setattr(rr, "THREADS", None)
     assert threads_for(None, 10 * MIN_ROWS) == min(os.cpu_count() or 1, 10)
+
+
+def test_cores_for_caps_deterministic_steps_like_the_draws(monkeypatch):
+    """Projections and point building split like the draws, seeded source or not."""
+    import gpframe.mechanisms.row_ranges as rr
+    from gpframe.mechanisms.row_ranges import cores_for
+
+    assert cores_for(10 * MIN_ROWS, 4) == 4
+    assert cores_for(3 * MIN_ROWS, 4) == 3
+    assert cores_for(2 * MIN_ROWS - 1, 4) == 1
+    monkeypatch.setattr(rr, "THREADS", 1)
+    assert cores_for(10 * MIN_ROWS) == 1
+    monkeypatch.setattr(rr, "THREADS", 2)
+    assert cores_for(10 * MIN_ROWS) == 2
+
+
+def test_run_in_ranges_covers_every_row_once_in_order_and_reraises():
+    from gpframe.mechanisms.row_ranges import run_in_ranges
+
+    n = 5 * MIN_ROWS + 3
+    seen = []
+
+    def work(lo, hi):
+        seen.append(threading.current_thread().name)
+        return lo, hi
+
+    got = run_in_ranges(work, n, 2, name="gp-test")
+    assert got[0][0] == 0 and got[-1][1] == n and len(got) == 5
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(got))  # no gap, no overlap
+    assert set(seen) <= {"gp-test_0", "gp-test_1"}
+    assert run_in_ranges(work, n, 1) == [(0, n)]  # one range, in the caller's thread
+    assert seen[-1] == threading.current_thread().name
+
+    def fails(lo, hi):
+        if lo > 0:
+            raise ValueError("range failed")
+
+    with pytest.raises(ValueError, match="range failed"):
+        run_in_ranges(fails, n, 2)
