@@ -188,7 +188,8 @@ def from_xy_all(shipped: list[tuple[pd.DataFrame, Any, Any, Any, Any]]) -> Any:
     """Undo :func:`to_xy` of several partitions' outputs: one frame, in their order.
 
     The plain frames and the coordinates are concatenated first and the points created once,
-    with Python's collector paused (:func:`gpframe.geo.points_array`), not per partition.
+    with Python's collector paused, on the client's cores (:func:`gpframe.geo.points_array`),
+    not per partition.
     """
     import geopandas as gpd
 
@@ -202,7 +203,8 @@ def from_xy_all(shipped: list[tuple[pd.DataFrame, Any, Any, Any, Any]]) -> Any:
     name, cols = named[:2]
     xs = np.concatenate([s[3] for s in shipped]) if len(shipped) > 1 else shipped[0][3]
     ys = np.concatenate([s[4] for s in shipped]) if len(shipped) > 1 else shipped[0][4]
-    geom = points_array(xs, ys, crs)
+    # on the client, whose cores are free once the tasks are done (the pandas face's threads)
+    geom = points_array(xs, ys, crs, threads=None)
     missing = np.isnan(xs)
     if missing.any():
         geom[missing] = None
