@@ -251,7 +251,7 @@ def _whole_relation(
     ).to_arrow_table()
     fetched = ("__gp_key", "__gp_x", "__gp_y")
     names_of = {"user": user, "x": x, "y": y}
-    xy = fetched_points(tbl, "gp.duckdb.privatize", names_of, fetched)
+    xy, ext = fetched_points(tbl, "gp.duckdb.privatize", names_of, fetched, workers)
     param = "rho" if mode == "cgp" else "eps"
     ahead = None
     try:
@@ -259,7 +259,7 @@ def _whole_relation(
             if workers > 1 and len(xy) >= 2 * PART_MIN_ROWS and _may_draw_ahead(reg):
                 # the batch's checks, then the noise on the threads while the ids are keyed
                 # and the reservation commits (_DrawAhead)
-                _validate_batch(param, xy, np.array([f_amt]), reg.units)
+                _validate_batch(param, xy, np.array([f_amt]), reg.units, ext)
                 amount = _exact_amount(reg, mode, param, f_amt)
                 ahead = _DrawAhead(reg, mode, amount, xy, workers)
             codes, uniques = _u.factorize_ids(tbl.column("__gp_key"))
@@ -272,7 +272,8 @@ def _whole_relation(
     finally:
         if ahead is not None:  # a refused or failed batch: wait for the draws, drop them
             ahead.close()
-    null = ~released
+    # no validity bitmap when every row was released: a mask costs 1.7 ms on 10⁶ rows
+    null = None if released.all() else ~released
     out = [tbl.column(c) for c in keep]
     out += [pa.array(xy[:, 0], mask=null), pa.array(xy[:, 1], mask=null)]
     return pa.Table.from_arrays(out, names=[*keep, x, y])
@@ -318,10 +319,13 @@ def _make_udf(reg: Registration, mode: str) -> Any:
     return udf
 
 
-def _validate_batch(param: str, xy: np.ndarray, amts: np.ndarray, units: Any = None) -> None:
+def _validate_batch(
+    param: str, xy: np.ndarray, amts: np.ndarray, units: Any = None, ext: Any = None
+) -> None:
+    """Refuse a batch's amounts and points (``ext``: their extent, if the caller has it)."""
     unit = "CGP, per m²" if param == "rho" else "GP, per m"
     _u.exact_amounts(amts, "gp_privatize", param, unit)
-    _u.check_points(xy, "gp_privatize", units)
+    _u.check_points(xy, "gp_privatize", units, ext=ext)
 
 
 def _exact_amount(reg: Registration, mode: str, param: str, value: float) -> Fraction:

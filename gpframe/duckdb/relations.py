@@ -13,6 +13,7 @@ public columns (:func:`public_columns`, :func:`warn_dropped`) and one point per 
 
 from __future__ import annotations
 
+import itertools
 from fractions import Fraction
 from typing import Any
 
@@ -137,24 +138,52 @@ def check_input(
 
 
 def fetched_points(
-    tbl: Any, fname: str, columns: dict[str, str | None], fetched: tuple[str, str, str]
-) -> np.ndarray:
+    tbl: Any,
+    fname: str,
+    columns: dict[str, str | None],
+    fetched: tuple[str, str, str],
+    threads: int = 1,
+) -> tuple[np.ndarray, tuple[float, float, float, float]]:
     """Check the rows of a fetched Arrow table as :func:`check_input` does; return its points.
 
     ``fetched`` names the table's (user key, x, y) columns: the user column as keyed (NULL
     where the user is NULL) and the coordinates cast to DOUBLE. The refusals are
     :func:`check_input`'s. Returns the points as one (N, 2) float64 array, written once from
-    the table's chunks.
+    the table's chunks, and their extent ``(x_min, y_min, x_max, y_max)`` (NaN if a point is)
+    for the later checks of the same points (:func:`gpframe.duckdb.udf.check_points`).
+
+    The copy and the extent run in row ranges on ``threads`` threads (numpy's copies and
+    reductions release the GIL): serial work before the noise can be drawn.
     """
+    from gpframe.mechanisms.row_ranges import cores_for, run_in_ranges
+
     key, fx, fy = (tbl.column(c) for c in fetched)
     n, nu = tbl.num_rows, key.null_count
     xy = np.empty((n, 2), dtype=np.float64)
-    for k, col in enumerate((fx, fy)):
-        at = 0
-        for chunk in col.chunks:  # a NULL double comes out of Arrow as NaN: counted as bad
-            xy[at : at + len(chunk), k] = chunk.to_numpy(zero_copy_only=False)
-            at += len(chunk)
-    return _checked_points(fname, columns, nu, xy)
+    # a NULL double comes out of Arrow as NaN: counted as bad, and NaN in the extent
+    chunks = [[c.to_numpy(zero_copy_only=False) for c in col.chunks] for col in (fx, fy)]
+    starts = np.cumsum([0] + [len(c) for c in chunks[0]]).tolist()
+
+    def copy(lo: int, hi: int) -> list[float]:
+        ext = [np.inf, np.inf, -np.inf, -np.inf]
+        for i, (a, b) in enumerate(itertools.pairwise(starts)):
+            if b <= lo or a >= hi or a == b:
+                continue
+            s0, s1 = max(lo, a), min(hi, b)
+            for k in (0, 1):
+                part = chunks[k][i][s0 - a : s1 - a]
+                xy[s0:s1, k] = part
+                # NaN-propagating: a NaN point makes the extent NaN, which fails every check
+                ext[k] = np.minimum(ext[k], part.min())
+                ext[k + 2] = np.maximum(ext[k + 2], part.max())
+        return ext
+
+    parts = run_in_ranges(copy, n, cores_for(n, threads), name="gp-fetch") if n else []
+    ext = tuple(
+        float(f([p[k] for p in parts])) if parts else np.nan
+        for k, f in ((0, np.min), (1, np.min), (2, np.max), (3, np.max))
+    )
+    return _checked_points(fname, columns, nu, xy, ext), ext  # type: ignore[return-value]
 
 
 def frame_points(frame: Any, fname: str, columns: dict[str, str | None]) -> np.ndarray:
@@ -173,17 +202,28 @@ def frame_points(frame: Any, fname: str, columns: dict[str, str | None]) -> np.n
 
 
 def _checked_points(
-    fname: str, columns: dict[str, str | None], nu: int, xy: np.ndarray
+    fname: str,
+    columns: dict[str, str | None],
+    nu: int,
+    xy: np.ndarray,
+    ext: tuple[float, float, float, float] | None = None,
 ) -> np.ndarray:
     """Refuse fetched rows as :func:`check_input` does; return the points.
 
     From the NULL user count and the fetched points, NULL coordinates as NaN. Two reductions
-    when every point is good (a NaN fails them); the counts that word a refusal only otherwise.
+    when every point is good (a NaN fails them), none when the caller gives the points' extent
+    ``ext``; the counts that word a refusal only otherwise.
     """
     from gpframe.queries.knn import COORD_MAX_M
 
     n = len(xy)
-    if n == 0 or (-COORD_MAX_M < xy.min() and xy.max() < COORD_MAX_M):
+    if n == 0:
+        lo = hi = 0.0
+    elif ext is not None:  # np.min / np.max keep a NaN (Python's min() may drop it)
+        lo, hi = np.min(ext[:2]), np.max(ext[2:])
+    else:
+        lo, hi = xy.min(), xy.max()
+    if n == 0 or (-COORD_MAX_M < lo and hi < COORD_MAX_M):
         _refuse_rows(fname, columns, (n, nu, 0, 0, None))
         return xy
     bad = [~np.isfinite(xy[:, k]) for k in (0, 1)]

@@ -45,6 +45,9 @@ from gpframe.errors import InvalidInputError, LedgerError
 from gpframe.ledger.run import Charge, raising_on_exhausted, run
 from gpframe.mechanisms.compiled import njit
 
+#: a batch's points' (x_min, y_min, x_max, y_max), NaN if one of them is NaN
+Extent = tuple[float, float, float, float]
+
 #: DuckDB types whose values are charged as Python ints through BIGINT (typeof() is folded when
 #: planning); UBIGINT has its own path (gpframe.ledger.keys)
 INT_TYPES = "'TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'UTINYINT', 'USMALLINT', 'UINTEGER'"
@@ -287,12 +290,15 @@ def units_for(crs: Any, domain: Any = None) -> Any:
     return metric_frame(crs, domain, name="crs")
 
 
-def check_units(units: Any, xy: np.ndarray, fname: str, what: str = "x/y") -> None:
+def check_units(
+    units: Any, xy: np.ndarray, fname: str, what: str = "x/y", ext: Extent | None = None
+) -> None:
     """Refuse coordinates that cannot be metres of the declared CRS (or look like degrees).
 
     With a CRS: every point must lie in the public extent its scale bound holds over (the
     check the accessor's ``to_crs=`` path makes). Without one: a batch of
     :data:`LONLAT_ROWS` or more rows that all fit lon/lat ranges is refused as degrees.
+    ``ext``: the points' extent if the caller has it (see :func:`outside`).
     """
     fix = (
         "Project lon/lat to a metre CRS first (pyproj / GeoPandas before loading, or DuckDB "
@@ -310,7 +316,7 @@ def check_units(units: Any, xy: np.ndarray, fname: str, what: str = "x/y") -> No
                 "against its area of use instead). Nothing was charged for this batch."
             )
         return
-    bad = outside(units, np.asarray(xy, dtype=np.float64))
+    bad = outside(units, np.asarray(xy, dtype=np.float64), ext)
     if bad.any():
         # counts only, never a coordinate: error text reaches logs and notebooks
         raise InvalidInputError(
@@ -356,13 +362,14 @@ def _inner_box(footprint: Any) -> tuple[float, float, float, float] | None:
     return box
 
 
-def outside(units: Any, xy: np.ndarray) -> np.ndarray:
+def outside(units: Any, xy: np.ndarray, ext: Extent | None = None) -> np.ndarray:
     """``units.outside(xy)``, testing only the points outside a box inside the footprint.
 
     The polygon test of a 2,048-row batch is a tenth of a ``gp_privatize`` call; the points
     strictly inside the box are inside the footprint (:func:`_inner_box`), the rest (and NaN)
     get the exact test, one batch at a time (:data:`GEOS_LOCK`). The mask is the same either
-    way.
+    way. ``ext``: the points' ``(x_min, y_min, x_max, y_max)``, NaN if a point is NaN, when
+    the caller computed it already (no reductions here then).
     """
     fp = getattr(units, "footprint", None)
     hit = None if fp is None else _INNER.get(id(fp))
@@ -376,7 +383,8 @@ def outside(units: Any, xy: np.ndarray) -> np.ndarray:
             return np.asarray(units.outside(xy), dtype=bool)
     x, y = xy[:, 0], xy[:, 1]
     # four reductions when every point is inside the box (a NaN fails them): no row masks
-    if x.min() > box[0] and x.max() < box[2] and y.min() > box[1] and y.max() < box[3]:
+    x0, y0, x1, y1 = ext if ext is not None else (x.min(), y.min(), x.max(), y.max())
+    if x0 > box[0] and x1 < box[2] and y0 > box[1] and y1 < box[3]:
         return np.zeros(len(xy), dtype=bool)
     rest = ~((x > box[0]) & (x < box[2]) & (y > box[1]) & (y < box[3]))
     out = np.zeros(len(xy), dtype=bool)
@@ -387,18 +395,31 @@ def outside(units: Any, xy: np.ndarray) -> np.ndarray:
 
 
 def check_points(
-    xy: np.ndarray, fname: str, units: Any = None, what: str = "x/y", *, guess: bool = True
+    xy: np.ndarray,
+    fname: str,
+    units: Any = None,
+    what: str = "x/y",
+    *,
+    guess: bool = True,
+    ext: Extent | None = None,
 ) -> None:
     """Refuse a batch whose points are not finite metres of the declared CRS (nothing charged).
 
     NaN / inf, beyond ±2**40 m (no projected CRS reaches that), then :func:`check_units`
-    (``guess=False`` skips its degrees heuristic when no CRS was declared).
+    (``guess=False`` skips its degrees heuristic when no CRS was declared). ``ext``: the
+    points' extent when the caller has it (NaN if a point is): no reductions here then.
     """
     from gpframe.queries.privatize import COORD_MAX_M
 
     # two reductions without a temporary (a NaN fails the comparisons too); the row-wise
     # tests, which cost ten times more on 10⁶ rows, only to word a refusal
-    if xy.size and not (-COORD_MAX_M < xy.min() and xy.max() < COORD_MAX_M):
+    if not xy.size:
+        lo = hi = 0.0
+    elif ext is not None:  # np.min / np.max keep a NaN
+        lo, hi = np.min(ext[:2]), np.max(ext[2:])
+    else:
+        lo, hi = xy.min(), xy.max()
+    if xy.size and not (-COORD_MAX_M < lo and hi < COORD_MAX_M):
         nonfinite = ~np.isfinite(xy).all(axis=1)
         if nonfinite.any():
             raise InvalidInputError(
@@ -410,7 +431,7 @@ def check_points(
             "CRS. Nothing was charged for this batch."
         )
     if units is not None or guess:
-        check_units(units, xy, fname, what)
+        check_units(units, xy, fname, what, ext)
 
 
 def exact_amounts(vals: np.ndarray, fname: str, param: str, unit: str) -> dict[float, Fraction]:

@@ -141,3 +141,63 @@ def test_the_fetched_checks_refuse_as_the_sql_pre_check(rows):
     arrow = refusal(lambda: R.fetched_points(tbl, "f", cols, ("u", "x", "y")))
     frame = refusal(lambda: R.frame_points(con.sql("SELECT * FROM t").df(), "f", cols))
     assert arrow == sql and frame == sql
+
+
+def test_the_points_and_extent_fetched_on_two_threads_are_one_threads():
+    """Chunks of uneven sizes (an empty one too), ranges across their edges: the same points
+    and extent on two threads as on one, and a NaN anywhere makes the extent NaN."""
+    import pyarrow as pa
+
+    from gpframe.duckdb.relations import fetched_points
+    from gpframe.mechanisms.row_ranges import MIN_ROWS
+
+    gen = np.random.default_rng(4)  # true points only
+    sizes = [100_000, 0, 3, 122_880, MIN_ROWS - 7, 50_001]
+    cols = {k: [gen.uniform(-1e6, 1e6, m) for m in sizes] for k in ("x", "y")}
+    n = sum(sizes)
+
+    def table(xs, ys):
+        key = pa.chunked_array([pa.array(np.arange(m), pa.int64()) for m in sizes])
+        return pa.Table.from_arrays(
+            [key, pa.chunked_array([pa.array(a) for a in xs]),
+             pa.chunked_array([pa.array(a) for a in ys])],
+            names=["k", "x", "y"],
+        )  # fmt: skip
+
+    names = {"user": "u", "x": "x", "y": "y"}
+    args = ("gp.duckdb.privatize", names, ("k", "x", "y"))
+    one, ext1 = fetched_points(table(cols["x"], cols["y"]), *args, 1)
+    two, ext2 = fetched_points(table(cols["x"], cols["y"]), *args, 2)
+    allx, ally = np.concatenate(cols["x"]), np.concatenate(cols["y"])
+    assert one.shape == (n, 2) and np.array_equal(one, two)
+    assert np.array_equal(two, np.column_stack([allx, ally]))
+    assert ext1 == ext2 == (allx.min(), ally.min(), allx.max(), ally.max())
+    # a NaN in the chunk after the empty one: seen by the two-thread extent and refused
+    cols["y"][2][1] = np.nan
+    with pytest.raises(gp.errors.InvalidInputError, match=r"column 'y' has 1 NULL, NaN"):
+        fetched_points(table(cols["x"], cols["y"]), *args, 2)
+
+
+@pytest.mark.parametrize(
+    ("row", "value", "match"),
+    [(-1, 1e13, r"beyond ±2\*\*40 m"), (-1, float("nan"), r"column 'x' has 1 NULL, NaN"),
+     (-1, 2_000_000.0, r"1 of 262144 x/y point\(s\) are not metres of crs=EPSG:32724"),
+     (70_000, -1e13, r"beyond ±2\*\*40 m")],
+)  # fmt: skip
+def test_a_bad_row_in_any_range_of_a_threaded_fetch_is_refused(row, value, match):
+    """OS CSPRNG, threads=2, 4·65,536 rows: the fetch and the checks of the noise drawn ahead
+    read the extent the ranges computed; one bad row anywhere is refused, nothing charged."""
+    df = _points(4 * 65_536, 100, seed=11)
+    df.loc[df.index[row], "x"] = value
+    s = Session(budget=gp.CGP(rho=1.0))
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    register(con, s, crs=32724)  # the OS CSPRNG: the threaded path
+    con.register("pts", df)
+    before = s.ledger.snapshot()
+    with pytest.raises(gp.errors.InvalidInputError, match=match):
+        _call("privatize", con, "SELECT * FROM pts")
+    assert s.ledger.snapshot() == before
+    df.loc[df.index[row], "x"] = 500_000.0
+    con.register("pts", df)  # the mended frame
+    assert len(_call("privatize", con, "SELECT * FROM pts").fetchall()) == len(df)
