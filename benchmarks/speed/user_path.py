@@ -31,9 +31,15 @@ Peak memory (``tracemalloc``, which sees numpy's buffers) is measured in a separ
 pass and printed in bytes per point, with its ratio to the baseline's (goal of the user's path:
 ≤ 1.5× at 10^7 points).
 
+Cores: the baseline runs numpy, pyproj and shapely on one core, as a user's own code would. The
+accessor's ``privatize`` draws its noise, projects and builds its output points in row ranges on
+every core (``gpframe.mechanisms.row_ranges``); ``--threads 1`` keeps it on one core
+(``row_ranges.THREADS = 1``), the like-for-like comparison.
+
 Run: ``PYTHONPATH=. python benchmarks/speed/user_path.py [--sizes 100000 1000000] [--big]
-[--ops grid_stats] [--cpu]``. ``--cpu`` times process CPU instead of wall clock: on a shared,
-loaded machine the wall clock also counts the time other processes hold the cores.
+[--ops grid_stats] [--cpu] [--threads 1]``. ``--cpu`` times process CPU instead of wall clock:
+on a shared, loaded machine the wall clock also counts the time other processes hold the cores
+(CPU time adds up every thread's, so it charges the accessor's several cores in full).
 Smallest run: ``--sizes 10000 --repeat 1``.
 """
 
@@ -292,10 +298,21 @@ def main() -> None:
         action="store_true",
         help="time process CPU instead of wall clock (a loaded, shared machine)",
     )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="cores the accessor may use (gpframe.mechanisms.row_ranges.THREADS; default: all)",
+    )
     a = ap.parse_args()
     global CLOCK
-    if a.cpu:  # other processes holding the cores do not count (all paths run one thread)
+    if a.cpu:  # other processes holding the cores do not count; every thread's CPU does
         CLOCK = time.process_time
+    if a.threads is not None:
+        import gpframe.mechanisms.row_ranges as row_ranges
+
+        row_ranges.THREADS = a.threads
+    print(f"accessor cores: {a.threads or 'all'} (the baseline: one)", flush=True)
     sizes = a.sizes + ([10**7] if a.big else [])
     for op in a.ops:  # warm-up: imports, pyproj transformers, FFT plans
         for fn in runners(op, points(1000, op)).values():
