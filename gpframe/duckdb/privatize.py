@@ -320,7 +320,7 @@ def _make_udf(reg: Registration, mode: str) -> Any:
 
 
 def _validate_batch(
-    param: str, xy: np.ndarray, amts: np.ndarray, units: Any = None, ext: Any = None
+    param: str, xy: np.ndarray, amts: np.ndarray, units: Any = None, ext: _u.Extent | None = None
 ) -> None:
     """Refuse a batch's amounts and points (``ext``: their extent, if the caller has it)."""
     unit = "CGP, per m²" if param == "rho" else "GP, per m"
