@@ -217,12 +217,7 @@ def _checked_points(
     from gpframe.queries.knn import COORD_MAX_M
 
     n = len(xy)
-    if n == 0:
-        lo = hi = 0.0
-    elif ext is not None:  # np.min / np.max keep a NaN (Python's min() may drop it)
-        lo, hi = np.min(ext[:2]), np.max(ext[2:])
-    else:
-        lo, hi = xy.min(), xy.max()
+    lo, hi = _u.coordinate_range(xy, ext)
     if n == 0 or (-COORD_MAX_M < lo and hi < COORD_MAX_M):
         _refuse_rows(fname, columns, (n, nu, 0, 0, None))
         return xy

@@ -394,6 +394,22 @@ def outside(units: Any, xy: np.ndarray, ext: Extent | None = None) -> np.ndarray
     return out
 
 
+def coordinate_range(xy: np.ndarray, ext: Extent | None = None) -> tuple[float, float]:
+    """(smallest, largest) coordinate of the points, NaN if one is; (0, 0) for no points.
+
+    From their extent when the caller has it (no reductions), else two over ``xy``.
+    ``np.min`` / ``np.max`` keep a NaN, where Python's ``min()`` may drop it.
+
+    >>> coordinate_range(np.array([[1.0, -2.0], [3.0, 4.0]])), coordinate_range(np.zeros((0, 2)))
+    ((-2.0, 4.0), (0.0, 0.0))
+    """
+    if not xy.size:
+        return 0.0, 0.0
+    if ext is not None:
+        return float(np.min(ext[:2])), float(np.max(ext[2:]))
+    return float(xy.min()), float(xy.max())
+
+
 def check_points(
     xy: np.ndarray,
     fname: str,
@@ -413,12 +429,7 @@ def check_points(
 
     # two reductions without a temporary (a NaN fails the comparisons too); the row-wise
     # tests, which cost ten times more on 10⁶ rows, only to word a refusal
-    if not xy.size:
-        lo = hi = 0.0
-    elif ext is not None:  # np.min / np.max keep a NaN
-        lo, hi = np.min(ext[:2]), np.max(ext[2:])
-    else:
-        lo, hi = xy.min(), xy.max()
+    lo, hi = coordinate_range(xy, ext)
     if xy.size and not (-COORD_MAX_M < lo and hi < COORD_MAX_M):
         nonfinite = ~np.isfinite(xy).all(axis=1)
         if nonfinite.any():
